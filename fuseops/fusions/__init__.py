@@ -1,0 +1,25 @@
+"""Fused ops, each declaring the op pattern it replaces. ``REGISTRY`` lists them
+explicitly; the fuser knows fusions only through it, and the property-based test suite
+checks every entry against its basic ops."""
+
+from fuseops.fusions.backward_act_bias import BackwardBiasActivation, BackwardLinearBiasActivation
+from fuseops.fusions.backward_act_linear import BackwardActivationLinear
+from fuseops.fusions.backward_extra_output_linear import BackwardExtraOutputLinear
+from fuseops.fusions.forward_linear_add import ForwardLinearAddExtraInput
+from fuseops.fusions.forward_linear_bias_act import (
+    ForwardLinearBiasActivation,
+    ForwardLinearSeparateBiasActivation,
+)
+from fuseops.fusions.fusion import Fusion, OpMatch, PlanConfig, Stage, match
+
+REGISTRY: list[Fusion] = [
+    ForwardLinearBiasActivation(),
+    ForwardLinearSeparateBiasActivation(),
+    ForwardLinearAddExtraInput(),
+    BackwardLinearBiasActivation(),
+    BackwardBiasActivation(),
+    BackwardActivationLinear(),
+    BackwardExtraOutputLinear(),
+]
+
+__all__ = ["REGISTRY", "Fusion", "OpMatch", "PlanConfig", "Stage", "match"]

@@ -1,0 +1,36 @@
+"""Activation + Linear, backward: the Linear's dgrad applies the activation's
+derivative in its epilogue, ``dz = (dy @ W) * act'(z)``, so the activation's own
+backward pass (a read and a write of the whole tensor) disappears."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match
+from fuseops.kernels import gemm as gemm_kernels
+from fuseops.kernels._triton import pick
+from fuseops.ops.activation import ActivationOp
+from fuseops.ops.linear import Linear
+from fuseops.ops.op import BasicOp, OpContext, OpGrads
+
+
+class BackwardActivationLinear(Fusion):
+    pattern = (match(ActivationOp), match(Linear, where=lambda op: op.local_gemm))
+    stage = Stage.BACKWARD
+
+    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig) -> str | None:
+        if cfg.recipe is not None:
+            return "quantized recipes run the Linear's quantized GEMM"
+        return None
+
+    def fused_backward(self, ops, ctxs: Sequence[OpContext], dy, extra_output_grads) -> list[OpGrads]:
+        act_op, linear = ops
+        params = linear.param_grads(ctxs[1], dy)
+        if not ctxs[0].input_requires_grad:
+            return [OpGrads(None), OpGrads(None, params)]
+        z = ctxs[0].saved.x
+        dy2d = dy.reshape(-1, linear.out_features).contiguous()
+        z2d = z.reshape(-1, linear.in_features).contiguous()
+        launch = pick(dy2d, gemm_kernels.gemm, gemm_kernels.reference_gemm)
+        dz, _ = launch(dy2d, linear.weight, act=act_op.act, alpha=act_op.alpha, act_grad_input=z2d)
+        return [OpGrads(dz.view(z.shape)), OpGrads(None, params)]

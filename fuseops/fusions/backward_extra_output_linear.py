@@ -1,0 +1,36 @@
+"""MakeExtraOutput + Linear, backward: the Linear's dgrad accumulates into the branch
+gradient in its epilogue (``dx = dy @ W + d_branch``) instead of a separate add."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match
+from fuseops.kernels import gemm as gemm_kernels
+from fuseops.kernels._triton import pick
+from fuseops.ops.linear import Linear
+from fuseops.ops.op import BasicOp, OpContext, OpGrads
+from fuseops.ops.residual import MakeExtraOutput
+
+
+class BackwardExtraOutputLinear(Fusion):
+    pattern = (match(MakeExtraOutput), match(Linear, where=lambda op: op.local_gemm))
+    stage = Stage.BACKWARD
+
+    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig) -> str | None:
+        if cfg.recipe is not None:
+            return "quantized recipes run the Linear's quantized GEMM"
+        return None
+
+    def fused_backward(self, ops, ctxs: Sequence[OpContext], dy, extra_output_grads) -> list[OpGrads]:
+        _, linear = ops
+        (dbranch,), _ = extra_output_grads
+        params = linear.param_grads(ctxs[1], dy)
+        if not ctxs[0].input_requires_grad:
+            return [OpGrads(None), OpGrads(None, params)]
+        dy2d = dy.reshape(-1, linear.out_features).contiguous()
+        r2d = None if dbranch is None else dbranch.reshape(-1, linear.in_features).contiguous()
+        launch = pick(dy2d, gemm_kernels.gemm, gemm_kernels.reference_gemm)
+        dx, _ = launch(dy2d, linear.weight, residual=r2d)
+        dx = dx.view(*dy.shape[:-1], linear.in_features)
+        return [OpGrads(dx), OpGrads(None, params)]

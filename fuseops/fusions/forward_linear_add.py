@@ -1,0 +1,35 @@
+"""Linear + AddExtraInput, forward: the residual add happens in the GEMM epilogue."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match
+from fuseops.kernels import gemm as gemm_kernels
+from fuseops.kernels._triton import pick
+from fuseops.ops.linear import Linear
+from fuseops.ops.op import BasicOp
+from fuseops.ops.residual import AddExtraInput, NothingSaved
+
+
+class ForwardLinearAddExtraInput(Fusion):
+    pattern = (match(Linear, where=lambda op: op.local_gemm), match(AddExtraInput))
+    stage = Stage.FORWARD
+
+    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig) -> str | None:
+        if cfg.recipe is not None:
+            return "quantized recipes run the Linear's quantized GEMM"
+        return None
+
+    def fused_forward(self, ops, ctxs, x, extra_inputs: Sequence[tuple[Any, ...]]):
+        linear, _ = ops
+        (residual,) = extra_inputs[1]
+        linear.save(ctxs[0], x)
+        if ctxs[1].needs_backward:
+            ctxs[1].saved = NothingSaved()
+        x2d = x.reshape(-1, linear.in_features).contiguous()
+        r2d = residual.reshape(-1, linear.out_features).contiguous()
+        launch = pick(x2d, gemm_kernels.gemm, gemm_kernels.reference_gemm)
+        y, _ = launch(x2d, linear.weight.t(), bias=linear.bias, residual=r2d)
+        return y.view(*x.shape[:-1], linear.out_features), [(), ()]

@@ -1,0 +1,78 @@
+"""Linear (with its bias, or followed by Bias) + activation, forward: one GEMM whose
+epilogue adds the bias and applies the activation (plain or gated). The
+pre-activation is written beside the output only when backward needs it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match
+from fuseops.kernels import gemm as gemm_kernels
+from fuseops.kernels._triton import pick
+from fuseops.ops.activation import ActivationOp, ActivationSaved
+from fuseops.ops.bias import Bias, BiasSaved
+from fuseops.ops.gated import GatedActivation, GatedSaved
+from fuseops.ops.linear import Linear
+from fuseops.ops.op import BasicOp, OpContext
+
+
+def _linear_act_forward(
+    linear: Linear, bias: torch.Tensor | None, act_op: BasicOp, ctxs: Sequence[OpContext], x: torch.Tensor
+) -> torch.Tensor:
+    """Run the GEMM with epilogue; fill the Linear's and the activation's saved state."""
+    linear_ctx, act_ctx = ctxs[0], ctxs[-1]
+    linear.save(linear_ctx, x)
+    x2d = x.reshape(-1, linear.in_features).contiguous()
+    save_preact = act_ctx.needs_backward
+    if isinstance(act_op, GatedActivation):
+        launch = pick(x2d, gemm_kernels.gemm_gated, gemm_kernels.reference_gemm_gated)
+        y, z = launch(x2d, linear.weight.t(), bias=bias, act=act_op.act, save_preact=save_preact, **act_op.kernel_args)
+    else:
+        launch = pick(x2d, gemm_kernels.gemm, gemm_kernels.reference_gemm)
+        y, z = launch(x2d, linear.weight.t(), bias=bias, act=act_op.act, alpha=act_op.alpha, save_preact=save_preact)
+    lead = x.shape[:-1]
+    if save_preact:
+        z = z.view(*lead, z.shape[-1])
+        act_ctx.saved = GatedSaved(x=z) if isinstance(act_op, GatedActivation) else ActivationSaved(x=z)
+    return y.view(*lead, y.shape[-1])
+
+
+def _no_scaled_probs(op: BasicOp) -> bool:
+    return not getattr(op, "scaled", False)
+
+
+class ForwardLinearBiasActivation(Fusion):
+    """Linear (its own bias, if any) -> activation."""
+
+    pattern = (match(Linear, where=lambda op: op.local_gemm), match(ActivationOp, GatedActivation, where=_no_scaled_probs))
+    stage = Stage.FORWARD
+
+    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig) -> str | None:
+        if cfg.recipe is not None:
+            return "quantized recipes run the Linear's quantized GEMM"
+        return None
+
+    def fused_forward(self, ops, ctxs, x, extra_inputs: Sequence[tuple[Any, ...]]):
+        linear, act_op = ops
+        y = _linear_act_forward(linear, linear.bias, act_op, ctxs, x)
+        return y, [(), ()]
+
+
+class ForwardLinearSeparateBiasActivation(ForwardLinearBiasActivation):
+    """Linear without bias -> Bias -> activation."""
+
+    pattern = (
+        match(Linear, where=lambda op: op.local_gemm and op.bias is None),
+        match(Bias),
+        match(ActivationOp, GatedActivation, where=_no_scaled_probs),
+    )
+
+    def fused_forward(self, ops, ctxs, x, extra_inputs: Sequence[tuple[Any, ...]]):
+        linear, bias_op, act_op = ops
+        if ctxs[1].needs_backward:
+            ctxs[1].saved = BiasSaved()
+        y = _linear_act_forward(linear, bias_op.bias, act_op, ctxs, x)
+        return y, [(), (), ()]

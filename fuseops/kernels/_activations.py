@@ -1,0 +1,206 @@
+"""Activation maths shared by every kernel that applies one (elementwise kernels and GEMM
+epilogues), with the torch reference of each function beside it.
+
+Plain: ``y = act(x)``. Gated: ``y = act(a') * (b' + offset)`` where, for the clamped
+form (gpt-oss), ``a' = min(a, limit)``, ``b' = clamp(b, -limit, limit)`` and
+``offset = 1``; otherwise ``a' = a``, ``b' = b``, ``offset = 0``. ``alpha`` is SiLU's
+sigmoid slope, ``x * sigmoid(alpha * x)`` (1 for SiLU, 1.702 for gpt-oss); other
+activations ignore it. Kernels compute in float32; the references in float32, or float64 for float64 inputs.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+
+class Activation(enum.IntEnum):
+    """The pointwise function; its value is the kernels' ``ACT`` constexpr."""
+
+    IDENTITY = 0
+    RELU = 1
+    GELU = 2
+    GELU_TANH = 3
+    SILU = 4
+    SRELU = 5
+    SIGMOID = 6
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+@triton.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _tanh(x):
+    # tanh(x) = 2 sigmoid(2x) - 1; no libdevice call, so it also runs in the interpreter.
+    return 2.0 * _sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def activation(x, ACT: tl.constexpr, alpha):
+    """``act(x)`` for a float32 tile."""
+    if ACT == 0:
+        y = x
+    elif ACT == 1:
+        y = tl.maximum(x, 0.0)
+    elif ACT == 2:
+        y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    elif ACT == 3:
+        inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        y = 0.5 * x * (1.0 + _tanh(inner))
+    elif ACT == 4:
+        y = x * _sigmoid(alpha * x)
+    elif ACT == 5:
+        r = tl.maximum(x, 0.0)
+        y = r * r
+    else:
+        y = _sigmoid(x)
+    return y
+
+
+@triton.jit
+def activation_grad(x, ACT: tl.constexpr, alpha):
+    """``d act(x) / dx`` for a float32 tile."""
+    if ACT == 0:
+        g = tl.full(x.shape, 1.0, tl.float32)
+    elif ACT == 1:
+        g = tl.where(x > 0.0, 1.0, 0.0)
+    elif ACT == 2:
+        cdf = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        pdf = 0.3989422804014327 * tl.exp(-0.5 * x * x)
+        g = cdf + x * pdf
+    elif ACT == 3:
+        x2 = x * x
+        t = _tanh(0.7978845608028654 * (x + 0.044715 * x2 * x))
+        g = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (
+            1.0 + 0.134145 * x2
+        )
+    elif ACT == 4:
+        s = _sigmoid(alpha * x)
+        g = s + alpha * x * s * (1.0 - s)
+    elif ACT == 5:
+        g = 2.0 * tl.maximum(x, 0.0)
+    else:
+        s = _sigmoid(x)
+        g = s * (1.0 - s)
+    return g
+
+
+@triton.jit
+def gated(a, b, ACT: tl.constexpr, CLAMPED: tl.constexpr, limit, alpha):
+    """``act(a') * (b' + offset)`` for float32 tiles (see the module docstring)."""
+    if CLAMPED:
+        a = tl.minimum(a, limit)
+        b = tl.minimum(tl.maximum(b, -limit), limit) + 1.0
+    return activation(a, ACT, alpha) * b
+
+
+@triton.jit
+def gated_grad(a, b, dy, ACT: tl.constexpr, CLAMPED: tl.constexpr, limit, alpha):
+    """Gradients ``(da, db)`` of ``gated`` for an upstream float32 ``dy``."""
+    if CLAMPED:
+        a_pass = a <= limit
+        b_pass = (b >= -limit) & (b <= limit)
+        a = tl.minimum(a, limit)
+        b = tl.minimum(tl.maximum(b, -limit), limit) + 1.0
+        da = tl.where(a_pass, dy * b * activation_grad(a, ACT, alpha), 0.0)
+        db = tl.where(b_pass, dy * activation(a, ACT, alpha), 0.0)
+    else:
+        da = dy * b * activation_grad(a, ACT, alpha)
+        db = dy * activation(a, ACT, alpha)
+    return da, db
+
+
+def reference_activation(x: torch.Tensor, act: Activation, alpha: float = 1.0) -> torch.Tensor:
+    """``act(x)``."""
+    x = _wide(x)
+    if act == Activation.IDENTITY:
+        return x
+    if act == Activation.RELU:
+        return torch.relu(x)
+    if act == Activation.GELU:
+        return 0.5 * x * (1.0 + torch.erf(x * _INV_SQRT_2))
+    if act == Activation.GELU_TANH:
+        return 0.5 * x * (1.0 + torch.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+    if act == Activation.SILU:
+        return x * torch.sigmoid(alpha * x)
+    if act == Activation.SRELU:
+        return torch.relu(x).square()
+    return torch.sigmoid(x)
+
+
+def reference_activation_grad(
+    x: torch.Tensor, act: Activation, alpha: float = 1.0
+) -> torch.Tensor:
+    """``d act(x) / dx``."""
+    x = _wide(x)
+    if act == Activation.IDENTITY:
+        return torch.ones_like(x)
+    if act == Activation.RELU:
+        return (x > 0).to(x.dtype)
+    if act == Activation.GELU:
+        cdf = 0.5 * (1.0 + torch.erf(x * _INV_SQRT_2))
+        return cdf + x * _INV_SQRT_2PI * torch.exp(-0.5 * x * x)
+    if act == Activation.GELU_TANH:
+        t = torch.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (
+            1.0 + 3 * 0.044715 * x * x
+        )
+    if act == Activation.SILU:
+        s = torch.sigmoid(alpha * x)
+        return s + alpha * x * s * (1.0 - s)
+    if act == Activation.SRELU:
+        return 2.0 * torch.relu(x)
+    s = torch.sigmoid(x)
+    return s * (1.0 - s)
+
+
+def reference_gated(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    act: Activation,
+    clamped: bool = False,
+    limit: float = 7.0,
+    alpha: float = 1.0,
+) -> torch.Tensor:
+    """``act(a') * (b' + offset)``."""
+    a, b = _wide(a), _wide(b)
+    if clamped:
+        a = a.clamp(max=limit)
+        b = b.clamp(-limit, limit) + 1.0
+    return reference_activation(a, act, alpha) * b
+
+
+def reference_gated_grad(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    dy: torch.Tensor,
+    act: Activation,
+    clamped: bool = False,
+    limit: float = 7.0,
+    alpha: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(da, db)`` of ``reference_gated`` for an upstream ``dy``."""
+    a, b, dy = _wide(a), _wide(b), _wide(dy)
+    if not clamped:
+        da = dy * b * reference_activation_grad(a, act, alpha)
+        return da, dy * reference_activation(a, act, alpha)
+    a_pass, b_pass = a <= limit, (b >= -limit) & (b <= limit)
+    a, b = a.clamp(max=limit), b.clamp(-limit, limit) + 1.0
+    da = torch.where(a_pass, dy * b * reference_activation_grad(a, act, alpha), 0.0)
+    db = torch.where(b_pass, dy * reference_activation(a, act, alpha), 0.0)
+    return da, db

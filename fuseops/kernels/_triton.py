@@ -1,0 +1,88 @@
+"""Where Triton kernels run, and the few helpers every kernel shares.
+
+This is the only module that reads ``TRITON_INTERPRET``. Triton reads it when it is
+imported, so it must be set before the first ``import triton`` (the test suite's
+conftest does that).
+
+Kernels launch on CUDA tensors. On CPU tensors the ops run each launcher's torch
+reference, unless ``interpreted_kernels()`` is active and the interpreter is on: then
+CPU tensors go through the Triton kernels too (how the tests exercise them without a
+GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import torch
+import triton
+import triton.language as tl
+
+INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+# The interpreter's tl.dot returns garbage on bfloat16 operands (TRITON_ON_CPU.md).
+_UPCAST_BF16_DOT = tl.constexpr(INTERPRET)
+
+_cpu_kernels_depth = 0
+
+
+@contextlib.contextmanager
+def interpreted_kernels() -> Iterator[None]:
+    """Run Triton kernels (through the interpreter) for CPU tensors inside this block."""
+    if not INTERPRET:
+        raise RuntimeError(
+            "interpreted_kernels() needs TRITON_INTERPRET=1 set before triton is imported"
+        )
+    global _cpu_kernels_depth
+    _cpu_kernels_depth += 1
+    try:
+        yield
+    finally:
+        _cpu_kernels_depth -= 1
+
+
+def runs_triton(t: torch.Tensor) -> bool:
+    """Whether work on ``t`` goes through the Triton kernels (float64, the dtype of
+    references and oracles, always runs the torch references)."""
+    if t.dtype == torch.float64:
+        return False
+    if t.is_cuda:
+        return True
+    return INTERPRET and _cpu_kernels_depth > 0
+
+
+F = TypeVar("F", bound=Callable)
+
+
+def pick(t: torch.Tensor, launcher: F, reference: F) -> F:
+    """The launcher for tensors where Triton runs, else its torch reference."""
+    return launcher if runs_triton(t) else reference
+
+
+@functools.lru_cache(maxsize=None)
+def num_sms(device_index: int) -> int:
+    """Multiprocessor count of a CUDA device (a few programs per SM under the interpreter)."""
+    if INTERPRET or not torch.cuda.is_available():
+        return 4
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def device_sms(t: torch.Tensor) -> int:
+    return num_sms(t.device.index if t.is_cuda else -1)
+
+
+@triton.jit
+def dot(a, b, acc):
+    """``acc + a @ b`` on the tensor cores; float32 operands in full IEEE precision."""
+    if _UPCAST_BF16_DOT:
+        if a.dtype == tl.bfloat16:
+            a = a.to(tl.float32)
+        if b.dtype == tl.bfloat16:
+            b = b.to(tl.float32)
+    if a.dtype == tl.float32:
+        return tl.dot(a, b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc)

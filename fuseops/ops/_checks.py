@@ -1,0 +1,128 @@
+"""Argument checks shared by the ops: each error names the argument, what was given and
+what was expected, and is raised on the host before anything is launched."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from fuseops.ops.op import TensorSpec
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    return value
+
+
+def probability(name: str, value: Any) -> float:
+    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name}: expected a float in [0, 1), got {value!r}")
+    return float(value)
+
+
+def choice(name: str, value: Any, valid: Iterable[str]) -> str:
+    valid = tuple(valid)
+    if value not in valid:
+        raise ValueError(f"{name}: expected one of {', '.join(map(repr, valid))}, got {value!r}")
+    return value
+
+
+def float_dtype(name: str, dtype: torch.dtype | None) -> torch.dtype | None:
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected float32, float16, bfloat16 (or float64), got {dtype}")
+    return dtype
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    if a.type != b.type:
+        return False
+    if a.type != "cuda":
+        return True
+    current = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
+
+
+def features(op: str, spec: TensorSpec, expected: int, *, what: str = "input") -> None:
+    """The last dim of the input must be ``expected``."""
+    if len(spec.shape) == 0 or spec.shape[-1] != expected:
+        raise ValueError(
+            f"{op} {what}: expected shape [..., {expected}], got {list(spec.shape)}"
+        )
+
+
+def matches_parameters(op: torch.nn.Module, spec: TensorSpec, *, what: str = "input") -> None:
+    """The input must have the dtype and device of the op's parameters."""
+    name = type(op).__name__
+    for pname, p in op.named_parameters(recurse=False):
+        if p.dtype != spec.dtype:
+            raise TypeError(
+                f"{name} {what}: dtype {spec.dtype} does not match {name}.{pname} ({p.dtype}); "
+                f"expected {p.dtype} (convert the model with .to(dtype) or the input)"
+            )
+        if not same_device(p.device, spec.device):
+            raise ValueError(
+                f"{name} {what}: device {spec.device} does not match {name}.{pname} "
+                f"({p.device}); expected a tensor on {p.device}"
+            )
+
+
+def extra_tensor(
+    op: str,
+    name: str,
+    value: Any,
+    spec: TensorSpec,
+    shape: tuple[int, ...],
+    *,
+    dtypes: tuple[torch.dtype, ...] | None = None,
+) -> None:
+    """An extra-input tensor must be on the input's device with the given shape."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{op} {name}: expected a torch.Tensor, got {type(value).__name__}")
+    if tuple(value.shape) != tuple(shape):
+        raise ValueError(f"{op} {name}: expected shape {list(shape)}, got {list(value.shape)}")
+    allowed = dtypes if dtypes is not None else (spec.dtype,)
+    if value.dtype not in allowed:
+        expected = " or ".join(str(d) for d in allowed)
+        raise TypeError(f"{op} {name}: expected dtype {expected}, got {value.dtype}")
+    if not same_device(value.device, spec.device):
+        raise ValueError(
+            f"{op} {name}: expected a tensor on the input's device {spec.device}, got {value.device}"
+        )
+
+
+def debug_checks_enabled() -> bool:
+    """``FUSEOPS_DEBUG=1`` turns on checks that read device data (and so sync the host)."""
+    return os.environ.get("FUSEOPS_DEBUG", "0") == "1"
+
+
+def split_sizes(name: str, value: Any, groups: int, rows: int, device: torch.device) -> None:
+    """Split sizes: G non-negative ints summing to ``rows`` (device tensors: shape and
+    dtype only, unless debug checks are on)."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 1 or value.shape[0] != groups:
+            raise ValueError(f"{name}: expected shape [{groups}], got {list(value.shape)}")
+        if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+            raise TypeError(f"{name}: expected an integer dtype, got {value.dtype}")
+        if value.device.type != "cpu" and not same_device(value.device, device):
+            raise ValueError(f"{name}: expected a CPU tensor or one on the input's device {device}, got {value.device}")
+        if value.device.type != "cpu" and not debug_checks_enabled():
+            return
+        sizes = value.tolist()
+    elif isinstance(value, (list, tuple)):
+        if len(value) != groups:
+            raise ValueError(f"{name}: expected {groups} sizes, got {len(value)}")
+        if not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
+            raise TypeError(f"{name}: expected ints, got {[type(s).__name__ for s in value]}")
+        sizes = list(value)
+    else:
+        raise TypeError(f"{name}: expected a list, tuple or integer tensor of {groups} sizes, got {type(value).__name__}")
+    if any(s < 0 for s in sizes):
+        raise ValueError(f"{name}: expected non-negative sizes, got {sizes}")
+    if sum(sizes) != rows:
+        raise ValueError(f"{name}: expected sizes summing to the {rows} input rows, got {sizes} (sum {sum(sizes)})")

@@ -1,0 +1,57 @@
+"""Bias: ``y = x + bias``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fuseops.kernels import bias_grad as bias_grad_kernels
+from fuseops.kernels._triton import pick
+from fuseops.ops import _checks
+from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec
+
+
+@dataclass(frozen=True)
+class BiasSaved(Saved):
+    pass
+
+
+def reduce_bias_grad(dy: torch.Tensor, size: int) -> torch.Tensor:
+    """Sum of ``dy`` over every leading dim: the gradient of a bias of ``size``."""
+    dy2d = dy.reshape(-1, size)
+    launch = pick(dy2d, bias_grad_kernels.bias_grad, bias_grad_kernels.reference_bias_grad)
+    return launch(dy2d.contiguous())
+
+
+class Bias(BasicOp):
+    """``y = x + bias``.
+
+    Args:
+        size: size of the last dim (and of ``bias``).
+    Shapes: x [..., size] -> y [..., size].
+    """
+
+    def __init__(self, size: int, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        self.size = _checks.positive_int("size", size)
+        _checks.float_dtype("dtype", dtype)
+        self.bias = torch.nn.Parameter(torch.zeros(size, device=device, dtype=dtype))
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}"
+
+    def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
+        _checks.features("Bias", x, self.size)
+        _checks.matches_parameters(self, x)
+        return x
+
+    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+        if ctx.needs_backward:
+            ctx.saved = BiasSaved()
+        return x + self.bias, ()
+
+    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
+        params = {"bias": reduce_bias_grad(dy, self.size)} if ctx.weight_requires_grad else {}
+        return OpGrads(dy if ctx.input_requires_grad else None, params)

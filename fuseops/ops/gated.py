@@ -1,0 +1,125 @@
+"""Gated activations: ``a, b = x.chunk(2, -1)`` (or interleaved), ``y = act(a) * b``.
+
+SwiGLU, GeGLU, ReGLU, SReGLU and gpt-oss's ClampedSwiGLU. With ``scaled=True`` the op
+takes one extra input ``probs`` (one value per row, e.g. MoE router weights) and
+returns ``y * probs[:, None]``, with the gradient for ``probs``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from fuseops.kernels import gated_activation as kernels
+from fuseops.kernels._activations import Activation
+from fuseops.kernels._triton import pick
+from fuseops.ops import _checks
+from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec, activation
+
+
+@dataclass(frozen=True)
+class GatedSaved(Saved):
+    x: torch.Tensor | None = activation()
+    probs: torch.Tensor | None = activation()
+
+
+class GatedActivation(BasicOp):
+    """Base of the gated activations; fusions match this class and read its fields."""
+
+    act: ClassVar[Activation]
+    clamped: ClassVar[bool] = False
+    limit: float = 7.0
+    alpha: float = 1.0
+
+    def __init__(self, *, interleaved: bool = False, scaled: bool = False) -> None:
+        super().__init__()
+        self.interleaved = bool(interleaved)
+        self.scaled = bool(scaled)
+        self.num_extra_inputs = 1 if scaled else 0
+
+    def extra_repr(self) -> str:
+        return f"interleaved={self.interleaved}, scaled={self.scaled}"
+
+    @property
+    def kernel_args(self) -> dict[str, Any]:
+        """Keyword arguments every gated kernel (and GEMM epilogue) takes."""
+        return dict(interleaved=self.interleaved, clamped=self.clamped, limit=self.limit, alpha=self.alpha)
+
+    def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
+        name = type(self).__name__
+        if len(x.shape) == 0 or x.shape[-1] % 2:
+            raise ValueError(f"{name} input: expected shape [..., 2 * F] (an even last dim), got {list(x.shape)}")
+        if self.scaled:
+            rows = math.prod(x.shape[:-1])
+            _checks.extra_tensor(name, "probs", extra_inputs[0], x, (rows,), dtypes=(x.dtype, torch.float32))
+        return x.with_shape(x.shape[:-1] + (x.shape[-1] // 2,))
+
+    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+        probs = extra_inputs[0] if self.scaled else None
+        if ctx.needs_backward:
+            ctx.saved = GatedSaved(x=x, probs=probs)
+        x2d = x.reshape(-1, x.shape[-1]).contiguous()
+        launch = pick(x2d, kernels.gated_fwd, kernels.reference_gated_fwd)
+        y = launch(x2d, self.act, probs=probs, **self.kernel_args)
+        return y.view(*x.shape[:-1], x.shape[-1] // 2), ()
+
+    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
+        saved: GatedSaved = ctx.saved
+        x2d = saved.x.reshape(-1, saved.x.shape[-1]).contiguous()
+        dy2d = dy.reshape(x2d.shape[0], -1).contiguous()
+        launch = pick(x2d, kernels.gated_bwd, kernels.reference_gated_bwd)
+        dx, dprobs = launch(x2d, dy2d, self.act, probs=saved.probs, **self.kernel_args)
+        extras = (dprobs if ctx.extra_requires_grad[0] else None,) if self.scaled else ()
+        return OpGrads(dx.view(saved.x.shape) if ctx.input_requires_grad else None, {}, extras)
+
+
+class SwiGLU(GatedActivation):
+    """``silu(a) * b``."""
+
+    act = Activation.SILU
+
+
+class GeGLU(GatedActivation):
+    """``gelu(a) * b`` (tanh approximation by default)."""
+
+    def __init__(self, approximate: str = "tanh", *, interleaved: bool = False, scaled: bool = False) -> None:
+        super().__init__(interleaved=interleaved, scaled=scaled)
+        self.approximate = _checks.choice("approximate", approximate, ("none", "tanh"))
+
+    @property
+    def act(self) -> Activation:  # type: ignore[override]
+        return Activation.GELU_TANH if self.approximate == "tanh" else Activation.GELU
+
+
+class ReGLU(GatedActivation):
+    """``relu(a) * b``."""
+
+    act = Activation.RELU
+
+
+class SReGLU(GatedActivation):
+    """``relu(a) ** 2 * b``."""
+
+    act = Activation.SRELU
+
+
+class ClampedSwiGLU(GatedActivation):
+    """gpt-oss: ``a = a.clamp(max=limit)``, ``b = b.clamp(-limit, limit)``,
+    ``y = a * sigmoid(alpha * a) * (b + 1)``."""
+
+    act = Activation.SILU
+    clamped = True
+
+    def __init__(self, limit: float = 7.0, alpha: float = 1.702, *, interleaved: bool = False, scaled: bool = False) -> None:
+        super().__init__(interleaved=interleaved, scaled=scaled)
+        if not (isinstance(limit, (int, float)) and limit > 0):
+            raise ValueError(f"limit: expected a positive float, got {limit!r}")
+        if not isinstance(alpha, (int, float)):
+            raise ValueError(f"alpha: expected a float, got {alpha!r}")
+        self.limit, self.alpha = float(limit), float(alpha)
+
+    def extra_repr(self) -> str:
+        return f"limit={self.limit}, alpha={self.alpha}, " + super().extra_repr()

@@ -1,0 +1,148 @@
+"""GroupedLinear: per-group linear layers over contiguous row groups (MoE experts).
+
+Rows of group g (``split_sizes[g]`` of them, in order) use ``weight[g]``. Split sizes
+arrive as an extra input: a list, a tuple, a CPU tensor or a device tensor of any
+integer dtype. Host split sizes are validated; device split sizes are validated only
+with ``FUSEOPS_DEBUG=1``, since reading them needs a host sync. Nothing else on this
+path reads device data on the host, so it captures in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fuseops.kernels import grouped_gemm as gg
+from fuseops.kernels import grouped_gemm_wgrad as gw
+from fuseops.kernels._triton import pick
+from fuseops.ops import _checks
+from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec, activation, meta, parameter
+
+
+@dataclass(frozen=True)
+class GroupedLinearSaved(Saved):
+    x: torch.Tensor | None = activation()
+    weight: torch.Tensor | None = parameter()
+    offsets: torch.Tensor | None = meta()
+
+
+def device_offsets(split_sizes: Any, device: torch.device) -> torch.Tensor:
+    """int64 [G + 1] group offsets on ``device``; a device tensor never leaves it."""
+    if not isinstance(split_sizes, torch.Tensor):
+        split_sizes = torch.tensor(list(split_sizes), dtype=torch.int64)
+    if split_sizes.device != device:
+        split_sizes = split_sizes.to(device, non_blocking=True)
+    return pick(split_sizes, gg.group_offsets, gg.reference_group_offsets)(split_sizes)
+
+
+class GroupedLinear(BasicOp):
+    """``y[rows of g] = x[rows of g] @ weight[g].T + bias[g]``.
+
+    Args:
+        num_groups: number of groups G (experts).
+        in_features: size of the input's last dim.
+        out_features: size of the output's last dim.
+        bias: whether to learn a bias [G, out_features].
+        accumulate_into_main_grad: add the weight gradient in float32 to
+            ``weight.main_grad`` [G, out, in] (allocated by the caller).
+    Shapes: x [..., in_features] (leading dims flattened to rows, grouped contiguously),
+    split_sizes [G] summing to the row count -> y [..., out_features].
+    """
+
+    num_extra_inputs = 1
+
+    def __init__(
+        self,
+        num_groups: int,
+        in_features: int,
+        out_features: int,
+        bias: bool = False,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        accumulate_into_main_grad: bool = False,
+    ) -> None:
+        super().__init__()
+        self.num_groups = _checks.positive_int("num_groups", num_groups)
+        self.in_features = _checks.positive_int("in_features", in_features)
+        self.out_features = _checks.positive_int("out_features", out_features)
+        _checks.float_dtype("dtype", dtype)
+        self.accumulate_into_main_grad = accumulate_into_main_grad
+        factory = {"device": device, "dtype": dtype}
+        self.weight = torch.nn.Parameter(torch.empty(num_groups, out_features, in_features, **factory))
+        self.bias = torch.nn.Parameter(torch.empty(num_groups, out_features, **factory)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # Each group initialised as a torch.nn.Linear of the same size would be.
+        bound = 1 / math.sqrt(self.in_features)
+        torch.nn.init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            torch.nn.init.uniform_(self.bias, -bound, bound)
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_groups={self.num_groups}, in_features={self.in_features}, "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
+        )
+
+    def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
+        _checks.features("GroupedLinear", x, self.in_features)
+        _checks.matches_parameters(self, x)
+        _checks.split_sizes("GroupedLinear split_sizes", extra_inputs[0], self.num_groups, math.prod(x.shape[:-1]), x.device)
+        return x.with_shape(x.shape[:-1] + (self.out_features,))
+
+    def save(self, ctx: OpContext, x: torch.Tensor, offsets: torch.Tensor) -> None:
+        if ctx.needs_backward:
+            ctx.saved = GroupedLinearSaved(
+                x=x if ctx.weight_requires_grad else None,
+                weight=self.weight if ctx.input_requires_grad else None,
+                offsets=offsets,
+            )
+
+    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+        offsets = device_offsets(extra_inputs[0], x.device)
+        self.save(ctx, x, offsets)
+        x2d = x.reshape(-1, self.in_features).contiguous()
+        launch = pick(x2d, gg.grouped_gemm, gg.reference_grouped_gemm)
+        y, _ = launch(x2d, self.weight.transpose(1, 2), offsets, bias=self.bias)
+        return y.view(*x.shape[:-1], self.out_features), ()
+
+    def input_grad(self, ctx: OpContext, dy2d: torch.Tensor, **epilogue: Any) -> torch.Tensor | None:
+        """``dx = dy @ weight[g]`` per group; ``epilogue`` goes to the kernel (act grad)."""
+        if not ctx.input_requires_grad:
+            return None
+        s: GroupedLinearSaved = ctx.saved
+        launch = pick(dy2d, gg.grouped_gemm, gg.reference_grouped_gemm)
+        dx, _ = launch(dy2d, s.weight, s.offsets, **epilogue)
+        return dx
+
+    def param_grads(self, ctx: OpContext, dy2d: torch.Tensor) -> dict[str, torch.Tensor | None]:
+        if not ctx.weight_requires_grad:
+            return {}
+        s: GroupedLinearSaved = ctx.saved
+        x2d = s.x.reshape(-1, self.in_features).contiguous()
+        main_grad = None
+        if self.accumulate_into_main_grad:
+            main_grad = getattr(self.weight, "main_grad", None)
+            if main_grad is None or main_grad.dtype != torch.float32 or main_grad.shape != self.weight.shape:
+                raise ValueError(
+                    f"weight.main_grad: expected a float32 tensor of shape {list(self.weight.shape)} "
+                    "(allocated by the caller) with accumulate_into_main_grad=True"
+                )
+        wgrad = pick(dy2d, gw.grouped_gemm_wgrad, gw.reference_grouped_gemm_wgrad)
+        dw = wgrad(dy2d, x2d, s.offsets, main_grad=main_grad)
+        grads = {"weight": None if main_grad is not None else dw}
+        if self.bias is not None:
+            grads["bias"] = pick(dy2d, gw.grouped_bias_grad, gw.reference_grouped_bias_grad)(dy2d, s.offsets)
+        return grads
+
+    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
+        dy2d = dy.reshape(-1, self.out_features).contiguous()
+        dx = self.input_grad(ctx, dy2d)
+        if dx is not None:
+            dx = dx.view(*dy.shape[:-1], self.in_features)
+        return OpGrads(dx, self.param_grads(ctx, dy2d), (None,))

@@ -1,0 +1,130 @@
+"""LayerNorm and RMSNorm over the last dim, optionally with zero-centred gamma
+(the scale is ``1 + weight``, so weight decay pulls it towards identity)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fuseops.kernels import norm as kernels
+from fuseops.kernels._triton import pick
+from fuseops.ops import _checks
+from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec, activation, parameter
+
+
+@dataclass(frozen=True)
+class NormSaved(Saved):
+    x: torch.Tensor | None = activation()
+    # Float32 statistics per row: LayerNorm keeps mean and rstd, RMSNorm rstd only.
+    mean: torch.Tensor | None = activation()
+    rstd: torch.Tensor | None = activation()
+    weight: torch.Tensor | None = parameter()
+
+
+class _Norm(BasicOp):
+    def __init__(
+        self,
+        normalized_shape: int,
+        eps: float,
+        zero_centered_gamma: bool,
+        bias: bool,
+        device: torch.device | str | None,
+        dtype: torch.dtype | None,
+    ) -> None:
+        super().__init__()
+        self.normalized_shape = _checks.positive_int("normalized_shape", normalized_shape)
+        if not (isinstance(eps, (int, float)) and eps > 0):
+            raise ValueError(f"eps: expected a positive float, got {eps!r}")
+        _checks.float_dtype("dtype", dtype)
+        self.eps = float(eps)
+        self.zero_centered_gamma = bool(zero_centered_gamma)
+        init = torch.zeros if zero_centered_gamma else torch.ones
+        self.weight = torch.nn.Parameter(init(normalized_shape, device=device, dtype=dtype))
+        self.bias = torch.nn.Parameter(torch.zeros(normalized_shape, device=device, dtype=dtype)) if bias else None
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, zero_centered_gamma={self.zero_centered_gamma}"
+
+    def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
+        _checks.features(type(self).__name__, x, self.normalized_shape)
+        _checks.matches_parameters(self, x)
+        return x
+
+    def _rows(self, t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(-1, self.normalized_shape).contiguous()
+
+
+class LayerNorm(_Norm):
+    """``(x - mean) / sqrt(var + eps) * gamma + bias`` over the last dim.
+
+    Args:
+        normalized_shape: size of the last dim.
+        eps: added to the variance.
+        zero_centered_gamma: the scale is ``1 + weight`` (weight starts at zero).
+    """
+
+    def __init__(
+        self,
+        normalized_shape: int,
+        eps: float = 1e-5,
+        zero_centered_gamma: bool = False,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(normalized_shape, eps, zero_centered_gamma, True, device, dtype)
+
+    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+        x2d = self._rows(x)
+        launch = pick(x2d, kernels.layernorm_fwd, kernels.reference_layernorm_fwd)
+        y, mean, rstd = launch(x2d, self.weight, self.bias, self.eps, self.zero_centered_gamma)
+        if ctx.needs_backward:
+            ctx.saved = NormSaved(x=x, mean=mean, rstd=rstd, weight=self.weight)
+        return y.view(x.shape), ()
+
+    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
+        s: NormSaved = ctx.saved
+        x2d = self._rows(s.x)
+        launch = pick(x2d, kernels.layernorm_bwd, kernels.reference_layernorm_bwd)
+        dx, dw, db = launch(self._rows(dy), x2d, s.weight, s.mean, s.rstd, self.zero_centered_gamma)
+        params = {"weight": dw, "bias": db} if ctx.weight_requires_grad else {}
+        return OpGrads(dx.view(s.x.shape) if ctx.input_requires_grad else None, params)
+
+
+class RMSNorm(_Norm):
+    """``x / sqrt(mean(x^2) + eps) * gamma`` over the last dim.
+
+    Args:
+        normalized_shape: size of the last dim.
+        eps: added to the mean square.
+        zero_centered_gamma: the scale is ``1 + weight`` (weight starts at zero).
+    """
+
+    def __init__(
+        self,
+        normalized_shape: int,
+        eps: float = 1e-5,
+        zero_centered_gamma: bool = False,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(normalized_shape, eps, zero_centered_gamma, False, device, dtype)
+
+    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+        x2d = self._rows(x)
+        launch = pick(x2d, kernels.rmsnorm_fwd, kernels.reference_rmsnorm_fwd)
+        y, rstd = launch(x2d, self.weight, self.eps, self.zero_centered_gamma)
+        if ctx.needs_backward:
+            ctx.saved = NormSaved(x=x, rstd=rstd, weight=self.weight)
+        return y.view(x.shape), ()
+
+    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
+        s: NormSaved = ctx.saved
+        x2d = self._rows(s.x)
+        launch = pick(x2d, kernels.rmsnorm_bwd, kernels.reference_rmsnorm_bwd)
+        dx, dw = launch(self._rows(dy), x2d, s.weight, s.rstd, self.zero_centered_gamma)
+        params = {"weight": dw} if ctx.weight_requires_grad else {}
+        return OpGrads(dx.view(s.x.shape) if ctx.input_requires_grad else None, params)

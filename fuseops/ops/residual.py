@@ -1,0 +1,53 @@
+"""The residual branch as two ops: ``MakeExtraOutput`` hands ``x`` out as an extra
+output (the branch), ``AddExtraInput`` adds an extra input back (the residual add)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fuseops.ops import _checks
+from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec
+
+
+@dataclass(frozen=True)
+class NothingSaved(Saved):
+    pass
+
+
+class AddExtraInput(BasicOp):
+    """``y = x + r`` where ``r`` (same shape and dtype as ``x``) is an extra input."""
+
+    num_extra_inputs = 1
+
+    def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
+        _checks.extra_tensor("AddExtraInput", "extra input r", extra_inputs[0], x, x.shape)
+        return x
+
+    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+        if ctx.needs_backward:
+            ctx.saved = NothingSaved()
+        return x + extra_inputs[0], ()
+
+    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
+        dr = dy if ctx.extra_requires_grad[0] else None
+        return OpGrads(dy if ctx.input_requires_grad else None, {}, (dr,))
+
+
+class MakeExtraOutput(BasicOp):
+    """``y = x``, and ``x`` is also returned as an extra output (the residual branch)."""
+
+    num_extra_outputs = 1
+
+    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+        if ctx.needs_backward:
+            ctx.saved = NothingSaved()
+        return x, (x,)
+
+    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
+        if not ctx.input_requires_grad:
+            return OpGrads(None)
+        (dbranch,) = extra_output_grads
+        return OpGrads(dy if dbranch is None else dy + dbranch)

@@ -1,0 +1,92 @@
+"""Ops that move no maths: Identity, Reshape, Dropout."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fuseops.ops import _checks
+from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec, activation, meta
+
+
+@dataclass(frozen=True)
+class ShapeSaved(Saved):
+    shape: tuple[int, ...] = meta(())
+
+
+class Identity(BasicOp):
+    """``y = x``."""
+
+    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+        if ctx.needs_backward:
+            ctx.saved = ShapeSaved()
+        return x, ()
+
+    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
+        return OpGrads(dy)
+
+
+class Reshape(BasicOp):
+    """``y = x.reshape(shape)``; one dim may be -1."""
+
+    def __init__(self, shape: tuple[int, ...] | list[int]) -> None:
+        super().__init__()
+        shape = tuple(shape)
+        if not all(isinstance(d, int) and (d > 0 or d == -1) for d in shape) or shape.count(-1) > 1:
+            raise ValueError(f"shape: expected positive ints with at most one -1, got {list(shape)}")
+        self.shape = shape
+
+    def extra_repr(self) -> str:
+        return f"shape={list(self.shape)}"
+
+    def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
+        numel = math.prod(x.shape)
+        known = math.prod(d for d in self.shape if d != -1)
+        ok = numel % known == 0 if -1 in self.shape else numel == known
+        if not ok:
+            raise ValueError(f"Reshape input: shape {list(x.shape)} cannot be reshaped to {list(self.shape)}")
+        return x.with_shape(tuple(numel // known if d == -1 else d for d in self.shape))
+
+    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+        if ctx.needs_backward:
+            ctx.saved = ShapeSaved(tuple(x.shape))
+        return x.reshape(self.shape), ()
+
+    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
+        return OpGrads(dy.reshape(ctx.saved.shape))
+
+
+@dataclass(frozen=True)
+class DropoutSaved(Saved):
+    # Kept in the input dtype, already scaled by 1 / (1 - p).
+    mask: torch.Tensor | None = activation()
+
+
+class Dropout(BasicOp):
+    """Zeroes each element with probability ``p`` in training and scales the rest by
+    ``1 / (1 - p)``; identity in eval mode."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        self.p = _checks.probability("p", p)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+        if not ctx.training or self.p == 0.0:
+            if ctx.needs_backward:
+                ctx.saved = DropoutSaved()
+            return x, ()
+        keep = torch.empty_like(x).bernoulli_(1.0 - self.p)
+        scale = keep.mul_(1.0 / (1.0 - self.p))
+        if ctx.needs_backward:
+            ctx.saved = DropoutSaved(mask=scale)
+        return x * scale, ()
+
+    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
+        mask = ctx.saved.mask
+        return OpGrads(dy if mask is None else dy * mask)

@@ -1,0 +1,114 @@
+"""Every registered fusion equals its basic ops: outputs and all gradients, on generated
+shapes, dtypes and inputs. The suite enumerates the registry; a new fusion is covered
+by being registered."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fuseops
+from fuseops.fusions import REGISTRY, Fusion, Stage
+from fuseops.kernels._triton import INTERPRET, interpreted_kernels
+from tests.fusions.op_strategies import op_chain
+from tests.helpers import REL_TOL, rel_err
+
+DTYPES = st.sampled_from([torch.float32, torch.float16, torch.bfloat16])
+LEADING = st.sampled_from([(1,), (5,), (2, 3), (33,)])
+
+
+def _forward_backward(model, x, extras, requires_grad, seed):
+    """Outputs, then gradients of a seeded random projection of every output."""
+    x = x.detach().clone().requires_grad_(requires_grad)
+    extras = [e.detach().clone().requires_grad_() if _is_float(e) else e for e in extras]
+    out = model(x, *extras)
+    outs = out if isinstance(out, tuple) else (out,)
+    g = torch.Generator().manual_seed(seed)
+    loss = sum((o.double() * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device)).sum() for o in outs)
+    loss.backward()
+    grads = ([x.grad] if requires_grad else []) + [e.grad for e in extras if _is_float(e)]
+    return [o.detach() for o in outs], grads + [p.grad for p in model.parameters()]
+
+
+def _is_float(e):
+    return isinstance(e, torch.Tensor) and e.is_floating_point()
+
+
+def _close_enough(fused, unfused, exact, dtype, what):
+    """Fused is within the dtype's tolerance of float64, or no worse than twice the
+    unfused error: rounding differences, not a wrong result."""
+    assert (fused is None) == (unfused is None), f"{what}: presence differs"
+    if fused is None:
+        return
+    assert torch.isfinite(fused).all() == torch.isfinite(unfused).all(), f"{what}: non-finite values differ"
+    err, base = rel_err(fused, exact), rel_err(unfused, exact)
+    assert err <= max(2 * base, REL_TOL[dtype]), (
+        f"{what}: error {err:.2e} against float64 (unfused: {base:.2e}, tolerance {REL_TOL[dtype]:.0e}, {dtype})"
+    )
+
+
+def check_fusion(fusion: Fusion, data, device: str) -> None:
+    in_features, specs = data.draw(op_chain(fusion.pattern), label="ops")
+    dtype = data.draw(DTYPES, label="dtype")
+    lead = data.draw(LEADING, label="leading shape")
+    requires_grad = data.draw(st.booleans(), label="input requires grad")
+    seed = data.draw(st.integers(0, 2**16), label="seed")
+
+    torch.manual_seed(seed)
+    fused = fuseops.Sequential(*[s.op for s in specs])
+    with torch.no_grad():
+        for p in fused.parameters():
+            p.normal_(0.0, 1.0 / max(p.shape[-1], 1) ** 0.5).add_(0.1)
+    exact = copy.deepcopy(fused).double()
+    exact.fuse = False
+    fused.to(device=device, dtype=dtype)
+    unfused = copy.deepcopy(fused)
+    unfused.fuse = False
+    x = torch.randn(*lead, in_features, dtype=dtype, device=device)
+    extras, n = [], in_features
+    for spec in specs:
+        extras += [make(lead, n, dtype, device) for make in spec.extra_inputs]
+        n = spec.out_features
+
+    fused_outs, fused_grads = _forward_backward(fused, x, extras, requires_grad, seed)
+    unfused_outs, unfused_grads = _forward_backward(unfused, x, extras, requires_grad, seed)
+    # The float64 oracle runs the torch references on the CPU.
+    exact_extras = [e.double().cpu() if _is_float(e) else e for e in extras]
+    exact_outs, exact_grads = _forward_backward(exact, x.double().cpu(), exact_extras, requires_grad, seed)
+
+    plan = fused.plan
+    entries = (plan.forward if fusion.stage & Stage.FORWARD else []) + (
+        plan.backward if fusion.stage & Stage.BACKWARD else []
+    )
+    declined = [d for d in plan.declined if d[0] == fusion.name]
+    assert any(name == fusion.name for name, _ in entries) or declined, (
+        f"{fusion.name} matched {[type(s.op).__name__ for s in specs]} but is not in the plan"
+    )
+    for i, (a, b, c) in enumerate(zip(fused_outs + fused_grads, unfused_outs + unfused_grads, exact_outs + exact_grads)):
+        _close_enough(a, b, None if c is None else c.to(device), dtype, f"{fusion.name} output/grad {i}")
+
+
+@pytest.mark.parametrize("fusion", REGISTRY, ids=lambda f: f.name)
+@given(data=st.data())
+def test_fusion_equals_basic_ops(fusion, data):
+    check_fusion(fusion, data, "cpu")
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter runs only on CPU-only machines")
+@pytest.mark.parametrize("fusion", REGISTRY, ids=lambda f: f.name)
+@settings(max_examples=4)
+@given(data=st.data())
+def test_fusion_equals_basic_ops_with_triton_kernels(fusion, data):
+    with interpreted_kernels():
+        check_fusion(fusion, data, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fusion", REGISTRY, ids=lambda f: f.name)
+@given(data=st.data())
+def test_fusion_equals_basic_ops_on_cuda(fusion, data):
+    check_fusion(fusion, data, "cuda")

@@ -1,0 +1,52 @@
+"""Shared test helpers: float64 references, dtype tolerances, poisoned outputs, SQNR."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+# Relative tolerance against a float64 reference, by the dtype of the computation
+# (DESIGN.md). Norm-wise: ||out - ref|| / ||ref||.
+REL_TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float64: 1e-12}
+
+
+def cuda_or_skip() -> torch.device:
+    import pytest
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch.device("cuda")
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    denom = ref.norm().item()
+    err = (out - ref).norm().item()
+    return err / denom if denom > 0 else err
+
+
+def assert_close_rel(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, factor: float = 1.0, what: str = ""):
+    """Norm-wise relative error within the dtype's tolerance; NaN never passes."""
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    assert torch.isfinite(out).all() == torch.isfinite(ref).all(), f"{what}: non-finite values differ"
+    err = rel_err(out, ref)
+    tol = REL_TOL[dtype] * factor
+    assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e} ({dtype})"
+
+
+def sqnr_db(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Signal-to-quantization-noise ratio of ``out`` against ``ref``, in dB."""
+    ref = ref.double()
+    noise = (out.double() - ref).square().sum().item()
+    signal = ref.square().sum().item()
+    return math.inf if noise == 0 else 10 * math.log10(signal / noise)
+
+
+def poison_(t: torch.Tensor) -> torch.Tensor:
+    """Fill with NaN (or the max value for integers) so unwritten outputs show."""
+    if t.is_floating_point():
+        return t.fill_(float("nan"))
+    return t.fill_(torch.iinfo(t.dtype).max)
