@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from fuseops.fusions import REGISTRY
-from fuseops.fusions.fusion import Fusion, PlanConfig, Stage
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, same_extra_input
 from fuseops.kernels._triton import runs_triton
 from fuseops.ops.execute import Plan, Step
 from fuseops.ops.op import BasicOp
@@ -31,36 +31,66 @@ def plan_config(x: torch.Tensor, recipe: Any, grad_enabled: bool) -> PlanConfig:
     )
 
 
+def _match_at(
+    ops: Sequence[BasicOp], i: int, cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]],
+    candidates: Sequence[Fusion], declined: list,
+) -> Step | None:
+    for fusion in candidates:
+        stop = i + len(fusion.pattern)
+        if not fusion.matches(ops[i:stop]):
+            continue
+        reason = fusion.guard(ops[i:stop], cfg, extra_inputs[i:stop])
+        if reason is None:
+            return Step(i, stop, fusion)
+        entry = (fusion.name, tuple(range(i, stop)), reason)
+        if entry not in declined:
+            declined.append(entry)
+    return None
+
+
 def _partition(
-    ops: Sequence[BasicOp], cfg: PlanConfig, stage: Stage, fusions: Sequence[Fusion], declined: list
+    ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]],
+    candidates: Sequence[Fusion], fixed: Sequence[Step], declined: list,
 ) -> tuple[Step, ...]:
-    candidates = sorted((f for f in fusions if f.stage & stage), key=lambda f: -len(f.pattern))
+    """Left to right, longest pattern first; ``fixed`` steps are kept where they are."""
+    candidates = sorted(candidates, key=lambda f: -len(f.pattern))
+    fixed_at = {s.start: s for s in fixed}
     steps, i = [], 0
     while i < len(ops):
-        for fusion in candidates:
-            window = ops[i : i + len(fusion.pattern)]
-            if not fusion.matches(window):
-                continue
-            reason = fusion.guard(window, cfg)
-            if reason is None:
-                steps.append(Step(i, i + len(window), fusion))
-                i += len(window)
-                break
-            entry = (fusion.name, tuple(range(i, i + len(window))), reason)
-            if entry not in declined:
-                declined.append(entry)
-        else:
-            steps.append(Step(i, i + 1))
-            i += 1
+        step = fixed_at.get(i)
+        if step is None:
+            # A fusion may not reach into a fixed step.
+            limit = min((s.start for s in fixed if s.start > i), default=len(ops))
+            fitting = [f for f in candidates if i + len(f.pattern) <= limit]
+            step = _match_at(ops, i, cfg, extra_inputs, fitting, declined) or Step(i, i + 1)
+        steps.append(step)
+        i = step.stop
     return tuple(steps)
 
 
-def build_plan(ops: Sequence[BasicOp], cfg: PlanConfig, fusions: Sequence[Fusion] = REGISTRY) -> Plan:
-    """The forward and backward steps for ``ops`` under ``cfg``."""
+def build_plan(
+    ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]],
+    fusions: Sequence[Fusion] = REGISTRY,
+) -> Plan:
+    """The forward and backward steps for ``ops`` under ``cfg``.
+
+    Fusions of both stages are placed first and hold the same ops in both directions
+    (their forward may save what only their backward reads); single-stage fusions fill
+    the rest of each direction independently.
+    """
     declined: list = []
-    forward = _partition(ops, cfg, Stage.FORWARD, fusions, declined)
-    # Without a backward there is nothing to fuse in it.
-    backward = _partition(ops, cfg, Stage.BACKWARD, fusions, declined) if cfg.grad_enabled else Plan.unfused(ops).backward_steps
+    both = [f for f in fusions if f.stage == Stage.BOTH] if cfg.grad_enabled else []
+    fixed = [s for s in _partition(ops, cfg, extra_inputs, both, (), declined) if s.fusion is not None]
+    forward_only = [f for f in fusions if f.stage & Stage.FORWARD and f.stage != Stage.BOTH]
+    if not cfg.grad_enabled:
+        # Without a backward, a both-stage fusion runs its forward alone.
+        forward_only = [f for f in fusions if f.stage & Stage.FORWARD]
+    forward = _partition(ops, cfg, extra_inputs, forward_only, fixed, declined)
+    if cfg.grad_enabled:
+        backward_only = [f for f in fusions if f.stage == Stage.BACKWARD]
+        backward = _partition(ops, cfg, extra_inputs, backward_only, fixed, declined)
+    else:
+        backward = Plan.unfused(ops).backward_steps
     return Plan(tuple(type(op).__name__ for op in ops), forward, backward, tuple(declined))
 
 
@@ -76,14 +106,20 @@ class PlanCache:
             tuple(op.training for op in ops),
             tuple(p.requires_grad for op in ops for p in op.parameters(recurse=False)),
             tuple(_extra_key(e) for extras in extra_inputs for e in extras),
+            _alias_pattern([e for extras in extra_inputs for e in extras]),
         )
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = build_plan(ops, cfg)
+            plan = self._plans[key] = build_plan(ops, cfg, extra_inputs)
         return plan
 
     def clear(self) -> None:
         self._plans.clear()
+
+
+def _alias_pattern(extras: Sequence[Any]) -> tuple[int, ...]:
+    """For each extra input, the index of the first one that is the same."""
+    return tuple(next(j for j in range(i + 1) if same_extra_input(extras[i], extras[j])) for i in range(len(extras)))
 
 
 def _extra_key(e: Any) -> Any:

@@ -11,8 +11,10 @@ from fuseops.fusions.forward_linear_bias_act import (
     ForwardLinearSeparateBiasActivation,
 )
 from fuseops.fusions.fusion import Fusion, OpMatch, PlanConfig, Stage, match
+from fuseops.fusions.grouped_mlp import GroupedMLP
 
 REGISTRY: list[Fusion] = [
+    GroupedMLP(),
     ForwardLinearBiasActivation(),
     ForwardLinearSeparateBiasActivation(),
     ForwardLinearAddExtraInput(),

@@ -37,7 +37,7 @@ class BackwardBiasActivation(Fusion):
     pattern = (match(Bias), match(ActivationOp))
     stage = Stage.BACKWARD
 
-    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig) -> str | None:
+    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
         return _bias_needs_grad(ops, cfg)
 
     def fused_backward(self, ops, ctxs: Sequence[OpContext], dy, extra_output_grads) -> list[OpGrads]:
@@ -53,7 +53,7 @@ class BackwardLinearBiasActivation(Fusion):
     pattern = (match(Linear, where=lambda op: op.local_gemm and op.bias is not None), match(ActivationOp))
     stage = Stage.BACKWARD
 
-    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig) -> str | None:
+    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
         return _bias_needs_grad(ops, cfg)
 
     def fused_backward(self, ops, ctxs: Sequence[OpContext], dy, extra_output_grads) -> list[OpGrads]:

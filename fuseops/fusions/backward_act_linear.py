@@ -18,7 +18,7 @@ class BackwardActivationLinear(Fusion):
     pattern = (match(ActivationOp), match(Linear, where=lambda op: op.local_gemm))
     stage = Stage.BACKWARD
 
-    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig) -> str | None:
+    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
         if cfg.recipe is not None:
             return "quantized recipes run the Linear's quantized GEMM"
         return None

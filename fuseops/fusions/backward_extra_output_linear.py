@@ -17,7 +17,7 @@ class BackwardExtraOutputLinear(Fusion):
     pattern = (match(MakeExtraOutput), match(Linear, where=lambda op: op.local_gemm))
     stage = Stage.BACKWARD
 
-    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig) -> str | None:
+    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
         if cfg.recipe is not None:
             return "quantized recipes run the Linear's quantized GEMM"
         return None

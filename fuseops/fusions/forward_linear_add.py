@@ -17,7 +17,7 @@ class ForwardLinearAddExtraInput(Fusion):
     pattern = (match(Linear, where=lambda op: op.local_gemm), match(AddExtraInput))
     stage = Stage.FORWARD
 
-    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig) -> str | None:
+    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
         if cfg.recipe is not None:
             return "quantized recipes run the Linear's quantized GEMM"
         return None

@@ -11,6 +11,7 @@ import torch
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match
 from fuseops.kernels import gemm as gemm_kernels
+from fuseops.kernels import gemm_gated as gated_gemm_kernels
 from fuseops.kernels._triton import pick
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.bias import Bias, BiasSaved
@@ -28,7 +29,7 @@ def _linear_act_forward(
     x2d = x.reshape(-1, linear.in_features).contiguous()
     save_preact = act_ctx.needs_backward
     if isinstance(act_op, GatedActivation):
-        launch = pick(x2d, gemm_kernels.gemm_gated, gemm_kernels.reference_gemm_gated)
+        launch = pick(x2d, gated_gemm_kernels.gemm_gated, gated_gemm_kernels.reference_gemm_gated)
         y, z = launch(x2d, linear.weight.t(), bias=bias, act=act_op.act, save_preact=save_preact, **act_op.kernel_args)
     else:
         launch = pick(x2d, gemm_kernels.gemm, gemm_kernels.reference_gemm)
@@ -50,7 +51,7 @@ class ForwardLinearBiasActivation(Fusion):
     pattern = (match(Linear, where=lambda op: op.local_gemm), match(ActivationOp, GatedActivation, where=_no_scaled_probs))
     stage = Stage.FORWARD
 
-    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig) -> str | None:
+    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
         if cfg.recipe is not None:
             return "quantized recipes run the Linear's quantized GEMM"
         return None

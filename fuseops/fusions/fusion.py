@@ -1,9 +1,10 @@
 """What a fusion is: a pattern of ops, the stage(s) it replaces, a guard, and the fused
 forward and/or backward written against the basic ops' ``Saved`` records.
 
-A fused forward must leave every op's ``ctx.saved`` as that op's own forward would
-(or as the matching fused backward expects), so that forward and backward can be
-planned independently.
+A forward-only fusion must leave every op's ``ctx.saved`` as that op's own forward
+would, so that any backward plan can follow it. A fusion of both stages always runs
+its own backward after its forward (the fuser places it in both directions), so its
+forward may save only what its backward reads, still in the ops' ``Saved`` records.
 """
 
 from __future__ import annotations
@@ -52,6 +53,18 @@ class PlanConfig:
     triton: bool
 
 
+def same_extra_input(a: Any, b: Any) -> bool:
+    """The same object, or equal host-side values (never reads device data)."""
+    if a is b:
+        return True
+    host = (list, tuple)
+    if isinstance(a, torch.Tensor) and a.device.type == "cpu" and not a.is_floating_point():
+        a = a.tolist()
+    if isinstance(b, torch.Tensor) and b.device.type == "cpu" and not b.is_floating_point():
+        b = b.tolist()
+    return isinstance(a, host) and isinstance(b, host) and list(a) == list(b)
+
+
 class Fusion:
     """Base of every fusion. Subclasses declare ``pattern`` and ``stage`` and override
     ``guard`` and ``fused_forward`` and/or ``fused_backward``."""
@@ -66,8 +79,15 @@ class Fusion:
     def matches(self, ops: Sequence[BasicOp]) -> bool:
         return len(ops) == len(self.pattern) and all(m.matches(op) for m, op in zip(self.pattern, ops))
 
-    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig) -> str | None:
-        """Why this fusion does not apply to ``ops`` under ``cfg``, or None when it does."""
+    def guard(
+        self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]]
+    ) -> str | None:
+        """Why this fusion does not apply to ``ops`` under ``cfg``, or None when it does.
+
+        ``extra_inputs`` are the window's extra inputs per op, for checks such as two ops
+        sharing one split-size tensor; plans are cached per which extra inputs are the
+        same object, never per their values.
+        """
         return None
 
     def fused_forward(

@@ -120,11 +120,15 @@ class GroupedLinear(BasicOp):
         dx, _ = launch(dy2d, s.weight, s.offsets, **epilogue)
         return dx
 
-    def param_grads(self, ctx: OpContext, dy2d: torch.Tensor) -> dict[str, torch.Tensor | None]:
+    def param_grads(
+        self, ctx: OpContext, dy2d: torch.Tensor, x2d: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor | None]:
+        """Weight (and bias) grads; ``x2d`` when a fused op recomputed the input."""
         if not ctx.weight_requires_grad:
             return {}
         s: GroupedLinearSaved = ctx.saved
-        x2d = s.x.reshape(-1, self.in_features).contiguous()
+        if x2d is None:
+            x2d = s.x.reshape(-1, self.in_features).contiguous()
         main_grad = None
         if self.accumulate_into_main_grad:
             main_grad = getattr(self.weight, "main_grad", None)

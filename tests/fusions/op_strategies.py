@@ -1,8 +1,9 @@
 """Hypothesis strategies that build any basic op, so that a fusion's pattern can be
 instantiated from its declaration alone (no per-fusion test code).
 
-``BUILDERS`` maps each concrete op class to ``build(draw, in_features, widths) -> OpSpec``
-(``widths`` draws the output width of ops that choose one); a
+``BUILDERS`` maps each concrete op class to ``build(draw, in_features, widths, chain)
+-> OpSpec`` (``widths`` draws the output width of ops that choose one; ``chain`` is a
+dict shared by the ops of one chain, for choices they must agree on); a
 pattern element ``OpMatch(types, where)`` is drawn from the concrete subclasses of
 ``types`` that have a builder, filtered by ``where``.
 """
@@ -29,25 +30,56 @@ FEATURES = st.sampled_from([1, 2, 3, 8, 17, 32, 40])
 class OpSpec:
     op: ops.BasicOp
     out_features: int
-    # Each makes one extra input from (leading shape, in_features, dtype, device).
-    extra_inputs: list[Callable[[tuple[int, ...], int, torch.dtype, str], Any]] = field(default_factory=list)
+    # Each makes one extra input from (leading shape, in_features, dtype, device,
+    # shared) where ``shared`` is one dict per example, so that ops can share an input.
+    extra_inputs: list[Callable[..., Any]] = field(default_factory=list)
 
 
-def _residual(lead, features, dtype, device):
+def _residual(lead, features, dtype, device, shared):
     return torch.randn(*lead, features, dtype=dtype, device=device)
 
 
-def _probs(lead, features, dtype, device):
+def _probs(lead, features, dtype, device, shared):
     return torch.rand(math.prod(lead), dtype=torch.float32, device=device)
 
 
-def _linear(draw, n, widths):
+def _split_sizes(groups: int, form: str):
+    """Random sizes summing to the row count: empty groups, sometimes all rows in one."""
+
+    def make(lead, features, dtype, device, shared):
+        key = ("split", groups, form)
+        if key not in shared:
+            rows = math.prod(lead)
+            if torch.rand(()) < 0.25:
+                sizes = [0] * groups
+                sizes[int(torch.randint(groups, ()))] = rows
+            else:
+                cuts = torch.sort(torch.randint(0, rows + 1, (groups - 1,))).values.tolist()
+                sizes = [b - a for a, b in zip([0] + cuts, cuts + [rows])]
+            shared[key] = sizes if form == "list" else torch.tensor(sizes, device=device)
+        return shared[key]
+
+    return make
+
+
+def _grouped_linear(draw, n, widths, chain):
+    # GroupedLinears of one chain share their group count and split sizes.
+    if "groups" not in chain:
+        chain["groups"] = draw(st.sampled_from([1, 2, 4]))
+        chain["split form"] = draw(st.sampled_from(["list", "device tensor"]))
+    groups, form = chain["groups"], chain["split form"]
+    out = draw(widths)
+    op = ops.GroupedLinear(groups, n, out, bias=draw(st.booleans()))
+    return OpSpec(op, out, [_split_sizes(groups, form)])
+
+
+def _linear(draw, n, widths, chain):
     out = draw(widths)
     return OpSpec(ops.Linear(n, out, bias=draw(st.booleans())), out)
 
 
 def _gated(cls):
-    def build(draw, n, widths):
+    def build(draw, n, widths, chain):
         scaled = draw(st.booleans())
         op = cls(interleaved=draw(st.booleans()), scaled=scaled)
         return OpSpec(op, n // 2, [_probs] if scaled else [])
@@ -56,14 +88,15 @@ def _gated(cls):
 
 
 def _plain(cls, **kwargs):
-    return lambda draw, n, widths: OpSpec(cls(**kwargs), n)
+    return lambda draw, n, widths, chain: OpSpec(cls(**kwargs), n)
 
 
 BUILDERS: dict[type, Callable] = {
     ops.Linear: _linear,
-    ops.Bias: lambda draw, n, widths: OpSpec(ops.Bias(n), n),
+    ops.GroupedLinear: _grouped_linear,
+    ops.Bias: lambda draw, n, widths, chain: OpSpec(ops.Bias(n), n),
     ops.ReLU: _plain(ops.ReLU),
-    ops.GELU: lambda draw, n, widths: OpSpec(ops.GELU(approximate=draw(st.sampled_from(["none", "tanh"]))), n),
+    ops.GELU: lambda draw, n, widths, chain: OpSpec(ops.GELU(approximate=draw(st.sampled_from(["none", "tanh"]))), n),
     ops.SiLU: _plain(ops.SiLU),
     ops.SReLU: _plain(ops.SReLU),
     ops.Sigmoid: _plain(ops.Sigmoid),
@@ -72,9 +105,9 @@ BUILDERS: dict[type, Callable] = {
     ops.ReGLU: _gated(ops.ReGLU),
     ops.SReGLU: _gated(ops.SReGLU),
     ops.ClampedSwiGLU: _gated(ops.ClampedSwiGLU),
-    ops.LayerNorm: lambda draw, n, widths: OpSpec(ops.LayerNorm(n, zero_centered_gamma=draw(st.booleans())), n),
-    ops.RMSNorm: lambda draw, n, widths: OpSpec(ops.RMSNorm(n, zero_centered_gamma=draw(st.booleans())), n),
-    ops.AddExtraInput: lambda draw, n, widths: OpSpec(ops.AddExtraInput(), n, [_residual]),
+    ops.LayerNorm: lambda draw, n, widths, chain: OpSpec(ops.LayerNorm(n, zero_centered_gamma=draw(st.booleans())), n),
+    ops.RMSNorm: lambda draw, n, widths, chain: OpSpec(ops.RMSNorm(n, zero_centered_gamma=draw(st.booleans())), n),
+    ops.AddExtraInput: lambda draw, n, widths, chain: OpSpec(ops.AddExtraInput(), n, [_residual]),
     ops.MakeExtraOutput: _plain(ops.MakeExtraOutput),
     ops.Identity: _plain(ops.Identity),
 }
@@ -108,9 +141,9 @@ def op_chain(draw, pattern: tuple[OpMatch, ...]) -> tuple[int, list[OpSpec]]:
     gated = any(needs_even_input(c) for c in classes)
     widths = FEATURES.map(lambda w: 2 * w) if gated else FEATURES
     in_features = draw(widths)
-    n, specs = in_features, []
+    n, specs, chain = in_features, [], {}
     for m, cls in zip(pattern, classes):
-        spec = BUILDERS[cls](draw, n, widths)
+        spec = BUILDERS[cls](draw, n, widths, chain)
         assume(m.matches(spec.op))
         specs.append(spec)
         n = spec.out_features

@@ -69,9 +69,9 @@ def check_fusion(fusion: Fusion, data, device: str) -> None:
     unfused = copy.deepcopy(fused)
     unfused.fuse = False
     x = torch.randn(*lead, in_features, dtype=dtype, device=device)
-    extras, n = [], in_features
+    extras, n, shared = [], in_features, {}
     for spec in specs:
-        extras += [make(lead, n, dtype, device) for make in spec.extra_inputs]
+        extras += [make(lead, n, dtype, device, shared) for make in spec.extra_inputs]
         n = spec.out_features
 
     fused_outs, fused_grads = _forward_backward(fused, x, extras, requires_grad, seed)

@@ -1,0 +1,110 @@
+"""The MoE expert MLP: GroupedLinear -> activation -> GroupedLinear, forward and backward.
+
+Forward: FC1's grouped GEMM applies the activation (and the router-probability row
+scale) in its epilogue, then FC2. Only the pre-activation ``z`` is saved; the
+activation output ``h`` that FC2's weight gradient needs is recomputed from ``z`` in
+backward by one elementwise pass, which keeps the saved bytes at ``x`` and ``z``
+(plain torch keeps ``z`` and ``h`` too) for a pass that costs a fraction of a GEMM.
+Backward: FC2's dgrad applies the activation's derivative in its epilogue (plain,
+unscaled activations) or feeds one gated backward pass that also reduces the
+probabilities' gradient; then FC1's dgrad and both wgrads. Both GroupedLinears must
+get the same split sizes (the same tensor, or equal host values), else the basic ops
+run. Split sizes stay on the device: no host sync anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, same_extra_input
+from fuseops.kernels import activation as act_kernels
+from fuseops.kernels import gated_activation as gated_kernels
+from fuseops.kernels import grouped_gemm as gg
+from fuseops.kernels._triton import pick
+from fuseops.ops.activation import ActivationOp, ActivationSaved
+from fuseops.ops.gated import GatedActivation, GatedSaved
+from fuseops.ops.grouped_linear import GroupedLinear, GroupedLinearSaved, device_offsets
+from fuseops.ops.op import BasicOp, OpContext, OpGrads
+
+
+def _activation(act_op: BasicOp, z: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
+    """``h = act(z)`` (times ``probs`` per row when scaled) for 2-D ``z``."""
+    if isinstance(act_op, GatedActivation):
+        launch = pick(z, gated_kernels.gated_fwd, gated_kernels.reference_gated_fwd)
+        return launch(z, act_op.act, probs=probs, **act_op.kernel_args)
+    launch = pick(z, act_kernels.activation_fwd, act_kernels.reference_activation_fwd)
+    return launch(z, act_op.act, act_op.alpha)
+
+
+class GroupedMLP(Fusion):
+    pattern = (match(GroupedLinear), match(ActivationOp, GatedActivation), match(GroupedLinear))
+    stage = Stage.BOTH
+
+    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
+        if cfg.recipe is not None:
+            return "quantized recipes run the GroupedLinears' quantized GEMMs"
+        if ops[0].num_groups != ops[2].num_groups:
+            return "the two GroupedLinears have different group counts"
+        if not same_extra_input(extra_inputs[0][0], extra_inputs[2][0]):
+            return "the two GroupedLinears get different split sizes"
+        return None
+
+    def fused_forward(self, ops, ctxs: Sequence[OpContext], x, extra_inputs: Sequence[tuple[Any, ...]]):
+        fc1, act_op, fc2 = ops
+        probs = extra_inputs[1][0] if getattr(act_op, "scaled", False) else None
+        offsets = device_offsets(extra_inputs[0][0], x.device)
+        x2d = x.reshape(-1, fc1.in_features).contiguous()
+        gemm = pick(x2d, gg.grouped_gemm, gg.reference_grouped_gemm)
+        # z also feeds the recompute of h for FC2's weight gradient.
+        keep_z = ctxs[1].needs_backward or ctxs[2].weight_requires_grad
+        if isinstance(act_op, GatedActivation):
+            z, _ = gemm(x2d, fc1.weight.transpose(1, 2), offsets, bias=fc1.bias)
+            h = _activation(act_op, z, probs)
+        else:
+            h, z = gemm(x2d, fc1.weight.transpose(1, 2), offsets, bias=fc1.bias, act=act_op.act,
+                        alpha=act_op.alpha, save_preact=keep_z)
+        y, _ = gemm(h, fc2.weight.transpose(1, 2), offsets, bias=fc2.bias)
+
+        fc1.save(ctxs[0], x, offsets)
+        if keep_z:
+            record = GatedSaved(x=z, probs=probs) if isinstance(act_op, GatedActivation) else ActivationSaved(x=z)
+            ctxs[1].saved = record
+        if ctxs[2].needs_backward:
+            # h is recomputed from z in backward (module docstring).
+            ctxs[2].saved = GroupedLinearSaved(
+                weight=fc2.weight if ctxs[2].input_requires_grad else None, offsets=offsets
+            )
+        return y.view(*x.shape[:-1], fc2.out_features), [(), (), ()]
+
+    def fused_backward(self, ops, ctxs: Sequence[OpContext], dy, extra_output_grads) -> list[OpGrads]:
+        fc1, act_op, fc2 = ops
+        fc1_ctx, act_ctx, fc2_ctx = ctxs
+        offsets = fc2_ctx.saved.offsets
+        dy2d = dy.reshape(-1, fc2.out_features).contiguous()
+        z, probs = act_ctx.saved.x, getattr(act_ctx.saved, "probs", None)
+
+        fc2_params = {}
+        if fc2_ctx.weight_requires_grad:
+            fc2_params = fc2.param_grads(fc2_ctx, dy2d, _activation(act_op, z, probs))
+        if not fc2_ctx.input_requires_grad:
+            return [OpGrads(None), OpGrads(None), OpGrads(None, fc2_params, (None,))]
+
+        dprobs = None
+        if isinstance(act_op, GatedActivation):
+            dh = fc2.input_grad(fc2_ctx, dy2d)
+            launch = pick(z, gated_kernels.gated_bwd, gated_kernels.reference_gated_bwd)
+            dz, dprobs = launch(z, dh, act_op.act, probs=probs, **act_op.kernel_args)
+        else:
+            dz = fc2.input_grad(fc2_ctx, dy2d, act=act_op.act, alpha=act_op.alpha, act_grad_input=z)
+        dx = fc1.input_grad(fc1_ctx, dz)
+        if dx is not None:
+            dx = dx.view(*dy.shape[:-1], fc1.in_features)
+        act_extras = (dprobs if act_ctx.extra_requires_grad[0] else None,) if getattr(act_op, "scaled", False) else ()
+        return [
+            OpGrads(dx, fc1.param_grads(fc1_ctx, dz), (None,)),
+            OpGrads(None, {}, act_extras),
+            OpGrads(None, fc2_params, (None,)),
+        ]
