@@ -1,0 +1,121 @@
+"""The fused expert MLP against a per-expert float64 loop (outputs, input, weight, bias
+and probability grads), and on CUDA: no host sync, CUDA-graph capture."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fuseops
+from fuseops import ops
+from tests.helpers import DTYPES, REL_TOL, assert_close_rel, rel_err
+from tests.ops.harness import devices
+
+E, H, FFN = 4, 16, 12
+
+
+def _model(device, dtype, scaled, bias):
+    return fuseops.Sequential(
+        ops.GroupedLinear(E, H, 2 * FFN, bias=bias),
+        ops.SwiGLU(scaled=scaled),
+        ops.GroupedLinear(E, FFN, H, bias=bias),
+    ).to(device=device, dtype=dtype)
+
+
+def _loop(x, w1, b1, w2, b2, probs, sizes):
+    outs, start = [], 0
+    for g, n in enumerate(sizes):
+        z = x[start : start + n] @ w1[g].T + (b1[g] if b1 is not None else 0)
+        a, b = z.chunk(2, -1)
+        h = F.silu(a) * b
+        if probs is not None:
+            h = h * probs[start : start + n, None]
+        outs.append(h @ w2[g].T + (b2[g] if b2 is not None else 0))
+        start += n
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sizes", [[5, 0, 9, 2], [16, 0, 0, 0], [0, 0, 0, 1]])
+@pytest.mark.parametrize("scaled, bias", [(False, False), (True, True)])
+def test_fused_expert_mlp_matches_per_expert_float64_loop(device, dtype, sizes, scaled, bias):
+    model = _model(device, dtype, scaled, bias)
+    rows = sum(sizes)
+    x = torch.randn(rows, H, device=device, dtype=dtype, requires_grad=True)
+    split = torch.tensor(sizes, device=device)
+    probs = torch.rand(rows, device=device, requires_grad=True)
+    extras = [split, probs, split] if scaled else [split, split]
+    y = model(x, *extras)
+    assert model.plan.forward == [("GroupedMLP", (0, 1, 2))]
+    dy = torch.randn_like(y)
+    y.backward(dy)
+
+    p64 = {n: p.detach().double().requires_grad_() for n, p in model.named_parameters()}
+    x64 = x.detach().double().requires_grad_()
+    probs64 = probs.detach().double().requires_grad_() if scaled else None
+    y64 = _loop(x64, p64["0.weight"], p64.get("0.bias"), p64["2.weight"], p64.get("2.bias"), probs64, sizes)
+    y64.backward(dy.double())
+    assert_close_rel(y.detach(), y64.detach(), dtype, 2, what="output")
+    assert_close_rel(x.grad, x64.grad, dtype, 2, what="dx")
+    for name, p in model.named_parameters():
+        assert_close_rel(p.grad, p64[name].grad, dtype, 2, what=f"{name} grad")
+    if scaled:
+        # One row's probability gradient is a single dot product that can cancel:
+        # hold it to the unfused ops' own error when that exceeds the tolerance.
+        unfused = copy.deepcopy(model)
+        unfused.fuse = False
+        probs_ref = probs.detach().clone().requires_grad_()
+        unfused(x.detach(), split, probs_ref, split).backward(dy)
+        bound = max(REL_TOL[dtype] * 2, 2 * rel_err(probs_ref.grad, probs64.grad))
+        assert rel_err(probs.grad, probs64.grad) <= bound, "probs grad"
+
+
+def _step(model, x, split, probs, dy):
+    for t in (x, probs, *model.parameters()):
+        t.grad = None
+    y = model(x, split, probs, split)
+    y.backward(dy)
+    return [y, x.grad, probs.grad] + [p.grad for p in model.parameters()]
+
+
+@pytest.mark.gpu
+def test_no_host_sync_in_fused_expert_mlp():
+    model = _model("cuda", torch.bfloat16, True, True)
+    x = torch.randn(256, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    probs = torch.rand(256, device="cuda", requires_grad=True)
+    split = torch.tensor([100, 0, 100, 56], device="cuda")
+    dy = torch.randn(256, H, device="cuda", dtype=torch.bfloat16)
+    _step(model, x, split, probs, dy)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        _step(model, x, split, probs, dy)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.gpu
+def test_fused_expert_mlp_captures_in_a_cuda_graph():
+    model = _model("cuda", torch.bfloat16, True, True)
+    x = torch.randn(256, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    probs = torch.rand(256, device="cuda", requires_grad=True)
+    split = torch.tensor([64, 64, 64, 64], device="cuda")
+    dy = torch.randn(256, H, device="cuda", dtype=torch.bfloat16)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            _step(model, x, split, probs, dy)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = _step(model, x, split, probs, dy)
+    for sizes in ([10, 0, 200, 46], [256, 0, 0, 0]):
+        split.copy_(torch.tensor(sizes))
+        graph.replay()
+        torch.cuda.synchronize()
+        captured = [t.clone() for t in static]
+        for a, b in zip(captured, _step(model, x, split, probs, dy)):
+            torch.testing.assert_close(a, b)
