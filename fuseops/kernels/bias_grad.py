@@ -1,0 +1,112 @@
+"""Bias gradient ``db[n] = sum over rows of dy[:, n]``, and the deterministic reduction over
+rows that every other row reduction shares (dbias in the activation backward, dweight and
+dbias of the norms, dprobs of the gated activations).
+
+Shapes: ``dy`` [rows, features] -> ``db`` [features]; sums in float32.
+Tiling: two stages and no atomics. A grid of (row slabs, BLOCK_N column blocks) programs
+each sums its slab in [BLOCK_M, BLOCK_N] tiles into one float32 partial row; a second
+launch of the same kernel sums the partials. The split depends only on the shape and the
+device, so the result is bitwise repeatable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from fuseops.kernels._triton import INTERPRET, device_sms
+
+
+@dataclass(frozen=True)
+class ReduceConfig:
+    block_m: int
+    block_n: int
+    num_warps: int
+    # Row slabs are sized so that about this many programs run per SM.
+    programs_per_sm: int
+
+
+def _configs() -> ReduceConfig:
+    """Tile of the column sums. Under the interpreter small tiles keep several programs
+    (and the second stage) busy on test shapes. On GPU, not timed yet: 32 values per
+    thread in flight at 88 registers (ptxas, sm_90); ``benchmarks/elementwise.py``
+    (activation bwd + dbias shares the split) is the measurement to retune it with."""
+    if INTERPRET:
+        return ReduceConfig(block_m=8, block_n=64, num_warps=1, programs_per_sm=1)
+    return ReduceConfig(block_m=32, block_n=128, num_warps=4, programs_per_sm=4)
+
+
+def row_split(rows: int, cols: int, t: torch.Tensor, cfg: ReduceConfig) -> tuple[int, int]:
+    """``(programs, rows_per_program)``: slabs of whole ``block_m`` tiles, enough slabs
+    that (slabs x column blocks) fills the device; at least one slab, even for 0 rows."""
+    col_blocks = triton.cdiv(cols, cfg.block_n)
+    wanted = max(1, triton.cdiv(cfg.programs_per_sm * device_sms(t), col_blocks))
+    programs = max(1, min(wanted, triton.cdiv(rows, cfg.block_m)))
+    rows_per_program = max(1, triton.cdiv(triton.cdiv(rows, programs), cfg.block_m)) * cfg.block_m
+    return max(1, triton.cdiv(rows, rows_per_program)), rows_per_program
+
+
+@triton.jit
+def column_sum_kernel(
+    src, dst, M, N, stride_src, stride_dst, rows_per_program,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    row0 = pid_m * rows_per_program
+    row_end = tl.minimum(row0 + rows_per_program, M)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for r in range(row0, row_end, BLOCK_M):
+        offs_m = r + tl.arange(0, BLOCK_M)
+        ptrs = src + offs_m[:, None].to(tl.int64) * stride_src + offs_n[None, :]
+        # [BLOCK_M, BLOCK_N]
+        acc += tl.load(ptrs, mask=(offs_m < row_end)[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+    out = tl.sum(acc, 0)
+    tl.store(dst + pid_m * stride_dst + offs_n, out.to(dst.dtype.element_ty), mask=mask_n)
+
+
+def sum_partials(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Second stage: ``partials`` [P, N] float32 summed over P, returned as [N] in ``dtype``."""
+    cfg = _configs()
+    P, N = partials.shape
+    out = torch.empty(N, dtype=dtype, device=partials.device)
+    column_sum_kernel[(1, triton.cdiv(N, cfg.block_n))](
+        partials, out, P, N, partials.stride(0), 0, P,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+    )
+    return out
+
+
+def bias_grad(dy2d: torch.Tensor) -> torch.Tensor:
+    """``db = dy2d.sum(0)`` with float32 sums, in ``dy2d``'s dtype (module docstring).
+
+    Args:
+        dy2d: [rows, features], contiguous; rows may be 0.
+    Returns:
+        ``db`` [features].
+    """
+    cfg = _configs()
+    M, N = dy2d.shape
+    programs, rows_per_program = row_split(M, N, dy2d, cfg)
+    # One slab needs no second stage: its sums go straight to the output.
+    if programs == 1:
+        stage = torch.empty(1, N, dtype=dy2d.dtype, device=dy2d.device)
+    else:
+        stage = torch.empty(programs, N, dtype=torch.float32, device=dy2d.device)
+    column_sum_kernel[(programs, triton.cdiv(N, cfg.block_n))](
+        dy2d, stage, M, N, dy2d.stride(0), stage.stride(0), rows_per_program,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+    )
+    return stage[0] if programs == 1 else sum_partials(stage, dy2d.dtype)
+
+
+def reference_bias_grad(dy2d: torch.Tensor) -> torch.Tensor:
+    """``db[n] = sum_r dy2d[r, n]``, summed in float32 (float64 for float64), cast to
+    ``dy2d``'s dtype; zeros when there are no rows."""
+    compute = torch.promote_types(dy2d.dtype, torch.float32)
+    return dy2d.to(compute).sum(0).to(dy2d.dtype)
