@@ -1,7 +1,7 @@
 """fuseops: PyTorch models composed from basic ops, fused by a planner into Triton kernels."""
 
-from fuseops import ops
+from fuseops import moe, ops
 from fuseops.quant.autocast import autocast
 from fuseops.sequential import Sequential
 
-__all__ = ["Sequential", "autocast", "ops"]
+__all__ = ["Sequential", "autocast", "moe", "ops"]
