@@ -257,18 +257,18 @@ class _PlanFunction(torch.autograd.Function):
             ctx.saved = None
 
         # A parameter shared by several ops (tied weights) gets the sum of their grads.
-        param_grads: dict[int, torch.Tensor] = {}
-        for op, g in zip(ops, grads):
+        param_grads: list[torch.Tensor | None] = [None] * len(state.params)
+        for slots, g in zip(state.param_slots, grads):
             for name, grad in g.params.items():
                 if grad is not None:
-                    key = id(getattr(op, name))
-                    param_grads[key] = param_grads[key] + grad if key in param_grads else grad
+                    i = slots[name]
+                    param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
         extra_grads = [eg for g, op in zip(grads, ops) for eg in _pad(g.extra_inputs, op.num_extra_inputs)]
         return (
             None,
             dy,
             *extra_grads,
-            *(param_grads.get(id(p)) for p in state.params),
+            *param_grads,
         )
 
 
@@ -283,20 +283,28 @@ class _RunState:
     ctxs: list[OpContext]
     extra_inputs: list[tuple[Any, ...]]
     params: list[torch.nn.Parameter]
+    # Per op: parameter name -> position in ``params``, fixed when forward ran.
+    param_slots: list[dict[str, int]]
     output_shape: tuple[int, ...] = ()
     output_dtype: torch.dtype = torch.float32
     output_device: torch.device = torch.device("cpu")
     records: list[Saved | None] = dataclasses.field(default_factory=list)
 
 
-def unique_parameters(ops: Sequence[BasicOp]) -> list[torch.nn.Parameter]:
-    params, seen = [], set()
+def unique_parameters(ops: Sequence[BasicOp]) -> tuple[list[torch.nn.Parameter], list[dict[str, int]]]:
+    """Each parameter once (tied ones too), and per op where its parameters sit."""
+    params: list[torch.nn.Parameter] = []
+    position: dict[int, int] = {}
+    slots = []
     for op in ops:
-        for p in op.parameters(recurse=False):
-            if id(p) not in seen:
-                seen.add(id(p))
+        op_slots = {}
+        for name, p in op.named_parameters(recurse=False):
+            if id(p) not in position:
+                position[id(p)] = len(params)
                 params.append(p)
-    return params
+            op_slots[name] = position[id(p)]
+        slots.append(op_slots)
+    return params, slots
 
 
 def execute(
@@ -313,8 +321,8 @@ def execute(
         flat = [t for outs in extra_outputs for t in outs]
         return (y, *flat) if n_extra_out else y
 
-    params = unique_parameters(ops)
-    state = _RunState(plan, ops, ctxs, extra_inputs, params)
+    params, slots = unique_parameters(ops)
+    state = _RunState(plan, ops, ctxs, extra_inputs, params, slots)
     flat_extra = [e for extras in extra_inputs for e in extras]
     outputs = _PlanFunction.apply(state, x, *flat_extra, *params)
     y = outputs[0]

@@ -1,0 +1,359 @@
+"""The whole MoE expert layer, bf16, forward and forward+backward: fuseops against the same
+layer in plain torch with ``torch._grouped_mm`` and against transformers' experts, at the
+Qwen3-30B-A3B and Mixtral-8x7B shapes.
+
+The layer: tokens ``x`` [T, H], the router's top-K experts ``ids`` [T, K] (random logits,
+so about uniform) and their softmax ``weights`` [T, K], SwiGLU experts ``w1`` [E, 2I, H] and
+``w2`` [E, H, I]; every implementation uses the very same tensors.
+
+- ``fuseops``: ``permute`` -> ``Sequential(GroupedLinear, SwiGLU(scaled=True), GroupedLinear)``
+  (one fused grouped MLP) -> ``unpermute``.
+- ``torch``: argsort routing, gather, ``torch._grouped_mm`` x2 (int32 offsets), SwiGLU,
+  weighted ``index_add_`` combine.
+- ``hf grouped_mm``: transformers' ``Qwen3MoeExperts`` with ``experts_implementation="grouped_mm"``.
+- ``hf fuseops``: the same module with ``"fuseops"`` (fuseops.integrations.transformers).
+
+TFLOP/s count ``6*T*K*H*I`` per forward (two GEMMs, FC1 twice as wide) and three times that
+per forward+backward; the forward is timed with autograd recording, as in a training step.
+Implementations are timed in interleaved rounds (median of rounds). Peak memory is
+``max_memory_allocated`` over one forward+backward (weights, inputs and grads included; all
+implementations share the weights and inputs). Last, fuseops' forward+backward is captured
+in a CUDA graph at the Qwen3 shape and replayed with new routing copied into the same
+tensors, and checked against an eager run.
+
+    python -m benchmarks.moe_layer             # table, JSON and plot under benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import fuseops
+from fuseops import ops
+from fuseops.moe import permute, unpermute
+
+SHAPES = {
+    "qwen3-30b-a3b": dict(E=128, T=32768, H=2048, I=768, K=8),
+    "mixtral-8x7b": dict(E=8, T=8192, H=4096, I=14336, K=2),
+}
+IMPLS = ("fuseops", "torch", "hf grouped_mm", "hf fuseops")
+MODES = ("fwd", "fwd+bwd")
+
+
+@dataclass
+class Case:
+    x: torch.Tensor
+    ids: torch.Tensor
+    weights: torch.Tensor
+    dy: torch.Tensor
+    w1: torch.nn.Parameter
+    w2: torch.nn.Parameter
+
+    def leaves(self) -> list[torch.Tensor]:
+        return [self.x, self.weights, self.w1, self.w2]
+
+    def route(self, seed: int) -> None:
+        """New routing (top-K of random logits, softmax weights) into the same tensors."""
+        T, E = self.x.shape[0], self.w1.shape[0]
+        g = torch.Generator(device=self.x.device).manual_seed(seed)
+        logits = torch.randn(T, E, device=self.x.device, generator=g)
+        top, ids = logits.topk(self.ids.shape[1], dim=-1)
+        with torch.no_grad():
+            self.ids.copy_(ids)
+            self.weights.copy_(top.softmax(-1))
+
+
+def make_case(E: int, T: int, H: int, I: int, K: int, device="cuda", dtype=torch.bfloat16) -> Case:
+    torch.manual_seed(0)
+    kw = dict(device=device, dtype=dtype)
+    case = Case(
+        x=torch.randn(T, H, **kw).requires_grad_(),
+        ids=torch.empty(T, K, device=device, dtype=torch.int64),
+        weights=torch.empty(T, K, **kw).requires_grad_(),
+        dy=torch.randn(T, H, **kw),
+        w1=torch.nn.Parameter(torch.randn(E, 2 * I, H, **kw) / math.sqrt(H)),
+        w2=torch.nn.Parameter(torch.randn(E, H, I, **kw) / math.sqrt(I)),
+    )
+    case.route(0)
+    return case
+
+
+def fuseops_layer(case: Case) -> Callable[[], torch.Tensor]:
+    E, two_i, H = case.w1.shape
+    fc1 = ops.GroupedLinear(E, H, two_i, device="meta")
+    fc2 = ops.GroupedLinear(E, two_i // 2, H, device="meta")
+    fc1.weight, fc2.weight = case.w1, case.w2
+    mlp = fuseops.Sequential(fc1, ops.SwiGLU(scaled=True), fc2)
+
+    def layer() -> torch.Tensor:
+        x_sorted, split_sizes, row_map = permute(case.x, case.ids, E)
+        # The router weights in x_sorted's row order: the SwiGLU's per-row scale.
+        w = case.weights
+        probs = w.new_empty(row_map.numel()).scatter(0, row_map.reshape(-1), w.reshape(-1))
+        return unpermute(mlp(x_sorted, split_sizes, probs, split_sizes), row_map, None)
+
+    return layer
+
+
+def torch_layer(case: Case) -> Callable[[], torch.Tensor]:
+    E = case.w1.shape[0]
+
+    def layer() -> torch.Tensor:
+        x, ids = case.x, case.ids
+        K = ids.shape[1]
+        flat = ids.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        # bincount would read the max id back to the host; scatter_add_ stays on the device.
+        counts = torch.zeros(E, device=x.device, dtype=torch.int64).scatter_add_(0, flat, torch.ones_like(flat))
+        offs = counts.cumsum(0).to(torch.int32)
+        token = order // K
+        h = torch._grouped_mm(x[token], case.w1.transpose(1, 2), offs=offs)
+        gate, up = h.chunk(2, dim=-1)
+        y = torch._grouped_mm(F.silu(gate) * up, case.w2.transpose(1, 2), offs=offs)
+        y = y * case.weights.reshape(-1)[order, None]
+        return torch.zeros_like(x).index_add_(0, token, y)
+
+    return layer
+
+
+def hf_layer(case: Case, implementation: str) -> Callable[[], torch.Tensor]:
+    from transformers import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+    E, two_i, H = case.w1.shape
+    config = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=two_i // 2, num_experts=E,
+                            num_experts_per_tok=case.ids.shape[1], hidden_act="silu")
+    config._experts_implementation = implementation
+    with torch.device("meta"):
+        experts = Qwen3MoeExperts(config)
+    experts.gate_up_proj, experts.down_proj = case.w1, case.w2
+    return lambda: experts(case.x, case.ids, case.weights)
+
+
+def implementations(case: Case) -> dict[str, Callable[[], torch.Tensor]]:
+    impls = {"fuseops": fuseops_layer(case), "torch": torch_layer(case)}
+    try:
+        import fuseops.integrations.transformers as fx
+
+        fx.register()
+        impls["hf grouped_mm"] = hf_layer(case, "grouped_mm")
+        impls["hf fuseops"] = hf_layer(case, "fuseops")
+    except ImportError as exc:
+        print(f"transformers baselines skipped: {exc}", flush=True)
+    return impls
+
+
+def forward_backward(case: Case, layer: Callable[[], torch.Tensor]) -> Callable[[], None]:
+    return lambda: layer().backward(case.dy)
+
+
+def set_grads_to_none(case: Case) -> None:
+    for t in case.leaves():
+        t.grad = None
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30)).item()
+
+
+def agreement(case: Case, impls: dict) -> dict[str, dict[str, float]]:
+    """Output and gradients of each implementation against plain torch (relative errors)."""
+    results = {}
+    for name, layer in impls.items():
+        set_grads_to_none(case)
+        y = layer()
+        y.backward(case.dy)
+        results[name] = {"y": y.detach(), **{n: t.grad for n, t in zip(("dx", "dweights", "dw1", "dw2"), case.leaves())}}
+    set_grads_to_none(case)
+    ref = results["torch"]
+    return {name: {k: _rel_err(v, ref[k]) for k, v in got.items()} for name, got in results.items()}
+
+
+def bench_ms(fn: Callable[[], object], case: Case, rep: int) -> float:
+    import triton
+
+    return triton.testing.do_bench(fn, warmup=max(25, rep // 4), rep=rep, grad_to_none=case.leaves(),
+                                   return_mode="median")
+
+
+def peak_memory_gb(case: Case, fn: Callable[[], object]) -> tuple[float, float]:
+    """(peak, peak above what was allocated before) in GB over one call of ``fn``."""
+    set_grads_to_none(case)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    set_grads_to_none(case)
+    return peak / 1e9, (peak - base) / 1e9
+
+
+def tflops(shape: dict, mode: str, ms: float) -> float:
+    flops = 6.0 * shape["T"] * shape["K"] * shape["H"] * shape["I"] * (3 if mode == "fwd+bwd" else 1)
+    return flops / (ms * 1e-3) / 1e12
+
+
+def graph_check(case: Case) -> dict:
+    """Capture fuseops' forward+backward in a CUDA graph under one routing, replay it after
+    copying another routing into the same tensors, and compare the output and gradients
+    with an eager run of that routing (relative errors)."""
+    layer = fuseops_layer(case)
+    case.route(1)
+    set_grads_to_none(case)
+    y = layer()
+    y.backward(case.dy)
+    ref = [y.detach()] + [t.grad.clone() for t in case.leaves()]
+    case.route(2)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            set_grads_to_none(case)
+            layer().backward(case.dy)
+    torch.cuda.current_stream().wait_stream(side)
+    set_grads_to_none(case)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_static = layer()
+        y_static.backward(case.dy)
+    case.route(1)
+    graph.replay()
+    torch.cuda.synchronize()
+    got = [y_static] + [t.grad for t in case.leaves()]
+    errs = {n: _rel_err(g, r) for n, g, r in zip(("y", "dx", "dweights", "dw1", "dw2"), got, ref)}
+    del graph
+    set_grads_to_none(case)
+    return errs
+
+
+def run_benchmark(args) -> tuple[list[dict], dict]:
+    rows, extra = [], {}
+    for shape_name in args.shapes:
+        shape = SHAPES[shape_name]
+        print(f"\n{shape_name} {shape}", flush=True)
+        case = make_case(**shape)
+        impls = implementations(case)
+        errs = agreement(case, impls)
+        for name, e in errs.items():
+            print(f"  {name:<14} rel err vs torch: " + " ".join(f"{k} {v:.1e}" for k, v in e.items()), flush=True)
+        memory = {name: peak_memory_gb(case, forward_backward(case, layer)) for name, layer in impls.items()}
+        for name, (peak, delta) in memory.items():
+            print(f"  {name:<14} fwd+bwd peak memory {peak:6.2f} GB ({delta:+.2f} GB above inputs/weights)", flush=True)
+        for mode in MODES:
+            fns = {n: (layer if mode == "fwd" else forward_backward(case, layer)) for n, layer in impls.items()}
+            times: dict[str, list[float]] = {n: [] for n in fns}
+            for r in range(args.rounds):
+                for name, fn in fns.items():
+                    try:
+                        times[name].append(bench_ms(fn, case, args.rep))
+                    except Exception as exc:  # report a failing baseline, keep the others
+                        print(f"  {mode} {name}: {exc!r}"[:300], flush=True)
+                print(f"  {mode} round {r + 1}/{args.rounds}: " + ", ".join(
+                    f"{n} {tflops(shape, mode, ts[-1]):.0f}" for n, ts in times.items() if ts) + " TFLOP/s", flush=True)
+            for name, ts in times.items():
+                if ts:
+                    ms = sorted(ts)[len(ts) // 2]
+                    rows.append(dict(shape=shape_name, **shape, mode=mode, impl=name, ms=ms,
+                                     tflops=tflops(shape, mode, ms), peak_gb=memory[name][0],
+                                     peak_above_inputs_gb=memory[name][1], rel_err_vs_torch=errs[name]))
+        del case, impls
+        torch.cuda.empty_cache()
+    if not args.no_graph:
+        # Last, so that a failed capture cannot disturb the timings.
+        shape_name = "qwen3-30b-a3b"
+        try:
+            errs = graph_check(make_case(**SHAPES[shape_name]))
+            extra["cuda_graph"] = dict(shape=shape_name, captured=True, rel_err_vs_eager=errs)
+        except Exception as exc:
+            extra["cuda_graph"] = dict(shape=shape_name, captured=False, error=repr(exc)[:500])
+        print(f"\ncuda graph fwd+bwd: {extra['cuda_graph']}", flush=True)
+    return rows, extra
+
+
+def print_table(rows: list[dict], extra: dict) -> None:
+    by = {(r["shape"], r["mode"], r["impl"]): r for r in rows}
+    print("\nMoE expert layer, bf16: TFLOP/s (6*T*K*H*I per fwd, x3 per fwd+bwd) and fwd+bwd peak GB;")
+    print("vs torch / vs hf: fuseops divided by plain torch / by transformers' grouped_mm")
+    head = f"{'shape':<15}{'mode':<9}" + "".join(f"{i:>15}" for i in IMPLS) + f"{'vs torch':>10}{'vs hf':>8}"
+    print(head)
+    print("-" * len(head))
+    for shape in SHAPES:
+        for mode in MODES + ("peak GB",):
+            key_mode = "fwd+bwd" if mode == "peak GB" else mode
+            field = "peak_gb" if mode == "peak GB" else "tflops"
+            got = [by.get((shape, key_mode, i), {}).get(field) for i in IMPLS]
+            if got[0] is None:
+                continue
+            cells = "".join(f"{v:>15.{2 if mode == 'peak GB' else 0}f}" if v else f"{'-':>15}" for v in got)
+            vs_torch = got[0] / got[1] if got[1] else float("nan")
+            vs_hf = got[0] / got[2] if got[2] else float("nan")
+            print(f"{shape:<15}{mode:<9}{cells}{vs_torch:>10.2f}{vs_hf:>8.2f}")
+    if "cuda_graph" in extra:
+        print(f"CUDA graph (fuseops fwd+bwd, replayed with new routing): {extra['cuda_graph']}")
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot")
+        return
+    panels = [("fwd", "tflops", "forward TFLOP/s"), ("fwd+bwd", "tflops", "forward+backward TFLOP/s"),
+              ("fwd+bwd", "peak_gb", "forward+backward peak GB")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(16, 4.5))
+    shapes = list(SHAPES)
+    width = 0.8 / len(IMPLS)
+    for ax, (mode, field, title) in zip(axes, panels):
+        for i, impl in enumerate(IMPLS):
+            vals = [next((r[field] for r in rows if r["shape"] == s and r["mode"] == mode and r["impl"] == impl), 0)
+                    for s in shapes]
+            ax.bar([j + width * (i - (len(IMPLS) - 1) / 2) for j in range(len(shapes))], vals, width, label=impl)
+        ax.set_xticks(range(len(shapes)), shapes)
+        ax.set_title(f"{title} (bf16)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--rep", type=int, default=200, help="ms of timed repetitions per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per implementation")
+    parser.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph capture check")
+    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args()
+    import triton
+
+    start = time.time()
+    rows, extra = run_benchmark(args)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__)
+    try:
+        import transformers
+
+        meta["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    (args.out_dir / "moe_layer.json").write_text(json.dumps(dict(**meta, **extra, rows=rows), indent=1))
+    plot(rows, args.out_dir / "moe_layer.png")
+    print(f"\n({time.time() - start:.0f} s)")
+    print_table(rows, extra)
+
+
+if __name__ == "__main__":
+    main()
