@@ -1,7 +1,7 @@
 """fuseops: PyTorch models composed from basic ops, fused by a planner into Triton kernels."""
 
-from fuseops import moe, ops
+from fuseops import integrations, moe, ops
 from fuseops.quant.autocast import autocast
 from fuseops.sequential import Sequential
 
-__all__ = ["Sequential", "autocast", "moe", "ops"]
+__all__ = ["Sequential", "autocast", "integrations", "moe", "ops"]
