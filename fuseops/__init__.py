@@ -1,7 +1,16 @@
 """fuseops: PyTorch models composed from basic ops, fused by a planner into Triton kernels."""
 
 from fuseops import integrations, moe, ops
+from fuseops.offload import mark_not_offload, offload_activations
 from fuseops.quant.autocast import autocast
 from fuseops.sequential import Sequential
 
-__all__ = ["Sequential", "autocast", "integrations", "moe", "ops"]
+__all__ = [
+    "Sequential",
+    "autocast",
+    "integrations",
+    "mark_not_offload",
+    "moe",
+    "offload_activations",
+    "ops",
+]

@@ -1,0 +1,103 @@
+"""``fuseops.offload_activations``: keep the tensors saved for backward in host memory.
+
+Choosing ``group_budget_bytes``: a group's device-to-host copies run while the next
+group computes its forward, and its host-to-device copies while the group after it
+computes its backward (about twice as long). Both are hidden when a group moves at
+most ``bandwidth x forward time of one group``. Measured on the H100 machine, pinned
+copies run at 53-55 GB/s each way, so each millisecond of forward hides ~54 MB: a
+transformer layer (H=4096, 8k tokens, bf16) computes its forward in ~6-7 ms and saves
+about 1 GB, so about a third of it moves for free and the rest is better left on the
+device. ``link_budget`` does this arithmetic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from fuseops.offload.hooks import Disabled, active
+from fuseops.offload.records import new_stats
+from fuseops.offload.scheduler import Scheduler
+
+# Pinned host<->device copies measured on the H100 machine (TRITON_ON_CPU.md): 53-55 GB/s.
+PINNED_BYTES_PER_S = 54e9
+
+
+def link_budget(forward_seconds: float, *, bytes_per_s: float = PINNED_BYTES_PER_S, margin: float = 0.9) -> int:
+    """The bytes a group may offload so the copies hide behind its neighbours' compute.
+
+    Args:
+        forward_seconds: forward time of one group (e.g. one layer), measured.
+        bytes_per_s: host<->device bandwidth of pinned copies.
+        margin: the fraction of the link to plan for (copies also share HBM bandwidth).
+    """
+    return int(forward_seconds * bytes_per_s * margin)
+
+
+class ActivationOffload:
+    """What ``offload_activations`` yields: ``group()`` and ``stats``."""
+
+    def __init__(self, scope: Scheduler | Disabled) -> None:
+        self._scope = scope
+
+    @contextlib.contextmanager
+    def group(self) -> Iterator[None]:
+        """Everything saved in this block is one group (nested groups join the outer one)."""
+        if isinstance(self._scope, Disabled):
+            yield
+            return
+        group = self._scope.open_group()
+        try:
+            yield
+        finally:
+            self._scope.close_group(group)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """A snapshot: ``bytes_offloaded``, ``bytes_reloaded``, ``tensors_offloaded``,
+        ``tensors_skipped`` and why (``skipped_<reason>``, see ``Skip``),
+        ``storages_offloaded`` (copies made: views share one) and ``groups``."""
+        return dict(self._scope.stats)
+
+
+@contextlib.contextmanager
+def offload_activations(
+    *,
+    keep_last: int = 1,
+    min_tensor_bytes: int = 2**18,
+    enabled: bool = True,
+    group_budget_bytes: int | None = None,
+) -> Iterator[ActivationOffload]:
+    """Offload the tensors saved for backward inside this block to host memory.
+
+    Args:
+        keep_last: the last ``keep_last`` groups stay on the device (their backward
+            comes first); ``0`` copies every tensor as soon as it is saved.
+        min_tensor_bytes: storages smaller than this stay on the device.
+        enabled: ``False`` keeps everything saved inside this block on the device, also
+            inside an enclosing ``offload_activations``.
+        group_budget_bytes: at most this many bytes leave the device per group, in save
+            order; the rest stays (see ``link_budget``). ``None``: no limit.
+
+    Groups are each top-level ``fuseops.Sequential`` call and each ``offload.group()``
+    block; tensors saved between groups form a group of their own. Backward may run
+    inside or after the block. Gradients are bit-for-bit those without offloading.
+    """
+    if not isinstance(keep_last, int) or keep_last < 0:
+        raise ValueError(f"keep_last: expected an int >= 0, got {keep_last!r}")
+    if not isinstance(min_tensor_bytes, int) or min_tensor_bytes < 0:
+        raise ValueError(f"min_tensor_bytes: expected an int >= 0, got {min_tensor_bytes!r}")
+    if group_budget_bytes is not None and (not isinstance(group_budget_bytes, int) or group_budget_bytes < 0):
+        raise ValueError(f"group_budget_bytes: expected None or an int >= 0, got {group_budget_bytes!r}")
+    if enabled:
+        scope: Scheduler | Disabled = Scheduler(
+            keep_last=keep_last, min_tensor_bytes=min_tensor_bytes, group_budget_bytes=group_budget_bytes
+        )
+    else:
+        scope = Disabled(new_stats())
+    with active(scope):
+        try:
+            yield ActivationOffload(scope)
+        finally:
+            if isinstance(scope, Scheduler):
+                scope.finish()

@@ -1,0 +1,140 @@
+"""Copies between a device and the host arena, ordered by events, never by the host.
+
+The CUDA caching allocator hands memory out in host order, and the host runs far ahead
+of the device. So every reuse of device memory here is ordered by a stream wait on the
+stream that owns it, and memory is freed on the host as soon as that wait is queued:
+
+- ``copy_out`` queues device-to-host copies on a copy stream after a fence on the
+  producer. The caller keeps the sources alive until ``settle(done)`` has made the
+  compute stream wait for the copies; then it drops them and the allocator may reuse
+  the memory at once for later compute work.
+- ``copy_in`` allocates the destinations from the compute stream's pool, makes the
+  second (host-to-device) stream wait for the compute stream, then copies. Consumers
+  wait on the returned event (``consume``); ``guard`` does that wait for buffers that
+  are dropped without being consumed, so their memory is never reused under a copy.
+
+On a CPU device the same calls copy synchronously into a separate host buffer, so the
+scheduling above them runs, and is tested, unchanged. Every source and destination is
+a flat uint8 tensor over a whole storage.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from fuseops.offload.arena import HostArena, HostBlock, host_arena
+
+
+class HostLink:
+    """A CPU device: synchronous copies, no streams, no events."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.arena: HostArena = host_arena(device)
+
+    def fence(self) -> Any:
+        return None
+
+    def copy_out(self, sources: Sequence[torch.Tensor], after: Any) -> tuple[list[HostBlock], Any]:
+        blocks = []
+        for src in sources:
+            block = self.arena.take(src.numel())
+            block.data[: src.numel()].copy_(src)
+            blocks.append(block)
+        return blocks, None
+
+    def settle(self, done: Any) -> None:
+        pass
+
+    def copy_in(
+        self, blocks: Sequence[HostBlock], sizes: Sequence[int], after: Sequence[Any]
+    ) -> tuple[list[torch.Tensor], Any, Callable[[], None] | None]:
+        outs = []
+        for block, n in zip(blocks, sizes):
+            outs.append(block.data[:n].clone())
+            self.arena.give(block)
+        return outs, None, None
+
+    def consume(self, data: torch.Tensor, event: Any) -> None:
+        pass
+
+
+class CudaLink:
+    """One CUDA device: a device-to-host stream and a host-to-device stream."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.arena: HostArena = host_arena(device)
+        self.d2h = torch.cuda.Stream(device)
+        self.h2d = torch.cuda.Stream(device)
+
+    def fence(self) -> torch.cuda.Event:
+        """An event on the current (producer) stream: everything queued so far."""
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def copy_out(
+        self, sources: Sequence[torch.Tensor], after: torch.cuda.Event
+    ) -> tuple[list[HostBlock], torch.cuda.Event]:
+        stream = self.d2h
+        stream.wait_event(after)
+        blocks = []
+        with torch.cuda.stream(stream):
+            for src in sources:
+                block = self.arena.take(src.numel())
+                # The block's previous contents may still be on their way to a device.
+                if block.fence is not None:
+                    stream.wait_event(block.fence)
+                block.data[: src.numel()].copy_(src, non_blocking=True)
+                blocks.append(block)
+        done = torch.cuda.Event()
+        done.record(stream)
+        return blocks, done
+
+    def settle(self, done: torch.cuda.Event) -> None:
+        """Order the current stream after the copies of ``done``: their sources may go."""
+        torch.cuda.current_stream(self.device).wait_event(done)
+
+    def copy_in(
+        self, blocks: Sequence[HostBlock], sizes: Sequence[int], after: Sequence[torch.cuda.Event]
+    ) -> tuple[list[torch.Tensor], torch.cuda.Event, Callable[[], None]]:
+        compute = torch.cuda.current_stream(self.device)
+        # The destinations come from the compute stream's pool: their last users there
+        # must be done before the copy writes them.
+        outs = [torch.empty(n, dtype=torch.uint8, device=self.device) for n in sizes]
+        stream = self.h2d
+        stream.wait_stream(compute)
+        for event in {id(e): e for e in after}.values():
+            stream.wait_event(event)
+        with torch.cuda.stream(stream):
+            for out, block, n in zip(outs, blocks, sizes):
+                out.copy_(block.data[:n], non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(stream)
+        for block in blocks:
+            self.arena.give(block, done)
+        return outs, done, functools.partial(compute.wait_event, done)
+
+    def consume(self, data: torch.Tensor, event: torch.cuda.Event) -> None:
+        """Order the current stream after ``event``; keep ``data`` for its work if it is
+        not the stream ``data`` was allocated on."""
+        stream = torch.cuda.current_stream(self.device)
+        stream.wait_event(event)
+        data.record_stream(stream)
+
+
+_links: dict[torch.device, HostLink | CudaLink] = {}
+
+
+def link_for(device: torch.device) -> HostLink | CudaLink:
+    """The link of ``device`` (streams are created on first use and kept)."""
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device not in _links:
+        _links[device] = CudaLink(device) if device.type == "cuda" else HostLink(device)
+    return _links[device]

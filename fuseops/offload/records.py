@@ -1,0 +1,123 @@
+"""What the scheduler keeps per saved tensor, per storage and per group; skip reasons
+and the stats they feed."""
+
+from __future__ import annotations
+
+import enum
+import weakref
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+
+
+class Skip(enum.Enum):
+    """Why a saved tensor stayed on the device (``stats["skipped_<value>"]``)."""
+
+    PARAMETER = "parameter"  # an nn.Parameter, or a view of one (a transposed weight)
+    LEAF = "leaf"  # another leaf that requires grad: autograd keeps it alive anyway
+    BUFFER = "buffer"  # a buffer of a module called inside the context
+    MARKED = "marked"  # mark_not_offload
+    SMALL = "small"  # its storage is under min_tensor_bytes
+    UNSUPPORTED = "unsupported"  # not a plain strided tensor on a CPU or CUDA device
+    KEPT = "kept"  # in one of the last keep_last groups
+    BUDGET = "budget"  # over the group's byte budget
+    DISABLED = "disabled"  # inside offload_activations(enabled=False)
+
+
+def new_stats() -> dict[str, int]:
+    stats = dict.fromkeys(
+        ("bytes_offloaded", "bytes_reloaded", "tensors_offloaded", "tensors_skipped",
+         "storages_offloaded", "groups"), 0)
+    stats.update({f"skipped_{s.value}": 0 for s in Skip})
+    return stats
+
+
+def count_skip(stats: dict[str, int], reason: Skip, n: int = 1) -> None:
+    stats["tensors_skipped"] += n
+    stats[f"skipped_{reason.value}"] += n
+
+
+class Where(enum.Enum):
+    DEVICE = "device"  # the original storage (not offloaded, or not yet)
+    HOST = "host"  # in a host block, on its way or arrived
+    RELOADED = "reloaded"  # copied back into a fresh device buffer
+
+
+class Stored:
+    """One storage saved in a group. On the device, ``alias`` (a detached alias of the
+    first tensor saved from it: same storage, same version counter) holds it; on the
+    host, ``host``; reloaded, ``data`` (a flat uint8 buffer). ``event`` orders the copy
+    that filled the current place; ``version`` is the version autograd saw."""
+
+    __slots__ = ("group", "device", "nbytes", "version", "ref", "alias", "data", "host", "event",
+                 "where", "decided", "outcome", "handles", "modified", "consumed", "release",
+                 "__weakref__")
+
+    def __init__(self, group: Group, t: torch.Tensor, storage: torch.UntypedStorage) -> None:
+        self.group = group
+        self.device = t.device
+        self.nbytes = storage.nbytes()
+        self.version = t._version
+        self.ref = StorageWeakRef(storage)
+        self.alias: torch.Tensor | None = t.detach()
+        self.data: torch.Tensor | None = None
+        self.host = None
+        self.event = None
+        self.where = Where.DEVICE
+        self.decided = False
+        self.outcome: Skip | None = None
+        self.handles = 0
+        self.modified = False
+        self.consumed = False
+        self.release: weakref.finalize | None = None
+
+    def storage(self) -> torch.UntypedStorage:
+        return (self.alias if self.where is Where.DEVICE else self.data).untyped_storage()
+
+    def check_version(self) -> None:
+        """Autograd's own check, which saved-tensor hooks switch off: a saved tensor
+        modified in place while on the device, or before its copy out settled, is an
+        error rather than a silently wrong gradient. (Once settled, the host copy holds
+        the value the forward saved, and backward uses that.)"""
+        if self.alias is not None and self.alias._version != self.version:
+            self.modified = True
+        if self.modified:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: a tensor saved inside offload_activations (storage of "
+                f"{self.nbytes} bytes on {self.device}) was at version {self.version} when saved"
+            )
+
+
+class SavedTensor:
+    """What autograd keeps for one saved tensor: its record and how to view it."""
+
+    __slots__ = ("stored", "group", "dtype", "size", "stride", "offset")
+
+    def __init__(self, stored: Stored, group: int, t: torch.Tensor) -> None:
+        self.stored, self.group = stored, group
+        self.dtype, self.size, self.stride, self.offset = t.dtype, t.shape, t.stride(), t.storage_offset()
+
+
+class Group:
+    """Saved storages of one group, in save order; ``index`` is set by the first one."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.records: list[weakref.ref[Stored]] = []
+        self.devices: set[torch.device] = set()
+        self.fences: dict[torch.device, Any] = {}
+        self.offloading = False
+        self.kept = False
+        self.backward_started = False
+        # Backward: bytes of this group's records consumed so far, and the group to
+        # prefetch once they reach ``prefetch_at``.
+        self.consumed = 0
+        self.prefetch: Group | None = None
+        self.prefetch_at = 0
+        self.budget_left: int | None = None
+
+    def live(self) -> list[Stored]:
+        """Records still alive that belong to this group (a record may have moved on)."""
+        return [r for ref in self.records if (r := ref()) is not None and r.group is self]

@@ -1,0 +1,283 @@
+"""The offload scheduler: groups of saved tensors, what moves to the host, and when.
+
+Every tensor saved for backward inside the context reaches ``pack`` (torch's
+saved-tensor hooks; fuseops' fuser saves activations, one plain buffer at a time,
+through the same door). What is kept where it is, and why, is decided in ``pack``:
+parameters and their views, other leaves that require grad, module buffers, marked
+storages, small storages and tensors that are not plain strided CPU/CUDA tensors.
+Everything else becomes a ``SavedTensor`` handle on a ``Stored`` record (records.py),
+one per storage (at one version): views share their storage's record and are rebuilt
+with their exact size, stride and offset.
+
+Groups follow the forward in order. A group is offloaded once ``keep_last`` later
+groups exist (so the last ``keep_last`` stay on the device; with ``keep_last=0`` each
+tensor is copied as it is saved), after the fence its producer recorded when the group
+closed; an optional byte budget per group keeps, in save order, what the link could not
+hide. The sources of those copies are released when the next group starts (the compute
+stream waits for the copies there, the host never does), so a copy has one group of
+compute to finish in. In backward, the first unpack of a group reloads it if its
+prefetch did not, and arms the prefetch of the previous group on the host, one group
+ahead (see ``_start_backward`` for when it fires).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from fuseops.offload.link import link_for
+from fuseops.offload.marks import StorageSet, is_marked
+from fuseops.offload.records import Group, SavedTensor, Skip, Stored, Where, count_skip, new_stats
+
+
+class Scheduler:
+    """Offload state of one ``offload_activations`` context (see the module docstring)."""
+
+    def __init__(self, *, keep_last: int, min_tensor_bytes: int, group_budget_bytes: int | None) -> None:
+        self.keep_last = keep_last
+        self.min_tensor_bytes = min_tensor_bytes
+        self.group_budget_bytes = group_budget_bytes
+        self.stats = new_stats()
+        self.buffers = StorageSet()
+        self._groups: list[Group] = []
+        self._current: Group | None = None
+        self._current_explicit = False
+        self._on_host: set[int] = set()
+        self._by_storage: weakref.WeakValueDictionary[int, Stored] = weakref.WeakValueDictionary()
+        # Copies out not yet settled: (group current when issued, device, event, records).
+        self._unsettled: list[tuple[int, torch.device, Any, list[Stored]]] = []
+        # Groups opened by the fuseops.Sequential calls now running (None: nested call).
+        self.sequential_groups: list[Group | None] = []
+
+    def open_group(self) -> Group | None:
+        """Start a group; ``None`` when one is already open (groups do not nest)."""
+        if self._current_explicit:
+            return None
+        self._close_current()
+        self._current, self._current_explicit = Group(), True
+        return self._current
+
+    def close_group(self, group: Group | None) -> None:
+        if group is not None and group is self._current:
+            self._close_current()
+
+    def _close_current(self) -> None:
+        group, self._current, self._current_explicit = self._current, None, False
+        if group is not None and group.index >= 0:
+            group.fences = {d: link_for(d).fence() for d in group.devices}
+
+    def finish(self) -> None:
+        """The context ends: groups not offloaded by now are the last ``keep_last``."""
+        self._close_current()
+        for group in self._groups:
+            if not group.offloading:
+                self._keep(group)
+        self._settle(len(self._groups))
+
+    def _group_for_save(self) -> Group:
+        group = self._current
+        if group is None:
+            # Tensors saved between groups form a group of their own, ended by the next.
+            group = self._current = Group()
+        if group.index < 0:
+            group.index = len(self._groups)
+            group.budget_left = self.group_budget_bytes
+            self._groups.append(group)
+            self.stats["groups"] += 1
+            # Copies issued before this group had the last group's compute to finish in.
+            self._settle(group.index)
+            older = group.index - self.keep_last
+            if older >= 0:
+                self._offload_group(self._groups[older])
+        return group
+
+    def _skip_reason(self, t: torch.Tensor) -> Skip | None:
+        if isinstance(t, torch.nn.Parameter):
+            return Skip.PARAMETER
+        if type(t) is not torch.Tensor:
+            return Skip.UNSUPPORTED
+        base = t if t._base is None else t._base
+        if isinstance(base, torch.nn.Parameter):
+            return Skip.PARAMETER
+        if base.is_leaf and base.requires_grad:
+            return Skip.LEAF
+        if (t.device.type not in ("cpu", "cuda") or t.layout is not torch.strided or t.is_quantized
+                or t.is_nested or t.is_conj() or t.is_neg()):
+            return Skip.UNSUPPORTED
+        storage = t.untyped_storage()
+        if storage in self.buffers:
+            return Skip.BUFFER
+        if is_marked(storage):
+            return Skip.MARKED
+        if storage.nbytes() < max(self.min_tensor_bytes, 1):
+            return Skip.SMALL
+        return None
+
+    def pack(self, t: torch.Tensor) -> Any:
+        reason = self._skip_reason(t)
+        if reason is not None:
+            count_skip(self.stats, reason)
+            return t
+        group = self._group_for_save()
+        storage = t.untyped_storage()
+        stored = self._by_storage.get(storage._cdata)
+        if stored is not None and (stored.ref.expired() or stored.version != t._version):
+            stored = None
+        if stored is not None and stored.group is not group:
+            if not stored.decided:
+                # Backward reaches the later group first: the storage travels with it.
+                stored.group = group
+                group.records.append(weakref.ref(stored))
+                group.devices.add(stored.device)
+            elif stored.where is not Where.DEVICE:
+                # Already sent away by an earlier group, yet alive here: save it afresh
+                # so this group's own prefetch brings it back.
+                stored = None
+        if stored is None:
+            stored = Stored(group, t, storage)
+            self._by_storage[storage._cdata] = stored
+            group.records.append(weakref.ref(stored))
+            group.devices.add(stored.device)
+        handle = SavedTensor(stored, group.index, t)
+        if stored.decided:
+            self._count(stored, 1)
+        else:
+            stored.handles += 1
+            if group.offloading:
+                self._offload([stored], group, after=None)
+        return handle
+
+    def unpack(self, packed: Any) -> torch.Tensor:
+        if isinstance(packed, torch.Tensor):
+            return packed
+        group = self._groups[packed.group]
+        if not group.backward_started:
+            self._start_backward(group)
+        # Checked before counting this unpack: what earlier unpacks consumed is free by now.
+        if group.prefetch is not None and group.consumed >= group.prefetch_at:
+            self._reload_group(group.prefetch)
+            group.prefetch = None
+        stored = packed.stored
+        if not stored.consumed:
+            stored.consumed = True
+            group.consumed += stored.nbytes
+        stored.check_version()
+        if stored.where is Where.HOST:
+            self._reload([stored])
+        if stored.where is Where.RELOADED:
+            link_for(stored.device).consume(stored.data, stored.event)
+            if stored.release is not None:
+                stored.release.detach()
+                stored.release = None
+        out = torch.empty(0, dtype=packed.dtype, device=stored.device)
+        return out.set_(stored.storage(), packed.offset, packed.size, packed.stride)
+
+    def _count(self, stored: Stored, n: int) -> None:
+        if stored.outcome is None:
+            self.stats["tensors_offloaded"] += n
+        else:
+            count_skip(self.stats, stored.outcome, n)
+
+    def _decide(self, stored: Stored, outcome: Skip | None) -> None:
+        stored.decided, stored.outcome = True, outcome
+        self._count(stored, stored.handles)
+
+    def _keep(self, group: Group) -> None:
+        group.kept = True
+        for stored in group.live():
+            if not stored.decided:
+                self._decide(stored, Skip.KEPT)
+
+    def _offload_group(self, group: Group) -> None:
+        if group.offloading or group.kept:
+            return
+        group.offloading = True
+        self._offload([s for s in group.live() if not s.decided], group, after=group.fences)
+
+    def _offload(self, records: list[Stored], group: Group, after: dict | None) -> None:
+        """Copy ``records`` out (those the marks and the budget let through)."""
+        chosen: dict[torch.device, list[Stored]] = {}
+        for stored in records:
+            if is_marked(stored.storage()):
+                self._decide(stored, Skip.MARKED)
+            elif group.budget_left is not None and stored.nbytes > group.budget_left:
+                self._decide(stored, Skip.BUDGET)
+            else:
+                if group.budget_left is not None:
+                    group.budget_left -= stored.nbytes
+                self._decide(stored, None)
+                chosen.setdefault(stored.device, []).append(stored)
+        for device, batch in chosen.items():
+            link = link_for(device)
+            fence = after.get(device) if after else None
+            flats = []
+            for stored in batch:
+                # Copied after a later in-place write: unpack raises, as autograd would.
+                stored.modified = stored.alias._version != stored.version
+                flats.append(torch.empty(0, dtype=torch.uint8, device=device).set_(stored.storage()))
+            blocks, done = link.copy_out(flats, fence if fence is not None else link.fence())
+            for stored, block in zip(batch, blocks):
+                stored.host, stored.event, stored.where = block, done, Where.HOST
+                # A record that dies on the host (no backward) still returns its block.
+                stored.release = weakref.finalize(stored, link.arena.give, block, done)
+                stored.release.atexit = False
+                self.stats["bytes_offloaded"] += stored.nbytes
+                self.stats["storages_offloaded"] += 1
+            # The alias keeps the source alive until the copy is settled.
+            self._unsettled.append((len(self._groups) - 1, device, done, batch))
+        if chosen:
+            self._on_host.add(group.index)
+
+    def _settle(self, before: int) -> None:
+        """Release the sources of copies issued while groups before ``before`` were
+        current: the compute stream waits for those copies, the host does not."""
+        pending = []
+        for issued_in, device, done, batch in self._unsettled:
+            if issued_in >= before:
+                pending.append((issued_in, device, done, batch))
+                continue
+            link_for(device).settle(done)
+            for stored in batch:
+                stored.modified |= stored.alias._version != stored.version
+                stored.alias = None
+        self._unsettled = pending
+
+    def _start_backward(self, group: Group) -> None:
+        """Reload ``group`` if its prefetch did not (on demand), and plan the prefetch of
+        the previous group on the host: once this group's backward has consumed as many
+        saved bytes as that brings back, so the copy reuses their memory and the peak
+        does not rise, and no later than half of this group's bytes, so the copy keeps
+        half of this backward to hide behind."""
+        group.backward_started = True
+        self._settle(len(self._groups))
+        if not group.offloading:
+            self._keep(group)
+        self._reload_group(group)
+        earlier = [i for i in self._on_host if i < group.index]
+        if earlier:
+            group.prefetch = self._groups[max(earlier)]
+            incoming = sum(s.nbytes for s in group.prefetch.live() if s.where is Where.HOST)
+            group.prefetch_at = min(incoming, sum(s.nbytes for s in group.live()) // 2)
+
+    def _reload_group(self, group: Group) -> None:
+        self._on_host.discard(group.index)
+        self._reload([s for s in group.live() if s.where is Where.HOST])
+
+    def _reload(self, records: list[Stored]) -> None:
+        by_device: dict[torch.device, list[Stored]] = {}
+        for stored in records:
+            by_device.setdefault(stored.device, []).append(stored)
+        for device, batch in by_device.items():
+            for stored in batch:
+                stored.release.detach()
+            outs, done, guard = link_for(device).copy_in(
+                [s.host for s in batch], [s.nbytes for s in batch], [s.event for s in batch])
+            for stored, out in zip(batch, outs):
+                stored.data, stored.host, stored.event, stored.where = out, None, done, Where.RELOADED
+                # Dropped before any consumer waited: the wait happens as it dies.
+                stored.release = weakref.finalize(stored, guard) if guard is not None else None
+                if stored.release is not None:
+                    stored.release.atexit = False
+                self.stats["bytes_reloaded"] += stored.nbytes

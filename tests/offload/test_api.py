@@ -1,0 +1,196 @@
+"""offload_activations end to end on CPU: bit-for-bit gradients, exact byte accounting."""
+
+import pytest
+import torch
+
+from fuseops.offload import host_arena, offload_activations
+from tests.offload._models import assert_bitwise, fuseops_layers, mlp_layers, run_step
+
+CONFIGS = [
+    dict(min_tensor_bytes=1024),
+    dict(min_tensor_bytes=1024, keep_last=0),
+    dict(min_tensor_bytes=1024, keep_last=2),
+    dict(min_tensor_bytes=1024, group_budget_bytes=20_000),
+    dict(min_tensor_bytes=0, keep_last=0),
+]
+
+
+def saved_storages_by_group(layers, x):
+    """A reference count of what the scheduler should move: per layer, the distinct
+    storages autograd saves that are neither parameters nor the leaf input."""
+    per_group, current = [], None
+
+    def pack(t):
+        base = t if t._base is None else t._base
+        if not isinstance(base, torch.nn.Parameter) and not (base.is_leaf and base.requires_grad):
+            current[t.untyped_storage()._cdata] = (t.untyped_storage().nbytes(), t)
+        return t
+
+    x = x.detach().requires_grad_()
+    h = x
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        for layer in layers:
+            current = {}
+            per_group.append(current)
+            h = h + layer(h)
+    return [[n for n, _ in g.values()] for g in per_group]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_plain_torch_stack_is_bitwise_and_accounted(config, dtype):
+    layers = mlp_layers(dtype=dtype)
+    x = torch.randn(40, 32, dtype=dtype)
+    want = run_step(layers, x)
+    got = run_step(layers, x, config)
+    assert_bitwise(got, want)
+    stats = got.offload.stats
+    assert stats["bytes_offloaded"] > 0
+    assert stats["bytes_offloaded"] == stats["bytes_reloaded"]
+    assert stats["groups"] == len(layers)
+
+
+def test_bytes_offloaded_match_an_independent_count():
+    layers, x = mlp_layers(n=5), torch.randn(40, 32)
+    groups = saved_storages_by_group(layers, x)
+    floor = 4096
+    big = [[n for n in g if n >= floor] for g in groups]
+    small = sum(len(g) for g in groups) - sum(len(g) for g in big)
+    # keep_last=2: the first three of five groups move.
+    stats = run_step(layers, x, dict(min_tensor_bytes=floor, keep_last=2)).offload.stats
+    assert stats["bytes_offloaded"] == sum(sum(g) for g in big[:3])
+    assert stats["storages_offloaded"] == stats["tensors_offloaded"] == sum(len(g) for g in big[:3])
+    assert stats["skipped_kept"] == sum(len(g) for g in big[3:])
+    assert stats["skipped_small"] == small
+    # Per layer the norm's weight and bias, two Linear weights (saved transposed); and
+    # the leaf input.
+    assert stats["skipped_parameter"] == 4 * len(layers)
+    assert stats["skipped_leaf"] == 1
+    assert stats["tensors_skipped"] == sum(v for k, v in stats.items() if k.startswith("skipped_"))
+
+
+def test_group_budget_keeps_what_does_not_fit():
+    layers, x = mlp_layers(n=3), torch.randn(40, 32)
+    groups = saved_storages_by_group(layers, x)
+    budget = 16_000
+    expected = 0
+    for sizes in groups[:-1]:
+        left = budget
+        for n in sizes:
+            if n <= left:
+                left -= n
+                expected += n
+    step = run_step(layers, x, dict(min_tensor_bytes=0, group_budget_bytes=budget))
+    assert_bitwise(step, run_step(layers, x))
+    assert step.offload.stats["bytes_offloaded"] == expected
+    assert step.offload.stats["skipped_budget"] > 0
+
+
+def test_fuseops_sequential_calls_are_groups_and_bitwise():
+    layers, x = fuseops_layers(), torch.randn(24, 32)
+    want = run_step(layers, x)
+    got = run_step(layers, x, dict(min_tensor_bytes=1024), groups=False)
+    assert_bitwise(got, want)
+    stats = got.offload.stats
+    assert stats["groups"] == len(layers)
+    assert stats["bytes_offloaded"] == stats["bytes_reloaded"] > 0
+    # fuseops keeps parameters out of save_for_backward altogether.
+    assert stats["skipped_parameter"] == 0
+
+
+def test_grouped_mlp_is_bitwise():
+    import fuseops
+    from fuseops import ops
+
+    torch.manual_seed(0)
+    experts = fuseops.Sequential(ops.GroupedLinear(3, 16, 48), ops.SwiGLU(), ops.GroupedLinear(3, 24, 16))
+    x = torch.randn(30, 16)
+    splits = [11, 0, 19]
+
+    def step(offload):
+        for p in experts.parameters():
+            p.grad = None
+        xr = x.clone().requires_grad_()
+        with offload_activations(min_tensor_bytes=0, keep_last=0) if offload else torch.enable_grad() as handle:
+            y = experts(xr, splits, splits)
+        y.square().sum().backward()
+        return [y.detach(), xr.grad] + [p.grad for p in experts.parameters()], handle
+
+    want, _ = step(False)
+    got, handle = step(True)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert handle.stats["bytes_offloaded"] == handle.stats["bytes_reloaded"] > 0
+
+
+def test_nested_disabled_block_keeps_its_tensors():
+    layers, x = mlp_layers(n=3), torch.randn(40, 32)
+    want = run_step(layers, x)
+    xr = x.clone().requires_grad_()
+    with offload_activations(min_tensor_bytes=0, keep_last=0) as outer:
+        h = xr
+        with outer.group():
+            h = h + layers[0](h)
+        with offload_activations(enabled=False) as inner:
+            with inner.group():
+                h = h + layers[1](h)
+        with outer.group():
+            h = h + layers[2](h)
+    for p in layers.parameters():
+        p.grad = None
+    h.float().square().mean().backward()
+    assert torch.equal(h, want.tensors[0]) and torch.equal(xr.grad, want.tensors[1])
+    saved_in_layer = len(saved_storages_by_group(layers, x)[1]) + 4  # + the four parameters
+    assert inner.stats["skipped_disabled"] == inner.stats["tensors_skipped"] == saved_in_layer
+    assert inner.stats["bytes_offloaded"] == 0
+    assert outer.stats["groups"] == 2
+    assert outer.stats["bytes_offloaded"] == outer.stats["bytes_reloaded"] > 0
+
+
+def test_without_groups_everything_is_one_group():
+    layers, x = mlp_layers(n=3), torch.randn(40, 32)
+    kept = run_step(layers, x, dict(min_tensor_bytes=0), groups=False).offload.stats
+    assert kept["groups"] == 1 and kept["bytes_offloaded"] == 0 and kept["skipped_kept"] > 0
+    moved = run_step(layers, x, dict(min_tensor_bytes=0, keep_last=0), groups=False)
+    assert_bitwise(moved, run_step(layers, x))
+    assert moved.offload.stats["bytes_offloaded"] > 0
+
+
+def test_no_host_memory_leaks_and_second_step_allocates_none():
+    arena = host_arena("cpu")
+    layers, x = mlp_layers(n=4), torch.randn(40, 32)
+    lent = arena.lent_bytes
+    run_step(layers, x, dict(min_tensor_bytes=1024))
+    assert arena.lent_bytes == lent
+    allocations, reserved = arena.allocations, arena.reserved_bytes
+    for _ in range(2):
+        run_step(layers, x, dict(min_tensor_bytes=1024))
+    assert (arena.allocations, arena.reserved_bytes) == (allocations, reserved)
+    assert arena.lent_bytes == lent
+
+
+def test_blocks_come_back_when_the_graph_is_dropped_without_backward():
+    arena = host_arena("cpu")
+    layers, x = mlp_layers(n=3), torch.randn(40, 32, requires_grad=True)
+    lent = arena.lent_bytes
+    with offload_activations(min_tensor_bytes=0, keep_last=0) as handle:
+        h = x
+        for layer in layers:
+            with handle.group():
+                h = layer(h)
+    assert handle.stats["bytes_offloaded"] > 0 and arena.lent_bytes > lent
+    del h
+    assert arena.lent_bytes == lent
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(keep_last=-1), "keep_last: expected an int >= 0, got -1"),
+        (dict(min_tensor_bytes=1.5), "min_tensor_bytes: expected an int >= 0, got 1.5"),
+        (dict(group_budget_bytes=-2), "group_budget_bytes: expected None or an int >= 0, got -2"),
+    ],
+)
+def test_arguments_are_validated(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        with offload_activations(**kwargs):
+            pass
