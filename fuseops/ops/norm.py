@@ -24,14 +24,16 @@ class NormSaved(Saved):
 
 
 class _Norm(BasicOp):
+    has_bias: bool
+
     def __init__(
         self,
         normalized_shape: int,
-        eps: float,
-        zero_centered_gamma: bool,
-        bias: bool,
-        device: torch.device | str | None,
-        dtype: torch.dtype | None,
+        eps: float = 1e-5,
+        zero_centered_gamma: bool = False,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         self.normalized_shape = _checks.positive_int("normalized_shape", normalized_shape)
@@ -41,8 +43,9 @@ class _Norm(BasicOp):
         self.eps = float(eps)
         self.zero_centered_gamma = bool(zero_centered_gamma)
         init = torch.zeros if zero_centered_gamma else torch.ones
-        self.weight = torch.nn.Parameter(init(normalized_shape, device=device, dtype=dtype))
-        self.bias = torch.nn.Parameter(torch.zeros(normalized_shape, device=device, dtype=dtype)) if bias else None
+        factory = {"device": device, "dtype": dtype}
+        self.weight = torch.nn.Parameter(init(normalized_shape, **factory))
+        self.bias = torch.nn.Parameter(torch.zeros(normalized_shape, **factory)) if self.has_bias else None
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, zero_centered_gamma={self.zero_centered_gamma}"
@@ -65,16 +68,7 @@ class LayerNorm(_Norm):
         zero_centered_gamma: the scale is ``1 + weight`` (weight starts at zero).
     """
 
-    def __init__(
-        self,
-        normalized_shape: int,
-        eps: float = 1e-5,
-        zero_centered_gamma: bool = False,
-        *,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__(normalized_shape, eps, zero_centered_gamma, True, device, dtype)
+    has_bias = True
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         x2d = self._rows(x)
@@ -102,16 +96,7 @@ class RMSNorm(_Norm):
         zero_centered_gamma: the scale is ``1 + weight`` (weight starts at zero).
     """
 
-    def __init__(
-        self,
-        normalized_shape: int,
-        eps: float = 1e-5,
-        zero_centered_gamma: bool = False,
-        *,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__(normalized_shape, eps, zero_centered_gamma, False, device, dtype)
+    has_bias = False
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         x2d = self._rows(x)
