@@ -124,3 +124,11 @@ def test_tied_parameters_accumulate():
     w = a.weight.detach().clone().requires_grad_()
     ((x @ w.T) @ w.T).sum().backward()
     torch.testing.assert_close(a.weight.grad, w.grad)
+
+
+def test_backward_stops_where_nothing_needs_a_gradient():
+    frozen = ops.Linear(4, 4)
+    frozen.requires_grad_(False)
+    model = fuseops.Sequential(frozen, ops.ReLU(), ops.Linear(4, 2))
+    model(torch.randn(3, 4)).sum().backward()
+    assert model[2].weight.grad is not None and frozen.weight.grad is None

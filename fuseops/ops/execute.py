@@ -175,7 +175,10 @@ def _pack(value: Any, role: Role, tensors: list[torch.Tensor]) -> Any:
     if hasattr(value, "data_tensors"):
         buffers = value.data_tensors()
         tensors.extend(buffers)
-        return _Slot(tuple(range(len(tensors) - len(buffers), len(tensors))), value)
+        # The slot keeps the storage's layout over empty meta buffers: holding the real
+        # ones here would keep them on the device past an offload.
+        skeleton = value.with_data_tensors([torch.empty(0, device="meta") for _ in buffers])
+        return _Slot(tuple(range(len(tensors) - len(buffers), len(tensors))), skeleton)
     return value
 
 
@@ -244,8 +247,11 @@ class _PlanFunction(torch.autograd.Function):
         if dy is None:
             dy = torch.zeros(state.output_shape, dtype=state.output_dtype, device=state.output_device)
 
-        grads: list[OpGrads | None] = [None] * len(ops)
+        grads: list[OpGrads] = [OpGrads(None)] * len(ops)
         for step in reversed(plan.backward_steps):
+            # No gradient flows further: the ops before need no backward at all.
+            if dy is None:
+                break
             span = slice(step.start, step.stop)
             if step.fusion is None:
                 step_grads = [ops[step.start].op_backward(ctxs[step.start], dy, extra_output_grads[step.start])]
