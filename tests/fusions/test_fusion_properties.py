@@ -77,7 +77,8 @@ def check_fusion(fusion: Fusion, data, device: str) -> None:
     fused_outs, fused_grads = _forward_backward(fused, x, extras, requires_grad, seed)
     unfused_outs, unfused_grads = _forward_backward(unfused, x, extras, requires_grad, seed)
     # The float64 oracle runs the torch references on the CPU.
-    exact_extras = [e.double().cpu() if _is_float(e) else e for e in extras]
+    exact_extras = [e.double() if _is_float(e) else e for e in extras]
+    exact_extras = [e.cpu() if isinstance(e, torch.Tensor) else e for e in exact_extras]
     exact_outs, exact_grads = _forward_backward(exact, x.double().cpu(), exact_extras, requires_grad, seed)
 
     plan = fused.plan
