@@ -2,7 +2,9 @@
 
 from fuseops import integrations, moe, ops
 from fuseops.offload import mark_not_offload, offload_activations
+from fuseops.quant import recipes
 from fuseops.quant.autocast import autocast
+from fuseops.quant.quantize import quantize
 from fuseops.sequential import Sequential
 
 __all__ = [
@@ -13,4 +15,6 @@ __all__ = [
     "moe",
     "offload_activations",
     "ops",
+    "quantize",
+    "recipes",
 ]

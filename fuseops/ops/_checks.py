@@ -126,3 +126,15 @@ def split_sizes(name: str, value: Any, groups: int, rows: int, device: torch.dev
         raise ValueError(f"{name}: expected non-negative sizes, got {sizes}")
     if sum(sizes) != rows:
         raise ValueError(f"{name}: expected sizes summing to the {rows} input rows, got {sizes} (sum {sum(sizes)})")
+
+
+def main_grad(weight: torch.nn.Parameter) -> torch.Tensor:
+    """``weight.main_grad``: the caller's float32 buffer of the weight's shape."""
+    buf = getattr(weight, "main_grad", None)
+    if buf is None or buf.dtype != torch.float32 or buf.shape != weight.shape:
+        got = None if buf is None else f"{buf.dtype} {list(buf.shape)}"
+        raise ValueError(
+            f"weight.main_grad: expected a float32 tensor of shape {list(weight.shape)} "
+            f"(allocated by the caller) with accumulate_into_main_grad=True, got {got}"
+        )
+    return buf

@@ -19,6 +19,7 @@ from fuseops.kernels import grouped_gemm as gg
 from fuseops.kernels import grouped_gemm_wgrad as gw
 from fuseops.kernels._triton import pick
 from fuseops.ops import _checks
+from fuseops.ops._quantized import QuantizedLinearSaved, quantized_backward, quantized_forward
 from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec, activation, meta, parameter
 
 
@@ -105,10 +106,18 @@ class GroupedLinear(BasicOp):
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         offsets = device_offsets(extra_inputs[0], x.device)
-        self.save(ctx, x, offsets)
         x2d = x.reshape(-1, self.in_features).contiguous()
-        launch = pick(x2d, gg.grouped_gemm, gg.reference_grouped_gemm)
-        y, _ = launch(x2d, self.weight.transpose(1, 2), offsets, bias=self.bias)
+        if ctx.recipe is not None:
+            y, saved = quantized_forward(
+                ctx.recipe, x2d, self.weight, self.bias, offsets=offsets,
+                need_dgrad=ctx.input_requires_grad, need_wgrad=ctx.weight_requires_grad,
+            )
+            if ctx.needs_backward:
+                ctx.saved = saved
+        else:
+            self.save(ctx, x, offsets)
+            launch = pick(x2d, gg.grouped_gemm, gg.reference_grouped_gemm)
+            y, _ = launch(x2d, self.weight.transpose(1, 2), offsets, bias=self.bias)
         return y.view(*x.shape[:-1], self.out_features), ()
 
     def input_grad(self, ctx: OpContext, dy2d: torch.Tensor, **epilogue: Any) -> torch.Tensor | None:
@@ -129,14 +138,7 @@ class GroupedLinear(BasicOp):
         s: GroupedLinearSaved = ctx.saved
         if x2d is None:
             x2d = s.x.reshape(-1, self.in_features).contiguous()
-        main_grad = None
-        if self.accumulate_into_main_grad:
-            main_grad = getattr(self.weight, "main_grad", None)
-            if main_grad is None or main_grad.dtype != torch.float32 or main_grad.shape != self.weight.shape:
-                raise ValueError(
-                    f"weight.main_grad: expected a float32 tensor of shape {list(self.weight.shape)} "
-                    "(allocated by the caller) with accumulate_into_main_grad=True"
-                )
+        main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad else None
         wgrad = pick(dy2d, gw.grouped_gemm_wgrad, gw.reference_grouped_gemm_wgrad)
         dw = wgrad(dy2d, x2d, s.offsets, main_grad=main_grad)
         grads = {"weight": None if main_grad is not None else dw}
@@ -146,7 +148,24 @@ class GroupedLinear(BasicOp):
 
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
         dy2d = dy.reshape(-1, self.out_features).contiguous()
+        if isinstance(ctx.saved, QuantizedLinearSaved):
+            return self._quantized_backward(ctx, dy, dy2d)
         dx = self.input_grad(ctx, dy2d)
         if dx is not None:
             dx = dx.view(*dy.shape[:-1], self.in_features)
         return OpGrads(dx, self.param_grads(ctx, dy2d), (None,))
+
+    def _quantized_backward(self, ctx: OpContext, dy: torch.Tensor, dy2d: torch.Tensor) -> OpGrads:
+        main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad and ctx.weight_requires_grad else None
+        dx, dw = quantized_backward(
+            ctx.saved, dy2d, need_dgrad=ctx.input_requires_grad, need_wgrad=ctx.weight_requires_grad,
+            main_grad=main_grad,
+        )
+        params: dict[str, torch.Tensor | None] = {}
+        if ctx.weight_requires_grad:
+            params["weight"] = dw
+            if self.bias is not None:
+                params["bias"] = pick(dy2d, gw.grouped_bias_grad, gw.reference_grouped_bias_grad)(dy2d, ctx.saved.offsets)
+        if dx is not None:
+            dx = dx.view(*dy.shape[:-1], self.in_features)
+        return OpGrads(dx, params, (None,))

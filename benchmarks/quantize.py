@@ -1,0 +1,232 @@
+"""Quantized compute on the GPU: quantize bandwidth, and FP8 grouped GEMMs against torch.
+
+    python -m benchmarks.quantize [--out DIR] [--tune] [--budget SECONDS]
+
+1. ``fuseops.quant.quantize`` of a bf16 activation [16384, 4096] (and the same rows grouped
+   into 8 experts) in every recipe, row-wise alone and with the column-wise copy, against a
+   device-to-device copy of the input. GB/s counts the input read once plus every buffer
+   written; per-tensor formats (FP8 current scaling, NVFP4) also read the input in an amax
+   pass first, which the figure does not count (``reads`` says how many passes).
+2. Grouped GEMMs at E=8, T=16384, H=4096, F=14336 (uniform routing): forward, dgrad and wgrad
+   under FP8 current scaling against ``torch._scaled_grouped_mm`` with row-wise scales (and
+   our kernel with the same row-wise operands), plus FP8 blockwise and the emulated MXFP8 /
+   NVFP4 forward, and bf16 ``torch._grouped_mm`` as a yardstick. TFLOP/s = 2*T*H*F / time.
+
+All timings are ``triton.testing.do_bench`` medians in one process. Writes quantize.json
+(and quantize_tune.json with --tune, which first times tile candidates and uses the best).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+from fuseops.kernels import gemm_scaled as gs
+from fuseops.kernels import grouped_gemm_scaled as ggs
+from fuseops.kernels import quantize as kq
+from fuseops.kernels.grouped_gemm import GemmConfig, group_offsets
+from fuseops.kernels.quant_formats import Scaling
+from fuseops.quant import linear_dgrad, linear_forward, quantize, recipes
+
+E, T, H, F = 8, 16384, 4096, 14336
+DEVICE = "cuda"
+RECIPES = {"fp8_current": recipes.FP8CurrentScaling(), "fp8_blockwise": recipes.FP8Blockwise(),
+           "mxfp8": recipes.MXFP8(), "nvfp4": recipes.NVFP4()}
+# Tile candidates of the --tune sweep: all compile for sm_90 without spills (cuobjdump).
+GEMM_CANDIDATES = {
+    Scaling.TENSOR: [GemmConfig(128, 256, 128, 8, 8, 3), GemmConfig(128, 256, 128, 8, 8, 4),
+                     GemmConfig(128, 256, 128, 8, 8, 3, flatten=False),
+                     GemmConfig(128, 128, 128, 8, 8, 4), GemmConfig(64, 256, 128, 8, 4, 4)],
+    Scaling.BLOCK: [GemmConfig(128, 128, 128, 8, 8, 3, flatten=False),
+                    GemmConfig(128, 128, 128, 8, 8, 4, flatten=False), GemmConfig(64, 128, 128, 8, 4, 4)],
+}
+WGRAD_CANDIDATES = {
+    Scaling.TENSOR: [GemmConfig(128, 128, 256, 1, 8, 3), GemmConfig(128, 256, 128, 1, 8, 3),
+                     GemmConfig(128, 128, 256, 1, 8, 4), GemmConfig(128, 128, 128, 1, 8, 4)],
+    Scaling.BLOCK: [GemmConfig(128, 128, 128, 1, 8, 4), GemmConfig(128, 128, 128, 1, 8, 3)],
+}
+QUANTIZE_CANDIDATES = [(64, 128, 4), (128, 128, 8), (32, 256, 4), (64, 64, 4)]
+
+
+def bench(fn, rep: int = 50) -> float:
+    return triton.testing.do_bench(fn, warmup=10, rep=rep, return_mode="median")
+
+
+def nbytes(*tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def quantize_rows(x: torch.Tensor, offsets: torch.Tensor) -> list[dict]:
+    y = torch.empty_like(x)
+    copy_ms = bench(lambda: y.copy_(x))
+    copy_gbps = 2 * nbytes(x) / copy_ms / 1e6
+    rows = [dict(case="copy", ms=copy_ms, gbps=copy_gbps, ratio_vs_copy=1.0)]
+    for name, recipe in RECIPES.items():
+        for role in ("input", "weight") if name == "fp8_blockwise" else ("input",):
+            for grouped in (False, True):
+                if grouped and role == "weight":
+                    continue
+                for columnwise in (False, True):
+                    fn = lambda: quantize(x, recipe, role=role, columnwise=columnwise,  # noqa: E731
+                                          offsets=offsets if grouped else None)
+                    q = fn()
+                    ms = bench(fn)
+                    gbps = (nbytes(x) + nbytes(*q.data_tensors())) / ms / 1e6
+                    rows.append(dict(case=f"{name} {role}{' grouped' if grouped else ''}"
+                                     f"{' +columnwise' if columnwise else ''}", ms=ms, gbps=gbps,
+                                     reads=2 if q.tensor_scale is not None else 1,
+                                     ratio_vs_copy=gbps / copy_gbps))
+                    print(rows[-1], flush=True)
+    return rows
+
+
+def rowwise_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """float8 E4M3 rows of ``x`` [..., K] with one float32 scale per row (for torch's API)."""
+    scale = x.float().abs().amax(-1).clamp(min=1e-12) / 448.0
+    return (x.float() / scale[..., None]).to(torch.float8_e4m3fn), scale
+
+
+def gemm_rows(cfgs: dict) -> list[dict]:
+    dev, bf16 = DEVICE, torch.bfloat16
+    sizes = [T // E] * E
+    offsets = group_offsets(torch.tensor(sizes, device=dev))
+    offs32 = offsets[1:].to(torch.int32)
+    x = torch.randn(T, H, device=dev, dtype=bf16)
+    w = (torch.randn(E, F, H, device=dev) / math.sqrt(H)).to(bf16)
+    dy = torch.randn(T, F, device=dev, dtype=bf16)
+    flops = 2.0 * T * H * F
+    rows, outputs = [], {}
+
+    def add(op, impl, fn):
+        try:
+            outputs[(op, impl)] = fn()
+            ms = bench(fn)
+            rows.append(dict(op=op, impl=impl, ms=ms, tflops=flops / ms / 1e9))
+        except Exception as exc:  # a baseline missing from this torch build
+            rows.append(dict(op=op, impl=impl, error=repr(exc)[:300]))
+        print(rows[-1], flush=True)
+
+    # Row-wise operands, as torch._scaled_grouped_mm takes them.
+    xr, sx = rowwise_fp8(x)
+    wr, sw = rowwise_fp8(w)
+    dyr, sdy = rowwise_fp8(dy)
+    wtr, swt = rowwise_fp8(w.transpose(1, 2).contiguous())
+    add("forward", "torch._scaled_grouped_mm rowwise",
+        lambda: torch._scaled_grouped_mm(xr, wr.transpose(-2, -1), sx, sw, offs=offs32, out_dtype=bf16))
+    add("dgrad", "torch._scaled_grouped_mm rowwise",
+        lambda: torch._scaled_grouped_mm(dyr, wtr.transpose(-2, -1), sdy, swt, offs=offs32, out_dtype=bf16))
+    fwd_cfg = cfgs.get("forward", gs.pick_config(Scaling.TENSOR, True))
+    a = gs.Operand(xr, outer=sx, outer_per_row=True)
+    b = gs.Operand(wr, outer=sw, outer_per_row=True)
+    add("forward", "fuseops rowwise",
+        lambda: ggs.launch_grouped_gemm_scaled(a, b, offsets, Scaling.TENSOR, bf16, None, None, fwd_cfg))
+    add("forward", "torch._grouped_mm bf16", lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs32))
+
+    for name, recipe in RECIPES.items():
+        xq = quantize(x, recipe, columnwise=True, offsets=offsets)
+        wq = quantize(w, recipe, role="weight", columnwise=True)
+        scaling = xq.format.scaling
+        a, b = xq.rowwise_operand(), wq.rowwise_operand()
+        cfg = cfgs.get("forward" if scaling == Scaling.TENSOR else f"forward {name}", gs.pick_config(scaling, True))
+        add("forward", f"fuseops {name}",
+            lambda: ggs.launch_grouped_gemm_scaled(a, b, offsets, scaling, bf16, None, None, cfg))
+        if name in ("fp8_current", "fp8_blockwise"):
+            dyq = quantize(dy, recipe, role="grad", columnwise=True, offsets=offsets)
+            add("dgrad", f"fuseops {name}", lambda: linear_dgrad(dyq, wq))
+            wcfg = cfgs.get(f"wgrad {name}", ggs.pick_wgrad_config(scaling, False))
+            at, bt = dyq.columnwise_operand(), xq.columnwise_operand()
+            add("wgrad", f"fuseops {name}",
+                lambda: ggs.launch_grouped_gemm_scaled_wgrad(at, bt, offsets, scaling, bf16, None, None, wcfg))
+            if name == "fp8_current":
+                ref = torch.cat([x[i * (T // E):(i + 1) * (T // E)].float() @ w[i].float().T for i in range(E)])
+                y = linear_forward(xq, wq)
+                rows.append(dict(op="forward", impl="fp8_current sqnr_db vs bf16 inputs",
+                                 sqnr_db=10 * math.log10(ref.square().sum().item() / (y.float() - ref).square().sum().item())))
+    ours, theirs = outputs.get(("forward", "fuseops rowwise")), outputs.get(("forward", "torch._scaled_grouped_mm rowwise"))
+    if ours is not None and theirs is not None:
+        err = ((ours.float() - theirs.float()).norm() / theirs.float().norm()).item()
+        rows.append(dict(op="forward", impl="rowwise rel_err fuseops vs torch", rel_err=err))
+    return rows
+
+
+def tune(budget: float) -> tuple[dict, list[dict]]:
+    """Time the GEMM and quantize tile candidates; the best per kind, and every timing."""
+    dev, bf16 = DEVICE, torch.bfloat16
+    offsets = group_offsets(torch.tensor([T // E] * E, device=dev))
+    x = torch.randn(T, H, device=dev, dtype=bf16)
+    w = torch.randn(E, F, H, device=dev, dtype=bf16)
+    dy = torch.randn(T, F, device=dev, dtype=bf16)
+    start, best, log = time.time(), {}, []
+
+    def sweep(kind, candidates, make_fn):
+        times = {}
+        for cfg in candidates:
+            if time.time() - start > budget:
+                break
+            try:
+                times[cfg] = bench(make_fn(cfg), rep=30)
+            except Exception as exc:
+                log.append(dict(kind=kind, cfg=str(cfg), error=repr(exc)[:200]))
+                continue
+            log.append(dict(kind=kind, cfg=str(cfg), ms=times[cfg]))
+            print(f"{kind:<24}{cfg}  {times[cfg]:.3f} ms", flush=True)
+        if times:
+            best[kind] = min(times, key=times.get)
+
+    for name in ("fp8_current", "fp8_blockwise"):
+        recipe = RECIPES[name]
+        xq = quantize(x, recipe, columnwise=True, offsets=offsets)
+        wq = quantize(w, recipe, role="weight")
+        dyq_t = quantize(dy, recipe, role="grad", rowwise=False, columnwise=True, offsets=offsets)
+        s = xq.format.scaling
+        a, b = xq.rowwise_operand(), wq.rowwise_operand()
+        kind = "forward" if s == Scaling.TENSOR else f"forward {name}"
+        sweep(kind, GEMM_CANDIDATES[s],
+              lambda c: lambda: ggs.launch_grouped_gemm_scaled(a, b, offsets, s, bf16, None, None, c))
+        at, bt = dyq_t.columnwise_operand(), xq.columnwise_operand()
+        sweep(f"wgrad {name}", WGRAD_CANDIDATES[s],
+              lambda c: lambda: ggs.launch_grouped_gemm_scaled_wgrad(at, bt, offsets, s, bf16, None, None, c))
+    for name in ("fp8_current", "mxfp8"):
+        fmt = RECIPES[name].format("input")
+        x3 = x[None]
+        enc = torch.ones(1, device=dev)
+        sweep(f"quantize {name}", [c for c in QUANTIZE_CANDIDATES if c[0] % max(fmt.block, 1) == 0],
+              lambda c: lambda: kq.launch_quantize(x3, None, enc, fmt.scaling, fmt.element, False, True, True, None, c))
+    return best, log
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument("--tune", action="store_true")
+    parser.add_argument("--budget", type=float, default=150.0, help="seconds for the --tune sweep")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfgs = {}
+    if args.tune:
+        best, log = tune(args.budget)
+        cfgs = {k: v for k, v in best.items() if not k.startswith("quantize")}
+        (out / "quantize_tune.json").write_text(json.dumps(dict(best={k: str(v) for k, v in best.items()}, log=log), indent=1))
+    x = torch.randn(T, H, device=DEVICE, dtype=torch.bfloat16)
+    offsets = group_offsets(torch.tensor([T // E] * E, device=DEVICE))
+    result = dict(device=torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE, shape=dict(E=E, T=T, H=H, F=F),
+                  quantize=quantize_rows(x, offsets), grouped_gemm=gemm_rows(cfgs))
+    (out / "quantize.json").write_text(json.dumps(result, indent=1))
+    print(f"\nquantize [{T}, {H}] bf16 (GB/s, ratio to copy)")
+    for r in result["quantize"]:
+        print(f"  {r['case']:<44}{r['gbps']:>8.0f}{r['ratio_vs_copy']:>7.2f}")
+    print(f"\ngrouped GEMM E={E} T={T} H={H} F={F} (TFLOP/s)")
+    for r in result["grouped_gemm"]:
+        value = r.get("tflops", r.get("rel_err", r.get("sqnr_db", r.get("error"))))
+        print(f"  {r['op']:<9}{r['impl']:<40}{value if isinstance(value, str) else f'{value:.4g}'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,350 @@
+"""Grouped GEMMs on quantized operands for mixture-of-experts, over rows grouped by device offsets.
+
+- ``grouped_gemm_scaled`` (forward and dgrad): ``y[rows of g] = dequant(a[rows of g]) @
+  dequant(b[g])^T (+ bias[g])`` with ``a`` [M, K] (x, or dy, row-wise) and ``b`` [G, N, K] (the
+  weight row-wise, or its column-wise copy [G, K, N] for dgrad), both quantized along K.
+- ``grouped_gemm_scaled_wgrad``: ``dw[g] = dequant(a_g) @ dequant(b_g)^T`` with ``a`` [N, P] and
+  ``b`` [K, P] the column-wise copies of dy and x in the padded grouped layout
+  (quant_formats.py): group g's rows are positions ``128 * (offsets[g] // 128 + g)`` on, zeros
+  past its end, so the reduction over a group's rows needs no masks. Empty groups give zeros.
+
+Scales apply as in gemm_scaled.py (float8 ``tl.dot`` for TENSOR and BLOCK; MX and NVFP4
+emulated by dequantizing tiles to bf16); per-tensor scales are per group here.
+
+Tiling: persistent grids of one program per SM; forward/dgrad walk the [BLOCK_M, BLOCK_N]
+tiles of all groups counted in-kernel from the offsets (grouped_gemm.py), wgrad the
+[BLOCK_N, BLOCK_K] tiles of every ``dw[g]`` reducing over BLOCK_M-position slabs. Operands come
+through TMA descriptors when 16-byte aligned, else masked pointer loads; nothing syncs.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels.gemm import tma_ok
+from fuseops.kernels.gemm_scaled import (
+    Operand,
+    accumulate,
+    dequantize_tile,
+    load_raw,
+    pick_config,
+    reference_operand,
+)
+from fuseops.kernels.grouped_gemm import GemmConfig, _group_tiles, _locate, _swizzle, persistent_programs
+from fuseops.kernels.quant_formats import Scaling, group_first_position, group_positions
+
+
+def _wgrad_configs() -> dict[tuple[Scaling, bool], GemmConfig]:
+    """wgrad tiles by (format, accumulate into main_grad); block_m is the reduction slab over
+    positions (it divides 128). GPU entries: the largest that compile for sm_90 without spills
+    (cuobjdump), not yet timed (``python -m benchmarks.quantize --tune`` times candidates)."""
+    if INTERPRET:
+        small = {s: GemmConfig(128 if s == Scaling.BLOCK else 64, 64, 64, 1, 4, 1) for s in Scaling}
+        return {(s, acc): cfg for s, cfg in small.items() for acc in (False, True)}
+    return {
+        (Scaling.TENSOR, False): GemmConfig(128, 128, 256, 1, 8, 3),
+        (Scaling.TENSOR, True): GemmConfig(128, 128, 128, 1, 8, 4),
+        (Scaling.BLOCK, False): GemmConfig(128, 128, 128, 1, 8, 4),
+        (Scaling.BLOCK, True): GemmConfig(128, 128, 128, 1, 8, 4),
+        (Scaling.MX, False): GemmConfig(64, 128, 128, 1, 8, 3),
+        (Scaling.MX, True): GemmConfig(64, 128, 128, 1, 8, 3),
+        (Scaling.NVFP4, False): GemmConfig(64, 128, 128, 1, 8, 3),
+        (Scaling.NVFP4, True): GemmConfig(64, 128, 128, 1, 8, 3),
+    }
+
+
+def pick_wgrad_config(scaling: Scaling, accumulate: bool) -> GemmConfig:
+    return _wgrad_configs()[scaling, accumulate]
+
+
+@triton.jit
+def grouped_gemm_scaled_kernel(
+    a, a_scale, a_outer, b, b_scale, b_outer, y, bias, offsets,
+    G, N, KB, KS_A, KS_B,
+    stride_am, stride_bg, stride_bn, stride_asm, stride_bsg, stride_bsn,
+    stride_aog, stride_aom, stride_bog, stride_bon, stride_ym, stride_biasg,
+    SCALING: tl.constexpr, B_ROWS_PER_SCALE: tl.constexpr, HAS_OUTER_A: tl.constexpr,
+    HAS_OUTER_B: tl.constexpr, HAS_BIAS: tl.constexpr, TMA: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_G: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr,
+):
+    # With TMA, ``a`` is a descriptor over [M, KB] (a tile may overhang into the next group:
+    # those rows are dropped on store) and ``b`` one over [G, N, KB].
+    BKB: tl.constexpr = BLOCK_K // 2 if SCALING == 3 else BLOCK_K
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles, first = _group_tiles(offsets, G, tiles_n, BLOCK_M, BLOCK_G)
+    k_tiles = tl.cdiv(KB, BKB)
+    for tile in tl.range(tl.program_id(0), tl.sum(tiles), NUM_PROGRAMS, flatten=FLATTEN):
+        g, local = _locate(tile, tiles, first, BLOCK_G)
+        row0 = tl.load(offsets + g)
+        size = (tl.load(offsets + g + 1) - row0).to(tl.int32)
+        pid_m, pid_n = _swizzle(local, tl.cdiv(size, BLOCK_M), tiles_n, GROUP_M)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows = row0 + offs_m
+        mask_m = offs_m < size
+        mask_n = offs_n < N
+        b_scale_g = b_scale + g * stride_bsg
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            if TMA:
+                a_raw = a.load([(row0 + pid_m * BLOCK_M).to(tl.int32), ki * BKB])
+                b_raw = tl.reshape(b.load([g, pid_n * BLOCK_N, ki * BKB]), [BLOCK_N, BKB])
+            else:
+                a_raw = load_raw(a, rows, mask_m, stride_am, ki, KB, SCALING, BLOCK_K)
+                b_raw = load_raw(b + g * stride_bg, offs_n, mask_n, stride_bn, ki, KB, SCALING, BLOCK_K)
+            a_tile = dequantize_tile(a_raw, a_scale, rows, mask_m, stride_asm, ki, KS_A, SCALING,
+                                     BLOCK_M, BLOCK_K)
+            b_tile = dequantize_tile(b_raw, b_scale_g, offs_n, mask_n, stride_bsn, ki, KS_B, SCALING,
+                                     BLOCK_N, BLOCK_K)
+            acc = accumulate(acc, a_tile, b_tile, a_scale, b_scale_g, rows, offs_n, mask_m, mask_n,
+                             stride_asm, stride_bsn, ki, SCALING, 1, B_ROWS_PER_SCALE)
+        if HAS_OUTER_A:
+            sa = tl.load(a_outer + g * stride_aog + rows * stride_aom, mask=mask_m, other=0.0)
+            acc *= sa[:, None]
+        if HAS_OUTER_B:
+            sb = tl.load(b_outer + g * stride_bog + offs_n * stride_bon, mask=mask_n, other=0.0)
+            acc *= sb[None, :]
+        if HAS_BIAS:
+            acc += tl.load(bias + g * stride_biasg + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+        mask = mask_m[:, None] & mask_n[None, :]
+        tl.store(y + rows[:, None] * stride_ym + offs_n[None, :], acc.to(y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def grouped_gemm_scaled_wgrad_kernel(
+    a, a_scale, a_outer, b, b_scale, b_outer, dw, offsets,
+    G, N, K, PB, KS,
+    stride_an, stride_bk, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg, stride_dwn,
+    SCALING: tl.constexpr, HAS_OUTER: tl.constexpr, ACCUMULATE: tl.constexpr, TMA: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    FLATTEN: tl.constexpr,
+):
+    # Reduction over positions: BLOCK_M of them per step, BMB bytes (NVFP4 packs pairs).
+    BMB: tl.constexpr = BLOCK_M // 2 if SCALING == 3 else BLOCK_M
+    tiles_k = tl.cdiv(K, BLOCK_K)
+    per_group = tl.cdiv(N, BLOCK_N) * tiles_k
+    # Tiles of one group are consecutive, so a wave shares the group's slabs in L2.
+    for tile in tl.range(tl.program_id(0), G * per_group, NUM_PROGRAMS, flatten=FLATTEN):
+        g = tile // per_group
+        pid_n = (tile % per_group) // tiles_k
+        pid_k = tile % tiles_k
+        size = (tl.load(offsets + g + 1) - tl.load(offsets + g)).to(tl.int32)
+        # Steps of the padded layout, counted from group g's first position.
+        step0 = (group_first_position(offsets, g) // BLOCK_M).to(tl.int32)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        mask_n = offs_n < N
+        mask_k = offs_k < K
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for r in range(tl.cdiv(size, BLOCK_M)):
+            step = step0 + r
+            if TMA:
+                a_raw = a.load([pid_n * BLOCK_N, step * BMB])
+                b_raw = b.load([pid_k * BLOCK_K, step * BMB])
+            else:
+                a_raw = load_raw(a, offs_n, mask_n, stride_an, step, PB, SCALING, BLOCK_M)
+                b_raw = load_raw(b, offs_k, mask_k, stride_bk, step, PB, SCALING, BLOCK_M)
+            a_tile = dequantize_tile(a_raw, a_scale, offs_n, mask_n, stride_asn, step, KS, SCALING,
+                                     BLOCK_N, BLOCK_M)
+            b_tile = dequantize_tile(b_raw, b_scale, offs_k, mask_k, stride_bsk, step, KS, SCALING,
+                                     BLOCK_K, BLOCK_M)
+            acc = accumulate(acc, a_tile, b_tile, a_scale, b_scale, offs_n, offs_k, mask_n, mask_k,
+                             stride_asn, stride_bsk, step, SCALING, 1, 1)
+        if HAS_OUTER:
+            acc *= tl.load(a_outer + g * stride_ao) * tl.load(b_outer + g * stride_bo)
+        dw_ptrs = dw + g * stride_dwg + offs_n[:, None] * stride_dwn + offs_k[None, :]
+        mask = mask_n[:, None] & mask_k[None, :]
+        if ACCUMULATE:
+            acc += tl.load(dw_ptrs, mask=mask, other=0.0)
+        tl.store(dw_ptrs, acc.to(dw.dtype.element_ty), mask=mask)
+
+
+def _bytes_per_step(block: int, scaling: Scaling) -> int:
+    return block // 2 if scaling == Scaling.NVFP4 else block
+
+
+def _dummy_or(t: torch.Tensor | None, dummy: torch.Tensor) -> torch.Tensor:
+    return t if t is not None else dummy
+
+
+def grouped_gemm_scaled(
+    a: Operand,
+    b: Operand,
+    offsets: torch.Tensor,
+    *,
+    scaling: Scaling,
+    out_dtype: torch.dtype,
+    bias: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Rows of group g of ``a`` times ``b[g]^T`` (module docstring).
+
+    Args:
+        a: [M, K] operand, rows grouped contiguously by ``offsets``; ``outer`` [G] per group
+            (or [M] per row).
+        b: [G, N, K] operand; ``outer`` [G] (or [G, N] per row); 128x128 block scales
+            [G, N / 128, K / 128] with ``rows_per_scale`` 128.
+        offsets: int64 [G + 1] device tensor; M == offsets[G] (never checked: no sync).
+        out_dtype: dtype of y. bias: [G, N] or None. out: [M, N] to write into, or None.
+    Returns:
+        y [M, N].
+    """
+    b_mem = b.data if b.data.stride(2) == 1 else b.data.contiguous()
+    cfg = pick_config(scaling, tma_ok(a.data, b_mem))
+    return launch_grouped_gemm_scaled(a, b, offsets, scaling, out_dtype, bias, out, cfg)
+
+
+def launch_grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, scaling: Scaling,
+                               out_dtype: torch.dtype, bias: torch.Tensor | None,
+                               out: torch.Tensor | None, cfg: GemmConfig) -> torch.Tensor:
+    """``grouped_gemm_scaled`` with an explicit tile config (what the benchmark's sweep calls)."""
+    M, G, N = a.data.shape[0], b.data.shape[0], b.data.shape[1]
+    y = out if out is not None else torch.empty(M, N, dtype=out_dtype, device=a.data.device)
+    if M == 0 or N == 0:
+        return y
+    a_data = a.data if a.data.stride(1) == 1 else a.data.contiguous()
+    b_data = b.data if b.data.stride(2) == 1 else b.data.contiguous()
+    bkb = _bytes_per_step(cfg.block_k, scaling)
+    tma = tma_ok(a_data, b_data)
+    a_arg = TensorDescriptor.from_tensor(a_data, [cfg.block_m, bkb]) if tma else a_data
+    b_arg = TensorDescriptor.from_tensor(b_data, [1, cfg.block_n, bkb]) if tma else b_data
+    a_scale, b_scale = a.kernel_scale(), b.kernel_scale()
+    (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
+    programs = persistent_programs(a_data, (triton.cdiv(M, cfg.block_m) + G) * triton.cdiv(N, cfg.block_n))
+    grouped_gemm_scaled_kernel[(programs,)](
+        a_arg, _dummy_or(a_scale, y), _dummy_or(a.outer, y), b_arg, _dummy_or(b_scale, y),
+        _dummy_or(b.outer, y), y, _dummy_or(bias, y), offsets,
+        G, N, a_data.shape[1],
+        a_scale.shape[-1] if a_scale is not None else 0, b_scale.shape[-1] if b_scale is not None else 0,
+        a_data.stride(0), b_data.stride(0), b_data.stride(1),
+        a_scale.stride(0) if a_scale is not None else 0,
+        b_scale.stride(0) if b_scale is not None else 0, b_scale.stride(1) if b_scale is not None else 0,
+        aog, aom, bog, bon, y.stride(0), bias.stride(0) if bias is not None else 0,
+        SCALING=int(scaling), B_ROWS_PER_SCALE=b.rows_per_scale, HAS_OUTER_A=a.outer is not None,
+        HAS_OUTER_B=b.outer is not None, HAS_BIAS=bias is not None, TMA=tma,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        BLOCK_G=max(16, triton.next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return y
+
+
+def grouped_gemm_scaled_wgrad(
+    a: Operand,
+    b: Operand,
+    offsets: torch.Tensor,
+    *,
+    scaling: Scaling,
+    out_dtype: torch.dtype,
+    main_grad: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``dw[g] = dequant(a_g) @ dequant(b_g)^T`` over each group's rows (module docstring).
+
+    Args:
+        a: [N, P] operand (dy's column-wise copy, padded grouped layout), ``outer`` [G].
+        b: [K, P] operand (x's column-wise copy, same layout), ``outer`` [G].
+        offsets: int64 [G + 1] device tensor.
+        out_dtype: dtype of dw. main_grad: float32 [G, N, K] to accumulate into (and
+            return), or None. out: [G, N, K] to write into, or None.
+    Returns:
+        dw [G, N, K].
+    """
+    return launch_grouped_gemm_scaled_wgrad(a, b, offsets, scaling, out_dtype, main_grad, out,
+                                            pick_wgrad_config(scaling, main_grad is not None))
+
+
+def launch_grouped_gemm_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, scaling: Scaling,
+                                     out_dtype: torch.dtype, main_grad: torch.Tensor | None,
+                                     out: torch.Tensor | None, cfg: GemmConfig) -> torch.Tensor:
+    """``grouped_gemm_scaled_wgrad`` with an explicit tile config (the benchmark's sweep)."""
+    G, N, K = offsets.shape[0] - 1, a.data.shape[0], b.data.shape[0]
+    if main_grad is not None:
+        dw = main_grad
+    else:
+        dw = out if out is not None else torch.empty(G, N, K, dtype=out_dtype, device=a.data.device)
+    if G == 0 or N == 0 or K == 0:
+        return dw
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    a_data = a.data if a.data.stride(1) == 1 else a.data.contiguous()
+    b_data = b.data if b.data.stride(1) == 1 else b.data.contiguous()
+    bmb = _bytes_per_step(bm, scaling)
+    tma = tma_ok(a_data, b_data)
+    a_arg = TensorDescriptor.from_tensor(a_data, [bn, bmb]) if tma else a_data
+    b_arg = TensorDescriptor.from_tensor(b_data, [bk, bmb]) if tma else b_data
+    a_scale, b_scale = a.kernel_scale(), b.kernel_scale()
+    programs = persistent_programs(a_data, G * triton.cdiv(N, bn) * triton.cdiv(K, bk))
+    grouped_gemm_scaled_wgrad_kernel[(programs,)](
+        a_arg, _dummy_or(a_scale, dw), _dummy_or(a.outer, dw), b_arg, _dummy_or(b_scale, dw),
+        _dummy_or(b.outer, dw), dw, offsets,
+        G, N, K, a_data.shape[1], a_scale.shape[1] if a_scale is not None else 0,
+        a_data.stride(0), b_data.stride(0),
+        a_scale.stride(0) if a_scale is not None else 0, b_scale.stride(0) if b_scale is not None else 0,
+        a.outer_strides()[0], b.outer_strides()[0], dw.stride(0), dw.stride(1),
+        SCALING=int(scaling), HAS_OUTER=a.outer is not None, ACCUMULATE=main_grad is not None,
+        TMA=tma, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return dw
+
+
+def reference_grouped_gemm_scaled(
+    a: Operand,
+    b: Operand,
+    offsets: torch.Tensor,
+    *,
+    scaling: Scaling,
+    out_dtype: torch.dtype,
+    bias: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """For each group g and its rows r = offsets[g]:offsets[g+1], in float32:
+    ``y[r] = A[r] @ B[g]^T (+ bias[g])``, A and B the operands' values (elements x block
+    scales x ``outer``: a's per group g, or per row), cast to ``out_dtype``."""
+    A = reference_operand(Operand(a.data, a.scale, None, a.rows_per_scale), scaling)
+    B = reference_operand(b, scaling)
+    y = torch.zeros(A.shape[0], B.shape[1], dtype=torch.float32, device=A.device)
+    bounds = offsets.tolist()
+    for g in range(B.shape[0]):
+        r = slice(bounds[g], bounds[g + 1])
+        y[r] = A[r] @ B[g].T
+        if a.outer is not None:
+            y[r] *= (a.outer[r] if a.outer_per_row else a.outer[g]).float().reshape(-1, 1)
+        if bias is not None:
+            y[r] += bias[g].float()
+    return out.copy_(y) if out is not None else y.to(out_dtype)
+
+
+def reference_grouped_gemm_scaled_wgrad(
+    a: Operand,
+    b: Operand,
+    offsets: torch.Tensor,
+    *,
+    scaling: Scaling,
+    out_dtype: torch.dtype,
+    main_grad: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """In float32: ``dw[g] = A[:, p] @ B[:, p]^T * a.outer[g] * b.outer[g]`` over group g's
+    positions p of the padded layout (zero for an empty group), A and B the elements x block
+    scales; cast to ``out_dtype``, or added into ``main_grad`` and returned."""
+    A = reference_operand(Operand(a.data, a.scale), scaling)
+    B = reference_operand(Operand(b.data, b.scale), scaling)
+    G = offsets.shape[0] - 1
+    pos = group_positions(offsets, int(offsets[-1]))
+    bounds = offsets.tolist()
+    dw = torch.zeros(G, A.shape[0], B.shape[0], dtype=torch.float32, device=A.device)
+    for g in range(G):
+        p = pos[bounds[g]:bounds[g + 1]]
+        dw[g] = A[:, p] @ B[:, p].T
+        if a.outer is not None:
+            dw[g] *= a.outer[g].float() * b.outer[g].float()
+    if main_grad is not None:
+        return main_grad.add_(dw)
+    return out.copy_(dw) if out is not None else dw.to(out_dtype)
+

@@ -1,0 +1,343 @@
+"""Quantize kernels: per-tensor amax, then one cast pass writing the row-wise and column-wise copies.
+
+``x`` [B, R, C] holds B independent tensors (B = 1 for activations with their rows flattened,
+B = G for the stacked weights of G groups), or, with ``offsets`` [G + 1], one [M, C] tensor
+(B = 1) whose rows are grouped, each group its own tensor for the per-tensor scale.
+``quantize`` writes, in a format of quant_formats.py (whose docstring has the maths):
+
+- row-wise ``data`` [B, R, C] (E2M1: [B, R, ceil(C / 2)] bytes), blocks along C, with ``scale``
+  [B, R, cdiv(C, blk)], or [B, cdiv(R, 128), cdiv(C, 128)] for 128x128 tiles (``block_2d``);
+- column-wise ``data_t`` [B, C, R'] (E2M1: [B, C, ceil(R' / 2)]), the quantized transpose with
+  blocks along rows, with ``scale_t`` [B, C, cdiv(R', blk)] (tiles: ``scale`` transposed);
+  R' = R, or ``padded_rows(M, G)`` positions of the padded grouped layout.
+
+TENSOR and NVFP4 read each tensor's ``encode`` scale from device memory (``amax`` then
+``tensor_encode_scale``), so nothing syncs with the host.
+
+Tiling: one program per [BLOCK_R, BLOCK_C] tile (for grouped rows, per tile of the padded
+layout, which holds one group's rows) loads it once, quantizes it along C and its transpose
+along R in registers, and stores both; padding tiles store zeros.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels.quant_formats import (
+    BLOCK_SIZE,
+    FP32_MAX,
+    STORAGE_DTYPE,
+    Element,
+    Scaling,
+    e2m1_encode,
+    exp2i,
+    finite_amax,
+    group_of_positions,
+    group_positions,
+    load_tile,
+    pack_e2m1,
+    padded_rows,
+    pow2_exponent,
+    reference_e2m1_encode,
+    reference_exp2i,
+    reference_pack_e2m1,
+    reference_pow2_exponent,
+    reference_to_fp8,
+    tile_rows,
+    to_fp8,
+)
+
+
+class Buffers(NamedTuple):
+    """What ``quantize`` writes; None where a copy was not asked for (or TENSOR's scales)."""
+
+    data: torch.Tensor | None
+    scale: torch.Tensor | None
+    data_t: torch.Tensor | None
+    scale_t: torch.Tensor | None
+
+
+def _configs() -> dict[Scaling, tuple[int, int, int]]:
+    """(BLOCK_R, BLOCK_C, num_warps) by format. BLOCK_R divides 128 (the grouped layout's
+    alignment) and is a multiple of the block along rows; BLOCK_C a multiple of the block.
+    GPU entries: tiles that compile for sm_90 without spills and with 16-byte vector loads and
+    stores (checked offline); ``python -m benchmarks.quantize --tune`` times candidates."""
+    if INTERPRET:
+        return dict.fromkeys(Scaling, (128, 128, 4))
+    return {Scaling.TENSOR: (64, 128, 4), Scaling.BLOCK: (128, 128, 8),
+            Scaling.MX: (64, 128, 4), Scaling.NVFP4: (64, 128, 8)}
+
+
+@triton.jit
+def _quantize_blocks(t, enc, SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr,
+                     ROWS: tl.constexpr, COLS: tl.constexpr):
+    """Quantize blocks of BLOCK along the last dim of [ROWS, COLS] ``t``: (q, s) as stored,
+    q [ROWS, COLS] float8 (E2M1 codes for NVFP4), s [ROWS, COLS // BLOCK]."""
+    tb = tl.reshape(t, [ROWS, COLS // BLOCK, BLOCK])
+    amax = finite_amax(tb, 2)
+    if SCALING == 3:
+        s = to_fp8(tl.math.div_rn(amax, 6.0) * enc, 0)
+        sf = s.to(tl.float32)
+        # An E4M3 scale that underflows to 0 zeroes its block (no division by zero).
+        mult = tl.where(sf > 0, tl.math.div_rn(tl.zeros_like(sf) + enc, tl.where(sf > 0, sf, 1.0)), 0.0)
+        q = e2m1_encode(tb * mult[:, :, None])
+    else:
+        k = pow2_exponent(amax, ELEM)
+        q = to_fp8(tb * exp2i(-k)[:, :, None], ELEM)
+        if SCALING == 1:
+            s = exp2i(k)
+        else:
+            s = (k + 127).to(tl.uint8)
+    return tl.reshape(q, [ROWS, COLS]), s
+
+
+@triton.jit
+def _store(ptr, q, rows, mask_r, stride_r, col0, C, PACKED: tl.constexpr, ROWS: tl.constexpr,
+           COLS: tl.constexpr):
+    """Store [ROWS, COLS] elements at columns col0.. of ``rows`` (E2M1 codes packed in pairs)."""
+    if PACKED:
+        cols = col0 // 2 + tl.arange(0, COLS // 2)
+        mask = mask_r[:, None] & (cols < (C + 1) // 2)[None, :]
+        tl.store(ptr + rows[:, None] * stride_r + cols[None, :], pack_e2m1(q, ROWS, COLS), mask=mask)
+    else:
+        cols = col0 + tl.arange(0, COLS)
+        tl.store(ptr + rows[:, None] * stride_r + cols[None, :], q, mask=mask_r[:, None] & (cols < C)[None, :])
+
+
+@triton.jit
+def quantize_kernel(
+    x, offsets, encode, data, scale, data_t, scale_t,
+    R, C, G, RP,
+    stride_xb, stride_xr, stride_db, stride_dr, stride_sb, stride_sr,
+    stride_tb, stride_tc, stride_ub, stride_uc,
+    SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_2D: tl.constexpr,
+    ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, GROUPED: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
+):
+    pid_r = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    g, row0, nrows = tile_rows(offsets, pid_r, pid_b, R, G, GROUPED, BLOCK_R, BLOCK_G)
+    tile = load_tile(x, pid_b, row0, nrows, pid_c, C, stride_xb, stride_xr, BLOCK_R, BLOCK_C)
+    rows = row0 + tl.arange(0, BLOCK_R)
+    mask_r = tl.arange(0, BLOCK_R) < nrows
+    col0 = pid_c * BLOCK_C
+    cols = col0 + tl.arange(0, BLOCK_C)
+    mask_c = cols < C
+    data += pid_b * stride_db
+    data_t += pid_b * stride_tb
+    PACKED: tl.constexpr = SCALING == 3
+    enc = 1.0
+    if SCALING == 0 or SCALING == 3:
+        enc = tl.load(encode + g)
+    if SCALING == 0 or BLOCK_2D:
+        if SCALING == 0:
+            q = to_fp8(tile * enc, ELEM)
+        else:
+            k = pow2_exponent(finite_amax(tile, None), ELEM)
+            q = to_fp8(tile * exp2i(-k), ELEM)
+            if ROWWISE:
+                tl.store(scale + pid_b * stride_sb + pid_r * stride_sr + pid_c, exp2i(k))
+            if COLUMNWISE:
+                tl.store(scale_t + pid_b * stride_ub + pid_c * stride_uc + pid_r, exp2i(k))
+        if ROWWISE:
+            _store(data, q, rows, mask_r, stride_dr, col0, C, False, BLOCK_R, BLOCK_C)
+        # Column-wise stores cover positions < RP: whole tiles of the padded grouped layout
+        # (zeros past a group's rows), the valid rows otherwise.
+        if COLUMNWISE:
+            _store(data_t, tl.trans(q), cols, mask_c, stride_tc, pid_r * BLOCK_R, RP, False,
+                   BLOCK_C, BLOCK_R)
+    else:
+        if ROWWISE:
+            q, s = _quantize_blocks(tile, enc, SCALING, ELEM, BLOCK, BLOCK_R, BLOCK_C)
+            _store(data, q, rows, mask_r, stride_dr, col0, C, PACKED, BLOCK_R, BLOCK_C)
+            _store(scale + pid_b * stride_sb, s, rows, mask_r, stride_sr, col0 // BLOCK,
+                   tl.cdiv(C, BLOCK), False, BLOCK_R, BLOCK_C // BLOCK)
+        if COLUMNWISE:
+            qt, st = _quantize_blocks(tl.trans(tile), enc, SCALING, ELEM, BLOCK,
+                                      BLOCK_C, BLOCK_R)
+            _store(data_t, qt, cols, mask_c, stride_tc, pid_r * BLOCK_R, RP, PACKED, BLOCK_C, BLOCK_R)
+            _store(scale_t + pid_b * stride_ub, st, cols, mask_c, stride_uc,
+                   pid_r * (BLOCK_R // BLOCK), tl.cdiv(RP, BLOCK), False, BLOCK_C, BLOCK_R // BLOCK)
+
+
+def allocate(shape: tuple[int, int, int], groups: int | None, *, scaling: Scaling, element: Element,
+             block_2d: bool, rowwise: bool, columnwise: bool, device: torch.device) -> Buffers:
+    """Uninitialised buffers of ``quantize``'s outputs for ``x`` of ``shape`` [B, R, C];
+    ``groups``: the number of row groups (padded column-wise layout), or None."""
+    B, R, C = shape
+    rp = padded_rows(R, groups) if groups is not None else R
+    blk = BLOCK_SIZE[scaling]
+    elem = STORAGE_DTYPE[element]
+    scale_dtype = {Scaling.BLOCK: torch.float32, Scaling.MX: torch.float8_e8m0fnu,
+                   Scaling.NVFP4: torch.float8_e4m3fn}.get(scaling)
+
+    def empty(*dims, dtype):
+        return torch.empty(*dims, dtype=dtype, device=device)
+
+    def length(n):  # elements per row as stored (E2M1 two per byte)
+        return triton.cdiv(n, 2) if element == Element.E2M1 else n
+
+    data = scale = data_t = scale_t = None
+    if rowwise:
+        data = empty(B, R, length(C), dtype=elem)
+        if block_2d:
+            scale = empty(B, triton.cdiv(R, 128), triton.cdiv(C, 128), dtype=torch.float32)
+        elif scaling != Scaling.TENSOR:
+            scale = empty(B, R, triton.cdiv(C, blk), dtype=scale_dtype)
+    if columnwise:
+        data_t = empty(B, C, length(rp), dtype=elem)
+        if block_2d:
+            scale_t = empty(B, triton.cdiv(C, 128), triton.cdiv(R, 128), dtype=torch.float32)
+        elif scaling != Scaling.TENSOR:
+            scale_t = empty(B, C, triton.cdiv(rp, blk), dtype=scale_dtype)
+    return Buffers(data, scale, data_t, scale_t)
+
+
+def _kernel_view(t: torch.Tensor | None, dummy: torch.Tensor) -> torch.Tensor:
+    """E8M0 scales go to the kernels as their uint8 codes (Triton has no E8M0 type)."""
+    if t is None:
+        return dummy
+    return t.view(torch.uint8) if t.dtype == torch.float8_e8m0fnu else t
+
+
+def _strides(t: torch.Tensor | None) -> tuple[int, int]:
+    return (0, 0) if t is None else (t.stride(0), t.stride(1))
+
+
+def quantize(
+    x: torch.Tensor,
+    offsets: torch.Tensor | None,
+    encode: torch.Tensor | None,
+    *,
+    scaling: Scaling,
+    element: Element,
+    block_2d: bool = False,
+    rowwise: bool = True,
+    columnwise: bool = False,
+    out: Buffers | None = None,
+) -> Buffers:
+    """Quantize ``x`` (module docstring) in one pass.
+
+    Args:
+        x: [B, R, C] float32/float16/bfloat16, last dim contiguous.
+        offsets: int64 [G + 1] row offsets of a grouped ``x`` (B = 1), or None.
+        encode: float32 [G] (grouped) or [B] per-tensor encode scales for TENSOR and NVFP4
+            (``tensor_encode_scale(amax(...))``), else None.
+        scaling, element: the format; E2M1 goes with NVFP4, E4M3/E5M2 with the others.
+        block_2d: 128x128 tiles (BLOCK scaling, not grouped) instead of 1x128.
+        rowwise, columnwise: which copies to write.
+        out: buffers to write into (from ``allocate``), else allocated.
+    """
+    cfg = _configs()[Scaling.BLOCK if block_2d else scaling]
+    return launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise, out, cfg)
+
+
+def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise, out,
+                    cfg: tuple[int, int, int]) -> Buffers:
+    """``quantize`` with an explicit (BLOCK_R, BLOCK_C, num_warps) (the benchmark's sweep)."""
+    B, R, C = x.shape
+    groups = offsets.shape[0] - 1 if offsets is not None else None
+    bufs = out if out is not None else allocate(
+        (B, R, C), groups, scaling=scaling, element=element, block_2d=block_2d,
+        rowwise=rowwise, columnwise=columnwise, device=x.device)
+    rp = padded_rows(R, groups) if groups is not None else R
+    if C == 0 or rp == 0 or B == 0:
+        return bufs
+    x = x if x.stride(2) == 1 else x.contiguous()
+    br, bc, warps = cfg
+    data, scale, data_t, scale_t = (_kernel_view(t, x) for t in bufs)
+    quantize_kernel[(triton.cdiv(rp, br), triton.cdiv(C, bc), B)](
+        x, offsets if offsets is not None else x, encode if encode is not None else x,
+        data, scale, data_t, scale_t,
+        R, C, groups or B, rp,
+        x.stride(0), x.stride(1), *_strides(bufs.data), *_strides(bufs.scale),
+        *_strides(bufs.data_t), *_strides(bufs.scale_t),
+        SCALING=int(scaling), ELEM=int(element), BLOCK=BLOCK_SIZE[scaling] or 1, BLOCK_2D=block_2d,
+        ROWWISE=rowwise, COLUMNWISE=columnwise, GROUPED=offsets is not None,
+        BLOCK_R=br, BLOCK_C=bc, BLOCK_G=max(16, triton.next_power_of_2(groups or 1)), num_warps=warps,
+    )
+    return bufs
+
+
+def _reference_blocks(v: torch.Tensor, enc: torch.Tensor, scaling: Scaling, element: Element):
+    """Blocks along the last dim of float32 ``v`` [..., L]: (q [..., L] as stored before
+    packing, s [..., cdiv(L, blk)] as stored); ``enc`` [..., 1 or L] is the encode scale."""
+    blk = BLOCK_SIZE[scaling]
+    L = v.shape[-1]
+    nb = triton.cdiv(L, blk)
+    vb = torch.nn.functional.pad(v, (0, nb * blk - L)).unflatten(-1, (nb, blk))
+    amax = vb.abs().amax(-1).clamp(max=FP32_MAX)
+    if scaling == Scaling.NVFP4:
+        enc = enc[..., ::blk]
+        s = reference_to_fp8(amax / 6.0 * enc, Element.E4M3)
+        sf = s.float()
+        q = reference_e2m1_encode(vb * torch.where(sf > 0, enc / sf, 0.0)[..., None])
+    else:
+        k = reference_pow2_exponent(amax, element)
+        q = reference_to_fp8(vb * reference_exp2i(-k)[..., None], element)
+        s = reference_exp2i(k) if scaling == Scaling.BLOCK else (k + 127).to(torch.uint8).view(torch.float8_e8m0fnu)
+    return q.flatten(-2)[..., :L], s
+
+
+def _reference_tiles(x: torch.Tensor, element: Element) -> tuple[torch.Tensor, torch.Tensor]:
+    """128x128 tiles of float32 ``x`` [B, R, C]: (q [B, R, C] float8, s [B, R / 128, C / 128])."""
+    B, R, C = x.shape
+    pr, pc = triton.cdiv(R, 128), triton.cdiv(C, 128)
+    tiles = torch.nn.functional.pad(x, (0, pc * 128 - C, 0, pr * 128 - R)).view(B, pr, 128, pc, 128)
+    k = reference_pow2_exponent(tiles.abs().amax((2, 4)).clamp(max=FP32_MAX), element)
+    q = reference_to_fp8(tiles * reference_exp2i(-k)[:, :, None, :, None], element)
+    return q.view(B, pr * 128, pc * 128)[:, :R, :C], reference_exp2i(k)
+
+
+def reference_quantize(
+    x: torch.Tensor,
+    offsets: torch.Tensor | None,
+    encode: torch.Tensor | None,
+    *,
+    scaling: Scaling,
+    element: Element,
+    block_2d: bool = False,
+    rowwise: bool = True,
+    columnwise: bool = False,
+    out: Buffers | None = None,
+) -> Buffers:
+    """The formats of quant_formats.py in float32 torch: row-wise, blocks along C; column-wise,
+    ``x[b].T`` (grouped: scattered to the padded layout, zeros elsewhere) with blocks along
+    rows; 128x128 tiles share one scale both ways. Each row (position) uses the encode scale
+    of its tensor or group."""
+    B, R, C = x.shape
+    groups = offsets.shape[0] - 1 if offsets is not None else None
+    xf = x.float()
+    enc = encode.float() if encode is not None else torch.ones(groups or B, device=x.device)
+    if groups is not None:
+        rp = padded_rows(R, groups)
+        xt = xf.new_zeros(1, C, rp)
+        xt[0][:, group_positions(offsets, R)] = xf[0].T
+        row_group = torch.searchsorted(offsets[1:], torch.arange(R, device=x.device), right=True)
+        enc_x, enc_t = enc[row_group].view(1, R, 1), enc[group_of_positions(offsets, rp)].view(1, 1, rp)
+    else:
+        xt = xf.transpose(1, 2)
+        enc_x = enc_t = enc.view(B, 1, 1)
+    if scaling == Scaling.TENSOR:
+        values = {"data": reference_to_fp8(xf * enc_x, element), "data_t": reference_to_fp8(xt * enc_t, element)}
+    elif block_2d:
+        q, s = _reference_tiles(xf, element)
+        values = {"data": q, "scale": s, "data_t": q.transpose(1, 2), "scale_t": s.transpose(1, 2)}
+    else:
+        values = dict(zip(("data", "scale"), _reference_blocks(xf, enc_x, scaling, element)))
+        values.update(zip(("data_t", "scale_t"), _reference_blocks(xt, enc_t, scaling, element)))
+    bufs = out if out is not None else allocate(
+        (B, R, C), groups, scaling=scaling, element=element, block_2d=block_2d,
+        rowwise=rowwise, columnwise=columnwise, device=x.device)
+    for name, buf in bufs._asdict().items():
+        if buf is not None:
+            value = values[name]
+            packed = element == Element.E2M1 and name.startswith("data")
+            buf.copy_(reference_pack_e2m1(value) if packed else value)
+    return bufs

@@ -1,0 +1,106 @@
+"""``fuseops.quantize(x, recipe)``: a tensor into a quantized storage, on device without host syncs.
+
+Per-tensor formats (FP8 current scaling, NVFP4's tensor scale) run two kernels: the amax
+reduction, then the cast reading the scale from device memory; block formats run the cast
+alone. Either writes the row-wise and column-wise copies in the same pass. CUDA tensors
+(and CPU tensors inside ``interpreted_kernels()``) go through the Triton kernels, other CPU
+tensors through their torch references (bit-identical results).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fuseops.kernels import quantize as kq
+from fuseops.kernels import quantize_amax as ka
+from fuseops.kernels._triton import pick
+from fuseops.kernels.quant_formats import Scaling, tensor_qmax
+from fuseops.quant.recipes import QuantFormat, Recipe, TensorRole, as_role, check_recipe
+from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
+
+_INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def _check(x: object, fmt: QuantFormat, offsets: torch.Tensor | None, rowwise: bool, columnwise: bool) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _INPUT_DTYPES:
+        raise ValueError(f"x: expected dtype float32, float16 or bfloat16 (float64 on the reference path), got {x.dtype}")
+    if x.dim() == 0:
+        raise ValueError("x: expected at least one dim (the quantized last dim), got a 0-dim tensor")
+    if not (rowwise or columnwise):
+        raise ValueError("rowwise, columnwise: expected at least one of them True, got both False")
+    if offsets is None:
+        return
+    if x.dim() != 2:
+        raise ValueError(f"x: expected [rows, features] with offsets, got shape {list(x.shape)}")
+    if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1 or offsets.shape[0] < 2 or offsets.is_floating_point():
+        got = list(offsets.shape) if isinstance(offsets, torch.Tensor) else type(offsets).__name__
+        raise ValueError(f"offsets: expected an integer tensor [G + 1] (G >= 1), got {got}")
+    if offsets.device != x.device:
+        raise ValueError(f"offsets: expected a tensor on {x.device} (x's device), got {offsets.device}")
+    if fmt.block_2d:
+        raise ValueError("offsets: 128x128 weight tiles need stacked weights [G, N, K] (no offsets), got grouped rows")
+
+
+def quantize(
+    x: torch.Tensor,
+    recipe: Recipe,
+    *,
+    role: TensorRole | str = TensorRole.INPUT,
+    rowwise: bool = True,
+    columnwise: bool = False,
+    offsets: torch.Tensor | None = None,
+) -> QuantizedTensor:
+    """Quantize ``x`` in ``recipe``'s format for ``role``.
+
+    Args:
+        x: float32/float16/bfloat16 tensor [..., C], quantized along its last dim; leading
+            dims are flattened to rows. With ``role=WEIGHT`` a 3-dim ``x`` [G, N, K] holds G
+            stacked weights, each its own tensor (grouped linear).
+        recipe: a ``fuseops.recipes`` instance.
+        role: ``TensorRole`` (or "input", "weight", "grad"): E5M2 gradients, 128x128 weight tiles.
+        rowwise: keep the row-wise copy (blocks along C: the forward GEMM's operand).
+        columnwise: keep the quantized transpose (blocks along rows: dgrad's weight, wgrad's
+            operands).
+        offsets: int [G + 1] device offsets of the row groups of a 2-dim ``x`` [M, C]
+            (mixture of experts): each group gets its own tensor scale, and the column-wise
+            copy a per-group padded layout. Returns a ``GroupedQuantizedTensor``.
+    Returns:
+        The storage (``fuseops.quant.storage``); partial blocks at the edges are zero-padded.
+    """
+    recipe = check_recipe("recipe", recipe)
+    if recipe is None:
+        raise TypeError("recipe: expected a fuseops.recipes instance, got None")
+    role = as_role(role)
+    fmt = recipe.format(role)
+    _check(x, fmt, offsets, rowwise, columnwise)
+    C = x.shape[-1]
+    stacked = role == TensorRole.WEIGHT and x.dim() == 3 and offsets is None
+    if offsets is not None:
+        offsets = offsets.to(torch.int64)
+        x3, tensors = x[None], offsets.shape[0] - 1
+    elif stacked:
+        x3, tensors = x, x.shape[0]
+    else:
+        x3, tensors = x.reshape(1, -1, C), 1
+    encode = tensor_scale = None
+    if fmt.scaling in (Scaling.TENSOR, Scaling.NVFP4):
+        amax = pick(x3, ka.amax, ka.reference_amax)(x3, offsets, tensors)
+        scales = pick(x3, ka.tensor_scales, ka.reference_tensor_scales)
+        encode, tensor_scale = scales(amax, tensor_qmax(fmt.scaling, fmt.element))
+    launch = pick(x3, kq.quantize, kq.reference_quantize)
+    bufs = launch(x3, offsets, encode, scaling=fmt.scaling, element=fmt.element, block_2d=fmt.block_2d,
+                  rowwise=rowwise, columnwise=columnwise)
+    common = {"format": fmt, "shape": x.shape, "dtype": x.dtype, "tensor_scale": tensor_scale}
+    if stacked:
+        return QuantizedTensor(**common, **bufs._asdict(), stacked=True)
+    data, scale, data_t, scale_t = (None if t is None else t[0] for t in bufs)
+    if data is not None:
+        data = data.view(*x.shape[:-1], data.shape[-1])
+        if scale is not None and not fmt.block_2d:
+            scale = scale.view(*x.shape[:-1], scale.shape[-1])
+    buffers = {"data": data, "scale": scale, "data_t": data_t, "scale_t": scale_t}
+    if offsets is not None:
+        return GroupedQuantizedTensor(**common, **buffers, offsets=offsets)
+    return QuantizedTensor(**common, **buffers)

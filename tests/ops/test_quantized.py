@@ -1,0 +1,77 @@
+"""Linear and GroupedLinear under each recipe: signal-to-quantization-noise ratio of the
+output, input gradient and weight gradient against float64 (DESIGN.md floors)."""
+
+import pytest
+import torch
+
+import fuseops
+from fuseops import ops
+from fuseops.kernels._triton import INTERPRET, interpreted_kernels
+from fuseops.quant import recipes
+from tests.helpers import sqnr_db
+from tests.ops.harness import devices
+
+# (recipe, output dB, input-grad dB, weight-grad dB)
+FLOORS = [
+    (recipes.FP8CurrentScaling(), 27.0, 23.0, 21.0),
+    (recipes.FP8Blockwise(), 27.0, 23.0, 21.0),
+    (recipes.MXFP8(), 26.5, 23.0, 21.0),
+    (recipes.NVFP4(), 14.0, 12.0, 12.0),
+]
+IDS = [type(r).__name__ for r, *_ in FLOORS]
+
+
+def _run(model, x, extras, dy, recipe):
+    x = x.detach().clone().requires_grad_()
+    with fuseops.autocast(recipe=recipe):
+        y = model(x, *extras)
+    y.backward(dy)
+    return y.detach(), x.grad, model[0].weight.grad
+
+
+def _check(model, x, extras, recipe, floors):
+    dy = torch.randn(*x.shape[:-1], model[0].out_features, device=x.device, dtype=x.dtype)
+    y, dx, dw = _run(model, x, extras, dy, recipe)
+    w64 = model[0].weight.detach().double().requires_grad_()
+    x64 = x.detach().double().requires_grad_()
+    y64 = _reference(model[0], x64, w64, extras)
+    y64.backward(dy.double())
+    for what, got, ref, floor in (("output", y, y64, floors[0]), ("input grad", dx, x64.grad, floors[1]),
+                                  ("weight grad", dw, w64.grad, floors[2])):
+        db = sqnr_db(got, ref.detach())
+        assert db >= floor, f"{type(recipe).__name__} {what}: {db:.1f} dB < {floor} dB"
+
+
+def _reference(op, x64, w64, extras):
+    if isinstance(op, ops.GroupedLinear):
+        outs, start = [], 0
+        for g, n in enumerate(extras[0]):
+            outs.append(x64[start : start + n] @ w64[g].T)
+            start += n
+        return torch.cat(outs)
+    return x64 @ w64.T
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("recipe, floors", [(r, f) for r, *f in FLOORS], ids=IDS)
+def test_grouped_linear_sqnr(device, recipe, floors):
+    model = fuseops.Sequential(ops.GroupedLinear(3, 256, 128, device=device))
+    x = torch.randn(384, 256, device=device)
+    _check(model, x, [[128, 0, 256]], recipe, floors)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="interpreter only on CPU machines")
+@pytest.mark.parametrize("recipe, floors", [(r, f) for r, *f in FLOORS], ids=IDS)
+def test_grouped_linear_sqnr_through_triton_kernels(recipe, floors):
+    model = fuseops.Sequential(ops.GroupedLinear(2, 64, 32))
+    with interpreted_kernels():
+        _check(model, torch.randn(96, 64), [[32, 64]], recipe, floors)
+
+
+@pytest.mark.parametrize("recipe", [r for r, *_ in FLOORS], ids=IDS)
+def test_plan_declines_fused_mlp_under_recipes(recipe):
+    model = fuseops.Sequential(ops.GroupedLinear(2, 64, 64), ops.SwiGLU(), ops.GroupedLinear(2, 32, 64))
+    with fuseops.autocast(recipe=recipe):
+        model(torch.randn(64, 64), [32, 32], [32, 32])
+    assert [n for n, _ in model.plan.forward] == ["GroupedLinear", "SwiGLU", "GroupedLinear"]
+    assert any(d[0] == "GroupedMLP" for d in model.plan.declined)

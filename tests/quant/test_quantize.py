@@ -1,0 +1,171 @@
+"""fuseops.quant.quantize and the storages it returns: layouts, validation, the kernel path
+against the reference path, dequantize, and the buffer round trip the fuser relies on."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import pytest
+import torch
+
+from fuseops.kernels._triton import interpreted_kernels
+from fuseops.kernels.grouped_gemm import group_offsets
+from fuseops.kernels.quant_formats import padded_rows
+from fuseops.quant import GroupedQuantizedTensor, QuantizedTensor, quantize, recipes
+from tests.helpers import sqnr_db
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+RECIPES = {
+    "fp8_current": recipes.FP8CurrentScaling(),
+    "fp8_blockwise": recipes.FP8Blockwise(),
+    "mxfp8": recipes.MXFP8(),
+    "nvfp4": recipes.NVFP4(),
+}
+# Dequantized SQNR of Gaussian data (dB): what each element type's mantissa gives, less margin.
+MIN_SQNR = {"fp8_current": 29, "fp8_blockwise": 29, "mxfp8": 29, "nvfp4": 18}
+SIZES = [3, 0, 130, 20]
+
+
+def kernels():
+    """The Triton kernels: on CUDA by default, through the interpreter on CPU."""
+    return contextlib.nullcontext() if DEVICE == "cuda" else interpreted_kernels()
+
+
+def bytes_of(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.element_size() == 1 else t
+
+
+def assert_same_storage(a: QuantizedTensor, b: QuantizedTensor) -> None:
+    assert type(a) is type(b) and a.format == b.format and a.shape == b.shape
+    for x, y in zip(a.data_tensors(), b.data_tensors()):
+        assert x.shape == y.shape and x.dtype == y.dtype
+        assert torch.equal(bytes_of(x), bytes_of(y))
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_dense_activation_layout(name):
+    x = torch.randn(2, 35, 96, device=DEVICE, dtype=torch.bfloat16)
+    q = quantize(x, RECIPES[name], columnwise=True)
+    assert q.shape == x.shape and q.dtype == torch.bfloat16 and not q.stacked
+    packed = 2 if name == "nvfp4" else 1
+    assert q.data.shape == (2, 35, 96 // packed)
+    assert q.data_t.shape == (96, 70 // packed)
+    block = RECIPES[name].format("input").block
+    if block:
+        assert q.scale.shape == (2, 35, -(-96 // block)) and q.scale_t.shape == (96, -(-70 // block))
+    assert (q.tensor_scale is None) == (name in ("fp8_blockwise", "mxfp8"))
+    assert sqnr_db(q.dequantize(), x) > MIN_SQNR[name]
+
+
+def test_weight_tiles_and_stacked_weights():
+    q = quantize(torch.randn(300, 200, device=DEVICE), recipes.FP8Blockwise(), role="weight", columnwise=True)
+    assert q.scale.shape == (3, 2) and q.scale_t.shape == (2, 3) and q.data_t.shape == (200, 300)
+    # One scale per 128x128 tile: both copies dequantize to the same values.
+    assert torch.equal(q.dequantize(), q.keep(rowwise=False, columnwise=True).dequantize())
+    w = torch.randn(4, 48, 80, device=DEVICE)
+    s = quantize(w, recipes.FP8CurrentScaling(), role="weight", columnwise=True)
+    assert s.stacked and s.data.shape == (4, 48, 80) and s.data_t.shape == (4, 80, 48)
+    assert s.tensor_scale.shape == (4,)
+    assert torch.equal(s.dequantize(), s.keep(rowwise=False, columnwise=True).dequantize())
+    for g in range(4):
+        alone = quantize(w[g], recipes.FP8CurrentScaling(), role="weight")
+        assert torch.equal(bytes_of(alone.data), bytes_of(s.data[g]))
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_grouped_layout(name):
+    if name == "fp8_blockwise":
+        pytest.skip("covered below: grouped inputs use 1x128 blocks")
+    offsets = group_offsets(torch.tensor(SIZES, device=DEVICE))
+    x = torch.randn(sum(SIZES), 64, device=DEVICE)
+    q = quantize(x, RECIPES[name], offsets=offsets.to(torch.int32), columnwise=True)
+    assert isinstance(q, GroupedQuantizedTensor) and q.num_groups == 4
+    assert q.offsets.dtype == torch.int64
+    assert q.data_t.shape[-1] * (2 if name == "nvfp4" else 1) == padded_rows(sum(SIZES), 4)
+    rows, cols = q.dequantize(), q.keep(rowwise=False, columnwise=True).dequantize()
+    assert sqnr_db(rows, x) > MIN_SQNR[name] and sqnr_db(cols, x) > MIN_SQNR[name]
+    if name == "fp8_current":
+        # Per-group tensor scales: each group as if quantized alone.
+        assert torch.equal(rows, cols)
+        alone = quantize(x[3:133], RECIPES[name])
+        assert torch.equal(rows[3:133], alone.dequantize())
+
+
+@pytest.mark.parametrize("name", RECIPES)
+@pytest.mark.parametrize("layout", ["dense", "grouped"])
+def test_kernels_match_reference_path(name, layout):
+    if DEVICE == "cuda":
+        pytest.skip("the reference path is the CPU path")
+    recipe = RECIPES[name]
+    offsets = group_offsets(torch.tensor(SIZES)) if layout == "grouped" else None
+    x = torch.randn(sum(SIZES), 70).to(torch.bfloat16)
+    reference = quantize(x, recipe, role="grad", columnwise=True, offsets=offsets)
+    with interpreted_kernels():
+        kernel = quantize(x, recipe, role="grad", columnwise=True, offsets=offsets)
+    assert_same_storage(kernel, reference)
+
+
+def test_float64_runs_the_reference():
+    x = torch.randn(40, 64, dtype=torch.float64, device=DEVICE)
+    q = quantize(x, recipes.MXFP8(), columnwise=True)
+    assert q.dequantize().dtype == torch.float64
+    assert q.dequantize(torch.float32).dtype == torch.float32
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_buffer_round_trip(name):
+    offsets = group_offsets(torch.tensor(SIZES, device=DEVICE))
+    for q in (quantize(torch.randn(50, 64, device=DEVICE), RECIPES[name], columnwise=True),
+              quantize(torch.randn(sum(SIZES), 64, device=DEVICE), RECIPES[name], columnwise=True, offsets=offsets)):
+        buffers = q.data_tensors()
+        assert all(isinstance(t, torch.Tensor) for t in buffers)
+        rebuilt = q.with_data_tensors([t.clone() for t in buffers])
+        assert_same_storage(rebuilt, q)
+        assert torch.equal(rebuilt.dequantize(), q.dequantize())
+        assert len(q.keep(rowwise=False, columnwise=True).data_tensors()) < len(buffers)
+        with pytest.raises(ValueError, match=f"buffers: expected {len(buffers)} tensors"):
+            q.with_data_tensors(buffers[:-1])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        q.data = None
+
+
+def test_keep_and_operands():
+    q = quantize(torch.randn(3, 10, 64, device=DEVICE), recipes.MXFP8())
+    assert q.rowwise_operand().data.shape == (30, 64) and q.rowwise_operand().scale.shape == (30, 2)
+    with pytest.raises(ValueError, match="keep: asked rowwise=False, columnwise=True"):
+        q.keep(rowwise=False, columnwise=True)
+
+
+def test_errors_name_argument_given_and_expected():
+    x = torch.randn(8, 64, device=DEVICE)
+    fp8 = recipes.FP8CurrentScaling()
+    cases = [
+        (dict(x=x.int(), recipe=fp8), ValueError, "x: expected dtype float32, float16 or bfloat16.*got torch.int32"),
+        (dict(x=torch.tensor(1.0), recipe=fp8), ValueError, "x: expected at least one dim"),
+        (dict(x=[1.0], recipe=fp8), TypeError, "x: expected a torch.Tensor, got list"),
+        (dict(x=x, recipe="fp8"), TypeError, "recipe: expected None or one of"),
+        (dict(x=x, recipe=None), TypeError, "recipe: expected a fuseops.recipes instance, got None"),
+        (dict(x=x, recipe=fp8, role="activation"), ValueError, "role: expected a TensorRole or one of"),
+        (dict(x=x, recipe=fp8, rowwise=False), ValueError, "rowwise, columnwise: expected at least one"),
+        (dict(x=x[None], recipe=fp8, offsets=torch.tensor([0, 8])), ValueError, r"x: expected \[rows, features\] with offsets, got shape \[1, 8, 64\]"),
+        (dict(x=x, recipe=fp8, offsets=torch.tensor([8.0])), ValueError, r"offsets: expected an integer tensor \[G \+ 1\]"),
+        (dict(x=x, recipe=recipes.FP8Blockwise(), role="weight", offsets=torch.tensor([0, 8], device=DEVICE)),
+         ValueError, "offsets: 128x128 weight tiles need stacked weights"),
+    ]
+    for kwargs, error, message in cases:
+        with pytest.raises(error, match=message):
+            quantize(kwargs.pop("x"), kwargs.pop("recipe"), **kwargs)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_saturates_huge_values(name):
+    x = torch.randn(4, 64, device=DEVICE)
+    x[0, 0], x[1, 5], x[2, 7] = float("inf"), -3e38, 1e30
+    with kernels():
+        q = quantize(x, RECIPES[name], columnwise=True)
+    for t in q.data_tensors():
+        assert not torch.isnan(t.float()).any()
+    # The saturated maximum times the scale of an infinite amax may round past float32's max.
+    y = q.dequantize()
+    assert not torch.isnan(y).any() and torch.isfinite(y[torch.isfinite(x)]).all()
