@@ -1,6 +1,6 @@
 """fuseops: PyTorch models composed from basic ops, fused by a planner into Triton kernels."""
 
-from fuseops import integrations, moe, ops
+from fuseops import distributed, integrations, moe, ops
 from fuseops.offload import mark_not_offload, offload_activations
 from fuseops.quant import recipes
 from fuseops.quant.autocast import autocast
@@ -10,6 +10,7 @@ from fuseops.sequential import Sequential
 __all__ = [
     "Sequential",
     "autocast",
+    "distributed",
     "integrations",
     "mark_not_offload",
     "moe",

@@ -21,6 +21,7 @@ from torch.autograd.function import once_differentiable
 
 from fuseops.kernels import moe_permute as kernels
 from fuseops.kernels._triton import pick
+from fuseops.moe_dispatch import DispatchHandle, combine, dispatch
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -161,3 +162,6 @@ def unpermute(
         _same_device("weights", weights, "y_sorted", y_sorted)
         weights = weights.contiguous()
     return _Unpermute.apply(y_sorted.contiguous(), row_map.contiguous(), weights)
+
+
+__all__ = ["DispatchHandle", "combine", "dispatch", "permute", "unpermute"]

@@ -54,6 +54,8 @@ class BackwardLinearBiasActivation(Fusion):
     stage = Stage.BACKWARD
 
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
+        if cfg.recipe is not None:
+            return "quantized recipes run the Linear's quantized GEMMs"
         return _bias_needs_grad(ops, cfg)
 
     def fused_backward(self, ops, ctxs: Sequence[OpContext], dy, extra_output_grads) -> list[OpGrads]:

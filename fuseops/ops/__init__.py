@@ -2,17 +2,20 @@
 
 from fuseops.ops.activation import GELU, ActivationOp, ReLU, Sigmoid, SiLU, SReLU
 from fuseops.ops.bias import Bias
+from fuseops.ops.comm import AllGather, AllReduce, ReduceScatter
 from fuseops.ops.gated import ClampedSwiGLU, GatedActivation, GeGLU, ReGLU, SReGLU, SwiGLU
 from fuseops.ops.grouped_linear import GroupedLinear
 from fuseops.ops.linear import Linear
 from fuseops.ops.norm import LayerNorm, RMSNorm
 from fuseops.ops.op import BasicOp, OpContext, OpGrads, Role, Saved
+from fuseops.ops.quantize import Quantize
 from fuseops.ops.residual import AddExtraInput, MakeExtraOutput
 from fuseops.ops.shape import Dropout, Identity, Reshape
 
 __all__ = [
+    "AllGather", "AllReduce", "ReduceScatter",
     "GELU", "ActivationOp", "AddExtraInput", "BasicOp", "Bias", "ClampedSwiGLU", "Dropout",
     "GatedActivation", "GeGLU", "GroupedLinear", "Identity", "LayerNorm", "Linear", "MakeExtraOutput",
-    "OpContext", "OpGrads", "RMSNorm", "ReGLU", "ReLU", "Reshape", "Role", "SReGLU",
+    "OpContext", "OpGrads", "Quantize", "RMSNorm", "ReGLU", "ReLU", "Reshape", "Role", "SReGLU",
     "SReLU", "Saved", "Sigmoid", "SiLU", "SwiGLU",
 ]

@@ -10,7 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from fuseops.ops import _checks
+from fuseops.ops._quantized import QuantizedLinearSaved, quantized_backward, quantized_forward
+from fuseops.ops._tensor_parallel import TensorParallel
 from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec, activation, parameter
+from fuseops.quant.storage import QuantizedTensor
 
 
 @dataclass(frozen=True)
@@ -23,13 +26,7 @@ def weight_grad(dy2d: torch.Tensor, x2d: torch.Tensor, weight: torch.nn.Paramete
     """``dy^T @ x``; with ``accumulate`` it is added in float32 to ``weight.main_grad``."""
     if not accumulate:
         return dy2d.t() @ x2d
-    main_grad = getattr(weight, "main_grad", None)
-    if main_grad is None or main_grad.dtype != torch.float32 or main_grad.shape != weight.shape:
-        raise ValueError(
-            f"weight.main_grad: expected a float32 tensor of shape {list(weight.shape)} "
-            f"(allocated by the caller) with accumulate_into_main_grad=True, got "
-            f"{None if main_grad is None else (main_grad.dtype, list(main_grad.shape))}"
-        )
+    main_grad = _checks.main_grad(weight)
     if dy2d.is_cuda and dy2d.dtype != torch.float32:
         # cuBLAS accumulates low-precision products straight into a float32 result.
         main_grad.add_(torch.mm(dy2d.t(), x2d, out_dtype=torch.float32))
@@ -47,7 +44,19 @@ class Linear(BasicOp):
         bias: whether to learn an additive bias [out_features].
         accumulate_into_main_grad: add the weight gradient in float32 to
             ``weight.main_grad`` (allocated by the caller) instead of ``weight.grad``.
-    Shapes: x [..., in_features] -> y [..., out_features].
+        tensor_parallel_mode: ``None``, ``"column"`` (weight [out/P, in], bias [out/P],
+            output features split over the P ranks) or ``"row"`` (weight [out, in/P],
+            input features split, the outputs summed over the ranks, then the whole bias
+            added). Megatron-style; see ``fuseops/ops/_tensor_parallel.py``.
+        tensor_parallel_group: the ``torch.distributed`` process group of the P ranks;
+            required with ``tensor_parallel_mode``.
+        sequence_parallel: the activations outside a column/row pair are split over
+            the ranks along the first (sequence) dim: column parallel all-gathers its
+            input, row parallel reduce-scatters its output.
+    Shapes: x [..., in_features] -> y [..., out_features]; tensor parallel: the local
+    shards of those (column: y [..., out/P]; row: x [..., in/P]; with sequence
+    parallelism the first dim of column inputs and row outputs is split by P).
+    Load a full state dict with ``fuseops.distributed.shard_state_dict``.
     """
 
     def __init__(
@@ -59,12 +68,20 @@ class Linear(BasicOp):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         accumulate_into_main_grad: bool = False,
+        tensor_parallel_mode: str | None = None,
+        tensor_parallel_group: torch.distributed.ProcessGroup | None = None,
+        sequence_parallel: bool = False,
     ) -> None:
         super().__init__()
         self.in_features = _checks.positive_int("in_features", in_features)
         self.out_features = _checks.positive_int("out_features", out_features)
         _checks.float_dtype("dtype", dtype)
         self.accumulate_into_main_grad = accumulate_into_main_grad
+        self.tensor_parallel = TensorParallel.build(
+            tensor_parallel_mode, tensor_parallel_group, sequence_parallel, in_features, out_features
+        )
+        if self.tensor_parallel is not None:
+            out_features, in_features = self.tensor_parallel.local_shape(in_features, out_features)
         factory = {"device": device, "dtype": dtype}
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, **factory))
         self.bias = torch.nn.Parameter(torch.empty(out_features, **factory)) if bias else None
@@ -72,21 +89,37 @@ class Linear(BasicOp):
 
     def reset_parameters(self) -> None:
         # torch.nn.Linear's initialisation, so swapping one for the other changes nothing.
-        torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        bound = 1 / math.sqrt(self.in_features)
+        if self.tensor_parallel is None:
+            torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        else:
+            # The same bound as the whole layer's (a row shard's own fan-in is in/P).
+            torch.nn.init.uniform_(self.weight, -bound, bound)
         if self.bias is not None:
-            bound = 1 / math.sqrt(self.in_features)
             torch.nn.init.uniform_(self.bias, -bound, bound)
 
     @property
     def local_gemm(self) -> bool:
         """Whether forward is exactly ``F.linear`` of the local input with the local
-        weight and bias (no collectives around it): what GEMM-epilogue fusions need."""
-        return True
+        weight and bias (no collectives around it): what GEMM-epilogue fusions need.
+
+        False for every tensor-parallel mode: row parallel reduces before its bias,
+        sequence parallelism gathers and scatters, and column parallel's dgrad needs a
+        sum over the ranks that the dgrad-epilogue fusions would skip."""
+        return self.tensor_parallel is None
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        tp = self.tensor_parallel
+        sharded = "" if tp is None else (
+            f", tensor_parallel_mode={tp.mode.value!r}, world_size={tp.world_size}, "
+            f"sequence_parallel={tp.sequence_parallel}"
+        )
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}{sharded}"
 
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
+        if self.tensor_parallel is not None:
+            _checks.matches_parameters(self, x)
+            return self.tensor_parallel.output_spec(x, self.in_features, self.out_features)
         _checks.features("Linear", x, self.in_features)
         _checks.matches_parameters(self, x)
         return x.with_shape(x.shape[:-1] + (self.out_features,))
@@ -99,8 +132,12 @@ class Linear(BasicOp):
                 weight=self.weight if ctx.input_requires_grad else None,
             )
 
-    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+    def op_forward(self, ctx: OpContext, x: Any, extra_inputs: tuple[Any, ...]):
+        if ctx.recipe is not None:
+            return self._quantized_forward(ctx, x), ()
         self.save(ctx, x)
+        if self.tensor_parallel is not None:
+            return self.tensor_parallel.forward(x, self.weight, self.bias), ()
         return F.linear(x, self.weight, self.bias), ()
 
     def input_grad(self, ctx: OpContext, dy: torch.Tensor) -> torch.Tensor | None:
@@ -112,12 +149,47 @@ class Linear(BasicOp):
         if not ctx.weight_requires_grad:
             return {}
         saved: LinearSaved = ctx.saved
-        dy2d = dy.reshape(-1, self.out_features)
-        x2d = saved.x.reshape(-1, self.in_features)
+        out_features, in_features = self.weight.shape
+        dy2d = dy.reshape(-1, out_features)
+        x2d = saved.x.reshape(-1, in_features)
         grads = {"weight": weight_grad(dy2d, x2d, self.weight, self.accumulate_into_main_grad)}
         if self.bias is not None:
             grads["bias"] = dbias if dbias is not None else dy2d.sum(0)
         return grads
 
+    def _quantized_forward(self, ctx: OpContext, x: torch.Tensor | QuantizedTensor) -> torch.Tensor:
+        """The GEMM on the recipe's formats; ``x`` may arrive already quantized."""
+        if self.tensor_parallel is not None:
+            raise ValueError(
+                "Linear: quantized recipes run only without tensor_parallel_mode; got "
+                f"tensor_parallel_mode={self.tensor_parallel.mode.value!r} under {type(ctx.recipe).__name__}"
+            )
+        x2d = x if isinstance(x, QuantizedTensor) else x.reshape(-1, self.in_features).contiguous()
+        y, saved = quantized_forward(
+            ctx.recipe, x2d, self.weight, self.bias,
+            need_dgrad=ctx.input_requires_grad, need_wgrad=ctx.weight_requires_grad,
+        )
+        if ctx.needs_backward:
+            ctx.saved = saved
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def _quantized_backward(self, ctx: OpContext, dy: torch.Tensor) -> OpGrads:
+        dy2d = dy.reshape(-1, self.out_features).contiguous()
+        accumulate = self.accumulate_into_main_grad and ctx.weight_requires_grad
+        dx, dw = quantized_backward(
+            ctx.saved, dy2d, need_dgrad=ctx.input_requires_grad, need_wgrad=ctx.weight_requires_grad,
+            main_grad=_checks.main_grad(self.weight) if accumulate else None,
+        )
+        params: dict[str, torch.Tensor | None] = {}
+        if ctx.weight_requires_grad:
+            params["weight"] = dw
+            if self.bias is not None:
+                params["bias"] = dy2d.sum(0)
+        return OpGrads(None if dx is None else dx.view(*dy.shape[:-1], self.in_features), params)
+
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
+        if isinstance(ctx.saved, QuantizedLinearSaved):
+            return self._quantized_backward(ctx, dy)
+        if self.tensor_parallel is not None:
+            return OpGrads(*self.tensor_parallel.backward(self, ctx, dy))
         return OpGrads(self.input_grad(ctx, dy), self.param_grads(ctx, dy))

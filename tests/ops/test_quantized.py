@@ -60,6 +60,22 @@ def test_grouped_linear_sqnr(device, recipe, floors):
     _check(model, x, [[128, 0, 256]], recipe, floors)
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("recipe, floors", [(r, f) for r, *f in FLOORS], ids=IDS)
+def test_linear_sqnr(device, recipe, floors):
+    model = fuseops.Sequential(ops.Linear(256, 128, bias=False, device=device))
+    x = torch.randn(4, 96, 256, device=device)
+    _check(model, x, [], recipe, floors)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="interpreter only on CPU machines")
+@pytest.mark.parametrize("recipe, floors", [(r, f) for r, *f in FLOORS], ids=IDS)
+def test_linear_sqnr_through_triton_kernels(recipe, floors):
+    model = fuseops.Sequential(ops.Linear(64, 48, bias=False))
+    with interpreted_kernels():
+        _check(model, torch.randn(80, 64), [], recipe, floors)
+
+
 @pytest.mark.skipif(not INTERPRET, reason="interpreter only on CPU machines")
 @pytest.mark.parametrize("recipe, floors", [(r, f) for r, *f in FLOORS], ids=IDS)
 def test_grouped_linear_sqnr_through_triton_kernels(recipe, floors):
@@ -75,3 +91,45 @@ def test_plan_declines_fused_mlp_under_recipes(recipe):
         model(torch.randn(64, 64), [32, 32], [32, 32])
     assert [n for n, _ in model.plan.forward] == ["GroupedLinear", "SwiGLU", "GroupedLinear"]
     assert any(d[0] == "GroupedMLP" for d in model.plan.declined)
+
+
+@pytest.mark.parametrize("recipe", [r for r, *_ in FLOORS], ids=IDS)
+def test_dense_and_grouped_mlps_train_under_every_recipe(recipe):
+    """API.md's two examples, a few SGD steps: the loss falls and stays finite."""
+    torch.manual_seed(0)
+    dense = fuseops.Sequential(ops.RMSNorm(64), ops.Linear(64, 128), ops.GELU(approximate="tanh"), ops.Linear(128, 64))
+    experts = fuseops.Sequential(ops.GroupedLinear(4, 64, 2 * 48), ops.SwiGLU(), ops.GroupedLinear(4, 48, 64))
+    split = [32, 0, 64, 32]
+    for model, extras in ((dense, []), (experts, [split, split])):
+        x, target = torch.randn(128, 64), torch.randn(128, 64)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        losses = []
+        for _ in range(6):
+            with fuseops.autocast(recipe=recipe):
+                loss = torch.nn.functional.mse_loss(model(x, *extras), target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert all(map(torch.isfinite, map(torch.tensor, losses)))
+        assert losses[-1] < losses[0], f"{type(recipe).__name__}: {losses}"
+
+
+def test_quantize_op_rounds_to_the_recipe_format_and_is_identity_without_one():
+    x = torch.randn(8, 64)
+    model = fuseops.Sequential(ops.Quantize())
+    torch.testing.assert_close(model(x), x)
+    with fuseops.autocast(recipe=recipes.FP8CurrentScaling()):
+        y = model(x)
+    assert not torch.equal(y, x)
+    torch.testing.assert_close(y, fuseops.quantize(x, recipes.FP8CurrentScaling()).dequantize(x.dtype))
+
+
+def test_quantize_op_backward_casts_the_gradient():
+    x = torch.randn(8, 64, requires_grad=True)
+    dy = torch.randn(8, 64)
+    with fuseops.autocast(recipe=recipes.FP8CurrentScaling()):
+        y = fuseops.Sequential(ops.Quantize(forward=False, backward=True))(x)
+    y.backward(dy)
+    expected = fuseops.quantize(dy, recipes.FP8CurrentScaling(), role="grad").dequantize(dy.dtype)
+    torch.testing.assert_close(x.grad, expected)

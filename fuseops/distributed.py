@@ -1,0 +1,78 @@
+"""Loading sharded models: this rank's slices of a full (single-process) state dict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.distributed as dist
+
+from fuseops.ops import _tensor_parallel as tp
+from fuseops.ops.grouped_linear import GroupedLinear
+from fuseops.ops.linear import Linear
+
+
+def shard_state_dict(
+    full_state: Mapping[str, torch.Tensor],
+    model: torch.nn.Module,
+    *,
+    expert_group: dist.ProcessGroup | None = None,
+) -> dict[str, torch.Tensor]:
+    """This rank's shards of ``full_state``, ready for ``model.load_state_dict``.
+
+    ``full_state`` is the state dict of the same model built without parallelism (or of
+    the equivalent ``torch.nn.Linear`` layers: the keys and layouts are the same). For
+    every tensor-parallel ``Linear`` of ``model`` the weight and bias are sliced as the
+    layer holds them, on the layer's own ``tensor_parallel_group``: column parallel
+    keeps rows ``[rank * out/P, (rank + 1) * out/P)`` of the weight and of the bias,
+    row parallel keeps those columns of the weight (in/P of them) and the whole bias.
+    With ``expert_group`` (expert parallelism, see ``fuseops.moe_dispatch``), each
+    ``GroupedLinear`` of G local experts keeps experts ``[rank * G, (rank + 1) * G)``
+    of the full [G * P, ...] weight and bias. Every other entry is passed through.
+
+    Args:
+        full_state: the unsharded state dict (each tensor at its full shape).
+        model: the sharded model (a ``fuseops.Sequential`` or any module holding ops).
+        expert_group: the expert-parallel process group, if the experts are sharded.
+    Returns:
+        A new dict; sharded entries are views of ``full_state``'s tensors.
+    Raises:
+        ValueError: a sharded entry's full shape is not what the layer implies (the
+            message names the key, the shape given and the shape expected).
+    """
+    if expert_group is not None:
+        tp.check_group("expert_group", expert_group)
+    out = dict(full_state)
+    for prefix, module in model.named_modules():
+        for name, param in module.named_parameters(recurse=False):
+            key = f"{prefix}.{name}" if prefix else name
+            if key not in out:
+                continue
+            if isinstance(module, Linear) and module.tensor_parallel is not None:
+                out[key] = _shard_linear(key, name, out[key], param, module.tensor_parallel)
+            elif isinstance(module, GroupedLinear) and expert_group is not None:
+                out[key] = _shard(key, out[key], param, 0, expert_group)
+    return out
+
+
+def _shard_linear(key: str, name: str, full: torch.Tensor, param: torch.Tensor, cfg: tp.TensorParallel) -> torch.Tensor:
+    if not cfg.column and name == "bias":
+        return _shard(key, full, param, None, cfg.group)
+    return _shard(key, full, param, 0 if cfg.column else 1, cfg.group)
+
+
+def _shard(key: str, full: torch.Tensor, param: torch.Tensor, dim: int | None, group: dist.ProcessGroup) -> torch.Tensor:
+    """Slice ``full`` along ``dim`` (``None``: kept whole) to this rank's part of ``param``'s shape."""
+    expected = list(param.shape)
+    world = dist.get_world_size(group)
+    if dim is not None:
+        expected[dim] *= world
+    if list(full.shape) != expected:
+        raise ValueError(
+            f"full_state[{key!r}]: expected the full shape {expected} (the local "
+            f"{list(param.shape)} on {world} ranks), got {list(full.shape)}"
+        )
+    if dim is None:
+        return full
+    size = param.shape[dim]
+    return full.narrow(dim, dist.get_rank(group) * size, size)
