@@ -6,6 +6,7 @@ from fuseops.fusions.backward_act_bias import BackwardBiasActivation, BackwardLi
 from fuseops.fusions.backward_act_linear import BackwardActivationLinear
 from fuseops.fusions.backward_extra_output_linear import BackwardExtraOutputLinear
 from fuseops.fusions.forward_linear_add import ForwardLinearAddExtraInput
+from fuseops.fusions.forward_quantize_linear import ForwardQuantizeLinear
 from fuseops.fusions.forward_linear_bias_act import (
     ForwardLinearBiasActivation,
     ForwardLinearSeparateBiasActivation,
@@ -18,6 +19,7 @@ REGISTRY: list[Fusion] = [
     ForwardLinearBiasActivation(),
     ForwardLinearSeparateBiasActivation(),
     ForwardLinearAddExtraInput(),
+    ForwardQuantizeLinear(),
     BackwardLinearBiasActivation(),
     BackwardBiasActivation(),
     BackwardActivationLinear(),

@@ -20,6 +20,7 @@ from fuseops.kernels import grouped_gemm_wgrad as gw
 from fuseops.kernels._triton import pick
 from fuseops.ops import _checks
 from fuseops.ops._quantized import QuantizedLinearSaved, quantized_backward, quantized_forward
+from fuseops.quant.storage import QuantizedTensor
 from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec, activation, meta, parameter
 
 
@@ -104,9 +105,10 @@ class GroupedLinear(BasicOp):
                 offsets=offsets,
             )
 
-    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+    def op_forward(self, ctx: OpContext, x: Any, extra_inputs: tuple[Any, ...]):
         offsets = device_offsets(extra_inputs[0], x.device)
-        x2d = x.reshape(-1, self.in_features).contiguous()
+        # Under a recipe x may arrive quantized already (a producer emitted it).
+        x2d = x if isinstance(x, QuantizedTensor) else x.reshape(-1, self.in_features).contiguous()
         if ctx.recipe is not None:
             y, saved = quantized_forward(
                 ctx.recipe, x2d, self.weight, self.bias, offsets=offsets,

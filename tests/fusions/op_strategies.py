@@ -110,6 +110,9 @@ BUILDERS: dict[type, Callable] = {
     ops.AddExtraInput: lambda draw, n, widths, chain: OpSpec(ops.AddExtraInput(), n, [_residual]),
     ops.MakeExtraOutput: _plain(ops.MakeExtraOutput),
     ops.Identity: _plain(ops.Identity),
+    ops.Quantize: lambda draw, n, widths, chain: OpSpec(
+        ops.Quantize(forward=draw(st.booleans()), backward=draw(st.booleans())), n
+    ),
 }
 
 

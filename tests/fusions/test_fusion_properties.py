@@ -13,11 +13,16 @@ from hypothesis import strategies as st
 
 import fuseops
 from fuseops.fusions import REGISTRY, Fusion, Stage
+from fuseops.quant import recipes
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from tests.fusions.op_strategies import op_chain
 from tests.helpers import REL_TOL, rel_err
 
 DTYPES = st.sampled_from([torch.float32, torch.float16, torch.bfloat16])
+# Unquantized half the time; fusions that need no recipe decline under one, and say so.
+RECIPES = st.sampled_from(
+    [None, None, None, recipes.FP8CurrentScaling(), recipes.FP8Blockwise(), recipes.MXFP8(), recipes.NVFP4()]
+)
 LEADING = st.sampled_from([(1,), (5,), (2, 3), (33,)])
 
 
@@ -57,6 +62,7 @@ def check_fusion(fusion: Fusion, data, device: str) -> None:
     lead = data.draw(LEADING, label="leading shape")
     requires_grad = data.draw(st.booleans(), label="input requires grad")
     seed = data.draw(st.integers(0, 2**16), label="seed")
+    recipe = data.draw(RECIPES, label="recipe")
 
     torch.manual_seed(seed)
     fused = fuseops.Sequential(*[s.op for s in specs])
@@ -74,9 +80,10 @@ def check_fusion(fusion: Fusion, data, device: str) -> None:
         extras += [make(lead, n, dtype, device, shared) for make in spec.extra_inputs]
         n = spec.out_features
 
-    fused_outs, fused_grads = _forward_backward(fused, x, extras, requires_grad, seed)
-    unfused_outs, unfused_grads = _forward_backward(unfused, x, extras, requires_grad, seed)
-    # The float64 oracle runs the torch references on the CPU.
+    with fuseops.autocast(recipe=recipe):
+        fused_outs, fused_grads = _forward_backward(fused, x, extras, requires_grad, seed)
+        unfused_outs, unfused_grads = _forward_backward(unfused, x, extras, requires_grad, seed)
+    # The float64 oracle runs the torch references on the CPU, unquantized.
     exact_extras = [e.double() if _is_float(e) else e for e in extras]
     exact_extras = [e.cpu() if isinstance(e, torch.Tensor) else e for e in exact_extras]
     exact_outs, exact_grads = _forward_backward(exact, x.double().cpu(), exact_extras, requires_grad, seed)
