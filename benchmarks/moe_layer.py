@@ -45,7 +45,7 @@ SHAPES = {
     "qwen3-30b-a3b": dict(E=128, T=32768, H=2048, I=768, K=8),
     "mixtral-8x7b": dict(E=8, T=8192, H=4096, I=14336, K=2),
 }
-IMPLS = ("fuseops", "torch", "hf grouped_mm", "hf fuseops")
+IMPLS = ("fuseops", "torch", "hf grouped_mm", "hf fuseops", "fuseops fp8", "fuseops fp8 blk")
 MODES = ("fwd", "fwd+bwd")
 
 
@@ -139,8 +139,20 @@ def hf_layer(case: Case, implementation: str) -> Callable[[], torch.Tensor]:
     return lambda: experts(case.x, case.ids, case.weights)
 
 
+def quantized(layer: Callable[[], torch.Tensor], recipe) -> Callable[[], torch.Tensor]:
+    """The same layer with its GEMMs under ``recipe`` (issue 5: FP8 against our bf16)."""
+
+    def run() -> torch.Tensor:
+        with fuseops.autocast(recipe=recipe):
+            return layer()
+
+    return run
+
+
 def implementations(case: Case) -> dict[str, Callable[[], torch.Tensor]]:
     impls = {"fuseops": fuseops_layer(case), "torch": torch_layer(case)}
+    impls["fuseops fp8"] = quantized(fuseops_layer(case), fuseops.recipes.FP8CurrentScaling())
+    impls["fuseops fp8 blk"] = quantized(fuseops_layer(case), fuseops.recipes.FP8Blockwise())
     try:
         import fuseops.integrations.transformers as fx
 
