@@ -1,15 +1,17 @@
 """The MoE expert MLP: GroupedLinear -> activation -> GroupedLinear, forward and backward.
 
-Forward: FC1's grouped GEMM applies the activation (and the router-probability row
-scale) in its epilogue, then FC2. Only the pre-activation ``z`` is saved; the
-activation output ``h`` that FC2's weight gradient needs is recomputed from ``z`` in
-backward by one elementwise pass, which keeps the saved bytes at ``x`` and ``z``
-(plain torch keeps ``z`` and ``h`` too) for a pass that costs a fraction of a GEMM.
-Backward: FC2's dgrad applies the activation's derivative in its epilogue (plain,
-unscaled activations) or feeds one gated backward pass that also reduces the
-probabilities' gradient; then FC1's dgrad and both wgrads. Both GroupedLinears must
-get the same split sizes (the same tensor, or equal host values), else the basic ops
-run. Split sizes stay on the device: no host sync anywhere.
+Forward: FC1's grouped GEMM applies the activation (gated: both halves' accumulators in
+one program, and the router-probability row scale) in its epilogue, then FC2. Only the
+pre-activation ``z`` is saved, not the activation output ``h`` that FC2's weight gradient
+needs: saved bytes stay at ``x`` and ``z`` (plain torch keeps ``z`` and ``h`` too).
+Backward, gated: FC2's dgrad applies the gate's derivative in its epilogue and, from the
+same tile of ``z``, writes ``h`` again and the probabilities' gradient (float32 partial
+sums, no atomics), so recomputing ``h`` costs no extra pass; then FC2's wgrad with that
+``h``, then FC1's dgrad and wgrad. Plain activations: FC2's dgrad applies ``act'(z)`` in
+its epilogue and ``h`` is recomputed by one elementwise pass (also for gated activations
+when FC2's input needs no gradient). Both GroupedLinears must get the same split sizes
+(the same tensor, or equal host values), else the basic ops run. Split sizes stay on the
+device: no host sync anywhere.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, same_extra_
 from fuseops.kernels import activation as act_kernels
 from fuseops.kernels import gated_activation as gated_kernels
 from fuseops.kernels import grouped_gemm as gg
+from fuseops.kernels import grouped_gemm_gated as ggg
+from fuseops.kernels import grouped_gemm_gated_bwd as ggg_bwd
 from fuseops.kernels._triton import pick
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.gated import GatedActivation, GatedSaved
@@ -61,8 +65,9 @@ class GroupedMLP(Fusion):
         # z also feeds the recompute of h for FC2's weight gradient.
         keep_z = ctxs[1].needs_backward or ctxs[2].weight_requires_grad
         if isinstance(act_op, GatedActivation):
-            z, _ = gemm(x2d, fc1.weight.transpose(1, 2), offsets, bias=fc1.bias)
-            h = _activation(act_op, z, probs)
+            launch = pick(x2d, ggg.grouped_gemm_gated, ggg.reference_grouped_gemm_gated)
+            h, z = launch(x2d, fc1.weight.transpose(1, 2), offsets, bias=fc1.bias, act=act_op.act,
+                          probs=probs, save_preact=keep_z, **act_op.kernel_args)
         else:
             h, z = gemm(x2d, fc1.weight.transpose(1, 2), offsets, bias=fc1.bias, act=act_op.act,
                         alpha=act_op.alpha, save_preact=keep_z)
@@ -86,19 +91,24 @@ class GroupedMLP(Fusion):
         dy2d = dy.reshape(-1, fc2.out_features).contiguous()
         z, probs = act_ctx.saved.x, getattr(act_ctx.saved, "probs", None)
 
+        h = dz = dprobs = None
+        if fc2_ctx.input_requires_grad:
+            if isinstance(act_op, GatedActivation):
+                launch = pick(dy2d, ggg_bwd.grouped_gemm_dgrad_gated,
+                              ggg_bwd.reference_grouped_gemm_dgrad_gated)
+                dz, dprobs, h = launch(dy2d, fc2_ctx.saved.weight, offsets, z, act=act_op.act,
+                                       probs=probs, want_h=fc2_ctx.weight_requires_grad,
+                                       **act_op.kernel_args)
+            else:
+                dz = fc2.input_grad(fc2_ctx, dy2d, act=act_op.act, alpha=act_op.alpha, act_grad_input=z)
         fc2_params = {}
         if fc2_ctx.weight_requires_grad:
-            fc2_params = fc2.param_grads(fc2_ctx, dy2d, _activation(act_op, z, probs))
-        if not fc2_ctx.input_requires_grad:
+            if h is None:
+                h = _activation(act_op, z, probs)
+            fc2_params = fc2.param_grads(fc2_ctx, dy2d, h)
+        if dz is None:
             return [OpGrads(None), OpGrads(None), OpGrads(None, fc2_params, (None,))]
 
-        dprobs = None
-        if isinstance(act_op, GatedActivation):
-            dh = fc2.input_grad(fc2_ctx, dy2d)
-            launch = pick(z, gated_kernels.gated_bwd, gated_kernels.reference_gated_bwd)
-            dz, dprobs = launch(z, dh, act_op.act, probs=probs, **act_op.kernel_args)
-        else:
-            dz = fc2.input_grad(fc2_ctx, dy2d, act=act_op.act, alpha=act_op.alpha, act_grad_input=z)
         dx = fc1.input_grad(fc1_ctx, dz)
         if dx is not None:
             dx = dx.view(*dy.shape[:-1], fc1.in_features)

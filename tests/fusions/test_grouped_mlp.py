@@ -9,26 +9,37 @@ import torch.nn.functional as F
 
 import fuseops
 from fuseops import ops
+from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from tests.helpers import DTYPES, REL_TOL, assert_close_rel, rel_err
 from tests.ops.harness import devices
 
 E, H, FFN = 4, 16, 12
 
 
-def _model(device, dtype, scaled, bias):
+def _model(device, dtype, scaled, bias, gate=None):
     return fuseops.Sequential(
         ops.GroupedLinear(E, H, 2 * FFN, bias=bias),
-        ops.SwiGLU(scaled=scaled),
+        gate if gate is not None else ops.SwiGLU(scaled=scaled),
         ops.GroupedLinear(E, FFN, H, bias=bias),
     ).to(device=device, dtype=dtype)
 
 
-def _loop(x, w1, b1, w2, b2, probs, sizes):
+def _swiglu(z):
+    a, b = z.chunk(2, -1)
+    return F.silu(a) * b
+
+
+def _clamped_interleaved(z, limit=7.0, alpha=1.702):
+    """gpt-oss's gate (ops.ClampedSwiGLU(interleaved=True) with its defaults)."""
+    a, b = z[:, 0::2].clamp(max=limit), z[:, 1::2].clamp(-limit, limit)
+    return a * torch.sigmoid(alpha * a) * (b + 1)
+
+
+def _loop(x, w1, b1, w2, b2, probs, sizes, gate=_swiglu):
     outs, start = [], 0
     for g, n in enumerate(sizes):
         z = x[start : start + n] @ w1[g].T + (b1[g] if b1 is not None else 0)
-        a, b = z.chunk(2, -1)
-        h = F.silu(a) * b
+        h = gate(z)
         if probs is not None:
             h = h * probs[start : start + n, None]
         outs.append(h @ w2[g].T + (b2[g] if b2 is not None else 0))
@@ -70,6 +81,62 @@ def test_fused_expert_mlp_matches_per_expert_float64_loop(device, dtype, sizes, 
         unfused(x.detach(), split, probs_ref, split).backward(dy)
         bound = max(REL_TOL[dtype] * 2, 2 * rel_err(probs_ref.grad, probs64.grad))
         assert rel_err(probs.grad, probs64.grad) <= bound, "probs grad"
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter runs only on CPU-only machines")
+@pytest.mark.parametrize("gate", ["swiglu", "clamped_interleaved"])
+@pytest.mark.parametrize(
+    "dtype, needs",
+    [(dtype, "all") for dtype in DTYPES]
+    + [(torch.bfloat16, "fc2_params_only"), (torch.bfloat16, "no_fc2_weight")],
+)
+def test_fused_gated_kernels_match_per_expert_float64_loop(dtype, gate, needs):
+    """The Triton kernels (interpreted): the gated FC1 forward, the gated FC2 dgrad (dz,
+    dprobs and h for FC2's wgrad), and the paths where only some gradients are wanted."""
+    sizes = [5, 0, 40, 3]
+    op = ops.SwiGLU(scaled=True) if gate == "swiglu" else ops.ClampedSwiGLU(interleaved=True, scaled=True)
+    model = _model("cpu", dtype, True, True, gate=op)
+    with torch.no_grad():
+        # Pre-activations beyond the clamp limit on both sides.
+        model[0].weight.mul_(10.0)
+    rows = sum(sizes)
+    # fc2_params_only: FC2's input needs no gradient (h recomputed alone); no_fc2_weight: the
+    # gated dgrad runs without writing h.
+    x = torch.randn(rows, H, dtype=dtype, requires_grad=needs != "fc2_params_only")
+    probs = torch.rand(rows, requires_grad=needs != "fc2_params_only")
+    split = torch.tensor(sizes)
+    frozen = {"all": (), "fc2_params_only": ("0.weight", "0.bias"), "no_fc2_weight": ("2.weight",)}[needs]
+    for name, p in model.named_parameters():
+        p.requires_grad_(name not in frozen)
+    unfused = copy.deepcopy(model)
+    unfused.fuse = False
+    with interpreted_kernels():
+        y = model(x, split, probs, split)
+        dy = torch.randn_like(y)
+        y.backward(dy)
+        leaves = [t.detach().clone().requires_grad_(t.requires_grad) for t in (x, probs)]
+        y_unfused = unfused(leaves[0], split, leaves[1], split)
+        y_unfused.backward(dy)
+    assert model.plan.forward == [("GroupedMLP", (0, 1, 2))]
+
+    p64 = {n: p.detach().double().requires_grad_() for n, p in model.named_parameters()}
+    x64 = x.detach().double().requires_grad_()
+    probs64 = probs.detach().double().requires_grad_()
+    y64 = _loop(x64, p64["0.weight"], p64["0.bias"], p64["2.weight"], p64["2.bias"], probs64, sizes,
+                _swiglu if gate == "swiglu" else _clamped_interleaved)
+    y64.backward(dy.double())
+    cases = [("output", y, y_unfused, y64), ("dx", x, leaves[0], x64), ("dprobs", probs, leaves[1], probs64)]
+    cases += [(f"{n} grad", p, q, p64[n]) for (n, p), q in zip(model.named_parameters(), unfused.parameters())]
+    for what, t, t_unfused, t64 in cases:
+        if what != "output":
+            if not t.requires_grad:
+                assert t.grad is None, what
+                continue
+            t, t_unfused, t64 = t.grad, t_unfused.grad, t64.grad
+        # bf16 rounding of z flips clamp decisions near the limit: hold the fused ops to
+        # the unfused ops' own error where that exceeds the tolerance.
+        bound = max(REL_TOL[dtype] * 2, 2 * rel_err(t_unfused.detach(), t64.detach()))
+        assert rel_err(t.detach(), t64.detach()) <= bound, what
 
 
 def _step(model, x, split, probs, dy):
