@@ -117,6 +117,8 @@ def test_fusion_equals_basic_ops_with_triton_kernels(fusion, data):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fusion", REGISTRY, ids=lambda f: f.name)
+# Each new shape compiles new kernel specialisations on the GPU (seconds each).
+@settings(max_examples=10)
 @given(data=st.data())
 def test_fusion_equals_basic_ops_on_cuda(fusion, data):
     check_fusion(fusion, data, "cuda")
