@@ -49,7 +49,6 @@ def cases(rows, n):
     gelu_grad = grad(y, x, dy)
     yield ("gelu_tanh bwd+dbias", lambda: activation.activation_bwd_dbias(x, dy, gelu),
            lambda: gelu_grad()[0].sum(0), 3 * size)
-    del y, gelu_grad
 
     xg = torch.randn(rows, 2 * n, device=dev, dtype=dt, requires_grad=True)
     silu = Activation.SILU
@@ -61,7 +60,6 @@ def cases(rows, n):
     yield "swiglu fwd", lambda: gated_activation.gated_fwd(xg, silu), swiglu, 3 * size
     y = swiglu()
     yield "swiglu bwd", lambda: gated_activation.gated_bwd(xg, dy, silu), grad(y, xg, dy), 5 * size
-    del y, xg
 
     _, rstd = norm.rmsnorm_fwd(x, w, EPS)
     yield "rmsnorm fwd", lambda: norm.rmsnorm_fwd(x, w, EPS), lambda: F.rms_norm(x, (n,), w, EPS), 2 * size

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
 from fuseops.kernels import activation as act_kernels
 from fuseops.kernels._triton import pick
 from fuseops.ops.activation import ActivationOp
@@ -54,8 +54,8 @@ class BackwardLinearBiasActivation(Fusion):
     stage = Stage.BACKWARD
 
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
-        if cfg.recipe is not None:
-            return "quantized recipes run the Linear's quantized GEMMs"
+        if reason := unquantized(cfg):
+            return reason
         return _bias_needs_grad(ops, cfg)
 
     def fused_backward(self, ops, ctxs: Sequence[OpContext], dy, extra_output_grads) -> list[OpGrads]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
 from fuseops.kernels import gemm as gemm_kernels
 from fuseops.kernels._triton import pick
 from fuseops.ops.activation import ActivationOp
@@ -19,9 +19,7 @@ class BackwardActivationLinear(Fusion):
     stage = Stage.BACKWARD
 
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
-        if cfg.recipe is not None:
-            return "quantized recipes run the Linear's quantized GEMM"
-        return None
+        return unquantized(cfg)
 
     def fused_backward(self, ops, ctxs: Sequence[OpContext], dy, extra_output_grads) -> list[OpGrads]:
         act_op, linear = ops

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
 from fuseops.kernels import gemm as gemm_kernels
 from fuseops.kernels._triton import pick
 from fuseops.ops.linear import Linear
@@ -18,9 +18,7 @@ class BackwardExtraOutputLinear(Fusion):
     stage = Stage.BACKWARD
 
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
-        if cfg.recipe is not None:
-            return "quantized recipes run the Linear's quantized GEMM"
-        return None
+        return unquantized(cfg)
 
     def fused_backward(self, ops, ctxs: Sequence[OpContext], dy, extra_output_grads) -> list[OpGrads]:
         _, linear = ops

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
 from fuseops.kernels import gemm as gemm_kernels
 from fuseops.kernels import gemm_gated as gated_gemm_kernels
 from fuseops.kernels._triton import pick
@@ -52,9 +52,7 @@ class ForwardLinearBiasActivation(Fusion):
     stage = Stage.FORWARD
 
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
-        if cfg.recipe is not None:
-            return "quantized recipes run the Linear's quantized GEMM"
-        return None
+        return unquantized(cfg)
 
     def fused_forward(self, ops, ctxs, x, extra_inputs: Sequence[tuple[Any, ...]]):
         linear, act_op = ops

@@ -65,6 +65,11 @@ def same_extra_input(a: Any, b: Any) -> bool:
     return isinstance(a, host) and isinstance(b, host) and list(a) == list(b)
 
 
+def unquantized(cfg: PlanConfig) -> str | None:
+    """Fusions built on plain GEMMs step aside under a recipe: the ops' quantized GEMMs run."""
+    return "quantized recipes run the ops' quantized GEMMs" if cfg.recipe is not None else None
+
+
 class Fusion:
     """Base of every fusion. Subclasses declare ``pattern`` and ``stage`` and override
     ``guard`` and ``fused_forward`` and/or ``fused_backward``."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, same_extra_input
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, same_extra_input, unquantized
 from fuseops.kernels import activation as act_kernels
 from fuseops.kernels import gated_activation as gated_kernels
 from fuseops.kernels import grouped_gemm as gg
@@ -48,8 +48,8 @@ class GroupedMLP(Fusion):
     stage = Stage.BOTH
 
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
-        if cfg.recipe is not None:
-            return "quantized recipes run the GroupedLinears' quantized GEMMs"
+        if reason := unquantized(cfg):
+            return reason
         if ops[0].num_groups != ops[2].num_groups:
             return "the two GroupedLinears have different group counts"
         if not same_extra_input(extra_inputs[0][0], extra_inputs[2][0]):
