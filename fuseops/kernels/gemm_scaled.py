@@ -73,8 +73,8 @@ def reduction_length(op: Operand, scaling: Scaling) -> int:
 
 def _configs() -> dict[tuple[Scaling, str], GemmConfig]:
     """Tile shapes by (format, path): ``tma`` operands, ``pointer`` (unaligned rows) and
-    ``accumulate`` (a float32 ``main_grad`` tile in the epilogue). BLOCK_K is the 128-long block
-    for BLOCK; MX and NVFP4 dequantize [*, 64] tiles in registers.
+    ``accumulate`` (a float32 tile in the epilogue: ``main_grad`` or a float32 output).
+    BLOCK_K is the 128-long block for BLOCK; MX and NVFP4 dequantize [*, 64] tiles in registers.
 
     The GPU entries are the largest tiles that compile for sm_90 within 227 KB of shared memory
     and without register spills (``triton.compile`` for sm_90 and cuobjdump, no GPU needed);
@@ -100,8 +100,10 @@ def _configs() -> dict[tuple[Scaling, str], GemmConfig]:
     }
 
 
-def pick_config(scaling: Scaling, tma: bool, accumulate: bool = False) -> GemmConfig:
-    return _configs()[scaling, "pointer" if not tma else "accumulate" if accumulate else "tma"]
+def pick_config(scaling: Scaling, tma: bool, float32_tile: bool = False) -> GemmConfig:
+    """``float32_tile``: the epilogue reads or writes float32 (main_grad, a float32 output);
+    its staging of a 128x256 float32 tile does not fit beside 3 stages of the wide config."""
+    return _configs()[scaling, "pointer" if not tma else "accumulate" if float32_tile else "tma"]
 
 
 @triton.jit
@@ -227,7 +229,7 @@ def gemm_scaled(
     Returns:
         y [M, N].
     """
-    cfg = pick_config(scaling, tma_ok(a.data, b.data), main_grad is not None)
+    cfg = pick_config(scaling, tma_ok(a.data, b.data), main_grad is not None or out_dtype == torch.float32)
     return launch_gemm_scaled(a, b, scaling, out_dtype, bias, main_grad, out, cfg)
 
 

@@ -195,7 +195,7 @@ def grouped_gemm_scaled(
         y [M, N].
     """
     b_mem = b.data if b.data.stride(2) == 1 else b.data.contiguous()
-    cfg = pick_config(scaling, tma_ok(a.data, b_mem))
+    cfg = pick_config(scaling, tma_ok(a.data, b_mem), out_dtype == torch.float32)
     return launch_grouped_gemm_scaled(a, b, offsets, scaling, out_dtype, bias, out, cfg)
 
 

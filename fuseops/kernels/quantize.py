@@ -136,22 +136,22 @@ def quantize_kernel(
     if SCALING == 0 or SCALING == 3:
         enc = tl.load(encode + g)
     if SCALING == 0 or BLOCK_2D:
-        if SCALING == 0:
-            q = to_fp8(tile * enc, ELEM)
-        else:
+        # One multiplier for the whole tile: the tensor's encode scale, or the tile's power of two.
+        mult = enc
+        if BLOCK_2D:
             k = pow2_exponent(finite_amax(tile, None), ELEM)
-            q = to_fp8(tile * exp2i(-k), ELEM)
+            mult = exp2i(-k)
             if ROWWISE:
                 tl.store(scale + pid_b * stride_sb + pid_r * stride_sr + pid_c, exp2i(k))
             if COLUMNWISE:
                 tl.store(scale_t + pid_b * stride_ub + pid_c * stride_uc + pid_r, exp2i(k))
         if ROWWISE:
-            _store(data, q, rows, mask_r, stride_dr, col0, C, False, BLOCK_R, BLOCK_C)
+            _store(data, to_fp8(tile * mult, ELEM), rows, mask_r, stride_dr, col0, C, False, BLOCK_R, BLOCK_C)
         # Column-wise stores cover positions < RP: whole tiles of the padded grouped layout
         # (zeros past a group's rows), the valid rows otherwise.
         if COLUMNWISE:
-            _store(data_t, tl.trans(q), cols, mask_c, stride_tc, pid_r * BLOCK_R, RP, False,
-                   BLOCK_C, BLOCK_R)
+            _store(data_t, to_fp8(tl.trans(tile) * mult, ELEM), cols, mask_c, stride_tc, pid_r * BLOCK_R, RP,
+                   False, BLOCK_C, BLOCK_R)
     else:
         if ROWWISE:
             q, s = _quantize_blocks(tile, enc, SCALING, ELEM, BLOCK, BLOCK_R, BLOCK_C)
@@ -250,6 +250,20 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
     if C == 0 or rp == 0 or B == 0:
         return bufs
     x = x if x.stride(2) == 1 else x.contiguous()
+    # Triton 3.6 on sm_90 miscompiles the one-pass form of the whole-tile formats on float32
+    # input (the column-wise copy loses about half its elements; seen on the H100): there the
+    # two copies take a pass each.
+    one_pass = not (x.dtype == torch.float32 and (scaling == Scaling.TENSOR or block_2d))
+    for copies in [(rowwise, columnwise)] if one_pass else [(rowwise, False), (False, columnwise)]:
+        if any(copies):
+            _launch(x, offsets, encode, bufs, scaling, element, block_2d, copies, rp, cfg)
+    return bufs
+
+
+def _launch(x, offsets, encode, bufs: Buffers, scaling, element, block_2d, copies: tuple[bool, bool], rp: int,
+            cfg: tuple[int, int, int]) -> None:
+    B, R, C = x.shape
+    groups = offsets.shape[0] - 1 if offsets is not None else None
     br, bc, warps = cfg
     data, scale, data_t, scale_t = (_kernel_view(t, x) for t in bufs)
     quantize_kernel[(triton.cdiv(rp, br), triton.cdiv(C, bc), B)](
@@ -259,10 +273,9 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
         x.stride(0), x.stride(1), *_strides(bufs.data), *_strides(bufs.scale),
         *_strides(bufs.data_t), *_strides(bufs.scale_t),
         SCALING=int(scaling), ELEM=int(element), BLOCK=BLOCK_SIZE[scaling] or 1, BLOCK_2D=block_2d,
-        ROWWISE=rowwise, COLUMNWISE=columnwise, GROUPED=offsets is not None,
+        ROWWISE=copies[0], COLUMNWISE=copies[1], GROUPED=offsets is not None,
         BLOCK_R=br, BLOCK_C=bc, BLOCK_G=max(16, triton.next_power_of_2(groups or 1)), num_warps=warps,
     )
-    return bufs
 
 
 def _reference_blocks(v: torch.Tensor, enc: torch.Tensor, scaling: Scaling, element: Element):
