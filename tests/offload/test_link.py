@@ -239,6 +239,8 @@ def test_peak_memory_drops_by_what_was_offloaded():
     # 0's input is the leaf (stays), layer n-1 is kept.
     group = 2 * tokens * (2 * width + 2 * hidden)
     assert stats["bytes_offloaded"] == (n - 1) * group - 2 * tokens * width
-    # The prefetch of layer n-2 starts once the kept layer's backward has freed room
-    # for it, so almost all of what moved is off the device at the peak.
-    assert without - with_offload >= 0.85 * stats["bytes_offloaded"]
+    # At the backward peak two offloaded groups are back: the one whose backward runs and
+    # the previous one, prefetched once half of it is consumed (scheduler.py); the rest of
+    # what moved is off the device. Measured on an H100: 818 MB saved; offloaded less two
+    # groups is 821 MB.
+    assert without - with_offload >= 0.95 * (stats["bytes_offloaded"] - 2 * group)
