@@ -50,3 +50,15 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
     if t.is_floating_point():
         return t.fill_(float("nan"))
     return t.fill_(torch.iinfo(t.dtype).max)
+
+
+def assert_bitwise(out: torch.Tensor | None, ref: torch.Tensor | None, what: str = "") -> None:
+    """Same presence, shape, dtype and bits (float8 and E8M0 compared as their bytes)."""
+    assert (out is None) == (ref is None), f"{what}: presence differs"
+    if out is None:
+        return
+    assert out.shape == ref.shape and out.dtype == ref.dtype, f"{what}: {out.shape} {out.dtype} vs {ref.shape} {ref.dtype}"
+    ob = out.view(torch.uint8) if out.element_size() == 1 else out
+    rb = ref.view(torch.uint8) if ref.element_size() == 1 else ref
+    bad = (ob != rb).sum().item()
+    assert bad == 0, f"{what}: {bad} of {out.numel()} differ"

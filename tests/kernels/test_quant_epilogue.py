@@ -1,0 +1,52 @@
+"""The quantize epilogue's reference and buffers: what producers write, by format."""
+
+import pytest
+import torch
+
+from fuseops.kernels import quant_epilogue as qe
+from fuseops.kernels.quant_formats import Element, Scaling
+from fuseops.kernels.quantize import reference_quantize
+from fuseops.kernels.quantize_amax import reference_amax
+from tests.helpers import DTYPES, assert_bitwise
+
+# (scaling, element): the input formats of every recipe, and E5M2 for the block formats.
+FORMATS = {
+    "tensor": (Scaling.TENSOR, Element.E4M3),
+    "block": (Scaling.BLOCK, Element.E4M3),
+    "block_e5m2": (Scaling.BLOCK, Element.E5M2),
+    "mx": (Scaling.MX, Element.E4M3),
+    "mx_e5m2": (Scaling.MX, Element.E5M2),
+    "nvfp4": (Scaling.NVFP4, Element.E2M1),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_reference_emit_is_the_row_wise_copy_or_the_row_amaxes(fmt, dtype):
+    scaling, element = FORMATS[fmt]
+    y = (torch.randn(37, 150) * 5).to(dtype)
+    got = qe.reference_emit(y, scaling=scaling, element=element, store_y=False)
+    assert got.y is None
+    if qe.blocks_in_epilogue(scaling):
+        ref = reference_quantize(y[None], None, None, scaling=scaling, element=element)
+        assert_bitwise(got.data, ref.data[0], "data")
+        assert_bitwise(got.scale, ref.scale[0], "scale")
+        assert got.row_amax is None
+    else:
+        assert got.data is None and got.scale is None
+        assert_bitwise(got.row_amax.amax()[None], reference_amax(y[None], None, 1), "amax")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_allocate_matches_the_reference_layout(fmt):
+    scaling, element = FORMATS[fmt]
+    y = torch.randn(5, 40, dtype=torch.bfloat16)
+    out = qe.allocate(5, 40, y.dtype, y.device, scaling=scaling, element=element, store_y=True)
+    ref = qe.reference_emit(y, scaling=scaling, element=element, store_y=True)
+    for name, buf, value in zip(qe.Emitted._fields, out, ref):
+        assert (buf is None) == (value is None), name
+        if buf is not None:
+            assert buf.shape == value.shape and buf.dtype == value.dtype, name
+    if out.row_amax is not None:
+        assert (out.row_amax == 0).all()
+    assert qe.reference_emit(y, scaling=scaling, element=element, store_y=True, out=out) is out
