@@ -1,0 +1,106 @@
+"""Producers that emit quantized output: a norm or activation whose kernel ends in the quantize
+epilogue (``fuseops/kernels/quant_epilogue.py``) hands the next GEMM a storage equal, buffer
+for buffer, to ``quantize(y, recipe, role=INPUT, ...)`` of its high-precision output ``y``.
+
+What the producer pass writes, by the recipe's input format:
+
+| recipe | producer pass | then |
+| --- | --- | --- |
+| ``FP8Blockwise`` (1x128), ``MXFP8`` (1x32) | row-wise data and scales: single pass | nothing |
+| ``FP8CurrentScaling``, ``NVFP4`` | ``y`` and per-row amaxes | ``tensor_scales``, then the cast of ``y`` |
+
+The per-tensor scale needs the whole tensor's amax before any element is cast, so those two
+formats keep the cast kernel's pass over ``y``; only the amax pass is saved. When the weight
+gradient needs the column-wise (transposed) copy, the producer also writes ``y`` and the cast
+kernel makes that copy from it: one more write and read of ``y`` in the block formats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fuseops.kernels import quantize as kq
+from fuseops.kernels import quantize_amax as ka
+from fuseops.kernels._triton import pick
+from fuseops.kernels.quant_epilogue import Emitted, blocks_in_epilogue
+from fuseops.kernels.quant_formats import tensor_qmax
+from fuseops.quant.recipes import QuantFormat, Recipe, TensorRole
+from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
+
+
+@dataclass(frozen=True)
+class EmitPlan:
+    """How a producer writes its output for a GEMM input under ``recipe``; ``columnwise``:
+    whether the GEMM's weight gradient needs the column-wise copy too."""
+
+    recipe: Recipe
+    columnwise: bool
+
+    @property
+    def format(self) -> QuantFormat:
+        return self.recipe.format(TensorRole.INPUT)
+
+    @property
+    def single_pass(self) -> bool:
+        """The producer pass writes the whole storage (block formats, no column-wise copy)."""
+        return blocks_in_epilogue(self.format.scaling) and not self.columnwise
+
+    @property
+    def kernel_args(self) -> dict[str, object]:
+        """Keyword arguments of every producer launcher with the quantize epilogue."""
+        return {"scaling": self.format.scaling, "element": self.format.element, "store_y": not self.single_pass}
+
+
+def _tensor_amax(row_amax: torch.Tensor, offsets: torch.Tensor | None) -> torch.Tensor:
+    """float32 [G] (or [1]) amax per tensor from per-row amaxes, on device without a sync."""
+    rows = torch.arange(row_amax.shape[0], device=row_amax.device)
+    if offsets is None:
+        group, tensors = torch.zeros_like(rows), 1
+    else:
+        group, tensors = torch.searchsorted(offsets[1:], rows, right=True), offsets.shape[0] - 1
+    # Maxima of non-negative values: order-independent, and 0 for an empty group.
+    out = torch.zeros(tensors, dtype=torch.float32, device=row_amax.device)
+    return out.scatter_reduce_(0, group, row_amax, "amax")
+
+
+def emitted_storage(plan: EmitPlan, emitted: Emitted, *, dtype: torch.dtype,
+                    offsets: torch.Tensor | None = None) -> QuantizedTensor:
+    """The storage of ``y`` [M, C] from what its producer emitted under ``plan``.
+
+    Args:
+        plan: the format and copies.
+        emitted: the producer launcher's output, launched with ``plan.kernel_args``.
+        dtype: ``y``'s dtype (the storage's high-precision dtype).
+        offsets: int [G + 1] row-group offsets on the device (grouped GEMM input), or None.
+    Returns:
+        What ``quantize(y, plan.recipe, role=INPUT, rowwise=True, columnwise=plan.columnwise,
+        offsets=offsets)`` returns, bit for bit.
+    """
+    fmt = plan.format
+    # y is written for every format but the single-pass ones, whose data has y's shape.
+    shape = (emitted.y if emitted.y is not None else emitted.data).shape
+    data, scale, data_t, scale_t, tensor_scale = emitted.data, emitted.scale, None, None, None
+    if offsets is not None:
+        offsets = offsets.to(torch.int64)
+    if not plan.single_pass:
+        y3 = emitted.y[None]
+        encode = None
+        if emitted.row_amax is not None:
+            scales = pick(y3, ka.tensor_scales, ka.reference_tensor_scales)
+            encode, tensor_scale = scales(_tensor_amax(emitted.row_amax, offsets), tensor_qmax(fmt.scaling, fmt.element))
+        # The block formats' row-wise copy is already written; the cast adds what is missing.
+        rowwise = emitted.data is None
+        bufs = pick(y3, kq.quantize, kq.reference_quantize)(
+            y3, offsets, encode, scaling=fmt.scaling, element=fmt.element, block_2d=False,
+            rowwise=rowwise, columnwise=plan.columnwise)
+        if rowwise:
+            data, scale = bufs.data[0], None if bufs.scale is None else bufs.scale[0]
+        if plan.columnwise:
+            data_t, scale_t = bufs.data_t[0], None if bufs.scale_t is None else bufs.scale_t[0]
+    common = {"format": fmt, "shape": shape, "dtype": dtype, "tensor_scale": tensor_scale,
+              "data": data, "scale": scale, "data_t": data_t, "scale_t": scale_t}
+    if offsets is not None:
+        return GroupedQuantizedTensor(**common, offsets=offsets)
+    return QuantizedTensor(**common)
