@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, quantized
 from fuseops.ops.grouped_linear import GroupedLinear, device_offsets
 from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp
@@ -24,9 +24,7 @@ class ForwardQuantizeLinear(Fusion):
     stage = Stage.FORWARD
 
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
-        if cfg.recipe is None:
-            return "no recipe is active, so nothing is quantized"
-        return None
+        return quantized(cfg)
 
     def fused_forward(self, ops, ctxs, x, extra_inputs: Sequence[tuple[Any, ...]]):
         cast_op, linear = ops

@@ -70,6 +70,11 @@ def unquantized(cfg: PlanConfig) -> str | None:
     return "quantized recipes run the ops' quantized GEMMs" if cfg.recipe is not None else None
 
 
+def quantized(cfg: PlanConfig) -> str | None:
+    """Fusions that hand a GEMM its input already quantized apply only under a recipe."""
+    return "no recipe is active, so nothing is quantized" if cfg.recipe is None else None
+
+
 class Fusion:
     """Base of every fusion. Subclasses declare ``pattern`` and ``stage`` and override
     ``guard`` and ``fused_forward`` and/or ``fused_backward``."""

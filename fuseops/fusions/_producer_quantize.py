@@ -1,0 +1,48 @@
+"""The shared half of the producer -> Linear forward fusions under a recipe: the producer
+(a norm or an activation) emits its output quantized (``fuseops.quant.emit``), and the Linear
+or GroupedLinear runs its own quantized forward on that storage, so its saved state is the
+op's own ``QuantizedLinearSaved`` (column-wise copy as an activation: offloadable)."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, quantized
+from fuseops.kernels.quant_epilogue import Emitted
+from fuseops.ops.grouped_linear import GroupedLinear, device_offsets
+from fuseops.ops.linear import Linear
+from fuseops.ops.op import BasicOp, OpContext
+from fuseops.quant.emit import EmitPlan, emitted_storage
+
+# Tensor-parallel Linears have no quantized forward; they are left to their basic op.
+CONSUMER = match(Linear, GroupedLinear, where=lambda op: getattr(op, "local_gemm", True))
+
+
+class ProducerQuantizeLinear(Fusion):
+    """Base of (producer, Linear | GroupedLinear) forward fusions; subclasses declare the
+    pattern and ``produce``."""
+
+    stage = Stage.FORWARD
+
+    def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
+        return quantized(cfg)
+
+    @abc.abstractmethod
+    def produce(self, op: BasicOp, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...],
+                plan: EmitPlan) -> Emitted:
+        """Run ``op``'s forward with the quantize epilogue (launched with
+        ``plan.kernel_args``), leaving ``ctx.saved`` as ``op``'s own forward would."""
+
+    def fused_forward(self, ops, ctxs, x, extra_inputs: Sequence[tuple[Any, ...]]):
+        producer, linear = ops
+        linear_ctx = ctxs[1]
+        plan = EmitPlan(linear_ctx.recipe, columnwise=linear_ctx.weight_requires_grad)
+        emitted = self.produce(producer, ctxs[0], x, extra_inputs[0], plan)
+        offsets = device_offsets(extra_inputs[1][0], x.device) if isinstance(linear, GroupedLinear) else None
+        qx = emitted_storage(plan, emitted, dtype=x.dtype, offsets=offsets)
+        y, _ = linear.op_forward(linear_ctx, qx, extra_inputs[1])
+        return y.view(*x.shape[:-1], linear.out_features), [(), ()]
