@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from benchmarks._timing import interleaved_medians
 from fuseops.kernels._activations import Activation
 from fuseops.kernels.gemm import GemmConfig, gemm, launch_gemm, reference_gemm
 from fuseops.kernels.gemm_gated import gemm_gated, launch_gemm_gated
@@ -75,9 +76,8 @@ def bench(fn):
 
 
 def bench_pair(ours, theirs, rounds=3):
-    """Median over alternating rounds: the H100's clocks drift with power over seconds."""
-    times = [(bench(ours), bench(theirs)) for _ in range(rounds)]
-    return tuple(sorted(col)[rounds // 2] for col in zip(*times))
+    times = interleaved_medians({"ours": ours, "theirs": theirs}, rounds)
+    return times["ours"], times["theirs"]
 
 
 def run_benchmark(out_dir):

@@ -5,6 +5,8 @@ Baselines in the same run: eager ``F.linear`` + the torch activation, and the sa
 function under ``torch.compile`` (the stronger of the two is the reference for the
 ratio). TFLOP/s count the GEMMs only: 2*T*in*out forward, 3x that for forward+backward.
 
+Times are medians over three interleaved rounds (benchmarks/_timing.py).
+
     PYTHONPATH=. python3 benchmarks/linear.py [--no-compile] [--out benchmarks/results]
 """
 
@@ -16,9 +18,8 @@ import pathlib
 
 import torch
 import torch.nn.functional as F
-import triton.testing
-
 import fuseops
+from benchmarks._timing import interleaved_medians
 from fuseops import ops
 
 SHAPES = [(16384, 4096, 14336), (16384, 14336, 4096)]
@@ -31,10 +32,6 @@ def torch_gelu(x, w, b):
 def torch_swiglu(x, w, b):
     a, g = F.linear(x, w, b).chunk(2, -1)
     return F.silu(a) * g
-
-
-def bench(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
 
 
 def fwd_bwd(fn, x, dy, params):
@@ -61,13 +58,12 @@ def measure(tokens, k, n, act, use_compile):
 
     flops = 2 * tokens * k * n
     row = {"tokens": tokens, "in": k, "out": n, "act": act}
+    forward = {"fuseops": lambda: model(x)}
+    forward.update({name: (lambda fn=fn: fn(x, w, b)) for name, fn in candidates.items()})
     with torch.no_grad():
-        row["fwd_ms"] = {"fuseops": bench(lambda: model(x))}
-        for name, fn in candidates.items():
-            row["fwd_ms"][name] = bench(lambda: fn(x, w, b))
-    row["fwdbwd_ms"] = {"fuseops": bench(fwd_bwd(lambda: model(x), x, dy, (w, b)))}
-    for name, fn in candidates.items():
-        row["fwdbwd_ms"][name] = bench(fwd_bwd(lambda: fn(x, w, b), x, dy, (w, b)))
+        row["fwd_ms"] = interleaved_medians(forward, warmup=50, rep=200)
+    both = {name: fwd_bwd(fn, x, dy, (w, b)) for name, fn in forward.items()}
+    row["fwdbwd_ms"] = interleaved_medians(both, warmup=50, rep=200)
     row["plan_forward"] = model.plan.forward
     row["plan_backward"] = model.plan.backward
     for stage, mult in (("fwd", 1), ("fwdbwd", 3)):

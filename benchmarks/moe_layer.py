@@ -216,16 +216,22 @@ def tflops(shape: dict, mode: str, ms: float) -> float:
     return flops / (ms * 1e-3) / 1e12
 
 
+def eager_outputs(case: Case, layer: Callable[[], torch.Tensor]) -> list[torch.Tensor]:
+    """Output and gradients of one eager forward+backward. Nothing of its graph outlives the
+    call: a live AccumulateGrad node made on the default stream breaks a later capture."""
+    set_grads_to_none(case)
+    y = layer()
+    y.backward(case.dy)
+    return [y.detach()] + [t.grad.clone() for t in case.leaves()]
+
+
 def graph_check(case: Case) -> dict:
     """Capture fuseops' forward+backward in a CUDA graph under one routing, replay it after
     copying another routing into the same tensors, and compare the output and gradients
     with an eager run of that routing (relative errors)."""
     layer = fuseops_layer(case)
     case.route(1)
-    set_grads_to_none(case)
-    y = layer()
-    y.backward(case.dy)
-    ref = [y.detach()] + [t.grad.clone() for t in case.leaves()]
+    ref = eager_outputs(case, layer)
     case.route(2)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

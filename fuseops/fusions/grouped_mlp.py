@@ -106,6 +106,8 @@ class GroupedMLP(Fusion):
             if h is None:
                 h = _activation(act_op, z, probs)
             fc2_params = fc2.param_grads(fc2_ctx, dy2d, h)
+        # FC1's backward, where FC1's weight gradient makes the peak, needs only dz.
+        h = None
         if dz is None:
             return [OpGrads(None), OpGrads(None), OpGrads(None, fc2_params, (None,))]
 

@@ -1,0 +1,19 @@
+"""Timing shared by the benchmarks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import triton.testing
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int = 3, *, warmup: int = 25,
+                        rep: int = 100) -> dict[str, float]:
+    """Milliseconds per call of each function: the median over ``rounds`` rounds that time
+    every function in turn (the H100's clocks drift with power over seconds, so a side timed
+    all at once can land on a slower stretch than the other)."""
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+    return {name: sorted(ts)[rounds // 2] for name, ts in times.items()}
