@@ -56,6 +56,14 @@ def test_plan_shows_the_fusion_under_a_recipe_only(recipe):
             assert ("ForwardNormQuantizeLinear", (0, 1), reason) in model.plan.declined
 
 
+def test_the_quantize_op_casts_at_a_boundary():
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.RMSNorm(64), ops.Quantize(), ops.Linear(64, 32))
+    with fuseops.autocast(recipe=recipes.MXFP8()):
+        model(torch.randn(8, 64))
+    assert model.plan.forward == [("RMSNorm", (0,)), ("ForwardQuantizeLinear", (1, 2))]
+
+
 def _step(model, x, extras, recipe, *, offload=False, grad=True):
     """Outputs, then every gradient, of one step; and the offload stats."""
     model.zero_grad(set_to_none=True)

@@ -15,8 +15,7 @@ from fuseops.kernels import gated_activation as gated_kernels
 from fuseops.kernels import quant_epilogue as qe
 from fuseops.kernels._activations import Activation
 from tests.helpers import DTYPES, assert_bitwise, assert_close_rel, cuda_or_skip
-from tests.kernels.test_norm_quantize import _poisoned
-from tests.kernels.test_quant_epilogue import FORMATS
+from tests.kernels.test_quant_epilogue import FORMATS, poisoned_outputs
 
 # Rows off the row tile; output widths below, across and off every block length.
 SHAPES = [(3, 5), (19, 150), (0, 8)]
@@ -30,7 +29,7 @@ GATES = {
 def _gated(x, gate, probs, store_y, fmt, launch):
     kw = {k: v for k, v in GATES[gate].items() if k != "probs"}
     scaling, element = FORMATS[fmt]
-    out = _poisoned(x.shape[0], x.shape[1] // 2, x.dtype, x.device, scaling, element, store_y)
+    out = poisoned_outputs(x.shape[0], x.shape[1] // 2, x.dtype, x.device, scaling, element, store_y)
     return launch(x, probs=probs, scaling=scaling, element=element, store_y=store_y, out=out, **kw)
 
 
@@ -53,7 +52,7 @@ def _check_plain(x, act, fmt, exact=True):
     scaling, element = FORMATS[fmt]
 
     def run(store_y):
-        out = _poisoned(*x.shape, x.dtype, x.device, scaling, element, store_y)
+        out = poisoned_outputs(*x.shape, x.dtype, x.device, scaling, element, store_y)
         return kernels.activation_quantize_fwd(x, act, scaling=scaling, element=element, store_y=store_y, out=out)
 
     _check(run(True), plain_kernels.activation_fwd(x, act), lambda: run(False), fmt, exact)

@@ -11,8 +11,8 @@ import torch
 
 from fuseops.kernels import norm_quantize as kernels
 from fuseops.kernels import quant_epilogue as qe
-from tests.helpers import DTYPES, assert_bitwise, assert_close_rel, cuda_or_skip, poison_
-from tests.kernels.test_quant_epilogue import FORMATS
+from tests.helpers import DTYPES, assert_bitwise, assert_close_rel, cuda_or_skip
+from tests.kernels.test_quant_epilogue import FORMATS, poisoned_outputs
 
 # (3, 5) holds each row in one block; (19, 200) reads rows in chunks under the interpreter
 # (MX, NVFP4) and has a partial last block; (0, 8) has no rows.
@@ -23,18 +23,10 @@ KINDS = ["layernorm", "layernorm-nobias", "rmsnorm"]
 NORM_FORMATS = ["tensor", "block", "mx", "nvfp4"]
 
 
-def _poisoned(rows, n, dtype, device, scaling, element, store_y):
-    out = qe.allocate(rows, n, dtype, device, scaling=scaling, element=element, store_y=store_y)
-    for t in (out.y, out.data, out.scale):
-        if t is not None:
-            poison_(t.view(torch.uint8) if t.element_size() == 1 else t)
-    return out
-
-
 def _run(x, weight, bias, kind, zc, scaling, element, store_y, launch_kernel=True):
     args = {"scaling": scaling, "element": element, "store_y": store_y}
     if launch_kernel:
-        args["out"] = _poisoned(*x.shape, x.dtype, x.device, scaling, element, store_y)
+        args["out"] = poisoned_outputs(*x.shape, x.dtype, x.device, scaling, element, store_y)
     if kind == "rmsnorm":
         launch = kernels.rmsnorm_quantize_fwd if launch_kernel else kernels.reference_rmsnorm_quantize_fwd
         emitted, rstd = launch(x, weight, EPS, zc, **args)

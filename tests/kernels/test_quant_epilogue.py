@@ -7,7 +7,7 @@ from fuseops.kernels import quant_epilogue as qe
 from fuseops.kernels.quant_formats import Element, Scaling
 from fuseops.kernels.quantize import reference_quantize
 from fuseops.kernels.quantize_amax import reference_amax
-from tests.helpers import DTYPES, assert_bitwise
+from tests.helpers import DTYPES, assert_bitwise, poison_
 
 # (scaling, element): the input formats of every recipe, and E5M2 for the block formats.
 FORMATS = {
@@ -18,6 +18,15 @@ FORMATS = {
     "mx_e5m2": (Scaling.MX, Element.E5M2),
     "nvfp4": (Scaling.NVFP4, Element.E2M1),
 }
+
+
+def poisoned_outputs(rows, n, dtype, device, scaling, element, store_y):
+    """A producer's ``out``: y, data and scales poisoned (``row_amax`` stays zero: kernels max into it)."""
+    out = qe.allocate(rows, n, dtype, device, scaling=scaling, element=element, store_y=store_y)
+    for t in (out.y, out.data, out.scale):
+        if t is not None:
+            poison_(t.view(torch.uint8) if t.element_size() == 1 else t)
+    return out
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
