@@ -15,15 +15,18 @@ CONFIGS = [
 ]
 
 
-def saved_storages_by_group(layers, x):
+def saved_storages_by_group(layers, x, *, with_counts=False):
     """A reference count of what the scheduler should move: per layer, the distinct
-    storages autograd saves that are neither parameters nor the leaf input."""
-    per_group, current = [], None
+    storages autograd saves that are neither parameters nor the leaf input, in save
+    order (their sizes; ``with_counts``: (size, tensors saved from it) pairs)."""
+    per_group, current, alive = [], None, []
 
     def pack(t):
         base = t if t._base is None else t._base
         if not isinstance(base, torch.nn.Parameter) and not (base.is_leaf and base.requires_grad):
-            current[t.untyped_storage()._cdata] = (t.untyped_storage().nbytes(), t)
+            n, count = current.get(t.untyped_storage()._cdata, (t.untyped_storage().nbytes(), 0))
+            current[t.untyped_storage()._cdata] = (n, count + 1)
+            alive.append(t)
         return t
 
     x = x.detach().requires_grad_()
@@ -33,7 +36,7 @@ def saved_storages_by_group(layers, x):
             current = {}
             per_group.append(current)
             h = h + layer(h)
-    return [[n for n, _ in g.values()] for g in per_group]
+    return [list(g.values()) if with_counts else [n for n, _ in g.values()] for g in per_group]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
@@ -71,19 +74,37 @@ def test_bytes_offloaded_match_an_independent_count():
 
 def test_group_budget_keeps_what_does_not_fit():
     layers, x = mlp_layers(n=3), torch.randn(40, 32)
-    groups = saved_storages_by_group(layers, x)
+    groups = saved_storages_by_group(layers, x, with_counts=True)
     budget = 16_000
-    expected = 0
-    for sizes in groups[:-1]:
+    moved = moved_tensors = over_budget = 0
+    # The last group stays (keep_last=1); in the others, storages in save order, each
+    # moving while it fits in what the budget has left.
+    for storages in groups[:-1]:
         left = budget
-        for n in sizes:
+        for n, tensors in storages:
             if n <= left:
                 left -= n
-                expected += n
+                moved, moved_tensors = moved + n, moved_tensors + tensors
+            else:
+                over_budget += tensors
+    assert 0 < moved and over_budget > 0 and moved_tensors > 0
     step = run_step(layers, x, dict(min_tensor_bytes=0, group_budget_bytes=budget))
     assert_bitwise(step, run_step(layers, x))
-    assert step.offload.stats["bytes_offloaded"] == expected
-    assert step.offload.stats["skipped_budget"] > 0
+    stats = step.offload.stats
+    assert stats["bytes_offloaded"] == stats["bytes_reloaded"] == moved
+    assert stats["tensors_offloaded"] == moved_tensors
+    assert stats["skipped_budget"] == over_budget
+    assert stats["skipped_kept"] == sum(tensors for _, tensors in groups[-1])
+
+
+def test_a_zero_budget_moves_nothing_and_is_bitwise():
+    layers, x = mlp_layers(n=3), torch.randn(40, 32)
+    groups = saved_storages_by_group(layers, x, with_counts=True)
+    step = run_step(layers, x, dict(min_tensor_bytes=0, keep_last=0, group_budget_bytes=0))
+    assert_bitwise(step, run_step(layers, x))
+    stats = step.offload.stats
+    assert stats["bytes_offloaded"] == stats["bytes_reloaded"] == stats["tensors_offloaded"] == 0
+    assert stats["skipped_budget"] == sum(tensors for g in groups for _, tensors in g)
 
 
 def test_fuseops_sequential_calls_are_groups_and_bitwise():

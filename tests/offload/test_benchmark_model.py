@@ -32,3 +32,5 @@ def test_link_budget_arithmetic():
     # 6 ms of forward at 54 GB/s, planning for 90% of the link.
     assert link_budget(6e-3) == int(6e-3 * 54e9 * 0.9)
     assert link_budget(1e-3, bytes_per_s=10e9, margin=1.0) == 10_000_000
+    # offload_activations' docstring: a 2 ms layer hides 108 MB, 97 MB planned.
+    assert link_budget(2e-3, margin=1.0) == 108_000_000 and link_budget(2e-3) == 97_200_000
