@@ -74,11 +74,12 @@ def run(x, offsets, n, fmt, *, rowwise=True, columnwise=True):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", ["tensor_e4m3", "tensor_e5m2", "block_128x128"])
 @pytest.mark.parametrize("layout", ["dense", "stacked", "grouped"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_small_shapes(fmt, layout, dtype):
-    """Row strides that are multiples of 16 (vectorised stores), where float32 once failed."""
+    """Whole-tile formats at row strides that are multiples of 16, where the one-pass form
+    lost column-wise elements on float32 input (quantize.py)."""
     if layout == "grouped" and FORMATS[fmt][2]:
         pytest.skip("128x128 tiles are for stacked weights")
     x, offsets, n = make(layout, dtype)
