@@ -6,7 +6,7 @@
 #
 #   bash benchmarks/run_gpu.sh kernels [pytest args]    # gpu-marked kernel tests
 #   bash benchmarks/run_gpu.sh rest [pytest args]       # everything else but the property suite
-#   bash benchmarks/run_gpu.sh props -k "A or B"        # CUDA property suite, some fusions
+#   bash benchmarks/run_gpu.sh props "GroupedMLP or Backward"   # CUDA property suite, some fusions
 #   bash benchmarks/run_gpu.sh bench linear moe_layer   # benchmarks; results.tar comes back
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-dev}
@@ -27,7 +27,7 @@ case "$part" in
   kernels) pytest_part -m gpu tests/kernels "$@" ;;
   rest) pytest_part tests --ignore=tests/kernels --ignore=tests/distributed \
       --ignore=tests/fusions/test_fusion_properties.py "$@" ;;
-  props) pytest_part tests/fusions/test_fusion_properties.py -k cuda "$@" ;;
+  props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
   bench)
     for name in "$@"; do
       echo "== $name"
