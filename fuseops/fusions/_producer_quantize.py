@@ -18,7 +18,8 @@ from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp, OpContext
 from fuseops.quant.emit import EmitPlan, emitted_storage
 
-# Tensor-parallel Linears have no quantized forward; they are left to their basic op.
+# Tensor-parallel Linears quantize their input after the collectives (column parallel with
+# SP gathers it in high precision first); they are left to their basic op.
 CONSUMER = match(Linear, GroupedLinear, where=lambda op: getattr(op, "local_gemm", True))
 
 

@@ -59,6 +59,24 @@ def quantized_forward(
     return y, saved
 
 
+def quantize_grad(
+    saved: QuantizedLinearSaved, dy2d: torch.Tensor, *, need_dgrad: bool, need_wgrad: bool
+) -> QuantizedTensor:
+    """The output gradient in the recipe's gradient format: row-wise for dgrad,
+    column-wise for wgrad."""
+    return quantize(
+        dy2d, saved.recipe, role=TensorRole.GRAD, rowwise=need_dgrad, columnwise=need_wgrad, offsets=saved.offsets
+    )
+
+
+def quantized_wgrad(
+    saved: QuantizedLinearSaved, qdy: QuantizedTensor, *, out_dtype: torch.dtype, main_grad: torch.Tensor | None
+) -> torch.Tensor | None:
+    """``dy^T @ x``; added into ``main_grad`` (and None returned) when given."""
+    dw = linear_wgrad(qdy, saved.x, out_dtype=out_dtype, main_grad=main_grad)
+    return None if main_grad is not None else dw
+
+
 def quantized_backward(
     saved: QuantizedLinearSaved,
     dy2d: torch.Tensor,
@@ -68,13 +86,7 @@ def quantized_backward(
     main_grad: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(dx, dw)``; ``dw`` is added into ``main_grad`` (and returned as None) when given."""
-    qdy = quantize(
-        dy2d, saved.recipe, role=TensorRole.GRAD, rowwise=need_dgrad, columnwise=need_wgrad, offsets=saved.offsets
-    )
+    qdy = quantize_grad(saved, dy2d, need_dgrad=need_dgrad, need_wgrad=need_wgrad)
     dx = linear_dgrad(qdy, saved.weight) if need_dgrad else None
-    dw = None
-    if need_wgrad:
-        dw = linear_wgrad(qdy, saved.x, out_dtype=dy2d.dtype, main_grad=main_grad)
-        if main_grad is not None:
-            dw = None
+    dw = quantized_wgrad(saved, qdy, out_dtype=dy2d.dtype, main_grad=main_grad) if need_wgrad else None
     return dx, dw

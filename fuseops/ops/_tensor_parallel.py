@@ -14,22 +14,34 @@ over the ranks (sequence-major layouts such as [s, b, h], or token rows). Withou
 what follows a row-parallel Linear runs alike on every rank, so its ``dy`` (and its
 bias gradient) is the same everywhere; with SP the row bias gradient comes from the
 gathered ``dy`` and is whole too. Weight gradients are this rank's shard.
+
+Under a quantized recipe the collectives stay in the activation's dtype: the local GEMM
+quantizes its own (gathered) input, and backward quantizes the (gathered) ``dy``, as the
+unparallel Linear does. Per-tensor scales (FP8 current scaling, NVFP4) are then each
+rank's own operand's; no amax is reduced over the ranks, as none needs to be: every
+quantized operand is a tensor of its own GEMM. Column parallel with SP keeps the
+column-wise quantized copy of its gathered input for the weight gradient (no re-gather).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 from fuseops.ops.op import OpContext, TensorSpec
 
 if TYPE_CHECKING:
     from fuseops.ops.linear import Linear
+
+# ``F.linear``'s signature: the local GEMM that the collectives surround.
+Gemm = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
 def _all_gather_single(*args: Any, **kwargs: Any) -> Any:
@@ -198,12 +210,16 @@ class TensorParallel:
                 shape = (x.shape[0] // self.world_size,) + shape[1:]
         return x.with_shape(shape)
 
-    def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *, gemm: Gemm = F.linear
+    ) -> torch.Tensor:
+        """The collectives around the local ``gemm`` (``F.linear``, or the quantized one
+        under a recipe, which then sees the gathered input and returns the partial sum)."""
         if self.column:
             if self.sequence_parallel:
                 x = all_gather(x, self.group)
-            return torch.nn.functional.linear(x, weight, bias)
-        y = torch.nn.functional.linear(x, weight)
+            return gemm(x, weight, bias)
+        y = gemm(x, weight, None)
         y = reduce_scatter(y, self.group) if self.sequence_parallel else all_reduce_(y, self.group)
         # Added after the reduction, so every rank adds the whole bias exactly once.
         return y if bias is None else y.add_(bias)
@@ -216,12 +232,15 @@ class TensorParallel:
         if not self.column and self.sequence_parallel:
             # The backward of the forward's reduce-scatter; both GEMMs read the whole dy.
             dy = all_gather(dy, self.group)
+        # Under a recipe dy is quantized after its gather, once for both GEMMs.
+        qdy = linear.quantize_grad(ctx, dy)
         # Column parallel with SP keeps only its input shard for backward and re-gathers
         # it for the weight gradient (saving P-1 shards), overlapping the dgrad GEMM.
+        # Quantized, it kept the column-wise copy of the gathered input instead.
         gather = None
-        if self.column and self.sequence_parallel and ctx.weight_requires_grad:
+        if self.column and self.sequence_parallel and ctx.weight_requires_grad and qdy is None:
             gather = start_all_gather(ctx.saved.x, self.group)
-        dx = linear.input_grad(ctx, dy)
+        dx = linear.input_grad(ctx, dy, qdy)
         reduction = None
         if self.column and dx is not None:
             # Each rank holds a partial dx (its slice of the out features); the sum
@@ -233,5 +252,5 @@ class TensorParallel:
                 reduction = Pending(dx, dist.all_reduce(dx, group=self.group, async_op=True))
         if gather is not None:
             ctx.saved = dataclasses.replace(ctx.saved, x=gather.wait())
-        params = linear.param_grads(ctx, dy)
+        params = linear.param_grads(ctx, dy, qdy=qdy)
         return (dx if reduction is None else reduction.wait()), params

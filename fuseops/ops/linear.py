@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -10,9 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from fuseops.ops import _checks
-from fuseops.ops._quantized import QuantizedLinearSaved, quantized_backward, quantized_forward
+from fuseops.ops._quantized import QuantizedLinearSaved, quantize_grad, quantized_forward, quantized_wgrad
 from fuseops.ops._tensor_parallel import TensorParallel
 from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec, activation, parameter
+from fuseops.quant import linear_dgrad
 from fuseops.quant.storage import QuantizedTensor
 
 
@@ -134,62 +136,72 @@ class Linear(BasicOp):
 
     def op_forward(self, ctx: OpContext, x: Any, extra_inputs: tuple[Any, ...]):
         if ctx.recipe is not None:
-            return self._quantized_forward(ctx, x), ()
-        self.save(ctx, x)
+            gemm = functools.partial(self._quantized_gemm, ctx)
+        else:
+            self.save(ctx, x)
+            gemm = F.linear
         if self.tensor_parallel is not None:
-            return self.tensor_parallel.forward(x, self.weight, self.bias), ()
-        return F.linear(x, self.weight, self.bias), ()
+            # The collectives stay in x's dtype around the (quantized or not) local GEMM.
+            return self.tensor_parallel.forward(x, self.weight, self.bias, gemm=gemm), ()
+        return gemm(x, self.weight, self.bias), ()
 
-    def input_grad(self, ctx: OpContext, dy: torch.Tensor) -> torch.Tensor | None:
-        saved: LinearSaved = ctx.saved
-        return dy @ saved.weight if ctx.input_requires_grad else None
+    def _quantized_gemm(
+        self, ctx: OpContext, x: torch.Tensor | QuantizedTensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``F.linear`` on the recipe's formats, keeping the column-wise copies for backward.
 
-    def param_grads(self, ctx: OpContext, dy: torch.Tensor, dbias: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
-        """Weight (and bias) gradients; ``dbias`` when a fused kernel already reduced it."""
-        if not ctx.weight_requires_grad:
-            return {}
-        saved: LinearSaved = ctx.saved
-        out_features, in_features = self.weight.shape
-        dy2d = dy.reshape(-1, out_features)
-        x2d = saved.x.reshape(-1, in_features)
-        grads = {"weight": weight_grad(dy2d, x2d, self.weight, self.accumulate_into_main_grad)}
-        if self.bias is not None:
-            grads["bias"] = dbias if dbias is not None else dy2d.sum(0)
-        return grads
-
-    def _quantized_forward(self, ctx: OpContext, x: torch.Tensor | QuantizedTensor) -> torch.Tensor:
-        """The GEMM on the recipe's formats; ``x`` may arrive already quantized."""
-        if self.tensor_parallel is not None:
-            raise ValueError(
-                "Linear: quantized recipes run only without tensor_parallel_mode; got "
-                f"tensor_parallel_mode={self.tensor_parallel.mode.value!r} under {type(ctx.recipe).__name__}"
-            )
-        x2d = x if isinstance(x, QuantizedTensor) else x.reshape(-1, self.in_features).contiguous()
+        ``x`` may arrive already quantized (a producer emitted it). Under tensor
+        parallelism it is the local GEMM's input (gathered first with column SP), quantized
+        here on its own: per-tensor scales come from this rank's operand, as they would
+        for any one unparallel GEMM, so no amax is reduced over the ranks.
+        """
+        x2d = x if isinstance(x, QuantizedTensor) else x.reshape(-1, x.shape[-1]).contiguous()
         y, saved = quantized_forward(
-            ctx.recipe, x2d, self.weight, self.bias,
+            ctx.recipe, x2d, weight, bias,
             need_dgrad=ctx.input_requires_grad, need_wgrad=ctx.weight_requires_grad,
         )
         if ctx.needs_backward:
             ctx.saved = saved
-        return y.view(*x.shape[:-1], self.out_features)
+        return y.view(*x.shape[:-1], weight.shape[0])
 
-    def _quantized_backward(self, ctx: OpContext, dy: torch.Tensor) -> OpGrads:
-        dy2d = dy.reshape(-1, self.out_features).contiguous()
-        accumulate = self.accumulate_into_main_grad and ctx.weight_requires_grad
-        dx, dw = quantized_backward(
-            ctx.saved, dy2d, need_dgrad=ctx.input_requires_grad, need_wgrad=ctx.weight_requires_grad,
-            main_grad=_checks.main_grad(self.weight) if accumulate else None,
-        )
-        params: dict[str, torch.Tensor | None] = {}
-        if ctx.weight_requires_grad:
-            params["weight"] = dw
-            if self.bias is not None:
-                params["bias"] = dy2d.sum(0)
-        return OpGrads(None if dx is None else dx.view(*dy.shape[:-1], self.in_features), params)
+    def quantize_grad(self, ctx: OpContext, dy: torch.Tensor) -> QuantizedTensor | None:
+        """``dy`` in the recipe's gradient format when forward ran quantized, else None;
+        quantized once for both GEMMs (with SP, row parallel passes the gathered ``dy``)."""
+        if not isinstance(ctx.saved, QuantizedLinearSaved):
+            return None
+        dy2d = dy.reshape(-1, self.weight.shape[0]).contiguous()
+        return quantize_grad(ctx.saved, dy2d, need_dgrad=ctx.input_requires_grad, need_wgrad=ctx.weight_requires_grad)
+
+    def input_grad(self, ctx: OpContext, dy: torch.Tensor, qdy: QuantizedTensor | None = None) -> torch.Tensor | None:
+        """``dy @ weight``; from the quantized copies when ``qdy`` is given."""
+        if not ctx.input_requires_grad:
+            return None
+        if qdy is not None:
+            return linear_dgrad(qdy, ctx.saved.weight).view(*dy.shape[:-1], self.weight.shape[1])
+        return dy @ ctx.saved.weight
+
+    def param_grads(
+        self, ctx: OpContext, dy: torch.Tensor, dbias: torch.Tensor | None = None, *, qdy: QuantizedTensor | None = None
+    ) -> dict[str, torch.Tensor | None]:
+        """Weight (and bias) gradients; ``dbias`` when a fused kernel already reduced it;
+        the weight's from the quantized copies when ``qdy`` is given."""
+        if not ctx.weight_requires_grad:
+            return {}
+        saved = ctx.saved
+        out_features, in_features = self.weight.shape
+        dy2d = dy.reshape(-1, out_features)
+        if qdy is not None:
+            main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad else None
+            grads = {"weight": quantized_wgrad(saved, qdy, out_dtype=dy.dtype, main_grad=main_grad)}
+        else:
+            x2d = saved.x.reshape(-1, in_features)
+            grads = {"weight": weight_grad(dy2d, x2d, self.weight, self.accumulate_into_main_grad)}
+        if self.bias is not None:
+            grads["bias"] = dbias if dbias is not None else dy2d.sum(0)
+        return grads
 
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
-        if isinstance(ctx.saved, QuantizedLinearSaved):
-            return self._quantized_backward(ctx, dy)
         if self.tensor_parallel is not None:
             return OpGrads(*self.tensor_parallel.backward(self, ctx, dy))
-        return OpGrads(self.input_grad(ctx, dy), self.param_grads(ctx, dy))
+        qdy = self.quantize_grad(ctx, dy)
+        return OpGrads(self.input_grad(ctx, dy, qdy), self.param_grads(ctx, dy, qdy=qdy))
