@@ -5,9 +5,8 @@ each step covers a contiguous run of ops and is either one basic op or a fused o
 borrows them. Forward and backward are partitioned independently, so a run of ops can
 be fused in one direction and not the other.
 
-Saved state crosses the autograd boundary by role: activation tensors (and each plain
-buffer of a quantized storage) go through ``ctx.save_for_backward``, so torch's
-saved-tensor hooks (offloading) see them; parameters and meta stay as plain references.
+Saved state crosses the autograd boundary by role (``_saved_state.py``): activation
+tensors, and each plain buffer of a quantized storage, go through ``ctx.save_for_backward``.
 This module knows fused ops only through the ``ForwardFusion``/``BackwardFusion``
 protocols; the fuser builds plans from its registry.
 """
@@ -21,7 +20,8 @@ from typing import Any, Protocol
 
 import torch
 
-from fuseops.ops.op import BasicOp, OpContext, OpGrads, Role, Saved, TensorSpec
+from fuseops.ops._saved_state import pack_saved, unpack_saved
+from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec
 
 
 class ForwardFusion(Protocol):
@@ -165,64 +165,12 @@ def _run_forward(plan, ops, ctxs, x, extra_inputs):
     return x, extra_outputs
 
 
-def _pack(value: Any, role: Role, tensors: list[torch.Tensor]) -> Any:
-    """Replace activation tensors by their index in ``tensors``; storages buffer by buffer."""
-    if role is not Role.ACTIVATION or value is None:
-        return value
-    if isinstance(value, torch.Tensor):
-        tensors.append(value)
-        return _Slot((len(tensors) - 1,))
-    if hasattr(value, "data_tensors"):
-        buffers = value.data_tensors()
-        tensors.extend(buffers)
-        # The slot keeps the storage's layout over empty meta buffers: holding the real
-        # ones here would keep them on the device past an offload.
-        skeleton = value.with_data_tensors([torch.empty(0, device="meta") for _ in buffers])
-        return _Slot(tuple(range(len(tensors) - len(buffers), len(tensors))), skeleton)
-    return value
-
-
-@dataclass(frozen=True)
-class _Slot:
-    positions: tuple[int, ...]
-    storage: Any = None
-
-    def unpack(self, tensors: Sequence[torch.Tensor]) -> Any:
-        if self.storage is None:
-            return tensors[self.positions[0]]
-        return self.storage.with_data_tensors([tensors[i] for i in self.positions])
-
-
-def _pack_saved(ctxs: Sequence[OpContext]) -> tuple[list[torch.Tensor], list[Saved | None]]:
-    tensors: list[torch.Tensor] = []
-    records: list[Saved | None] = []
-    for ctx in ctxs:
-        saved = ctx.saved
-        if saved is not None:
-            packed = {name: _pack(v, role, tensors) for name, v, role in saved.fields_by_role()}
-            saved = dataclasses.replace(saved, **packed)
-            # Drop the op's own reference so the packed copy is the only one.
-            ctx.saved = None
-        records.append(saved)
-    return tensors, records
-
-
-def _unpack_saved(records: Sequence[Saved | None], tensors: Sequence[torch.Tensor]) -> list[Saved | None]:
-    out = []
-    for saved in records:
-        if saved is not None:
-            fields = {n: v.unpack(tensors) for n, v, _ in saved.fields_by_role() if isinstance(v, _Slot)}
-            saved = dataclasses.replace(saved, **fields)
-        out.append(saved)
-    return out
-
-
 class _PlanFunction(torch.autograd.Function):
     @staticmethod
     def forward(autograd_ctx, state: _RunState, x: torch.Tensor, *flat_inputs: Any):
         autograd_ctx.set_materialize_grads(False)
         y, extra_outputs = _run_forward(state.plan, state.ops, state.ctxs, x, state.extra_inputs)
-        tensors, state.records = _pack_saved(state.ctxs)
+        tensors, state.records = pack_saved(state.ctxs)
         autograd_ctx.save_for_backward(*tensors)
         autograd_ctx.state = state
         outputs = [y] + [t for outs in extra_outputs for t in outs]
@@ -238,7 +186,7 @@ class _PlanFunction(torch.autograd.Function):
     def backward(autograd_ctx, dy: torch.Tensor | None, *flat_extra_output_grads):
         state: _RunState = autograd_ctx.state
         ops, ctxs, plan = state.ops, state.ctxs, state.plan
-        for ctx, saved in zip(ctxs, _unpack_saved(state.records, autograd_ctx.saved_tensors)):
+        for ctx, saved in zip(ctxs, unpack_saved(state.records, autograd_ctx.saved_tensors)):
             ctx.saved = saved
         extra_output_grads, i = [], 0
         for op in ops:
