@@ -95,14 +95,15 @@ def test_plan_declines_fused_mlp_under_recipes(recipe):
 
 
 @pytest.mark.parametrize("recipe", [r for r, *_ in FLOORS], ids=IDS)
-def test_dense_and_grouped_mlps_train_under_every_recipe(recipe):
+@pytest.mark.parametrize("device", devices())
+def test_dense_and_grouped_mlps_train_under_every_recipe(recipe, device):
     """API.md's two examples, a few SGD steps: the loss falls and stays finite."""
     torch.manual_seed(0)
     dense = fuseops.Sequential(ops.RMSNorm(64), ops.Linear(64, 128), ops.GELU(approximate="tanh"), ops.Linear(128, 64))
     experts = fuseops.Sequential(ops.GroupedLinear(4, 64, 2 * 48), ops.SwiGLU(), ops.GroupedLinear(4, 48, 64))
-    split = [32, 0, 64, 32]
-    for model, extras in ((dense, []), (experts, [split, split])):
-        x, target = torch.randn(128, 64), torch.randn(128, 64)
+    split = torch.tensor([32, 0, 64, 32], device=device)
+    for model, extras in ((dense.to(device), []), (experts.to(device), [split, split])):
+        x, target = torch.randn(128, 64, device=device), torch.randn(128, 64, device=device)
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         losses = []
         for _ in range(6):
