@@ -12,7 +12,7 @@ import torch
 from fuseops.kernels import quantize as kq
 from fuseops.kernels.quantize_amax import amax
 from fuseops.kernels.quant_formats import Element, Scaling, padded_rows, tensor_encode_scale
-from tests.helpers import poison_
+from tests.helpers import assert_bitwise, poison_
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -48,14 +48,7 @@ def encode_for(x, offsets, n, scaling, element):
 
 def assert_same(out: kq.Buffers, ref: kq.Buffers, what: str) -> None:
     for name, o, r in zip(kq.Buffers._fields, out, ref):
-        assert (o is None) == (r is None), f"{what} {name}"
-        if o is None:
-            continue
-        assert o.shape == r.shape and o.dtype == r.dtype, f"{what} {name}: {o.shape} {o.dtype} vs {r.shape} {r.dtype}"
-        ob = o.view(torch.uint8) if o.element_size() == 1 else o
-        rb = r.view(torch.uint8) if r.element_size() == 1 else r
-        bad = (ob != rb).sum().item()
-        assert bad == 0, f"{what} {name}: {bad} of {o.numel()} differ"
+        assert_bitwise(o, r, f"{what} {name}")
 
 
 def run(x, offsets, n, fmt, *, rowwise=True, columnwise=True):
