@@ -32,9 +32,11 @@ from tests.helpers import DTYPES  # noqa: E402
 def checks():
     from tests.ops.test_comm import check_comm_ops
     from tests.ops.test_tensor_parallel import check_tensor_parallel
+    from tests.ops.test_tensor_parallel_quantized import check_quantized_tensor_parallel
     from tests.test_moe_dispatch import check_dispatch_roundtrip, check_expert_parallel_moe
 
-    return [check_comm_ops, check_tensor_parallel, check_dispatch_roundtrip, check_expert_parallel_moe]
+    return [check_comm_ops, check_tensor_parallel, check_quantized_tensor_parallel, check_dispatch_roundtrip,
+            check_expert_parallel_moe]
 
 
 def run_all(device: torch.device) -> bool:
