@@ -61,3 +61,21 @@ def assert_bitwise(got: Step, want: Step) -> None:
         assert a is not None and b is not None, f"tensor {i}: missing gradient"
         assert a.dtype == b.dtype and a.shape == b.shape, f"tensor {i}: {a.dtype} {a.shape} vs {b.dtype} {b.shape}"
         assert torch.equal(a, b), f"tensor {i}: not bit-for-bit equal (max diff {(a - b).abs().max()})"
+
+
+def offloaded_like_plain(model, x: torch.Tensor) -> Any:
+    """A squared-sum step of ``model`` on ``x`` without, then with offloading (every tensor
+    moves); asserts bit-equal outputs and input grads and returns the offload handle."""
+
+    def step(offload: bool):
+        xr = x.clone().requires_grad_()
+        scope = offload_activations(min_tensor_bytes=0, keep_last=0) if offload else contextlib.nullcontext()
+        with scope as handle:
+            y = model(xr)
+        y.square().sum().backward()
+        return y.detach(), xr.grad, handle
+
+    y0, g0, _ = step(False)
+    y1, g1, handle = step(True)
+    assert torch.equal(y0, y1) and torch.equal(g0, g1)
+    return handle
