@@ -62,7 +62,10 @@ def train_step(model, opt, x, target, offload: bool):
 
 def train_side_by_side(plain, offloaded, data):
     """Train both copies on the same batches; their losses must agree bit for bit."""
-    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (plain, offloaded)]
+    # Adam moves every weight by about lr per step, so a unit's input sum moves by about
+    # lr * fan-in: lr = 0.05 / hidden keeps a step small at any width.
+    lr = 0.05 / plain.blocks[0][1].in_features
+    opts = [torch.optim.AdamW(m.parameters(), lr=lr) for m in (plain, offloaded)]
     for i, (x, target) in enumerate(data):
         loss, _ = train_step(plain, opts[0], x, target, offload=False)
         loss_off, handle = train_step(offloaded, opts[1], x, target, offload=True)

@@ -8,8 +8,9 @@ Backward, gated: FC2's dgrad applies the gate's derivative in its epilogue and, 
 same tile of ``z``, writes ``h`` again and the probabilities' gradient (float32 partial
 sums, no atomics), so recomputing ``h`` costs no extra pass; then FC2's wgrad with that
 ``h``, then FC1's dgrad and wgrad. Plain activations: FC2's dgrad applies ``act'(z)`` in
-its epilogue and ``h`` is recomputed by one elementwise pass (also for gated activations
-when FC2's input needs no gradient). Both GroupedLinears must get the same split sizes
+its epilogue and ``h`` is recomputed by one elementwise pass before it (also for gated
+activations when FC2's input needs no gradient). When the backward frees the graph, dz is
+written over z, which it no longer needs. Both GroupedLinears must get the same split sizes
 (the same tensor, or equal host values), else the basic ops run. Split sizes stay on the
 device: no host sync anywhere.
 """
@@ -31,6 +32,7 @@ from fuseops.kernels._triton import pick
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.gated import GatedActivation, GatedSaved
 from fuseops.ops.grouped_linear import GroupedLinear, GroupedLinearSaved, device_offsets
+from fuseops.ops._saved_state import graph_freed_after_backward
 from fuseops.ops.op import BasicOp, OpContext, OpGrads
 
 
@@ -91,16 +93,23 @@ class GroupedMLP(Fusion):
         dy2d = dy.reshape(-1, fc2.out_features).contiguous()
         z, probs = act_ctx.saved.x, getattr(act_ctx.saved, "probs", None)
 
+        # When this backward frees the graph, z is dead once FC2's dgrad has read it: dz
+        # (z's shape) is written over it, tile by tile, each tile read before it is written.
+        # That saves a z-sized buffer at FC1's weight gradient, the peak.
+        dz_out = z if graph_freed_after_backward() else None
         h = dz = dprobs = None
+        if fc2_ctx.weight_requires_grad and not isinstance(act_op, GatedActivation):
+            h = _activation(act_op, z, probs)
         if fc2_ctx.input_requires_grad:
             if isinstance(act_op, GatedActivation):
                 launch = pick(dy2d, ggg_bwd.grouped_gemm_dgrad_gated,
                               ggg_bwd.reference_grouped_gemm_dgrad_gated)
                 dz, dprobs, h = launch(dy2d, fc2_ctx.saved.weight, offsets, z, act=act_op.act,
                                        probs=probs, want_h=fc2_ctx.weight_requires_grad,
-                                       **act_op.kernel_args)
+                                       out=dz_out, **act_op.kernel_args)
             else:
-                dz = fc2.input_grad(fc2_ctx, dy2d, act=act_op.act, alpha=act_op.alpha, act_grad_input=z)
+                dz = fc2.input_grad(fc2_ctx, dy2d, act=act_op.act, alpha=act_op.alpha,
+                                    act_grad_input=z, out=dz_out)
         fc2_params = {}
         if fc2_ctx.weight_requires_grad:
             if h is None:

@@ -163,14 +163,15 @@ def gemm_scaled_kernel(
     SCALING: tl.constexpr, A_ROWS_PER_SCALE: tl.constexpr, B_ROWS_PER_SCALE: tl.constexpr,
     HAS_OUTER_A: tl.constexpr, HAS_OUTER_B: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    FLATTEN: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     # KB: bytes per row of data; BKB: bytes per K step (NVFP4 packs two elements per byte).
     BKB: tl.constexpr = BLOCK_K // 2 if SCALING == 3 else BLOCK_K
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(KB, BKB)
-    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, num_programs, flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, num_programs, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = swizzle(tile, tiles_m, tiles_n, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -266,7 +267,8 @@ def launch_gemm_scaled(a: Operand, b: Operand, scaling: Scaling, out_dtype: torc
         SCALING=int(scaling), A_ROWS_PER_SCALE=a.rows_per_scale, B_ROWS_PER_SCALE=b.rows_per_scale,
         HAS_OUTER_A=a.outer is not None, HAS_OUTER_B=b.outer is not None, HAS_BIAS=bias is not None, ACCUMULATE=main_grad is not None, TMA=tma,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        FLATTEN=cfg.flatten, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        FLATTEN=cfg.flatten, WARP_SPECIALIZE=cfg.warp_specialize,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y
 

@@ -47,6 +47,8 @@ class GemmConfig:
     num_stages: int
     flatten: bool = True
     split_epilogue: bool = False
+    # Hopper: TMA loads in their own warps (needs flatten off).
+    warp_specialize: bool = False
 
 
 def _configs() -> dict[str, GemmConfig]:
@@ -221,14 +223,15 @@ def grouped_gemm_kernel(
     TMA_LOAD: tl.constexpr, TMA_STORE: tl.constexpr, B_TRANS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_EPILOGUE: tl.constexpr, BLOCK_G: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-    FLATTEN: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     # With TMA_LOAD, ``a`` is a descriptor over [M, K] and ``b`` one over the weight as it
     # lies in memory: [G, N, K] when B_TRANS (K contiguous), else [G, K, N].
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles, first = _group_tiles(offsets, G, tiles_n, BLOCK_M, BLOCK_G)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), tl.sum(tiles), NUM_PROGRAMS, flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), tl.sum(tiles), NUM_PROGRAMS, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
         g, local = _locate(tile, tiles, first, BLOCK_G)
         row0 = tl.load(offsets + g)
         size = (tl.load(offsets + g + 1) - row0).to(tl.int32)
@@ -350,6 +353,7 @@ def launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
         TMA_LOAD=tma_load, TMA_STORE=tma_store, B_TRANS=b_trans,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, SPLIT_EPILOGUE=split,
         BLOCK_G=max(16, triton.next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y, preact

@@ -48,21 +48,26 @@ class GatedGemmConfig:
     # The epilogue runs on this many column slices of the tile (fewer live registers).
     epilogue_parts: int = 1
     flatten: bool = True
+    # Hopper: TMA loads in their own warps (needs flatten off).
+    warp_specialize: bool = False
 
 
 def _configs() -> dict[str, GatedGemmConfig]:
     """Tiles by operand class: 16-bit behind TMA, unaligned 16-bit (``pointer``), float32.
     Under the interpreter the TMA class slices its epilogue as on GPU (both forms tested).
 
-    On GPU, not timed yet: ptxas (sm_90) finds no spills and <= 197 KB SMEM for the heaviest
-    epilogue (clamped SwiGLU, probs, z saved). ``tma`` does the MACs per K-step of grouped_gemm's
-    measured 128x256 ``wide`` tile; ``benchmarks/moe_layer.py`` is the measurement to retune with.
+    ``tma`` was timed on an H100 (bf16 SwiGLU with probs, z saved; .notes/grouped_gemm.md):
+    the flattened persistent loop ran the two accumulators at 476 TFLOP/s at the Mixtral
+    shape (E=8, M=16384, K=4096, 2F=28672) and 491 at Qwen3-30B-A3B's (E=128, M=262144,
+    K=2048, 2F=1536); without flattening 703 / 611, and with warp-specialized loads and 4
+    stages 707 / 637. ``pointer`` and ``fp32`` are the largest tiles that compile for sm_90
+    without spills (ptxas), not timed.
     """
     if INTERPRET:
         tiny = GatedGemmConfig(32, 32, 32, 2, 4, 1)
         return {"tma": dataclasses.replace(tiny, epilogue_parts=2), "pointer": tiny, "fp32": tiny}
     return {
-        "tma": GatedGemmConfig(128, 128, 64, 8, 8, 3, epilogue_parts=2),
+        "tma": GatedGemmConfig(128, 128, 64, 8, 8, 4, epilogue_parts=2, flatten=False, warp_specialize=True),
         "pointer": GatedGemmConfig(64, 64, 64, 8, 8, 3),
         "fp32": GatedGemmConfig(64, 32, 32, 8, 4, 2),
     }
@@ -218,14 +223,15 @@ def grouped_gemm_gated_fwd_kernel(
     TMA_LOAD: tl.constexpr, TMA_STORE: tl.constexpr, B_TRANS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EPILOGUE_PARTS: tl.constexpr, BLOCK_G: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-    FLATTEN: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     # b_a / b_b: the gate and up halves of b (views or descriptors); interleaved, b_a is all
     # of b and a tile reads its 2 * BLOCK_N columns from 2 * off_n.
     tiles_n = tl.cdiv(F, BLOCK_N)
     tiles, first = _group_tiles(offsets, G, tiles_n, BLOCK_M, BLOCK_G)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), tl.sum(tiles), NUM_PROGRAMS, flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), tl.sum(tiles), NUM_PROGRAMS, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
         g, local = _locate(tile, tiles, first, BLOCK_G)
         row0 = tl.load(offsets + g)
         size = (tl.load(offsets + g + 1) - row0).to(tl.int32)
@@ -349,6 +355,7 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
         TMA_STORE=tma_store, B_TRANS=b_trans, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
         GROUP_M=cfg.group_m, EPILOGUE_PARTS=cfg.epilogue_parts,
         BLOCK_G=max(16, triton.next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return h, z

@@ -54,16 +54,18 @@ from fuseops.kernels.grouped_gemm_gated import (
 
 
 def _configs() -> dict[str, GatedGemmConfig]:
-    """Tiles by operand class, as grouped_gemm_gated.py's. On GPU, not timed yet: ``tma`` is
-    grouped_gemm's 128x128 ``fused`` tile (its class for epilogues that read a second [M, N]
-    tensor) with the epilogue in 4 column slices: in 2, clamped SwiGLU + probs + h spilled
-    196-528 bytes (ptxas, sm_90); in 4, none, at <= 173 KB SMEM (the pointer class: 40 bytes
-    for clamped halves). Retune with ``benchmarks/moe_layer.py``."""
+    """Tiles by operand class, as grouped_gemm_gated.py's. ``tma`` was timed on an H100 (bf16
+    SwiGLU with probs and h; .notes/grouped_gemm.md): a 128x256 tile with the epilogue in 8
+    column slices ran 509 TFLOP/s at the Mixtral shape (E=8, M=16384, K=4096, F=14336) and
+    346 at Qwen3-30B-A3B's (E=128, M=262144, K=2048, F=768), against 410 / 311 for 128x128 in
+    4 slices; 16 slices, 2 slices, 4 stages and warp-specialized loads were slower.
+    ``pointer`` and ``fp32`` are the largest tiles that compile for sm_90 without spills
+    (ptxas), not timed."""
     if INTERPRET:
         tiny = GatedGemmConfig(32, 32, 32, 2, 4, 1)
         return {"tma": GatedGemmConfig(32, 32, 32, 2, 4, 1, epilogue_parts=2), "pointer": tiny, "fp32": tiny}
     return {
-        "tma": GatedGemmConfig(128, 128, 64, 8, 8, 4, epilogue_parts=4),
+        "tma": GatedGemmConfig(128, 256, 64, 8, 8, 3, epilogue_parts=8),
         "pointer": GatedGemmConfig(64, 64, 64, 8, 8, 3),
         "fp32": GatedGemmConfig(64, 32, 32, 8, 4, 2),
     }
@@ -120,13 +122,14 @@ def grouped_gemm_gated_bwd_kernel(
     TMA_LOAD: tl.constexpr, TMA_Z: tl.constexpr, TMA_STORE: tl.constexpr, B_TRANS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EPILOGUE_PARTS: tl.constexpr, BLOCK_G: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-    FLATTEN: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     # partials: [tiles_n, M]; the tile (g, pid_m, pid_n) owns its group's rows of row pid_n.
     tiles_n = tl.cdiv(F, BLOCK_N)
     tiles, first = _group_tiles(offsets, G, tiles_n, BLOCK_M, BLOCK_G)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), tl.sum(tiles), NUM_PROGRAMS, flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), tl.sum(tiles), NUM_PROGRAMS, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
         g, local = _locate(tile, tiles, first, BLOCK_G)
         row0 = tl.load(offsets + g)
         size = (tl.load(offsets + g + 1) - row0).to(tl.int32)
@@ -222,7 +225,7 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
         WANT_H=want_h, TMA_LOAD=tma_load, TMA_Z=tma_z, TMA_STORE=tma_store, B_TRANS=b_trans,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         EPILOGUE_PARTS=cfg.epilogue_parts, BLOCK_G=max(16, triton.next_power_of_2(G)),
-        NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        NUM_PROGRAMS=programs, FLATTEN=cfg.flatten, WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     dprobs = None

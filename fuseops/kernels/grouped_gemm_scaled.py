@@ -71,6 +71,7 @@ def grouped_gemm_scaled_kernel(
     HAS_OUTER_B: tl.constexpr, HAS_BIAS: tl.constexpr, TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     BLOCK_G: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
 ):
     # With TMA, ``a`` is a descriptor over [M, KB] (a tile may overhang into the next group:
     # those rows are dropped on store) and ``b`` one over [G, N, KB].
@@ -78,7 +79,8 @@ def grouped_gemm_scaled_kernel(
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles, first = _group_tiles(offsets, G, tiles_n, BLOCK_M, BLOCK_G)
     k_tiles = tl.cdiv(KB, BKB)
-    for tile in tl.range(tl.program_id(0), tl.sum(tiles), NUM_PROGRAMS, flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), tl.sum(tiles), NUM_PROGRAMS, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
         g, local = _locate(tile, tiles, first, BLOCK_G)
         row0 = tl.load(offsets + g)
         size = (tl.load(offsets + g + 1) - row0).to(tl.int32)
@@ -122,14 +124,15 @@ def grouped_gemm_scaled_wgrad_kernel(
     stride_an, stride_bk, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg, stride_dwn,
     SCALING: tl.constexpr, HAS_OUTER: tl.constexpr, ACCUMULATE: tl.constexpr, TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-    FLATTEN: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     # Reduction over positions: BLOCK_M of them per step, BMB bytes (NVFP4 packs pairs).
     BMB: tl.constexpr = BLOCK_M // 2 if SCALING == 3 else BLOCK_M
     tiles_k = tl.cdiv(K, BLOCK_K)
     per_group = tl.cdiv(N, BLOCK_N) * tiles_k
     # Tiles of one group are consecutive, so a wave shares the group's slabs in L2.
-    for tile in tl.range(tl.program_id(0), G * per_group, NUM_PROGRAMS, flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), G * per_group, NUM_PROGRAMS, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
         g = tile // per_group
         pid_n = (tile % per_group) // tiles_k
         pid_k = tile % tiles_k
@@ -229,6 +232,7 @@ def launch_grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, sc
         HAS_OUTER_B=b.outer is not None, HAS_BIAS=bias is not None, TMA=tma,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         BLOCK_G=max(16, triton.next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y
@@ -288,6 +292,7 @@ def launch_grouped_gemm_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tens
         a.outer_strides()[0], b.outer_strides()[0], dw.stride(0), dw.stride(1),
         SCALING=int(scaling), HAS_OUTER=a.outer is not None, ACCUMULATE=main_grad is not None,
         TMA=tma, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return dw

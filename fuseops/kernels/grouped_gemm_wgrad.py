@@ -64,12 +64,13 @@ def grouped_gemm_wgrad_kernel(
     stride_dym, stride_xm, stride_dwg, stride_dwn,
     ACCUMULATE: tl.constexpr, TMA_LOAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     # Tiles of one group are consecutive, so a wave shares the group's rows of dy and x in L2.
     tiles_k = tl.cdiv(K, BLOCK_K)
     per_group = tl.cdiv(N, BLOCK_N) * tiles_k
-    for tile in tl.range(tl.program_id(0), G * per_group, NUM_PROGRAMS, flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), G * per_group, NUM_PROGRAMS, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
         g = tile // per_group
         pid_n = (tile % per_group) // tiles_k
         pid_k = tile % tiles_k
@@ -170,6 +171,7 @@ def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig) -
         dy.stride(0), x.stride(0), dw.stride(0), dw.stride(1),
         ACCUMULATE=main_grad is not None, TMA_LOAD=tma_load,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return dw

@@ -67,3 +67,12 @@ def unpack_saved(records: Sequence[Saved | None], tensors: Sequence[torch.Tensor
             saved = dataclasses.replace(saved, **fields)
         out.append(saved)
     return out
+
+
+def graph_freed_after_backward() -> bool:
+    """Whether the backward now running frees its graph (neither ``retain_graph`` nor
+    ``create_graph``): saved activations are then read for the last time, so a kernel may
+    write its output over one it has consumed. False outside a backward, and on a torch that
+    cannot tell."""
+    probe = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return probe is not None and not probe()

@@ -139,6 +139,40 @@ def test_fused_gated_kernels_match_per_expert_float64_loop(dtype, gate, needs):
         assert rel_err(t.detach(), t64.detach()) <= bound, what
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("gate", ["swiglu", "gelu"])
+def test_backward_writes_dz_over_z_only_when_the_graph_is_freed(device, gate):
+    """A freeing backward writes dz into z's memory; with ``retain_graph`` z stays intact,
+    so a second backward (and the first) give exactly the same gradients."""
+    act = ops.SwiGLU(scaled=True) if gate == "swiglu" else ops.GELU()
+    model = fuseops.Sequential(
+        ops.GroupedLinear(E, H, 2 * FFN if gate == "swiglu" else FFN), act, ops.GroupedLinear(E, FFN, H)
+    ).to(device)
+    sizes = [5, 0, 9, 2]
+    split = torch.tensor(sizes, device=device)
+    x = torch.randn(sum(sizes), H, device=device, requires_grad=True)
+    probs = torch.rand(sum(sizes), device=device, requires_grad=True)
+    extras = [split, probs, split] if gate == "swiglu" else [split, split]
+    dy = torch.randn(sum(sizes), H, device=device)
+
+    def grads(retain):
+        for t in (x, probs, *model.parameters()):
+            t.grad = None
+        y = model(x, *extras)
+        y.backward(dy, retain_graph=retain)
+        first = [t.grad.clone() for t in (x, *model.parameters())]
+        if retain:
+            for t in (x, *model.parameters()):
+                t.grad = None
+            y.backward(dy)
+            assert all(torch.equal(a, t.grad) for a, t in zip(first, (x, *model.parameters())))
+        return first
+
+    freed, kept = grads(False), grads(True)
+    assert model.plan.forward == [("GroupedMLP", (0, 1, 2))]
+    assert all(torch.equal(a, b) for a, b in zip(freed, kept))
+
+
 def _step(model, x, split, probs, dy):
     for t in (x, probs, *model.parameters()):
         t.grad = None
