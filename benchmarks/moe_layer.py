@@ -149,7 +149,7 @@ def quantized(layer: Callable[[], torch.Tensor], recipe) -> Callable[[], torch.T
     return run
 
 
-def implementations(case: Case) -> dict[str, Callable[[], torch.Tensor]]:
+def implementations(case: Case, names=IMPLS) -> dict[str, Callable[[], torch.Tensor]]:
     impls = {"fuseops": fuseops_layer(case), "torch": torch_layer(case)}
     impls["fuseops fp8"] = quantized(fuseops_layer(case), fuseops.recipes.FP8CurrentScaling())
     impls["fuseops fp8 blk"] = quantized(fuseops_layer(case), fuseops.recipes.FP8Blockwise())
@@ -161,7 +161,7 @@ def implementations(case: Case) -> dict[str, Callable[[], torch.Tensor]]:
         impls["hf fuseops"] = hf_layer(case, "fuseops")
     except ImportError as exc:
         print(f"transformers baselines skipped: {exc}", flush=True)
-    return impls
+    return {name: layer for name, layer in impls.items() if name in names or name == "torch"}
 
 
 def forward_backward(case: Case, layer: Callable[[], torch.Tensor]) -> Callable[[], None]:
@@ -261,7 +261,7 @@ def run_benchmark(args) -> tuple[list[dict], dict]:
         shape = SHAPES[shape_name]
         print(f"\n{shape_name} {shape}", flush=True)
         case = make_case(**shape)
-        impls = implementations(case)
+        impls = implementations(case, args.impls)
         errs = agreement(case, impls)
         for name, e in errs.items():
             print(f"  {name:<14} rel err vs torch: " + " ".join(f"{k} {v:.1e}" for k, v in e.items()), flush=True)
@@ -303,7 +303,7 @@ def print_table(rows: list[dict], extra: dict) -> None:
     by = {(r["shape"], r["mode"], r["impl"]): r for r in rows}
     print("\nMoE expert layer, bf16: TFLOP/s (6*T*K*H*I per fwd, x3 per fwd+bwd) and fwd+bwd peak GB;")
     print("vs torch / vs hf: fuseops divided by plain torch / by transformers' grouped_mm")
-    head = f"{'shape':<15}{'mode':<9}" + "".join(f"{i:>15}" for i in IMPLS) + f"{'vs torch':>10}{'vs hf':>8}"
+    head = f"{'shape':<15}{'mode':<9}" + "".join(f"{i:>17}" for i in IMPLS) + f"{'vs torch':>10}{'vs hf':>8}"
     print(head)
     print("-" * len(head))
     for shape in SHAPES:
@@ -313,7 +313,7 @@ def print_table(rows: list[dict], extra: dict) -> None:
             got = [by.get((shape, key_mode, i), {}).get(field) for i in IMPLS]
             if got[0] is None:
                 continue
-            cells = "".join(f"{v:>15.{2 if mode == 'peak GB' else 0}f}" if v else f"{'-':>15}" for v in got)
+            cells = "".join(f"{v:>17.{2 if mode == 'peak GB' else 0}f}" if v else f"{'-':>17}" for v in got)
             vs_torch = got[0] / got[1] if got[1] else float("nan")
             vs_hf = got[0] / got[2] if got[2] else float("nan")
             print(f"{shape:<15}{mode:<9}{cells}{vs_torch:>10.2f}{vs_hf:>8.2f}")
@@ -350,6 +350,8 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--impls", nargs="*", default=list(IMPLS), choices=list(IMPLS),
+                        help="implementations to time (torch, the reference, always runs)")
     parser.add_argument("--rep", type=int, default=200, help="ms of timed repetitions per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per implementation")
     parser.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph capture check")
