@@ -60,24 +60,33 @@ def _configs() -> dict[str, GatedGemmConfig]:
     the flattened persistent loop ran the two accumulators at 476 TFLOP/s at the Mixtral
     shape (E=8, M=16384, K=4096, 2F=28672) and 491 at Qwen3-30B-A3B's (E=128, M=262144,
     K=2048, 2F=1536); without flattening 703 / 611, and with warp-specialized loads and 4
-    stages 707 / 637. ``pointer`` and ``fp32`` are the largest tiles that compile for sm_90
-    without spills (ptxas), not timed.
+    stages 707 / 637. ``tma_interleaved``: the interleaved layout stores z in [128, 128]
+    pairs, whose buffer does not fit beside 4 stages (246 KB): 3 stages (663 for the
+    concatenated layout). ``pointer`` and ``fp32`` are the largest tiles that compile for
+    sm_90 without spills (ptxas), not timed.
     """
     if INTERPRET:
         tiny = GatedGemmConfig(32, 32, 32, 2, 4, 1)
-        return {"tma": dataclasses.replace(tiny, epilogue_parts=2), "pointer": tiny, "fp32": tiny}
+        sliced = dataclasses.replace(tiny, epilogue_parts=2)
+        return {"tma": sliced, "tma_interleaved": sliced, "pointer": tiny, "fp32": tiny}
     return {
         "tma": GatedGemmConfig(128, 128, 64, 8, 8, 4, epilogue_parts=2, flatten=False, warp_specialize=True),
+        "tma_interleaved": GatedGemmConfig(128, 128, 64, 8, 8, 3, epilogue_parts=2, flatten=False,
+                                           warp_specialize=True),
         "pointer": GatedGemmConfig(64, 64, 64, 8, 8, 3),
         "fp32": GatedGemmConfig(64, 32, 32, 8, 4, 2),
     }
 
 
-def pick_config(table: dict[str, GatedGemmConfig], dtype: torch.dtype, tma: bool) -> GatedGemmConfig:
-    """The entry of a ``_configs()`` table for the operands' class."""
+def pick_config(table: dict[str, GatedGemmConfig], dtype: torch.dtype, tma: bool,
+                interleaved: bool = False) -> GatedGemmConfig:
+    """The entry of a ``_configs()`` table for the operands' class (and z's layout, where the
+    table tells the two apart)."""
     if dtype == torch.float32:
         return table["fp32"]
-    return table["tma" if tma else "pointer"]
+    if not tma:
+        return table["pointer"]
+    return table.get("tma_interleaved", table["tma"]) if interleaved else table["tma"]
 
 
 @triton.jit
@@ -336,7 +345,7 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
     b_mem = [t.transpose(1, 2) if b_trans else t for t in b_pair]
     tma_load = tma_ok(a, *b_mem)
     tma_store = tma_ok(h, *pair_views(z, interleaved))
-    cfg = cfg or pick_config(_configs(), a.dtype, tma_load and tma_store)
+    cfg = cfg or pick_config(_configs(), a.dtype, tma_load and tma_store, interleaved)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     epi_n = bn // cfg.epilogue_parts
     a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
