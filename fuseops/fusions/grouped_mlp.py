@@ -29,10 +29,10 @@ from fuseops.kernels import grouped_gemm as gg
 from fuseops.kernels import grouped_gemm_gated as ggg
 from fuseops.kernels import grouped_gemm_gated_bwd as ggg_bwd
 from fuseops.kernels._triton import pick
+from fuseops.ops._saved_state import graph_freed_after_backward
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.gated import GatedActivation, GatedSaved
 from fuseops.ops.grouped_linear import GroupedLinear, GroupedLinearSaved, device_offsets
-from fuseops.ops._saved_state import graph_freed_after_backward
 from fuseops.ops.op import BasicOp, OpContext, OpGrads
 
 

@@ -22,6 +22,7 @@ import torch
 
 from fuseops.ops._saved_state import pack_saved, unpack_saved
 from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec
+from fuseops.quant.autocast import current_recipe
 
 
 class ForwardFusion(Protocol):
@@ -284,9 +285,10 @@ def execute(
     return outputs if n_extra_out else y
 
 
-def run_ops(ops: Sequence[BasicOp], x: torch.Tensor, extra_inputs: Sequence[Any], *, recipe: Any = None) -> Any:
-    """Validate and run ``ops`` unfused (a lone op called directly comes here)."""
+def run_ops(ops: Sequence[BasicOp], x: torch.Tensor, extra_inputs: Sequence[Any]) -> Any:
+    """Validate and run ``ops`` unfused under the autocast recipe in effect (a lone op called
+    directly comes here)."""
     per_op = split_extra_inputs(ops, extra_inputs)
     check_chain(ops, x, per_op)
-    ctxs = make_contexts(ops, x, per_op, recipe=recipe, grad_enabled=torch.is_grad_enabled())
+    ctxs = make_contexts(ops, x, per_op, recipe=current_recipe(), grad_enabled=torch.is_grad_enabled())
     return execute(Plan.unfused(ops), ops, ctxs, x, per_op)

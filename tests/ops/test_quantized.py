@@ -135,3 +135,16 @@ def test_quantize_op_backward_casts_the_gradient():
     y.backward(dy)
     expected = fuseops.quantize(dy, recipes.FP8CurrentScaling(), role="grad").dequantize(dy.dtype)
     torch.testing.assert_close(x.grad, expected)
+
+
+@pytest.mark.parametrize("recipe", [r for r, *_ in FLOORS], ids=IDS)
+def test_an_op_called_directly_runs_under_the_recipe_in_effect(recipe):
+    """A lone op runs as a one-op Sequential would: quantized under autocast, bit for bit."""
+    torch.manual_seed(0)
+    linear = ops.Linear(64, 32)
+    x = torch.randn(8, 64)
+    with fuseops.autocast(recipe=recipe):
+        direct = linear(x)
+        wrapped = fuseops.Sequential(linear)(x)
+    assert torch.equal(direct, wrapped)
+    assert not torch.equal(direct, linear(x))

@@ -98,8 +98,8 @@ def _mlp_grads(y, dx, params):
     """By name: the output, the input grad and the grads of the MLP's parameters
     (column weight, column bias, row weight, row bias, in that order)."""
     names = ("column weight grad", "column bias grad", "row weight grad", "row bias grad")
-    grads = {n: p.grad.cpu() for n, p in zip(names, params, strict=True)}
-    return {"output": y.cpu(), "input grad": dx.cpu()} | grads
+    grads = {n: p.grad for n, p in zip(names, params, strict=True)}
+    return {"output": y, "input grad": dx} | grads
 
 
 def _mlp(tp=None):
@@ -138,7 +138,7 @@ def _check_mlp(group, world, rank, device, recipe, floors, gen):
         for k, dim in (("column weight grad", 0), ("column bias grad", 0), ("row weight grad", 1)):
             got[k] = _gather(got[k], (dim,), group)
         for what, floor in through_both.items():
-            _compare(got[what], ref[what], one[what], recipe, floor, f"MLP sp={sequence_parallel} {what}")
+            _compare(got[what].cpu(), ref[what], one[what].cpu(), recipe, floor, f"MLP sp={sequence_parallel} {what}")
         _check_offload(model, xl, dyl, recipe)
 
 
