@@ -86,6 +86,40 @@ def _store(ptr, tile, offs_m, offs_n, mask_m, mask_n, stride):
 
 
 @triton.jit
+def centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS: tl.constexpr,
+                       BLOCK_M: tl.constexpr):
+    """Rows that fit one [BLOCK_M, BLOCK_N] tile: (x - mean with zeros past N, mean, rstd) in
+    float32. RMSNorm is LayerNorm with the mean held at zero."""
+    xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
+    mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    if not IS_RMS:
+        mean = tl.sum(xt, 1) / N
+    xc = tl.where(mask_n[None, :], xt - mean[:, None], 0.0)
+    return xc, mean, 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
+
+
+@triton.jit
+def row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr):
+    """(mean, rstd) in float32 of rows wider than a tile, read BLOCK_N columns at a time."""
+    mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    if not IS_RMS:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for n0 in range(0, N, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            acc += _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)
+        mean = tl.sum(acc, 1) / N
+    # Squared deviations from the mean (not E[x^2] - mean^2, which cancels).
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for n0 in range(0, N, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < N
+        xc = tl.where(mask_n[None, :], _load(x, offs_m, offs_n, mask_m, mask_n, stride_x) - mean[:, None], 0.0)
+        acc += xc * xc
+    return mean, 1.0 / tl.sqrt(tl.sum(acc, 1) / N + eps)
+
+
+@triton.jit
 def norm_fwd_kernel(
     x, w, b, y, mean_ptr, rstd_ptr, M, N, stride_x, stride_y, eps, num_programs,
     IS_RMS: tl.constexpr, HAS_BIAS: tl.constexpr, ZERO_CENTERED: tl.constexpr,
@@ -100,30 +134,12 @@ def norm_fwd_kernel(
     for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), num_programs):
         offs_m = rb * BLOCK_M + tl.arange(0, BLOCK_M)
         mask_m = offs_m < M
-        # RMSNorm is LayerNorm with the mean held at zero.
-        mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
         if ONE_BLOCK:
-            xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
-            if not IS_RMS:
-                mean = tl.sum(xt, 1) / N
-            xc = tl.where(mask_n[None, :], xt - mean[:, None], 0.0)
-            rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
+            xc, mean, rstd = centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS,
+                                                BLOCK_M)
             _store(y, xc * rstd[:, None] * g[None, :] + shift[None, :], offs_m, offs_n, mask_m, mask_n, stride_y)
         else:
-            if not IS_RMS:
-                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for n0 in range(0, N, BLOCK_N):
-                    offs_n = n0 + tl.arange(0, BLOCK_N)
-                    acc += _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)
-                mean = tl.sum(acc, 1) / N
-            # Squared deviations from the mean (not E[x^2] - mean^2, which cancels).
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for n0 in range(0, N, BLOCK_N):
-                offs_n = n0 + tl.arange(0, BLOCK_N)
-                mask_n = offs_n < N
-                xc = tl.where(mask_n[None, :], _load(x, offs_m, offs_n, mask_m, mask_n, stride_x) - mean[:, None], 0.0)
-                acc += xc * xc
-            rstd = 1.0 / tl.sqrt(tl.sum(acc, 1) / N + eps)
+            mean, rstd = row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS, BLOCK_M, BLOCK_N)
             for n0 in range(0, N, BLOCK_N):
                 offs_n = n0 + tl.arange(0, BLOCK_N)
                 mask_n = offs_n < N

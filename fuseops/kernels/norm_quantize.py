@@ -19,7 +19,15 @@ import triton.language as tl
 
 from fuseops.kernels import quant_epilogue as qe
 from fuseops.kernels._triton import INTERPRET, device_sms
-from fuseops.kernels.norm import _load, _scale, _shift, reference_layernorm_fwd, reference_rmsnorm_fwd
+from fuseops.kernels.norm import (
+    _load,
+    _scale,
+    _shift,
+    centered_one_block,
+    reference_layernorm_fwd,
+    reference_rmsnorm_fwd,
+    row_stats,
+)
 from fuseops.kernels.quant_formats import BLOCK_SIZE, Element, Scaling
 
 
@@ -66,32 +74,14 @@ def norm_quantize_fwd_kernel(
     for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), num_programs):
         offs_m = rb * BLOCK_M + tl.arange(0, BLOCK_M)
         mask_m = offs_m < M
-        # RMSNorm is LayerNorm with the mean held at zero.
-        mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
         if ONE_BLOCK:
-            xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
-            if not IS_RMS:
-                mean = tl.sum(xt, 1) / N
-            xc = tl.where(mask_n[None, :], xt - mean[:, None], 0.0)
-            rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
+            xc, mean, rstd = centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS,
+                                                BLOCK_M)
             qe.store_quantized(xc * rstd[:, None] * g[None, :] + shift[None, :], offs_m, mask_m, 0, N,
                                y, stride_y, data, stride_d, scale, stride_s, row_amax,
                                SCALING, ELEM, BLOCK, STORE_Y, BLOCK_M, BLOCK_N)
         else:
-            if not IS_RMS:
-                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for n0 in range(0, N, BLOCK_N):
-                    offs_n = n0 + tl.arange(0, BLOCK_N)
-                    acc += _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)
-                mean = tl.sum(acc, 1) / N
-            # Squared deviations from the mean (not E[x^2] - mean^2, which cancels).
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for n0 in range(0, N, BLOCK_N):
-                offs_n = n0 + tl.arange(0, BLOCK_N)
-                mask_n = offs_n < N
-                xc = tl.where(mask_n[None, :], _load(x, offs_m, offs_n, mask_m, mask_n, stride_x) - mean[:, None], 0.0)
-                acc += xc * xc
-            rstd = 1.0 / tl.sqrt(tl.sum(acc, 1) / N + eps)
+            mean, rstd = row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS, BLOCK_M, BLOCK_N)
             for n0 in range(0, N, BLOCK_N):
                 offs_n = n0 + tl.arange(0, BLOCK_N)
                 mask_n = offs_n < N
