@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 import fuseops
+from benchmarks._timing import capture_cuda_graph
 from fuseops import ops
 from fuseops.moe import permute, unpermute
 
@@ -233,18 +234,14 @@ def graph_check(case: Case) -> dict:
     case.route(1)
     ref = eager_outputs(case, layer)
     case.route(2)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            set_grads_to_none(case)
-            layer().backward(case.dy)
-    torch.cuda.current_stream().wait_stream(side)
-    set_grads_to_none(case)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y_static = layer()
-        y_static.backward(case.dy)
+
+    def step() -> torch.Tensor:
+        set_grads_to_none(case)
+        y = layer()
+        y.backward(case.dy)
+        return y
+
+    graph, y_static = capture_cuda_graph(step)
     case.route(1)
     graph.replay()
     torch.cuda.synchronize()

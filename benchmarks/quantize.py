@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 import triton
 
+from benchmarks._timing import capture_cuda_graph
 from fuseops.kernels import gemm_scaled as gs
 from fuseops.kernels import grouped_gemm_scaled as ggs
 from fuseops.kernels import quantize as kq
@@ -66,14 +67,7 @@ def graph_ms(fn) -> float | None:
     also measures Python and launch overhead, which a training step overlaps with the GPU's
     work in flight. None if the capture fails."""
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
+        graph, _ = capture_cuda_graph(fn, warmup=1)
         return bench(graph.replay)
     except Exception as exc:
         print(f"graph capture failed: {exc!r}"[:200], flush=True)

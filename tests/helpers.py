@@ -1,8 +1,10 @@
-"""Shared test helpers: float64 references, dtype tolerances, poisoned outputs, SQNR."""
+"""Shared test helpers: float64 references, dtype tolerances, poisoned outputs, SQNR, CUDA-graph capture."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
@@ -11,6 +13,8 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Relative tolerance against a float64 reference, by the dtype of the computation
 # (DESIGN.md). Norm-wise: ||out - ref|| / ||ref||.
 REL_TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float64: 1e-12}
+
+T = TypeVar("T")
 
 
 def cuda_or_skip() -> torch.device:
@@ -62,3 +66,19 @@ def assert_bitwise(out: torch.Tensor | None, ref: torch.Tensor | None, what: str
     rb = ref.view(torch.uint8) if ref.element_size() == 1 else ref
     bad = (ob != rb).sum().item()
     assert bad == 0, f"{what}: {bad} of {out.numel()} differ"
+
+
+def capture_cuda_graph(step: Callable[[], T], warmup: int = 2) -> tuple[torch.cuda.CUDAGraph, T]:
+    """``step`` run ``warmup`` times on a side stream (lazy allocations and compiles happen
+    outside the capture), then captured: ``(graph, what the captured call returned)``, whose
+    tensors the graph's replays overwrite."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    return graph, out

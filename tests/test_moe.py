@@ -3,7 +3,7 @@ import torch
 
 from fuseops import moe
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
-from tests.helpers import DTYPES, assert_close_rel, cuda_or_skip
+from tests.helpers import DTYPES, assert_close_rel, capture_cuda_graph, cuda_or_skip
 from tests.kernels.test_moe_permute import loop_permute, loop_unpermute, routing
 
 
@@ -199,15 +199,7 @@ def test_gpu_fwd_bwd_captures_in_cuda_graph():
         y, split_sizes, _ = _layer(x, ids, E, w, scale)
         return (y, split_sizes, *torch.autograd.grad(y, [x, scale, w], dy))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture_cuda_graph(step)
     # New routing and data, same buffers: the replay must follow them.
     ids.copy_(routing(T, E, K, torch.int32, dev))
     with torch.no_grad():

@@ -10,7 +10,7 @@ import torch
 import fuseops
 from fuseops import ops
 from fuseops.moe import permute, unpermute
-from tests.helpers import REL_TOL, cuda_or_skip, rel_err
+from tests.helpers import REL_TOL, capture_cuda_graph, cuda_or_skip, rel_err
 
 
 @pytest.mark.gpu
@@ -53,15 +53,7 @@ def test_moe_layer_forward_backward_captures_in_cuda_graph(scaled):
     assert [idx for _, idx in mlp.plan.backward] == [(0, 1, 2)]
 
     route(2)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y_static = step()
+    graph, y_static = capture_cuda_graph(step)
 
     # Replayed under routing 1, which the graph was not captured with.
     route(1)

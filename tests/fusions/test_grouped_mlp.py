@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import fuseops
 from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
-from tests.helpers import DTYPES, REL_TOL, assert_close_rel, rel_err
+from tests.helpers import DTYPES, REL_TOL, assert_close_rel, capture_cuda_graph, rel_err
 from tests.ops.harness import devices
 
 E, H, FFN = 4, 16, 12
@@ -205,15 +205,7 @@ def test_fused_expert_mlp_captures_in_a_cuda_graph():
     probs = torch.rand(256, device="cuda", requires_grad=True)
     split = torch.tensor([64, 64, 64, 64], device="cuda")
     dy = torch.randn(256, H, device="cuda", dtype=torch.bfloat16)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            _step(model, x, split, probs, dy)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static = _step(model, x, split, probs, dy)
+    graph, static = capture_cuda_graph(lambda: _step(model, x, split, probs, dy))
     for sizes in ([10, 0, 200, 46], [256, 0, 0, 0]):
         split.copy_(torch.tensor(sizes))
         graph.replay()

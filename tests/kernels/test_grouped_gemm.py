@@ -19,7 +19,7 @@ from fuseops.kernels.grouped_gemm import (
     reference_grouped_gemm,
 )
 from fuseops.kernels.grouped_gemm_wgrad import grouped_bias_grad, grouped_gemm_wgrad
-from tests.helpers import DTYPES, assert_close_rel, poison_
+from tests.helpers import DTYPES, assert_close_rel, capture_cuda_graph, poison_
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -195,14 +195,7 @@ def test_gpu_cuda_graph_replay_with_new_split_sizes():
         y, _ = grouped_gemm(x, w.transpose(1, 2), offsets)
         return y, grouped_gemm_wgrad(dy, x, offsets)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y_static, dw_static = step()
+    graph, (y_static, dw_static) = capture_cuda_graph(step, warmup=1)
     for new in ([M // 2, 0, M - M // 2 - 7, 7, 0, 0, 0, 0], [0] * (G - 1) + [M]):
         split_sizes.copy_(torch.tensor(new))
         graph.replay()

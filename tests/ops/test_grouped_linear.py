@@ -4,7 +4,7 @@ import torch
 import fuseops
 from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
-from tests.helpers import DTYPES, assert_close_rel
+from tests.helpers import DTYPES, assert_close_rel, capture_cuda_graph
 from tests.ops.harness import devices
 
 
@@ -151,16 +151,8 @@ def test_cuda_graph_capture_and_replay_with_new_split_sizes():
         y.backward(dy)
         return y
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y_static = step()
-        grads_static = (x.grad, op.weight.grad, op.bias.grad)
+    graph, y_static = capture_cuda_graph(step)
+    grads_static = (x.grad, op.weight.grad, op.bias.grad)
     for sizes in ([10, 0, 100, 18], [128, 0, 0, 0], [1, 2, 3, 122]):
         split.copy_(torch.tensor(sizes))
         graph.replay()
