@@ -13,11 +13,15 @@ from fuseops.fusions.forward_linear_bias_act import (
 )
 from fuseops.fusions.forward_norm_quantize_linear import ForwardNormQuantizeLinear
 from fuseops.fusions.forward_quantize_linear import ForwardQuantizeLinear
+from fuseops.fusions.forward_quantized_grouped_mlp import ForwardQuantizedGroupedMLP
 from fuseops.fusions.fusion import Fusion, OpMatch, PlanConfig, Stage, match
 from fuseops.fusions.grouped_mlp import GroupedMLP
 
+# Under a recipe GroupedMLP steps aside and ForwardQuantizedGroupedMLP takes the expert MLP
+# (before ForwardActivationQuantizeLinear, which would take only its activation and FC2).
 REGISTRY: list[Fusion] = [
     GroupedMLP(),
+    ForwardQuantizedGroupedMLP(),
     ForwardLinearBiasActivation(),
     ForwardLinearSeparateBiasActivation(),
     ForwardLinearAddExtraInput(),

@@ -18,9 +18,15 @@ from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp, OpContext
 from fuseops.quant.emit import EmitPlan, emitted_storage
 
-# Tensor-parallel Linears quantize their input after the collectives (column parallel with
-# SP gathers it in high precision first); they are left to their basic op.
-CONSUMER = match(Linear, GroupedLinear, where=lambda op: getattr(op, "local_gemm", True))
+
+def local_gemm(op: BasicOp) -> bool:
+    """Whether ``op``'s GEMM runs on its input as given. Tensor-parallel Linears quantize their
+    input after the collectives (column parallel with SP gathers it in high precision first):
+    they are left to their basic op."""
+    return getattr(op, "local_gemm", True)
+
+
+CONSUMER = match(Linear, GroupedLinear, where=local_gemm)
 
 
 class ProducerQuantizeLinear(Fusion):

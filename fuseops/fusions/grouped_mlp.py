@@ -13,6 +13,10 @@ activations when FC2's input needs no gradient). When the backward frees the gra
 written over z, which it no longer needs. Both GroupedLinears must get the same split sizes
 (the same tensor, or equal host values), else the basic ops run. Split sizes stay on the
 device: no host sync anywhere.
+
+Under a recipe this fusion steps aside and the basic ops' quantized GEMMs run; under MXFP8
+and NVFP4 ForwardQuantizedGroupedMLP (forward_quantized_grouped_mlp.py) runs the forward, FC1's
+quantized GEMM applying the activation and writing FC2's quantized input.
 """
 
 from __future__ import annotations
@@ -45,18 +49,22 @@ def _activation(act_op: BasicOp, z: torch.Tensor, probs: torch.Tensor | None) ->
     return launch(z, act_op.act, act_op.alpha)
 
 
+def one_expert_mlp(ops: Sequence[BasicOp], extra_inputs) -> str | None:
+    """Why FC1 -> activation -> FC2 do not form one expert MLP (None when they do): both
+    GroupedLinears must have the same groups and rows."""
+    if ops[0].num_groups != ops[2].num_groups:
+        return "the two GroupedLinears have different group counts"
+    if not same_extra_input(extra_inputs[0][0], extra_inputs[2][0]):
+        return "the two GroupedLinears get different split sizes"
+    return None
+
+
 class GroupedMLP(Fusion):
     pattern = (match(GroupedLinear), match(ActivationOp, GatedActivation), match(GroupedLinear))
     stage = Stage.BOTH
 
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
-        if reason := unquantized(cfg):
-            return reason
-        if ops[0].num_groups != ops[2].num_groups:
-            return "the two GroupedLinears have different group counts"
-        if not same_extra_input(extra_inputs[0][0], extra_inputs[2][0]):
-            return "the two GroupedLinears get different split sizes"
-        return None
+        return unquantized(cfg) or one_expert_mlp(ops, extra_inputs)
 
     def fused_forward(self, ops, ctxs: Sequence[OpContext], x, extra_inputs: Sequence[tuple[Any, ...]]):
         fc1, act_op, fc2 = ops

@@ -178,6 +178,18 @@ def _swizzle(local, tiles_m, tiles_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def group_tile(tile, tiles, first, offsets, tiles_n, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr,
+               GROUP_M: tl.constexpr):
+    """Where tile ``tile`` of the walk lies: its group g, the group's first row and row count,
+    and the tile's (pid_m, pid_n) inside the group."""
+    g, local = _locate(tile, tiles, first, BLOCK_G)
+    row0 = tl.load(offsets + g)
+    size = (tl.load(offsets + g + 1) - row0).to(tl.int32)
+    pid_m, pid_n = _swizzle(local, tl.cdiv(size, BLOCK_M), tiles_n, GROUP_M)
+    return g, row0, size, pid_m, pid_n
+
+
+@triton.jit
 def epilogue(acc, y, g, row0, size, off_m, off_n, N, stride_ym, bias, stride_bias_g, act_in,
              stride_act_m, row_scale, preact, stride_pm, alpha, ACT: tl.constexpr,
              ACT_GRAD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_ROW_SCALE: tl.constexpr,
@@ -232,10 +244,8 @@ def grouped_gemm_kernel(
     k_tiles = tl.cdiv(K, BLOCK_K)
     for tile in tl.range(tl.program_id(0), tl.sum(tiles), NUM_PROGRAMS, flatten=FLATTEN,
                          warp_specialize=WARP_SPECIALIZE):
-        g, local = _locate(tile, tiles, first, BLOCK_G)
-        row0 = tl.load(offsets + g)
-        size = (tl.load(offsets + g + 1) - row0).to(tl.int32)
-        pid_m, pid_n = _swizzle(local, tl.cdiv(size, BLOCK_M), tiles_n, GROUP_M)
+        g, row0, size, pid_m, pid_n = group_tile(tile, tiles, first, offsets, tiles_n, BLOCK_M, BLOCK_G,
+                                                 GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)

@@ -34,7 +34,7 @@ from fuseops.kernels.gemm_scaled import (
     pick_config,
     reference_operand,
 )
-from fuseops.kernels.grouped_gemm import GemmConfig, _group_tiles, _locate, _swizzle, persistent_programs
+from fuseops.kernels.grouped_gemm import GemmConfig, _group_tiles, group_tile, persistent_programs
 from fuseops.kernels.quant_formats import Scaling, group_first_position, group_positions
 
 
@@ -62,6 +62,63 @@ def pick_wgrad_config(scaling: Scaling, accumulate: bool) -> GemmConfig:
 
 
 @triton.jit
+def walk(offsets, G, N, KB, SCALING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+         BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
+    """The persistent walk over [BLOCK_M, BLOCK_N] tiles of all groups (grouped_gemm.py): tiles
+    per group and each group's first tile, tiles along N, and K steps over KB bytes a row."""
+    BKB: tl.constexpr = BLOCK_K // 2 if SCALING == 3 else BLOCK_K
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles, first = _group_tiles(offsets, G, tiles_n, BLOCK_M, BLOCK_G)
+    return tiles, first, tiles_n, tl.cdiv(KB, BKB)
+
+
+@triton.jit
+def load_a_tile(a, a_scale, row0, off_m, rows, mask_m, stride_am, stride_asm, ki, KB, KS_A,
+                SCALING: tl.constexpr, TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """K step ``ki`` of the group's rows ``rows`` (group-local ``off_m`` on) as ``tl.dot`` takes
+    it. With TMA ``a`` is a descriptor over [M, KB]: rows past the group read the next group's
+    (their results are never stored); else masked pointers give zeros."""
+    BKB: tl.constexpr = BLOCK_K // 2 if SCALING == 3 else BLOCK_K
+    if TMA:
+        raw = a.load([(row0 + off_m).to(tl.int32), ki * BKB])
+    else:
+        raw = load_raw(a, rows, mask_m, stride_am, ki, KB, SCALING, BLOCK_K)
+    return dequantize_tile(raw, a_scale, rows, mask_m, stride_asm, ki, KS_A, SCALING, BLOCK_M, BLOCK_K)
+
+
+@triton.jit
+def accumulate_rows(acc, a_tile, a_scale, rows, mask_m, stride_asm, b, g, stride_bg, stride_bn,
+                    b_scale_g, stride_bsn, rows_b, mask_b, box_row, ki, KB, KS_B,
+                    SCALING: tl.constexpr, B_ROWS_PER_SCALE: tl.constexpr, TMA: tl.constexpr,
+                    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``acc + a_tile @ dequant(b[g][rows_b])^T`` for K step ``ki``. ``rows_b`` [BLOCK_R] index
+    ``b[g]``'s rows and block scales (``b_scale_g``: group g's); with TMA ``b`` is a descriptor
+    over [G, rows, KB] read from row ``box_row`` of it (it may be a view of some of b's rows)."""
+    BKB: tl.constexpr = BLOCK_K // 2 if SCALING == 3 else BLOCK_K
+    if TMA:
+        raw = tl.reshape(b.load([g, box_row, ki * BKB]), [BLOCK_R, BKB])
+    else:
+        raw = load_raw(b + g.to(tl.int64) * stride_bg, rows_b, mask_b, stride_bn, ki, KB, SCALING, BLOCK_K)
+    b_tile = dequantize_tile(raw, b_scale_g, rows_b, mask_b, stride_bsn, ki, KS_B, SCALING, BLOCK_R, BLOCK_K)
+    return accumulate(acc, a_tile, b_tile, a_scale, b_scale_g, rows, rows_b, mask_m, mask_b,
+                      stride_asm, stride_bsn, ki, SCALING, 1, B_ROWS_PER_SCALE)
+
+
+@triton.jit
+def outer_and_bias(acc, g, rows, mask_m, cols, mask_n, a_outer, stride_aog, stride_aom, b_outer,
+                   stride_bog, stride_bon, bias, stride_biasg, HAS_OUTER_A: tl.constexpr,
+                   HAS_OUTER_B: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The product's columns ``cols`` (rows of ``b``) times a's and b's outer factors, plus bias."""
+    if HAS_OUTER_A:
+        acc *= tl.load(a_outer + g * stride_aog + rows * stride_aom, mask=mask_m, other=0.0)[:, None]
+    if HAS_OUTER_B:
+        acc *= tl.load(b_outer + g * stride_bog + cols * stride_bon, mask=mask_n, other=0.0)[None, :]
+    if HAS_BIAS:
+        acc += tl.load(bias + g * stride_biasg + cols, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+    return acc
+
+
+@triton.jit
 def grouped_gemm_scaled_kernel(
     a, a_scale, a_outer, b, b_scale, b_outer, y, bias, offsets,
     G, N, KB, KS_A, KS_B,
@@ -75,16 +132,11 @@ def grouped_gemm_scaled_kernel(
 ):
     # With TMA, ``a`` is a descriptor over [M, KB] (a tile may overhang into the next group:
     # those rows are dropped on store) and ``b`` one over [G, N, KB].
-    BKB: tl.constexpr = BLOCK_K // 2 if SCALING == 3 else BLOCK_K
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    tiles, first = _group_tiles(offsets, G, tiles_n, BLOCK_M, BLOCK_G)
-    k_tiles = tl.cdiv(KB, BKB)
+    tiles, first, tiles_n, k_tiles = walk(offsets, G, N, KB, SCALING, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_G)
     for tile in tl.range(tl.program_id(0), tl.sum(tiles), NUM_PROGRAMS, flatten=FLATTEN,
                          warp_specialize=WARP_SPECIALIZE):
-        g, local = _locate(tile, tiles, first, BLOCK_G)
-        row0 = tl.load(offsets + g)
-        size = (tl.load(offsets + g + 1) - row0).to(tl.int32)
-        pid_m, pid_n = _swizzle(local, tl.cdiv(size, BLOCK_M), tiles_n, GROUP_M)
+        g, row0, size, pid_m, pid_n = group_tile(tile, tiles, first, offsets, tiles_n, BLOCK_M, BLOCK_G,
+                                                 GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rows = row0 + offs_m
@@ -93,26 +145,14 @@ def grouped_gemm_scaled_kernel(
         b_scale_g = b_scale + g * stride_bsg
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(k_tiles):
-            if TMA:
-                a_raw = a.load([(row0 + pid_m * BLOCK_M).to(tl.int32), ki * BKB])
-                b_raw = tl.reshape(b.load([g, pid_n * BLOCK_N, ki * BKB]), [BLOCK_N, BKB])
-            else:
-                a_raw = load_raw(a, rows, mask_m, stride_am, ki, KB, SCALING, BLOCK_K)
-                b_raw = load_raw(b + g * stride_bg, offs_n, mask_n, stride_bn, ki, KB, SCALING, BLOCK_K)
-            a_tile = dequantize_tile(a_raw, a_scale, rows, mask_m, stride_asm, ki, KS_A, SCALING,
-                                     BLOCK_M, BLOCK_K)
-            b_tile = dequantize_tile(b_raw, b_scale_g, offs_n, mask_n, stride_bsn, ki, KS_B, SCALING,
-                                     BLOCK_N, BLOCK_K)
-            acc = accumulate(acc, a_tile, b_tile, a_scale, b_scale_g, rows, offs_n, mask_m, mask_n,
-                             stride_asm, stride_bsn, ki, SCALING, 1, B_ROWS_PER_SCALE)
-        if HAS_OUTER_A:
-            sa = tl.load(a_outer + g * stride_aog + rows * stride_aom, mask=mask_m, other=0.0)
-            acc *= sa[:, None]
-        if HAS_OUTER_B:
-            sb = tl.load(b_outer + g * stride_bog + offs_n * stride_bon, mask=mask_n, other=0.0)
-            acc *= sb[None, :]
-        if HAS_BIAS:
-            acc += tl.load(bias + g * stride_biasg + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+            a_tile = load_a_tile(a, a_scale, row0, pid_m * BLOCK_M, rows, mask_m, stride_am, stride_asm,
+                                 ki, KB, KS_A, SCALING, TMA, BLOCK_M, BLOCK_K)
+            acc = accumulate_rows(acc, a_tile, a_scale, rows, mask_m, stride_asm, b, g, stride_bg,
+                                  stride_bn, b_scale_g, stride_bsn, offs_n, mask_n, pid_n * BLOCK_N, ki,
+                                  KB, KS_B, SCALING, B_ROWS_PER_SCALE, TMA, BLOCK_N, BLOCK_K)
+        acc = outer_and_bias(acc, g, rows, mask_m, offs_n, mask_n, a_outer, stride_aog, stride_aom,
+                             b_outer, stride_bog, stride_bon, bias, stride_biasg,
+                             HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS)
         mask = mask_m[:, None] & mask_n[None, :]
         tl.store(y + rows[:, None] * stride_ym + offs_n[None, :], acc.to(y.dtype.element_ty), mask=mask)
 

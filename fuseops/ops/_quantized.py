@@ -44,19 +44,36 @@ def quantized_forward(
     ``x2d`` may arrive already quantized (a producer emitted it); it must then hold the
     column-wise copy when the weight gradient is needed.
     """
+    qx, qw, saved = quantized_operands(recipe, x2d, weight, need_dgrad=need_dgrad, need_wgrad=need_wgrad,
+                                       offsets=offsets)
+    y = linear_forward(qx, qw, bias=bias, out_dtype=weight.dtype)
+    return y, saved
+
+
+def quantized_operands(
+    recipe: Recipe,
+    x2d: torch.Tensor | QuantizedTensor,
+    weight: torch.Tensor,
+    *,
+    need_dgrad: bool,
+    need_wgrad: bool,
+    offsets: torch.Tensor | None = None,
+) -> tuple[QuantizedTensor, QuantizedTensor, QuantizedLinearSaved]:
+    """The forward GEMM's operands (row-wise, plus the column-wise copies backward reduces
+    over) and the saved state: ``quantized_forward`` without its GEMM, for a fused op that
+    runs the GEMM with its own epilogue."""
     if isinstance(x2d, QuantizedTensor):
         qx = x2d
     else:
         qx = quantize(x2d, recipe, role=TensorRole.INPUT, rowwise=True, columnwise=need_wgrad, offsets=offsets)
     qw = quantize(weight, recipe, role=TensorRole.WEIGHT, rowwise=True, columnwise=need_dgrad)
-    y = linear_forward(qx, qw, bias=bias, out_dtype=weight.dtype)
     saved = QuantizedLinearSaved(
         x=qx.keep(rowwise=False, columnwise=True) if need_wgrad else None,
         weight=qw.keep(rowwise=False, columnwise=True) if need_dgrad else None,
         recipe=recipe,
         offsets=offsets,
     )
-    return y, saved
+    return qx, qw, saved
 
 
 def quantize_grad(

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fuseops
+from fuseops.fuser import plan_config
 from fuseops.fusions import REGISTRY, Fusion, Stage
 from fuseops.quant import recipes
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
@@ -19,10 +20,9 @@ from tests.fusions.op_strategies import op_chain
 from tests.helpers import REL_TOL, rel_err
 
 DTYPES = st.sampled_from([torch.float32, torch.float16, torch.bfloat16])
+QUANTIZED = [recipes.FP8CurrentScaling(), recipes.FP8Blockwise(), recipes.MXFP8(), recipes.NVFP4()]
 # Unquantized half the time; fusions that need no recipe decline under one, and say so.
-RECIPES = st.sampled_from(
-    [None, None, None, recipes.FP8CurrentScaling(), recipes.FP8Blockwise(), recipes.MXFP8(), recipes.NVFP4()]
-)
+RECIPES = st.sampled_from([None, None, None, *QUANTIZED])
 LEADING = st.sampled_from([(1,), (5,), (2, 3), (33,)])
 
 
@@ -56,13 +56,21 @@ def _close_enough(fused, unfused, exact, dtype, what):
     )
 
 
+def _recipes_for(fusion: Fusion, ops, x, extra_inputs):
+    """RECIPES, or only the recipes it applies under for a fusion that needs one: without a
+    recipe, a fusion that needs none may take the same ops first (GroupedMLP)."""
+    if fusion.guard(ops, plan_config(x, None, True), extra_inputs) is None:
+        return RECIPES
+    applies = [r for r in QUANTIZED if fusion.guard(ops, plan_config(x, r, True), extra_inputs) is None]
+    return st.sampled_from(applies) if applies else RECIPES
+
+
 def check_fusion(fusion: Fusion, data, device: str) -> None:
     in_features, specs = data.draw(op_chain(fusion.pattern), label="ops")
     dtype = data.draw(DTYPES, label="dtype")
     lead = data.draw(LEADING, label="leading shape")
     requires_grad = data.draw(st.booleans(), label="input requires grad")
     seed = data.draw(st.integers(0, 2**16), label="seed")
-    recipe = data.draw(RECIPES, label="recipe")
 
     torch.manual_seed(seed)
     fused = fuseops.Sequential(*[s.op for s in specs])
@@ -77,10 +85,12 @@ def check_fusion(fusion: Fusion, data, device: str) -> None:
     unfused = copy.deepcopy(fused)
     unfused.fuse = False
     x = torch.randn(*lead, in_features, dtype=dtype, device=device)
-    extras, n, shared = [], in_features, {}
+    per_op, n, shared = [], in_features, {}
     for spec in specs:
-        extras += [make(lead, n, dtype, device, shared) for make in spec.extra_inputs]
+        per_op.append(tuple(make(lead, n, dtype, device, shared) for make in spec.extra_inputs))
         n = spec.out_features
+    extras = [e for op_extras in per_op for e in op_extras]
+    recipe = data.draw(_recipes_for(fusion, [s.op for s in specs], x, per_op), label="recipe")
 
     with fuseops.autocast(recipe=recipe):
         fused_outs, fused_grads = _forward_backward(fused, x, extras, requires_grad, seed)

@@ -25,9 +25,10 @@ def _models():
         "norm": (fuseops.Sequential(ops.RMSNorm(64), ops.Linear(64, 32)), []),
         "mlp": (fuseops.Sequential(ops.Linear(64, 128), ops.GELU(), ops.Linear(128, 64)), []),
         "layernorm-grouped": (fuseops.Sequential(ops.LayerNorm(64), ops.GroupedLinear(3, 64, 32)), [SPLIT]),
-        "experts": (
-            fuseops.Sequential(ops.GroupedLinear(3, 64, 96), ops.SwiGLU(scaled=True), ops.GroupedLinear(3, 48, 64)),
-            [SPLIT, torch.rand(64), SPLIT],
+        # A whole expert MLP is ForwardQuantizedGroupedMLP's (test_forward_quantized_grouped_mlp.py).
+        "gated-grouped": (
+            fuseops.Sequential(ops.Linear(64, 96), ops.SwiGLU(scaled=True), ops.GroupedLinear(3, 48, 64)),
+            [torch.rand(64), SPLIT],
         ),
     }
 
@@ -36,7 +37,7 @@ EXPECTED = {
     "norm": [("ForwardNormQuantizeLinear", (0, 1))],
     "mlp": [("Linear", (0,)), ("ForwardActivationQuantizeLinear", (1, 2))],
     "layernorm-grouped": [("ForwardNormQuantizeLinear", (0, 1))],
-    "experts": [("GroupedLinear", (0,)), ("ForwardActivationQuantizeLinear", (1, 2))],
+    "gated-grouped": [("Linear", (0,)), ("ForwardActivationQuantizeLinear", (1, 2))],
 }
 
 
@@ -64,7 +65,7 @@ def test_the_quantize_op_casts_at_a_boundary():
     assert model.plan.forward == [("RMSNorm", (0,)), ("ForwardQuantizeLinear", (1, 2))]
 
 
-def _step(model, x, extras, recipe, *, offload=False, grad=True):
+def step(model, x, extras, recipe, *, offload=False, grad=True):
     """Outputs, then every gradient, of one step; and the offload stats."""
     model.zero_grad(set_to_none=True)
     x = x.clone().requires_grad_(grad)
@@ -79,12 +80,13 @@ def _step(model, x, extras, recipe, *, offload=False, grad=True):
         y = model(x, *extras)
     if not grad:
         return [y], handle
-    (y.double() * torch.linspace(-1, 1, y.numel(), dtype=torch.float64).view(y.shape)).sum().backward()
+    weights = torch.linspace(-1, 1, y.numel(), dtype=torch.float64, device=y.device).view(y.shape)
+    (y.double() * weights).sum().backward()
     extra_grads = [e.grad for e in extras if isinstance(e, torch.Tensor) and e.is_floating_point()]
     return [y.detach(), x.grad, *extra_grads] + [p.grad for p in model.parameters()], handle
 
 
-def _assert_same(got, want, what):
+def assert_same(got, want, what):
     assert len(got) == len(want), what
     for i, (a, b) in enumerate(zip(got, want)):
         assert (a is None) == (b is None) and (a is None or torch.equal(a, b)), f"{what}: output/grad {i} differs"
@@ -98,12 +100,12 @@ def test_bitwise_the_unfused_ops_with_and_without_grads(recipe):
         x = torch.randn(64, 64)
         # Without grads (and with frozen weights) the block formats are a single pass.
         for grad in (True, False):
-            got, _ = _step(model, x, extras, recipe, grad=grad)
+            got, _ = step(model, x, extras, recipe, grad=grad)
             assert model.plan.forward == EXPECTED[name]
-            _assert_same(got, _step(unfused, x, extras, recipe, grad=grad)[0], f"{name} grad={grad}")
+            assert_same(got, step(unfused, x, extras, recipe, grad=grad)[0], f"{name} grad={grad}")
         model[-1].weight.requires_grad_(False)
         unfused[-1].weight.requires_grad_(False)
-        _assert_same(_step(model, x, extras, recipe)[0], _step(unfused, x, extras, recipe)[0], f"{name} frozen")
+        assert_same(step(model, x, extras, recipe)[0], step(unfused, x, extras, recipe)[0], f"{name} frozen")
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=IDS)
@@ -112,10 +114,10 @@ def test_offloaded_state_is_the_unfused_ops_and_gradients_bitwise(recipe):
         unfused = copy.deepcopy(model)
         unfused.fuse = False
         x = torch.randn(64, 64)
-        want, want_stats = _step(unfused, x, extras, recipe, offload=True)
-        got, handle = _step(model, x, extras, recipe, offload=True)
-        _assert_same(got, _step(model, x, extras, recipe)[0], f"{name} offloaded")
-        _assert_same(got, want, f"{name} offloaded, against unfused")
+        want, want_stats = step(unfused, x, extras, recipe, offload=True)
+        got, handle = step(model, x, extras, recipe, offload=True)
+        assert_same(got, step(model, x, extras, recipe)[0], f"{name} offloaded")
+        assert_same(got, want, f"{name} offloaded, against unfused")
         # The same typed records, so the same buffers go to the host (the column-wise copy too).
         stats = handle.stats
         assert stats["bytes_offloaded"] == stats["bytes_reloaded"] == want_stats.stats["bytes_offloaded"] > 0
@@ -126,14 +128,14 @@ def test_offloaded_state_is_the_unfused_ops_and_gradients_bitwise(recipe):
 @pytest.mark.parametrize("recipe", RECIPES, ids=IDS)
 def test_through_triton_kernels(recipe):
     models = _models()
-    for name in ("mlp", "experts"):
+    for name in ("mlp", "gated-grouped"):
         model, extras = models[name]
         unfused = copy.deepcopy(model)
         unfused.fuse = False
         x = torch.randn(64, 64)
         with interpreted_kernels():
-            got, _ = _step(model, x, extras, recipe)
-            want, _ = _step(unfused, x, extras, recipe)
+            got, _ = step(model, x, extras, recipe)
+            want, _ = step(unfused, x, extras, recipe)
         assert model.plan.forward == EXPECTED[name]
         # The activation kernels round y as the plain ones do: bit for bit.
-        _assert_same(got, want, name)
+        assert_same(got, want, name)
