@@ -1,21 +1,24 @@
 """Quantized compute on the GPU: quantize bandwidth, and FP8 grouped GEMMs against torch.
 
-    python -m benchmarks.quantize [--out DIR] [--tune] [--budget SECONDS]
+    python -m benchmarks.quantize [--out DIR] [--tune] [--budget SECONDS] [--quantize-only]
 
 1. ``fuseops.quant.quantize`` of a bf16 activation [16384, 4096] (and the same rows grouped
    into 8 experts) in every recipe, row-wise alone and with the column-wise copy, against a
    device-to-device copy of the input. GB/s counts the input read once plus every buffer
    written; per-tensor formats (FP8 current scaling, NVFP4) also read the input in an amax
-   pass first, which the figure does not count (``reads`` says how many passes). Each case
-   is timed eagerly and replayed from a CUDA graph (the GPU's time without Python and launch
-   overhead, which a training step hides behind the GPU's queue).
+   pass first, which the figure does not count (``reads`` says how many passes; the amax
+   pass alone is its own row, bytes read over time). Each case is timed eagerly and replayed
+   from a CUDA graph (the GPU's time without Python and launch overhead, which a training
+   step hides behind the GPU's queue).
 2. Grouped GEMMs at E=8, T=16384, H=4096, F=14336 (uniform routing): forward, dgrad and wgrad
    under FP8 current scaling against ``torch._scaled_grouped_mm`` with row-wise scales (and
    our kernel with the same row-wise operands), plus FP8 blockwise and the emulated MXFP8 /
    NVFP4 forward, and bf16 ``torch._grouped_mm`` as a yardstick. TFLOP/s = 2*T*H*F / time.
+   ``--quantize-only`` leaves them out (and their --tune sweep).
 
 All timings are ``triton.testing.do_bench`` medians in one process. Writes quantize.json
-(and quantize_tune.json with --tune, which first times tile candidates and uses the best).
+(and quantize_tune.json with --tune, which first times tile candidates, uses the best ones,
+and prints the quantize and amax tables to copy into the kernels' ``_configs``).
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from benchmarks._timing import capture_cuda_graph
 from fuseops.kernels import gemm_scaled as gs
 from fuseops.kernels import grouped_gemm_scaled as ggs
 from fuseops.kernels import quantize as kq
+from fuseops.kernels import quantize_amax as ka
 from fuseops.kernels.grouped_gemm import GemmConfig, group_offsets
-from fuseops.kernels.quant_formats import Scaling
+from fuseops.kernels.quant_formats import BLOCK_SIZE, Scaling, tensor_encode_scale
 from fuseops.quant import linear_dgrad, linear_forward, quantize, recipes
 
 E, T, H, F = 8, 16384, 4096, 14336
@@ -54,7 +58,14 @@ WGRAD_CANDIDATES = {
                      GemmConfig(128, 128, 256, 1, 8, 4), GemmConfig(128, 128, 128, 1, 8, 4)],
     Scaling.BLOCK: [GemmConfig(128, 128, 128, 1, 8, 4), GemmConfig(128, 128, 128, 1, 8, 3)],
 }
-QUANTIZE_CANDIDATES = [(64, 128, 4), (128, 128, 8), (32, 256, 4), (64, 64, 4)]
+# Quantize tiles (BLOCK_R, BLOCK_C, num_warps): 8-row chunks of 8 bf16 per thread (64 values,
+# 104-128 registers for NVFP4 with the column-wise copy), then 4-row (fewer registers, more
+# shuffles) and 16-row ones (more registers); those a format's blocks do not divide are left out.
+QUANTIZE_CANDIDATES = [(64, 128, 4), (128, 64, 4), (128, 128, 8), (64, 64, 2), (128, 32, 2), (32, 256, 4),
+                       (64, 64, 4), (32, 128, 4), (128, 128, 4)]
+# Amax tilings: 3 tiles in flight (63 registers) and the unpipelined loop it replaced.
+AMAX_CANDIDATES = [ka.AmaxConfig(32, 128, 16, 4, 4), ka.AmaxConfig(32, 128, 16, 3, 4), ka.AmaxConfig(64, 128, 8, 3, 4),
+                   ka.AmaxConfig(32, 128, 16, 4, 8), ka.AmaxConfig(64, 64, 16, 4, 4), ka.AmaxConfig(64, 128, 8, 1, 4)]
 
 
 def bench(fn, rep: int = 50) -> float:
@@ -85,6 +96,12 @@ def quantize_rows(x: torch.Tensor, offsets: torch.Tensor) -> list[dict]:
     copy_graph_ms = graph_ms(lambda: y.copy_(x))
     rows = [dict(case="copy", ms=copy_ms, gbps=copy_gbps, ratio_vs_copy=1.0, graph_ms=copy_graph_ms,
                  graph_ratio_vs_copy=1.0)]
+    x3 = x[None]
+    a_ms, a_graph_ms = bench(lambda: ka.amax(x3, None, 1)), graph_ms(lambda: ka.amax(x3, None, 1))
+    rows.append(dict(case="amax pass (read only)", ms=a_ms, gbps=nbytes(x) / a_ms / 1e6,
+                     ratio_vs_copy=nbytes(x) / a_ms / 1e6 / copy_gbps, graph_ms=a_graph_ms,
+                     graph_ratio_vs_copy=copy_graph_ms / (2 * a_graph_ms) if a_graph_ms and copy_graph_ms else None))
+    print(rows[-1], flush=True)
     for name, recipe in RECIPES.items():
         for role in ("input", "weight") if name == "fp8_blockwise" else ("input",):
             for grouped in (False, True):
@@ -177,8 +194,8 @@ def gemm_rows(cfgs: dict) -> list[dict]:
     return rows
 
 
-def tune(budget: float) -> tuple[dict, list[dict]]:
-    """Time the GEMM and quantize tile candidates; the best per kind, and every timing."""
+def tune(budget: float, gemms: bool = True) -> tuple[dict, list[dict]]:
+    """Time the quantize, amax and GEMM tile candidates; the best per kind, and every timing."""
     dev, bf16 = DEVICE, torch.bfloat16
     offsets = group_offsets(torch.tensor([T // E] * E, device=dev))
     x = torch.randn(T, H, device=dev, dtype=bf16)
@@ -197,11 +214,27 @@ def tune(budget: float) -> tuple[dict, list[dict]]:
                 log.append(dict(kind=kind, cfg=str(cfg), error=repr(exc)[:200]))
                 continue
             log.append(dict(kind=kind, cfg=str(cfg), ms=times[cfg]))
-            print(f"{kind:<24}{cfg}  {times[cfg]:.3f} ms", flush=True)
+            print(f"{kind:<28}{cfg}  {times[cfg]:.3f} ms", flush=True)
         if times:
             best[kind] = min(times, key=times.get)
 
-    for name in ("fp8_current", "fp8_blockwise"):
+    # Quantize and amax first: the GEMM sweeps take what the budget leaves.
+    x3 = x[None]
+    for name in ("fp8_current", "fp8_blockwise", "mxfp8", "nvfp4"):
+        fmt = RECIPES[name].format("input")
+        block = 128 if fmt.scaling == Scaling.BLOCK else max(BLOCK_SIZE[fmt.scaling], 1)
+        fits = [c for c in QUANTIZE_CANDIDATES if c[0] % block == 0 and c[1] % block == 0]
+        enc = None
+        if fmt.scaling in (Scaling.TENSOR, Scaling.NVFP4):
+            enc = tensor_encode_scale(ka.amax(x3, None, 1), fmt.scaling, fmt.element)
+        for columnwise in (False, True):
+            out = kq.allocate(tuple(x3.shape), None, scaling=fmt.scaling, element=fmt.element, block_2d=False,
+                              rowwise=True, columnwise=columnwise, device=x.device)
+            sweep(f"quantize {name}{' +columnwise' if columnwise else ''}", fits,
+                  lambda c: lambda: kq.launch_quantize(x3, None, enc, fmt.scaling, fmt.element, False, True,
+                                                       columnwise, out, c))
+    sweep("amax", AMAX_CANDIDATES, lambda c: lambda: ka.launch_amax(x3, None, 1, c))
+    for name in ("fp8_current", "fp8_blockwise") if gemms else ():
         recipe = RECIPES[name]
         xq = quantize(x, recipe, columnwise=True, offsets=offsets)
         wq = quantize(w, recipe, role="weight")
@@ -214,13 +247,23 @@ def tune(budget: float) -> tuple[dict, list[dict]]:
         at, bt = dyq_t.columnwise_operand(), xq.columnwise_operand()
         sweep(f"wgrad {name}", WGRAD_CANDIDATES[s],
               lambda c: lambda: ggs.launch_grouped_gemm_scaled_wgrad(at, bt, offsets, s, bf16, None, None, c))
-    for name in ("fp8_current", "mxfp8"):
-        fmt = RECIPES[name].format("input")
-        x3 = x[None]
-        enc = torch.ones(1, device=dev)
-        sweep(f"quantize {name}", [c for c in QUANTIZE_CANDIDATES if c[0] % max(fmt.block, 1) == 0],
-              lambda c: lambda: kq.launch_quantize(x3, None, enc, fmt.scaling, fmt.element, False, True, True, None, c))
     return best, log
+
+
+def use_tuned_tiles(best: dict) -> None:
+    """Run the rest of the benchmark with the tuned quantize tiles and amax tiling (in place of
+    the kernels' tables, this process only), and print them for the kernels' ``_configs``."""
+    names = {"fp8_current": Scaling.TENSOR, "fp8_blockwise": Scaling.BLOCK, "mxfp8": Scaling.MX, "nvfp4": Scaling.NVFP4}
+    table = dict(kq._configs())
+    for name, scaling in names.items():
+        for columnwise in (False, True):
+            table[scaling, columnwise] = best.get(f"quantize {name}{' +columnwise' if columnwise else ''}",
+                                                  table[scaling, columnwise])
+    kq._configs = lambda: table
+    print("\ntuned quantize tiles:", {f"{s.name}, {c}": v for (s, c), v in table.items()}, flush=True)
+    if "amax" in best:
+        ka._config = lambda: best["amax"]
+        print("tuned amax tiling:", best["amax"], flush=True)
 
 
 def main() -> None:
@@ -228,18 +271,20 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     parser.add_argument("--tune", action="store_true")
     parser.add_argument("--budget", type=float, default=150.0, help="seconds for the --tune sweep")
+    parser.add_argument("--quantize-only", action="store_true", help="leave the grouped GEMMs out")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cfgs = {}
     if args.tune:
-        best, log = tune(args.budget)
-        cfgs = {k: v for k, v in best.items() if not k.startswith("quantize")}
+        best, log = tune(args.budget, gemms=not args.quantize_only)
+        cfgs = {k: v for k, v in best.items() if not k.startswith(("quantize", "amax"))}
+        use_tuned_tiles(best)
         (out / "quantize_tune.json").write_text(json.dumps(dict(best={k: str(v) for k, v in best.items()}, log=log), indent=1))
     x = torch.randn(T, H, device=DEVICE, dtype=torch.bfloat16)
     offsets = group_offsets(torch.tensor([T // E] * E, device=DEVICE))
     result = dict(device=torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE, shape=dict(E=E, T=T, H=H, F=F),
-                  quantize=quantize_rows(x, offsets), grouped_gemm=gemm_rows(cfgs))
+                  quantize=quantize_rows(x, offsets), grouped_gemm=[] if args.quantize_only else gemm_rows(cfgs))
     (out / "quantize.json").write_text(json.dumps(result, indent=1))
     print(f"\nquantize [{T}, {H}] bf16 (GB/s and ratio to copy, eager; ratio timed from a CUDA graph)")
     for r in result["quantize"]:

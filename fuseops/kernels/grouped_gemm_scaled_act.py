@@ -14,8 +14,9 @@ Tiling: grouped_gemm.py's persistent walk over group tiles. A program owns BLOCK
 ``h``, whole quantization blocks (``quant_epilogue.tile_columns``); gated, the gate and up rows
 of ``b`` go into two [BLOCK_M, BLOCK_N] accumulators that share the A tile, or (interleaved)
 one [BLOCK_M, 2 * BLOCK_N] accumulator split in the epilogue. Operands come through TMA
-descriptors when aligned (gated: one over each half of ``b``), else masked pointers; ``z`` is
-stored through pointers.
+descriptors when aligned (gated: one over each half of ``b``), else masked pointers; ``z``
+leaves through ragged descriptors (grouped_gemm_gated's ``store_pair``) when aligned. The
+epilogue runs on two column halves where each holds whole quantization blocks.
 """
 
 from __future__ import annotations

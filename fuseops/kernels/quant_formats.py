@@ -89,13 +89,12 @@ def exp2i(k):
 def pow2_exponent(amax, ELEM: tl.constexpr):
     """Exponent k of the smallest power-of-two scale with ``amax / 2**k <= max(ELEM)``
     (0 for amax 0), clamped to [-126, 127]; ``amax`` is finite and non-negative."""
-    # max(E4M3) = 1.75 * 2**8, max(E5M2) = 1.75 * 2**15: the fraction bits of 0.75 are 0x600000.
+    # max(E4M3) = 1.75 * 2**8, max(E5M2) = 1.75 * 2**15: amax's exponent, plus one where its
+    # fraction exceeds 0.75 (0x600000), which is where adding 0x1FFFFF carries into it. A
+    # finite amax keeps k <= 120, under the upper clamp.
     MAX_EXP: tl.constexpr = 8 if ELEM == 0 else 15
-    bits = amax.to(tl.int32, bitcast=True)
-    exp = ((bits >> 23) & 0xFF) - 127
-    k = exp - MAX_EXP + ((bits & 0x7FFFFF) > 0x600000).to(tl.int32)
-    k = tl.minimum(tl.maximum(k, -126), 127)
-    return tl.where(amax > 0, k, 0)
+    k = ((amax.to(tl.int32, bitcast=True) + 0x1FFFFF) >> 23) - (127 + MAX_EXP)
+    return tl.where(amax > 0, tl.maximum(k, -126), 0)
 
 
 @triton.jit
@@ -114,12 +113,13 @@ def _round_to_fp8_grid(v, ELEM: tl.constexpr):
 
 
 @triton.jit
-def to_fp8(v, ELEM: tl.constexpr):
-    """float32 ``v`` cast to E4M3 (ELEM 0) or E5M2 (ELEM 1): nearest-even, saturating."""
-    FMAX: tl.constexpr = 448.0 if ELEM == 0 else 57344.0
-    v = tl.minimum(tl.maximum(v, -FMAX), FMAX)
+def cast_fp8(v, ELEM: tl.constexpr):
+    """float32 ``v`` cast to E4M3 (ELEM 0) or E5M2 (ELEM 1): nearest-even; the GPU's
+    ``cvt.rn.satfinite`` saturates out-of-range values and infinities at the maximum and keeps
+    NaN (the interpreter clamps first). For values that need no clamp (``to_fp8`` has one)."""
     if _EMULATE_FP8_CAST:
-        v = _round_to_fp8_grid(v, ELEM)
+        FMAX: tl.constexpr = 448.0 if ELEM == 0 else 57344.0
+        v = _round_to_fp8_grid(tl.minimum(tl.maximum(v, -FMAX), FMAX), ELEM)
     if ELEM == 0:
         q = v.to(tl.float8e4nv)
     else:
@@ -128,20 +128,81 @@ def to_fp8(v, ELEM: tl.constexpr):
 
 
 @triton.jit
+def to_fp8(v, ELEM: tl.constexpr):
+    """float32 ``v`` cast to E4M3 (ELEM 0) or E5M2 (ELEM 1): nearest-even, saturating."""
+    FMAX: tl.constexpr = 448.0 if ELEM == 0 else 57344.0
+    return cast_fp8(tl.minimum(tl.maximum(v, -FMAX), FMAX), ELEM)
+
+
+@triton.jit
 def finite_amax(t, axis):
     """``max |t|`` along ``axis``, clamped to the float32 maximum (inf inputs saturate)."""
     return tl.minimum(tl.max(tl.abs(t), axis=axis), _FP32_MAX)
 
 
+# The interpreter's fma rounds the product first.
+_FMA = tl.constexpr(not INTERPRET)
+# Below this NVFP4 encode scale, a block whose amax / 6 is 1 ulp off in ``_sixth`` (amax <
+# 2**-125) gets a zero scale either way: amax / 6 * enc < 2**-10.
+_SIXTH_ENCODE_MAX = tl.constexpr(2.0**117)
+
+
+@triton.jit
+def _sixth(amax):
+    """``amax / 6`` rounded to nearest for float32 amax >= 2**-125 (every such float32 checked
+    offline, .notes/quantize.md): the product with the rounded 1/6, corrected by one fma."""
+    if _FMA:
+        q = amax * (1.0 / 6.0)
+        q = tl.fma(tl.fma(q, -6.0, amax), 1.0 / 6.0, q)
+    else:
+        q = tl.math.div_rn(amax, 6.0)
+    return q
+
+
+@triton.jit
+def block_scales(amax, enc, SCALING: tl.constexpr, ELEM: tl.constexpr):
+    """(multiplier, stored scale) of blocks with maxima ``amax`` (finite), ``enc`` the tensor's
+    encode scale (NVFP4): the scale rules above, as the quantize kernels apply them."""
+    if SCALING == 3:
+        # One branch for the whole program (enc is the tensor's): three fmas instead of a division.
+        if enc < _SIXTH_ENCODE_MAX:
+            q = _sixth(amax)
+        else:
+            q = tl.math.div_rn(amax, 6.0)
+        # cvt.satfinite saturates as to_fp8's clamp would (the product is not NaN).
+        s = cast_fp8(q * enc, 0)
+        sf = s.to(tl.float32)
+        # An E4M3 scale that underflows to 0 zeroes its block (no division by zero).
+        mult = tl.where(sf > 0, tl.math.div_rn(tl.zeros_like(sf) + enc, tl.where(sf > 0, sf, 1.0)), 0.0)
+    else:
+        k = pow2_exponent(amax, ELEM)
+        mult = exp2i(-k)
+        if SCALING == 1:
+            s = exp2i(k)
+        else:
+            s = (k + 127).to(tl.uint8)
+    return mult, s
+
+
+@triton.jit
+def e2m1_bits(v):
+    """int32 whose low byte is the E2M1 code (sign in bit 3) of float32 ``v``, nearest-even,
+    saturating at 6, NaN to 0, and whose other bits lie above it (``pack_e2m1`` packs two)."""
+    a = tl.minimum(tl.abs(v), 6.0, propagate_nan=tl.PropagateNan.ALL)
+    # Up to 6 the code is round(min(2a, a + 2, a / 2 + 4)): steps of .5, 1 and 2 on [0, 2],
+    # [2, 4] and [4, 6], each even code on an even integer, so nearest-even on the integers is
+    # E2M1's. Each line plus 2**23 rounds once to an integer, held in the low mantissa bits.
+    line = tl.minimum(tl.minimum(a * 2.0 + 8388608.0, a + 8388610.0), a * 0.5 + 8388612.0)
+    # max ignores NaN: code 0, as a NaN fails every threshold of the reference (a NaN v comes
+    # from 0 * inf where a block's multiplier overflows).
+    line = tl.maximum(line, 8388608.0)
+    return tl.where(v < 0, line + 8.0, line).to(tl.int32, bitcast=True)
+
+
 @triton.jit
 def e2m1_encode(v):
     """uint8 E2M1 codes (sign in bit 3) of float32 ``v``: nearest-even, saturating at 6."""
-    a = tl.abs(v)
-    # Midpoints of 0, .5, 1, 1.5, 2, 3, 4, 6; ties go to the even code (strict or not).
-    code = ((a > 0.25).to(tl.uint8) + (a >= 0.75).to(tl.uint8) + (a > 1.25).to(tl.uint8)
-            + (a >= 1.75).to(tl.uint8) + (a > 2.5).to(tl.uint8) + (a >= 3.5).to(tl.uint8)
-            + (a > 5.0).to(tl.uint8))
-    return code | ((v < 0).to(tl.uint8) << 3)
+    return (e2m1_bits(v) & 15).to(tl.uint8)
 
 
 @triton.jit
@@ -155,10 +216,10 @@ def e2m1_decode(code):
 
 
 @triton.jit
-def pack_e2m1(codes, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """[ROWS, COLS] codes -> [ROWS, COLS // 2] bytes, element 2j in the low nibble of byte j."""
-    lo, hi = tl.split(tl.reshape(codes, [ROWS, COLS // 2, 2]))
-    return lo | (hi << 4)
+def pack_e2m1(lo, hi):
+    """Bytes of E2M1 pairs from ``e2m1_bits`` (or codes): ``lo`` in the low nibble."""
+    # What e2m1_bits holds above its low byte stays above it after the shift by 4 (wrapping).
+    return (hi * 16 + lo).to(tl.uint8)
 
 
 @triton.jit

@@ -15,8 +15,12 @@ TENSOR and NVFP4 read each tensor's ``encode`` scale from device memory (``amax`
 ``tensor_encode_scale``), so nothing syncs with the host.
 
 Tiling: one program per [BLOCK_R, BLOCK_C] tile (for grouped rows, per tile of the padded
-layout, which holds one group's rows) loads it once, quantizes it along C and its transpose
-along R in registers, and stores both; padding tiles store zeros.
+layout, which holds one group's rows) loads it once and writes both copies from registers,
+padding tiles zeros. The tile is held as [NC, NR, K, V] chunks, a thread's chunk K rows of one
+16-byte load (V values): blocks along a row span BLOCK / V threads, blocks along a column
+BLOCK / K threads (reductions in registers, then warp shuffles), E2M1 pairs sit in one
+thread either way, and the transpose is stored as runs of K codes: the data never goes
+through shared memory.
 """
 
 from __future__ import annotations
@@ -29,27 +33,9 @@ import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET
 from fuseops.kernels.quant_formats import (
-    BLOCK_SIZE,
-    FP32_MAX,
-    STORAGE_DTYPE,
-    Element,
-    Scaling,
-    e2m1_encode,
-    exp2i,
-    finite_amax,
-    group_of_positions,
-    group_positions,
-    load_tile,
-    pack_e2m1,
-    padded_rows,
-    pow2_exponent,
-    reference_e2m1_encode,
-    reference_exp2i,
-    reference_pack_e2m1,
-    reference_pow2_exponent,
-    reference_to_fp8,
-    tile_rows,
-    to_fp8,
+    BLOCK_SIZE, FP32_MAX, STORAGE_DTYPE, Element, Scaling, block_scales, cast_fp8, e2m1_bits, e2m1_encode, exp2i,
+    finite_amax, group_of_positions, group_positions, pack_e2m1, padded_rows, pow2_exponent, reference_e2m1_encode,
+    reference_exp2i, reference_pack_e2m1, reference_pow2_exponent, reference_to_fp8, tile_rows, to_fp8,
 )
 
 
@@ -65,20 +51,19 @@ class Buffers(NamedTuple):
 def _configs() -> dict[tuple[Scaling, bool], tuple[int, int, int]]:
     """(BLOCK_R, BLOCK_C, num_warps) by (format, whether the column-wise copy is written).
     BLOCK_R divides 128 (the grouped layout's alignment) and is a multiple of the block along
-    rows; BLOCK_C a multiple of the block.
-
-    Timed on an H100 (bf16 [16384, 4096], fraction of a device copy's bandwidth counting the
-    input once and every buffer written; .notes/quantize.md): TENSOR 0.92 / 0.93 with the
-    column-wise copy, BLOCK 0.89 / 0.81, MX 0.88 row-wise (64x128) and 0.71 with the copy
-    (32x256; 64x128 gave 0.60 there), NVFP4 0.37 / 0.14 (32x64, the best of nine tiles).
+    rows; BLOCK_C a multiple of the block. Chunks of 8 rows (64 values per thread for bf16),
+    and blocks along columns within one warp: no spills, no shared memory on the data path
+    (sm_90 ptxas). Not timed yet (.notes/quantize.md: the 2-d tile kernel reached TENSOR 0.92
+    / 0.93 of a device copy with the column-wise copy, BLOCK 0.89 / 0.81, MX 0.88 / 0.71,
+    NVFP4 0.37 / 0.14).
     """
     if INTERPRET:
         return {(s, c): (128, 128, 4) for s in Scaling for c in (False, True)}
     return {
         (Scaling.TENSOR, False): (64, 128, 4), (Scaling.TENSOR, True): (64, 128, 4),
         (Scaling.BLOCK, False): (128, 128, 8), (Scaling.BLOCK, True): (128, 128, 8),
-        (Scaling.MX, False): (64, 128, 4), (Scaling.MX, True): (32, 256, 4),
-        (Scaling.NVFP4, False): (32, 64, 4), (Scaling.NVFP4, True): (32, 64, 4),
+        (Scaling.MX, False): (64, 128, 4), (Scaling.MX, True): (128, 64, 4),
+        (Scaling.NVFP4, False): (64, 128, 4), (Scaling.NVFP4, True): (128, 64, 4),
     }
 
 
@@ -88,62 +73,114 @@ def _quantize_blocks(t, enc, SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: t
     """Quantize blocks of BLOCK along the last dim of [ROWS, COLS] ``t``: (q, s) as stored,
     q [ROWS, COLS] float8 (E2M1 codes for NVFP4), s [ROWS, COLS // BLOCK]."""
     tb = tl.reshape(t, [ROWS, COLS // BLOCK, BLOCK])
-    amax = finite_amax(tb, 2)
+    mult, s = block_scales(finite_amax(tb, 2), enc, SCALING, ELEM)
     if SCALING == 3:
-        s = to_fp8(tl.math.div_rn(amax, 6.0) * enc, 0)
-        sf = s.to(tl.float32)
-        # An E4M3 scale that underflows to 0 zeroes its block (no division by zero).
-        mult = tl.where(sf > 0, tl.math.div_rn(tl.zeros_like(sf) + enc, tl.where(sf > 0, sf, 1.0)), 0.0)
         q = e2m1_encode(tb * mult[:, :, None])
     else:
-        k = pow2_exponent(amax, ELEM)
-        q = to_fp8(tb * exp2i(-k)[:, :, None], ELEM)
-        if SCALING == 1:
-            s = exp2i(k)
-        else:
-            s = (k + 127).to(tl.uint8)
+        q = to_fp8(tb * mult[:, :, None], ELEM)
     return tl.reshape(q, [ROWS, COLS]), s
 
 
 @triton.jit
-def _store(ptr, q, rows, mask_r, stride_r, col0, C, PACKED: tl.constexpr, ROWS: tl.constexpr,
-           COLS: tl.constexpr):
-    """Store [ROWS, COLS] elements at columns col0.. of ``rows`` (E2M1 codes packed in pairs)."""
+def _chunk_offsets(NC: tl.constexpr, NR: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
+    """Row and column in the tile of the chunked [NC, NR, K, V] layout, (c, r, k, v) at row
+    r * K + k and column c * V + v: offs_r [1, NR, K, 1], offs_c [NC, 1, 1, V]."""
+    offs_r = tl.arange(0, NR)[None, :, None, None] * K + tl.arange(0, K)[None, None, :, None]
+    offs_c = tl.arange(0, NC)[:, None, None, None] * V + tl.arange(0, V)[None, None, None, :]
+    return offs_r, offs_c
+
+
+@triton.jit
+def _store_chunks(ptr, q, lines, mask_l, stride_l, start, length, PACKED: tl.constexpr, ALONG_ROWS: tl.constexpr):
+    """Store chunked codes ``q`` [NC, NR, K, V] in ``lines`` (the tile's rows, ALONG_ROWS, or
+    its columns), at positions ``start``.. below ``length`` along them; PACKED: E2M1 codes,
+    two per byte along the line, the first in the low nibble."""
+    NC: tl.constexpr = q.shape[0]
+    NR: tl.constexpr = q.shape[1]
+    K: tl.constexpr = q.shape[2]
+    V: tl.constexpr = q.shape[3]
     if PACKED:
-        cols = col0 // 2 + tl.arange(0, COLS // 2)
-        mask = mask_r[:, None] & (cols < (C + 1) // 2)[None, :]
-        tl.store(ptr + rows[:, None] * stride_r + cols[None, :], pack_e2m1(q, ROWS, COLS), mask=mask)
+        if ALONG_ROWS:
+            lo, hi = tl.split(tl.reshape(q, [NC, NR, K, V // 2, 2]))
+            _, offs = _chunk_offsets(NC, NR, K, V // 2)
+        else:
+            # The pairs sit in one thread: (k, k + 1) of its K rows.
+            lo, hi = tl.split(tl.permute(tl.reshape(q, [NC, NR, K // 2, 2, V]), (0, 1, 2, 4, 3)))
+            offs, _ = _chunk_offsets(NC, NR, K // 2, V)
+        q = pack_e2m1(lo, hi)
     else:
-        cols = col0 + tl.arange(0, COLS)
-        tl.store(ptr + rows[:, None] * stride_r + cols[None, :], q, mask=mask_r[:, None] & (cols < C)[None, :])
+        offs_r, offs_c = _chunk_offsets(NC, NR, K, V)
+        offs = offs_c if ALONG_ROWS else offs_r
+    tl.store(ptr + lines * stride_l + start + offs, q, mask=mask_l & (start + offs < length))
+
+
+@triton.jit
+def _store_blocks(tile, enc, data, scale, lines, mask_l, stride_d, stride_s, start, length, stored_length,
+                  ALONG_ROWS: tl.constexpr, SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr):
+    """Quantize the chunked ``tile`` [NC, NR, K, V] in blocks of BLOCK along its rows
+    (ALONG_ROWS) or its columns and store codes and scales (``_store_chunks``'s arguments;
+    ``length`` counts elements along a line, ``stored_length`` stored codes)."""
+    NC: tl.constexpr = tile.shape[0]
+    NR: tl.constexpr = tile.shape[1]
+    K: tl.constexpr = tile.shape[2]
+    V: tl.constexpr = tile.shape[3]
+    # A block's values sit in axis IN of BLOCK // V threads of V columns (along rows) or of
+    # BLOCK // K threads of K rows, axis ACROSS: a reduction in registers, then warp shuffles.
+    if ALONG_ROWS:
+        t = tl.reshape(tile, [NC // (BLOCK // V), BLOCK // V, NR, K, V])
+        IN: tl.constexpr = 4
+        ACROSS: tl.constexpr = 1
+        offs_s = tl.arange(0, NC // (BLOCK // V))[:, None, None, None]
+    else:
+        t = tl.reshape(tile, [NC, NR // (BLOCK // K), BLOCK // K, K, V])
+        IN: tl.constexpr = 3
+        ACROSS: tl.constexpr = 2
+        offs_s = tl.arange(0, NR // (BLOCK // K))[None, :, None, None]
+    mult, s = block_scales(tl.max(finite_amax(t, IN), ACROSS), enc, SCALING, ELEM)
+    v = t * tl.expand_dims(tl.expand_dims(mult, ACROSS), IN)
+    if SCALING == 3:
+        q = e2m1_bits(v)
+    else:
+        # Scaled by the block's power of two, values fit the format (infinities saturate).
+        q = cast_fp8(v, ELEM)
+    # Scales [NC // (BLOCK // V), NR, K, 1] along rows, [NC, NR // (BLOCK // K), 1, V] along columns.
+    offs_s += start // BLOCK
+    tl.store(scale + lines * stride_s + offs_s, tl.expand_dims(s, IN - 1),
+             mask=mask_l & (offs_s < tl.cdiv(length, BLOCK)))
+    # E2M1: two codes per stored byte.
+    STEP: tl.constexpr = 2 if SCALING == 3 else 1
+    _store_chunks(data, tl.reshape(q, [NC, NR, K, V]), lines, mask_l, stride_d, start // STEP, stored_length,
+                  SCALING == 3, ALONG_ROWS)
 
 
 @triton.jit
 def quantize_kernel(
     x, offsets, encode, data, scale, data_t, scale_t,
-    R, C, G, RP,
+    R, C, G, RP, C_STORED, RP_STORED,
     stride_xb, stride_xr, stride_db, stride_dr, stride_sb, stride_sr,
     stride_tb, stride_tc, stride_ub, stride_uc,
     SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_2D: tl.constexpr,
     ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, GROUPED: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
 ):
     pid_r = tl.program_id(0)
     pid_c = tl.program_id(1)
     pid_b = tl.program_id(2)
     g, row0, nrows = tile_rows(offsets, pid_r, pid_b, R, G, GROUPED, BLOCK_R, BLOCK_G)
-    tile = load_tile(x, pid_b, row0, nrows, pid_c, C, stride_xb, stride_xr, BLOCK_R, BLOCK_C)
-    rows = row0 + tl.arange(0, BLOCK_R)
-    mask_r = tl.arange(0, BLOCK_R) < nrows
-    col0 = pid_c * BLOCK_C
-    cols = col0 + tl.arange(0, BLOCK_C)
+    offs_r, offs_c = _chunk_offsets(BLOCK_C // V, BLOCK_R // K, K, V)
+    rows = row0 + offs_r
+    cols = pid_c * BLOCK_C + offs_c
+    mask_r = offs_r < nrows
     mask_c = cols < C
+    # [NC, NR, K, V]
+    tile = tl.load(x + pid_b * stride_xb + rows * stride_xr + cols, mask=mask_r & mask_c, other=0.0).to(tl.float32)
     data += pid_b * stride_db
     data_t += pid_b * stride_tb
-    PACKED: tl.constexpr = SCALING == 3
     enc = 1.0
     if SCALING == 0 or SCALING == 3:
         enc = tl.load(encode + g)
+    # Column-wise stores cover positions < RP: whole tiles of the padded grouped layout
+    # (zeros past a group's rows), the valid rows otherwise.
     if SCALING == 0 or BLOCK_2D:
         # One multiplier for the whole tile: the tensor's encode scale, or the tile's power of two.
         mult = enc
@@ -154,25 +191,19 @@ def quantize_kernel(
                 tl.store(scale + pid_b * stride_sb + pid_r * stride_sr + pid_c, exp2i(k))
             if COLUMNWISE:
                 tl.store(scale_t + pid_b * stride_ub + pid_c * stride_uc + pid_r, exp2i(k))
+        q = cast_fp8(tile * mult, ELEM)
         if ROWWISE:
-            _store(data, to_fp8(tile * mult, ELEM), rows, mask_r, stride_dr, col0, C, False, BLOCK_R, BLOCK_C)
-        # Column-wise stores cover positions < RP: whole tiles of the padded grouped layout
-        # (zeros past a group's rows), the valid rows otherwise.
+            _store_chunks(data, q, rows, mask_r, stride_dr, pid_c * BLOCK_C, C, False, True)
         if COLUMNWISE:
-            _store(data_t, to_fp8(tl.trans(tile) * mult, ELEM), cols, mask_c, stride_tc, pid_r * BLOCK_R, RP,
-                   False, BLOCK_C, BLOCK_R)
+            _store_chunks(data_t, q, cols, mask_c, stride_tc, pid_r * BLOCK_R, RP, False, False)
     else:
+        # The row-wise copy is stored before the column-wise one is computed (fewer live registers).
         if ROWWISE:
-            q, s = _quantize_blocks(tile, enc, SCALING, ELEM, BLOCK, BLOCK_R, BLOCK_C)
-            _store(data, q, rows, mask_r, stride_dr, col0, C, PACKED, BLOCK_R, BLOCK_C)
-            _store(scale + pid_b * stride_sb, s, rows, mask_r, stride_sr, col0 // BLOCK,
-                   tl.cdiv(C, BLOCK), False, BLOCK_R, BLOCK_C // BLOCK)
+            _store_blocks(tile, enc, data, scale + pid_b * stride_sb, rows, mask_r, stride_dr, stride_sr,
+                          pid_c * BLOCK_C, C, C_STORED, True, SCALING, ELEM, BLOCK)
         if COLUMNWISE:
-            qt, st = _quantize_blocks(tl.trans(tile), enc, SCALING, ELEM, BLOCK,
-                                      BLOCK_C, BLOCK_R)
-            _store(data_t, qt, cols, mask_c, stride_tc, pid_r * BLOCK_R, RP, PACKED, BLOCK_C, BLOCK_R)
-            _store(scale_t + pid_b * stride_ub, st, cols, mask_c, stride_uc,
-                   pid_r * (BLOCK_R // BLOCK), tl.cdiv(RP, BLOCK), False, BLOCK_C, BLOCK_R // BLOCK)
+            _store_blocks(tile, enc, data_t, scale_t + pid_b * stride_ub, cols, mask_c, stride_tc, stride_uc,
+                          pid_r * BLOCK_R, RP, RP_STORED, False, SCALING, ELEM, BLOCK)
 
 
 def allocate(shape: tuple[int, int, int], groups: int | None, *, scaling: Scaling, element: Element,
@@ -259,32 +290,32 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
     if C == 0 or rp == 0 or B == 0:
         return bufs
     x = x if x.stride(2) == 1 else x.contiguous()
-    # Triton 3.6 on sm_90 miscompiles the one-pass form of the whole-tile formats on float32
-    # input (the column-wise copy loses about half its elements; seen on the H100): there the
-    # two copies take a pass each.
+    br, bc, warps = cfg
+    # Chunks of one 16-byte load per row, K rows: what the tile leaves per thread, at least a
+    # pair (E2M1) and at most 16 (the shortest block along rows).
+    v = 16 // x.element_size()
+    k = max(2, min(16, br, br * bc // (v * 32 * warps)))
+    packed = element == Element.E2M1
+    data, scale, data_t, scale_t = (_kernel_view(t, x) for t in bufs)
+    # Triton 3.6 on sm_90 miscompiled the one-pass form of the whole-tile formats on float32
+    # input (the column-wise copy lost about half its elements; seen on the H100 with the 2-d
+    # tile kernel): there the two copies take a pass each.
     one_pass = not (x.dtype == torch.float32 and (scaling == Scaling.TENSOR or block_2d))
     for copies in [(rowwise, columnwise)] if one_pass else [(rowwise, False), (False, columnwise)]:
-        if any(copies):
-            _launch(x, offsets, encode, bufs, scaling, element, block_2d, copies, rp, cfg)
+        if not any(copies):
+            continue
+        quantize_kernel[(triton.cdiv(rp, br), triton.cdiv(C, bc), B)](
+            x, offsets if offsets is not None else x, encode if encode is not None else x,
+            data, scale, data_t, scale_t,
+            R, C, groups or B, rp, triton.cdiv(C, 2) if packed else C, triton.cdiv(rp, 2) if packed else rp,
+            x.stride(0), x.stride(1), *_strides(bufs.data), *_strides(bufs.scale),
+            *_strides(bufs.data_t), *_strides(bufs.scale_t),
+            SCALING=int(scaling), ELEM=int(element), BLOCK=BLOCK_SIZE[scaling] or 1, BLOCK_2D=block_2d,
+            ROWWISE=copies[0], COLUMNWISE=copies[1], GROUPED=offsets is not None,
+            BLOCK_R=br, BLOCK_C=bc, BLOCK_G=max(16, triton.next_power_of_2(groups or 1)), K=k, V=v,
+            num_warps=warps,
+        )
     return bufs
-
-
-def _launch(x, offsets, encode, bufs: Buffers, scaling, element, block_2d, copies: tuple[bool, bool], rp: int,
-            cfg: tuple[int, int, int]) -> None:
-    B, R, C = x.shape
-    groups = offsets.shape[0] - 1 if offsets is not None else None
-    br, bc, warps = cfg
-    data, scale, data_t, scale_t = (_kernel_view(t, x) for t in bufs)
-    quantize_kernel[(triton.cdiv(rp, br), triton.cdiv(C, bc), B)](
-        x, offsets if offsets is not None else x, encode if encode is not None else x,
-        data, scale, data_t, scale_t,
-        R, C, groups or B, rp,
-        x.stride(0), x.stride(1), *_strides(bufs.data), *_strides(bufs.scale),
-        *_strides(bufs.data_t), *_strides(bufs.scale_t),
-        SCALING=int(scaling), ELEM=int(element), BLOCK=BLOCK_SIZE[scaling] or 1, BLOCK_2D=block_2d,
-        ROWWISE=copies[0], COLUMNWISE=copies[1], GROUPED=offsets is not None,
-        BLOCK_R=br, BLOCK_C=bc, BLOCK_G=max(16, triton.next_power_of_2(groups or 1)), num_warps=warps,
-    )
 
 
 def _reference_blocks(v: torch.Tensor, enc: torch.Tensor, scaling: Scaling, element: Element):

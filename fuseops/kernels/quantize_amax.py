@@ -5,11 +5,14 @@ NVFP4's tensor scale), so that the cast kernel reads its scale without a host sy
 row groups are the tensors; ``amax[t] = max |x of tensor t|`` (0 for an empty one).
 ``tensor_scales``: the encode and decode scales of quant_formats.py from the amaxes, in one
 launch. Tiling: one amax program per [BLOCK_R, STEPS * BLOCK_C] strip (for grouped rows, per
-strip of the padded layout, inside one group) folds its tiles elementwise and ends with one
-float32 ``atomic_max``; ``tensor_scales`` is one program over all tensors.
+strip of the padded layout, inside one group) folds its tiles elementwise, STAGES - 1 tiles
+ahead in flight (cp.async into shared memory), and ends with one float32 ``atomic_max``;
+``tensor_scales`` is one program over all tensors.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -21,21 +24,34 @@ from fuseops.kernels.quant_formats import FP32_MAX, load_tile, padded_rows, tile
 _FP32_MAX = tl.constexpr(FP32_MAX)
 
 
-def _config() -> tuple[int, int, int]:
-    """(BLOCK_R, BLOCK_C, num_warps); BLOCK_R divides 128 (the grouped layout's alignment).
-    GPU: the cast kernel's TENSOR tile."""
-    return (128, 128, 4) if INTERPRET else (64, 128, 4)
+@dataclass(frozen=True)
+class AmaxConfig:
+    """The amax kernel's tiling; BLOCK_R divides 128 (the grouped layout's alignment)."""
+
+    block_r: int
+    block_c: int
+    steps: int
+    stages: int
+    num_warps: int
+
+
+def _config() -> AmaxConfig:
+    """GPU: tiles of 32x128 bf16 (8 KB), 16 per program, 3 of them in flight: 63 registers and
+    24 KB of shared memory per program on sm_90 (ptxas), so 8 programs and 192 KB in flight per
+    SM, where the unpipelined loop (64x128, 8 steps, 126 registers) kept at most 4 tiles of
+    16 KB. Not timed yet (.notes/quantize.md)."""
+    return AmaxConfig(128, 128, 8, 1, 4) if INTERPRET else AmaxConfig(32, 128, 16, 4, 4)
 
 
 @triton.jit
 def amax_kernel(x, offsets, amax, R, C, G, stride_xb, stride_xr,
                 GROUPED: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
-                BLOCK_G: tl.constexpr, STEPS: tl.constexpr):
+                BLOCK_G: tl.constexpr, STEPS: tl.constexpr, STAGES: tl.constexpr):
     # STEPS column tiles per program: one atomic per STEPS tiles keeps them off the memory path.
     pid_b = tl.program_id(2)
     g, row0, rows = tile_rows(offsets, tl.program_id(0), pid_b, R, G, GROUPED, BLOCK_R, BLOCK_G)
     acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
-    for step in range(STEPS):
+    for step in tl.range(STEPS, num_stages=STAGES):
         tile = load_tile(x, pid_b, row0, rows, tl.program_id(1) * STEPS + step, C, stride_xb,
                          stride_xr, BLOCK_R, BLOCK_C)
         acc = tl.maximum(acc, tl.abs(tile))
@@ -62,18 +78,23 @@ def amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int) -> torc
         offsets: int64 [G + 1] row offsets of a grouped ``x`` (B = 1), or None (G = B).
         num_groups: G.
     """
+    return launch_amax(x, offsets, num_groups, _config())
+
+
+def launch_amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int, cfg: AmaxConfig) -> torch.Tensor:
+    """``amax`` with an explicit tiling (the benchmark's sweep)."""
     B, R, C = x.shape
     out = torch.zeros(num_groups, dtype=torch.float32, device=x.device)
     if x.numel() == 0:
         return out
     x = x if x.stride(2) == 1 else x.contiguous()
-    br, bc, warps = _config()
     rp = padded_rows(R, num_groups) if offsets is not None else R
-    steps = min(8, triton.cdiv(C, bc))
-    amax_kernel[(triton.cdiv(rp, br), triton.cdiv(C, bc * steps), B)](
+    steps = min(cfg.steps, triton.cdiv(C, cfg.block_c))
+    amax_kernel[(triton.cdiv(rp, cfg.block_r), triton.cdiv(C, cfg.block_c * steps), B)](
         x, offsets if offsets is not None else out, out, R, C, num_groups, x.stride(0), x.stride(1),
-        GROUPED=offsets is not None, BLOCK_R=br, BLOCK_C=bc,
-        BLOCK_G=max(16, triton.next_power_of_2(num_groups)), STEPS=steps, num_warps=warps,
+        GROUPED=offsets is not None, BLOCK_R=cfg.block_r, BLOCK_C=cfg.block_c,
+        BLOCK_G=max(16, triton.next_power_of_2(num_groups)), STEPS=steps, STAGES=cfg.stages,
+        num_warps=cfg.num_warps,
     )
     return out
 

@@ -85,6 +85,76 @@ def test_e2m1_table_and_ties():
     assert decoded.tolist() == [0, 0, 0.5, 1, 1, 1, 1.5, 2, 2, 2, 3, 4, 4, 4, 6, 6, -0.5, -6]
 
 
+@triton.jit
+def _e2m1_kernel(x, codes, packed, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    v = tl.load(x + offs)
+    tl.store(codes + offs, qf.e2m1_encode(v))
+    lo, hi = tl.split(tl.reshape(qf.e2m1_bits(v), [N // 2, 2]))
+    tl.store(packed + tl.arange(0, N // 2), qf.pack_e2m1(lo, hi))
+
+
+def check_e2m1_encode_around_ties():
+    points = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0,
+                           7.0, 7.5, 8.0, 2**-126, 2**-149, 1e30, float("inf")])
+    near = torch.stack([points.view(torch.int32) + d for d in range(-4, 5)]).flatten()
+    v = near.clamp(0, 0x7F800000).view(torch.float32)
+    v = torch.cat([v, -v, torch.rand(2048) * 8, torch.tensor([float("nan"), -float("nan"), -0.0, 0.0])])
+    n = triton.next_power_of_2(v.numel())
+    x = torch.nn.functional.pad(v, (0, n - v.numel())).to(DEVICE)
+    codes = torch.empty(n, dtype=torch.uint8, device=DEVICE)
+    packed = torch.empty(n // 2, dtype=torch.uint8, device=DEVICE)
+    _e2m1_kernel[(1,)](x, codes, packed, N=n)
+    ref = qf.reference_e2m1_encode(x)
+    assert torch.equal(codes, ref)
+    assert torch.equal(packed, qf.reference_pack_e2m1(ref))
+    # NaN fails every threshold of the reference: code 0.
+    assert torch.isnan(x).sum() == 2 and (codes[torch.isnan(x)] == 0).all()
+
+
+def test_e2m1_encode_at_and_around_every_tie():
+    """Each code boundary, the values a few float32 ulps either side of it, saturation and NaN."""
+    check_e2m1_encode_around_ties()
+
+
+@pytest.mark.gpu
+def test_gpu_e2m1_encode_at_and_around_every_tie():
+    check_e2m1_encode_around_ties()
+
+
+def test_sixth_by_fma_is_the_rounded_quotient():
+    """``_sixth``'s GPU path (round(a * r), then the fma correction with r = float32(1/6)),
+    replayed in float64 where each step is exact, against a / 6 rounded once: above 2**-125
+    (every float32 there was checked offline; here powers of two, their neighbours and a
+    sample of bit patterns); below it, results may be 1 ulp off (``_SIXTH_ENCODE_MAX``)."""
+    pow2 = torch.arange(-125, 128, dtype=torch.int32)
+    bits = torch.cat([(pow2 + 127) << 23, ((pow2 + 127) << 23) - 1, ((pow2 + 127) << 23) + 1,
+                      torch.randint(0x01000000, 0x7F7FFFFF, (1 << 16,), dtype=torch.int32)])
+    bits = bits[(bits >= 0x01000000) & (bits <= 0x7F7FFFFF)]
+    a = bits.view(torch.float32).double()
+    r = torch.tensor(1.0 / 6.0, dtype=torch.float32).double()
+    q0 = (a * r).float().double()
+    e = (a - 6.0 * q0).float().double()
+    q = (q0 + e * r).float()
+    assert torch.equal(q, (a / 6.0).float())
+
+
+@pytest.mark.parametrize("element", FP8)
+def test_cast_fp8_saturates_like_to_fp8(element):
+    x = torch.cat([special_values(), torch.randn(2048) * 1e4]).to(DEVICE)
+    x = torch.nn.functional.pad(x, (0, triton.next_power_of_2(x.numel()) - x.numel()))
+    fp8, *_ = run_codecs(x, element)
+    cast = torch.empty_like(fp8)
+    _cast_kernel[(1,)](x, cast, N=x.numel(), ELEM=int(element))
+    assert torch.equal(cast.view(torch.uint8), fp8.view(torch.uint8))
+
+
+@triton.jit
+def _cast_kernel(x, out, N: tl.constexpr, ELEM: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out + offs, qf.cast_fp8(tl.load(x + offs), ELEM))
+
+
 @given(st.lists(st.integers(0, 15), min_size=1, max_size=33))
 def test_e2m1_pack_round_trip(codes):
     c = torch.tensor(codes, dtype=torch.uint8)

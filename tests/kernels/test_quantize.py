@@ -11,7 +11,7 @@ import torch
 
 from fuseops.kernels import quantize as kq
 from fuseops.kernels.quantize_amax import amax
-from fuseops.kernels.quant_formats import Element, Scaling, padded_rows, tensor_encode_scale
+from fuseops.kernels.quant_formats import BLOCK_SIZE, Element, Scaling, padded_rows, tensor_encode_scale
 from tests.helpers import assert_bitwise, poison_
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -108,8 +108,7 @@ def test_one_copy(fmt, copies):
     assert_same(got, ref, fmt)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_huge_values_saturate_and_zero_blocks_stay_finite(fmt):
+def check_huge_values_and_zero_blocks(fmt):
     scaling, element, block_2d = FORMATS[fmt]
     x = torch.randn(1, 130, 256, device=DEVICE)
     x[0, :, :128] = 0.0
@@ -126,6 +125,18 @@ def test_huge_values_saturate_and_zero_blocks_stay_finite(fmt):
         assert got.scale[0, 0, 0].float().item() == (0.0 if scaling == Scaling.NVFP4 else 1.0)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_huge_values_saturate_and_zero_blocks_stay_finite(fmt):
+    check_huge_values_and_zero_blocks(fmt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_gpu_huge_values_saturate_and_zero_blocks_stay_finite(fmt):
+    """The GPU's satfinite conversions saturate infinities (no clamp before them)."""
+    check_huge_values_and_zero_blocks(fmt)
+
+
 def test_zero_rows_and_empty_groups():
     x = torch.randn(1, 0, 40, device=DEVICE)
     offsets = torch.zeros(4, dtype=torch.int64, device=DEVICE)
@@ -134,6 +145,83 @@ def test_zero_rows_and_empty_groups():
     assert bufs.data_t.shape == (1, 40, padded_rows(0, 3))
     assert (bufs.data_t.view(torch.uint8) == 0).all()
     assert torch.equal(amax(x, offsets, 3), torch.zeros(3, device=DEVICE))
+
+
+# (BLOCK_R, BLOCK_C, num_warps): chunks of 2, 4 and 8 rows of 8 bf16 per thread (the
+# interpreter's own tile has 16).
+TILES = [(16, 32, 1), (32, 64, 2), (64, 64, 2)]
+
+
+def tile_fits(tile, fmt) -> bool:
+    block = 128 if FORMATS[fmt][2] else BLOCK_SIZE[FORMATS[fmt][0]]
+    return block == 0 or (tile[0] % block == 0 and tile[1] % block == 0)
+
+
+def check_tiles(fmt, tile, dtype):
+    scaling, element, block_2d = FORMATS[fmt]
+    # Grouped rows (many padding tiles, slow in the interpreter) with the GPU tables' 8-row chunks.
+    for layout in ("dense",) if block_2d or tile[0] < 64 else ("dense", "grouped"):
+        x, offsets, n = make(layout, dtype)
+        encode = encode_for(x, offsets, n, scaling, element)
+        kw = dict(scaling=scaling, element=element, block_2d=block_2d, rowwise=True, columnwise=True)
+        ref = kq.reference_quantize(x, offsets, encode, **kw)
+        got = kq.allocate(tuple(x.shape), None if offsets is None else n, device=x.device, **kw)
+        for t in got:
+            if t is not None:
+                poison_(t.view(torch.uint8) if t.element_size() == 1 else t)
+        kq.launch_quantize(x, offsets, encode, scaling, element, block_2d, True, True, got, tile)
+        assert_same(got, ref, f"{fmt} {layout} {tile}")
+
+
+@pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("fmt", ["tensor_e4m3", "block_1x128", "mx_e4m3", "nvfp4"])
+def test_every_chunk_height(fmt, tile):
+    """Threads holding 2, 4 or 8 rows (16 in the other tests): blocks across 1 to 8 threads each way."""
+    if not tile_fits(tile, fmt):
+        pytest.skip("the tile is not a whole number of blocks")
+    check_tiles(fmt, tile, torch.bfloat16)
+
+
+def nvfp4_extremes(dtype) -> list[torch.Tensor]:
+    """NVFP4 inputs at the edges of its scales: a tensor so small that its encode scale passes
+    2**117 (exact division; a block of subnormals whose multiplier overflows turns 0 * inf into
+    code 0), one so large that it is tiny, and block scales in E4M3's subnormal range (values
+    saturate). The interpreter turns bfloat16 subnormals into wrong float32 values (triton
+    3.6), so there the small tensor is float32 only."""
+    tiny = torch.randn(1, 48, 64) * 1e-36
+    tiny[0, 5, :16] = torch.randn(16) * 1e-40
+    tiny[0, 5, 3:9] = 0.0
+    tiny[0, 6, 16:32] = -0.0
+    huge = torch.randn(1, 48, 64) * 1e37
+    huge[0, 0, 0] = 3e38
+    scales = torch.randn(1, 48, 64) * torch.logspace(-4, 0, 48)[None, :, None]
+    scales[0, 0, 0] = 1e3
+    cases = [huge, scales] if dtype == torch.bfloat16 and DEVICE == "cpu" else [tiny, huge, scales]
+    return [t.to(dtype).to(DEVICE) for t in cases]
+
+
+def check_nvfp4_extremes(dtype):
+    for x in nvfp4_extremes(dtype):
+        got, ref = run(x, None, 1, FORMATS["nvfp4"])
+        assert_same(got, ref, f"nvfp4 extremes {dtype}")
+
+
+# 0 * inf and an overflowing division are part of the reference's maths here.
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_nvfp4_extreme_scales(dtype):
+    check_nvfp4_extremes(dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_nvfp4_extreme_scales_and_every_chunk_height(dtype):
+    check_nvfp4_extremes(dtype)
+    for fmt in FORMATS:
+        for tile in TILES:
+            if tile_fits(tile, fmt):
+                check_tiles(fmt, tile, dtype)
 
 
 @pytest.mark.gpu
