@@ -53,17 +53,18 @@ def _configs() -> dict[tuple[Scaling, bool], tuple[int, int, int]]:
     BLOCK_R divides 128 (the grouped layout's alignment) and is a multiple of the block along
     rows; BLOCK_C a multiple of the block. Chunks of 8 rows (64 values per thread for bf16),
     and blocks along columns within one warp: no spills, no shared memory on the data path
-    (sm_90 ptxas). Not timed yet (.notes/quantize.md: the 2-d tile kernel reached TENSOR 0.92
-    / 0.93 of a device copy with the column-wise copy, BLOCK 0.89 / 0.81, MX 0.88 / 0.71,
-    NVFP4 0.37 / 0.14).
+    (sm_90 ptxas). Chosen on the H100 by ``python -m benchmarks.quantize --tune`` (bf16
+    [16384, 4096], .notes/quantize.md): the cast pass at 0.88 of a device copy for TENSOR with
+    or without the column-wise copy, BLOCK 0.87 / 0.77, MX 0.91 / 0.75, NVFP4 0.49 / 0.35
+    counting its amax pass (its cast alone 0.0695 / 0.153 ms).
     """
     if INTERPRET:
         return {(s, c): (128, 128, 4) for s in Scaling for c in (False, True)}
     return {
-        (Scaling.TENSOR, False): (64, 128, 4), (Scaling.TENSOR, True): (64, 128, 4),
-        (Scaling.BLOCK, False): (128, 128, 8), (Scaling.BLOCK, True): (128, 128, 8),
-        (Scaling.MX, False): (64, 128, 4), (Scaling.MX, True): (128, 64, 4),
-        (Scaling.NVFP4, False): (64, 128, 4), (Scaling.NVFP4, True): (128, 64, 4),
+        (Scaling.TENSOR, False): (32, 256, 4), (Scaling.TENSOR, True): (128, 128, 4),
+        (Scaling.BLOCK, False): (128, 128, 4), (Scaling.BLOCK, True): (128, 128, 4),
+        (Scaling.MX, False): (32, 256, 4), (Scaling.MX, True): (128, 64, 4),
+        (Scaling.NVFP4, False): (32, 128, 4), (Scaling.NVFP4, True): (128, 64, 4),
     }
 
 
@@ -297,10 +298,10 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
     k = max(2, min(16, br, br * bc // (v * 32 * warps)))
     packed = element == Element.E2M1
     data, scale, data_t, scale_t = (_kernel_view(t, x) for t in bufs)
-    # Triton 3.6 on sm_90 miscompiled the one-pass form of the whole-tile formats on float32
-    # input (the column-wise copy lost about half its elements; seen on the H100 with the 2-d
-    # tile kernel): there the two copies take a pass each.
-    one_pass = not (x.dtype == torch.float32 and (scaling == Scaling.TENSOR or block_2d))
+    # Triton 3.6 on sm_90 miscompiles the one-pass form on float32 input for the whole-tile
+    # formats and NVFP4 (the column-wise copy loses a quarter to a half of its elements; seen
+    # on the H100, .notes/quantize_fp32_transpose.md): there the two copies take a pass each.
+    one_pass = not (x.dtype == torch.float32 and (scaling in (Scaling.TENSOR, Scaling.NVFP4) or block_2d))
     for copies in [(rowwise, columnwise)] if one_pass else [(rowwise, False), (False, columnwise)]:
         if not any(copies):
             continue
