@@ -5,12 +5,15 @@ unfused ops' own error through the Triton kernels); on CUDA no host sync, and CU
 capture with device split sizes."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
 
 import fuseops
 from fuseops import ops
+from fuseops.fusions.forward_quantized_grouped_mlp import ForwardQuantizedGroupedMLP
+from fuseops.fusions.fusion import PlanConfig
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.quant import recipes
 from tests.fusions.test_producer_quantize_linear import assert_same, step
@@ -76,6 +79,18 @@ def test_declines_fp8_on_tensor_cores(recipe):
     assert model.plan.forward == [("GroupedLinear", (0,)), ("ForwardActivationQuantizeLinear", (1, 2))]
     reason = "FP8 on tensor cores: the unfused FC1 and activation kernels measured faster"
     assert ("ForwardQuantizedGroupedMLP", (0, 1, 2), reason) in model.plan.declined
+
+
+def test_on_cuda_only_rows_the_descriptors_take():
+    """On CUDA it declines shapes and dtypes that would send FC1 down its masked-pointer path."""
+    fusion = ForwardQuantizedGroupedMLP()
+    for (hidden, ffn, dtype), applies in [((64, 48, torch.bfloat16), True), ((64, 48, torch.float32), False),
+                                          ((2, 8, torch.bfloat16), False), ((64, 4, torch.float16), False)]:
+        model = _model("swiglu-scaled", hidden=hidden, ffn=ffn)
+        extras = [(SPLIT,), (None,), (SPLIT,)]
+        cfg = PlanConfig(recipes.MXFP8(), dtype, "cuda", True, True, True)
+        assert (fusion.guard(list(model), cfg, extras) is None) == applies, (hidden, ffn, dtype)
+        assert fusion.guard(list(model), dataclasses.replace(cfg, device_type="cpu"), extras) is None
 
 
 def test_same_guards_as_the_grouped_mlp():
