@@ -386,17 +386,24 @@ def reference_quantize(
     else:
         xt = xf.transpose(1, 2)
         enc_x = enc_t = enc.view(B, 1, 1)
-    if scaling == Scaling.TENSOR:
-        values = {"data": reference_to_fp8(xf * enc_x, element), "data_t": reference_to_fp8(xt * enc_t, element)}
-    elif block_2d:
-        q, s = _reference_tiles(xf, element)
-        values = {"data": q, "scale": s, "data_t": q.transpose(1, 2), "scale_t": s.transpose(1, 2)}
-    else:
-        values = dict(zip(("data", "scale"), _reference_blocks(xf, enc_x, scaling, element)))
-        values.update(zip(("data_t", "scale_t"), _reference_blocks(xt, enc_t, scaling, element)))
     bufs = out if out is not None else allocate(
         (B, R, C), groups, scaling=scaling, element=element, block_2d=block_2d,
         rowwise=rowwise, columnwise=columnwise, device=x.device)
+    # Only the copies written are computed (on CUDA this also serves one kernel copy alone).
+    values = {}
+    if block_2d:
+        q, s = _reference_tiles(xf, element)
+        values = {"data": q, "scale": s, "data_t": q.transpose(1, 2), "scale_t": s.transpose(1, 2)}
+    elif scaling == Scaling.TENSOR:
+        if bufs.data is not None:
+            values["data"] = reference_to_fp8(xf * enc_x, element)
+        if bufs.data_t is not None:
+            values["data_t"] = reference_to_fp8(xt * enc_t, element)
+    else:
+        if bufs.data is not None:
+            values.update(zip(("data", "scale"), _reference_blocks(xf, enc_x, scaling, element)))
+        if bufs.data_t is not None:
+            values.update(zip(("data_t", "scale_t"), _reference_blocks(xt, enc_t, scaling, element)))
     for name, buf in bufs._asdict().items():
         if buf is not None:
             value = values[name]
