@@ -24,8 +24,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from fuseops.fusions._producer_quantize import local_gemm
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, quantized
 from fuseops.fusions.grouped_mlp import one_expert_mlp
@@ -44,14 +42,6 @@ from fuseops.quant.recipes import TensorRole
 UNFUSED_FASTER = (Scaling.TENSOR, Scaling.BLOCK)
 
 
-def descriptor_rows(in_features: int, ffn: int, dtype: torch.dtype) -> bool:
-    """Whether FC1's operands and z are 16-byte aligned for the kernel's descriptors (E2M1
-    packs two per byte). Its masked-pointer path, taken otherwise, gave wrong outputs in the
-    CUDA property suite at tiny shapes (MXFP8, float32, in_features 2, ffn 1; exact in the
-    interpreter, not diagnosed: .notes/quantize.md), so on CUDA the unfused ops run there."""
-    return dtype in (torch.bfloat16, torch.float16) and in_features % 32 == 0 and ffn % 8 == 0
-
-
 class ForwardQuantizedGroupedMLP(Fusion):
     pattern = (
         match(GroupedLinear, where=local_gemm),
@@ -65,8 +55,6 @@ class ForwardQuantizedGroupedMLP(Fusion):
             return reason
         if cfg.recipe.format(TensorRole.INPUT).scaling in UNFUSED_FASTER:
             return "FP8 on tensor cores: the unfused FC1 and activation kernels measured faster"
-        if cfg.device_type == "cuda" and not descriptor_rows(ops[0].in_features, ops[2].in_features, cfg.dtype):
-            return "on CUDA it needs 16-bit inputs with in_features % 32 == 0 and FC2's in_features % 8 == 0"
         return None
 
     def fused_forward(self, ops, ctxs: Sequence[OpContext], x, extra_inputs: Sequence[tuple[Any, ...]]):

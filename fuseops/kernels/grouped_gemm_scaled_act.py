@@ -78,7 +78,10 @@ def _preact(acc, g, rows, mask_m, cols, mask_n, a_outer, stride_aog, stride_aom,
     return acc.to(y.dtype.element_ty).to(tl.float32)
 
 
-@triton.jit
+# F is never specialized: Triton 3.6's sm_90 build for F == 1 (a one-column h) stored MXFP8
+# scales 2**8 too large while the data beside them was right (H100; exact in the interpreter,
+# and with F unspecialized; .notes/quantize.md). It only bounds masks, so nothing is lost.
+@triton.jit(do_not_specialize=["F"])
 def grouped_gemm_scaled_act_kernel(
     a, a_scale, a_outer, b_gate, b_up, b_scale, b_outer, offsets, bias, probs,
     z_a, z_b, y, data, scale, row_amax,

@@ -5,7 +5,6 @@ unfused ops' own error through the Triton kernels); on CUDA no host sync, and CU
 capture with device split sizes."""
 
 import copy
-import dataclasses
 
 import pytest
 import torch
@@ -81,16 +80,18 @@ def test_declines_fp8_on_tensor_cores(recipe):
     assert ("ForwardQuantizedGroupedMLP", (0, 1, 2), reason) in model.plan.declined
 
 
-def test_on_cuda_only_rows_the_descriptors_take():
-    """On CUDA it declines shapes and dtypes that would send FC1 down its masked-pointer path."""
+def test_applies_on_cuda_at_every_shape_and_dtype():
+    """No device-specific guard: the kernel's masked-pointer path (odd widths, float32) and a
+    one-column h are exact on CUDA too (tests/kernels/test_grouped_gemm_scaled_act.py's
+    gpu tests)."""
     fusion = ForwardQuantizedGroupedMLP()
-    for (hidden, ffn, dtype), applies in [((64, 48, torch.bfloat16), True), ((64, 48, torch.float32), False),
-                                          ((2, 8, torch.bfloat16), False), ((64, 4, torch.float16), False)]:
+    for hidden, ffn, dtype in [(64, 48, torch.bfloat16), (64, 48, torch.float32), (2, 1, torch.float32),
+                               (2, 8, torch.bfloat16), (64, 4, torch.float16)]:
         model = _model("swiglu-scaled", hidden=hidden, ffn=ffn)
         extras = [(SPLIT,), (None,), (SPLIT,)]
-        cfg = PlanConfig(recipes.MXFP8(), dtype, "cuda", True, True, True)
-        assert (fusion.guard(list(model), cfg, extras) is None) == applies, (hidden, ffn, dtype)
-        assert fusion.guard(list(model), dataclasses.replace(cfg, device_type="cpu"), extras) is None
+        for device_type in ("cuda", "cpu"):
+            cfg = PlanConfig(recipes.MXFP8(), dtype, device_type, True, True, True)
+            assert fusion.guard(list(model), cfg, extras) is None, (hidden, ffn, dtype, device_type)
 
 
 def test_same_guards_as_the_grouped_mlp():

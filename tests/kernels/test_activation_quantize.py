@@ -96,3 +96,13 @@ def test_gpu_large_bf16(gate, fmt):
     x = (torch.randn(2000, 2 * 4096 + 6, device=device) * 3).to(torch.bfloat16)
     _check_gated(x, gate, fmt, exact=False)
     _check_plain(x, Activation.GELU_TANH, fmt, exact=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["tensor", "mx", "nvfp4"])
+def test_gpu_one_column(fmt):
+    """The sm_90 build where the epilogue's column count is 1 (Triton specialises it)."""
+    device = cuda_or_skip()
+    x = torch.randn(3, 2, device=device) * 3
+    _check_plain(x[:, :1].contiguous(), Activation.GELU, fmt, exact=False)
+    _check_gated(x, "swiglu", fmt, exact=False)

@@ -162,3 +162,15 @@ def test_gpu_large_bf16(recipe, gate):
     sizes = [900, 0, 2100, 64, 1033, 0, 3000, 1]
     a, b, offsets, kw = make(recipe, gate, sizes, 1024, 768, torch.bfloat16, device=device)
     check(a, b, offsets, kw, f"{recipe} {gate}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["mx", "nvfp4"])
+def test_gpu_one_column_float32(recipe):
+    """The sm_90 build on the masked-pointer path, K under one block, one column of h:
+    with F specialised to 1 it once stored MXFP8 scales 2**8 off (the formats the fusion
+    applies under; each case compiles four variants, so two cases)."""
+    device = cuda_or_skip()
+    a, b, offsets, kw = make(recipe, "clamped-swiglu-interleaved-probs", [1, 0, 2], 2, 1, torch.float32,
+                             device=device)
+    check(a, b, offsets, kw, recipe)

@@ -78,3 +78,11 @@ def test_launchers_match_reference(kind, fmt, dtype):
 def test_gpu_large_bf16(kind, fmt, shape):
     device = cuda_or_skip()
     _check(*_inputs(*shape, torch.bfloat16, kind, False, device), kind, False, fmt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["tensor", "mx", "nvfp4"])
+def test_gpu_one_column(fmt):
+    """The sm_90 build where the row length is 1 (Triton specialises it)."""
+    device = cuda_or_skip()
+    _check(*_inputs(3, 1, torch.float32, "rmsnorm", False, device), "rmsnorm", False, fmt)
