@@ -56,7 +56,8 @@ GEMM_CANDIDATES = {
 WGRAD_CANDIDATES = {
     Scaling.TENSOR: [GemmConfig(128, 128, 256, 1, 8, 3), GemmConfig(128, 256, 128, 1, 8, 3),
                      GemmConfig(128, 128, 256, 1, 8, 4), GemmConfig(128, 128, 128, 1, 8, 4)],
-    Scaling.BLOCK: [GemmConfig(128, 128, 128, 1, 8, 4), GemmConfig(128, 128, 128, 1, 8, 3)],
+    Scaling.BLOCK: [GemmConfig(128, 128, 128, 1, 8, 4), GemmConfig(128, 128, 128, 1, 8, 3),
+                    GemmConfig(128, 64, 128, 1, 4, 3, programs_per_sm=2)],
 }
 # Quantize tiles (BLOCK_R, BLOCK_C, num_warps): 8-row chunks of 8 bf16 per thread (64 values,
 # 104-128 registers for NVFP4 with the column-wise copy), then 4-row (fewer registers, more

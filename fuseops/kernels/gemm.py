@@ -44,6 +44,8 @@ class GemmConfig:
     num_stages: int
     split_epilogue: bool = True
     warp_specialize: bool = False
+    # Programs of the persistent grid per SM (grouped_gemm.GemmConfig says when above 1).
+    programs_per_sm: int = 1
 
 
 def _configs() -> dict[str, GemmConfig]:
@@ -287,7 +289,7 @@ def launch_gemm(a, b, bias, act, alpha, save_preact, act_grad_input, residual, o
     b_arg, _ = operand_b(b, bk, bn, tma_load)
     a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
     tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    programs = max(1, min(device_sms(a), tiles))
+    programs = max(1, min(cfg.programs_per_sm * device_sms(a), tiles))
     gemm_kernel[(programs,)](
         a_arg, b_arg,
         *(descriptor_or_tensor(t, epi_block, tma_epi, y) for t in (y, preact)),

@@ -177,7 +177,7 @@ def launch_gemm_gated(a, b, bias, act, interleaved, clamped, limit, alpha, save_
     b_args = [operand_b(t, bk, width, tma_load)[0] for t in (b_a, b_b)]
     a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
     tiles = triton.cdiv(M, bm) * triton.cdiv(F, bn)
-    programs = max(1, min(device_sms(a), tiles))
+    programs = max(1, min(cfg.programs_per_sm * device_sms(a), tiles))
     gemm_gated_kernel[(programs,)](
         a_arg, *b_args,
         descriptor_or_tensor(y, [bm, bn], tma_epi, y),

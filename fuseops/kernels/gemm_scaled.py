@@ -81,7 +81,8 @@ def _configs() -> dict[tuple[Scaling, str], GemmConfig]:
     they are not yet timed: ``python -m benchmarks.quantize --tune`` times the candidates.
     """
     if INTERPRET:
-        small = {s: GemmConfig(64, 64, 128 if s == Scaling.BLOCK else 64, 2, 4, 1) for s in Scaling}
+        small = {s: GemmConfig(64, 64, 128 if s == Scaling.BLOCK else 64, 2, 4, 1,
+                               programs_per_sm=2 if s == Scaling.BLOCK else 1) for s in Scaling}
         return {(s, path): cfg for s, cfg in small.items() for path in ("tma", "pointer", "accumulate")}
     return {
         (Scaling.TENSOR, "tma"): GemmConfig(128, 256, 128, 8, 8, 3),
@@ -253,7 +254,7 @@ def launch_gemm_scaled(a: Operand, b: Operand, scaling: Scaling, out_dtype: torc
     b_arg = _descriptor(b, cfg.block_n, scaling, cfg.block_k) if tma else b.data
     a_scale, b_scale = a.kernel_scale(), b.kernel_scale()
     tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
-    programs = max(1, min(device_sms(a.data), tiles))
+    programs = max(1, min(cfg.programs_per_sm * device_sms(a.data), tiles))
     gemm_scaled_kernel[(programs,)](
         a_arg, a_scale if a_scale is not None else y, a.outer if a.outer is not None else y,
         b_arg, b_scale if b_scale is not None else y, b.outer if b.outer is not None else y,

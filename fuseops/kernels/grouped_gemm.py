@@ -49,6 +49,10 @@ class GemmConfig:
     split_epilogue: bool = False
     # Hopper: TMA loads in their own warps (needs flatten off).
     warp_specialize: bool = False
+    # Programs of the persistent grid per SM. Above 1 only where the compiled kernel's registers
+    # and shared memory let that many reside at once: then one program's work that does not
+    # overlap its own MMAs (FP8 blockwise's per-step rescale) runs beside another's MMAs.
+    programs_per_sm: int = 1
 
 
 def _configs() -> dict[str, GemmConfig]:
@@ -120,9 +124,9 @@ def tma_ok(*tensors: torch.Tensor | None) -> bool:
     return True
 
 
-def persistent_programs(t: torch.Tensor, max_tiles: int) -> int:
-    """Programs of a persistent grid: one per SM, fewer only when the shapes bound the tiles."""
-    return max(1, min(device_sms(t), max_tiles))
+def persistent_programs(t: torch.Tensor, max_tiles: int, per_sm: int = 1) -> int:
+    """Programs of a persistent grid: ``per_sm`` per SM, fewer only when the shapes bound the tiles."""
+    return max(1, min(per_sm * device_sms(t), max_tiles))
 
 
 @triton.jit
@@ -345,7 +349,7 @@ def launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
         y_arg = ragged_descriptor(y, [bm, bn // 2 if split else bn])
     dummy = y
     max_tiles = (triton.cdiv(M, bm) + G) * triton.cdiv(N, bn)
-    programs = persistent_programs(a, max_tiles)
+    programs = persistent_programs(a, max_tiles, cfg.programs_per_sm)
     grouped_gemm_kernel[(programs,)](
         a_arg, b_arg, y_arg, offsets,
         bias if bias is not None else dummy,

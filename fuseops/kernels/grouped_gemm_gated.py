@@ -50,6 +50,8 @@ class GatedGemmConfig:
     flatten: bool = True
     # Hopper: TMA loads in their own warps (needs flatten off).
     warp_specialize: bool = False
+    # Programs of the persistent grid per SM (grouped_gemm.GemmConfig says when above 1).
+    programs_per_sm: int = 1
 
 
 def _configs() -> dict[str, GatedGemmConfig]:
@@ -349,7 +351,7 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     epi_n = bn // cfg.epilogue_parts
     a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
-    programs = persistent_programs(a, (triton.cdiv(M, bm) + G) * triton.cdiv(F, bn))
+    programs = persistent_programs(a, (triton.cdiv(M, bm) + G) * triton.cdiv(F, bn), cfg.programs_per_sm)
     grouped_gemm_gated_fwd_kernel[(programs,)](
         a_arg, *b_args(b_mem if tma_load else b_pair, b_trans, tma_load, bk, 2 * bn if interleaved else bn),
         ragged_descriptor(h, [bm, epi_n]) if tma_store else h,

@@ -209,7 +209,7 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
         # One column tile holds the whole row sum: it goes straight to the output.
         partials = torch.empty(tiles_n, M, dtype=probs.dtype if tiles_n == 1 else torch.float32,
                                device=dy.device)
-    programs = persistent_programs(dy, (triton.cdiv(M, bm) + G) * tiles_n)
+    programs = persistent_programs(dy, (triton.cdiv(M, bm) + G) * tiles_n, cfg.programs_per_sm)
     grouped_gemm_gated_bwd_kernel[(programs,)](
         TensorDescriptor.from_tensor(dy, [bm, bk]) if tma_load else dy,
         *b_args([b_mem if tma_load else b], b_trans, tma_load, bk, bn),

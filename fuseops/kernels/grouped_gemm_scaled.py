@@ -43,7 +43,8 @@ def _wgrad_configs() -> dict[tuple[Scaling, bool], GemmConfig]:
     positions (it divides 128). GPU entries: the largest that compile for sm_90 without spills
     (cuobjdump), not yet timed (``python -m benchmarks.quantize --tune`` times candidates)."""
     if INTERPRET:
-        small = {s: GemmConfig(128 if s == Scaling.BLOCK else 64, 64, 64, 1, 4, 1) for s in Scaling}
+        small = {s: GemmConfig(128 if s == Scaling.BLOCK else 64, 64, 64, 1, 4, 1,
+                               programs_per_sm=2 if s == Scaling.BLOCK else 1) for s in Scaling}
         return {(s, acc): cfg for s, cfg in small.items() for acc in (False, True)}
     return {
         (Scaling.TENSOR, False): GemmConfig(128, 128, 256, 1, 8, 3),
@@ -258,7 +259,8 @@ def launch_grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, sc
     b_arg = TensorDescriptor.from_tensor(b_data, [1, cfg.block_n, bkb]) if tma else b_data
     a_scale, b_scale = a.kernel_scale(), b.kernel_scale()
     (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
-    programs = persistent_programs(a_data, (triton.cdiv(M, cfg.block_m) + G) * triton.cdiv(N, cfg.block_n))
+    programs = persistent_programs(a_data, (triton.cdiv(M, cfg.block_m) + G) * triton.cdiv(N, cfg.block_n),
+                                   cfg.programs_per_sm)
     grouped_gemm_scaled_kernel[(programs,)](
         a_arg, _dummy_or(a_scale, y), _dummy_or(a.outer, y), b_arg, _dummy_or(b_scale, y),
         _dummy_or(b.outer, y), y, _dummy_or(bias, y), offsets,
@@ -322,7 +324,7 @@ def launch_grouped_gemm_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tens
     a_arg = TensorDescriptor.from_tensor(a_data, [bn, bmb]) if tma else a_data
     b_arg = TensorDescriptor.from_tensor(b_data, [bk, bmb]) if tma else b_data
     a_scale, b_scale = a.kernel_scale(), b.kernel_scale()
-    programs = persistent_programs(a_data, G * triton.cdiv(N, bn) * triton.cdiv(K, bk))
+    programs = persistent_programs(a_data, G * triton.cdiv(N, bn) * triton.cdiv(K, bk), cfg.programs_per_sm)
     grouped_gemm_scaled_wgrad_kernel[(programs,)](
         a_arg, _dummy_or(a_scale, dw), _dummy_or(a.outer, dw), b_arg, _dummy_or(b_scale, dw),
         _dummy_or(b.outer, dw), dw, offsets,

@@ -165,7 +165,7 @@ def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig) -
     tma_load = tma_ok(dy, x)
     dy_arg = ragged_descriptor(dy, [bm, bn]) if tma_load else dy
     x_arg = ragged_descriptor(x, [bm, bk]) if tma_load else x
-    programs = persistent_programs(x, G * triton.cdiv(N, bn) * triton.cdiv(K, bk))
+    programs = persistent_programs(x, G * triton.cdiv(N, bn) * triton.cdiv(K, bk), cfg.programs_per_sm)
     grouped_gemm_wgrad_kernel[(programs,)](
         dy_arg, x_arg, dw, offsets, G, N, K,
         dy.stride(0), x.stride(0), dw.stride(0), dw.stride(1),

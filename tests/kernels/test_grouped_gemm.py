@@ -6,6 +6,8 @@ odd shapes and float32 the masked-pointer path.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -15,6 +17,9 @@ from fuseops.kernels._activations import Activation
 from fuseops.kernels.grouped_gemm import (
     group_offsets,
     grouped_gemm,
+    launch_grouped_gemm,
+    persistent_programs,
+    pick_config,
     reference_group_offsets,
     reference_grouped_gemm,
 )
@@ -138,6 +143,22 @@ def test_grouped_gemm_random_splits(sizes, layout, dtype):
     y, _ = grouped_gemm(a, b, offsets, out=poison_(torch.empty(M, N, device=DEVICE, dtype=dtype)))
     if M:
         assert_close_rel(y, _reference(a, b, offsets)[0], dtype, what=f"sizes {sizes}")
+
+
+def test_more_programs_per_sm_give_the_same_bits():
+    """The persistent walk with several programs per SM (each takes every P-th tile) covers
+    every tile once: bit-identical to one program per SM, which the table uses."""
+    a = torch.randn(sum(SPLITS["tall"]), 48, device=DEVICE, dtype=torch.float32)
+    b = _weight_view(3, 48, 64, torch.float32, "forward")
+    offsets = _offsets(SPLITS["tall"])
+    cfg = pick_config(64, a.dtype, False, False)
+    outs = []
+    for per_sm in (1, 3):
+        cfg_p = dataclasses.replace(cfg, programs_per_sm=per_sm)
+        assert persistent_programs(a, 10**6, per_sm) == per_sm * persistent_programs(a, 10**6)
+        outs.append(launch_grouped_gemm(a, b, offsets, None, None, Activation.IDENTITY, 1.0, False, None, None, cfg_p)[0])
+    assert torch.equal(outs[0], outs[1])
+    assert_close_rel(outs[0], _reference(a, b, offsets)[0], torch.float32)
 
 
 def _moe_case(dtype=torch.bfloat16, G=8, K=512, N=768, seed=1):
