@@ -81,6 +81,7 @@ def _configs() -> dict[tuple[Scaling, str], GemmConfig]:
     they are not yet timed: ``python -m benchmarks.quantize --tune`` times the candidates.
     """
     if INTERPRET:
+        # Blockwise runs two programs per "SM" here, so the CPU tests cover that grid too.
         small = {s: GemmConfig(64, 64, 128 if s == Scaling.BLOCK else 64, 2, 4, 1,
                                programs_per_sm=2 if s == Scaling.BLOCK else 1) for s in Scaling}
         return {(s, path): cfg for s, cfg in small.items() for path in ("tma", "pointer", "accumulate")}

@@ -43,6 +43,7 @@ def _wgrad_configs() -> dict[tuple[Scaling, bool], GemmConfig]:
     positions (it divides 128). GPU entries: the largest that compile for sm_90 without spills
     (cuobjdump), not yet timed (``python -m benchmarks.quantize --tune`` times candidates)."""
     if INTERPRET:
+        # Blockwise runs two programs per "SM" here, so the CPU tests cover that grid too.
         small = {s: GemmConfig(128 if s == Scaling.BLOCK else 64, 64, 64, 1, 4, 1,
                                programs_per_sm=2 if s == Scaling.BLOCK else 1) for s in Scaling}
         return {(s, acc): cfg for s, cfg in small.items() for acc in (False, True)}
