@@ -35,18 +35,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 import fuseops
+from benchmarks._gluon import tile_coords
 from benchmarks._timing import interleaved_medians
 from fuseops import ops
 
 SHAPES = [(16384, 14336, 4096), (16384, 4096, 14336)]
-
-
-@gluon.jit
-def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
-    per_band = GROUP_M * tiles_n
-    first_m = (tile // per_band) * GROUP_M
-    band_m = gl.minimum(tiles_m - first_m, GROUP_M)
-    return first_m + (tile % per_band) % band_m, (tile % per_band) // band_m
 
 
 @gluon.jit
@@ -67,7 +60,7 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
     tiles_n = gl.cdiv(N, BN)
     i = 0
     for tile in range(gl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS):
-        pid_m, pid_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
+        pid_m, pid_n = tile_coords(tile, tiles_m, tiles_n, GROUP_M)
         for k in range(0, K, BK):
             s = i % STAGES
             mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
@@ -96,7 +89,7 @@ def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, bias
     local = 0
     for tile in range(gl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS):
         if local % 2 == PARITY:
-            pid_m, pid_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
+            pid_m, pid_n = tile_coords(tile, tiles_m, tiles_n, GROUP_M)
             i = local * k_tiles
             acc = zero
             for ki in range(k_tiles):
@@ -121,6 +114,7 @@ def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, bias
     tma.store_wait(0)
 
 
+# One entry per partition: Gluon 3.6 takes no literal constexpr in a partition's arguments.
 @gluon.jit
 def _consumer_even(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, bias, M, N, K,
                    NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr):
