@@ -174,14 +174,22 @@ def gemm_rows(cfgs: dict) -> list[dict]:
         scaling = xq.format.scaling
         a, b = xq.rowwise_operand(), wq.rowwise_operand()
         cfg = cfgs.get("forward" if scaling == Scaling.TENSOR else f"forward {name}", gs.pick_config(scaling, True))
-        add("forward", f"fuseops {name}",
+        # Blockwise: the library's dispatch (the warp-specialized Gluon kernels on sm_90) and,
+        # beside it, the Triton kernel with the tile config (what --tune sweeps).
+        triton_kernel = " (Triton kernel)" if scaling == Scaling.BLOCK else ""
+        if scaling == Scaling.BLOCK:
+            add("forward", f"fuseops {name}", lambda: linear_forward(xq, wq))
+        add("forward", f"fuseops {name}{triton_kernel}",
             lambda: ggs.launch_grouped_gemm_scaled(a, b, offsets, scaling, bf16, None, None, cfg))
         if name in ("fp8_current", "fp8_blockwise"):
             dyq = quantize(dy, recipe, role="grad", columnwise=True, offsets=offsets)
             add("dgrad", f"fuseops {name}", lambda: linear_dgrad(dyq, wq))
             wcfg = cfgs.get(f"wgrad {name}", ggs.pick_wgrad_config(scaling, False))
             at, bt = dyq.columnwise_operand(), xq.columnwise_operand()
-            add("wgrad", f"fuseops {name}",
+            if scaling == Scaling.BLOCK:
+                add("wgrad", f"fuseops {name}",
+                    lambda: ggs.grouped_gemm_scaled_wgrad(at, bt, offsets, scaling=scaling, out_dtype=bf16))
+            add("wgrad", f"fuseops {name}{triton_kernel}",
                 lambda: ggs.launch_grouped_gemm_scaled_wgrad(at, bt, offsets, scaling, bf16, None, None, wcfg))
             if name == "fp8_current":
                 ref = torch.cat([x[i * (T // E):(i + 1) * (T // E)].float() @ w[i].float().T for i in range(E)])

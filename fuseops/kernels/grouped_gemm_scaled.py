@@ -19,11 +19,14 @@ through TMA descriptors when 16-byte aligned, else masked pointer loads; nothing
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from fuseops.kernels import grouped_gemm_blockwise_hopper as blockwise_hopper
 from fuseops.kernels._triton import INTERPRET
 from fuseops.kernels.gemm import tma_ok
 from fuseops.kernels.gemm_scaled import (
@@ -240,6 +243,12 @@ def grouped_gemm_scaled(
         y [M, N].
     """
     b_mem = b.data if b.data.stride(2) == 1 else b.data.contiguous()
+    if scaling == Scaling.BLOCK:
+        M, N = a.data.shape[0], b.data.shape[1]
+        y = out if out is not None else torch.empty(M, N, dtype=out_dtype, device=a.data.device)
+        if M and N and b_mem.is_contiguous() and blockwise_hopper.usable(a.data, b_mem, y):
+            return blockwise_hopper.grouped_blockwise(a, dataclasses.replace(b, data=b_mem), offsets, y, bias)
+        out = y
     cfg = pick_config(scaling, tma_ok(a.data, b_mem), out_dtype == torch.float32)
     return launch_grouped_gemm_scaled(a, b, offsets, scaling, out_dtype, bias, out, cfg)
 
@@ -302,6 +311,12 @@ def grouped_gemm_scaled_wgrad(
     Returns:
         dw [G, N, K].
     """
+    G, N, K = offsets.shape[0] - 1, a.data.shape[0], b.data.shape[0]
+    if scaling == Scaling.BLOCK and G and N and K and blockwise_hopper.usable(a.data, b.data):
+        if main_grad is None and out is None:
+            out = torch.empty(G, N, K, dtype=out_dtype, device=a.data.device)
+        return blockwise_hopper.grouped_blockwise_wgrad(a, b, offsets, main_grad if main_grad is not None else out,
+                                                        accumulate=main_grad is not None)
     return launch_grouped_gemm_scaled_wgrad(a, b, offsets, scaling, out_dtype, main_grad, out,
                                             pick_wgrad_config(scaling, main_grad is not None))
 

@@ -1,0 +1,418 @@
+"""FP8 blockwise grouped GEMMs for Hopper, warp-specialized (Gluon).
+
+The same products as grouped_gemm_scaled.py under ``Scaling.BLOCK`` (forward / dgrad over
+rows grouped by device offsets, and wgrad over the padded grouped layout), built differently:
+each 128-long K step's product needs its own scales, and Triton 3.6 compiles that loop so
+that all warps wait for every step's wgmma and rescale in lockstep while the tensor cores
+idle (.notes/quantize.md). Here a TMA producer warp fills a ring of stages and two consumer
+warpgroups take the two 64-row halves of each 128x128 output tile; each waits only for its
+own product, releases the stage on its own (the ``empty`` barrier counts both) and rescales
+while the other's MMAs run. Measured on an H100 (dense, bf16 out): 1.37-1.75x the Triton
+kernel at the MoE shapes (benchmarks/gluon_blockwise.py).
+
+Used on sm_90 when every operand can sit behind a TMA descriptor (``usable``); elsewhere,
+and under the interpreter, the Triton kernels run. Nothing syncs with the host: tiles are
+counted in-kernel from the offsets, and every partition walks them in the same order.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels.gemm import tma_ok
+from fuseops.kernels.gemm_scaled import Operand
+from fuseops.kernels.grouped_gemm import _swizzle, persistent_programs
+from fuseops.kernels.quant_formats import group_first_position
+
+BLOCK = 128
+HALF = BLOCK // 2
+STAGES = 4
+GROUP_M = 8
+# Registers per thread: the consumers hold a [64, 128] float32 sum and product each; the
+# producer only addresses. 2 x 4 warps x 232 + 4 x 40 (the producer's warpgroup) fits 64 K.
+CONSUMER_REGS, PRODUCER_REGS = gl.constexpr(232), gl.constexpr(40)
+
+
+def usable(*tensors: torch.Tensor | None) -> bool:
+    """Whether these operands take the warp-specialized kernels: CUDA sm_90, every tensor
+    behind a TMA descriptor (last dim contiguous, 16-byte aligned rows)."""
+    first = tensors[0]
+    if INTERPRET or not first.is_cuda or torch.cuda.get_device_capability(first.device) != (9, 0):
+        return False
+    return tma_ok(*tensors)
+
+
+@gluon.jit
+def _tiles_of(offsets, g, tiles_n):
+    return gl.cdiv((gl.load(offsets + g + 1) - gl.load(offsets + g)).to(gl.int32), 128) * tiles_n
+
+
+@gluon.jit
+def _total_tiles(offsets, G, tiles_n, BLOCK_G: gl.constexpr, WARPS: gl.constexpr):
+    """Tiles of all groups (``WARPS``: the calling partition's)."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
+    offs = gl.arange(0, BLOCK_G, layout=layout)
+    mask = offs < G
+    size = (gl.load(offsets + offs + 1, mask=mask, other=0) - gl.load(offsets + offs, mask=mask, other=0))
+    return gl.sum(gl.cdiv(size.to(gl.int32), 128) * tiles_n, axis=0)
+
+
+@gluon.jit
+def _seek(tile, g, g_first, g_tiles, offsets, tiles_n):
+    """Move the group cursor (g, its first tile, its tile count) forward to the group holding
+    ``tile``. Every partition visits tiles in increasing order, so each moves it past every
+    group once."""
+    while tile >= g_first + g_tiles:
+        g += 1
+        g_first += g_tiles
+        g_tiles = _tiles_of(offsets, g, tiles_n)
+    return g, g_first, g_tiles
+
+
+@gluon.jit
+def _grouped_tile(tile, g, g_first, g_tiles, offsets, tiles_n, GROUP_M: gl.constexpr):
+    """The cursor at ``tile``, the group's first row and row count, and the tile's (pid_m,
+    pid_n) inside the group (the band walk of grouped_gemm.py)."""
+    g, g_first, g_tiles = _seek(tile, g, g_first, g_tiles, offsets, tiles_n)
+    row0 = gl.load(offsets + g)
+    size = (gl.load(offsets + g + 1) - row0).to(gl.int32)
+    pid_m, pid_n = _swizzle(tile - g_first, gl.cdiv(size, 128), tiles_n, GROUP_M)
+    return g, g_first, g_tiles, row0, size, pid_m, pid_n
+
+
+@gluon.jit
+def _load_steps(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, a_row, b_row, step0, steps, i,
+                STAGES: gl.constexpr):
+    """Operands of ``steps`` K steps from step ``step0``: A's rows ``a_row..+128`` as two
+    halves, B's rows ``b_row..+128``. ``i`` counts the ring's uses across tiles."""
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    for k in range(steps):
+        s = i % STAGES
+        # A fresh barrier counts as completed phase 1: the first pass finds every stage free.
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        bar = ready.index(s)
+        mbarrier.expect(bar, 2 * a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+        col = (step0 + k) * BK
+        tma.async_copy_global_to_shared(a_desc, [a_row, col], bar, a_top.index(s))
+        tma.async_copy_global_to_shared(a_desc, [a_row + HALF, col], bar, a_bottom.index(s))
+        tma.async_copy_global_to_shared(b_desc, [b_row, col], bar, b_bufs.index(s))
+        i += 1
+    return i
+
+
+@gluon.jit
+def _mma_steps(a_bufs, b_bufs, ready, empty, sa_ptrs, sa_mask, sb_ptrs, sb_mask, steps, i,
+               STAGES: gl.constexpr, SB_PER_COLUMN: gl.constexpr, acc_layout: gl.constexpr):
+    """One consumer's sum over ``steps`` K steps: each step's product times its scales, the
+    rows' ``sa_ptrs`` and the columns' ``sb_ptrs`` (one scalar when not SB_PER_COLUMN, else
+    in ``_spread`` layout), both advanced by the step."""
+    HALF: gl.constexpr = a_bufs.shape[1]
+    BN: gl.constexpr = b_bufs.shape[1]
+    zero = gl.zeros([HALF, BN], gl.float32, layout=acc_layout)
+    acc = zero
+    for k in range(steps):
+        # The scales first: their latency overlaps the wait for the operands.
+        sa = gl.load(sa_ptrs + k, mask=sa_mask, other=0.0)
+        if SB_PER_COLUMN:
+            # Loaded one per thread, then spread: in the product's layout each thread holds half
+            # the columns.
+            sb = gl.convert_layout(gl.load(sb_ptrs + k, mask=sb_mask, other=0.0), gl.SliceLayout(0, acc_layout))
+        else:
+            sb = gl.load(sb_ptrs + k)
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        part = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), zero, use_acc=False,
+                             is_async=True)
+        part = warpgroup_mma_wait(0, deps=(part,))
+        # Released on its own: neither consumer waits for the other, so one's rescale runs
+        # under the other's MMAs.
+        mbarrier.arrive(empty.index(s), count=1)
+        if SB_PER_COLUMN:
+            acc += part * sa[:, None] * sb[None, :]
+        else:
+            acc += part * (sa * sb)[:, None]
+        i += 1
+    return acc, i
+
+
+@gluon.constexpr_function
+def _spread(n):
+    """[n] over one warpgroup's threads, consecutive elements per thread."""
+    return gl.BlockedLayout([max(1, n // 128)], [32], [4], [0])
+
+
+@gluon.constexpr_function
+def _acc_layout(BN):
+    """A consumer warpgroup's [64, BN] float32 wgmma result."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
+
+
+@gluon.jit
+def _forward_producer(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
+                      NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                      BLOCK_G: gl.constexpr):
+    BN: gl.constexpr = b_desc.block_type.shape[0]
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    tiles_n = gl.cdiv(N, BN)
+    k_tiles = gl.cdiv(K, BK)
+    g = gl.to_tensor(0)
+    g_first = gl.to_tensor(0)
+    g_tiles = _tiles_of(offsets, g, tiles_n)
+    i = 0
+    for tile in range(gl.program_id(0), _total_tiles(offsets, G, tiles_n, BLOCK_G, 1), NUM_PROGRAMS):
+        g, g_first, g_tiles, row0, size, pid_m, pid_n = _grouped_tile(tile, g, g_first, g_tiles, offsets,
+                                                                     tiles_n, GROUP_M)
+        # A tile may overhang into the next group: those rows are never stored.
+        a_row = (row0 + pid_m * 128).to(gl.int32)
+        i = _load_steps(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, a_row, g * N + pid_n * BN, 0,
+                        k_tiles, i, STAGES)
+
+
+@gluon.jit
+def _forward_consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, offsets, a_scale,
+                      b_scale, a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn,
+                      stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, half_row,
+                      B_ROWS_PER_SCALE: gl.constexpr, HAS_OUTER_A: gl.constexpr,
+                      HAS_OUTER_B: gl.constexpr, HAS_BIAS: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
+                      STAGES: gl.constexpr, GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr):
+    """Rows ``half_row..+64`` (0 or 64) of each 128-row tile, all its columns. (A runtime
+    value: Gluon 3.6 takes no literal constexpr among a partition's arguments.)"""
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    BN: gl.constexpr = b_desc.block_type.shape[0]
+    acc_layout: gl.constexpr = _acc_layout(BN)
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
+    tiles_n = gl.cdiv(N, BN)
+    k_tiles = gl.cdiv(K, BK)
+    g = gl.to_tensor(0)
+    g_first = gl.to_tensor(0)
+    g_tiles = _tiles_of(offsets, g, tiles_n)
+    i = 0
+    for tile in range(gl.program_id(0), _total_tiles(offsets, G, tiles_n, BLOCK_G, 4), NUM_PROGRAMS):
+        g, g_first, g_tiles, row0, size, pid_m, pid_n = _grouped_tile(tile, g, g_first, g_tiles, offsets,
+                                                                     tiles_n, GROUP_M)
+        off_m = pid_m * 128 + half_row
+        offs_m = off_m + gl.arange(0, HALF, layout=row_layout)
+        mask_m = offs_m < size
+        rows = row0 + offs_m
+        cols = pid_n * BN + gl.arange(0, BN, layout=col_layout)
+        mask_n = cols < N
+        if B_ROWS_PER_SCALE == 1:
+            cols_1d = pid_n * BN + gl.arange(0, BN, layout=_spread(BN))
+            sb_ptrs = b_scale + g * stride_bsg + cols_1d * stride_bsn
+            sb_mask = cols_1d < N
+        else:
+            sb_ptrs = b_scale + g * stride_bsg + pid_n * stride_bsn
+            sb_mask = None
+        acc, i = _mma_steps(a_bufs, b_bufs, ready, empty, a_scale + rows * stride_as, mask_m, sb_ptrs, sb_mask,
+                            k_tiles, i, STAGES, B_ROWS_PER_SCALE == 1, acc_layout)
+        if HAS_OUTER_A:
+            acc *= gl.load(a_outer + g * stride_aog + rows * stride_aom, mask=mask_m, other=0.0)[:, None]
+        if HAS_OUTER_B:
+            acc *= gl.load(b_outer + g * stride_bog + cols * stride_bon, mask=mask_n, other=0.0)[None, :]
+        if HAS_BIAS:
+            acc += gl.load(bias + g * stride_biasg + cols, mask=mask_n, other=0.0).to(gl.float32)[None, :]
+        out = acc.to(y_desc.dtype)
+        if off_m + HALF <= size:
+            # All rows in the group: through TMA, which clips the columns past N.
+            tma.store_wait(0)
+            y_smem.store(out)
+            fence_async_shared()
+            tma.async_copy_shared_to_global(y_desc, [(row0 + off_m).to(gl.int32), pid_n * BN], y_smem)
+        else:
+            gl.store(y + rows[:, None] * stride_ym + cols[None, :], out, mask=mask_m[:, None] & mask_n[None, :])
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _wgrad_tile(tile, offsets, N, K, BN: gl.constexpr, BK: gl.constexpr):
+    """Tile ``tile`` of the wgrad walk: group g (a group's tiles are consecutive, so a wave
+    shares its slabs in L2), the tile's (pid_n, pid_k), and the group's first step and step
+    count in the padded layout."""
+    tiles_k = gl.cdiv(K, BK)
+    per_group = gl.cdiv(N, BN) * tiles_k
+    g = tile // per_group
+    size = (gl.load(offsets + g + 1) - gl.load(offsets + g)).to(gl.int32)
+    step0 = (group_first_position(offsets, g) // 128).to(gl.int32)
+    return g, (tile % per_group) // tiles_k, tile % tiles_k, step0, gl.cdiv(size, 128)
+
+
+@gluon.jit
+def _wgrad_producer(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
+                    NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+    BN: gl.constexpr = 2 * a_desc.block_type.shape[0]
+    BK: gl.constexpr = b_desc.block_type.shape[0]
+    i = 0
+    for tile in range(gl.program_id(0), G * gl.cdiv(N, BN) * gl.cdiv(K, BK), NUM_PROGRAMS):
+        g, pid_n, pid_k, step0, steps = _wgrad_tile(tile, offsets, N, K, BN, BK)
+        i = _load_steps(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, pid_n * BN, pid_k * BK, step0,
+                        steps, i, STAGES)
+
+
+@gluon.jit
+def _wgrad_consumer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offsets, a_scale, b_scale, a_outer,
+                    b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg, stride_dwn,
+                    half_row, HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
+                    STAGES: gl.constexpr):
+    """Rows ``half_row..+64`` of each [128, 128] tile of ``dw[g]``, summed over g's steps."""
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    BN: gl.constexpr = 2 * HALF
+    BK: gl.constexpr = b_desc.block_type.shape[0]
+    acc_layout: gl.constexpr = _acc_layout(BK)
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
+    i = 0
+    for tile in range(gl.program_id(0), G * gl.cdiv(N, BN) * gl.cdiv(K, BK), NUM_PROGRAMS):
+        g, pid_n, pid_k, step0, steps = _wgrad_tile(tile, offsets, N, K, BN, BK)
+        rows = pid_n * BN + half_row + gl.arange(0, HALF, layout=row_layout)
+        cols = pid_k * BK + gl.arange(0, BK, layout=col_layout)
+        mask_n = rows < N
+        mask_k = cols < K
+        cols_1d = pid_k * BK + gl.arange(0, BK, layout=_spread(BK))
+        acc, i = _mma_steps(a_bufs, b_bufs, ready, empty, a_scale + rows * stride_asn + step0, mask_n,
+                            b_scale + cols_1d * stride_bsk + step0, cols_1d < K, steps, i, STAGES, True, acc_layout)
+        if HAS_OUTER:
+            acc *= gl.load(a_outer + g * stride_ao) * gl.load(b_outer + g * stride_bo)
+        ptrs = dw + g.to(gl.int64) * stride_dwg + rows[:, None] * stride_dwn + cols[None, :]
+        mask = mask_n[:, None] & mask_k[None, :]
+        if ACCUMULATE:
+            acc += gl.load(ptrs, mask=mask, other=0.0)
+        gl.store(ptrs, acc.to(dw.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def grouped_blockwise_kernel(a_desc, b_desc, y_desc, offsets, a_scale, b_scale, a_outer, b_outer, bias, y,
+                             G, N, K, stride_as, stride_bsg, stride_bsn, stride_aog, stride_aom, stride_bog,
+                             stride_bon, stride_biasg, stride_ym, B_ROWS_PER_SCALE: gl.constexpr,
+                             HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr, HAS_BIAS: gl.constexpr,
+                             NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                             BLOCK_G: gl.constexpr, num_warps: gl.constexpr):
+    """Forward / dgrad: ``a_desc`` over a [M, K] (64-row boxes), ``b_desc`` over b as
+    [G * N, K] (a tile past N reads the next group's rows: those columns are never stored),
+    ``y_desc`` over y [M, N] (64-row boxes)."""
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    BN: gl.constexpr = b_desc.block_type.shape[0]
+    gl.static_assert(num_warps == 4, "the default partition is one consumer warpgroup")
+    a_top = gl.allocate_shared_memory(a_desc.dtype, [STAGES, HALF, BK], a_desc.layout)
+    a_bottom = gl.allocate_shared_memory(a_desc.dtype, [STAGES, HALF, BK], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, BK], b_desc.layout)
+    y_top = gl.allocate_shared_memory(y_desc.dtype, [HALF, BN], y_desc.layout)
+    y_bottom = gl.allocate_shared_memory(y_desc.dtype, [HALF, BN], y_desc.layout)
+    ready, empty = _ring_barriers(STAGES)
+    # Every argument tuple spelled out: a tuple built in steps turns constexprs into values.
+    gl.warp_specialize([
+        (_forward_consumer, (a_desc, b_desc, y_desc, a_top, b_bufs, y_top, ready, empty, offsets, a_scale, b_scale,
+                             a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn, stride_aog,
+                             stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, gl.to_tensor(0),
+                             B_ROWS_PER_SCALE, HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS, NUM_PROGRAMS, STAGES, GROUP_M,
+                             BLOCK_G)),
+        (_forward_consumer, (a_desc, b_desc, y_desc, a_bottom, b_bufs, y_bottom, ready, empty, offsets, a_scale,
+                             b_scale, a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn,
+                             stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym,
+                             gl.to_tensor(HALF), B_ROWS_PER_SCALE, HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS,
+                             NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
+        (_forward_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
+                             NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+@gluon.jit
+def grouped_blockwise_wgrad_kernel(a_desc, b_desc, offsets, a_scale, b_scale, a_outer, b_outer, dw, G, N, K,
+                                   stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg, stride_dwn,
+                                   HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr,
+                                   NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """wgrad: ``a_desc`` over dy's column-wise copy [N, P] (64-row boxes), ``b_desc`` over x's
+    [K, P], both in the padded grouped layout."""
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    BK: gl.constexpr = b_desc.block_type.shape[0]
+    BP: gl.constexpr = a_desc.block_type.shape[1]
+    gl.static_assert(num_warps == 4, "the default partition is one consumer warpgroup")
+    a_top = gl.allocate_shared_memory(a_desc.dtype, [STAGES, HALF, BP], a_desc.layout)
+    a_bottom = gl.allocate_shared_memory(a_desc.dtype, [STAGES, HALF, BP], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BK, BP], b_desc.layout)
+    ready, empty = _ring_barriers(STAGES)
+    # Every argument tuple spelled out: a tuple built in steps turns constexprs into values.
+    gl.warp_specialize([
+        (_wgrad_consumer, (a_desc, b_desc, a_top, b_bufs, ready, empty, offsets, a_scale, b_scale, a_outer, b_outer,
+                           dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg, stride_dwn,
+                           gl.to_tensor(0), HAS_OUTER, ACCUMULATE, NUM_PROGRAMS, STAGES)),
+        (_wgrad_consumer, (a_desc, b_desc, a_bottom, b_bufs, ready, empty, offsets, a_scale, b_scale, a_outer,
+                           b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg,
+                           stride_dwn, gl.to_tensor(HALF), HAS_OUTER, ACCUMULATE, NUM_PROGRAMS, STAGES)),
+        (_wgrad_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
+                           NUM_PROGRAMS, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+@gluon.jit
+def _ring_barriers(STAGES: gl.constexpr):
+    """``ready`` (the producer's TMA landed) and ``empty`` (both consumers are done) per stage."""
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2)
+    return ready, empty
+
+
+_GL_DTYPES = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5, torch.bfloat16: gl.bfloat16,
+              torch.float16: gl.float16, torch.float32: gl.float32}
+
+
+def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    """A descriptor with [rows, 128] boxes (128-byte swizzle for float8, as wgmma reads it)."""
+    layout = gl.NVMMASharedLayout.get_default_for([rows, BLOCK], _GL_DTYPES[t.dtype])
+    return TensorDescriptor.from_tensor(t, [rows, BLOCK], layout)
+
+
+def _dummy_or(t: torch.Tensor | None, dummy: torch.Tensor) -> torch.Tensor:
+    return t if t is not None else dummy
+
+
+def grouped_blockwise(a: Operand, b: Operand, offsets: torch.Tensor, y: torch.Tensor,
+                      bias: torch.Tensor | None) -> torch.Tensor:
+    """grouped_gemm_scaled under ``Scaling.BLOCK`` into ``y`` [M, N]: ``a`` [M, K] with 1x128
+    scales, ``b`` [G, N, K] (contiguous) with 128x128 or 1x128 scales. Callers check ``usable``."""
+    M, (G, N, K) = a.data.shape[0], b.data.shape
+    (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
+    programs = persistent_programs(y, (triton.cdiv(M, BLOCK) + G) * triton.cdiv(N, BLOCK))
+    grouped_blockwise_kernel[(programs,)](
+        _descriptor(a.data, HALF), _descriptor(b.data.view(G * N, K), BLOCK), _descriptor(y, HALF), offsets,
+        a.scale, b.scale, _dummy_or(a.outer, y), _dummy_or(b.outer, y), _dummy_or(bias, y), y, G, N, K,
+        a.scale.stride(0), b.scale.stride(0), b.scale.stride(1), aog, aom, bog, bon,
+        bias.stride(0) if bias is not None else 0, y.stride(0),
+        B_ROWS_PER_SCALE=b.rows_per_scale, HAS_OUTER_A=a.outer is not None, HAS_OUTER_B=b.outer is not None,
+        HAS_BIAS=bias is not None, NUM_PROGRAMS=programs, STAGES=STAGES, GROUP_M=GROUP_M,
+        BLOCK_G=max(32, triton.next_power_of_2(G)), num_warps=4,
+    )
+    return y
+
+
+def grouped_blockwise_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: torch.Tensor,
+                            accumulate: bool) -> torch.Tensor:
+    """grouped_gemm_scaled_wgrad under ``Scaling.BLOCK`` into ``dw`` [G, N, K] (added to it
+    when ``accumulate``): ``a`` [N, P] and ``b`` [K, P] with 1x128 scales along P."""
+    G, N, K = dw.shape
+    programs = persistent_programs(dw, G * triton.cdiv(N, BLOCK) * triton.cdiv(K, BLOCK))
+    grouped_blockwise_wgrad_kernel[(programs,)](
+        _descriptor(a.data, HALF), _descriptor(b.data, BLOCK), offsets, a.scale, b.scale,
+        _dummy_or(a.outer, dw), _dummy_or(b.outer, dw), dw, G, N, K, a.scale.stride(0), b.scale.stride(0),
+        a.outer_strides()[0], b.outer_strides()[0], dw.stride(0), dw.stride(1),
+        HAS_OUTER=a.outer is not None, ACCUMULATE=accumulate, NUM_PROGRAMS=programs, STAGES=STAGES, num_warps=4,
+    )
+    return dw
