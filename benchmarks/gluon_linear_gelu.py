@@ -72,10 +72,12 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
 
 
 @gluon.jit
-def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, bias, M, N, K,
-              PARITY: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr):
-    """One warpgroup: every other tile of the program (PARITY), main loop then epilogue; the
-    other warpgroup's main loop runs during this one's epilogue."""
+def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, turn, bias, M, N, K, parity,
+              NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr):
+    """One warpgroup: the program's tiles ``parity``, ``parity + 2``, ..., main loop then
+    epilogue. The main loops take turns (``turn``): one consumer's runs only after the other's
+    ended, so the ring is consumed in order (a parity wait may run at most one phase ahead) and
+    each epilogue runs under the other consumer's main loop."""
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[0]
@@ -86,47 +88,35 @@ def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, bias
     tiles_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
     zero = gl.zeros([BM, BN], gl.float32, layout=acc_layout)
-    local = 0
-    for tile in range(gl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS):
-        if local % 2 == PARITY:
-            pid_m, pid_n = tile_coords(tile, tiles_m, tiles_n, GROUP_M)
-            i = local * k_tiles
-            acc = zero
-            for ki in range(k_tiles):
-                s = (i + ki) % STAGES
-                mbarrier.wait(ready.index(s), ((i + ki) // STAGES) & 1)
-                acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), acc, use_acc=ki > 0,
-                                    is_async=True)
-                acc = warpgroup_mma_wait(1, deps=(acc,))
-                # The step before is done: its stage goes back to the producer.
-                if ki > 0:
-                    mbarrier.arrive(empty.index((i + ki - 1) % STAGES), count=1)
-            acc = warpgroup_mma_wait(0, deps=(acc,))
-            mbarrier.arrive(empty.index((i + k_tiles - 1) % STAGES), count=1)
-            cols = pid_n * BN + gl.arange(0, BN, layout=col_layout)
-            acc += gl.load(bias + cols, mask=cols < N, other=0.0).to(gl.float32)[None, :]
-            out = _gelu_tanh(acc).to(y_desc.dtype)
-            tma.store_wait(0)
-            y_smem.store(out)
-            fence_async_shared()
-            tma.async_copy_shared_to_global(y_desc, [pid_m * BM, pid_n * BN], y_smem)
-        local += 1
+    t = parity
+    for tile in range(gl.program_id(0) + parity * NUM_PROGRAMS, tiles_m * tiles_n, 2 * NUM_PROGRAMS):
+        pid_m, pid_n = tile_coords(tile, tiles_m, tiles_n, GROUP_M)
+        if t > 0:
+            # Tile t - 1 (the other consumer's, its ((t - 1) // 2)-th) has left its main loop.
+            mbarrier.wait(turn.index(1 - parity), ((t - 1) // 2) & 1)
+        i = t * k_tiles
+        acc = zero
+        for ki in range(k_tiles):
+            s = (i + ki) % STAGES
+            mbarrier.wait(ready.index(s), ((i + ki) // STAGES) & 1)
+            acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), acc, use_acc=ki > 0,
+                                is_async=True)
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+            # The step before is done: its stage goes back to the producer.
+            if ki > 0:
+                mbarrier.arrive(empty.index((i + ki - 1) % STAGES), count=1)
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(empty.index((i + k_tiles - 1) % STAGES), count=1)
+        mbarrier.arrive(turn.index(parity), count=1)
+        cols = pid_n * BN + gl.arange(0, BN, layout=col_layout)
+        acc += gl.load(bias + cols, mask=cols < N, other=0.0).to(gl.float32)[None, :]
+        out = _gelu_tanh(acc).to(y_desc.dtype)
+        tma.store_wait(0)
+        y_smem.store(out)
+        fence_async_shared()
+        tma.async_copy_shared_to_global(y_desc, [pid_m * BM, pid_n * BN], y_smem)
+        t += 2
     tma.store_wait(0)
-
-
-# One entry per partition: Gluon 3.6 takes no literal constexpr in a partition's arguments.
-@gluon.jit
-def _consumer_even(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, bias, M, N, K,
-                   NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr):
-    _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, bias, M, N, K, 0, NUM_PROGRAMS,
-              STAGES, GROUP_M)
-
-
-@gluon.jit
-def _consumer_odd(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, bias, M, N, K,
-                  NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr):
-    _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, bias, M, N, K, 1, NUM_PROGRAMS,
-              STAGES, GROUP_M)
 
 
 @gluon.jit
@@ -142,13 +132,18 @@ def linear_gelu_pingpong_kernel(a_desc, b_desc, y_desc, bias, M, N, K, NUM_PROGR
     y_odd = gl.allocate_shared_memory(y_desc.dtype, [BM, BN], y_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
-    common = (ready, empty, bias, M, N, K, NUM_PROGRAMS, STAGES, GROUP_M)
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
+    # Every argument tuple spelled out: a tuple built in steps turns constexprs into values.
     gl.warp_specialize([
-        (_consumer_even, (a_desc, b_desc, y_desc, a_bufs, b_bufs, y_even) + common),
-        (_consumer_odd, (a_desc, b_desc, y_desc, a_bufs, b_bufs, y_odd) + common),
+        (_consumer, (a_desc, b_desc, y_desc, a_bufs, b_bufs, y_even, ready, empty, turn, bias, M, N, K,
+                     gl.to_tensor(0), NUM_PROGRAMS, STAGES, GROUP_M)),
+        (_consumer, (a_desc, b_desc, y_desc, a_bufs, b_bufs, y_odd, ready, empty, turn, bias, M, N, K,
+                     gl.to_tensor(1), NUM_PROGRAMS, STAGES, GROUP_M)),
         (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, NUM_PROGRAMS, STAGES, GROUP_M)),
     ], [4, 1], [232, 40])
 

@@ -17,6 +17,9 @@ column-wise copy, wgrad the column-wise copies of dy and x. Per ``Scaling``
 Tiling: a persistent grid of one program per SM walks the [BLOCK_M, BLOCK_N] output tiles in
 bands of GROUP_M M-tiles (gemm.py); operands come through TMA descriptors when their rows are
 16-byte aligned, else through masked pointer loads; block scales through pointer loads.
+
+On sm_90, BLOCK with TMA-ready operands runs as one group of the warp-specialized Gluon
+kernel instead (grouped_gemm_blockwise_hopper.py): 1.4-1.7x this kernel at the MoE shapes.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from fuseops.kernels import grouped_gemm_blockwise_hopper as blockwise_hopper
 from fuseops.kernels._triton import INTERPRET, device_sms, dot
 from fuseops.kernels.gemm import swizzle, tma_ok
 from fuseops.kernels.grouped_gemm import GemmConfig
@@ -232,6 +236,13 @@ def gemm_scaled(
     Returns:
         y [M, N].
     """
+    if scaling == Scaling.BLOCK and a.rows_per_scale == 1:
+        M, N = a.data.shape[0], b.data.shape[0]
+        if main_grad is None:
+            out = out if out is not None else torch.empty(M, N, dtype=out_dtype, device=a.data.device)
+        y = main_grad if main_grad is not None else out
+        if M and N and b.data.is_contiguous() and blockwise_hopper.usable(a.data, b.data, y):
+            return blockwise_hopper.dense_blockwise(a, b, y, bias, accumulate=main_grad is not None)
     cfg = pick_config(scaling, tma_ok(a.data, b.data), main_grad is not None or out_dtype == torch.float32)
     return launch_gemm_scaled(a, b, scaling, out_dtype, bias, main_grad, out, cfg)
 

@@ -17,6 +17,9 @@ counted in-kernel from the offsets, and every partition walks them in the same o
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TYPE_CHECKING
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -32,13 +35,18 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET
 from fuseops.kernels.gemm import tma_ok
-from fuseops.kernels.gemm_scaled import Operand
 from fuseops.kernels.grouped_gemm import _swizzle, persistent_programs
 from fuseops.kernels.quant_formats import group_first_position
+
+if TYPE_CHECKING:
+    from fuseops.kernels.gemm_scaled import Operand
 
 BLOCK = 128
 HALF = BLOCK // 2
 STAGES = 4
+# wgrad writing dw: 5 stages (+1-14 % over 4 at the MoE shapes, H100; 225 KB of shared memory
+# with a float32 dw staged for TMA). Accumulating into main_grad: 4 (4-5 % faster than 5).
+WGRAD_STAGES = {False: 5, True: 4}
 GROUP_M = 8
 # Registers per thread: the consumers hold a [64, 128] float32 sum and product each; the
 # producer only addresses. 2 x 4 warps x 232 + 4 x 40 (the producer's warpgroup) fits 64 K.
@@ -186,10 +194,12 @@ def _forward_consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, emp
                       b_scale, a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn,
                       stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, half_row,
                       B_ROWS_PER_SCALE: gl.constexpr, HAS_OUTER_A: gl.constexpr,
-                      HAS_OUTER_B: gl.constexpr, HAS_BIAS: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
-                      STAGES: gl.constexpr, GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr):
-    """Rows ``half_row..+64`` (0 or 64) of each 128-row tile, all its columns. (A runtime
-    value: Gluon 3.6 takes no literal constexpr among a partition's arguments.)"""
+                      HAS_OUTER_B: gl.constexpr, HAS_BIAS: gl.constexpr, ACCUMULATE: gl.constexpr,
+                      NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                      BLOCK_G: gl.constexpr):
+    """Rows ``half_row..+64`` (0 or 64) of each 128-row tile, all its columns (added to y's
+    with ACCUMULATE). ``half_row`` is a runtime value: Gluon 3.6 takes no literal constexpr
+    among a partition's arguments."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[0]
@@ -226,6 +236,9 @@ def _forward_consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, emp
             acc *= gl.load(b_outer + g * stride_bog + cols * stride_bon, mask=mask_n, other=0.0)[None, :]
         if HAS_BIAS:
             acc += gl.load(bias + g * stride_biasg + cols, mask=mask_n, other=0.0).to(gl.float32)[None, :]
+        if ACCUMULATE:
+            acc += gl.load(y + rows[:, None] * stride_ym + cols[None, :], mask=mask_m[:, None] & mask_n[None, :],
+                           other=0.0).to(gl.float32)
         out = acc.to(y_desc.dtype)
         if off_m + HALF <= size:
             # All rows in the group: through TMA, which clips the columns past N.
@@ -264,11 +277,13 @@ def _wgrad_producer(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offse
 
 
 @gluon.jit
-def _wgrad_consumer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offsets, a_scale, b_scale, a_outer,
-                    b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg, stride_dwn,
-                    half_row, HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
-                    STAGES: gl.constexpr):
-    """Rows ``half_row..+64`` of each [128, 128] tile of ``dw[g]``, summed over g's steps."""
+def _wgrad_consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, ready, empty, offsets, a_scale, b_scale,
+                    a_outer, b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg,
+                    stride_dwn, half_row, HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr,
+                    DW_TMA: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+    """Rows ``half_row..+64`` of each [128, 128] tile of ``dw[g]``, summed over g's steps;
+    with DW_TMA (no accumulation, dw contiguous and 16-byte rows) stored through
+    ``dw_desc`` over dw as [G * N, K] where the rows stay inside dw[g]."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BN: gl.constexpr = 2 * HALF
     BK: gl.constexpr = b_desc.block_type.shape[0]
@@ -287,11 +302,20 @@ def _wgrad_consumer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offsets, a_sca
                             b_scale + cols_1d * stride_bsk + step0, cols_1d < K, steps, i, STAGES, True, acc_layout)
         if HAS_OUTER:
             acc *= gl.load(a_outer + g * stride_ao) * gl.load(b_outer + g * stride_bo)
-        ptrs = dw + g.to(gl.int64) * stride_dwg + rows[:, None] * stride_dwn + cols[None, :]
-        mask = mask_n[:, None] & mask_k[None, :]
-        if ACCUMULATE:
-            acc += gl.load(ptrs, mask=mask, other=0.0)
-        gl.store(ptrs, acc.to(dw.dtype.element_ty), mask=mask)
+        row0 = pid_n * BN + half_row
+        if DW_TMA and row0 + HALF <= N:
+            # Asynchronous: the store drains under the next tile's main loop.
+            tma.store_wait(0)
+            dw_smem.store(acc.to(dw_desc.dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(dw_desc, [g * N + row0, pid_k * BK], dw_smem)
+        else:
+            ptrs = dw + g.to(gl.int64) * stride_dwg + rows[:, None] * stride_dwn + cols[None, :]
+            mask = mask_n[:, None] & mask_k[None, :]
+            if ACCUMULATE:
+                acc += gl.load(ptrs, mask=mask, other=0.0)
+            gl.store(ptrs, acc.to(dw.dtype.element_ty), mask=mask)
+    tma.store_wait(0)
 
 
 @gluon.jit
@@ -299,7 +323,7 @@ def grouped_blockwise_kernel(a_desc, b_desc, y_desc, offsets, a_scale, b_scale, 
                              G, N, K, stride_as, stride_bsg, stride_bsn, stride_aog, stride_aom, stride_bog,
                              stride_bon, stride_biasg, stride_ym, B_ROWS_PER_SCALE: gl.constexpr,
                              HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr, HAS_BIAS: gl.constexpr,
-                             NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                             ACCUMULATE: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
                              BLOCK_G: gl.constexpr, num_warps: gl.constexpr):
     """Forward / dgrad: ``a_desc`` over a [M, K] (64-row boxes), ``b_desc`` over b as
     [G * N, K] (a tile past N reads the next group's rows: those columns are never stored),
@@ -319,12 +343,12 @@ def grouped_blockwise_kernel(a_desc, b_desc, y_desc, offsets, a_scale, b_scale, 
         (_forward_consumer, (a_desc, b_desc, y_desc, a_top, b_bufs, y_top, ready, empty, offsets, a_scale, b_scale,
                              a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn, stride_aog,
                              stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, gl.to_tensor(0),
-                             B_ROWS_PER_SCALE, HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS, NUM_PROGRAMS, STAGES, GROUP_M,
-                             BLOCK_G)),
+                             B_ROWS_PER_SCALE, HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS, ACCUMULATE, NUM_PROGRAMS, STAGES,
+                             GROUP_M, BLOCK_G)),
         (_forward_consumer, (a_desc, b_desc, y_desc, a_bottom, b_bufs, y_bottom, ready, empty, offsets, a_scale,
                              b_scale, a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn,
                              stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym,
-                             gl.to_tensor(HALF), B_ROWS_PER_SCALE, HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS,
+                             gl.to_tensor(HALF), B_ROWS_PER_SCALE, HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS, ACCUMULATE,
                              NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
         (_forward_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
                              NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
@@ -332,12 +356,13 @@ def grouped_blockwise_kernel(a_desc, b_desc, y_desc, offsets, a_scale, b_scale, 
 
 
 @gluon.jit
-def grouped_blockwise_wgrad_kernel(a_desc, b_desc, offsets, a_scale, b_scale, a_outer, b_outer, dw, G, N, K,
-                                   stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg, stride_dwn,
-                                   HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr,
+def grouped_blockwise_wgrad_kernel(a_desc, b_desc, dw_desc, offsets, a_scale, b_scale, a_outer, b_outer, dw, G,
+                                   N, K, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg, stride_dwn,
+                                   HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr, DW_TMA: gl.constexpr,
                                    NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
     """wgrad: ``a_desc`` over dy's column-wise copy [N, P] (64-row boxes), ``b_desc`` over x's
-    [K, P], both in the padded grouped layout."""
+    [K, P], both in the padded grouped layout; ``dw_desc`` over dw as [G * N, K] (64-row
+    boxes) when DW_TMA."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = b_desc.block_type.shape[0]
     BP: gl.constexpr = a_desc.block_type.shape[1]
@@ -345,15 +370,18 @@ def grouped_blockwise_wgrad_kernel(a_desc, b_desc, offsets, a_scale, b_scale, a_
     a_top = gl.allocate_shared_memory(a_desc.dtype, [STAGES, HALF, BP], a_desc.layout)
     a_bottom = gl.allocate_shared_memory(a_desc.dtype, [STAGES, HALF, BP], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BK, BP], b_desc.layout)
+    dw_top = gl.allocate_shared_memory(dw_desc.dtype, [HALF, BK], dw_desc.layout)
+    dw_bottom = gl.allocate_shared_memory(dw_desc.dtype, [HALF, BK], dw_desc.layout)
     ready, empty = _ring_barriers(STAGES)
     # Every argument tuple spelled out: a tuple built in steps turns constexprs into values.
     gl.warp_specialize([
-        (_wgrad_consumer, (a_desc, b_desc, a_top, b_bufs, ready, empty, offsets, a_scale, b_scale, a_outer, b_outer,
-                           dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg, stride_dwn,
-                           gl.to_tensor(0), HAS_OUTER, ACCUMULATE, NUM_PROGRAMS, STAGES)),
-        (_wgrad_consumer, (a_desc, b_desc, a_bottom, b_bufs, ready, empty, offsets, a_scale, b_scale, a_outer,
-                           b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg,
-                           stride_dwn, gl.to_tensor(HALF), HAS_OUTER, ACCUMULATE, NUM_PROGRAMS, STAGES)),
+        (_wgrad_consumer, (a_desc, b_desc, dw_desc, a_top, b_bufs, dw_top, ready, empty, offsets, a_scale, b_scale,
+                           a_outer, b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg,
+                           stride_dwn, gl.to_tensor(0), HAS_OUTER, ACCUMULATE, DW_TMA, NUM_PROGRAMS, STAGES)),
+        (_wgrad_consumer, (a_desc, b_desc, dw_desc, a_bottom, b_bufs, dw_bottom, ready, empty, offsets, a_scale,
+                           b_scale, a_outer, b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo,
+                           stride_dwg, stride_dwn, gl.to_tensor(HALF), HAS_OUTER, ACCUMULATE, DW_TMA, NUM_PROGRAMS,
+                           STAGES)),
         (_wgrad_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
                            NUM_PROGRAMS, STAGES)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -385,9 +413,10 @@ def _dummy_or(t: torch.Tensor | None, dummy: torch.Tensor) -> torch.Tensor:
 
 
 def grouped_blockwise(a: Operand, b: Operand, offsets: torch.Tensor, y: torch.Tensor,
-                      bias: torch.Tensor | None) -> torch.Tensor:
-    """grouped_gemm_scaled under ``Scaling.BLOCK`` into ``y`` [M, N]: ``a`` [M, K] with 1x128
-    scales, ``b`` [G, N, K] (contiguous) with 128x128 or 1x128 scales. Callers check ``usable``."""
+                      bias: torch.Tensor | None, accumulate: bool = False) -> torch.Tensor:
+    """grouped_gemm_scaled under ``Scaling.BLOCK`` into ``y`` [M, N] (added to it with
+    ``accumulate``): ``a`` [M, K] with 1x128 scales, ``b`` [G, N, K] (contiguous) with
+    128x128 or 1x128 scales, ``bias`` [G, N]. Callers check ``usable``."""
     M, (G, N, K) = a.data.shape[0], b.data.shape
     (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
     programs = persistent_programs(y, (triton.cdiv(M, BLOCK) + G) * triton.cdiv(N, BLOCK))
@@ -397,10 +426,23 @@ def grouped_blockwise(a: Operand, b: Operand, offsets: torch.Tensor, y: torch.Te
         a.scale.stride(0), b.scale.stride(0), b.scale.stride(1), aog, aom, bog, bon,
         bias.stride(0) if bias is not None else 0, y.stride(0),
         B_ROWS_PER_SCALE=b.rows_per_scale, HAS_OUTER_A=a.outer is not None, HAS_OUTER_B=b.outer is not None,
-        HAS_BIAS=bias is not None, NUM_PROGRAMS=programs, STAGES=STAGES, GROUP_M=GROUP_M,
+        HAS_BIAS=bias is not None, ACCUMULATE=accumulate, NUM_PROGRAMS=programs, STAGES=STAGES, GROUP_M=GROUP_M,
         BLOCK_G=max(32, triton.next_power_of_2(G)), num_warps=4,
     )
     return y
+
+
+def dense_blockwise(a: Operand, b: Operand, y: torch.Tensor, bias: torch.Tensor | None,
+                    accumulate: bool) -> torch.Tensor:
+    """gemm_scaled under ``Scaling.BLOCK`` (forward, dgrad, and wgrad from the column-wise
+    copies) as one group: ``a`` [M, K] with 1x128 scales, ``b`` [N, K] (contiguous) with
+    128x128 or 1x128 scales, into ``y`` [M, N] (added to it with ``accumulate``)."""
+    M = a.data.shape[0]
+    # [0, M] made on the device (no host copy, so it also captures in a CUDA graph).
+    offsets = torch.arange(0, 2 * M, M, device=y.device)
+    b = dataclasses.replace(b, data=b.data.unsqueeze(0), scale=b.scale.unsqueeze(0),
+                            outer=None if b.outer is None else b.outer.view(1, -1))
+    return grouped_blockwise(a, b, offsets, y, None if bias is None else bias.view(1, -1), accumulate)
 
 
 def grouped_blockwise_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: torch.Tensor,
@@ -409,10 +451,14 @@ def grouped_blockwise_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: t
     when ``accumulate``): ``a`` [N, P] and ``b`` [K, P] with 1x128 scales along P."""
     G, N, K = dw.shape
     programs = persistent_programs(dw, G * triton.cdiv(N, BLOCK) * triton.cdiv(K, BLOCK))
+    dw_tma = not accumulate and dw.is_contiguous() and tma_ok(dw)
+    # Without TMA stores the descriptor is only a placeholder (over a view that always has one).
+    dw_desc = _descriptor(dw.view(G * N, K) if dw_tma else a.scale.new_empty(HALF, BLOCK, dtype=dw.dtype), HALF)
     grouped_blockwise_wgrad_kernel[(programs,)](
-        _descriptor(a.data, HALF), _descriptor(b.data, BLOCK), offsets, a.scale, b.scale,
+        _descriptor(a.data, HALF), _descriptor(b.data, BLOCK), dw_desc, offsets, a.scale, b.scale,
         _dummy_or(a.outer, dw), _dummy_or(b.outer, dw), dw, G, N, K, a.scale.stride(0), b.scale.stride(0),
         a.outer_strides()[0], b.outer_strides()[0], dw.stride(0), dw.stride(1),
-        HAS_OUTER=a.outer is not None, ACCUMULATE=accumulate, NUM_PROGRAMS=programs, STAGES=STAGES, num_warps=4,
+        HAS_OUTER=a.outer is not None, ACCUMULATE=accumulate, DW_TMA=dw_tma, NUM_PROGRAMS=programs,
+        STAGES=WGRAD_STAGES[accumulate], num_warps=4,
     )
     return dw

@@ -1,8 +1,8 @@
 """The warp-specialized FP8 blockwise kernels (Gluon, sm_90) against float64 and, element by
 element, against the Triton kernels they replace: ragged groups (empty, tiny, across tile
 edges, one holding everything), N and K tails, every output dtype, bias, E5M2 gradients,
-per-row weight scales, many groups, wgrad into main_grad. GPU only: Gluon does not run in
-Triton's interpreter.
+per-row weight scales, many groups, wgrad into main_grad, and the dense GEMMs run as one
+group. GPU only: Gluon does not run in Triton's interpreter.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import fuseops
 from fuseops.kernels import grouped_gemm_blockwise_hopper as hopper
-from fuseops.kernels.gemm_scaled import Operand, pick_config
+from fuseops.kernels.gemm_scaled import Operand, gemm_scaled, launch_gemm_scaled, pick_config, reference_gemm_scaled
 from fuseops.kernels.grouped_gemm import group_offsets
 from fuseops.kernels.grouped_gemm_scaled import (
     grouped_gemm_scaled,
@@ -149,3 +150,35 @@ def test_captures_in_a_cuda_graph():
     torch.cuda.synchronize()
     assert torch.equal(captured[0], run()[0]) and torch.equal(captured[1], run()[1])
     assert not torch.equal(captured[1], eager[1])
+
+
+@pytest.mark.parametrize("M", [304, 1])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_dense_linear_gemms(M, accumulate):
+    """gemm_scaled's BLOCK path runs as one group: forward, dgrad, and wgrad from the
+    column-wise copies (per-row scales on both sides), into main_grad with ``accumulate``."""
+    K, N = 256, 208
+    recipe = fuseops.recipes.FP8Blockwise()
+    x = fuseops.quantize(torch.randn(M, K, device="cuda"), recipe, columnwise=True)
+    w = fuseops.quantize(torch.randn(N, K, device="cuda"), recipe, role="weight", columnwise=True)
+    dy = fuseops.quantize(torch.randn(M, N, device="cuda"), recipe, role="grad", columnwise=True)
+    cases = {"forward": (x.rowwise_operand(), w.rowwise_operand()),
+             "dgrad": (dy.rowwise_operand(), w.columnwise_operand()),
+             "wgrad": (dy.columnwise_operand(), x.columnwise_operand())}
+    for name, (a, b) in cases.items():
+        # M = 1: wgrad's rows hold one position, not 16 bytes, so the Triton kernel runs it.
+        assert hopper.usable(a.data, b.data) == (M > 1 or name != "wgrad"), name
+        cfg = pick_config(Scaling.BLOCK, hopper.usable(a.data, b.data), True)
+        initial = torch.randn(a.data.shape[0], b.data.shape[0], device="cuda") if accumulate else None
+        if accumulate:
+            main_grad = initial.clone()
+            got = gemm_scaled(a, b, scaling=Scaling.BLOCK, out_dtype=torch.bfloat16, main_grad=main_grad)
+            assert got is main_grad
+            expected = launch_gemm_scaled(a, b, Scaling.BLOCK, torch.float32, None, initial.clone(), None, cfg)
+            got, expected = got - initial, expected - initial
+        else:
+            got = gemm_scaled(a, b, scaling=Scaling.BLOCK, out_dtype=torch.float32)
+            expected = launch_gemm_scaled(a, b, Scaling.BLOCK, torch.float32, None, None, None, cfg)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3, msg=name)
+        oracle = reference_gemm_scaled(a, b, scaling=Scaling.BLOCK, out_dtype=torch.float32)
+        assert_close_rel(got, oracle, torch.float32, 100.0, what=name)
