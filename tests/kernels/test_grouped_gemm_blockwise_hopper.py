@@ -152,6 +152,24 @@ def test_captures_in_a_cuda_graph():
     assert not torch.equal(captured[1], eager[1])
 
 
+def test_dense_captures_in_a_cuda_graph():
+    """The dense path makes its one-group offsets on the device: it captures, and replays on
+    new data."""
+    recipe = fuseops.recipes.FP8Blockwise()
+    x = torch.randn(256, 384, device="cuda")
+    w = fuseops.quantize(torch.randn(128, 384, device="cuda"), recipe, role="weight")
+    run = lambda: gemm_scaled(fuseops.quantize(x, recipe).rowwise_operand(), w.rowwise_operand(),  # noqa: E731
+                              scaling=Scaling.BLOCK, out_dtype=torch.float32)
+    run()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, run())
+
+
 @pytest.mark.parametrize("M", [304, 1])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_dense_linear_gemms(M, accumulate):
