@@ -11,8 +11,10 @@ while the other's MMAs run. Measured on an H100 (benchmarks/quantize.py, E=8 T=1
 4096x14336): forward 1052 TFLOP/s against the Triton kernel's 642, wgrad 754 against 453.
 
 Used on sm_90 when every operand can sit behind a TMA descriptor (``usable``); elsewhere,
-and under the interpreter, the Triton kernels run. Nothing syncs with the host: tiles are
-counted in-kernel from the offsets, and every partition walks them in the same order.
+and under the interpreter, the Triton kernels run. gemm_scaled.py's dense BLOCK GEMMs run here
+as one group (``dense_blockwise``; the dense wgrad as a forward with per-row scales on both
+operands). Nothing syncs with the host: tiles are counted in-kernel from the offsets, and
+every partition walks them in the same order.
 """
 
 from __future__ import annotations

@@ -93,6 +93,23 @@ def test_grouped_layout(name):
 
 
 @pytest.mark.parametrize("name", RECIPES)
+def test_grouped_rows_alone_match_rows_with_columns(name):
+    """Without the column-wise copy a block format's grouped rows go through the dense kernel:
+    the same bytes as the grouped kernel's row-wise copy."""
+    offsets = group_offsets(torch.tensor(SIZES, device=DEVICE))
+    x = torch.randn(sum(SIZES), 70, device=DEVICE).to(torch.bfloat16)
+    with kernels():
+        both = quantize(x, RECIPES[name], role="grad", columnwise=True, offsets=offsets)
+        rows = quantize(x, RECIPES[name], role="grad", offsets=offsets)
+    assert isinstance(rows, GroupedQuantizedTensor) and rows.data_t is None and rows.num_groups == 4
+    for name_, kept in (("data", rows.data), ("scale", rows.scale), ("tensor_scale", rows.tensor_scale)):
+        other = getattr(both, name_)
+        assert (kept is None) == (other is None), name_
+        if kept is not None:
+            assert torch.equal(bytes_of(kept), bytes_of(other)), name_
+
+
+@pytest.mark.parametrize("name", RECIPES)
 @pytest.mark.parametrize("layout", ["dense", "grouped"])
 def test_kernels_match_reference_path(name, layout):
     if DEVICE == "cuda":
