@@ -91,7 +91,8 @@ def quantize(
         encode, tensor_scale = scales(amax, tensor_qmax(fmt.scaling, fmt.element))
     # Row-wise blocks never cross rows, so without the column-wise copy (whose layout is per
     # group) a block format's grouped rows quantize as plain rows: the dense kernel's tiles
-    # need not stop at group edges (H100, bf16 [16384, 4096] in 8 groups: 0.73 -> 0.88 of copy).
+    # need not stop at group edges (H100, bf16 [16384, 4096] in 8 groups, of copy bandwidth: FP8
+    # blockwise 0.73 -> 0.89, MXFP8 0.83 -> 0.92).
     kernel_offsets = None if fmt.scaling in (Scaling.BLOCK, Scaling.MX) and not columnwise else offsets
     launch = pick(x3, kq.quantize, kq.reference_quantize)
     bufs = launch(x3, kernel_offsets, encode, scaling=fmt.scaling, element=fmt.element, block_2d=fmt.block_2d,
