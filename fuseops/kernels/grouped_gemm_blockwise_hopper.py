@@ -47,7 +47,7 @@ BLOCK = 128
 HALF = BLOCK // 2
 STAGES = 4
 # wgrad writing dw: 5 stages (+1-14 % over 4 at the MoE shapes, H100; 225 KB of shared memory
-# with a float32 dw staged for TMA). Accumulating into main_grad: 4 (4-5 % faster than 5).
+# with a float32 dw staged for TMA). Accumulating into main_grad: 4 (192 KB with its staging).
 WGRAD_STAGES = {False: 5, True: 4}
 GROUP_M = 8
 # Registers per thread: the consumers hold a [64, 128] float32 sum and product each; the
@@ -298,13 +298,14 @@ def _wgrad_producer(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offse
 
 
 @gluon.jit
-def _wgrad_consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, ready, empty, offsets, a_scale, b_scale,
-                    a_outer, b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg,
-                    stride_dwn, half_row, HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr,
+def _wgrad_consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, empty, offsets, a_scale,
+                    b_scale, a_outer, b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo,
+                    stride_dwg, stride_dwn, half_row, HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr,
                     DW_TMA: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
-    """Rows ``half_row..+64`` of each [128, 128] tile of ``dw[g]``, summed over g's steps;
-    with DW_TMA (no accumulation, dw contiguous and 16-byte rows) stored through
-    ``dw_desc`` over dw as [G * N, K] where the rows stay inside dw[g]."""
+    """Rows ``half_row..+64`` of each [128, 128] tile of ``dw[g]``, summed over g's steps
+    (and added to dw's with ACCUMULATE). With DW_TMA (dw contiguous, 16-byte rows) the tiles
+    whose rows stay inside dw[g] go through ``dw_desc`` over dw as [G * N, K]: stored
+    asynchronously, and with ACCUMULATE loaded under the main loop (``dw_bar``)."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BN: gl.constexpr = 2 * HALF
     BK: gl.constexpr = b_desc.block_type.shape[0]
@@ -312,8 +313,17 @@ def _wgrad_consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, ready, emp
     row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
     i = 0
+    loads = 0
     for tile in range(gl.program_id(0), G * gl.cdiv(N, BN) * gl.cdiv(K, BK), NUM_PROGRAMS):
         g, pid_n, pid_k, step0, steps = _wgrad_tile(tile, offsets, N, K, BN, BK)
+        row0 = pid_n * BN + half_row
+        whole = row0 + HALF <= N
+        if DW_TMA and ACCUMULATE and whole:
+            # The tile's float32 sum so far comes in while the main loop runs (the previous
+            # tile's store must have left the staging first).
+            tma.store_wait(0)
+            mbarrier.expect(dw_bar, dw_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(dw_desc, [g * N + row0, pid_k * BK], dw_bar, dw_smem)
         rows = pid_n * BN + half_row + gl.arange(0, HALF, layout=row_layout)
         cols = pid_k * BK + gl.arange(0, BK, layout=col_layout)
         mask_n = rows < N
@@ -323,10 +333,14 @@ def _wgrad_consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, ready, emp
                             b_scale + cols_1d * stride_bsk + step0, cols_1d < K, steps, i, STAGES, True, acc_layout)
         if HAS_OUTER:
             acc *= gl.load(a_outer + g * stride_ao) * gl.load(b_outer + g * stride_bo)
-        row0 = pid_n * BN + half_row
-        if DW_TMA and row0 + HALF <= N:
+        if DW_TMA and whole:
+            if ACCUMULATE:
+                mbarrier.wait(dw_bar, loads & 1)
+                loads += 1
+                acc += dw_smem.load(acc_layout)
+            else:
+                tma.store_wait(0)
             # Asynchronous: the store drains under the next tile's main loop.
-            tma.store_wait(0)
             dw_smem.store(acc.to(dw_desc.dtype))
             fence_async_shared()
             tma.async_copy_shared_to_global(dw_desc, [g * N + row0, pid_k * BK], dw_smem)
@@ -381,15 +395,19 @@ def grouped_blockwise_wgrad_kernel(a_desc, b_desc, dw_desc, offsets, a_scale, b_
     gl.static_assert(num_warps == 4, "the default partition is one consumer warpgroup")
     # The staging of dw is compiled out when unused (no TMA stores).
     a_top, a_bottom, b_bufs, dw_top, dw_bottom, ready, empty = _ring(a_desc, b_desc, dw_desc, STAGES)
+    dw_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(2):
+        mbarrier.init(dw_bars.index(c), count=1)
     # Every argument tuple spelled out: a tuple built in steps turns constexprs into values.
     gl.warp_specialize([
-        (_wgrad_consumer, (a_desc, b_desc, dw_desc, a_top, b_bufs, dw_top, ready, empty, offsets, a_scale, b_scale,
-                           a_outer, b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg,
-                           stride_dwn, gl.to_tensor(0), HAS_OUTER, ACCUMULATE, DW_TMA, NUM_PROGRAMS, STAGES)),
-        (_wgrad_consumer, (a_desc, b_desc, dw_desc, a_bottom, b_bufs, dw_bottom, ready, empty, offsets, a_scale,
-                           b_scale, a_outer, b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo,
-                           stride_dwg, stride_dwn, gl.to_tensor(HALF), HAS_OUTER, ACCUMULATE, DW_TMA, NUM_PROGRAMS,
-                           STAGES)),
+        (_wgrad_consumer, (a_desc, b_desc, dw_desc, a_top, b_bufs, dw_top, dw_bars.index(0), ready, empty, offsets,
+                           a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao,
+                           stride_bo, stride_dwg, stride_dwn, gl.to_tensor(0), HAS_OUTER, ACCUMULATE, DW_TMA,
+                           NUM_PROGRAMS, STAGES)),
+        (_wgrad_consumer, (a_desc, b_desc, dw_desc, a_bottom, b_bufs, dw_bottom, dw_bars.index(1), ready, empty,
+                           offsets, a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao,
+                           stride_bo, stride_dwg, stride_dwn, gl.to_tensor(HALF), HAS_OUTER, ACCUMULATE, DW_TMA,
+                           NUM_PROGRAMS, STAGES)),
         (_wgrad_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
                            NUM_PROGRAMS, STAGES)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -469,7 +487,7 @@ def grouped_blockwise_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: t
     when ``accumulate``): ``a`` [N, P] and ``b`` [K, P] with 1x128 scales along P."""
     G, N, K = dw.shape
     programs = persistent_programs(dw, G * triton.cdiv(N, BLOCK) * triton.cdiv(K, BLOCK))
-    dw_tma = not accumulate and dw.is_contiguous() and tma_ok(dw)
+    dw_tma = dw.is_contiguous() and tma_ok(dw)
     # Without TMA stores the descriptor is only a placeholder (over a view that always has one).
     dw_desc = _descriptor(dw.view(G * N, K) if dw_tma else a.scale.new_empty(HALF, BLOCK, dtype=dw.dtype), HALF)
     grouped_blockwise_wgrad_kernel[(programs,)](
