@@ -19,7 +19,8 @@ bands of GROUP_M M-tiles (gemm.py); operands come through TMA descriptors when t
 16-byte aligned, else through masked pointer loads; block scales through pointer loads.
 
 On sm_90, BLOCK with TMA-ready operands runs as one group of the warp-specialized Gluon
-kernel instead (grouped_gemm_blockwise_hopper.py): 1.4-1.7x this kernel at the MoE shapes.
+kernel instead (grouped_gemm_blockwise_hopper.py): 1.3-1.7x this kernel's forward (H100,
+16384 x 4096 x 14336 and 16384 x 14336 x 4096).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ tiles of all groups counted in-kernel from the offsets (grouped_gemm.py), wgrad 
 through TMA descriptors when 16-byte aligned, else masked pointer loads; nothing syncs.
 
 On sm_90, BLOCK with TMA-ready operands runs the warp-specialized Gluon kernels of
-grouped_gemm_blockwise_hopper.py instead (1.4-1.7x these at the MoE shapes, H100).
+grouped_gemm_blockwise_hopper.py instead (1.6-1.7x these at E=8 T=16384 4096x14336, H100).
 """
 
 from __future__ import annotations
