@@ -25,12 +25,12 @@ import torch
 import triton
 
 from fuseops.kernels.grouped_gemm import GemmConfig, group_offsets, launch_grouped_gemm, pick_config
-from fuseops.kernels.grouped_gemm_wgrad import launch_grouped_gemm_wgrad, pick_wgrad_config
+from fuseops.kernels.grouped_gemm_wgrad import grouped_gemm_wgrad, launch_grouped_gemm_wgrad, pick_wgrad_config
 
 SHAPES = [(8, 16384, 4096, 14336), (32, 16384, 4096, 2048), (64, 32768, 2048, 1408), (128, 65536, 2048, 768)]
 ROUTINGS = ("uniform", "skewed")
 OPS = ("forward", "dgrad", "wgrad", "wgrad+mg")
-IMPLS = ("fuseops", "torch._grouped_mm", "loop", "dense")
+IMPLS = ("fuseops", "torch._grouped_mm", "loop", "dense", "fuseops (Triton kernel)")
 
 # Candidates of the offline sweep (block_m, block_n, block_k, group_m, warps, stages, flatten,
 # split_epilogue); all compile for sm_90 within SMEM and without spills.
@@ -78,7 +78,9 @@ def make_case(E: int, T: int, H: int, F: int, routing: str) -> dict:
 
 
 def implementations(case: dict, op: str, cfg: GemmConfig | None = None) -> dict:
-    """Zero-argument callables per implementation of ``op`` on ``case``'s tensors."""
+    """Zero-argument callables per implementation of ``op`` on ``case``'s tensors (``cfg``: a
+    Triton tile config to sweep, else the table's)."""
+    tuned = cfg is not None
     x, w, dy, offsets, offs32 = case["x"], case["w"], case["dy"], case["offsets"], case["offs32"]
     bounds = [0]
     for s in case["sizes"]:
@@ -115,7 +117,12 @@ def implementations(case: dict, op: str, cfg: GemmConfig | None = None) -> dict:
     # One matmul with the same T x H x F flops: the ceiling a grouped GEMM approaches.
     impls = {"loop": loop, "dense": dense}
     if op == "wgrad":
-        impls["fuseops"] = lambda: launch_grouped_gemm_wgrad(dy, x, offsets, None, dw, cfg)
+        if tuned:
+            impls["fuseops"] = lambda: launch_grouped_gemm_wgrad(dy, x, offsets, None, dw, cfg)
+        else:
+            # What GroupedLinear calls: on sm_90 the warp-specialized kernel.
+            impls["fuseops"] = lambda: grouped_gemm_wgrad(dy, x, offsets, out=dw)
+            impls["fuseops (Triton kernel)"] = lambda: launch_grouped_gemm_wgrad(dy, x, offsets, None, dw, cfg)
         impls["torch._grouped_mm"] = lambda: torch._grouped_mm(dy.t(), x, offs=offs32)
     elif op == "wgrad+mg":
         impls = {
@@ -187,7 +194,7 @@ def run_benchmark(args) -> list[dict]:
 def print_table(rows: list[dict]) -> None:
     by = {(tuple(r["shape"]), r["routing"], r["op"], r["impl"]): r["tflops"] for r in rows}
     print("\nTFLOP/s (bf16); ratio = fuseops / torch._grouped_mm")
-    head = f"{'E,T,H,F':<22}{'routing':<9}{'op':<10}{'fuseops':>9}{'torch':>9}{'loop':>8}{'dense':>8}{'ratio':>8}"
+    head = f"{'E,T,H,F':<22}{'routing':<9}{'op':<10}{'fuseops':>9}{'torch':>9}{'loop':>8}{'dense':>8}{'triton':>8}{'ratio':>8}"
     print(head)
     print("-" * len(head))
     for shape in SHAPES:

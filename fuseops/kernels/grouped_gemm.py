@@ -96,19 +96,19 @@ def pick_config(n: int, dtype: torch.dtype, tma: bool, fused_io: bool) -> GemmCo
 # 64-bit address space turn coordinates (_BIG, start + size, _BIG - size + row) into row
 # ``start + row`` with the hardware bounds check ``row < size``: reads past a group's end give
 # zeros, writes past it are dropped.
-_RAGGED_ROWS = 0x40000000
-_BIG = tl.constexpr(_RAGGED_ROWS)
+RAGGED_ROWS = 0x40000000
+_BIG = tl.constexpr(RAGGED_ROWS)
+
+
+def ragged_geometry(t: torch.Tensor) -> tuple[list[int], list[int]]:
+    """The 4-D (shape, strides) of a ragged descriptor over the rows of a 2-D ``t``."""
+    rows_stride = t.stride(0)
+    return [0x7FFF0000, 0x7FFF0000, RAGGED_ROWS, t.shape[1]], [2**34 - rows_stride, rows_stride, rows_stride, 1]
 
 
 def ragged_descriptor(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
     """A descriptor over the rows of a 2-D ``t`` for ``ragged_load`` / ``ragged_store``."""
-    rows_stride = t.stride(0)
-    return TensorDescriptor(
-        t,
-        [0x7FFF0000, 0x7FFF0000, _RAGGED_ROWS, t.shape[1]],
-        [2**34 - rows_stride, rows_stride, rows_stride, 1],
-        [1, 1, *block],
-    )
+    return TensorDescriptor(t, *ragged_geometry(t), [1, 1, *block])
 
 
 def tma_ok(*tensors: torch.Tensor | None) -> bool:

@@ -4,6 +4,9 @@
 (optionally added in float32 into ``main_grad``), and ``db[g] = sum of dy[rows of g]`` [G, N].
 Empty groups give exact zeros.
 
+On sm_90, bf16 / fp16 operands behind TMA written to ``dw`` take the warp-specialized Gluon
+kernel of grouped_gemm_wgrad_hopper.py; everything else runs the Triton kernel here.
+
 Tiling: a persistent grid of one program per SM walks the [BLOCK_N, BLOCK_K] tiles of all
 ``dw[g]``; each reduces over its group's rows in BLOCK_M slabs, loaded through ragged TMA
 descriptors that read zeros past the group's end (masked pointer loads when unaligned). The
@@ -16,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fuseops.kernels import grouped_gemm_wgrad_hopper as hopper
 from fuseops.kernels._triton import INTERPRET, dot
 from fuseops.kernels.grouped_gemm import (
     GemmConfig,
@@ -148,7 +152,14 @@ def grouped_gemm_wgrad(
     Returns:
         ``dw`` [G, N, K], or ``main_grad`` after the accumulation.
     """
+    if hopper.usable(dy, x, main_grad, out):
+        return hopper.grouped_wgrad_hopper(dy, x, offsets, out)
     cfg = pick_wgrad_config(x.dtype, tma_ok(dy, x), main_grad is not None)
+    # The kernels address dw with a unit last stride: other layouts go through a staging copy.
+    if main_grad is not None and main_grad.stride(-1) != 1:
+        return main_grad.copy_(launch_grouped_gemm_wgrad(dy, x, offsets, main_grad.contiguous(), None, cfg))
+    if out is not None and out.stride(-1) != 1:
+        return out.copy_(launch_grouped_gemm_wgrad(dy, x, offsets, None, None, cfg))
     return launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg)
 
 

@@ -109,3 +109,16 @@ def test_gpu_wgrad_bf16_mid_size():
     grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad)
     assert_close_rel(main_grad - 1, ref, torch.bfloat16)
     assert_close_rel(grouped_bias_grad(dy, offsets), reference_grouped_bias_grad(dy.double(), offsets), torch.bfloat16)
+
+
+@pytest.mark.parametrize("target", ["out", "main_grad"])
+def test_wgrad_into_a_transposed_buffer(target):
+    """A dw buffer whose last dim is strided (a transposed view) gets the same sums."""
+    sizes, offsets, dy, x = _case("mixed", "aligned", torch.bfloat16)
+    N, K = SHAPES["aligned"]
+    ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
+    dtype = torch.float32 if target == "main_grad" else torch.bfloat16
+    buf = torch.zeros(len(sizes), K, N, device=DEVICE, dtype=dtype).transpose(1, 2)
+    result = grouped_gemm_wgrad(dy, x, offsets, **{target: buf})
+    assert result.data_ptr() == buf.data_ptr()
+    assert_close_rel(buf, ref, torch.bfloat16, what=target)

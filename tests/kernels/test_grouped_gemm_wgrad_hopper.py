@@ -1,0 +1,106 @@
+"""The warp-specialized 16-bit grouped wgrad (Gluon, sm_90) against float64 and, element by
+element, against the Triton kernel it replaces: ragged groups (empty, shorter than a step,
+across step edges, one holding everything, many), N and K tails, bf16 and fp16, ``out``,
+and CUDA-graph replay with new routing. GPU only: Gluon does not run in Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fuseops.kernels import grouped_gemm_wgrad_hopper as hopper
+from fuseops.kernels.grouped_gemm import group_offsets
+from fuseops.kernels.grouped_gemm_wgrad import (
+    grouped_gemm_wgrad,
+    launch_grouped_gemm_wgrad,
+    pick_wgrad_config,
+    reference_grouped_gemm_wgrad,
+)
+from tests.helpers import assert_close_rel, poison_
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                       reason="needs an sm_90 GPU"),
+]
+
+SPLITS = {
+    "ragged": [300, 0, 1, 64, 129, 0, 511, 63],
+    "one_holds_all": [0, 1000, 0],
+    "many": [7 * (g % 5) for g in range(130)],
+}
+# (N, K) of dw: multiples of the [128, 256] tile, and tails of both (16-byte rows for TMA).
+SHAPES = {"even": (256, 512), "tails": (200, 264)}
+
+
+def _case(split: str, shape: str, dtype: torch.dtype):
+    sizes = SPLITS[split]
+    N, K = SHAPES[shape]
+    offsets = group_offsets(torch.tensor(sizes, device="cuda"))
+    dy = torch.randn(sum(sizes), N, device="cuda", dtype=dtype)
+    x = torch.randn(sum(sizes), K, device="cuda", dtype=dtype)
+    return sizes, offsets, dy, x
+
+
+def _triton(dy, x, offsets):
+    return launch_grouped_gemm_wgrad(dy, x, offsets, None, None, pick_wgrad_config(x.dtype, True, False))
+
+
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_wgrad(split, shape, dtype):
+    sizes, offsets, dy, x = _case(split, shape, dtype)
+    N, K = SHAPES[shape]
+    out = poison_(torch.empty(len(sizes), N, K, device="cuda", dtype=dtype))
+    assert hopper.usable(dy, x, None, out)
+    dw = grouped_gemm_wgrad(dy, x, offsets, out=out)
+    assert dw is out
+    # Every element written (the poison is gone), none beyond tolerance; empty groups exactly 0.
+    assert_close_rel(dw, reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets), dtype, what=f"{split} {shape}")
+    for g, size in enumerate(sizes):
+        if size == 0:
+            assert torch.count_nonzero(dw[g]) == 0, f"empty group {g}"
+    torch.testing.assert_close(dw, _triton(dy, x, offsets), rtol=1e-2, atol=1e-2)
+
+
+def test_allocates_dw_in_the_operands_dtype():
+    sizes, offsets, dy, x = _case("ragged", "even", torch.bfloat16)
+    dw = grouped_gemm_wgrad(dy, x, offsets)
+    assert dw.shape == (len(sizes), *SHAPES["even"]) and dw.dtype == torch.bfloat16
+    assert_close_rel(dw, reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets), torch.bfloat16)
+
+
+def test_other_cases_take_the_triton_kernel():
+    """main_grad, float32, a strided ``out`` and rows without 16-byte alignment stay on the
+    Triton kernel, and still give the right sums."""
+    sizes, offsets, dy, x = _case("ragged", "even", torch.bfloat16)
+    G, (N, K) = len(sizes), SHAPES["even"]
+    main_grad = torch.ones(G, N, K, device="cuda")
+    strided = torch.empty(G, K, N, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    odd_x = torch.randn(x.shape[0], 260, device="cuda", dtype=torch.bfloat16)[:, :259]
+    assert not hopper.usable(dy, x, main_grad, None)
+    assert not hopper.usable(dy.float(), x.float(), None, None)
+    assert not hopper.usable(dy, x, None, strided)
+    assert not hopper.usable(dy, odd_x, None, None)
+    ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
+    assert_close_rel(grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad) - 1, ref, torch.bfloat16)
+    assert_close_rel(grouped_gemm_wgrad(dy, x, offsets, out=strided), ref, torch.bfloat16)
+    odd_ref = reference_grouped_gemm_wgrad(dy.double(), odd_x.double(), offsets)
+    assert_close_rel(grouped_gemm_wgrad(dy, odd_x, offsets), odd_ref, torch.bfloat16)
+
+
+def test_captures_in_a_cuda_graph():
+    """No host sync: the wgrad replays in a CUDA graph with new split sizes."""
+    sizes, offsets, dy, x = _case("ragged", "even", torch.bfloat16)
+    eager = grouped_gemm_wgrad(dy, x, offsets)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = grouped_gemm_wgrad(dy, x, offsets)
+    # Move every token of group 0 to group 2: the same total rows, other groups' sums.
+    offsets.copy_(group_offsets(torch.tensor([0, 0, 301] + sizes[3:], device="cuda")))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, grouped_gemm_wgrad(dy, x, offsets))
+    assert not torch.equal(captured, eager)
