@@ -125,10 +125,13 @@ def implementations(case: dict, op: str, cfg: GemmConfig | None = None) -> dict:
             impls["fuseops (Triton kernel)"] = lambda: launch_grouped_gemm_wgrad(dy, x, offsets, None, dw, cfg)
         impls["torch._grouped_mm"] = lambda: torch._grouped_mm(dy.t(), x, offs=offs32)
     elif op == "wgrad+mg":
-        impls = {
-            "fuseops": lambda: launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, None, cfg),
-            "torch._grouped_mm": lambda: main_grad.add_(torch._grouped_mm(dy.t(), x, offs=offs32)),
-        }
+        triton_kernel = lambda: launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, None, cfg)  # noqa: E731
+        impls = {"torch._grouped_mm": lambda: main_grad.add_(torch._grouped_mm(dy.t(), x, offs=offs32))}
+        if tuned:
+            impls["fuseops"] = triton_kernel
+        else:
+            impls["fuseops"] = lambda: grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad)
+            impls["fuseops (Triton kernel)"] = triton_kernel
     else:
         impls["fuseops"] = lambda: launch_grouped_gemm(
             a, b, offsets, None, None, 0, 1.0, False, None, y, cfg

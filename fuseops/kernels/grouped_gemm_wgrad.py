@@ -4,8 +4,8 @@
 (optionally added in float32 into ``main_grad``), and ``db[g] = sum of dy[rows of g]`` [G, N].
 Empty groups give exact zeros.
 
-On sm_90, bf16 / fp16 operands behind TMA written to ``dw`` take the warp-specialized Gluon
-kernel of grouped_gemm_wgrad_hopper.py; everything else runs the Triton kernel here.
+On sm_90, bf16 / fp16 operands behind TMA take the warp-specialized Gluon kernel of
+grouped_gemm_wgrad_hopper.py; everything else runs the Triton kernel here.
 
 Tiling: a persistent grid of one program per SM walks the [BLOCK_N, BLOCK_K] tiles of all
 ``dw[g]``; each reduces over its group's rows in BLOCK_M slabs, loaded through ragged TMA
@@ -153,7 +153,7 @@ def grouped_gemm_wgrad(
         ``dw`` [G, N, K], or ``main_grad`` after the accumulation.
     """
     if hopper.usable(dy, x, main_grad, out):
-        return hopper.grouped_wgrad_hopper(dy, x, offsets, out)
+        return hopper.grouped_wgrad_hopper(dy, x, offsets, main_grad, out)
     cfg = pick_wgrad_config(x.dtype, tma_ok(dy, x), main_grad is not None)
     # The kernels address dw with a unit last stride: other layouts go through a staging copy.
     if main_grad is not None and main_grad.stride(-1) != 1:

@@ -1,7 +1,8 @@
 """The warp-specialized 16-bit grouped wgrad (Gluon, sm_90) against float64 and, element by
 element, against the Triton kernel it replaces: ragged groups (empty, shorter than a step,
-across step edges, one holding everything, many), N and K tails, bf16 and fp16, ``out``,
-and CUDA-graph replay with new routing. GPU only: Gluon does not run in Triton's interpreter.
+across step edges, one holding everything, many), N and K tails, bf16 and fp16, written to
+``dw`` / ``out`` (also a strided one) or added to ``main_grad``, and CUDA-graph replay with new
+routing. GPU only: Gluon does not run in Triton's interpreter.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def _case(split: str, shape: str, dtype: torch.dtype):
     return sizes, offsets, dy, x
 
 
-def _triton(dy, x, offsets):
-    return launch_grouped_gemm_wgrad(dy, x, offsets, None, None, pick_wgrad_config(x.dtype, True, False))
+def _triton(dy, x, offsets, main_grad=None):
+    cfg = pick_wgrad_config(x.dtype, True, main_grad is not None)
+    return launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, None, cfg)
 
 
 @pytest.mark.parametrize("split", SPLITS)
@@ -65,6 +67,37 @@ def test_wgrad(split, shape, dtype):
     torch.testing.assert_close(dw, _triton(dy, x, offsets), rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_wgrad_into_main_grad(split, shape):
+    sizes, offsets, dy, x = _case(split, shape, torch.bfloat16)
+    N, K = SHAPES[shape]
+    main_grad = torch.randn(len(sizes), N, K, device="cuda")
+    before = main_grad.clone()
+    assert hopper.usable(dy, x, main_grad, None)
+    result = grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad)
+    assert result is main_grad
+    ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
+    # The sum runs in float32 from bf16 operands: its tolerance is bf16's.
+    assert_close_rel(main_grad - before, ref, torch.bfloat16, what=f"{split} {shape}")
+    for g, size in enumerate(sizes):
+        if size == 0:
+            assert torch.equal(main_grad[g], before[g]), f"empty group {g} changed"
+    torch.testing.assert_close(main_grad, _triton(dy, x, offsets, before.clone()), rtol=1e-5, atol=1e-4)
+
+
+def test_into_a_strided_out():
+    """``out`` a view with padded rows: TMA writes it in place, the padding stays untouched."""
+    sizes, offsets, dy, x = _case("ragged", "tails", torch.bfloat16)
+    N, K = SHAPES["tails"]
+    padded = torch.zeros(len(sizes), N, K + 8, device="cuda", dtype=torch.bfloat16)
+    out = padded[:, :, :K]
+    assert hopper.usable(dy, x, None, out)
+    grouped_gemm_wgrad(dy, x, offsets, out=out)
+    assert_close_rel(out, reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets), torch.bfloat16)
+    assert torch.count_nonzero(padded[:, :, K:]) == 0
+
+
 def test_allocates_dw_in_the_operands_dtype():
     sizes, offsets, dy, x = _case("ragged", "even", torch.bfloat16)
     dw = grouped_gemm_wgrad(dy, x, offsets)
@@ -73,19 +106,19 @@ def test_allocates_dw_in_the_operands_dtype():
 
 
 def test_other_cases_take_the_triton_kernel():
-    """main_grad, float32, a strided ``out`` and rows without 16-byte alignment stay on the
-    Triton kernel, and still give the right sums."""
+    """float32 operands, a transposed ``out`` or ``main_grad`` and rows without 16-byte
+    alignment stay on the Triton kernel, and still give the right sums."""
     sizes, offsets, dy, x = _case("ragged", "even", torch.bfloat16)
     G, (N, K) = len(sizes), SHAPES["even"]
-    main_grad = torch.ones(G, N, K, device="cuda")
+    main_grad_t = torch.ones(G, K, N, device="cuda").transpose(1, 2)
     strided = torch.empty(G, K, N, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     odd_x = torch.randn(x.shape[0], 260, device="cuda", dtype=torch.bfloat16)[:, :259]
-    assert not hopper.usable(dy, x, main_grad, None)
+    assert not hopper.usable(dy, x, main_grad_t, None)
     assert not hopper.usable(dy.float(), x.float(), None, None)
     assert not hopper.usable(dy, x, None, strided)
     assert not hopper.usable(dy, odd_x, None, None)
     ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
-    assert_close_rel(grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad) - 1, ref, torch.bfloat16)
+    assert_close_rel(grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad_t) - 1, ref, torch.bfloat16)
     assert_close_rel(grouped_gemm_wgrad(dy, x, offsets, out=strided), ref, torch.bfloat16)
     odd_ref = reference_grouped_gemm_wgrad(dy.double(), odd_x.double(), offsets)
     assert_close_rel(grouped_gemm_wgrad(dy, odd_x, offsets), odd_ref, torch.bfloat16)
@@ -95,12 +128,16 @@ def test_captures_in_a_cuda_graph():
     """No host sync: the wgrad replays in a CUDA graph with new split sizes."""
     sizes, offsets, dy, x = _case("ragged", "even", torch.bfloat16)
     eager = grouped_gemm_wgrad(dy, x, offsets)
+    main_grad = torch.zeros(eager.shape, device="cuda")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = grouped_gemm_wgrad(dy, x, offsets)
+        grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad)
     # Move every token of group 0 to group 2: the same total rows, other groups' sums.
     offsets.copy_(group_offsets(torch.tensor([0, 0, 301] + sizes[3:], device="cuda")))
+    main_grad.zero_()
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, grouped_gemm_wgrad(dy, x, offsets))
     assert not torch.equal(captured, eager)
+    assert torch.equal(main_grad, grouped_gemm_wgrad(dy, x, offsets, main_grad=torch.zeros_like(main_grad)))
