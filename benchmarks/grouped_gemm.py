@@ -197,7 +197,8 @@ def run_benchmark(args) -> list[dict]:
 def print_table(rows: list[dict]) -> None:
     by = {(tuple(r["shape"]), r["routing"], r["op"], r["impl"]): r["tflops"] for r in rows}
     print("\nTFLOP/s (bf16); ratio = fuseops / torch._grouped_mm")
-    head = f"{'E,T,H,F':<22}{'routing':<9}{'op':<10}{'fuseops':>9}{'torch':>9}{'loop':>8}{'dense':>8}{'triton':>8}{'ratio':>8}"
+    head = (f"{'E,T,H,F':<22}{'routing':<9}{'op':<10}{'fuseops':>9}{'torch':>9}{'loop':>8}{'dense':>8}"
+            f"{'triton':>8}{'ratio':>8}")
     print(head)
     print("-" * len(head))
     for shape in SHAPES:
