@@ -25,6 +25,20 @@ def cuda_or_skip() -> torch.device:
     return torch.device("cuda")
 
 
+def is_sm90() -> bool:
+    """A Hopper GPU: the warp-specialized Gluon kernels' target."""
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+# Group sizes of the Gluon kernels' tests: empty groups, a 1-row group, groups across tile and
+# step edges, one group holding every row, and many groups.
+HOPPER_SPLITS = {
+    "ragged": [300, 0, 1, 64, 129, 0, 511, 63],
+    "one_holds_all": [0, 1000, 0],
+    "many": [7 * (g % 5) for g in range(130)],
+}
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     denom = ref.norm().item()

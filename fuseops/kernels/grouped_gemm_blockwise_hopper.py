@@ -177,6 +177,32 @@ def _mma_steps(a_bufs, b_bufs, ready, empty, sa_ptrs, sa_mask, sb_ptrs, sb_mask,
     return acc, i
 
 
+@gluon.jit
+def prefetch_tile(desc, coord, bar, smem):
+    """Start loading an output tile's float32 sum so far into its staging, to arrive while the
+    main loop runs (the previous tile's store must have left the staging first)."""
+    tma.store_wait(0)
+    mbarrier.expect(bar, desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(desc, coord, bar, smem)
+
+
+@gluon.jit
+def store_tile(acc, desc, coord, smem, staged, bar, loads, ACCUMULATE: gl.constexpr, acc_layout: gl.constexpr):
+    """Store ``acc`` through ``smem`` (``staged``: its view in the accumulator's shape) by TMA,
+    first adding the tile ``prefetch_tile`` brought with ACCUMULATE; returns the count of
+    prefetches waited for. Asynchronous: the store drains under the next tile's main loop."""
+    if ACCUMULATE:
+        mbarrier.wait(bar, loads & 1)
+        loads += 1
+        acc += staged.load(acc_layout)
+    else:
+        tma.store_wait(0)
+    staged.store(acc.to(desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(desc, coord, smem)
+    return loads
+
+
 @gluon.constexpr_function
 def _spread(n):
     """[n] over one warpgroup's threads, consecutive elements per thread."""
@@ -319,11 +345,7 @@ def _wgrad_consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, re
         row0 = pid_n * BN + half_row
         whole = row0 + HALF <= N
         if DW_TMA and ACCUMULATE and whole:
-            # The tile's float32 sum so far comes in while the main loop runs (the previous
-            # tile's store must have left the staging first).
-            tma.store_wait(0)
-            mbarrier.expect(dw_bar, dw_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(dw_desc, [g * N + row0, pid_k * BK], dw_bar, dw_smem)
+            prefetch_tile(dw_desc, [g * N + row0, pid_k * BK], dw_bar, dw_smem)
         rows = pid_n * BN + half_row + gl.arange(0, HALF, layout=row_layout)
         cols = pid_k * BK + gl.arange(0, BK, layout=col_layout)
         mask_n = rows < N
@@ -334,16 +356,8 @@ def _wgrad_consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, re
         if HAS_OUTER:
             acc *= gl.load(a_outer + g * stride_ao) * gl.load(b_outer + g * stride_bo)
         if DW_TMA and whole:
-            if ACCUMULATE:
-                mbarrier.wait(dw_bar, loads & 1)
-                loads += 1
-                acc += dw_smem.load(acc_layout)
-            else:
-                tma.store_wait(0)
-            # Asynchronous: the store drains under the next tile's main loop.
-            dw_smem.store(acc.to(dw_desc.dtype))
-            fence_async_shared()
-            tma.async_copy_shared_to_global(dw_desc, [g * N + row0, pid_k * BK], dw_smem)
+            loads = store_tile(acc, dw_desc, [g * N + row0, pid_k * BK], dw_smem, dw_smem, dw_bar, loads, ACCUMULATE,
+                               acc_layout)
         else:
             ptrs = dw + g.to(gl.int64) * stride_dwg + rows[:, None] * stride_dwn + cols[None, :]
             mask = mask_n[:, None] & mask_k[None, :]

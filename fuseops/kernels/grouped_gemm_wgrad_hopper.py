@@ -30,17 +30,12 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    mbarrier,
-    tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET
 from fuseops.kernels.gemm import tma_ok
+from fuseops.kernels.grouped_gemm_blockwise_hopper import prefetch_tile, store_tile
 from fuseops.kernels.grouped_gemm import RAGGED_ROWS, persistent_programs, ragged_geometry
 
 BLOCK_N = 128  # dw rows per tile (dy's columns), as two consumer halves
@@ -126,11 +121,7 @@ def _consumer(dy_desc, x_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, 
         steps = gl.cdiv(size, BR)
         off_n = pid_n * 2 * HALF + half_row
         if ACCUMULATE:
-            # The tile's float32 sum so far comes in while the main loop runs (the previous
-            # tile's store must have left the staging first).
-            tma.store_wait(0)
-            mbarrier.expect(dw_bar, dw_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(dw_desc, [g, off_n, pid_k * BK], dw_bar, dw_smem)
+            prefetch_tile(dw_desc, [g, off_n, pid_k * BK], dw_bar, dw_smem)
         acc = gl.zeros([HALF, BK], gl.float32, layout=acc_layout)
         for r in range(steps):
             s = i % STAGES
@@ -146,18 +137,9 @@ def _consumer(dy_desc, x_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, 
         acc = warpgroup_mma_wait(0, deps=(acc,))
         if steps > 0:
             mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
-        staged = dw_smem.reshape([HALF, BK])
-        if ACCUMULATE:
-            mbarrier.wait(dw_bar, loads & 1)
-            loads += 1
-            acc += staged.load(acc_layout)
-        else:
-            tma.store_wait(0)
-        # Asynchronous: the store drains under the next tile's main loop; TMA drops the rows
-        # past N and the columns past K.
-        staged.store(acc.to(dw_desc.dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(dw_desc, [g, off_n, pid_k * BK], dw_smem)
+        # TMA drops the rows past N and the columns past K.
+        loads = store_tile(acc, dw_desc, [g, off_n, pid_k * BK], dw_smem, dw_smem.reshape([HALF, BK]), dw_bar,
+                           loads, ACCUMULATE, acc_layout)
     tma.store_wait(0)
 
 

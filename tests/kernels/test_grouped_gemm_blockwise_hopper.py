@@ -22,20 +22,12 @@ from fuseops.kernels.grouped_gemm_scaled import (
     pick_wgrad_config,
 )
 from fuseops.kernels.quant_formats import Element, Scaling
-from tests.helpers import assert_close_rel, poison_
+from tests.helpers import HOPPER_SPLITS, assert_close_rel, is_sm90, poison_
 from tests.kernels.test_grouped_gemm_scaled import oracle_forward, quantized
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-                       reason="needs an sm_90 GPU"),
-]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not is_sm90(), reason="needs an sm_90 GPU")]
 
-SPLITS = {
-    "ragged": [300, 0, 1, 64, 129, 0, 511, 63],
-    "one_holds_all": [0, 1000, 0],
-    "many": [7 * (g % 5) for g in range(130)],
-}
+SPLITS = HOPPER_SPLITS
 # (K, N): multiples of 128, and tails of both (still 16-byte rows for TMA).
 SHAPES = {"even": (256, 384), "tails": (208, 200)}
 
