@@ -80,6 +80,13 @@ def _total_tiles(offsets, G, tiles_n, BLOCK_G: gl.constexpr, WARPS: gl.constexpr
 
 
 @gluon.jit
+def _start_walk(offsets, tiles_n):
+    """The group cursor before the first tile: group 0, its first tile, its tile count."""
+    g = gl.to_tensor(0)
+    return g, gl.to_tensor(0), _tiles_of(offsets, g, tiles_n)
+
+
+@gluon.jit
 def _seek(tile, g, g_first, g_tiles, offsets, tiles_n):
     """Move the group cursor (g, its first tile, its tile count) forward to the group holding
     ``tile``. Every partition visits tiles in increasing order, so each moves it past every
@@ -223,9 +230,7 @@ def _forward_producer(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, off
     BK: gl.constexpr = a_desc.block_type.shape[1]
     tiles_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
-    g = gl.to_tensor(0)
-    g_first = gl.to_tensor(0)
-    g_tiles = _tiles_of(offsets, g, tiles_n)
+    g, g_first, g_tiles = _start_walk(offsets, tiles_n)
     i = 0
     for tile in range(gl.program_id(0), _total_tiles(offsets, G, tiles_n, BLOCK_G, 1), NUM_PROGRAMS):
         g, g_first, g_tiles, row0, size, pid_m, pid_n = _grouped_tile(tile, g, g_first, g_tiles, offsets,
@@ -255,9 +260,7 @@ def _forward_consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, emp
     col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
     tiles_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
-    g = gl.to_tensor(0)
-    g_first = gl.to_tensor(0)
-    g_tiles = _tiles_of(offsets, g, tiles_n)
+    g, g_first, g_tiles = _start_walk(offsets, tiles_n)
     i = 0
     for tile in range(gl.program_id(0), _total_tiles(offsets, G, tiles_n, BLOCK_G, 4), NUM_PROGRAMS):
         g, g_first, g_tiles, row0, size, pid_m, pid_n = _grouped_tile(tile, g, g_first, g_tiles, offsets,
