@@ -131,40 +131,42 @@ def _load_steps(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, a_row, b_
 
 
 @gluon.jit
-def _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, k, steps, SB_PER_COLUMN: gl.constexpr):
-    """Step ``k``'s scales (zeros past the last step, which are never used)."""
-    sa = gl.load(sa_ptrs + k, mask=sa_mask & (k < steps), other=0.0)
+def _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, k, steps, sa_step, sb_step, SB_PER_COLUMN: gl.constexpr):
+    """Step ``k``'s scales, ``*_step`` apart from step to step (zeros past the last step,
+    which are never used)."""
+    sa = gl.load(sa_ptrs + k * sa_step, mask=sa_mask & (k < steps), other=0.0)
     if SB_PER_COLUMN:
-        sb = gl.load(sb_ptrs + k, mask=sb_mask & (k < steps), other=0.0)
+        sb = gl.load(sb_ptrs + k * sb_step, mask=sb_mask & (k < steps), other=0.0)
     else:
-        sb = gl.load(sb_ptrs + k, mask=k < steps, other=0.0)
+        sb = gl.load(sb_ptrs + k * sb_step, mask=k < steps, other=0.0)
     return sa, sb
 
 
 @gluon.jit
-def _mma_steps(a_bufs, b_bufs, ready, empty, sa_ptrs, sa_mask, sb_ptrs, sb_mask, steps, i,
+def _mma_steps(a_bufs, b_bufs, ready, empty, sa_ptrs, sa_mask, sb_ptrs, sb_mask, sa_step, sb_step, steps, i,
                STAGES: gl.constexpr, SB_PER_COLUMN: gl.constexpr, acc_layout: gl.constexpr):
     """One consumer's sum over ``steps`` K steps: each step's product times its scales, the
     rows' ``sa_ptrs`` and the columns' ``sb_ptrs`` (one scalar when not SB_PER_COLUMN, else
-    in ``_spread`` layout), both advanced by the step."""
+    in ``_spread`` layout), advanced by ``sa_step`` / ``sb_step`` elements a step."""
     HALF: gl.constexpr = a_bufs.shape[1]
     BN: gl.constexpr = b_bufs.shape[1]
     zero = gl.zeros([HALF, BN], gl.float32, layout=acc_layout)
     acc = zero
     if SB_PER_COLUMN:
-        sa_1, sb_1 = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, 0, steps, SB_PER_COLUMN)
-        sa_2, sb_2 = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, 1, steps, SB_PER_COLUMN)
+        sa_1, sb_1 = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, 0, steps, sa_step, sb_step, SB_PER_COLUMN)
+        sa_2, sb_2 = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, 1, steps, sa_step, sb_step, SB_PER_COLUMN)
     for k in range(steps):
         if SB_PER_COLUMN:
-            # Two steps ahead: 192 strided loads a step (a sector each) take longer than the
-            # MMA they would wait behind (H100, wgrad: +9-12 % over loading them in the step;
-            # the forward's 2 row scales and one scalar gain nothing).
+            # Two steps ahead: a step's 192 scales take longer than the MMA they would wait
+            # behind (H100, wgrad: +9-12 % over loading them in the step; the forward's 2 row
+            # scales and one scalar gain nothing).
             sa, sb = sa_1, sb_1
             sa_1, sb_1 = sa_2, sb_2
-            sa_2, sb_2 = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, k + 2, steps, SB_PER_COLUMN)
+            sa_2, sb_2 = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, k + 2, steps, sa_step, sb_step,
+                                          SB_PER_COLUMN)
         else:
             # Before the wait for the operands, so their latency overlaps it.
-            sa, sb = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, k, steps, SB_PER_COLUMN)
+            sa, sb = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, k, steps, sa_step, sb_step, SB_PER_COLUMN)
         s = i % STAGES
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
         part = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), zero, use_acc=False,
@@ -278,7 +280,7 @@ def _forward_consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, emp
         else:
             sb_ptrs = b_scale + g * stride_bsg + pid_n * stride_bsn
             sb_mask = None
-        acc, i = _mma_steps(a_bufs, b_bufs, ready, empty, a_scale + rows * stride_as, mask_m, sb_ptrs, sb_mask,
+        acc, i = _mma_steps(a_bufs, b_bufs, ready, empty, a_scale + rows * stride_as, mask_m, sb_ptrs, sb_mask, 1, 1,
                             k_tiles, i, STAGES, B_ROWS_PER_SCALE == 1, acc_layout)
         if HAS_OUTER_A:
             acc *= gl.load(a_outer + g * stride_aog + rows * stride_aom, mask=mask_m, other=0.0)[:, None]
@@ -328,7 +330,7 @@ def _wgrad_producer(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offse
 
 @gluon.jit
 def _wgrad_consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, empty, offsets, a_scale,
-                    b_scale, a_outer, b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao, stride_bo,
+                    b_scale, a_outer, b_outer, dw, G, N, K, stride_as, stride_bs, stride_ao, stride_bo,
                     stride_dwg, stride_dwn, half_row, HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr,
                     DW_TMA: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
     """Rows ``half_row..+64`` of each [128, 128] tile of ``dw[g]``, summed over g's steps
@@ -353,9 +355,12 @@ def _wgrad_consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, re
         cols = pid_k * BK + gl.arange(0, BK, layout=col_layout)
         mask_n = rows < N
         mask_k = cols < K
+        # Step-major scales ([steps, N] and [steps, K]): a step's are contiguous, loaded one
+        # per thread.
         cols_1d = pid_k * BK + gl.arange(0, BK, layout=_spread(BK))
-        acc, i = _mma_steps(a_bufs, b_bufs, ready, empty, a_scale + rows * stride_asn + step0, mask_n,
-                            b_scale + cols_1d * stride_bsk + step0, cols_1d < K, steps, i, STAGES, True, acc_layout)
+        acc, i = _mma_steps(a_bufs, b_bufs, ready, empty, a_scale + step0 * stride_as + rows, mask_n,
+                            b_scale + step0 * stride_bs + cols_1d, cols_1d < K, stride_as, stride_bs, steps, i, STAGES,
+                            True, acc_layout)
         if HAS_OUTER:
             acc *= gl.load(a_outer + g * stride_ao) * gl.load(b_outer + g * stride_bo)
         if DW_TMA and whole:
@@ -402,12 +407,13 @@ def grouped_blockwise_kernel(a_desc, b_desc, y_desc, offsets, a_scale, b_scale, 
 
 @gluon.jit
 def grouped_blockwise_wgrad_kernel(a_desc, b_desc, dw_desc, offsets, a_scale, b_scale, a_outer, b_outer, dw, G,
-                                   N, K, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg, stride_dwn,
+                                   N, K, stride_as, stride_bs, stride_ao, stride_bo, stride_dwg, stride_dwn,
                                    HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr, DW_TMA: gl.constexpr,
                                    NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
     """wgrad: ``a_desc`` over dy's column-wise copy [N, P] (64-row boxes), ``b_desc`` over x's
-    [K, P], both in the padded grouped layout; ``dw_desc`` over dw as [G * N, K] (64-row
-    boxes) when DW_TMA."""
+    [K, P], both in the padded grouped layout, their scales step-major ([P / 128, N] and
+    [P / 128, K], rows ``stride_as`` / ``stride_bs`` apart); ``dw_desc`` over dw as [G * N, K]
+    (64-row boxes) when DW_TMA."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     gl.static_assert(num_warps == 4, "the default partition is one consumer warpgroup")
     # The staging of dw is compiled out when unused (no TMA stores).
@@ -418,11 +424,11 @@ def grouped_blockwise_wgrad_kernel(a_desc, b_desc, dw_desc, offsets, a_scale, b_
     # Every argument tuple spelled out: a tuple built in steps turns constexprs into values.
     gl.warp_specialize([
         (_wgrad_consumer, (a_desc, b_desc, dw_desc, a_top, b_bufs, dw_top, dw_bars.index(0), ready, empty, offsets,
-                           a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao,
+                           a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_as, stride_bs, stride_ao,
                            stride_bo, stride_dwg, stride_dwn, gl.to_tensor(0), HAS_OUTER, ACCUMULATE, DW_TMA,
                            NUM_PROGRAMS, STAGES)),
         (_wgrad_consumer, (a_desc, b_desc, dw_desc, a_bottom, b_bufs, dw_bottom, dw_bars.index(1), ready, empty,
-                           offsets, a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_asn, stride_bsk, stride_ao,
+                           offsets, a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_as, stride_bs, stride_ao,
                            stride_bo, stride_dwg, stride_dwn, gl.to_tensor(HALF), HAS_OUTER, ACCUMULATE, DW_TMA,
                            NUM_PROGRAMS, STAGES)),
         (_wgrad_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
@@ -507,9 +513,12 @@ def grouped_blockwise_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: t
     dw_tma = dw.is_contiguous() and tma_ok(dw)
     # Without TMA stores the descriptor is only a placeholder (over a view that always has one).
     dw_desc = _descriptor(dw.view(G * N, K) if dw_tma else a.scale.new_empty(HALF, BLOCK, dtype=dw.dtype), HALF)
+    # Step-major scales: a step's 128 + 128 of a tile are contiguous, not a sector each
+    # (the scales are 1/32 of the operands' bytes).
+    a_scale, b_scale = a.scale.t().contiguous(), b.scale.t().contiguous()
     grouped_blockwise_wgrad_kernel[(programs,)](
-        _descriptor(a.data, HALF), _descriptor(b.data, BLOCK), dw_desc, offsets, a.scale, b.scale,
-        _dummy_or(a.outer, dw), _dummy_or(b.outer, dw), dw, G, N, K, a.scale.stride(0), b.scale.stride(0),
+        _descriptor(a.data, HALF), _descriptor(b.data, BLOCK), dw_desc, offsets, a_scale, b_scale,
+        _dummy_or(a.outer, dw), _dummy_or(b.outer, dw), dw, G, N, K, a_scale.stride(0), b_scale.stride(0),
         a.outer_strides()[0], b.outer_strides()[0], dw.stride(0), dw.stride(1),
         HAS_OUTER=a.outer is not None, ACCUMULATE=accumulate, DW_TMA=dw_tma, NUM_PROGRAMS=programs,
         STAGES=WGRAD_STAGES[accumulate], num_warps=4,
