@@ -7,7 +7,7 @@ A producer computes a float32 tile ``v`` [ROWS, COLS] of its output ``y`` [M, C]
 ``quantize(y)``, quant_formats.py) and then, by format:
 
 - ``Scaling.BLOCK`` (1x128) and ``Scaling.MX`` (1x32): one row holds whole blocks, so the tile
-  is quantized in registers (``quantize._quantize_blocks``) and ``data`` [M, C] float8 with
+  is quantized in registers (``quantize_tiles.quantize_blocks``) and ``data`` [M, C] float8 with
   ``scale`` [M, cdiv(C, blk)] are written here: the row-wise copy costs no extra pass.
 - ``Scaling.TENSOR`` and ``Scaling.NVFP4``: the scale needs the whole tensor's amax, known
   only after every program ran; the tile's ``row_amax`` [M] (``max |y|`` per row, float32,
@@ -27,7 +27,8 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels.quant_formats import BLOCK_SIZE, STORAGE_DTYPE, Element, Scaling
-from fuseops.kernels.quantize import _quantize_blocks, reference_quantize
+from fuseops.kernels.quantize import reference_quantize
+from fuseops.kernels.quantize_tiles import quantize_blocks
 
 
 class Emitted(NamedTuple):
@@ -99,7 +100,7 @@ def store_quantized(v, offs_m, mask_m, col0, C, y, stride_y, data, stride_d, sca
     # Zeros outside the tensor: partial blocks are padded with zeros, as the cast kernel's.
     vf = tl.where(mask, rounded.to(tl.float32), 0.0)
     if SCALING == 1 or SCALING == 2:
-        q, s = _quantize_blocks(vf, 1.0, SCALING, ELEM, BLOCK, ROWS, COLS)
+        q, s = quantize_blocks(vf, 1.0, SCALING, ELEM, BLOCK, ROWS, COLS)
         tl.store(data + rows * stride_d + cols[None, :], q, mask=mask)
         offs_s = col0 // BLOCK + tl.arange(0, COLS // BLOCK)
         mask_s = mask_m[:, None] & (offs_s < tl.cdiv(C, BLOCK))[None, :]

@@ -19,8 +19,9 @@ layout, which holds one group's rows) loads it once and writes both copies from 
 padding tiles zeros. The tile is held as [NC, NR, K, V] chunks, a thread's chunk K rows of one
 16-byte load (V values): blocks along a row span BLOCK / V threads, blocks along a column
 BLOCK / K threads (reductions in registers, then warp shuffles), E2M1 pairs sit in one
-thread either way, and the transpose is stored as runs of K codes: the data never goes
-through shared memory.
+thread either way. The transpose is stored from registers as runs of K codes, or (``staged``)
+through shared memory as the tile's whole column segments. Row tiles run in groups across the
+column tiles (``group_r``), so each scale line fills while it is in L2.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET
 from fuseops.kernels.quant_formats import (
-    BLOCK_SIZE, FP32_MAX, STORAGE_DTYPE, Element, Scaling, block_scales, cast_fp8, e2m1_bits, e2m1_encode, exp2i,
-    finite_amax, group_of_positions, group_positions, pack_e2m1, padded_rows, pow2_exponent, reference_e2m1_encode,
-    reference_exp2i, reference_pack_e2m1, reference_pow2_exponent, reference_to_fp8, tile_rows, to_fp8,
+    BLOCK_SIZE, FP32_MAX, STORAGE_DTYPE, Element, Scaling, cast_fp8, exp2i, finite_amax, group_of_positions,
+    group_positions, padded_rows, pow2_exponent, reference_e2m1_encode, reference_exp2i, reference_pack_e2m1,
+    reference_pow2_exponent, reference_to_fp8, tile_rows,
 )
+from fuseops.kernels.quantize_tiles import chunk_offsets, store_blocks, store_chunks
 
 
 class Buffers(NamedTuple):
@@ -48,110 +50,53 @@ class Buffers(NamedTuple):
     scale_t: torch.Tensor | None
 
 
-def _configs() -> dict[tuple[Scaling, bool], tuple[int, int, int]]:
-    """(BLOCK_R, BLOCK_C, num_warps) by (format, whether the column-wise copy is written).
-    BLOCK_R divides 128 (the grouped layout's alignment) and is a multiple of the block along
-    rows; BLOCK_C a multiple of the block. Chunks of 8 rows (64 values per thread for bf16),
-    and blocks along columns within one warp: no spills, no shared memory on the data path
-    (sm_90 ptxas). Chosen on the H100 by ``python -m benchmarks.quantize --tune`` (bf16
-    [16384, 4096], .notes/quantize.md): the cast pass at 0.88 of a device copy for TENSOR with
-    or without the column-wise copy, BLOCK 0.87 / 0.77, MX 0.91 / 0.75, NVFP4 0.49 / 0.35
-    counting its amax pass (its cast alone 0.0695 / 0.153 ms).
+class QuantizeConfig(NamedTuple):
+    """A tiling of ``quantize_kernel`` (a plain (block_r, block_c, num_warps) takes the defaults).
+
+    staged: the column-wise codes of 1D-block formats go through shared memory, so that a warp
+        stores whole column segments, 16 bytes a thread; from registers a warp's runs along a
+        column are 8 to 32 bytes (K codes a thread; on the H100, 16-byte runs cost the cast
+        half again as much as 32-byte ones).
+    group_r: 0 runs every row tile of a column strip before the next strip, so the column tiles
+        sharing a 32-byte sector of row-wise scales run tens of MB of traffic apart and the
+        sector may leave L2 half written; else groups of ``group_r`` row tiles cross all column
+        tiles in turn, filling the sectors of either copy's scales within a group.
+    """
+
+    block_r: int
+    block_c: int
+    num_warps: int
+    staged: bool = False
+    group_r: int = 0
+
+
+def _configs() -> dict[tuple[Scaling, bool], QuantizeConfig]:
+    """The tiling by (format, whether the column-wise copy is written). BLOCK_R divides 128
+    (the grouped layout's alignment) and is a multiple of the block along rows; BLOCK_C a
+    multiple of the block. Chosen on the H100 by ``python -m benchmarks.quantize --tune``
+    (bf16 [16384, 4096], .notes/quantize.md): with the column-wise copy, 8 warps staging the
+    transpose in groups of 8 row tiles took BLOCK from 0.78 to 0.85 of a device copy, MX from
+    0.75 to 0.82 and NVFP4's cast from 0.156 to 0.114 ms (CUDA graphs; TENSOR's copies share
+    one multiplier, so staging would move the bf16 input instead). The sweep's candidates
+    (benchmarks/quantize.py) compile for sm_90 without spills.
     """
     if INTERPRET:
-        return {(s, c): (128, 128, 4) for s in Scaling for c in (False, True)}
+        # Staged and grouped, so the tests cover both (the plain path: test_every_chunk_height).
+        return {(s, c): QuantizeConfig(128, 128, 4, staged=True, group_r=2) for s in Scaling for c in (False, True)}
     return {
-        (Scaling.TENSOR, False): (32, 256, 4), (Scaling.TENSOR, True): (128, 128, 4),
-        (Scaling.BLOCK, False): (128, 128, 4), (Scaling.BLOCK, True): (128, 128, 4),
-        (Scaling.MX, False): (32, 256, 4), (Scaling.MX, True): (128, 64, 4),
-        (Scaling.NVFP4, False): (32, 128, 4), (Scaling.NVFP4, True): (128, 64, 4),
+        (Scaling.TENSOR, False): QuantizeConfig(32, 256, 4), (Scaling.TENSOR, True): QuantizeConfig(128, 128, 4),
+        (Scaling.BLOCK, False): QuantizeConfig(128, 128, 4, group_r=8),
+        (Scaling.BLOCK, True): QuantizeConfig(128, 128, 8, staged=True, group_r=8),
+        (Scaling.MX, False): QuantizeConfig(32, 256, 4, group_r=8),
+        (Scaling.MX, True): QuantizeConfig(128, 64, 8, staged=True, group_r=8),
+        (Scaling.NVFP4, False): QuantizeConfig(32, 128, 4),
+        (Scaling.NVFP4, True): QuantizeConfig(128, 64, 8, staged=True, group_r=8),
     }
 
 
-@triton.jit
-def _quantize_blocks(t, enc, SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr,
-                     ROWS: tl.constexpr, COLS: tl.constexpr):
-    """Quantize blocks of BLOCK along the last dim of [ROWS, COLS] ``t``: (q, s) as stored,
-    q [ROWS, COLS] float8 (E2M1 codes for NVFP4), s [ROWS, COLS // BLOCK]."""
-    tb = tl.reshape(t, [ROWS, COLS // BLOCK, BLOCK])
-    mult, s = block_scales(finite_amax(tb, 2), enc, SCALING, ELEM)
-    if SCALING == 3:
-        q = e2m1_encode(tb * mult[:, :, None])
-    else:
-        q = to_fp8(tb * mult[:, :, None], ELEM)
-    return tl.reshape(q, [ROWS, COLS]), s
-
-
-@triton.jit
-def _chunk_offsets(NC: tl.constexpr, NR: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
-    """Row and column in the tile of the chunked [NC, NR, K, V] layout, (c, r, k, v) at row
-    r * K + k and column c * V + v: offs_r [1, NR, K, 1], offs_c [NC, 1, 1, V]."""
-    offs_r = tl.arange(0, NR)[None, :, None, None] * K + tl.arange(0, K)[None, None, :, None]
-    offs_c = tl.arange(0, NC)[:, None, None, None] * V + tl.arange(0, V)[None, None, None, :]
-    return offs_r, offs_c
-
-
-@triton.jit
-def _store_chunks(ptr, q, lines, mask_l, stride_l, start, length, PACKED: tl.constexpr, ALONG_ROWS: tl.constexpr):
-    """Store chunked codes ``q`` [NC, NR, K, V] in ``lines`` (the tile's rows, ALONG_ROWS, or
-    its columns), at positions ``start``.. below ``length`` along them; PACKED: E2M1 codes,
-    two per byte along the line, the first in the low nibble."""
-    NC: tl.constexpr = q.shape[0]
-    NR: tl.constexpr = q.shape[1]
-    K: tl.constexpr = q.shape[2]
-    V: tl.constexpr = q.shape[3]
-    if PACKED:
-        if ALONG_ROWS:
-            lo, hi = tl.split(tl.reshape(q, [NC, NR, K, V // 2, 2]))
-            _, offs = _chunk_offsets(NC, NR, K, V // 2)
-        else:
-            # The pairs sit in one thread: (k, k + 1) of its K rows.
-            lo, hi = tl.split(tl.permute(tl.reshape(q, [NC, NR, K // 2, 2, V]), (0, 1, 2, 4, 3)))
-            offs, _ = _chunk_offsets(NC, NR, K // 2, V)
-        q = pack_e2m1(lo, hi)
-    else:
-        offs_r, offs_c = _chunk_offsets(NC, NR, K, V)
-        offs = offs_c if ALONG_ROWS else offs_r
-    tl.store(ptr + lines * stride_l + start + offs, q, mask=mask_l & (start + offs < length))
-
-
-@triton.jit
-def _store_blocks(tile, enc, data, scale, lines, mask_l, stride_d, stride_s, start, length, stored_length,
-                  ALONG_ROWS: tl.constexpr, SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr):
-    """Quantize the chunked ``tile`` [NC, NR, K, V] in blocks of BLOCK along its rows
-    (ALONG_ROWS) or its columns and store codes and scales (``_store_chunks``'s arguments;
-    ``length`` counts elements along a line, ``stored_length`` stored codes)."""
-    NC: tl.constexpr = tile.shape[0]
-    NR: tl.constexpr = tile.shape[1]
-    K: tl.constexpr = tile.shape[2]
-    V: tl.constexpr = tile.shape[3]
-    # A block's values sit in axis IN of BLOCK // V threads of V columns (along rows) or of
-    # BLOCK // K threads of K rows, axis ACROSS: a reduction in registers, then warp shuffles.
-    if ALONG_ROWS:
-        t = tl.reshape(tile, [NC // (BLOCK // V), BLOCK // V, NR, K, V])
-        IN: tl.constexpr = 4
-        ACROSS: tl.constexpr = 1
-        offs_s = tl.arange(0, NC // (BLOCK // V))[:, None, None, None]
-    else:
-        t = tl.reshape(tile, [NC, NR // (BLOCK // K), BLOCK // K, K, V])
-        IN: tl.constexpr = 3
-        ACROSS: tl.constexpr = 2
-        offs_s = tl.arange(0, NR // (BLOCK // K))[None, :, None, None]
-    mult, s = block_scales(tl.max(finite_amax(t, IN), ACROSS), enc, SCALING, ELEM)
-    v = t * tl.expand_dims(tl.expand_dims(mult, ACROSS), IN)
-    if SCALING == 3:
-        q = e2m1_bits(v)
-    else:
-        # Scaled by the block's power of two, values fit the format (infinities saturate).
-        q = cast_fp8(v, ELEM)
-    # Scales [NC // (BLOCK // V), NR, K, 1] along rows, [NC, NR // (BLOCK // K), 1, V] along columns.
-    offs_s += start // BLOCK
-    tl.store(scale + lines * stride_s + offs_s, tl.expand_dims(s, IN - 1),
-             mask=mask_l & (offs_s < tl.cdiv(length, BLOCK)))
-    # E2M1: two codes per stored byte.
-    STEP: tl.constexpr = 2 if SCALING == 3 else 1
-    _store_chunks(data, tl.reshape(q, [NC, NR, K, V]), lines, mask_l, stride_d, start // STEP, stored_length,
-                  SCALING == 3, ALONG_ROWS)
+# 128x128 blocks (weights): one multiplier a tile, which is one block; 0.89 of a device copy
+# row-wise, 0.92 with the column-wise copy on the H100.
+_TILE_2D = QuantizeConfig(128, 128, 4)
 
 
 @triton.jit
@@ -163,12 +108,19 @@ def quantize_kernel(
     SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_2D: tl.constexpr,
     ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, GROUPED: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    STAGED: tl.constexpr, GROUP_R: tl.constexpr,
 ):
-    pid_r = tl.program_id(0)
-    pid_c = tl.program_id(1)
+    if GROUP_R == 0:
+        pid_r = tl.program_id(0)
+        pid_c = tl.program_id(1)
+    else:
+        # Axis 0 runs a group of GROUP_R row tiles across every column tile, axis 1 the groups
+        # (tiles of the last group past RP are masked off).
+        pid_r = tl.program_id(1) * GROUP_R + tl.program_id(0) % GROUP_R
+        pid_c = tl.program_id(0) // GROUP_R
     pid_b = tl.program_id(2)
     g, row0, nrows = tile_rows(offsets, pid_r, pid_b, R, G, GROUPED, BLOCK_R, BLOCK_G)
-    offs_r, offs_c = _chunk_offsets(BLOCK_C // V, BLOCK_R // K, K, V)
+    offs_r, offs_c = chunk_offsets(BLOCK_C // V, BLOCK_R // K, K, V)
     rows = row0 + offs_r
     cols = pid_c * BLOCK_C + offs_c
     mask_r = offs_r < nrows
@@ -188,23 +140,26 @@ def quantize_kernel(
         if BLOCK_2D:
             k = pow2_exponent(finite_amax(tile, None), ELEM)
             mult = exp2i(-k)
+            inside = pid_r * BLOCK_R < RP
             if ROWWISE:
-                tl.store(scale + pid_b * stride_sb + pid_r * stride_sr + pid_c, exp2i(k))
+                tl.store(scale + pid_b * stride_sb + pid_r * stride_sr + pid_c, exp2i(k), mask=inside)
             if COLUMNWISE:
-                tl.store(scale_t + pid_b * stride_ub + pid_c * stride_uc + pid_r, exp2i(k))
+                tl.store(scale_t + pid_b * stride_ub + pid_c * stride_uc + pid_r, exp2i(k), mask=inside)
         q = cast_fp8(tile * mult, ELEM)
+        # Not staged: Triton would move the transpose onto the input tile (twice the bytes
+        # through shared memory, in up to 18 rounds with barriers).
         if ROWWISE:
-            _store_chunks(data, q, rows, mask_r, stride_dr, pid_c * BLOCK_C, C, False, True)
+            store_chunks(data, q, rows, mask_r, stride_dr, pid_c * BLOCK_C, C, False, True, False)
         if COLUMNWISE:
-            _store_chunks(data_t, q, cols, mask_c, stride_tc, pid_r * BLOCK_R, RP, False, False)
+            store_chunks(data_t, q, cols, mask_c, stride_tc, pid_r * BLOCK_R, RP, False, False, False)
     else:
         # The row-wise copy is stored before the column-wise one is computed (fewer live registers).
         if ROWWISE:
-            _store_blocks(tile, enc, data, scale + pid_b * stride_sb, rows, mask_r, stride_dr, stride_sr,
-                          pid_c * BLOCK_C, C, C_STORED, True, SCALING, ELEM, BLOCK)
+            store_blocks(tile, enc, data, scale + pid_b * stride_sb, rows, mask_r, stride_dr, stride_sr,
+                          pid_c * BLOCK_C, C, C_STORED, True, SCALING, ELEM, BLOCK, STAGED)
         if COLUMNWISE:
-            _store_blocks(tile, enc, data_t, scale_t + pid_b * stride_ub, cols, mask_c, stride_tc, stride_uc,
-                          pid_r * BLOCK_R, RP, RP_STORED, False, SCALING, ELEM, BLOCK)
+            store_blocks(tile, enc, data_t, scale_t + pid_b * stride_ub, cols, mask_c, stride_tc, stride_uc,
+                          pid_r * BLOCK_R, RP, RP_STORED, False, SCALING, ELEM, BLOCK, STAGED)
 
 
 def allocate(shape: tuple[int, int, int], groups: int | None, *, scaling: Scaling, element: Element,
@@ -275,13 +230,13 @@ def quantize(
         rowwise, columnwise: which copies to write.
         out: buffers to write into (from ``allocate``), else allocated.
     """
-    cfg = _configs()[Scaling.BLOCK if block_2d else scaling, columnwise]
+    cfg = _TILE_2D if block_2d else _configs()[scaling, columnwise]
     return launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise, out, cfg)
 
 
 def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise, out,
-                    cfg: tuple[int, int, int]) -> Buffers:
-    """``quantize`` with an explicit (BLOCK_R, BLOCK_C, num_warps) (the benchmark's sweep)."""
+                    cfg: QuantizeConfig | tuple[int, int, int]) -> Buffers:
+    """``quantize`` with an explicit tiling (the benchmark's sweep)."""
     B, R, C = x.shape
     groups = offsets.shape[0] - 1 if offsets is not None else None
     bufs = out if out is not None else allocate(
@@ -291,7 +246,7 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
     if C == 0 or rp == 0 or B == 0:
         return bufs
     x = x if x.stride(2) == 1 else x.contiguous()
-    br, bc, warps = cfg
+    br, bc, warps, staged, group_r = QuantizeConfig(*cfg)
     # Chunks of one 16-byte load per row, K rows: what the tile leaves per thread, at least a
     # pair (E2M1) and at most 16 (the shortest block along rows).
     v = 16 // x.element_size()
@@ -313,7 +268,9 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
     for copies in [(rowwise, columnwise)] if one_pass else [(rowwise, False), (False, columnwise)]:
         if not any(copies):
             continue
-        quantize_kernel[(triton.cdiv(rp, br), triton.cdiv(C, bc), B)](
+        tiles_r, tiles_c = triton.cdiv(rp, br), triton.cdiv(C, bc)
+        grid = (tiles_r, tiles_c, B) if not group_r else (group_r * tiles_c, triton.cdiv(tiles_r, group_r), B)
+        quantize_kernel[grid](
             x, offsets if offsets is not None else x, encode if encode is not None else x,
             data, scale, data_t, scale_t,
             R, C, groups or B, rp, triton.cdiv(C, 2) if packed else C, triton.cdiv(rp, 2) if packed else rp,
@@ -322,7 +279,7 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
             SCALING=int(scaling), ELEM=int(element), BLOCK=BLOCK_SIZE[scaling] or 1, BLOCK_2D=block_2d,
             ROWWISE=copies[0], COLUMNWISE=copies[1], GROUPED=offsets is not None,
             BLOCK_R=br, BLOCK_C=bc, BLOCK_G=max(16, triton.next_power_of_2(groups or 1)), K=k, V=v,
-            num_warps=warps,
+            STAGED=staged, GROUP_R=group_r, num_warps=warps,
         )
     return bufs
 
