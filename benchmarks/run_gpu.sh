@@ -4,7 +4,8 @@
 # suite 40-115 s per fusion). Logs (pytest -v, so a hang shows the test it hung in) and
 # results go under $OUT (or /tmp/fuseops-gpu); a short table is printed last.
 #
-#   bash benchmarks/run_gpu.sh kernels [pytest args]    # gpu-marked kernel tests
+#   bash benchmarks/run_gpu.sh kernels [pytest args]    # gpu-marked kernel tests but the quantize ones
+#   bash benchmarks/run_gpu.sh quantize [pytest args]   # gpu-marked quantize kernel tests (~2 min)
 #   bash benchmarks/run_gpu.sh rest [pytest args]       # everything else but the property suite
 #   bash benchmarks/run_gpu.sh props "GroupedMLP or Backward"   # CUDA property suite, some fusions
 #   bash benchmarks/run_gpu.sh bench linear moe_layer   # benchmarks; results.tar comes back
@@ -24,7 +25,9 @@ pytest_part() {
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 case "$part" in
-  kernels) pytest_part -m gpu tests/kernels "$@" ;;
+  # Split since the staged quantize tilings (session 9) took the whole part past 9.5 minutes.
+  kernels) pytest_part -m gpu tests/kernels --ignore=tests/kernels/test_quantize.py "$@" ;;
+  quantize) pytest_part -m gpu tests/kernels/test_quantize.py "$@" ;;
   rest) pytest_part tests --ignore=tests/kernels --ignore=tests/distributed \
       --ignore=tests/fusions/test_fusion_properties.py "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
