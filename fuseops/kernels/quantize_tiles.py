@@ -107,4 +107,4 @@ def store_blocks(tile, enc, data, scale, lines, mask_l, stride_d, stride_s, star
     # E2M1: two codes per stored byte.
     STEP: tl.constexpr = 2 if SCALING == 3 else 1
     store_chunks(data, tl.reshape(q, [NC, NR, K, V]), lines, mask_l, stride_d, start // STEP, stored_length,
-                  SCALING == 3, ALONG_ROWS, STAGED)
+                 SCALING == 3, ALONG_ROWS, STAGED)
