@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 from typing import TypeVar
 
+import pytest
 import torch
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -28,6 +29,10 @@ def cuda_or_skip() -> torch.device:
 def is_sm90() -> bool:
     """A Hopper GPU: the warp-specialized Gluon kernels' target."""
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+# The marks of a test module for the Gluon kernels: GPU only, and sm_90 only.
+SM90_ONLY = [pytest.mark.gpu, pytest.mark.skipif(not is_sm90(), reason="needs an sm_90 GPU")]
 
 
 # Group sizes of the Gluon kernels' tests: empty groups, a 1-row group, groups across tile and

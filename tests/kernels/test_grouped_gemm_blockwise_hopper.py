@@ -22,10 +22,10 @@ from fuseops.kernels.grouped_gemm_scaled import (
     pick_wgrad_config,
 )
 from fuseops.kernels.quant_formats import Element, Scaling
-from tests.helpers import HOPPER_SPLITS, assert_close_rel, is_sm90, poison_
+from tests.helpers import HOPPER_SPLITS, SM90_ONLY, assert_close_rel, poison_
 from tests.kernels.test_grouped_gemm_scaled import oracle_forward, quantized
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not is_sm90(), reason="needs an sm_90 GPU")]
+pytestmark = SM90_ONLY
 
 SPLITS = HOPPER_SPLITS
 # (K, N): multiples of 128, and tails of both (still 16-byte rows for TMA).

@@ -18,9 +18,9 @@ from fuseops.kernels.grouped_gemm_wgrad import (
     pick_wgrad_config,
     reference_grouped_gemm_wgrad,
 )
-from tests.helpers import HOPPER_SPLITS, assert_close_rel, is_sm90, poison_
+from tests.helpers import HOPPER_SPLITS, SM90_ONLY, assert_close_rel, poison_
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not is_sm90(), reason="needs an sm_90 GPU")]
+pytestmark = SM90_ONLY
 
 SPLITS = HOPPER_SPLITS
 # (N, K) of dw: multiples of the [128, 256] tile, and tails of both (16-byte rows for TMA).
