@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from fuseops.kernels._triton import reciprocal
+
 
 class Activation(enum.IntEnum):
     """The pointwise function; its value is the kernels' ``ACT`` constexpr."""
@@ -41,7 +43,8 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
 
 @triton.jit
 def _sigmoid(x):
-    return 1.0 / (1.0 + tl.exp(-x))
+    # exp2 lowers to one ex2.approx.ftz; tl.exp and "/" to range fix-ups around MUFU ops.
+    return reciprocal(1.0 + tl.exp2(x * -1.4426950408889634))
 
 
 @triton.jit
@@ -52,52 +55,50 @@ def _tanh(x):
 
 @triton.jit
 def activation(x, ACT: tl.constexpr, alpha):
-    """``act(x)`` for a float32 tile."""
-    if ACT == 0:
-        y = x
-    elif ACT == 1:
-        y = tl.maximum(x, 0.0)
-    elif ACT == 2:
-        y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
-    elif ACT == 3:
-        inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        y = 0.5 * x * (1.0 + _tanh(inner))
-    elif ACT == 4:
-        y = x * _sigmoid(alpha * x)
-    elif ACT == 5:
-        r = tl.maximum(x, 0.0)
-        y = r * r
-    else:
-        y = _sigmoid(x)
-    return y
+    """``act(x)`` for a float32 tile (the derivative's share is dead code, dropped)."""
+    return activation_and_grad(x, ACT, alpha)[0]
 
 
 @triton.jit
 def activation_grad(x, ACT: tl.constexpr, alpha):
     """``d act(x) / dx`` for a float32 tile."""
+    return activation_and_grad(x, ACT, alpha)[1]
+
+
+@triton.jit
+def activation_and_grad(x, ACT: tl.constexpr, alpha):
+    """``(act(x), d act(x) / dx)`` for a float32 tile, sharing what the two have in common
+    (one sigmoid for SiLU, one tanh for GELU_TANH)."""
     if ACT == 0:
+        y = x
         g = tl.full(x.shape, 1.0, tl.float32)
     elif ACT == 1:
+        y = tl.maximum(x, 0.0)
         g = tl.where(x > 0.0, 1.0, 0.0)
     elif ACT == 2:
         cdf = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
-        pdf = 0.3989422804014327 * tl.exp(-0.5 * x * x)
+        pdf = 0.3989422804014327 * tl.exp2(x * x * -0.7213475204444817)
+        y = x * cdf
         g = cdf + x * pdf
     elif ACT == 3:
         x2 = x * x
         t = _tanh(0.7978845608028654 * (x + 0.044715 * x2 * x))
+        y = 0.5 * x * (1.0 + t)
         g = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (
             1.0 + 0.134145 * x2
         )
     elif ACT == 4:
         s = _sigmoid(alpha * x)
-        g = s + alpha * x * s * (1.0 - s)
+        y = x * s
+        g = s + alpha * y * (1.0 - s)
     elif ACT == 5:
-        g = 2.0 * tl.maximum(x, 0.0)
+        r = tl.maximum(x, 0.0)
+        y = r * r
+        g = 2.0 * r
     else:
-        s = _sigmoid(x)
-        g = s * (1.0 - s)
-    return g
+        y = _sigmoid(x)
+        g = y * (1.0 - y)
+    return y, g
 
 
 @triton.jit
@@ -110,19 +111,21 @@ def gated(a, b, ACT: tl.constexpr, CLAMPED: tl.constexpr, limit, alpha):
 
 
 @triton.jit
-def gated_grad(a, b, dy, ACT: tl.constexpr, CLAMPED: tl.constexpr, limit, alpha):
-    """Gradients ``(da, db)`` of ``gated`` for an upstream float32 ``dy``."""
+def gated_and_grad(a, b, dy, ACT: tl.constexpr, CLAMPED: tl.constexpr, limit, alpha):
+    """``(gated(a, b), da, db)`` for float32 tiles and an upstream float32 ``dy``: the output
+    and its gradients from one evaluation of the activation and its derivative."""
     if CLAMPED:
         a_pass = a <= limit
         b_pass = (b >= -limit) & (b <= limit)
         a = tl.minimum(a, limit)
         b = tl.minimum(tl.maximum(b, -limit), limit) + 1.0
-        da = tl.where(a_pass, dy * b * activation_grad(a, ACT, alpha), 0.0)
-        db = tl.where(b_pass, dy * activation(a, ACT, alpha), 0.0)
-    else:
-        da = dy * b * activation_grad(a, ACT, alpha)
-        db = dy * activation(a, ACT, alpha)
-    return da, db
+    act, act_grad = activation_and_grad(a, ACT, alpha)
+    da = dy * b * act_grad
+    db = dy * act
+    if CLAMPED:
+        da = tl.where(a_pass, da, 0.0)
+        db = tl.where(b_pass, db, 0.0)
+    return act * b, da, db
 
 
 def reference_activation(x: torch.Tensor, act: Activation, alpha: float = 1.0) -> torch.Tensor:

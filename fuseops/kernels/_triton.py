@@ -26,6 +26,8 @@ INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 # The interpreter's tl.dot returns garbage on bfloat16 operands (TRITON_ON_CPU.md).
 _UPCAST_BF16_DOT = tl.constexpr(INTERPRET)
+# The interpreter runs no inline PTX.
+_PTX = tl.constexpr(not INTERPRET)
 
 _cpu_kernels_depth = 0
 
@@ -73,6 +75,17 @@ def num_sms(device_index: int) -> int:
 
 def device_sms(t: torch.Tensor) -> int:
     return num_sms(t.device.index if t.is_cuda else -1)
+
+
+@triton.jit
+def reciprocal(x):
+    """``1 / x`` for a float32 tile: on the GPU the approximate reciprocal (1 ulp, subnormals
+    flushed), one MUFU.RCP where ``/`` adds range fix-ups around it (six instructions in
+    all), which activation maths in GEMM epilogues pays per element."""
+    if _PTX:
+        return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+    return 1.0 / x
 
 
 @triton.jit

@@ -19,7 +19,7 @@ import triton.language as tl
 from fuseops.kernels._activations import (
     Activation,
     gated,
-    gated_grad,
+    gated_and_grad,
     reference_gated,
     reference_gated_grad,
 )
@@ -107,12 +107,14 @@ def gated_bwd_kernel(
     dy_ptrs = dy + offs_m[:, None].to(tl.int64) * stride_dy + offs_f[None, :]
     # [BLOCK_M, BLOCK_F]
     upstream = tl.load(dy_ptrs, mask=mask, other=0.0).to(tl.float32)
+    scaled = upstream
+    if HAS_PROBS:
+        scaled = upstream * tl.load(probs + offs_m, mask=mask_m, other=0.0).to(tl.float32)[:, None]
+    out, da, db = gated_and_grad(a, b, scaled, ACT, CLAMPED, limit, alpha)
     if HAS_PROBS:
         # Masked lanes hold dy = 0, so they add nothing to the row sums.
-        partial = tl.sum(upstream * gated(a, b, ACT, CLAMPED, limit, alpha), 1)
+        partial = tl.sum(upstream * out, 1)
         tl.store(dprobs_partials + pid_f * M + offs_m, partial.to(dprobs_partials.dtype.element_ty), mask=mask_m)
-        upstream *= tl.load(probs + offs_m, mask=mask_m, other=0.0).to(tl.float32)[:, None]
-    da, db = gated_grad(a, b, upstream, ACT, CLAMPED, limit, alpha)
     da = da.to(dx.dtype.element_ty)
     db = db.to(dx.dtype.element_ty)
     if INTERLEAVED:

@@ -52,6 +52,11 @@ class GatedGemmConfig:
     warp_specialize: bool = False
     # Programs of the persistent grid per SM (grouped_gemm.GemmConfig says when above 1).
     programs_per_sm: int = 1
+    # Whether the epilogue's [M, F]-sized loads (z, in the dgrad) and stores go through TMA
+    # when the tensors allow it, else through pointers in the accumulator's layout: Triton 3.6
+    # puts block-wide barriers around every TMA copy of a column slice.
+    tma_epilogue_loads: bool = True
+    tma_epilogue_stores: bool = True
 
 
 def _configs() -> dict[str, GatedGemmConfig]:
@@ -348,6 +353,7 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
     tma_load = tma_ok(a, *b_mem)
     tma_store = tma_ok(h, *pair_views(z, interleaved))
     cfg = cfg or pick_config(_configs(), a.dtype, tma_load and tma_store, interleaved)
+    tma_store = tma_store and cfg.tma_epilogue_stores
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     epi_n = bn // cfg.epilogue_parts
     a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a

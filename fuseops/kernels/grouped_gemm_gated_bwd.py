@@ -2,9 +2,11 @@
 derivative, over rows grouped by device offsets (the forward is grouped_gemm_gated.py).
 
 ``dh = dy[rows of g] @ b[g]`` [M, F] (``b`` [G, H, F], FC2's weight), then from the saved
-``z`` [M, 2F]: ``dz = gated_grad(z_a, z_b, dh * probs[:, None])`` in z's column layout,
-``dprobs[r] = sum_j dh[r, j] * gated(z_a, z_b)[r, j]``, and optionally ``h = gated(z_a,
-z_b) * probs[:, None]`` [M, F], FC2's weight-gradient input (no separate recompute pass).
+``z`` [M, 2F]: ``dz``, the gradient of ``gated(z_a, z_b)`` for the upstream ``dh * probs[:,
+None]``, in z's column layout; ``dprobs[r] = sum_j dh[r, j] * gated(z_a, z_b)[r, j]``; and
+optionally ``h = gated(z_a, z_b) * probs[:, None]`` [M, F], FC2's weight-gradient input (no
+separate recompute pass). The gate and its derivative come from one evaluation
+(``_activations.gated_and_grad``).
 ``z_a, z_b`` are z's halves or (``interleaved``) its even and odd columns.
 
 Tiling: the persistent group-tile walk of grouped_gemm.py; one [BLOCK_M, BLOCK_N] accumulator
@@ -21,8 +23,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._activations import (
     Activation,
-    gated,
-    gated_grad,
+    gated_and_grad,
     reference_gated,
     reference_gated_grad,
 )
@@ -58,14 +59,17 @@ def _configs() -> dict[str, GatedGemmConfig]:
     SwiGLU with probs and h; .notes/grouped_gemm.md): a 128x256 tile with the epilogue in 8
     column slices ran 509 TFLOP/s at the Mixtral shape (E=8, M=16384, K=4096, F=14336) and
     346 at Qwen3-30B-A3B's (E=128, M=262144, K=2048, F=768), against 410 / 311 for 128x128 in
-    4 slices; 16 slices, 2 slices, 4 stages and warp-specialized loads were slower.
-    ``pointer`` and ``fp32`` are the largest tiles that compile for sm_90 without spills
-    (ptxas), not timed."""
+    4 slices; 16 slices, 2 slices, 4 stages and warp-specialized loads were slower. Its
+    epilogue loads z and stores dz and h through pointers, not TMA (session 10, same process:
+    3.69-3.91 against 4.00 ms at Mixtral, equal at Qwen3), and writing h then costs nothing
+    measurable (3.72 ms without it, in another process). ``pointer`` and ``fp32`` are the
+    largest tiles that compile for sm_90 without spills (ptxas), not timed."""
     if INTERPRET:
         tiny = GatedGemmConfig(32, 32, 32, 2, 4, 1)
         return {"tma": GatedGemmConfig(32, 32, 32, 2, 4, 1, epilogue_parts=2), "pointer": tiny, "fp32": tiny}
     return {
-        "tma": GatedGemmConfig(128, 256, 64, 8, 8, 3, epilogue_parts=8),
+        "tma": GatedGemmConfig(128, 256, 64, 8, 8, 3, epilogue_parts=8, tma_epilogue_loads=False,
+                               tma_epilogue_stores=False),
         "pointer": GatedGemmConfig(64, 64, 64, 8, 8, 3),
         "fp32": GatedGemmConfig(64, 32, 32, 8, 4, 2),
     }
@@ -95,17 +99,17 @@ def _dgrad_epilogue(dh, z_a, z_b, dz_a, dz_b, h, probs, g, row0, size, off_m, of
                            BLOCK_M, BLOCK_N)
         offs_m = off_m + tl.arange(0, BLOCK_M)
         partial = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        if HAS_PROBS or WANT_H:
-            out = gated(za, zb, ACT, CLAMPED, limit, alpha)
         if HAS_PROBS:
+            p = tl.load(probs + row0 + offs_m, mask=offs_m < size, other=0.0).to(tl.float32)[:, None]
+            out, da, db = gated_and_grad(za, zb, dh * p, ACT, CLAMPED, limit, alpha)
             # Columns past F hold dh = 0 (b read as zeros there), so they add nothing.
             partial = tl.sum(dh * out, 1)
-            dh = dh * tl.load(probs + row0 + offs_m, mask=offs_m < size, other=0.0).to(tl.float32)[:, None]
+            out = out * p
+        else:
+            out, da, db = gated_and_grad(za, zb, dh, ACT, CLAMPED, limit, alpha)
         if WANT_H:
-            # Stored before the gradients, so ``out`` is dead while they live (registers).
             epilogue(out, h, g, row0, size, off_m, off_n, F, stride_hm, probs, 0, probs, 0, probs,
-                     probs, 0, alpha, 0, False, False, HAS_PROBS, False, TMA_STORE, BLOCK_M, BLOCK_N)
-        da, db = gated_grad(za, zb, dh, ACT, CLAMPED, limit, alpha)
+                     probs, 0, alpha, 0, False, False, False, False, TMA_STORE, BLOCK_M, BLOCK_N)
         store_pair(dz_a, dz_b, da, db, row0, size, off_m, off_n, F, stride_dzm, INTERLEAVED,
                    TMA_STORE, BLOCK_M, BLOCK_N)
     return partial
@@ -201,6 +205,8 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
     tma_z = tma_ok(*pair_views(z, interleaved))
     tma_store = tma_ok(h, *pair_views(dz, interleaved))
     cfg = cfg or pick_config(_configs(), dy.dtype, tma_load and tma_z and tma_store)
+    tma_z = tma_z and cfg.tma_epilogue_loads
+    tma_store = tma_store and cfg.tma_epilogue_stores
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     epi_n = bn // cfg.epilogue_parts
     tiles_n = triton.cdiv(F, bn)

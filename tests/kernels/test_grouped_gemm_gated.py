@@ -7,9 +7,14 @@ On CPU the kernels run through Triton's interpreter; 16-bit aligned shapes take 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+
 import pytest
 import torch
 
+from fuseops.kernels import grouped_gemm_gated as ggg
+from fuseops.kernels import grouped_gemm_gated_bwd as ggg_bwd
 from fuseops.kernels._activations import Activation
 from fuseops.kernels.grouped_gemm import group_offsets
 from fuseops.kernels.grouped_gemm_gated import grouped_gemm_gated, reference_grouped_gemm_gated
@@ -41,6 +46,17 @@ def _offsets(sizes):
 
 def _randn(*shape, dtype, scale=1.0):
     return (torch.randn(*shape, device=DEVICE) * scale).to(dtype)
+
+
+@contextlib.contextmanager
+def _config(module, cfg):
+    """Every table entry of ``module._configs()`` replaced by ``cfg`` inside the block."""
+    table = module._configs
+    module._configs = lambda: dict.fromkeys(table(), cfg)
+    try:
+        yield
+    finally:
+        module._configs = table
 
 
 def _double(kw):
@@ -191,3 +207,24 @@ def test_gpu_no_host_sync():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("loads, stores", [(False, False), (False, True), (True, False)])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_tma_operands_pointer_epilogue(loads, stores, interleaved):
+    """TMA-fed main loops whose epilogue loads z / stores z, h and dz through pointers (a
+    config choice on Hopper, where Triton fences every TMA copy of a column slice)."""
+    K, F = SHAPES["aligned"]
+    sizes = SPLITS["mixed"]
+    probs = torch.rand(sum(sizes), device=DEVICE)
+    kw = dict(CLAMPED, interleaved=interleaved, probs=probs)
+    fwd_cfg = dataclasses.replace(ggg.pick_config(ggg._configs(), torch.bfloat16, True, interleaved),
+                                  tma_epilogue_stores=stores)
+    with _config(ggg, fwd_cfg):
+        got, ref = _forward(sizes, K, F, torch.bfloat16, **kw)
+    _check(got, ref, ["h", "z"], torch.bfloat16)
+    dgrad_cfg = dataclasses.replace(ggg_bwd._configs()["tma"], tma_epilogue_loads=loads,
+                                    tma_epilogue_stores=stores)
+    with _config(ggg_bwd, dgrad_cfg):
+        got, ref = _dgrad(sizes, K, F, torch.bfloat16, **kw)
+    _check(got, ref, ["dz", "dprobs", "h"], torch.bfloat16)
