@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -21,6 +22,37 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int = 3, *
         for name, fn in fns.items():
             times[name].append(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
     return {name: sorted(ts)[rounds // 2] for name, ts in times.items()}
+
+
+def sustained_ms(fn: Callable[[], object], *, warmup_s: float, steps: int,
+                 before: Callable[[], object] | None = None) -> float:
+    """Milliseconds per call over ``steps`` back-to-back calls, timed with events around all
+    of them, after ``warmup_s`` seconds of the same calls: a training loop's steady state.
+    ``before`` runs ahead of each call and is timed with it (resetting gradients, say).
+
+    Large layers hold an H100 at its 700 W power cap, where the clocks settle at a level set
+    by the work itself (1410 MHz for the MoE layer at the Mixtral shape). do_bench's few calls
+    per measurement, each after an L2 flush, read that layer at 554-606 TFLOP/s in one
+    session against 619 in a profiled steady state (.notes/grouped_gemm.md, session 10).
+    """
+
+    def step() -> None:
+        if before is not None:
+            before()
+        fn()
+
+    end = time.perf_counter() + warmup_s
+    while time.perf_counter() < end:
+        step()
+        # Else the host queues far more than warmup_s of work before the loop ends.
+        torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        step()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / steps
 
 
 def capture_cuda_graph(step: Callable[[], T], warmup: int = 2) -> tuple[torch.cuda.CUDAGraph, T]:

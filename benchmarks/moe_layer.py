@@ -15,7 +15,11 @@ so about uniform) and their softmax ``weights`` [T, K], SwiGLU experts ``w1`` [E
 
 TFLOP/s count ``6*T*K*H*I`` per forward (two GEMMs, FC1 twice as wide) and three times that
 per forward+backward; the forward is timed with autograd recording, as in a training step.
-Implementations are timed in interleaved rounds (median of rounds). Peak memory is
+Each measurement is ``triton.testing.do_bench``'s median over ``--rep`` ms of calls (an L2
+flush before each), or with ``--timing sustained`` a training loop's steady state:
+back-to-back calls timed together after half a second of the same calls
+(``_timing.sustained_ms``; the layer holds the H100 at its power cap, where clocks depend on
+the work). Implementations are timed in interleaved rounds (median of rounds). Peak memory is
 ``max_memory_allocated`` over one forward+backward (weights, inputs and grads included; all
 implementations share the weights and inputs). Last, fuseops' forward+backward is captured
 in a CUDA graph at the Qwen3 shape and replayed with new routing copied into the same
@@ -38,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 import fuseops
-from benchmarks._timing import capture_cuda_graph
+from benchmarks._timing import capture_cuda_graph, sustained_ms
 from fuseops import ops
 from fuseops.moe import permute, unpermute
 
@@ -191,11 +195,13 @@ def agreement(case: Case, impls: dict) -> dict[str, dict[str, float]]:
     return {name: {k: _rel_err(v, ref[k]) for k, v in got.items()} for name, got in results.items()}
 
 
-def bench_ms(fn: Callable[[], object], case: Case, rep: int) -> float:
-    import triton
+def bench_ms(fn: Callable[[], object], case: Case, args) -> float:
+    if args.timing == "do_bench":
+        import triton
 
-    return triton.testing.do_bench(fn, warmup=max(25, rep // 4), rep=rep, grad_to_none=case.leaves(),
-                                   return_mode="median")
+        return triton.testing.do_bench(fn, warmup=max(25, args.rep // 4), rep=args.rep, grad_to_none=case.leaves(),
+                                       return_mode="median")
+    return sustained_ms(fn, warmup_s=args.warmup_s, steps=args.steps, before=lambda: set_grads_to_none(case))
 
 
 def peak_memory_gb(case: Case, fn: Callable[[], object]) -> tuple[float, float]:
@@ -271,7 +277,7 @@ def run_benchmark(args) -> tuple[list[dict], dict]:
             for r in range(args.rounds):
                 for name, fn in fns.items():
                     try:
-                        times[name].append(bench_ms(fn, case, args.rep))
+                        times[name].append(bench_ms(fn, case, args))
                     except Exception as exc:  # report a failing baseline, keep the others
                         print(f"  {mode} {name}: {exc!r}"[:300], flush=True)
                 print(f"  {mode} round {r + 1}/{args.rounds}: " + ", ".join(
@@ -349,8 +355,12 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--impls", nargs="*", default=list(IMPLS), choices=list(IMPLS),
                         help="implementations to time (torch, the reference, always runs)")
-    parser.add_argument("--rep", type=int, default=200, help="ms of timed repetitions per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per implementation")
+    parser.add_argument("--timing", choices=("do_bench", "sustained"), default="do_bench",
+                        help="do_bench (every committed result) or _timing.sustained_ms (not yet run)")
+    parser.add_argument("--rep", type=int, default=200, help="do_bench: ms of timed repetitions per measurement")
+    parser.add_argument("--steps", type=int, default=20, help="sustained: back-to-back calls timed per measurement")
+    parser.add_argument("--warmup-s", type=float, default=0.5, help="sustained: seconds of calls before each measurement")
     parser.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph capture check")
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
@@ -359,7 +369,8 @@ def main() -> None:
     start = time.time()
     rows, extra = run_benchmark(args)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__)
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                timing=args.timing)
     try:
         import transformers
 
