@@ -22,6 +22,7 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
 
 _BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -45,8 +46,10 @@ def caught(module, name: str, sink: list):
 
 def compile_sm90(kernel, args, kwargs):
     """The compiled kernel (sm_90a) for one caught launch."""
-    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in kwargs}
     names = kernel.arg_names
+    options = {k: kwargs[k] for k in ("num_warps", "num_stages", "maxnreg") if k in kwargs}
+    # Gluon kernels take num_warps as a constexpr argument too.
+    kwargs = {k: v for k, v in kwargs.items() if k not in options or k in names}
     values = dict(zip(names, args), **kwargs)
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(names):
@@ -65,7 +68,8 @@ def compile_sm90(kernel, args, kwargs):
             isinstance(value, int) and value % 16 == 0)
         if aligned:
             attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(kernel, signature, constexprs, attrs)
+    source = GluonASTSource if getattr(kernel, "is_gluon", lambda: False)() else ASTSource
+    src = source(kernel, signature, constexprs, attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
@@ -123,13 +127,58 @@ def gated_fwd_launch(sink, *, cfg=None):
                                       False, 7.0, 1.0, probs, True, None, cfg)
 
 
-CASES = {"gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch}
+def _fp8_rows(rows: int, K: int):
+    from fuseops.kernels.gemm_scaled import Operand
+
+    return Operand(torch.empty(rows, K, dtype=torch.float8_e4m3fn), torch.empty(rows, K // 128))
+
+
+def blockwise_fwd_launch(sink, *, out_dtype=torch.bfloat16):
+    """The FP8 blockwise grouped forward (Gluon) at the Mixtral FC1 shape, 128x128 weight blocks."""
+    from fuseops.kernels import grouped_gemm_blockwise_hopper as mod
+    from fuseops.kernels.gemm_scaled import Operand
+
+    E, M, K, N = 8, 16384, 4096, 28672
+    w = Operand(torch.empty(E, N, K, dtype=torch.float8_e4m3fn), torch.empty(E, N // 128, K // 128),
+                rows_per_scale=128)
+    offsets = torch.arange(0, M + 1, M // E, dtype=torch.int64)
+    with caught(mod, "grouped_blockwise_kernel", sink):
+        mod.grouped_blockwise(_fp8_rows(M, K), w, offsets, torch.empty(M, N, dtype=out_dtype), None)
+
+
+def blockwise_wgrad_launch(sink, *, accumulate=False):
+    """The FP8 blockwise grouped wgrad (Gluon) at the Mixtral FC1 shape."""
+    from fuseops.kernels import grouped_gemm_blockwise_hopper_wgrad as mod
+
+    E, P, N, K = 8, 16384 + 8 * 128, 28672, 4096
+    offsets = torch.arange(0, 16384 + 1, 16384 // E, dtype=torch.int64)
+    dw = torch.empty(E, N, K, dtype=torch.float32 if accumulate else torch.bfloat16)
+    with caught(mod, "grouped_blockwise_wgrad_kernel", sink):
+        mod.grouped_blockwise_wgrad(_fp8_rows(N, P), _fp8_rows(K, P), offsets, dw, accumulate)
+
+
+def bf16_wgrad_launch(sink, *, accumulate=False):
+    """The bf16 grouped wgrad (Gluon) at the Mixtral FC1 shape, written or into main_grad."""
+    from fuseops.kernels import grouped_gemm_wgrad_hopper as mod
+
+    E, M, N, K = 8, 16384, 28672, 4096
+    dz, x = torch.empty(M, N, dtype=torch.bfloat16), torch.empty(M, K, dtype=torch.bfloat16)
+    offsets = torch.arange(0, M + 1, M // E, dtype=torch.int64)
+    main_grad = torch.empty(E, N, K) if accumulate else None
+    with caught(mod, "grouped_wgrad_kernel", sink):
+        mod.grouped_wgrad_hopper(dz, x, offsets, main_grad)
+
+
+CASES = {"gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
+         "blockwise_fwd": blockwise_fwd_launch, "blockwise_wgrad": blockwise_wgrad_launch,
+         "bf16_wgrad": bf16_wgrad_launch}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("case", choices=list(CASES))
     parser.add_argument("--sass", type=Path)
+    parser.add_argument("--ptx", type=Path)
     parser.add_argument("--set", nargs="*", default=[], metavar="NAME=PYTHON",
                         help="keyword arguments of the case, e.g. "
                              "cfg=GatedGemmConfig(128,256,64,8,8,3,epilogue_parts=8)")
@@ -138,10 +187,13 @@ def main() -> None:
     from fuseops.kernels.grouped_gemm import GemmConfig
     from fuseops.kernels.grouped_gemm_gated import GatedGemmConfig
 
-    names = dict(GemmConfig=GemmConfig, GatedGemmConfig=GatedGemmConfig)
+    names = dict(torch=torch, GemmConfig=GemmConfig, GatedGemmConfig=GatedGemmConfig)
     CASES[args.case](sink, **{k: eval(v, names) for k, v in (kv.split("=", 1) for kv in args.set)})
     kernel, grid, kargs, kwargs = sink[0]
-    print(report(compile_sm90(kernel, kargs, dict(kwargs)), args.sass))
+    compiled = compile_sm90(kernel, kargs, dict(kwargs))
+    if args.ptx:
+        args.ptx.write_text(compiled.asm["ptx"])
+    print(report(compiled, args.sass))
 
 
 if __name__ == "__main__":

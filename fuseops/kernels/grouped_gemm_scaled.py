@@ -30,6 +30,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels import grouped_gemm_blockwise_hopper as blockwise_hopper
+from fuseops.kernels import grouped_gemm_blockwise_hopper_wgrad as blockwise_hopper_wgrad
 from fuseops.kernels._triton import INTERPRET
 from fuseops.kernels.gemm import tma_ok
 from fuseops.kernels.gemm_scaled import (
@@ -318,8 +319,9 @@ def grouped_gemm_scaled_wgrad(
     if scaling == Scaling.BLOCK and G and N and K and blockwise_hopper.usable(a.data, b.data):
         if main_grad is None and out is None:
             out = torch.empty(G, N, K, dtype=out_dtype, device=a.data.device)
-        return blockwise_hopper.grouped_blockwise_wgrad(a, b, offsets, main_grad if main_grad is not None else out,
-                                                        accumulate=main_grad is not None)
+        return blockwise_hopper_wgrad.grouped_blockwise_wgrad(a, b, offsets,
+                                                              main_grad if main_grad is not None else out,
+                                                              accumulate=main_grad is not None)
     return launch_grouped_gemm_scaled_wgrad(a, b, offsets, scaling, out_dtype, main_grad, out,
                                             pick_wgrad_config(scaling, main_grad is not None))
 

@@ -33,10 +33,16 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET
 from fuseops.kernels.gemm import tma_ok
-from fuseops.kernels.grouped_gemm_blockwise_hopper import prefetch_tile, store_tile
 from fuseops.kernels.grouped_gemm import RAGGED_ROWS, persistent_programs, ragged_geometry
+from fuseops.kernels.hopper_pipeline import (
+    CONSUMER_REGS,
+    GL_DTYPES,
+    PRODUCER_REGS,
+    on_sm90,
+    prefetch_tile,
+    store_tile,
+)
 
 BLOCK_N = 128  # dw rows per tile (dy's columns), as two consumer halves
 HALF = BLOCK_N // 2
@@ -47,18 +53,13 @@ BLOCK_R = 64  # reduction rows per step
 BLOCK_K = {False: 256, True: 128}
 STAGES = {False: 3, True: 4}
 BIG = gl.constexpr(RAGGED_ROWS)
-# Registers per thread: each consumer holds a [64, 256] float32 sum (128 a thread); the
-# producer only addresses. 2 x 4 warps x 232 + 4 x 40 (the producer's warpgroup) fits 64 K.
-CONSUMER_REGS, PRODUCER_REGS = gl.constexpr(232), gl.constexpr(40)
 
 
 def usable(dy: torch.Tensor, x: torch.Tensor, main_grad: torch.Tensor | None, out: torch.Tensor | None) -> bool:
     """Whether ``grouped_gemm_wgrad(dy, x, ...)`` takes this kernel: CUDA sm_90, bf16 / fp16
     operands behind TMA descriptors, and the target (``main_grad``: float32; ``out``: the
     operands' dtype) behind a TMA descriptor too."""
-    if INTERPRET or not dy.is_cuda or dy.dtype not in (torch.bfloat16, torch.float16) or x.dtype != dy.dtype:
-        return False
-    if torch.cuda.get_device_capability(dy.device) != (9, 0):
+    if not on_sm90(dy) or dy.dtype not in (torch.bfloat16, torch.float16) or x.dtype != dy.dtype:
         return False
     target, dtype = (main_grad, torch.float32) if main_grad is not None else (out, dy.dtype)
     if target is not None and target.dtype != dtype:
@@ -177,12 +178,9 @@ def grouped_wgrad_kernel(dy_desc, x_desc, dw_desc, offsets, G, N, K, ACCUMULATE:
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
-
-
 def _ragged(t: torch.Tensor, cols: int) -> TensorDescriptor:
     """grouped_gemm.py's ragged descriptor over t's rows, with [BLOCK_R, cols] boxes."""
-    layout = gl.NVMMASharedLayout.get_default_for([1, 1, BLOCK_R, cols], _GL_DTYPES[t.dtype])
+    layout = gl.NVMMASharedLayout.get_default_for([1, 1, BLOCK_R, cols], GL_DTYPES[t.dtype])
     return TensorDescriptor(t, *ragged_geometry(t), [1, 1, BLOCK_R, cols], layout)
 
 
@@ -197,7 +195,7 @@ def grouped_wgrad_hopper(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tenso
     else:
         dw = out if out is not None else torch.empty(G, N, K, dtype=dy.dtype, device=dy.device)
     bk = BLOCK_K[accumulate]
-    layout = gl.NVMMASharedLayout.get_default_for([1, HALF, bk], _GL_DTYPES[dw.dtype])
+    layout = gl.NVMMASharedLayout.get_default_for([1, HALF, bk], GL_DTYPES[dw.dtype])
     dw_desc = TensorDescriptor.from_tensor(dw, [1, HALF, bk], layout)
     programs = persistent_programs(dw, G * triton.cdiv(N, BLOCK_N) * triton.cdiv(K, bk))
     grouped_wgrad_kernel[(programs,)](

@@ -1,8 +1,10 @@
 """The warp-specialized FP8 blockwise kernels (Gluon, sm_90) against float64 and, element by
 element, against the Triton kernels they replace: ragged groups (empty, tiny, across tile
 edges, one holding everything), N and K tails, every output dtype, bias, E5M2 gradients,
-per-row weight scales, many groups, wgrad into main_grad, and the dense GEMMs run as one
-group. GPU only: Gluon does not run in Triton's interpreter.
+per-row weight scales, many groups, and the dense GEMMs (forward, dgrad, wgrad) run as one
+group; forward and wgrad in a CUDA graph. The grouped wgrad alone:
+test_grouped_gemm_blockwise_hopper_wgrad.py. GPU only: Gluon does not run in Triton's
+interpreter.
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ from fuseops.kernels.grouped_gemm_scaled import (
     grouped_gemm_scaled,
     grouped_gemm_scaled_wgrad,
     launch_grouped_gemm_scaled,
-    launch_grouped_gemm_scaled_wgrad,
-    pick_wgrad_config,
 )
 from fuseops.kernels.quant_formats import Element, Scaling
 from tests.helpers import HOPPER_SPLITS, SM90_ONLY, assert_close_rel, poison_
@@ -81,34 +81,6 @@ def test_dgrad_e5m2_gradients(block_2d):
     y = grouped_gemm_scaled(a, b, offsets, scaling=Scaling.BLOCK, out_dtype=torch.bfloat16)
     assert_close_rel(y, oracle_forward(a, b, offsets, Scaling.BLOCK), torch.bfloat16, what=f"block_2d={block_2d}")
     torch.testing.assert_close(y, _triton(a, b, offsets, torch.bfloat16), rtol=1e-2, atol=1e-2)
-
-
-@pytest.mark.parametrize("split", SPLITS)
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("accumulate", [False, True])
-def test_wgrad(split, shape, accumulate):
-    K, N = SHAPES[shape]
-    offsets, x = _rows(split, K, Element.E4M3)
-    _, dy = _rows(split, N, Element.E5M2)
-    G = offsets.shape[0] - 1
-    a, b = Operand(dy.data_t[0], dy.scale_t[0]), Operand(x.data_t[0], x.scale_t[0])
-    assert hopper.usable(a.data, b.data)
-    cfg = pick_wgrad_config(Scaling.BLOCK, accumulate)
-    if accumulate:
-        main_grad = torch.randn(G, N, K, device="cuda")
-        expected = main_grad.clone()
-        launch_grouped_gemm_scaled_wgrad(a, b, offsets, Scaling.BLOCK, torch.float32, expected, None, cfg)
-        got = grouped_gemm_scaled_wgrad(a, b, offsets, scaling=Scaling.BLOCK, out_dtype=torch.bfloat16,
-                                        main_grad=main_grad)
-        assert got is main_grad
-    else:
-        expected = launch_grouped_gemm_scaled_wgrad(a, b, offsets, Scaling.BLOCK, torch.float32, None, None, cfg)
-        out = poison_(torch.empty(G, N, K, device="cuda"))
-        got = grouped_gemm_scaled_wgrad(a, b, offsets, scaling=Scaling.BLOCK, out_dtype=torch.float32, out=out)
-        assert got is out
-        empty = [g for g, s in enumerate(SPLITS[split]) if s == 0]
-        assert (got[empty] == 0).all()
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_unaligned_rows_take_the_triton_kernel():

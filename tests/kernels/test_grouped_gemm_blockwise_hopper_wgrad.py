@@ -1,0 +1,51 @@
+"""The warp-specialized FP8 blockwise grouped wgrad (Gluon, sm_90) element by element
+against the Triton kernel it replaces, written (empty groups come out zero) and into
+main_grad, over ragged groups and N / K tails. GPU only: Gluon does not run in Triton's
+interpreter.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fuseops.kernels import grouped_gemm_blockwise_hopper as hopper
+from fuseops.kernels.gemm_scaled import Operand
+from fuseops.kernels.grouped_gemm_scaled import (
+    grouped_gemm_scaled_wgrad,
+    launch_grouped_gemm_scaled_wgrad,
+    pick_wgrad_config,
+)
+from fuseops.kernels.quant_formats import Element, Scaling
+from tests.helpers import SM90_ONLY, poison_
+from tests.kernels.test_grouped_gemm_blockwise_hopper import SHAPES, SPLITS, _rows
+
+pytestmark = SM90_ONLY
+
+
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_wgrad(split, shape, accumulate):
+    K, N = SHAPES[shape]
+    offsets, x = _rows(split, K, Element.E4M3)
+    _, dy = _rows(split, N, Element.E5M2)
+    G = offsets.shape[0] - 1
+    a, b = Operand(dy.data_t[0], dy.scale_t[0]), Operand(x.data_t[0], x.scale_t[0])
+    assert hopper.usable(a.data, b.data)
+    cfg = pick_wgrad_config(Scaling.BLOCK, accumulate)
+    if accumulate:
+        main_grad = torch.randn(G, N, K, device="cuda")
+        expected = main_grad.clone()
+        launch_grouped_gemm_scaled_wgrad(a, b, offsets, Scaling.BLOCK, torch.float32, expected, None, cfg)
+        got = grouped_gemm_scaled_wgrad(a, b, offsets, scaling=Scaling.BLOCK, out_dtype=torch.bfloat16,
+                                        main_grad=main_grad)
+        assert got is main_grad
+    else:
+        expected = launch_grouped_gemm_scaled_wgrad(a, b, offsets, Scaling.BLOCK, torch.float32, None, None, cfg)
+        out = poison_(torch.empty(G, N, K, device="cuda"))
+        got = grouped_gemm_scaled_wgrad(a, b, offsets, scaling=Scaling.BLOCK, out_dtype=torch.float32, out=out)
+        assert got is out
+        empty = [g for g, s in enumerate(SPLITS[split]) if s == 0]
+        assert (got[empty] == 0).all()
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
