@@ -56,7 +56,7 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def cases(shape: dict, kernel: str, want_h: bool):
-    """(calls by candidate, flop count, first output of a call)."""
+    """(a function from a config, None for the table, to a call of the kernel; the flop count)."""
     E, M, H, I = shape["E"], shape["M"], shape["H"], shape["I"]
     kw = dict(device="cuda", dtype=torch.bfloat16)
     torch.manual_seed(0)
