@@ -42,6 +42,10 @@ CANDIDATES = {
     "dgrad_ptr8_s4": ("dgrad", dataclasses.replace(_DGRAD, num_stages=4, **_PTR)),
     "dgrad_ptr8_nf": ("dgrad", dataclasses.replace(_DGRAD, flatten=False, **_PTR)),
     "dgrad_ptr4_128": ("dgrad", dataclasses.replace(_DGRAD, block_n=128, num_stages=4, epilogue_parts=4, **_PTR)),
+    # One band of M tiles per expert at Mixtral's ~2048 rows: B read once per expert, not twice
+    # (.notes/grouped_gemm.md, session 11; not yet timed).
+    "fwd_gm16": ("fwd", dataclasses.replace(_FWD, group_m=16)),
+    "dgrad_ptr8_gm16": ("dgrad", dataclasses.replace(_DGRAD, group_m=16, **_PTR)),
 }
 
 

@@ -3,6 +3,7 @@ forward+backward steps (torch.profiler), per step, for fuseops and the plain-tor
 benchmarks/moe_layer.py, after sustained warm-up (clocks settle under load).
 
     python -m benchmarks.moe_profile [--shape mixtral-8x7b] [--steps 5] [--warmup-s 10]
+                                     [--impls fuseops torch "fuseops fp8 blk"]
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.moe_layer import SHAPES, forward_backward, fuseops_layer, make_case, set_grads_to_none, torch_layer
+from benchmarks.moe_layer import IMPLS, SHAPES, forward_backward, implementations, make_case, set_grads_to_none
 
 
 def kernel_times(step, case, steps: int, warmup_s: float) -> tuple[dict[str, float], float]:
@@ -44,9 +45,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup-s", type=float, default=10.0)
     parser.add_argument("--top", type=int, default=14)
+    parser.add_argument("--impls", nargs="*", default=["fuseops", "torch"], choices=IMPLS)
     args = parser.parse_args()
     case = make_case(**SHAPES[args.shape])
-    for name, layer in (("fuseops", fuseops_layer(case)), ("torch", torch_layer(case))):
+    impls = implementations(case, args.impls)
+    for name in args.impls:
+        layer = impls[name]
         totals, wall = kernel_times(forward_backward(case, layer), case, args.steps, args.warmup_s)
         busy = sum(totals.values())
         print(f"\n{name}: wall {wall:.2f} ms/step, kernels {busy:.2f} ms/step ({len(totals)} kinds)")

@@ -6,7 +6,10 @@
 #
 #   bash benchmarks/run_gpu.sh kernels [pytest args]    # gpu-marked kernel tests but the quantize ones
 #   bash benchmarks/run_gpu.sh quantize [pytest args]   # gpu-marked quantize kernel tests (~2 min)
-#   bash benchmarks/run_gpu.sh rest [pytest args]       # everything else but the property suite
+#   bash benchmarks/run_gpu.sh rest [pytest args]       # everything else but the property suite (over 9 min
+#                                                         # in session 11: too long for one call; its two parts:)
+#   bash benchmarks/run_gpu.sh models [pytest args]     # fusions, integrations, offload (not yet timed)
+#   bash benchmarks/run_gpu.sh layers [pytest args]     # ops, quant, top-level tests (not yet timed)
 #   bash benchmarks/run_gpu.sh props "GroupedMLP or Backward"   # CUDA property suite, some fusions
 #   bash benchmarks/run_gpu.sh bench linear moe_layer   # benchmarks; results.tar comes back
 set -uo pipefail
@@ -30,6 +33,10 @@ case "$part" in
   quantize) pytest_part -m gpu tests/kernels/test_quantize.py "$@" ;;
   rest) pytest_part tests --ignore=tests/kernels --ignore=tests/distributed \
       --ignore=tests/fusions/test_fusion_properties.py "$@" ;;
+  models) pytest_part tests/fusions tests/integrations tests/offload \
+      --ignore=tests/fusions/test_fusion_properties.py "$@" ;;
+  layers) pytest_part tests --ignore=tests/kernels --ignore=tests/distributed --ignore=tests/fusions \
+      --ignore=tests/integrations --ignore=tests/offload "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
   bench)
     for name in "$@"; do

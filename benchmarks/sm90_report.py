@@ -146,19 +146,21 @@ def blockwise_fwd_launch(sink, *, out_dtype=torch.bfloat16):
         mod.grouped_blockwise(_fp8_rows(M, K), w, offsets, torch.empty(M, N, dtype=out_dtype), None)
 
 
-def blockwise_wgrad_launch(sink, *, accumulate=False):
-    """The FP8 blockwise grouped wgrad (Gluon) at the Mixtral FC1 shape."""
+def blockwise_wgrad_launch(sink, *, accumulate=False, along_n=None):
+    """The FP8 blockwise grouped wgrad (Gluon) at the Mixtral FC1 shape (``along_n``: the
+    walk order, else the shape's)."""
     from fuseops.kernels import grouped_gemm_blockwise_hopper_wgrad as mod
 
     E, P, N, K = 8, 16384 + 8 * 128, 28672, 4096
     offsets = torch.arange(0, 16384 + 1, 16384 // E, dtype=torch.int64)
     dw = torch.empty(E, N, K, dtype=torch.float32 if accumulate else torch.bfloat16)
     with caught(mod, "grouped_blockwise_wgrad_kernel", sink):
-        mod.grouped_blockwise_wgrad(_fp8_rows(N, P), _fp8_rows(K, P), offsets, dw, accumulate)
+        mod.grouped_blockwise_wgrad(_fp8_rows(N, P), _fp8_rows(K, P), offsets, dw, accumulate, along_n)
 
 
-def bf16_wgrad_launch(sink, *, accumulate=False):
-    """The bf16 grouped wgrad (Gluon) at the Mixtral FC1 shape, written or into main_grad."""
+def bf16_wgrad_launch(sink, *, accumulate=False, along_n=None):
+    """The bf16 grouped wgrad (Gluon) at the Mixtral FC1 shape, written or into main_grad
+    (``along_n``: the walk order, else the shape's)."""
     from fuseops.kernels import grouped_gemm_wgrad_hopper as mod
 
     E, M, N, K = 8, 16384, 28672, 4096
@@ -166,7 +168,7 @@ def bf16_wgrad_launch(sink, *, accumulate=False):
     offsets = torch.arange(0, M + 1, M // E, dtype=torch.int64)
     main_grad = torch.empty(E, N, K) if accumulate else None
     with caught(mod, "grouped_wgrad_kernel", sink):
-        mod.grouped_wgrad_hopper(dz, x, offsets, main_grad)
+        mod.grouped_wgrad_hopper(dz, x, offsets, main_grad, along_n=along_n)
 
 
 CASES = {"gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,

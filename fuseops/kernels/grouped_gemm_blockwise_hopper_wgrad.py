@@ -6,7 +6,8 @@ g]^T`` over the padded grouped layout (each group's rows start on a 128 boundary
 Built as grouped_gemm_blockwise_hopper.py's forward from hopper_pipeline.py's pieces: a TMA
 producer warp fills the ring, two consumer warpgroups take the 64-row halves of each [128, 128]
 tile of ``dw[g]`` and rescale each step's product by its step-major 1x128 scales on both sides.
-A group's tiles are consecutive in the walk, so a wave shares its slabs in L2; tiles inside
+A group's tiles are consecutive in the walk, so a wave shares its slabs in L2 (along K or N
+first: wgrad_walk.py; at Mixtral's FC2 2.68 -> 2.46 ms walking along N); tiles inside
 ``dw[g]`` leave by an asynchronous TMA store, and with ``accumulate`` their float32 sum so far
 comes in by TMA under the main loop. Measured on an H100 (benchmarks/quantize.py, E=8
 T=16384 4096x14336): 923 TFLOP/s against the Triton kernel's 453.
@@ -40,6 +41,7 @@ from fuseops.kernels.hopper_pipeline import (
     store_tile,
 )
 from fuseops.kernels.quant_formats import group_first_position
+from fuseops.kernels.wgrad_walk import n_fastest, wgrad_tile
 
 if TYPE_CHECKING:
     from fuseops.kernels.gemm_scaled import Operand
@@ -50,26 +52,24 @@ RING_STAGES = {False: 5, True: 4}
 
 
 @gluon.jit
-def _tile(tile, offsets, N, K, BN: gl.constexpr, BK: gl.constexpr):
-    """Tile ``tile`` of the wgrad walk: group g (a group's tiles are consecutive, so a wave
-    shares its slabs in L2), the tile's (pid_n, pid_k), and the group's first step and step
-    count in the padded layout."""
-    tiles_k = gl.cdiv(K, BK)
-    per_group = gl.cdiv(N, BN) * tiles_k
-    g = tile // per_group
+def _tile(tile, offsets, N, K, BN: gl.constexpr, BK: gl.constexpr, N_FASTEST: gl.constexpr):
+    """Tile ``tile`` of the wgrad walk (wgrad_walk.py): group g (a group's tiles are
+    consecutive, so a wave shares its slabs in L2), the tile's (pid_n, pid_k), and the group's
+    first step and step count in the padded layout."""
+    g, pid_n, pid_k = wgrad_tile(tile, gl.cdiv(N, BN), gl.cdiv(K, BK), N_FASTEST)
     size = (gl.load(offsets + g + 1) - gl.load(offsets + g)).to(gl.int32)
     step0 = (group_first_position(offsets, g) // 128).to(gl.int32)
-    return g, (tile % per_group) // tiles_k, tile % tiles_k, step0, gl.cdiv(size, 128)
+    return g, pid_n, pid_k, step0, gl.cdiv(size, 128)
 
 
 @gluon.jit
 def _producer(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
-              NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+              NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, N_FASTEST: gl.constexpr):
     BN: gl.constexpr = 2 * a_desc.block_type.shape[0]
     BK: gl.constexpr = b_desc.block_type.shape[0]
     i = 0
     for tile in range(gl.program_id(0), G * gl.cdiv(N, BN) * gl.cdiv(K, BK), NUM_PROGRAMS):
-        g, pid_n, pid_k, step0, steps = _tile(tile, offsets, N, K, BN, BK)
+        g, pid_n, pid_k, step0, steps = _tile(tile, offsets, N, K, BN, BK, N_FASTEST)
         i = load_steps(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, pid_n * BN, pid_k * BK, step0,
                        steps, i, STAGES)
 
@@ -78,7 +78,7 @@ def _producer(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G,
 def _consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, empty, offsets, a_scale,
               b_scale, a_outer, b_outer, dw, G, N, K, stride_as, stride_bs, stride_ao, stride_bo,
               stride_dwg, stride_dwn, half_row, HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr,
-              DW_TMA: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+              DW_TMA: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, N_FASTEST: gl.constexpr):
     """Rows ``half_row..+64`` of each [128, 128] tile of ``dw[g]``, summed over g's steps
     (and added to dw's with ACCUMULATE). With DW_TMA (dw contiguous, 16-byte rows) the tiles
     whose rows stay inside dw[g] go through ``dw_desc`` over dw as [G * N, K]: stored
@@ -92,7 +92,7 @@ def _consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, e
     i = 0
     loads = 0
     for tile in range(gl.program_id(0), G * gl.cdiv(N, BN) * gl.cdiv(K, BK), NUM_PROGRAMS):
-        g, pid_n, pid_k, step0, steps = _tile(tile, offsets, N, K, BN, BK)
+        g, pid_n, pid_k, step0, steps = _tile(tile, offsets, N, K, BN, BK, N_FASTEST)
         row0 = pid_n * BN + half_row
         whole = row0 + HALF <= N
         if DW_TMA and ACCUMULATE and whole:
@@ -125,7 +125,8 @@ def _consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, e
 def grouped_blockwise_wgrad_kernel(a_desc, b_desc, dw_desc, offsets, a_scale, b_scale, a_outer, b_outer, dw, G,
                                    N, K, stride_as, stride_bs, stride_ao, stride_bo, stride_dwg, stride_dwn,
                                    HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr, DW_TMA: gl.constexpr,
-                                   NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+                                   NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, N_FASTEST: gl.constexpr,
+                                   num_warps: gl.constexpr):
     """wgrad: ``a_desc`` over dy's column-wise copy [N, P] (64-row boxes), ``b_desc`` over x's
     [K, P], both in the padded grouped layout, their scales step-major ([P / 128, N] and
     [P / 128, K], rows ``stride_as`` / ``stride_bs`` apart); ``dw_desc`` over dw as [G * N, K]
@@ -142,22 +143,25 @@ def grouped_blockwise_wgrad_kernel(a_desc, b_desc, dw_desc, offsets, a_scale, b_
         (_consumer, (a_desc, b_desc, dw_desc, a_top, b_bufs, dw_top, dw_bars.index(0), ready, empty, offsets,
                      a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_as, stride_bs, stride_ao,
                      stride_bo, stride_dwg, stride_dwn, gl.to_tensor(0), HAS_OUTER, ACCUMULATE, DW_TMA,
-                     NUM_PROGRAMS, STAGES)),
+                     NUM_PROGRAMS, STAGES, N_FASTEST)),
         (_consumer, (a_desc, b_desc, dw_desc, a_bottom, b_bufs, dw_bottom, dw_bars.index(1), ready, empty,
                      offsets, a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_as, stride_bs, stride_ao,
                      stride_bo, stride_dwg, stride_dwn, gl.to_tensor(HALF), HAS_OUTER, ACCUMULATE, DW_TMA,
-                     NUM_PROGRAMS, STAGES)),
+                     NUM_PROGRAMS, STAGES, N_FASTEST)),
         (_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
-                     NUM_PROGRAMS, STAGES)),
+                     NUM_PROGRAMS, STAGES, N_FASTEST)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 def grouped_blockwise_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: torch.Tensor,
-                            accumulate: bool) -> torch.Tensor:
+                            accumulate: bool, along_n: bool | None = None) -> torch.Tensor:
     """grouped_gemm_scaled_wgrad under ``Scaling.BLOCK`` into ``dw`` [G, N, K] (added to it
-    when ``accumulate``): ``a`` [N, P] and ``b`` [K, P] with 1x128 scales along P."""
+    when ``accumulate``): ``a`` [N, P] and ``b`` [K, P] with 1x128 scales along P.
+    ``along_n``: the walk order (tests), else wgrad_walk.n_fastest's."""
     G, N, K = dw.shape
     programs = persistent_programs(dw, G * triton.cdiv(N, BLOCK) * triton.cdiv(K, BLOCK))
+    if along_n is None:
+        along_n = n_fastest(N, K, BLOCK, BLOCK, programs)
     dw_tma = dw.is_contiguous() and tma_ok(dw)
     # Without TMA stores the descriptor is only a placeholder (over a view that always has one).
     dw_desc = descriptor(dw.view(G * N, K) if dw_tma else a.scale.new_empty(HALF, BLOCK, dtype=dw.dtype), HALF)
@@ -169,6 +173,6 @@ def grouped_blockwise_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: t
         dummy_or(a.outer, dw), dummy_or(b.outer, dw), dw, G, N, K, a_scale.stride(0), b_scale.stride(0),
         a.outer_strides()[0], b.outer_strides()[0], dw.stride(0), dw.stride(1),
         HAS_OUTER=a.outer is not None, ACCUMULATE=accumulate, DW_TMA=dw_tma, NUM_PROGRAMS=programs,
-        STAGES=RING_STAGES[accumulate], num_warps=4,
+        STAGES=RING_STAGES[accumulate], N_FASTEST=along_n, num_warps=4,
     )
     return dw

@@ -43,6 +43,7 @@ from fuseops.kernels.gemm_scaled import (
 )
 from fuseops.kernels.grouped_gemm import GemmConfig, _group_tiles, group_tile, persistent_programs
 from fuseops.kernels.quant_formats import Scaling, group_first_position, group_positions
+from fuseops.kernels.wgrad_walk import n_fastest, wgrad_tile
 
 
 def _wgrad_configs() -> dict[tuple[Scaling, bool], GemmConfig]:
@@ -173,18 +174,15 @@ def grouped_gemm_scaled_wgrad_kernel(
     stride_an, stride_bk, stride_asn, stride_bsk, stride_ao, stride_bo, stride_dwg, stride_dwn,
     SCALING: tl.constexpr, HAS_OUTER: tl.constexpr, ACCUMULATE: tl.constexpr, TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, N_FASTEST: tl.constexpr,
 ):
     # Reduction over positions: BLOCK_M of them per step, BMB bytes (NVFP4 packs pairs).
     BMB: tl.constexpr = BLOCK_M // 2 if SCALING == 3 else BLOCK_M
-    tiles_k = tl.cdiv(K, BLOCK_K)
-    per_group = tl.cdiv(N, BLOCK_N) * tiles_k
+    tiles_n, tiles_k = tl.cdiv(N, BLOCK_N), tl.cdiv(K, BLOCK_K)
     # Tiles of one group are consecutive, so a wave shares the group's slabs in L2.
-    for tile in tl.range(tl.program_id(0), G * per_group, NUM_PROGRAMS, flatten=FLATTEN,
+    for tile in tl.range(tl.program_id(0), G * tiles_n * tiles_k, NUM_PROGRAMS, flatten=FLATTEN,
                          warp_specialize=WARP_SPECIALIZE):
-        g = tile // per_group
-        pid_n = (tile % per_group) // tiles_k
-        pid_k = tile % tiles_k
+        g, pid_n, pid_k = wgrad_tile(tile, tiles_n, tiles_k, N_FASTEST)
         size = (tl.load(offsets + g + 1) - tl.load(offsets + g)).to(tl.int32)
         # Steps of the padded layout, counted from group g's first position.
         step0 = (group_first_position(offsets, g) // BLOCK_M).to(tl.int32)
@@ -328,8 +326,10 @@ def grouped_gemm_scaled_wgrad(
 
 def launch_grouped_gemm_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, scaling: Scaling,
                                      out_dtype: torch.dtype, main_grad: torch.Tensor | None,
-                                     out: torch.Tensor | None, cfg: GemmConfig) -> torch.Tensor:
-    """``grouped_gemm_scaled_wgrad`` with an explicit tile config (the benchmark's sweep)."""
+                                     out: torch.Tensor | None, cfg: GemmConfig,
+                                     along_n: bool | None = None) -> torch.Tensor:
+    """``grouped_gemm_scaled_wgrad`` with an explicit tile config (the benchmark's sweep) and,
+    for tests, walk order (``along_n``; else wgrad_walk.n_fastest's)."""
     G, N, K = offsets.shape[0] - 1, a.data.shape[0], b.data.shape[0]
     if main_grad is not None:
         dw = main_grad
@@ -346,6 +346,8 @@ def launch_grouped_gemm_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tens
     b_arg = TensorDescriptor.from_tensor(b_data, [bk, bmb]) if tma else b_data
     a_scale, b_scale = a.kernel_scale(), b.kernel_scale()
     programs = persistent_programs(a_data, G * triton.cdiv(N, bn) * triton.cdiv(K, bk), cfg.programs_per_sm)
+    if along_n is None:
+        along_n = n_fastest(N, K, bn, bk, programs)
     grouped_gemm_scaled_wgrad_kernel[(programs,)](
         a_arg, _dummy_or(a_scale, dw), _dummy_or(a.outer, dw), b_arg, _dummy_or(b_scale, dw),
         _dummy_or(b.outer, dw), dw, offsets,
@@ -355,7 +357,7 @@ def launch_grouped_gemm_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tens
         a.outer_strides()[0], b.outer_strides()[0], dw.stride(0), dw.stride(1),
         SCALING=int(scaling), HAS_OUTER=a.outer is not None, ACCUMULATE=main_grad is not None,
         TMA=tma, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
-        WARP_SPECIALIZE=cfg.warp_specialize,
+        WARP_SPECIALIZE=cfg.warp_specialize, N_FASTEST=along_n,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return dw

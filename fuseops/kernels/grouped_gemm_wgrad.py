@@ -8,8 +8,10 @@ On sm_90, bf16 / fp16 operands behind TMA take the warp-specialized Gluon kernel
 grouped_gemm_wgrad_hopper.py; everything else runs the Triton kernel here.
 
 Tiling: a persistent grid of one program per SM walks the [BLOCK_N, BLOCK_K] tiles of all
-``dw[g]``; each reduces over its group's rows in BLOCK_M slabs, loaded through ragged TMA
-descriptors that read zeros past the group's end (masked pointer loads when unaligned). The
+``dw[g]``, a group's tiles consecutive, along K or N first (wgrad_walk.py: whichever makes a
+wave read fewer columns of dy and x); each reduces over its group's rows in BLOCK_M slabs,
+loaded through ragged TMA descriptors that read zeros past the group's end (masked pointer
+loads when unaligned). The
 bias gradient walks [G, BLOCK_N] column strips the same way, in a fixed order (deterministic).
 """
 
@@ -28,6 +30,7 @@ from fuseops.kernels.grouped_gemm import (
     ragged_load,
     tma_ok,
 )
+from fuseops.kernels.wgrad_walk import n_fastest, wgrad_tile
 
 
 def _configs() -> dict[str, GemmConfig]:
@@ -69,15 +72,13 @@ def grouped_gemm_wgrad_kernel(
     ACCUMULATE: tl.constexpr, TMA_LOAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    N_FASTEST: tl.constexpr,
 ):
     # Tiles of one group are consecutive, so a wave shares the group's rows of dy and x in L2.
-    tiles_k = tl.cdiv(K, BLOCK_K)
-    per_group = tl.cdiv(N, BLOCK_N) * tiles_k
-    for tile in tl.range(tl.program_id(0), G * per_group, NUM_PROGRAMS, flatten=FLATTEN,
+    tiles_n, tiles_k = tl.cdiv(N, BLOCK_N), tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), G * tiles_n * tiles_k, NUM_PROGRAMS, flatten=FLATTEN,
                          warp_specialize=WARP_SPECIALIZE):
-        g = tile // per_group
-        pid_n = (tile % per_group) // tiles_k
-        pid_k = tile % tiles_k
+        g, pid_n, pid_k = wgrad_tile(tile, tiles_n, tiles_k, N_FASTEST)
         row0 = tl.load(offsets + g)
         size = (tl.load(offsets + g + 1) - row0).to(tl.int32)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -163,9 +164,11 @@ def grouped_gemm_wgrad(
     return launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg)
 
 
-def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig) -> torch.Tensor:
-    """``grouped_gemm_wgrad`` with an explicit tile config (what the offline tuner calls)."""
-    (M, N), K, G = dy.shape, x.shape[1], offsets.shape[0] - 1
+def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig,
+                              along_n: bool | None = None) -> torch.Tensor:
+    """``grouped_gemm_wgrad`` with an explicit tile config (what the offline tuner calls) and,
+    for tests, walk order (``along_n``; else wgrad_walk.n_fastest's)."""
+    N, K, G = dy.shape[1], x.shape[1], offsets.shape[0] - 1
     dy = dy if dy.stride(1) == 1 else dy.contiguous()
     x = x if x.stride(1) == 1 else x.contiguous()
     if main_grad is not None:
@@ -177,12 +180,14 @@ def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig) -
     dy_arg = ragged_descriptor(dy, [bm, bn]) if tma_load else dy
     x_arg = ragged_descriptor(x, [bm, bk]) if tma_load else x
     programs = persistent_programs(x, G * triton.cdiv(N, bn) * triton.cdiv(K, bk), cfg.programs_per_sm)
+    if along_n is None:
+        along_n = n_fastest(N, K, bn, bk, programs)
     grouped_gemm_wgrad_kernel[(programs,)](
         dy_arg, x_arg, dw, offsets, G, N, K,
         dy.stride(0), x.stride(0), dw.stride(0), dw.stride(1),
         ACCUMULATE=main_grad is not None, TMA_LOAD=tma_load,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
-        WARP_SPECIALIZE=cfg.warp_specialize,
+        WARP_SPECIALIZE=cfg.warp_specialize, N_FASTEST=along_n,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return dw

@@ -15,6 +15,11 @@ loads, and reads ``main_grad`` before its main loop can start. Measured on an H1
 the Triton kernel (Mixtral's E=8: 675 against 659 TFLOP/s; E=32-128: 1.14-1.31x); into
 ``main_grad``, 1.10-1.33x (485 against 436 at E=8, ~270 against ~208 at E=32-128).
 
+The tiles of a group are walked along K or N first, whichever makes a wave read fewer
+columns of dy and x (wgrad_walk.py). At Mixtral's FC2 (dw2 [8, 4096, 14336] from 2048 rows
+per expert) walking along N took the kernel from 3.38 to 2.78 ms, 569 to 693 TFLOP/s
+(torch._grouped_mm 690; benchmarks/wgrad_walk.py).
+
 The reduction runs over each group's rows in 64-row steps read through ragged TMA
 descriptors (grouped_gemm.py): rows past the group's end arrive as zeros, so a step that
 overhangs into the next group adds nothing. Nothing syncs with the host: every partition
@@ -43,6 +48,7 @@ from fuseops.kernels.hopper_pipeline import (
     prefetch_tile,
     store_tile,
 )
+from fuseops.kernels.wgrad_walk import n_fastest, wgrad_tile
 
 BLOCK_N = 128  # dw rows per tile (dy's columns), as two consumer halves
 HALF = BLOCK_N // 2
@@ -68,26 +74,25 @@ def usable(dy: torch.Tensor, x: torch.Tensor, main_grad: torch.Tensor | None, ou
 
 
 @gluon.jit
-def _tile(tile, offsets, N, K, BN: gl.constexpr, BK: gl.constexpr):
-    """Tile ``tile`` of the walk: group g (a group's tiles are consecutive, so a wave shares
-    its rows in L2), the tile's (pid_n, pid_k), the group's first row and row count."""
-    tiles_k = gl.cdiv(K, BK)
-    per_group = gl.cdiv(N, BN) * tiles_k
-    g = tile // per_group
+def _tile(tile, offsets, N, K, BN: gl.constexpr, BK: gl.constexpr, N_FASTEST: gl.constexpr):
+    """Tile ``tile`` of the walk (wgrad_walk.py): group g (a group's tiles are consecutive, so
+    a wave shares its rows in L2), the tile's (pid_n, pid_k), the group's first row and row
+    count."""
+    g, pid_n, pid_k = wgrad_tile(tile, gl.cdiv(N, BN), gl.cdiv(K, BK), N_FASTEST)
     row0 = gl.load(offsets + g)
     size = (gl.load(offsets + g + 1) - row0).to(gl.int32)
-    return g, (tile % per_group) // tiles_k, tile % tiles_k, row0.to(gl.int32), size
+    return g, pid_n, pid_k, row0.to(gl.int32), size
 
 
 @gluon.jit
 def _producer(dy_desc, x_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
-              NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+              NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, N_FASTEST: gl.constexpr):
     HALF: gl.constexpr = dy_desc.block_type.shape[3]
     BR: gl.constexpr = dy_desc.block_type.shape[2]
     BK: gl.constexpr = x_desc.block_type.shape[3]
     i = 0
     for tile in range(gl.program_id(0), G * gl.cdiv(N, 2 * HALF) * gl.cdiv(K, BK), NUM_PROGRAMS):
-        g, pid_n, pid_k, row0, size = _tile(tile, offsets, N, K, 2 * HALF, BK)
+        g, pid_n, pid_k, row0, size = _tile(tile, offsets, N, K, 2 * HALF, BK, N_FASTEST)
         for r in range(gl.cdiv(size, BR)):
             s = i % STAGES
             # A fresh barrier counts as completed phase 1: the first pass finds every stage free.
@@ -106,7 +111,8 @@ def _producer(dy_desc, x_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G
 
 @gluon.jit
 def _consumer(dy_desc, x_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, empty, offsets, G, N, K,
-              half_row, ACCUMULATE: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+              half_row, ACCUMULATE: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
+              N_FASTEST: gl.constexpr):
     """Rows ``half_row..+64`` (0 or 64; a runtime value, as Gluon 3.6 takes no literal
     constexpr among a partition's arguments) of each [128, BK] tile of ``dw[g]``, added to
     dw's with ACCUMULATE."""
@@ -118,7 +124,7 @@ def _consumer(dy_desc, x_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, 
     i = 0
     loads = 0
     for tile in range(gl.program_id(0), G * gl.cdiv(N, 2 * HALF) * gl.cdiv(K, BK), NUM_PROGRAMS):
-        g, pid_n, pid_k, row0, size = _tile(tile, offsets, N, K, 2 * HALF, BK)
+        g, pid_n, pid_k, row0, size = _tile(tile, offsets, N, K, 2 * HALF, BK, N_FASTEST)
         steps = gl.cdiv(size, BR)
         off_n = pid_n * 2 * HALF + half_row
         if ACCUMULATE:
@@ -146,7 +152,8 @@ def _consumer(dy_desc, x_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, 
 
 @gluon.jit
 def grouped_wgrad_kernel(dy_desc, x_desc, dw_desc, offsets, G, N, K, ACCUMULATE: gl.constexpr,
-                         NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+                         NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, N_FASTEST: gl.constexpr,
+                         num_warps: gl.constexpr):
     """``dy_desc`` / ``x_desc``: ragged descriptors over dy [M, N] ([BR, 64] boxes) and x [M, K]
     ([BR, BK] boxes); ``dw_desc`` over dw [G, N, K] (or main_grad, with ACCUMULATE; [1, 64, BK]
     boxes)."""
@@ -170,11 +177,11 @@ def grouped_wgrad_kernel(dy_desc, x_desc, dw_desc, offsets, G, N, K, ACCUMULATE:
     # Every argument tuple spelled out: a tuple built in steps turns constexprs into values.
     gl.warp_specialize([
         (_consumer, (dy_desc, x_desc, dw_desc, a_top, b_bufs, dw_top, dw_bars.index(0), ready, empty, offsets,
-                     G, N, K, gl.to_tensor(0), ACCUMULATE, NUM_PROGRAMS, STAGES)),
+                     G, N, K, gl.to_tensor(0), ACCUMULATE, NUM_PROGRAMS, STAGES, N_FASTEST)),
         (_consumer, (dy_desc, x_desc, dw_desc, a_bottom, b_bufs, dw_bottom, dw_bars.index(1), ready, empty,
-                     offsets, G, N, K, gl.to_tensor(HALF), ACCUMULATE, NUM_PROGRAMS, STAGES)),
+                     offsets, G, N, K, gl.to_tensor(HALF), ACCUMULATE, NUM_PROGRAMS, STAGES, N_FASTEST)),
         (_producer, (dy_desc, x_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K, NUM_PROGRAMS,
-                     STAGES)),
+                     STAGES, N_FASTEST)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -185,9 +192,11 @@ def _ragged(t: torch.Tensor, cols: int) -> TensorDescriptor:
 
 
 def grouped_wgrad_hopper(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor,
-                         main_grad: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                         main_grad: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                         along_n: bool | None = None) -> torch.Tensor:
     """grouped_gemm_wgrad: ``dw`` [G, N, K] in dy's dtype (``out`` when given), or
-    ``main_grad`` after adding to it. Callers check ``usable``."""
+    ``main_grad`` after adding to it. Callers check ``usable``. ``along_n``: the walk order
+    (tests), else wgrad_walk.n_fastest's."""
     N, K, G = dy.shape[1], x.shape[1], offsets.shape[0] - 1
     accumulate = main_grad is not None
     if accumulate:
@@ -198,8 +207,10 @@ def grouped_wgrad_hopper(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tenso
     layout = gl.NVMMASharedLayout.get_default_for([1, HALF, bk], GL_DTYPES[dw.dtype])
     dw_desc = TensorDescriptor.from_tensor(dw, [1, HALF, bk], layout)
     programs = persistent_programs(dw, G * triton.cdiv(N, BLOCK_N) * triton.cdiv(K, bk))
+    if along_n is None:
+        along_n = n_fastest(N, K, BLOCK_N, bk, programs)
     grouped_wgrad_kernel[(programs,)](
         _ragged(dy, HALF), _ragged(x, bk), dw_desc, offsets, G, N, K,
-        ACCUMULATE=accumulate, NUM_PROGRAMS=programs, STAGES=STAGES[accumulate], num_warps=4,
+        ACCUMULATE=accumulate, NUM_PROGRAMS=programs, STAGES=STAGES[accumulate], N_FASTEST=along_n, num_warps=4,
     )
     return dw

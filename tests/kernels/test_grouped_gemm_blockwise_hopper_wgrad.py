@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fuseops.kernels import grouped_gemm_blockwise_hopper as hopper
+from fuseops.kernels.grouped_gemm_blockwise_hopper_wgrad import grouped_blockwise_wgrad
 from fuseops.kernels.gemm_scaled import Operand
 from fuseops.kernels.grouped_gemm_scaled import (
     grouped_gemm_scaled_wgrad,
@@ -49,3 +50,22 @@ def test_wgrad(split, shape, accumulate):
         empty = [g for g, s in enumerate(SPLITS[split]) if s == 0]
         assert (got[empty] == 0).all()
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_both_walk_orders_write_the_same_sums(accumulate):
+    """Walked along K first and along N first (wgrad_walk.py): every tile written, the same
+    sums bit for bit, and those of the Triton kernel."""
+    K, N = SHAPES["tails"]
+    offsets, x = _rows("ragged", K, Element.E4M3)
+    _, dy = _rows("ragged", N, Element.E5M2)
+    G = offsets.shape[0] - 1
+    a, b = Operand(dy.data_t[0], dy.scale_t[0]), Operand(x.data_t[0], x.scale_t[0])
+    start = torch.randn(G, N, K, device="cuda")
+    dws = [grouped_blockwise_wgrad(a, b, offsets, start.clone() if accumulate else poison_(torch.empty_like(start)),
+                                   accumulate, along_n) for along_n in (False, True)]
+    expected = launch_grouped_gemm_scaled_wgrad(a, b, offsets, Scaling.BLOCK, torch.float32,
+                                                start.clone() if accumulate else None, None,
+                                                pick_wgrad_config(Scaling.BLOCK, accumulate))
+    torch.testing.assert_close(dws[1], expected, rtol=1e-4, atol=1e-4)
+    assert torch.equal(dws[0], dws[1])

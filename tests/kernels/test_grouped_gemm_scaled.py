@@ -17,6 +17,8 @@ from fuseops.kernels.grouped_gemm import group_offsets
 from fuseops.kernels.grouped_gemm_scaled import (
     grouped_gemm_scaled,
     grouped_gemm_scaled_wgrad,
+    launch_grouped_gemm_scaled_wgrad,
+    pick_wgrad_config,
     reference_grouped_gemm_scaled,
     reference_grouped_gemm_scaled_wgrad,
 )
@@ -142,6 +144,22 @@ def test_wgrad_matches_reference(case, split, shape):
     assert rel_err(ref, expected) < REL_TOL[torch.float32]
     empty = [g for g, s in enumerate(SPLITS[split]) if s == 0]
     assert (dw[empty] == 0).all()
+
+
+@pytest.mark.parametrize("case", ["tensor", "block"])
+def test_wgrad_walk_orders_agree(case):
+    """The Triton kernel walked along K first and along N first (wgrad_walk.py): every tile
+    written, with the same sums bit for bit."""
+    scaling, offsets, ops = make(case, "mixed", "aligned")
+    a, b = ops["dy_t"], ops["x_t"]
+    shape = (offsets.shape[0] - 1, a.data.shape[0], b.data.shape[0])
+    cfg = pick_wgrad_config(scaling, False)
+    dws = [launch_grouped_gemm_scaled_wgrad(a, b, offsets, scaling, torch.float32, None,
+                                            poison_(torch.empty(shape, device=DEVICE)), cfg, along_n)
+           for along_n in (False, True)]
+    ref = reference_grouped_gemm_scaled_wgrad(a, b, offsets, scaling=scaling, out_dtype=torch.float32)
+    assert_close_rel(dws[1], ref.double(), torch.float32, factor(scaling), what=case)
+    assert torch.equal(dws[0], dws[1])
 
 
 @pytest.mark.parametrize("case", ["tensor", "nvfp4"])

@@ -13,6 +13,8 @@ from fuseops.kernels.grouped_gemm import group_offsets
 from fuseops.kernels.grouped_gemm_wgrad import (
     grouped_bias_grad,
     grouped_gemm_wgrad,
+    launch_grouped_gemm_wgrad,
+    pick_wgrad_config,
     reference_grouped_bias_grad,
     reference_grouped_gemm_wgrad,
 )
@@ -83,6 +85,28 @@ def test_bias_grad_matches_reference(dtype, split, shape):
     for g, size in enumerate(sizes):
         if size == 0:
             assert torch.count_nonzero(db[g]) == 0
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_both_walk_orders_write_the_same_sums(shape):
+    """The Triton kernel walked along K first and along N first (wgrad_walk.py): every tile
+    written (the poison is gone), with the same sums bit for bit."""
+    sizes, offsets, dy, x = _case("mixed", shape, torch.bfloat16)
+    N, K = SHAPES[shape]
+    cfg = pick_wgrad_config(torch.bfloat16, shape == "aligned", False)
+    dws = [launch_grouped_gemm_wgrad(dy, x, offsets, None, poison_(torch.empty(len(sizes), N, K, device=DEVICE,
+                                                                               dtype=torch.bfloat16)), cfg, along_n)
+           for along_n in (False, True)]
+    assert_close_rel(dws[1], reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets), torch.bfloat16)
+    assert torch.equal(dws[0], dws[1])
+
+
+@pytest.mark.parametrize("n, k", [(16, 0), (0, 24)])
+def test_wgrad_of_an_empty_dw(n, k):
+    offsets = group_offsets(torch.tensor([3, 0, 5], device=DEVICE))
+    dy = torch.randn(8, n, device=DEVICE, dtype=torch.bfloat16)
+    x = torch.randn(8, k, device=DEVICE, dtype=torch.bfloat16)
+    assert grouped_gemm_wgrad(dy, x, offsets).shape == (3, n, k)
 
 
 def test_wgrad_all_groups_empty():

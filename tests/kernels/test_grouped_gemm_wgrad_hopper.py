@@ -59,6 +59,25 @@ def test_wgrad(split, shape, dtype):
     torch.testing.assert_close(dw, _triton(dy, x, offsets), rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_both_walk_orders_write_the_same_sums(accumulate):
+    """Walked along K first and along N first (wgrad_walk.py), over ragged groups and tails:
+    every tile written, the same sums bit for bit."""
+    sizes, offsets, dy, x = _case("ragged", "tails", torch.bfloat16)
+    N, K = SHAPES["tails"]
+    start = torch.randn(len(sizes), N, K, device="cuda")
+    dws = []
+    for along_n in (False, True):
+        if accumulate:
+            dws.append(hopper.grouped_wgrad_hopper(dy, x, offsets, main_grad=start.clone(), along_n=along_n))
+        else:
+            out = poison_(torch.empty(len(sizes), N, K, device="cuda", dtype=torch.bfloat16))
+            dws.append(hopper.grouped_wgrad_hopper(dy, x, offsets, out=out, along_n=along_n))
+    ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
+    assert_close_rel(dws[1] - start if accumulate else dws[1], ref, torch.bfloat16)
+    assert torch.equal(dws[0], dws[1])
+
+
 @pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_wgrad_into_main_grad(split, shape):
