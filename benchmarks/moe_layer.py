@@ -288,7 +288,11 @@ def run_benchmark(args) -> tuple[list[dict], dict]:
                     rows.append(dict(shape=shape_name, **shape, mode=mode, impl=name, ms=ms,
                                      tflops=tflops(shape, mode, ms), peak_gb=memory[name][0],
                                      peak_above_inputs_gb=memory[name][1], rel_err_vs_torch=errs[name]))
-        del case, impls
+        # The timing closures hold the case, and the last timed call left its gradients: both
+        # would count in the next shape's peak memory (until session 11 Mixtral's counted 2.82
+        # GB beyond its own tensors, the size of Qwen3's tensors and gradients).
+        set_grads_to_none(case)
+        del case, impls, fns
         torch.cuda.empty_cache()
     if not args.no_graph:
         # Last, so that a failed capture cannot disturb the timings.
