@@ -35,6 +35,7 @@ import triton
 from benchmarks._timing import capture_cuda_graph
 from fuseops.kernels import gemm_scaled as gs
 from fuseops.kernels import grouped_gemm_scaled as ggs
+from fuseops.kernels import grouped_gemm_scaled_wgrad as ggsw
 from fuseops.kernels import quantize as kq
 from fuseops.kernels import quantize_amax as ka
 from fuseops.kernels.grouped_gemm import GemmConfig, group_offsets
@@ -218,13 +219,13 @@ def gemm_rows(cfgs: dict) -> list[dict]:
         if name in ("fp8_current", "fp8_blockwise"):
             dyq = quantize(dy, recipe, role="grad", columnwise=True, offsets=offsets)
             add("dgrad", f"fuseops {name}", lambda: linear_dgrad(dyq, wq))
-            wcfg = cfgs.get(f"wgrad {name}", ggs.pick_wgrad_config(scaling, False))
+            wcfg = cfgs.get(f"wgrad {name}", ggsw.pick_wgrad_config(scaling, False))
             at, bt = dyq.columnwise_operand(), xq.columnwise_operand()
             if scaling == Scaling.BLOCK:
                 add("wgrad", f"fuseops {name}",
-                    lambda: ggs.grouped_gemm_scaled_wgrad(at, bt, offsets, scaling=scaling, out_dtype=bf16))
+                    lambda: ggsw.grouped_gemm_scaled_wgrad(at, bt, offsets, scaling=scaling, out_dtype=bf16))
             add("wgrad", f"fuseops {name}{triton_kernel}",
-                lambda: ggs.launch_grouped_gemm_scaled_wgrad(at, bt, offsets, scaling, bf16, None, None, wcfg))
+                lambda: ggsw.launch_grouped_gemm_scaled_wgrad(at, bt, offsets, scaling, bf16, None, None, wcfg))
             if name == "fp8_current":
                 ref = torch.cat([x[i * (T // E):(i + 1) * (T // E)].float() @ w[i].float().T for i in range(E)])
                 y = linear_forward(xq, wq)
@@ -289,7 +290,7 @@ def tune(budget: float, gemms: bool = True) -> tuple[dict, list[dict]]:
               lambda c: lambda: ggs.launch_grouped_gemm_scaled(a, b, offsets, s, bf16, None, None, c))
         at, bt = dyq_t.columnwise_operand(), xq.columnwise_operand()
         sweep(f"wgrad {name}", WGRAD_CANDIDATES[s],
-              lambda c: lambda: ggs.launch_grouped_gemm_scaled_wgrad(at, bt, offsets, s, bf16, None, None, c))
+              lambda c: lambda: ggsw.launch_grouped_gemm_scaled_wgrad(at, bt, offsets, s, bf16, None, None, c))
     return best, log
 
 

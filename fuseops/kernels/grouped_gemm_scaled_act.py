@@ -37,14 +37,14 @@ from fuseops.kernels.grouped_gemm import GemmConfig, group_tile, persistent_prog
 from fuseops.kernels.grouped_gemm import tma_ok as grouped_tma_ok
 from fuseops.kernels.grouped_gemm_gated import _pair_cols, halves, pair_args, pair_views, store_pair
 from fuseops.kernels.grouped_gemm_scaled import (
-    _bytes_per_step,
-    _dummy_or,
     accumulate_rows,
+    bytes_per_step,
     load_a_tile,
     outer_and_bias,
     reference_grouped_gemm_scaled,
     walk,
 )
+from fuseops.kernels.hopper_pipeline import dummy_or
 from fuseops.kernels.quant_formats import BLOCK_SIZE, Element, Scaling
 
 
@@ -279,7 +279,7 @@ def grouped_gemm_scaled_act(
     a_data = a.data if a.data.stride(1) == 1 else a.data.contiguous()
     b_data = b.data if b.data.stride(2) == 1 else b.data.contiguous()
     halves = _b_halves(b_data, gated, interleaved)
-    bkb = _bytes_per_step(bk, scaling)
+    bkb = bytes_per_step(bk, scaling)
     tma = tma_ok(a_data, *halves)
     if tma:
         a_arg = TensorDescriptor.from_tensor(a_data, [bm, bkb])
@@ -294,9 +294,9 @@ def grouped_gemm_scaled_act(
     z_args = _z_args(z, gated, interleaved, bm, bn // parts)
     programs = persistent_programs(a_data, (triton.cdiv(M, bm) + G) * triton.cdiv(F, bn))
     grouped_gemm_scaled_act_kernel[(programs,)](
-        a_arg, _dummy_or(a_scale, y), _dummy_or(a.outer, y), b_args[0], b_args[-1], _dummy_or(b_scale, y),
-        _dummy_or(b.outer, y), offsets, _dummy_or(bias, y), _dummy_or(probs, y),
-        *(z_args or (_dummy_or(z, y),) * 2), y, data, scale, row_amax,
+        a_arg, dummy_or(a_scale, y), dummy_or(a.outer, y), b_args[0], b_args[-1], dummy_or(b_scale, y),
+        dummy_or(b.outer, y), offsets, dummy_or(bias, y), dummy_or(probs, y),
+        *(z_args or (dummy_or(z, y),) * 2), y, data, scale, row_amax,
         G, F, a_data.shape[1],
         a_scale.shape[-1] if a_scale is not None else 0, b_scale.shape[-1] if b_scale is not None else 0,
         a_data.stride(0), b_data.stride(0), b_data.stride(1),

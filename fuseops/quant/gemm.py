@@ -14,6 +14,7 @@ import torch
 
 from fuseops.kernels import gemm_scaled as gs
 from fuseops.kernels import grouped_gemm_scaled as ggs
+from fuseops.kernels import grouped_gemm_scaled_wgrad as ggsw
 from fuseops.kernels._triton import pick
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 
@@ -104,7 +105,7 @@ def linear_wgrad(dy: QuantizedTensor, x: QuantizedTensor, *, out_dtype: torch.dt
     a, b = dy.columnwise_operand(), x.columnwise_operand()
     scaling = dy.format.scaling
     if isinstance(dy, GroupedQuantizedTensor):
-        launch = pick(a.data, ggs.grouped_gemm_scaled_wgrad, ggs.reference_grouped_gemm_scaled_wgrad)
+        launch = pick(a.data, ggsw.grouped_gemm_scaled_wgrad, ggsw.reference_grouped_gemm_scaled_wgrad)
         return launch(a, b, dy.offsets, scaling=scaling, out_dtype=out_dtype, main_grad=main_grad)
     launch = pick(a.data, gs.gemm_scaled, gs.reference_gemm_scaled)
     return launch(a, b, scaling=scaling, out_dtype=out_dtype, main_grad=main_grad)

@@ -16,11 +16,8 @@ import fuseops
 from fuseops.kernels import grouped_gemm_blockwise_hopper as hopper
 from fuseops.kernels.gemm_scaled import Operand, gemm_scaled, launch_gemm_scaled, pick_config, reference_gemm_scaled
 from fuseops.kernels.grouped_gemm import group_offsets
-from fuseops.kernels.grouped_gemm_scaled import (
-    grouped_gemm_scaled,
-    grouped_gemm_scaled_wgrad,
-    launch_grouped_gemm_scaled,
-)
+from fuseops.kernels.grouped_gemm_scaled import grouped_gemm_scaled, launch_grouped_gemm_scaled
+from fuseops.kernels.grouped_gemm_scaled_wgrad import grouped_gemm_scaled_wgrad
 from fuseops.kernels.quant_formats import Element, Scaling
 from tests.helpers import HOPPER_SPLITS, SM90_ONLY, assert_close_rel, poison_
 from tests.kernels.test_grouped_gemm_scaled import oracle_forward, quantized

@@ -12,7 +12,7 @@ import torch
 from fuseops.kernels import grouped_gemm_blockwise_hopper as hopper
 from fuseops.kernels.grouped_gemm_blockwise_hopper_wgrad import grouped_blockwise_wgrad
 from fuseops.kernels.gemm_scaled import Operand
-from fuseops.kernels.grouped_gemm_scaled import (
+from fuseops.kernels.grouped_gemm_scaled_wgrad import (
     grouped_gemm_scaled_wgrad,
     launch_grouped_gemm_scaled_wgrad,
     pick_wgrad_config,
