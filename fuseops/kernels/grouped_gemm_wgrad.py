@@ -11,8 +11,8 @@ Tiling: a persistent grid of one program per SM walks the [BLOCK_N, BLOCK_K] til
 ``dw[g]``, a group's tiles consecutive, along K or N first (wgrad_walk.py: whichever makes a
 wave read fewer columns of dy and x); each reduces over its group's rows in BLOCK_M slabs,
 loaded through ragged TMA descriptors that read zeros past the group's end (masked pointer
-loads when unaligned). The
-bias gradient walks [G, BLOCK_N] column strips the same way, in a fixed order (deterministic).
+loads when unaligned). The bias gradient walks [G, BLOCK_N] column strips the same way, in a
+fixed order (deterministic).
 """
 
 from __future__ import annotations
