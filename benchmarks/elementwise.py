@@ -19,8 +19,10 @@ import torch
 import torch.nn.functional as F
 import triton.testing
 
-from fuseops.kernels import activation, gated_activation, norm
-from fuseops.kernels._activations import Activation
+from fuseops.kernels.elementwise import activation as activation
+from fuseops.kernels.elementwise import gated_activation as gated_activation
+from fuseops.kernels.elementwise import norm as norm
+from fuseops.kernels.elementwise.activation_math import Activation
 
 SHAPES = [(16384, 4096), (16384, 14336)]
 EPS = 1e-5

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 
 from benchmarks._timing import interleaved_medians
-from fuseops.kernels import grouped_gemm_gated as ggg
-from fuseops.kernels import grouped_gemm_gated_bwd as ggg_bwd
-from fuseops.kernels._activations import Activation
+from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.gemm import grouped_gated as ggg
+from fuseops.kernels.gemm import grouped_gated_bwd as ggg_bwd
 
 SHAPES = {
     "mixtral-8x7b": dict(E=8, M=16384, H=4096, I=14336),

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 import triton
 
 from benchmarks._timing import interleaved_medians
-from fuseops.kernels._activations import Activation
-from fuseops.kernels.gemm import GemmConfig, gemm, launch_gemm, reference_gemm
-from fuseops.kernels.gemm_gated import gemm_gated, launch_gemm_gated
+from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.gemm.dense import GemmConfig, gemm, launch_gemm, reference_gemm
+from fuseops.kernels.gemm.dense_gated import gemm_gated, launch_gemm_gated
 
 SHAPES = [(16384, 4096, 14336), (16384, 14336, 4096)]
 GELU = Activation.GELU_TANH

@@ -18,6 +18,7 @@ import pathlib
 
 import torch
 import torch.nn.functional as F
+
 import fuseops
 from benchmarks._timing import interleaved_medians
 from fuseops import ops

@@ -24,7 +24,7 @@ import triton
 import triton.testing
 
 from fuseops import moe
-from fuseops.kernels import moe_permute
+from fuseops.kernels.moe import permute as moe_permute
 
 # (name, T, H, E, K): Qwen3-30B-A3B's expert layer (the shape), and Mixtral-8x7B's.
 SHAPES = [("qwen3-30b-a3b", 32768, 2048, 128, 8), ("mixtral-8x7b", 8192, 4096, 8, 2)]

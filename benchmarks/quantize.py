@@ -33,13 +33,13 @@ import torch
 import triton
 
 from benchmarks._timing import capture_cuda_graph
-from fuseops.kernels import gemm_scaled as gs
-from fuseops.kernels import grouped_gemm_scaled as ggs
-from fuseops.kernels import grouped_gemm_scaled_wgrad as ggsw
-from fuseops.kernels import quantize as kq
-from fuseops.kernels import quantize_amax as ka
-from fuseops.kernels.grouped_gemm import GemmConfig, group_offsets
-from fuseops.kernels.quant_formats import Scaling, tensor_encode_scale
+from fuseops.kernels.gemm import dense_scaled as gs
+from fuseops.kernels.gemm import grouped_scaled as ggs
+from fuseops.kernels.gemm import grouped_scaled_wgrad as ggsw
+from fuseops.kernels.gemm.grouped import GemmConfig, group_offsets
+from fuseops.kernels.quantization import amax as ka
+from fuseops.kernels.quantization import quantize as kq
+from fuseops.kernels.quantization.formats import Scaling, tensor_encode_scale
 from fuseops.quant import linear_dgrad, linear_forward, quantize, recipes
 
 E, T, H, F = 8, 16384, 4096, 14336

@@ -29,8 +29,8 @@ pytest_part() {
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 case "$part" in
   # Split since the staged quantize tilings (session 9) took the whole part past 9.5 minutes.
-  kernels) pytest_part -m gpu tests/kernels --ignore=tests/kernels/test_quantize.py "$@" ;;
-  quantize) pytest_part -m gpu tests/kernels/test_quantize.py "$@" ;;
+  kernels) pytest_part -m gpu tests/kernels --ignore=tests/kernels/quantization/test_quantize.py "$@" ;;
+  quantize) pytest_part -m gpu tests/kernels/quantization/test_quantize.py "$@" ;;
   rest) pytest_part tests --ignore=tests/kernels --ignore=tests/distributed \
       --ignore=tests/fusions/test_fusion_properties.py "$@" ;;
   models) pytest_part tests/fusions tests/integrations tests/offload \

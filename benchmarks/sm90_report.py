@@ -99,8 +99,8 @@ def report(compiled, sass_path: Path | None = None) -> dict:
 
 def gated_dgrad_launch(sink, *, want_h=True, cfg=None):
     """FC2's gated dgrad at the Mixtral shape (bf16 SwiGLU with probs)."""
-    from fuseops.kernels import grouped_gemm_gated_bwd as mod
-    from fuseops.kernels._activations import Activation
+    from fuseops.kernels.elementwise.activation_math import Activation
+    from fuseops.kernels.gemm import grouped_gated_bwd as mod
 
     E, M, H, I = 8, 16384, 4096, 14336
     bf = dict(dtype=torch.bfloat16)
@@ -115,8 +115,8 @@ def gated_dgrad_launch(sink, *, want_h=True, cfg=None):
 
 def gated_fwd_launch(sink, *, cfg=None):
     """FC1's gated forward at the Mixtral shape (bf16 SwiGLU with probs, z saved)."""
-    from fuseops.kernels import grouped_gemm_gated as mod
-    from fuseops.kernels._activations import Activation
+    from fuseops.kernels.elementwise.activation_math import Activation
+    from fuseops.kernels.gemm import grouped_gated as mod
 
     E, M, H, I = 8, 16384, 4096, 14336
     bf = dict(dtype=torch.bfloat16)
@@ -128,15 +128,15 @@ def gated_fwd_launch(sink, *, cfg=None):
 
 
 def _fp8_rows(rows: int, K: int):
-    from fuseops.kernels.gemm_scaled import Operand
+    from fuseops.kernels.quantization.operand import Operand
 
     return Operand(torch.empty(rows, K, dtype=torch.float8_e4m3fn), torch.empty(rows, K // 128))
 
 
 def blockwise_fwd_launch(sink, *, out_dtype=torch.bfloat16):
     """The FP8 blockwise grouped forward (Gluon) at the Mixtral FC1 shape, 128x128 weight blocks."""
-    from fuseops.kernels import grouped_gemm_blockwise_hopper as mod
-    from fuseops.kernels.gemm_scaled import Operand
+    from fuseops.kernels.hopper import blockwise as mod
+    from fuseops.kernels.quantization.operand import Operand
 
     E, M, K, N = 8, 16384, 4096, 28672
     w = Operand(torch.empty(E, N, K, dtype=torch.float8_e4m3fn), torch.empty(E, N // 128, K // 128),
@@ -149,7 +149,7 @@ def blockwise_fwd_launch(sink, *, out_dtype=torch.bfloat16):
 def blockwise_wgrad_launch(sink, *, accumulate=False, along_n=None):
     """The FP8 blockwise grouped wgrad (Gluon) at the Mixtral FC1 shape (``along_n``: the
     walk order, else the shape's)."""
-    from fuseops.kernels import grouped_gemm_blockwise_hopper_wgrad as mod
+    from fuseops.kernels.hopper import blockwise_wgrad as mod
 
     E, P, N, K = 8, 16384 + 8 * 128, 28672, 4096
     offsets = torch.arange(0, 16384 + 1, 16384 // E, dtype=torch.int64)
@@ -161,7 +161,7 @@ def blockwise_wgrad_launch(sink, *, accumulate=False, along_n=None):
 def bf16_wgrad_launch(sink, *, accumulate=False, along_n=None):
     """The bf16 grouped wgrad (Gluon) at the Mixtral FC1 shape, written or into main_grad
     (``along_n``: the walk order, else the shape's)."""
-    from fuseops.kernels import grouped_gemm_wgrad_hopper as mod
+    from fuseops.kernels.hopper import wgrad as mod
 
     E, M, N, K = 8, 16384, 28672, 4096
     dz, x = torch.empty(M, N, dtype=torch.bfloat16), torch.empty(M, K, dtype=torch.bfloat16)
@@ -186,8 +186,8 @@ def main() -> None:
                              "cfg=GatedGemmConfig(128,256,64,8,8,3,epilogue_parts=8)")
     args = parser.parse_args()
     sink: list = []
-    from fuseops.kernels.grouped_gemm import GemmConfig
-    from fuseops.kernels.grouped_gemm_gated import GatedGemmConfig
+    from fuseops.kernels.gemm.grouped import GemmConfig
+    from fuseops.kernels.gemm.grouped_gated import GatedGemmConfig
 
     names = dict(torch=torch, GemmConfig=GemmConfig, GatedGemmConfig=GatedGemmConfig)
     CASES[args.case](sink, **{k: eval(v, names) for k, v in (kv.split("=", 1) for kv in args.set)})

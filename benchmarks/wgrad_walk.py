@@ -1,5 +1,5 @@
 """The MoE layer's two grouped weight gradients, walked along K first and along N first
-(fuseops/kernels/wgrad_walk.py): the bf16 and FP8 blockwise Gluon kernels against
+(fuseops/kernels/gemm/wgrad_walk.py): the bf16 and FP8 blockwise Gluon kernels against
 ``torch._grouped_mm``, at the expert shapes of benchmarks/moe_layer.py, same run, interleaved
 rounds (median). ``fc1``: dw1 [E, 2I, H] = dz^T x; ``fc2``: dw2 [E, H, I] = dy^T h.
 
@@ -15,16 +15,16 @@ from pathlib import Path
 import torch
 
 from benchmarks._timing import interleaved_medians
-from fuseops.kernels.gemm_scaled import Operand
-from fuseops.kernels.grouped_gemm import group_offsets
-from fuseops.kernels.grouped_gemm_blockwise_hopper_wgrad import grouped_blockwise_wgrad
-from fuseops.kernels.grouped_gemm_wgrad import reference_grouped_gemm_wgrad
-from fuseops.kernels.grouped_gemm_wgrad_hopper import (
+from fuseops.kernels.gemm.grouped import group_offsets
+from fuseops.kernels.gemm.grouped_wgrad import reference_grouped_gemm_wgrad
+from fuseops.kernels.gemm.wgrad_walk import n_fastest
+from fuseops.kernels.hopper.blockwise_wgrad import grouped_blockwise_wgrad
+from fuseops.kernels.hopper.wgrad import (
     BLOCK_K,
     BLOCK_N,
     grouped_wgrad_hopper,
 )
-from fuseops.kernels.wgrad_walk import n_fastest
+from fuseops.kernels.quantization.operand import Operand
 
 # name: (E, rows routed, H, I)
 SHAPES = {"mixtral-8x7b": (8, 8192 * 2, 4096, 14336), "qwen3-30b-a3b": (128, 32768 * 8, 2048, 768)}

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 import torch
 import torch.distributed as dist
 
-from fuseops.ops import _tensor_parallel as tp
 from fuseops.ops.grouped_linear import GroupedLinear
 from fuseops.ops.linear import Linear
+from fuseops.ops.parallel import tensor_parallel as tp
 
 
 def shard_state_dict(
@@ -26,7 +26,7 @@ def shard_state_dict(
     layer holds them, on the layer's own ``tensor_parallel_group``: column parallel
     keeps rows ``[rank * out/P, (rank + 1) * out/P)`` of the weight and of the bias,
     row parallel keeps those columns of the weight (in/P of them) and the whole bias.
-    With ``expert_group`` (expert parallelism, see ``fuseops.moe_dispatch``), each
+    With ``expert_group`` (expert parallelism, see ``fuseops.moe.expert_parallel``), each
     ``GroupedLinear`` of G local experts keeps experts ``[rank * G, (rank + 1) * G)``
     of the full [G * P, ...] weight and bias. Every other entry is passed through.
 

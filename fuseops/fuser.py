@@ -16,7 +16,7 @@ import torch
 from fuseops.fusions import REGISTRY
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, same_extra_input
 from fuseops.kernels._triton import runs_triton
-from fuseops.ops.execute import Plan, Step
+from fuseops.ops.executor.execute import Plan, Step
 from fuseops.ops.op import BasicOp
 
 

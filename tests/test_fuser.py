@@ -4,7 +4,7 @@ import fuseops
 from fuseops import ops
 from fuseops.fuser import build_plan, plan_config
 from fuseops.fusions import REGISTRY, Fusion, Stage, match
-from fuseops.ops.op import OpGrads
+from fuseops.ops.contract import OpGrads
 
 
 def _cfg(x=None, grad=True):

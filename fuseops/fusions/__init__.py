@@ -2,7 +2,10 @@
 explicitly; the fuser knows fusions only through it, and the property-based test suite
 checks every entry against its basic ops."""
 
-from fuseops.fusions.backward_act_bias import BackwardBiasActivation, BackwardLinearBiasActivation
+from fuseops.fusions.backward_act_bias import (
+    BackwardBiasActivation,
+    BackwardLinearBiasActivation,
+)
 from fuseops.fusions.backward_act_linear import BackwardActivationLinear
 from fuseops.fusions.backward_extra_output_linear import BackwardExtraOutputLinear
 from fuseops.fusions.forward_act_quantize_linear import ForwardActivationQuantizeLinear

@@ -12,10 +12,11 @@ from typing import Any
 import torch
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, quantized
-from fuseops.kernels.quant_epilogue import Emitted
+from fuseops.kernels.quantization.epilogue import Emitted
+from fuseops.ops.contract import OpContext
 from fuseops.ops.grouped_linear import GroupedLinear, device_offsets
 from fuseops.ops.linear import Linear
-from fuseops.ops.op import BasicOp, OpContext
+from fuseops.ops.op import BasicOp
 from fuseops.quant.emit import EmitPlan, emitted_storage
 
 

@@ -8,12 +8,13 @@ from collections.abc import Sequence
 import torch
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
-from fuseops.kernels import activation as act_kernels
 from fuseops.kernels._triton import pick
+from fuseops.kernels.elementwise import activation as act_kernels
 from fuseops.ops.activation import ActivationOp
 from fuseops.ops.bias import Bias
+from fuseops.ops.contract import OpContext, OpGrads
 from fuseops.ops.linear import Linear
-from fuseops.ops.op import BasicOp, OpContext, OpGrads
+from fuseops.ops.op import BasicOp
 
 
 def _act_backward_dbias(act_op: ActivationOp, ctx: OpContext, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
-from fuseops.kernels import gemm as gemm_kernels
 from fuseops.kernels._triton import pick
+from fuseops.kernels.gemm import dense as gemm_kernels
 from fuseops.ops.activation import ActivationOp
+from fuseops.ops.contract import OpContext, OpGrads
 from fuseops.ops.linear import Linear
-from fuseops.ops.op import BasicOp, OpContext, OpGrads
+from fuseops.ops.op import BasicOp
 
 
 class BackwardActivationLinear(Fusion):

@@ -12,12 +12,12 @@ import torch
 
 from fuseops.fusions._producer_quantize import CONSUMER, ProducerQuantizeLinear
 from fuseops.fusions.fusion import match
-from fuseops.kernels import activation_quantize as kernels
 from fuseops.kernels._triton import pick
-from fuseops.kernels.quant_epilogue import Emitted
+from fuseops.kernels.elementwise import activation_quantize as kernels
+from fuseops.kernels.quantization.epilogue import Emitted
 from fuseops.ops.activation import ActivationOp, ActivationSaved
+from fuseops.ops.contract import OpContext
 from fuseops.ops.gated import GatedActivation, GatedSaved
-from fuseops.ops.op import OpContext
 from fuseops.quant.emit import EmitPlan
 
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
-from fuseops.kernels import gemm as gemm_kernels
 from fuseops.kernels._triton import pick
+from fuseops.kernels.gemm import dense as gemm_kernels
 from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp
 from fuseops.ops.residual import AddExtraInput, NothingSaved

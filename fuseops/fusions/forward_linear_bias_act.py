@@ -10,14 +10,15 @@ from typing import Any
 import torch
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
-from fuseops.kernels import gemm as gemm_kernels
-from fuseops.kernels import gemm_gated as gated_gemm_kernels
 from fuseops.kernels._triton import pick
+from fuseops.kernels.gemm import dense as gemm_kernels
+from fuseops.kernels.gemm import dense_gated as gated_gemm_kernels
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.bias import Bias, BiasSaved
+from fuseops.ops.contract import OpContext
 from fuseops.ops.gated import GatedActivation, GatedSaved
 from fuseops.ops.linear import Linear
-from fuseops.ops.op import BasicOp, OpContext
+from fuseops.ops.op import BasicOp
 
 
 def _linear_act_forward(

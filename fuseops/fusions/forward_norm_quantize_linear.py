@@ -12,11 +12,11 @@ import torch
 
 from fuseops.fusions._producer_quantize import CONSUMER, ProducerQuantizeLinear
 from fuseops.fusions.fusion import match
-from fuseops.kernels import norm_quantize as kernels
 from fuseops.kernels._triton import pick
-from fuseops.kernels.quant_epilogue import Emitted
+from fuseops.kernels.elementwise import norm_quantize as kernels
+from fuseops.kernels.quantization.epilogue import Emitted
+from fuseops.ops.contract import OpContext
 from fuseops.ops.norm import LayerNorm, NormSaved, RMSNorm
-from fuseops.ops.op import OpContext
 from fuseops.quant.emit import EmitPlan
 
 

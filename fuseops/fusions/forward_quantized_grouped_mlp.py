@@ -2,7 +2,7 @@
 
 FC1's quantized grouped GEMM applies the activation (plain or gated, interleaved, clamped,
 with the router probabilities' row scale) in its epilogue and writes FC2's input already
-quantized (``fuseops.kernels.grouped_gemm_scaled_act``): the row-wise copy for FP8 blockwise
+quantized (``fuseops.kernels.gemm.grouped_scaled_act``): the row-wise copy for FP8 blockwise
 and MXFP8; ``h`` and per-row amaxes, then the cast, for FP8 current scaling and NVFP4
 (``fuseops.quant.emit``). It stores the pre-activation ``z`` only when the activation's
 backward needs it; neither ``z`` nor ``h`` in high precision is read again. FC2 runs its own
@@ -27,14 +27,15 @@ from typing import Any
 from fuseops.fusions._producer_quantize import local_gemm
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, quantized
 from fuseops.fusions.grouped_mlp import one_expert_mlp
-from fuseops.kernels import grouped_gemm_scaled_act as kernels
 from fuseops.kernels._triton import pick
+from fuseops.kernels.gemm import grouped_scaled_act as kernels
+from fuseops.kernels.quantization.formats import Scaling
 from fuseops.ops._quantized import quantized_operands
 from fuseops.ops.activation import ActivationOp, ActivationSaved
+from fuseops.ops.contract import OpContext
 from fuseops.ops.gated import GatedActivation, GatedSaved
 from fuseops.ops.grouped_linear import GroupedLinear, device_offsets
-from fuseops.kernels.quant_formats import Scaling
-from fuseops.ops.op import BasicOp, OpContext
+from fuseops.ops.op import BasicOp
 from fuseops.quant.emit import EmitPlan, emitted_storage
 from fuseops.quant.recipes import TensorRole
 

@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from fuseops.ops.op import BasicOp, OpContext, OpGrads
+from fuseops.ops.contract import OpContext, OpGrads
+from fuseops.ops.op import BasicOp
 
 
 class Stage(enum.Flag):

@@ -26,18 +26,26 @@ from typing import Any
 
 import torch
 
-from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, same_extra_input, unquantized
-from fuseops.kernels import activation as act_kernels
-from fuseops.kernels import gated_activation as gated_kernels
-from fuseops.kernels import grouped_gemm as gg
-from fuseops.kernels import grouped_gemm_gated as ggg
-from fuseops.kernels import grouped_gemm_gated_bwd as ggg_bwd
+from fuseops.fusions.fusion import (
+    Fusion,
+    PlanConfig,
+    Stage,
+    match,
+    same_extra_input,
+    unquantized,
+)
 from fuseops.kernels._triton import pick
-from fuseops.ops._saved_state import graph_freed_after_backward
+from fuseops.kernels.elementwise import activation as act_kernels
+from fuseops.kernels.elementwise import gated_activation as gated_kernels
+from fuseops.kernels.gemm import grouped as gg
+from fuseops.kernels.gemm import grouped_gated as ggg
+from fuseops.kernels.gemm import grouped_gated_bwd as ggg_bwd
 from fuseops.ops.activation import ActivationOp, ActivationSaved
+from fuseops.ops.contract import OpContext, OpGrads
+from fuseops.ops.executor.saved_state import graph_freed_after_backward
 from fuseops.ops.gated import GatedActivation, GatedSaved
 from fuseops.ops.grouped_linear import GroupedLinear, GroupedLinearSaved, device_offsets
-from fuseops.ops.op import BasicOp, OpContext, OpGrads
+from fuseops.ops.op import BasicOp
 
 
 def _activation(act_op: BasicOp, z: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:

@@ -2,12 +2,20 @@
 
 from fuseops.ops.activation import GELU, ActivationOp, ReLU, Sigmoid, SiLU, SReLU
 from fuseops.ops.bias import Bias
-from fuseops.ops.comm import AllGather, AllReduce, ReduceScatter
-from fuseops.ops.gated import ClampedSwiGLU, GatedActivation, GeGLU, ReGLU, SReGLU, SwiGLU
+from fuseops.ops.contract import OpContext, OpGrads, Role, Saved
+from fuseops.ops.gated import (
+    ClampedSwiGLU,
+    GatedActivation,
+    GeGLU,
+    ReGLU,
+    SReGLU,
+    SwiGLU,
+)
 from fuseops.ops.grouped_linear import GroupedLinear
 from fuseops.ops.linear import Linear
 from fuseops.ops.norm import LayerNorm, RMSNorm
-from fuseops.ops.op import BasicOp, OpContext, OpGrads, Role, Saved
+from fuseops.ops.op import BasicOp
+from fuseops.ops.parallel.comm import AllGather, AllReduce, ReduceScatter
 from fuseops.ops.quantize import Quantize
 from fuseops.ops.residual import AddExtraInput, MakeExtraOutput
 from fuseops.ops.shape import Dropout, Identity, Reshape

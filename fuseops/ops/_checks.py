@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from fuseops.ops.op import TensorSpec
+from fuseops.ops.contract import TensorSpec
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fuseops.ops.op import Saved, activation, meta, parameter
+from fuseops.ops.contract import Saved, activation, meta, parameter
 from fuseops.quant import linear_dgrad, linear_forward, linear_wgrad, quantize
 from fuseops.quant.recipes import Recipe, TensorRole
 from fuseops.quant.storage import QuantizedTensor

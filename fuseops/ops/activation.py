@@ -7,11 +7,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from fuseops.kernels import activation as kernels
-from fuseops.kernels._activations import Activation
 from fuseops.kernels._triton import pick
+from fuseops.kernels.elementwise import activation as kernels
+from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.ops import _checks
-from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, activation
+from fuseops.ops.contract import OpContext, OpGrads, Saved, activation
+from fuseops.ops.op import BasicOp
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,11 @@ from typing import Any
 
 import torch
 
-from fuseops.kernels import bias_grad as bias_grad_kernels
 from fuseops.kernels._triton import pick
+from fuseops.kernels.elementwise import bias_grad as bias_grad_kernels
 from fuseops.ops import _checks
-from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec
+from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec
+from fuseops.ops.op import BasicOp
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,26 @@ from typing import Any
 
 import torch
 
-from fuseops.kernels import grouped_gemm as gg
-from fuseops.kernels import grouped_gemm_wgrad as gw
 from fuseops.kernels._triton import pick
+from fuseops.kernels.gemm import grouped as gg
+from fuseops.kernels.gemm import grouped_wgrad as gw
 from fuseops.ops import _checks
-from fuseops.ops._quantized import QuantizedLinearSaved, quantized_backward, quantized_forward
+from fuseops.ops._quantized import (
+    QuantizedLinearSaved,
+    quantized_backward,
+    quantized_forward,
+)
+from fuseops.ops.contract import (
+    OpContext,
+    OpGrads,
+    Saved,
+    TensorSpec,
+    activation,
+    meta,
+    parameter,
+)
+from fuseops.ops.op import BasicOp
 from fuseops.quant.storage import QuantizedTensor
-from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec, activation, meta, parameter
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,22 @@ import torch
 import torch.nn.functional as F
 
 from fuseops.ops import _checks
-from fuseops.ops._quantized import QuantizedLinearSaved, quantize_grad, quantized_forward, quantized_wgrad
-from fuseops.ops._tensor_parallel import TensorParallel
-from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec, activation, parameter
+from fuseops.ops._quantized import (
+    QuantizedLinearSaved,
+    quantize_grad,
+    quantized_forward,
+    quantized_wgrad,
+)
+from fuseops.ops.contract import (
+    OpContext,
+    OpGrads,
+    Saved,
+    TensorSpec,
+    activation,
+    parameter,
+)
+from fuseops.ops.op import BasicOp
+from fuseops.ops.parallel.tensor_parallel import TensorParallel
 from fuseops.quant import linear_dgrad
 from fuseops.quant.storage import QuantizedTensor
 
@@ -49,7 +62,7 @@ class Linear(BasicOp):
         tensor_parallel_mode: ``None``, ``"column"`` (weight [out/P, in], bias [out/P],
             output features split over the P ranks) or ``"row"`` (weight [out, in/P],
             input features split, the outputs summed over the ranks, then the whole bias
-            added). Megatron-style; see ``fuseops/ops/_tensor_parallel.py``.
+            added). Megatron-style; see ``fuseops/ops/parallel/tensor_parallel.py``.
         tensor_parallel_group: the ``torch.distributed`` process group of the P ranks;
             required with ``tensor_parallel_mode``.
         sequence_parallel: the activations outside a column/row pair are split over

@@ -8,10 +8,18 @@ from typing import Any
 
 import torch
 
-from fuseops.kernels import norm as kernels
 from fuseops.kernels._triton import pick
+from fuseops.kernels.elementwise import norm as kernels
 from fuseops.ops import _checks
-from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec, activation, parameter
+from fuseops.ops.contract import (
+    OpContext,
+    OpGrads,
+    Saved,
+    TensorSpec,
+    activation,
+    parameter,
+)
+from fuseops.ops.op import BasicOp
 
 
 @dataclass(frozen=True)

@@ -11,99 +11,12 @@ each op's ``Saved`` exactly as the op would, so the op's own backward can run af
 from __future__ import annotations
 
 import abc
-import dataclasses
-import enum
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
-if TYPE_CHECKING:
-    from fuseops.quant.recipes import Recipe
-
-
-class Role(enum.Enum):
-    """What a saved tensor is, which decides where it may live until backward."""
-
-    ACTIVATION = "activation"
-    PARAMETER = "parameter"
-    META = "meta"
-
-
-def activation(default: Any = None) -> Any:
-    """A ``Saved`` field holding an activation (offloadable)."""
-    return dataclasses.field(default=default, metadata={"role": Role.ACTIVATION})
-
-
-def parameter(default: Any = None) -> Any:
-    """A ``Saved`` field holding a parameter (never offloaded)."""
-    return dataclasses.field(default=default, metadata={"role": Role.PARAMETER})
-
-
-def meta(default: Any = None) -> Any:
-    """A ``Saved`` field holding small metadata (stays where it is)."""
-    return dataclasses.field(default=default, metadata={"role": Role.META})
-
-
-@dataclass(frozen=True)
-class Saved:
-    """Base of every op's saved-state record. Fields without a role are meta."""
-
-    def fields_by_role(self) -> Iterator[tuple[str, Any, Role]]:
-        for f in dataclasses.fields(self):
-            yield f.name, getattr(self, f.name), f.metadata.get("role", Role.META)
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """What the plan knows about a tensor before running: enough to validate a chain."""
-
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-    device: torch.device
-
-    @classmethod
-    def of(cls, t: torch.Tensor) -> TensorSpec:
-        return cls(tuple(t.shape), t.dtype, t.device)
-
-    def with_shape(self, shape: tuple[int, ...]) -> TensorSpec:
-        return dataclasses.replace(self, shape=tuple(shape))
-
-
-@dataclass
-class OpContext:
-    """One op's per-call state: the decisions it is handed, and what it saved.
-
-    ``input_requires_grad`` says whether backward must produce ``dx``;
-    ``weight_requires_grad`` whether it must produce parameter gradients;
-    ``extra_requires_grad`` the same for each extra input. ``saved`` is filled by the
-    op's forward (or by a fused forward on its behalf) when backward will run.
-    """
-
-    recipe: "Recipe | None" = None
-    training: bool = True
-    input_requires_grad: bool = False
-    weight_requires_grad: bool = False
-    extra_requires_grad: tuple[bool, ...] = ()
-    saved: Saved | None = None
-
-    @property
-    def needs_backward(self) -> bool:
-        return (
-            self.input_requires_grad
-            or self.weight_requires_grad
-            or any(self.extra_requires_grad)
-        )
-
-
-@dataclass
-class OpGrads:
-    """What an op's backward returns: ``dx``, parameter grads by name, extra-input grads."""
-
-    dx: torch.Tensor | None
-    params: dict[str, torch.Tensor | None] = dataclasses.field(default_factory=dict)
-    extra_inputs: tuple[torch.Tensor | None, ...] = ()
+from fuseops.ops.contract import OpContext, OpGrads, TensorSpec
+from fuseops.ops.executor.execute import run_ops
 
 
 class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
@@ -142,6 +55,4 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
 
     def forward(self, x: torch.Tensor, *extra_inputs: Any) -> Any:
         """Run this op alone, exactly as a one-op ``fuseops.Sequential`` would."""
-        from fuseops.ops.execute import run_ops
-
         return run_ops([self], x, extra_inputs)

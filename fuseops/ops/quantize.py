@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, meta
+from fuseops.ops.contract import OpContext, OpGrads, Saved, meta
+from fuseops.ops.op import BasicOp
 from fuseops.quant import quantize
 from fuseops.quant.recipes import Recipe, TensorRole
 

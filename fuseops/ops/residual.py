@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from fuseops.ops import _checks
-from fuseops.ops.op import BasicOp, OpContext, OpGrads, Saved, TensorSpec
+from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec
+from fuseops.ops.op import BasicOp
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Producers that emit quantized output: a norm or activation whose kernel ends in the quantize
-epilogue (``fuseops/kernels/quant_epilogue.py``) hands the next GEMM a storage equal, buffer
+epilogue (``fuseops/kernels/quantization/epilogue.py``) hands the next GEMM a storage equal, buffer
 for buffer, to ``quantize(y, recipe, role=INPUT, ...)`` of its high-precision output ``y``.
 
 What the producer pass writes, by the recipe's input format:
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import torch
 
-from fuseops.kernels import quantize as kq
-from fuseops.kernels import quantize_amax as ka
 from fuseops.kernels._triton import pick
-from fuseops.kernels.quant_epilogue import Emitted, blocks_in_epilogue
-from fuseops.kernels.quant_formats import tensor_qmax
+from fuseops.kernels.quantization import amax as ka
+from fuseops.kernels.quantization import quantize as kq
+from fuseops.kernels.quantization.epilogue import Emitted, blocks_in_epilogue
+from fuseops.kernels.quantization.formats import tensor_qmax
 from fuseops.quant.recipes import QuantFormat, Recipe, TensorRole
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from fuseops.kernels import gemm_scaled as gs
-from fuseops.kernels import grouped_gemm_scaled as ggs
-from fuseops.kernels import grouped_gemm_scaled_wgrad as ggsw
 from fuseops.kernels._triton import pick
+from fuseops.kernels.gemm import dense_scaled as gs
+from fuseops.kernels.gemm import grouped_scaled as ggs
+from fuseops.kernels.gemm import grouped_scaled_wgrad as ggsw
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from fuseops.kernels import quantize as kq
-from fuseops.kernels import quantize_amax as ka
 from fuseops.kernels._triton import pick
-from fuseops.kernels.quant_formats import Scaling, tensor_qmax
+from fuseops.kernels.quantization import amax as ka
+from fuseops.kernels.quantization import quantize as kq
+from fuseops.kernels.quantization.formats import Scaling, tensor_qmax
 from fuseops.quant.recipes import QuantFormat, Recipe, TensorRole, as_role, check_recipe
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 

@@ -3,7 +3,7 @@
 A recipe is a frozen (hashable) dataclass: the fuser caches plans per recipe. Its
 ``format(role)`` says how to quantize the GEMM inputs (``TensorRole.INPUT``), the weights
 (``WEIGHT``) and the output gradients (``GRAD``); the maths of each format is in
-``fuseops/kernels/quant_formats.py``.
+``fuseops/kernels/quantization/formats.py``.
 
 | recipe | elements | scales |
 | --- | --- | --- |
@@ -25,7 +25,12 @@ from typing import ClassVar
 
 import torch
 
-from fuseops.kernels.quant_formats import BLOCK_SIZE, Element, Scaling, element_of
+from fuseops.kernels.quantization.formats import (
+    BLOCK_SIZE,
+    Element,
+    Scaling,
+    element_of,
+)
 
 
 class RecipeKind(enum.Enum):

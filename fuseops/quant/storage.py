@@ -17,7 +17,7 @@ Layouts (E2M1 data packs two values per byte along its last dim; "nb" is blocks 
 | stacked (``stacked=True``) [G, N, K] | [G, N, K] / [G, N, nb] or [G, N/128, K/128] | [G, K, N] / [G, K, nb] or [G, K/128, N/128] | [G] |
 | ``GroupedQuantizedTensor`` [M, C] + offsets | [M, C] / [M, nb] | [C, P] / [C, P / blk], padded grouped layout | [G] |
 
-The padded grouped layout and the formats are in ``fuseops/kernels/quant_formats.py``.
+The padded grouped layout and the formats are in ``fuseops/kernels/quantization/formats.py``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fuseops.kernels.gemm_scaled import Operand
-from fuseops.kernels.quant_formats import group_positions, reference_dequantize
+from fuseops.kernels.quantization.formats import group_positions, reference_dequantize
+from fuseops.kernels.quantization.operand import Operand
 from fuseops.quant.recipes import QuantFormat
 
 _BUFFERS = ("data", "scale", "data_t", "scale_t", "tensor_scale")

@@ -82,7 +82,7 @@ def test_declines_fp8_on_tensor_cores(recipe):
 
 def test_applies_on_cuda_at_every_shape_and_dtype():
     """No device-specific guard: the kernel's masked-pointer path (odd widths, float32) and a
-    one-column h are exact on CUDA too (tests/kernels/test_grouped_gemm_scaled_act.py's
+    one-column h are exact on CUDA too (tests/kernels/gemm/test_grouped_scaled_act.py's
     gpu tests)."""
     fusion = ForwardQuantizedGroupedMLP()
     for hidden, ffn, dtype in [(64, 48, torch.bfloat16), (64, 48, torch.float32), (2, 1, torch.float32),

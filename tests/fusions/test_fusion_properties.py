@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 import fuseops
 from fuseops.fuser import plan_config
 from fuseops.fusions import REGISTRY, Fusion, Stage
-from fuseops.quant import recipes
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
+from fuseops.quant import recipes
 from tests.fusions.op_strategies import op_chain
 from tests.helpers import REL_TOL, rel_err
 

@@ -8,7 +8,7 @@ import torch
 import fuseops
 from fuseops.offload import mark_not_offload, offload_activations
 from fuseops.ops import BasicOp, OpGrads, Saved
-from fuseops.ops.op import activation
+from fuseops.ops.contract import activation
 from tests.offload._models import offloaded_like_plain
 
 

@@ -10,10 +10,10 @@ import fuseops
 from fuseops import ops
 from fuseops.offload import host_arena, mark_not_offload, offload_activations
 from fuseops.ops import BasicOp, OpGrads, Saved
-from fuseops.ops.op import activation
-from tests.offload._models import offloaded_like_plain
+from fuseops.ops.contract import activation
 from fuseops.quant import recipes
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
+from tests.offload._models import offloaded_like_plain
 
 RECIPES = [recipes.FP8CurrentScaling(), recipes.FP8Blockwise(), recipes.MXFP8(), recipes.NVFP4()]
 SPLITS = [32, 0, 64, 32]

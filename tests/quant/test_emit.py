@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import fuseops
-from fuseops.kernels import activation_quantize as aq
-from fuseops.kernels import norm_quantize as nq
-from fuseops.kernels._activations import Activation
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels, pick
+from fuseops.kernels.elementwise import activation_quantize as aq
+from fuseops.kernels.elementwise import norm_quantize as nq
+from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.quant import recipes
 from fuseops.quant.emit import EmitPlan, emitted_storage
 from fuseops.quant.storage import GroupedQuantizedTensor

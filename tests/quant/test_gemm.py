@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fuseops.kernels._triton import interpreted_kernels
-from fuseops.kernels.grouped_gemm import group_offsets
+from fuseops.kernels.gemm.grouped import group_offsets
 from fuseops.quant import linear_dgrad, linear_forward, linear_wgrad, quantize, recipes
 from tests.helpers import rel_err, sqnr_db
 

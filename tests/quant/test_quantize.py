@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from fuseops.kernels._triton import interpreted_kernels
-from fuseops.kernels.grouped_gemm import group_offsets
-from fuseops.kernels.quant_formats import padded_rows
+from fuseops.kernels.gemm.grouped import group_offsets
+from fuseops.kernels.quantization.formats import padded_rows
 from fuseops.quant import GroupedQuantizedTensor, QuantizedTensor, quantize, recipes
 from tests.helpers import sqnr_db
 

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from fuseops.kernels.quant_formats import Element, Scaling
+from fuseops.kernels.quantization.formats import Element, Scaling
 from fuseops.quant import autocast, current_recipe, recipes
 from fuseops.quant.recipes import QuantFormat, Recipe, RecipeKind, TensorRole, as_role
 

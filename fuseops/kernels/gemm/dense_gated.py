@@ -1,0 +1,231 @@
+"""Dense GEMM with a gated-activation epilogue: Linear + bias + SwiGLU (or any GLU) forward.
+
+``y = gated(z_a, z_b)`` [M, F] where ``z = a @ b + bias`` [M, 2F], ``a`` [M, K] row-major,
+``b`` [K, 2F] a strided view (``weight.t()`` of a Linear with 2F outputs), and ``z_a``,
+``z_b`` its gate and up columns: ``z[:, :F]``, ``z[:, F:]``, or with ``interleaved``
+``z[:, 0::2]``, ``z[:, 1::2]``. Optionally ``z`` is saved in its original column layout.
+
+Tiling: as in gemm/dense.py (persistent grid, GROUP_M bands, TMA when aligned); each program owns
+BLOCK_N output columns and keeps two [BLOCK_M, BLOCK_N] accumulators, for the gate and the
+up columns, or (interleaved) one [BLOCK_M, 2 * BLOCK_N] accumulator split in the epilogue.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from fuseops.kernels._triton import INTERPRET, device_sms, dot
+from fuseops.kernels.elementwise.activation_math import (
+    Activation,
+    gated,
+    reference_gated,
+)
+from fuseops.kernels.gemm.dense import (
+    GemmConfig,
+    descriptor_or_tensor,
+    load_a,
+    load_b,
+    operand_b,
+    pick_config,
+    store_mn,
+    swizzle,
+    tma_ok,
+)
+
+
+def _configs() -> dict[str, GemmConfig]:
+    """Tile shapes by operand class (as in gemm/dense.py); ``block_n`` counts output columns, so a
+    tile reads 2 * block_n columns of ``b``.
+
+    ``tma`` was chosen on an H100 by ``python -m benchmarks.gemm --tune`` (bf16 SwiGLU with
+    the pre-activation saved; .notes/gemm.md has the sweep): warp specialization lifts the
+    two-accumulator loop from 555 to 659-695 TFLOP/s at M, K, 2F = 16384, 4096, 14336 and
+    16384, 14336, 4096, and also wins at 1024, 4096, 4096 (635 against at most 520).
+    ``pointer`` and ``fp32`` are the largest tiles that compile for sm_90 without spills.
+    """
+    if INTERPRET:
+        tiny = GemmConfig(32, 32, 32, 2, 4, 1)
+        return {"tma": tiny, "pointer": tiny, "fp32": tiny}
+    return {
+        "tma": GemmConfig(128, 128, 64, 8, 8, 3, warp_specialize=True),
+        "pointer": GemmConfig(128, 64, 64, 8, 8, 3),
+        "fp32": GemmConfig(64, 32, 32, 8, 8, 3),
+    }
+
+
+@triton.jit
+def gemm_gated_kernel(
+    a, b_a, b_b, y, preact_a, preact_b, bias,
+    M, F, K, num_programs,
+    stride_am, stride_bk, stride_bn, stride_ym, stride_pm,
+    limit, alpha,
+    ACT: tl.constexpr, CLAMPED: tl.constexpr, INTERLEAVED: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SAVE_PREACT: tl.constexpr,
+    TMA_LOAD: tl.constexpr, TMA_EPI: tl.constexpr, B_TRANS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):
+    # Concatenated: b_a / b_b and preact_a / preact_b are the [.., F] gate and up halves
+    # (views or descriptors over them). Interleaved: b_a and preact_a span all 2F columns.
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(F, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, num_programs, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = swizzle(tile, tiles_m, tiles_n, GROUP_M)
+        m0 = pid_m * BLOCK_M
+        n0 = pid_n * BLOCK_N
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < F
+        mask = (offs_m < M)[:, None] & mask_n[None, :]
+        if INTERLEAVED:
+            acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
+            for ki in range(k_tiles):
+                a_tile = load_a(a, m0, ki * BLOCK_K, M, K, stride_am, TMA_LOAD, BLOCK_M, BLOCK_K)
+                b_tile = load_b(b_a, ki * BLOCK_K, 2 * n0, K, 2 * F, stride_bk, stride_bn,
+                                TMA_LOAD, B_TRANS, BLOCK_K, 2 * BLOCK_N)
+                acc = dot(a_tile, b_tile, acc)
+            offs_2n = 2 * n0 + tl.arange(0, 2 * BLOCK_N)
+            if HAS_BIAS:
+                acc += tl.load(bias + offs_2n, mask=offs_2n < 2 * F, other=0.0).to(tl.float32)[None, :]
+            if SAVE_PREACT:
+                # In two [BLOCK_M, BLOCK_N] halves: one 2 * BLOCK_N wide store buffer does
+                # not fit in shared memory beside the pipeline's.
+                lo, hi = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N)), (0, 2, 1)))
+                offs_lo = 2 * n0 + tl.arange(0, BLOCK_N)
+                mask_lo = (offs_m < M)[:, None] & (offs_lo < 2 * F)[None, :]
+                store_mn(preact_a, lo, m0, 2 * n0, offs_m, offs_lo, mask_lo, stride_pm, TMA_EPI)
+                offs_hi = offs_lo + BLOCK_N
+                mask_hi = (offs_m < M)[:, None] & (offs_hi < 2 * F)[None, :]
+                store_mn(preact_a, hi, m0, 2 * n0 + BLOCK_N, offs_m, offs_hi, mask_hi, stride_pm,
+                         TMA_EPI)
+            z_a, z_b = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
+        else:
+            z_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            z_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for ki in range(k_tiles):
+                a_tile = load_a(a, m0, ki * BLOCK_K, M, K, stride_am, TMA_LOAD, BLOCK_M, BLOCK_K)
+                b_tile = load_b(b_a, ki * BLOCK_K, n0, K, F, stride_bk, stride_bn, TMA_LOAD,
+                                B_TRANS, BLOCK_K, BLOCK_N)
+                z_a = dot(a_tile, b_tile, z_a)
+                b_tile = load_b(b_b, ki * BLOCK_K, n0, K, F, stride_bk, stride_bn, TMA_LOAD,
+                                B_TRANS, BLOCK_K, BLOCK_N)
+                z_b = dot(a_tile, b_tile, z_b)
+            if HAS_BIAS:
+                z_a += tl.load(bias + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+                z_b += tl.load(bias + F + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+            if SAVE_PREACT:
+                store_mn(preact_a, z_a, m0, n0, offs_m, offs_n, mask, stride_pm, TMA_EPI)
+                store_mn(preact_b, z_b, m0, n0, offs_m, offs_n, mask, stride_pm, TMA_EPI)
+        out = gated(z_a, z_b, ACT, CLAMPED, limit, alpha)
+        store_mn(y, out, m0, n0, offs_m, offs_n, mask, stride_ym, TMA_EPI)
+
+
+def gemm_gated(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    act: Activation,
+    interleaved: bool = False,
+    clamped: bool = False,
+    limit: float = 7.0,
+    alpha: float = 1.0,
+    save_preact: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``gated(z_a, z_b)`` of ``z = a @ b + bias`` (module docstring).
+
+    Args:
+        a: [M, K], row-major.
+        b: [K, 2F], any strides (``weight.t()`` of a Linear with 2F outputs).
+        bias: [2F] or None.
+        act, clamped, limit, alpha: the gate function (``gated`` in elementwise/activation_math.py).
+        interleaved: gate and up columns alternate (else gate first, then up).
+        save_preact: also return ``z`` [M, 2F] (in ``a``'s dtype, original column layout).
+        out: [M, F] output to write into, else allocated in ``a``'s dtype.
+    Returns:
+        ``(y, preact)``; ``preact`` is None unless ``save_preact``.
+    """
+    return launch_gemm_gated(a, b, bias, act, interleaved, clamped, limit, alpha, save_preact,
+                             out, None)
+
+
+def launch_gemm_gated(a, b, bias, act, interleaved, clamped, limit, alpha, save_preact, out,
+                      cfg: GemmConfig | None):
+    """``gemm_gated`` with an explicit tile config (what the offline tuner passes), else the
+    table's."""
+    M, K = a.shape
+    F = b.shape[1] // 2
+    y = out if out is not None else torch.empty(M, F, dtype=a.dtype, device=a.device)
+    preact = torch.empty(M, 2 * F, dtype=a.dtype, device=a.device) if save_preact else None
+    if M == 0 or F == 0:
+        return y, preact
+    a = a if a.stride(1) == 1 else a.contiguous()
+    b = b if 1 in b.stride() else b.contiguous()
+    if interleaved:
+        b_a, b_b, p_a, p_b = b, b, preact, preact
+    else:
+        b_a, b_b = b[:, :F], b[:, F:]
+        p_a, p_b = (None, None) if preact is None else (preact[:, :F], preact[:, F:])
+    b_trans = b.stride(1) != 1
+    tma_load = tma_ok(a, *((t.t() if b_trans else t) for t in (b_a, b_b)))
+    tma_epi = tma_ok(y, p_a, p_b)
+    cfg = cfg or pick_config(_configs(), a.dtype, tma_load and tma_epi)
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    width = 2 * bn if interleaved else bn
+    b_args = [operand_b(t, bk, width, tma_load)[0] for t in (b_a, b_b)]
+    a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
+    tiles = triton.cdiv(M, bm) * triton.cdiv(F, bn)
+    programs = max(1, min(cfg.programs_per_sm * device_sms(a), tiles))
+    gemm_gated_kernel[(programs,)](
+        a_arg, *b_args,
+        descriptor_or_tensor(y, [bm, bn], tma_epi, y),
+        *(descriptor_or_tensor(t, [bm, bn], tma_epi, y) for t in (p_a, p_b)),
+        y if bias is None else bias,
+        M, F, K, programs,
+        a.stride(0), b.stride(0), b.stride(1), y.stride(0),
+        0 if preact is None else preact.stride(0),
+        float(limit), float(alpha),
+        ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_BIAS=bias is not None,
+        SAVE_PREACT=save_preact, TMA_LOAD=tma_load, TMA_EPI=tma_epi, B_TRANS=b_trans,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
+        FLATTEN=not cfg.warp_specialize, WARP_SPECIALIZE=cfg.warp_specialize,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return y, preact
+
+
+def reference_gemm_gated(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    act: Activation,
+    interleaved: bool = False,
+    clamped: bool = False,
+    limit: float = 7.0,
+    alpha: float = 1.0,
+    save_preact: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """In float32 (float64 for float64 inputs):
+
+    ``z = a @ b (+ bias[None, :])`` [M, 2F];
+    ``z_a, z_b = z[:, 0::2], z[:, 1::2]`` if ``interleaved`` else ``z[:, :F], z[:, F:]``;
+    ``y = act(z_a') * (z_b' + offset)`` (``reference_gated``: clamps and offset 1 when
+    ``clamped``), cast to ``a``'s dtype (or written into ``out``);
+    ``preact = z`` in ``a``'s dtype when ``save_preact``.
+    """
+    compute = torch.promote_types(a.dtype, torch.float32)
+    z = a.to(compute) @ b.to(compute)
+    if bias is not None:
+        z = z + bias.to(compute)
+    z_a, z_b = (z[:, 0::2], z[:, 1::2]) if interleaved else z.chunk(2, dim=1)
+    y = out if out is not None else torch.empty(z_a.shape, dtype=a.dtype, device=a.device)
+    y.copy_(reference_gated(z_a, z_b, act, clamped, limit, alpha))
+    return y, z.to(a.dtype) if save_preact else None

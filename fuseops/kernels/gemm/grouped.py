@@ -1,0 +1,414 @@
+"""Grouped GEMM for mixture-of-experts, forward and dgrad, over rows grouped by device offsets.
+
+``y[rows of g] = epilogue(a[rows of g] @ b[g])`` with ``a`` [M, K], whose rows of group g are
+``offsets[g]:offsets[g+1]``, ``b`` [G, K, N] a strided view (the forward passes
+``weight.transpose(1, 2)`` of a [G, N, K] weight, dgrad the weight itself), ``y`` [M, N].
+The epilogue adds ``bias[g]``, then multiplies by ``act'(act_grad_input)`` (dgrad through the
+preceding activation) or applies ``act`` (optionally saving its input), then scales each
+row by ``row_scale``.
+
+Tiling: a persistent grid of one program per SM walks the [BLOCK_M, BLOCK_N] tiles of all
+groups, counted in-kernel from the offsets; a group's M-tiles start at its first row, so its
+last tile overhangs into the next group and is masked on store. Operands come through TMA
+descriptors when strides allow (16-byte aligned), else through masked pointer loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from fuseops.kernels._triton import INTERPRET, device_sms, dot
+from fuseops.kernels.elementwise.activation_math import (
+    Activation,
+    activation,
+    activation_grad,
+    reference_activation,
+    reference_activation_grad,
+)
+
+# Re-exported: the grouped GEMM's callers build offsets through this module.
+from fuseops.kernels.gemm.group_offsets import group_offsets, reference_group_offsets  # noqa: F401
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmConfig:
+    """One tile shape; for wgrad ``block_m`` tiles the reduction over rows."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+    flatten: bool = True
+    split_epilogue: bool = False
+    # Hopper: TMA loads in their own warps (needs flatten off).
+    warp_specialize: bool = False
+    # Programs of the persistent grid per SM. Above 1 only where the compiled kernel's registers
+    # and shared memory let that many reside at once: then one program's work that does not
+    # overlap its own MMAs (FP8 blockwise's per-step rescale) runs beside another's MMAs.
+    programs_per_sm: int = 1
+
+
+def _configs() -> dict[str, GemmConfig]:
+    """Tile shapes by shape class. 16-bit operands behind TMA: ``wide`` (N >= 512),
+    ``narrow``, and ``fused`` when the epilogue reads or writes a second [M, N] tensor (the
+    128x256 tile leaves it no registers or SMEM); ``pointer`` for unaligned 16-bit operands;
+    ``fp32`` (IEEE float32 runs on the FMA units, so small tiles).
+
+    ``wide`` was chosen on an H100 by ``python -m benchmarks.grouped_gemm --tune`` (bf16, the
+    four MoE shapes x uniform/skewed routing, forward and dgrad): geometric mean 1.11x / 1.18x
+    torch._grouped_mm over 7 candidates (sweep in .notes/grouped_gemm.md). ``narrow`` is the
+    best 128x128 tile of the first sweep (0.96x there, on wide shapes; no MoE shape has
+    N < 512). ``fused``, ``pointer`` and ``fp32`` are the largest tiles that compile for
+    sm_90 without spills or SMEM overflow (checked with ptxas, not timed).
+    """
+    if INTERPRET:
+        small = GemmConfig(32, 32, 32, 2, 4, 1)
+        return {"wide": small, "narrow": small, "fused": small, "pointer": small, "fp32": small}
+    return {
+        "wide": GemmConfig(128, 256, 64, 8, 8, 4, split_epilogue=True),
+        "narrow": GemmConfig(128, 128, 64, 8, 4, 4),
+        "fused": GemmConfig(128, 128, 64, 8, 8, 4, split_epilogue=True),
+        "pointer": GemmConfig(128, 128, 64, 8, 8, 3),
+        "fp32": GemmConfig(64, 64, 32, 8, 4, 2),
+    }
+
+
+def pick_config(n: int, dtype: torch.dtype, tma: bool, fused_io: bool) -> GemmConfig:
+    """The table entry for output width ``n``; ``fused_io``: the epilogue touches a second
+    [M, N] tensor. One entry serves every M and K of the MoE shapes measured."""
+    if dtype == torch.float32:
+        return _configs()["fp32"]
+    if not tma:
+        return _configs()["pointer"]
+    if fused_io:
+        return _configs()["fused"]
+    return _configs()["wide" if n >= 512 else "narrow"]
+
+
+# Ragged TMA (after triton.tools.ragged_tma): two leading dims whose strides wrap around the
+# 64-bit address space turn coordinates (_BIG, start + size, _BIG - size + row) into row
+# ``start + row`` with the hardware bounds check ``row < size``: reads past a group's end give
+# zeros, writes past it are dropped.
+RAGGED_ROWS = 0x40000000
+_BIG = tl.constexpr(RAGGED_ROWS)
+
+
+def ragged_geometry(t: torch.Tensor) -> tuple[list[int], list[int]]:
+    """The 4-D (shape, strides) of a ragged descriptor over the rows of a 2-D ``t``."""
+    rows_stride = t.stride(0)
+    return [0x7FFF0000, 0x7FFF0000, RAGGED_ROWS, t.shape[1]], [2**34 - rows_stride, rows_stride, rows_stride, 1]
+
+
+def ragged_descriptor(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
+    """A descriptor over the rows of a 2-D ``t`` for ``ragged_load`` / ``ragged_store``."""
+    return TensorDescriptor(t, *ragged_geometry(t), [1, 1, *block])
+
+
+def tma_ok(*tensors: torch.Tensor | None) -> bool:
+    """Whether every tensor can sit behind a TMA descriptor: 16-bit (float32 runs on the FMA
+    units, where TMA's layouts cost more than they save), last dim contiguous, 16-B aligned."""
+    for t in tensors:
+        if t is None:
+            continue
+        if t.numel() == 0 or t.element_size() != 2 or t.stride(-1) != 1 or t.data_ptr() % 16:
+            return False
+        if any(s * t.element_size() % 16 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
+def persistent_programs(t: torch.Tensor, max_tiles: int, per_sm: int = 1) -> int:
+    """Programs of a persistent grid: ``per_sm`` per SM, fewer only when the shapes bound the tiles."""
+    return max(1, min(per_sm * device_sms(t), max_tiles))
+
+
+@triton.jit
+def ragged_load(desc, start, size, row, col, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """[BLOCK_R, BLOCK_C] tile at group-local ``row``, zeros past the group's ``size`` rows."""
+    tile = desc.load([_BIG, (start + size).to(tl.int32), (row - size + _BIG).to(tl.int32), col])
+    return tl.reshape(tile, [BLOCK_R, BLOCK_C])
+
+
+@triton.jit
+def ragged_store(desc, start, size, row, col, tile, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Store a tile at group-local ``row``; rows past the group's ``size`` are dropped."""
+    tile = tl.reshape(tile, [1, 1, BLOCK_R, BLOCK_C])
+    desc.store([_BIG, (start + size).to(tl.int32), (row - size + _BIG).to(tl.int32), col], tile)
+
+
+@triton.jit
+def _group_tiles(offsets, G, tiles_n, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr):
+    """Tiles of each group and the index of each group's first tile, as [BLOCK_G] vectors."""
+    offs_g = tl.arange(0, BLOCK_G)
+    mask_g = offs_g < G
+    start = tl.load(offsets + offs_g, mask=mask_g, other=0)
+    end = tl.load(offsets + offs_g + 1, mask=mask_g, other=0)
+    tiles = tl.cdiv((end - start).to(tl.int32), BLOCK_M) * tiles_n
+    return tiles, tl.cumsum(tiles, 0) - tiles
+
+
+@triton.jit
+def _locate(tile, tiles, first, BLOCK_G: tl.constexpr):
+    """The group holding ``tile`` and the tile's index inside it (empty groups hold none)."""
+    inside = (first <= tile) & (tile < first + tiles)
+    g = tl.sum(tl.where(inside, tl.arange(0, BLOCK_G), 0))
+    return g, tile - tl.sum(tl.where(inside, first, 0))
+
+
+@triton.jit
+def _swizzle(local, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """Bands of GROUP_M to 2 * GROUP_M - 1 M-tiles walked column by column, so a wave reuses
+    A and B tiles from L2. Leftover M-tiles widen the bands rather than form a thin last
+    band, which would stream all of B for a sliver of rows (measured: skewed routing at E=8).
+    """
+    bands = tl.maximum(tiles_m // GROUP_M, 1)
+    height = tiles_m // bands
+    # The first ``tiles_m % bands`` bands are one tile taller.
+    tall_tiles = (tiles_m % bands) * (height + 1) * tiles_n
+    tall = local < tall_tiles
+    rel = tl.where(tall, local, local - tall_tiles)
+    base = tl.where(tall, 0, (tiles_m % bands) * (height + 1))
+    height = tl.where(tall, height + 1, height)
+    in_band = rel % (height * tiles_n)
+    pid_m = base + (rel // (height * tiles_n)) * height + in_band % height
+    return pid_m, in_band // height
+
+
+@triton.jit
+def group_tile(tile, tiles, first, offsets, tiles_n, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr,
+               GROUP_M: tl.constexpr):
+    """Where tile ``tile`` of the walk lies: its group g, the group's first row and row count,
+    and the tile's (pid_m, pid_n) inside the group."""
+    g, local = _locate(tile, tiles, first, BLOCK_G)
+    row0 = tl.load(offsets + g)
+    size = (tl.load(offsets + g + 1) - row0).to(tl.int32)
+    pid_m, pid_n = _swizzle(local, tl.cdiv(size, BLOCK_M), tiles_n, GROUP_M)
+    return g, row0, size, pid_m, pid_n
+
+
+@triton.jit
+def epilogue(acc, y, g, row0, size, off_m, off_n, N, stride_ym, bias, stride_bias_g, act_in,
+             stride_act_m, row_scale, preact, stride_pm, alpha, ACT: tl.constexpr,
+             ACT_GRAD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_ROW_SCALE: tl.constexpr,
+             SAVE_PREACT: tl.constexpr, TMA_STORE: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Finish the float32 tile ``acc`` = (a @ b[g])[off_m:, off_n:] of group g and store it.
+
+    ``off_m`` is group-local (rows ``row0 + off_m`` on), ``size`` the group's rows; the stages
+    run in the order of the module docstring.
+    """
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    rows = row0 + offs_m
+    mask_m = offs_m < size
+    mask_n = offs_n < N
+    mask = mask_m[:, None] & mask_n[None, :]
+    if HAS_BIAS:
+        acc += tl.load(bias + g * stride_bias_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+    if ACT_GRAD:
+        z = tl.load(act_in + rows[:, None] * stride_act_m + offs_n[None, :], mask=mask, other=0.0)
+        acc = acc * activation_grad(z.to(tl.float32), ACT, alpha)
+    else:
+        if SAVE_PREACT:
+            p_ptrs = preact + rows[:, None] * stride_pm + offs_n[None, :]
+            tl.store(p_ptrs, acc.to(preact.dtype.element_ty), mask=mask)
+        acc = activation(acc, ACT, alpha)
+    if HAS_ROW_SCALE:
+        acc = acc * tl.load(row_scale + rows, mask=mask_m, other=0.0).to(tl.float32)[:, None]
+    if TMA_STORE:
+        ragged_store(y, row0, size, off_m, off_n, acc.to(y.dtype), BLOCK_M, BLOCK_N)
+    else:
+        tl.store(y + rows[:, None] * stride_ym + offs_n[None, :], acc.to(y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def grouped_gemm_kernel(
+    a, b, y, offsets, bias, act_in, row_scale, preact,
+    G, N, K,
+    stride_am, stride_bg, stride_bk, stride_bn, stride_ym, stride_bias_g, stride_act_m, stride_pm,
+    alpha,
+    ACT: tl.constexpr, ACT_GRAD: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_ROW_SCALE: tl.constexpr, SAVE_PREACT: tl.constexpr,
+    TMA_LOAD: tl.constexpr, TMA_STORE: tl.constexpr, B_TRANS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_EPILOGUE: tl.constexpr, BLOCK_G: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):
+    # With TMA_LOAD, ``a`` is a descriptor over [M, K] and ``b`` one over the weight as it
+    # lies in memory: [G, N, K] when B_TRANS (K contiguous), else [G, K, N].
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles, first = _group_tiles(offsets, G, tiles_n, BLOCK_M, BLOCK_G)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), tl.sum(tiles), NUM_PROGRAMS, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
+        g, row0, size, pid_m, pid_n = group_tile(tile, tiles, first, offsets, tiles_n, BLOCK_M, BLOCK_G,
+                                                 GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            if TMA_LOAD:
+                a_tile = a.load([(row0 + off_m).to(tl.int32), ki * BLOCK_K])
+                if B_TRANS:
+                    b_tile = tl.reshape(b.load([g, off_n, ki * BLOCK_K]), [BLOCK_N, BLOCK_K])
+                    b_tile = tl.trans(b_tile)
+                else:
+                    b_tile = tl.reshape(b.load([g, ki * BLOCK_K, off_n]), [BLOCK_K, BLOCK_N])
+            else:
+                offs_m = off_m + tl.arange(0, BLOCK_M)
+                offs_n = off_n + tl.arange(0, BLOCK_N)
+                offs_k = ki * BLOCK_K + tl.arange(0, BLOCK_K)
+                mask_k = offs_k < K
+                a_ptrs = a + (row0 + offs_m)[:, None] * stride_am + offs_k[None, :]
+                # [BLOCK_M, BLOCK_K]
+                a_tile = tl.load(a_ptrs, mask=(offs_m < size)[:, None] & mask_k[None, :], other=0.0)
+                b_ptrs = b + g * stride_bg + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+                # [BLOCK_K, BLOCK_N]
+                b_tile = tl.load(b_ptrs, mask=mask_k[:, None] & (offs_n < N)[None, :], other=0.0)
+            acc = dot(a_tile, b_tile, acc)
+        if SPLIT_EPILOGUE:
+            # Two [BLOCK_M, BLOCK_N / 2] halves: half the registers and staging SMEM at once.
+            acc_l, acc_r = tl.split(tl.permute(tl.reshape(acc, [BLOCK_M, 2, BLOCK_N // 2]), (0, 2, 1)))
+            epilogue(acc_l, y, g, row0, size, off_m, off_n, N, stride_ym, bias, stride_bias_g,
+                     act_in, stride_act_m, row_scale, preact, stride_pm, alpha, ACT, ACT_GRAD,
+                     HAS_BIAS, HAS_ROW_SCALE, SAVE_PREACT, TMA_STORE, BLOCK_M, BLOCK_N // 2)
+            epilogue(acc_r, y, g, row0, size, off_m, off_n + BLOCK_N // 2, N, stride_ym, bias,
+                     stride_bias_g, act_in, stride_act_m, row_scale, preact, stride_pm, alpha,
+                     ACT, ACT_GRAD, HAS_BIAS, HAS_ROW_SCALE, SAVE_PREACT, TMA_STORE,
+                     BLOCK_M, BLOCK_N // 2)
+        else:
+            epilogue(acc, y, g, row0, size, off_m, off_n, N, stride_ym, bias, stride_bias_g,
+                     act_in, stride_act_m, row_scale, preact, stride_pm, alpha, ACT, ACT_GRAD,
+                     HAS_BIAS, HAS_ROW_SCALE, SAVE_PREACT, TMA_STORE, BLOCK_M, BLOCK_N)
+
+
+def grouped_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    offsets: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    row_scale: torch.Tensor | None = None,
+    act: Activation = Activation.IDENTITY,
+    alpha: float = 1.0,
+    save_preact: bool = False,
+    act_grad_input: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rows of group g of ``a`` times ``b[g]``, with the fused epilogue (module docstring).
+
+    Args:
+        a: [M, K], rows grouped contiguously; M == offsets[G] (never checked: no sync).
+        b: [G, K, N], any strides (K- or N-contiguous views of a weight).
+        offsets: int64 [G + 1] device tensor from ``group_offsets``.
+        bias: [G, N] or None. row_scale: [M] or None (e.g. router probabilities).
+        act, alpha: the activation applied to ``a @ b + bias`` (its derivative with
+            ``act_grad_input`` [M, N], the saved input of the activation before this GEMM).
+        save_preact: also return ``a @ b + bias`` before the activation.
+        out: [M, N] output to write into, else allocated in ``a``'s dtype.
+    Returns:
+        ``(y, preact)``; ``preact`` is None unless ``save_preact``.
+    """
+    b_mem = b.transpose(1, 2) if b.stride(2) != 1 else b
+    fused_io = act_grad_input is not None or save_preact
+    cfg = pick_config(b.shape[2], a.dtype, tma_ok(a, b_mem), fused_io)
+    return launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
+                               act_grad_input, out, cfg)
+
+
+def launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact, act_grad_input,
+                        out, cfg: GemmConfig):
+    """``grouped_gemm`` with an explicit tile config (what the offline tuner calls)."""
+    M, K = a.shape
+    G, _, N = b.shape
+    if a.stride(1) != 1:
+        a = a.contiguous()
+    if b.stride(1) != 1 and b.stride(2) != 1:
+        b = b.contiguous()
+    y = out if out is not None else torch.empty(M, N, dtype=a.dtype, device=a.device)
+    preact = torch.empty(M, N, dtype=a.dtype, device=a.device) if save_preact else None
+    # The weight as it lies in memory: [G, N, K] (K contiguous, the forward) or [G, K, N].
+    b_trans = b.stride(2) != 1
+    b_mem = b.transpose(1, 2) if b_trans else b
+    split = cfg.split_epilogue
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    tma_load = tma_ok(a, b_mem)
+    tma_store = tma_ok(y)
+    a_arg, b_arg, y_arg = a, b, y
+    if tma_load:
+        a_arg = TensorDescriptor.from_tensor(a, [bm, bk])
+        b_arg = TensorDescriptor.from_tensor(b_mem, [1, bn, bk] if b_trans else [1, bk, bn])
+    if tma_store:
+        y_arg = ragged_descriptor(y, [bm, bn // 2 if split else bn])
+    dummy = y
+    max_tiles = (triton.cdiv(M, bm) + G) * triton.cdiv(N, bn)
+    programs = persistent_programs(a, max_tiles, cfg.programs_per_sm)
+    grouped_gemm_kernel[(programs,)](
+        a_arg, b_arg, y_arg, offsets,
+        bias if bias is not None else dummy,
+        act_grad_input if act_grad_input is not None else dummy,
+        row_scale if row_scale is not None else dummy,
+        preact if preact is not None else dummy,
+        G, N, K,
+        a.stride(0), b.stride(0), b.stride(1), b.stride(2), y.stride(0),
+        bias.stride(0) if bias is not None else 0,
+        act_grad_input.stride(0) if act_grad_input is not None else 0,
+        preact.stride(0) if preact is not None else 0,
+        float(alpha),
+        ACT=int(act), ACT_GRAD=act_grad_input is not None, HAS_BIAS=bias is not None,
+        HAS_ROW_SCALE=row_scale is not None, SAVE_PREACT=save_preact,
+        TMA_LOAD=tma_load, TMA_STORE=tma_store, B_TRANS=b_trans,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, SPLIT_EPILOGUE=split,
+        BLOCK_G=max(16, triton.next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        WARP_SPECIALIZE=cfg.warp_specialize,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return y, preact
+
+
+def reference_grouped_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    offsets: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    row_scale: torch.Tensor | None = None,
+    act: Activation = Activation.IDENTITY,
+    alpha: float = 1.0,
+    save_preact: bool = False,
+    act_grad_input: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """For each group g and its rows r = offsets[g]:offsets[g+1], in float32:
+
+    ``z = a[r] @ b[g] (+ bias[g])``;
+    ``h = z * act'(act_grad_input[r])`` if ``act_grad_input`` is given, else ``h = act(z)``;
+    ``y[r] = h * row_scale[r, None]`` (if given), cast to ``a``'s dtype; ``preact[r] = z``.
+    """
+    M, N = a.shape[0], b.shape[2]
+    y = out if out is not None else torch.empty(M, N, dtype=a.dtype, device=a.device)
+    preact = torch.empty(M, N, dtype=a.dtype, device=a.device) if save_preact else None
+    compute = torch.promote_types(a.dtype, torch.float32)
+    bounds = offsets.tolist()
+    for g in range(b.shape[0]):
+        r = slice(bounds[g], bounds[g + 1])
+        z = a[r].to(compute) @ b[g].to(compute)
+        if bias is not None:
+            z = z + bias[g].to(compute)
+        if act_grad_input is not None:
+            h = z * reference_activation_grad(act_grad_input[r], act, alpha)
+        else:
+            h = reference_activation(z, act, alpha)
+            if preact is not None:
+                preact[r] = z.to(a.dtype)
+        if row_scale is not None:
+            h = h * row_scale[r].to(compute)[:, None]
+        y[r] = h.to(y.dtype)
+    return y, preact

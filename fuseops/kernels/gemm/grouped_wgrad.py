@@ -1,0 +1,247 @@
+"""Grouped GEMM weight and bias gradients: reductions over each group's rows.
+
+``dw[g] = dy[rows of g]^T @ x[rows of g]`` with ``dy`` [M, N], ``x`` [M, K], ``dw`` [G, N, K]
+(optionally added in float32 into ``main_grad``), and ``db[g] = sum of dy[rows of g]`` [G, N].
+Empty groups give exact zeros.
+
+On sm_90, bf16 / fp16 operands behind TMA take the warp-specialized Gluon kernel of
+hopper/wgrad.py; everything else runs the Triton kernel here.
+
+Tiling: a persistent grid of one program per SM walks the [BLOCK_N, BLOCK_K] tiles of all
+``dw[g]``, a group's tiles consecutive, along K or N first (gemm/wgrad_walk.py: whichever makes a
+wave read fewer columns of dy and x); each reduces over its group's rows in BLOCK_M slabs,
+loaded through ragged TMA descriptors that read zeros past the group's end (masked pointer
+loads when unaligned). The bias gradient walks [G, BLOCK_N] column strips the same way, in a
+fixed order (deterministic).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fuseops.kernels._triton import INTERPRET, dot
+from fuseops.kernels.gemm.grouped import (
+    GemmConfig,
+    persistent_programs,
+    ragged_descriptor,
+    ragged_load,
+    tma_ok,
+)
+from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
+from fuseops.kernels.hopper import wgrad as hopper
+
+
+def _configs() -> dict[str, GemmConfig]:
+    """Tile shapes by shape class; ``block_m`` is the reduction slab over rows. 16-bit operands
+    behind TMA: ``store``, and ``accumulate`` (a second float32 tile, ``main_grad``, in the
+    epilogue: a narrower tile); ``pointer`` for unaligned 16-bit operands; ``fp32``.
+
+    ``store`` and ``accumulate`` were chosen on an H100 by ``python -m benchmarks.grouped_gemm
+    --tune`` (bf16, the four MoE shapes x uniform/skewed routing): 1.03x torch._grouped_mm
+    and 1.18x grouped_mm + ``main_grad.add_`` in geometric mean (sweep in
+    .notes/grouped_gemm.md); flatten=False edges out the flattened loop in both. ``pointer``
+    and ``fp32`` are the largest tiles that compile for sm_90 without spills (ptxas, not timed).
+    """
+    if INTERPRET:
+        small = GemmConfig(32, 32, 32, 1, 4, 1)
+        return {"store": small, "accumulate": small, "pointer": small, "fp32": small}
+    return {
+        "store": GemmConfig(64, 128, 256, 1, 8, 3, flatten=False),
+        "accumulate": GemmConfig(64, 128, 128, 1, 8, 4, flatten=False),
+        "pointer": GemmConfig(64, 128, 128, 1, 8, 3),
+        "fp32": GemmConfig(32, 64, 64, 1, 4, 2),
+    }
+
+
+def pick_wgrad_config(dtype: torch.dtype, tma: bool, accumulate: bool) -> GemmConfig:
+    """The table entry; one serves every M, N and K of the MoE shapes measured."""
+    if dtype == torch.float32:
+        return _configs()["fp32"]
+    if not tma:
+        return _configs()["pointer"]
+    return _configs()["accumulate" if accumulate else "store"]
+
+
+@triton.jit
+def grouped_gemm_wgrad_kernel(
+    dy, x, dw, offsets,
+    G, N, K,
+    stride_dym, stride_xm, stride_dwg, stride_dwn,
+    ACCUMULATE: tl.constexpr, TMA_LOAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    N_FASTEST: tl.constexpr,
+):
+    # Tiles of one group are consecutive, so a wave shares the group's rows of dy and x in L2.
+    tiles_n, tiles_k = tl.cdiv(N, BLOCK_N), tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), G * tiles_n * tiles_k, NUM_PROGRAMS, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
+        g, pid_n, pid_k = wgrad_tile(tile, tiles_n, tiles_k, N_FASTEST)
+        row0 = tl.load(offsets + g)
+        size = (tl.load(offsets + g + 1) - row0).to(tl.int32)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        mask_n = offs_n < N
+        mask_k = offs_k < K
+        if ACCUMULATE:
+            # The reduction starts from main_grad: the float32 read is issued with the first
+            # slabs' TMA loads instead of stalling after the reduction, and needs no registers
+            # beyond the accumulator's.
+            prior_ptrs = dw + g * stride_dwg + offs_n[:, None] * stride_dwn + offs_k[None, :]
+            acc = tl.load(prior_ptrs, mask=mask_n[:, None] & mask_k[None, :], other=0.0)
+        else:
+            acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for r in range(tl.cdiv(size, BLOCK_M)):
+            if TMA_LOAD:
+                dy_tile = ragged_load(dy, row0, size, r * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N)
+                x_tile = ragged_load(x, row0, size, r * BLOCK_M, pid_k * BLOCK_K, BLOCK_M, BLOCK_K)
+            else:
+                offs_r = r * BLOCK_M + tl.arange(0, BLOCK_M)
+                rows = row0 + offs_r
+                mask_r = offs_r < size
+                dy_ptrs = dy + rows[:, None] * stride_dym + offs_n[None, :]
+                # [BLOCK_M, BLOCK_N]
+                dy_tile = tl.load(dy_ptrs, mask=mask_r[:, None] & mask_n[None, :], other=0.0)
+                x_ptrs = x + rows[:, None] * stride_xm + offs_k[None, :]
+                # [BLOCK_M, BLOCK_K]
+                x_tile = tl.load(x_ptrs, mask=mask_r[:, None] & mask_k[None, :], other=0.0)
+            acc = dot(tl.trans(dy_tile), x_tile, acc)
+        # Pointers built after the reduction: a [BLOCK_N, BLOCK_K] pointer tile live across it
+        # costs 128 registers and spills.
+        dw_ptrs = dw + g * stride_dwg + offs_n[:, None] * stride_dwn + offs_k[None, :]
+        tl.store(dw_ptrs, acc.to(dw.dtype.element_ty), mask=mask_n[:, None] & mask_k[None, :])
+
+
+@triton.jit
+def grouped_bias_grad_kernel(
+    dy, db, offsets, G, N, stride_dym, stride_dbg,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+):
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    for tile in range(tl.program_id(0), G * tiles_n, NUM_PROGRAMS):
+        g = tile // tiles_n
+        offs_n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < N
+        row0 = tl.load(offsets + g)
+        size = (tl.load(offsets + g + 1) - row0).to(tl.int32)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for r in range(0, size, BLOCK_M):
+            offs_r = r + tl.arange(0, BLOCK_M)
+            ptrs = dy + (row0 + offs_r)[:, None] * stride_dym + offs_n[None, :]
+            # [BLOCK_M, BLOCK_N]
+            acc += tl.load(ptrs, mask=(offs_r < size)[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+        tl.store(db + g * stride_dbg + offs_n, tl.sum(acc, 0).to(db.dtype.element_ty), mask=mask_n)
+
+
+def grouped_gemm_wgrad(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    offsets: torch.Tensor,
+    *,
+    main_grad: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-group ``dy^T @ x`` (module docstring).
+
+    Args:
+        dy: [M, N] and x: [M, K], rows grouped contiguously by ``offsets``.
+        offsets: int64 [G + 1] device tensor.
+        main_grad: float32 [G, N, K] to accumulate into (and return), or None.
+        out: [G, N, K] to write into, else allocated in ``x``'s dtype.
+    Returns:
+        ``dw`` [G, N, K], or ``main_grad`` after the accumulation.
+    """
+    if hopper.usable(dy, x, main_grad, out):
+        return hopper.grouped_wgrad_hopper(dy, x, offsets, main_grad, out)
+    cfg = pick_wgrad_config(x.dtype, tma_ok(dy, x), main_grad is not None)
+    # The kernels address dw with a unit last stride: other layouts go through a staging copy.
+    if main_grad is not None and main_grad.stride(-1) != 1:
+        return main_grad.copy_(launch_grouped_gemm_wgrad(dy, x, offsets, main_grad.contiguous(), None, cfg))
+    if out is not None and out.stride(-1) != 1:
+        return out.copy_(launch_grouped_gemm_wgrad(dy, x, offsets, None, None, cfg))
+    return launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg)
+
+
+def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig,
+                              along_n: bool | None = None) -> torch.Tensor:
+    """``grouped_gemm_wgrad`` with an explicit tile config (what the offline tuner calls) and,
+    for tests, walk order (``along_n``; else wgrad_walk.n_fastest's)."""
+    N, K, G = dy.shape[1], x.shape[1], offsets.shape[0] - 1
+    dy = dy if dy.stride(1) == 1 else dy.contiguous()
+    x = x if x.stride(1) == 1 else x.contiguous()
+    if main_grad is not None:
+        dw = main_grad
+    else:
+        dw = out if out is not None else torch.empty(G, N, K, dtype=x.dtype, device=x.device)
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    tma_load = tma_ok(dy, x)
+    dy_arg = ragged_descriptor(dy, [bm, bn]) if tma_load else dy
+    x_arg = ragged_descriptor(x, [bm, bk]) if tma_load else x
+    programs = persistent_programs(x, G * triton.cdiv(N, bn) * triton.cdiv(K, bk), cfg.programs_per_sm)
+    if along_n is None:
+        along_n = n_fastest(N, K, bn, bk, programs)
+    grouped_gemm_wgrad_kernel[(programs,)](
+        dy_arg, x_arg, dw, offsets, G, N, K,
+        dy.stride(0), x.stride(0), dw.stride(0), dw.stride(1),
+        ACCUMULATE=main_grad is not None, TMA_LOAD=tma_load,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        WARP_SPECIALIZE=cfg.warp_specialize, N_FASTEST=along_n,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return dw
+
+
+def grouped_bias_grad(dy: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``db[g] = sum of dy[offsets[g]:offsets[g+1]]`` [G, N] in ``dy``'s dtype (float32 sums).
+
+    Args:
+        dy: [M, N], rows grouped contiguously by ``offsets`` (int64 [G + 1], on device).
+    """
+    M, N = dy.shape
+    G = offsets.shape[0] - 1
+    dy = dy if dy.stride(1) == 1 else dy.contiguous()
+    db = torch.empty(G, N, dtype=dy.dtype, device=dy.device)
+    block_m, block_n = (32, 32) if INTERPRET else (64, 64)
+    # Memory-bound: several programs per SM hide load latency.
+    programs = persistent_programs(dy, G * triton.cdiv(N, block_n))
+    programs = min(4 * programs, G * triton.cdiv(N, block_n))
+    grouped_bias_grad_kernel[(max(programs, 1),)](
+        dy, db, offsets, G, N, dy.stride(0), db.stride(0),
+        BLOCK_M=block_m, BLOCK_N=block_n, NUM_PROGRAMS=max(programs, 1), num_warps=4,
+    )
+    return db
+
+
+def reference_grouped_gemm_wgrad(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    offsets: torch.Tensor,
+    *,
+    main_grad: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``dw[g] = dy[r]^T @ x[r]`` for r = offsets[g]:offsets[g+1] in float32 (zero when empty),
+    cast to ``x``'s dtype; with ``main_grad``: ``main_grad[g] += dy[r]^T @ x[r]``, returned.
+    """
+    G, N, K = offsets.shape[0] - 1, dy.shape[1], x.shape[1]
+    compute = torch.promote_types(x.dtype, torch.float32)
+    dw = torch.zeros(G, N, K, dtype=compute, device=x.device)
+    bounds = offsets.tolist()
+    for g in range(G):
+        r = slice(bounds[g], bounds[g + 1])
+        dw[g] = dy[r].to(compute).T @ x[r].to(compute)
+    if main_grad is not None:
+        return main_grad.add_(dw.to(main_grad.dtype))
+    if out is not None:
+        return out.copy_(dw)
+    return dw.to(x.dtype)
+
+
+def reference_grouped_bias_grad(dy: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``db[g] = dy[offsets[g]:offsets[g+1]].sum(0)`` in float32, zero when empty, as ``dy``'s dtype."""
+    compute = torch.promote_types(dy.dtype, torch.float32)
+    bounds = offsets.tolist()
+    sums = [dy[bounds[g] : bounds[g + 1]].to(compute).sum(0) for g in range(offsets.shape[0] - 1)]
+    return torch.stack(sums).to(dy.dtype)

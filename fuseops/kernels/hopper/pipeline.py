@@ -1,0 +1,234 @@
+"""Building blocks of the warp-specialized Gluon GEMMs for Hopper (sm_90): a TMA producer warp
+fills a ring of shared-memory stages and two consumer warpgroups take the two 64-row halves of
+each output tile (hopper/blockwise.py, hopper/blockwise_wgrad.py,
+hopper/wgrad.py).
+
+- The walk over the tiles of all groups, counted from the device offsets in every partition
+  alike (``total_tiles``, ``start_walk``, ``grouped_tile``): no host sync.
+- The ring and its barriers (``ring``): ``ready`` when the producer's TMA copies landed,
+  ``empty`` when both consumers are done with a stage; the producer's steps (``load_steps``)
+  and the blockwise consumer's, each step's product rescaled on its own (``mma_steps``).
+- An output tile's float32 prefetch and asynchronous TMA store (``prefetch_tile``,
+  ``store_tile``), and the layouts and descriptors the kernels share.
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels.gemm.grouped import _swizzle
+
+BLOCK = 128
+HALF = BLOCK // 2
+# Registers per thread: each consumer holds its float32 sums; the producer only addresses.
+# 2 x 4 warps x 232 + 4 x 40 (the producer's warpgroup) fits the 64 K of an SM.
+CONSUMER_REGS, PRODUCER_REGS = gl.constexpr(232), gl.constexpr(40)
+GL_DTYPES = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5, torch.bfloat16: gl.bfloat16,
+             torch.float16: gl.float16, torch.float32: gl.float32}
+
+
+def on_sm90(t: torch.Tensor) -> bool:
+    """Whether ``t`` lives on an sm_90 GPU, where these kernels run (not under the interpreter)."""
+    return not INTERPRET and t.is_cuda and torch.cuda.get_device_capability(t.device) == (9, 0)
+
+
+@gluon.jit
+def _tiles_of(offsets, g, tiles_n):
+    return gl.cdiv((gl.load(offsets + g + 1) - gl.load(offsets + g)).to(gl.int32), 128) * tiles_n
+
+
+@gluon.jit
+def total_tiles(offsets, G, tiles_n, BLOCK_G: gl.constexpr, WARPS: gl.constexpr):
+    """Tiles of all groups (``WARPS``: the calling partition's)."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
+    offs = gl.arange(0, BLOCK_G, layout=layout)
+    mask = offs < G
+    size = (gl.load(offsets + offs + 1, mask=mask, other=0) - gl.load(offsets + offs, mask=mask, other=0))
+    return gl.sum(gl.cdiv(size.to(gl.int32), 128) * tiles_n, axis=0)
+
+
+@gluon.jit
+def start_walk(offsets, tiles_n):
+    """The group cursor before the first tile: group 0, its first tile, its tile count."""
+    g = gl.to_tensor(0)
+    return g, gl.to_tensor(0), _tiles_of(offsets, g, tiles_n)
+
+
+@gluon.jit
+def _seek(tile, g, g_first, g_tiles, offsets, tiles_n):
+    """Move the group cursor (g, its first tile, its tile count) forward to the group holding
+    ``tile``. Every partition visits tiles in increasing order, so each moves it past every
+    group once."""
+    while tile >= g_first + g_tiles:
+        g += 1
+        g_first += g_tiles
+        g_tiles = _tiles_of(offsets, g, tiles_n)
+    return g, g_first, g_tiles
+
+
+@gluon.jit
+def grouped_tile(tile, g, g_first, g_tiles, offsets, tiles_n, GROUP_M: gl.constexpr):
+    """The cursor at ``tile``, the group's first row and row count, and the tile's (pid_m,
+    pid_n) inside the group (the band walk of gemm/grouped.py)."""
+    g, g_first, g_tiles = _seek(tile, g, g_first, g_tiles, offsets, tiles_n)
+    row0 = gl.load(offsets + g)
+    size = (gl.load(offsets + g + 1) - row0).to(gl.int32)
+    pid_m, pid_n = _swizzle(tile - g_first, gl.cdiv(size, 128), tiles_n, GROUP_M)
+    return g, g_first, g_tiles, row0, size, pid_m, pid_n
+
+
+@gluon.jit
+def ring(a_desc, b_desc, out_desc, STAGES: gl.constexpr):
+    """The blockwise kernels' shared memory: STAGES of A (two 64-row halves) and B, one output
+    tile half per consumer for its TMA stores, and the ring's barriers: ``ready`` (the
+    producer's TMA landed) and ``empty`` (both consumers are done) per stage."""
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    BN: gl.constexpr = b_desc.block_type.shape[0]
+    a_top = gl.allocate_shared_memory(a_desc.dtype, [STAGES, HALF, BK], a_desc.layout)
+    a_bottom = gl.allocate_shared_memory(a_desc.dtype, [STAGES, HALF, BK], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, BK], b_desc.layout)
+    out_top = gl.allocate_shared_memory(out_desc.dtype, [HALF, BN], out_desc.layout)
+    out_bottom = gl.allocate_shared_memory(out_desc.dtype, [HALF, BN], out_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2)
+    return a_top, a_bottom, b_bufs, out_top, out_bottom, ready, empty
+
+
+@gluon.jit
+def load_steps(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, a_row, b_row, step0, steps, i,
+               STAGES: gl.constexpr):
+    """Operands of ``steps`` K steps from step ``step0``: A's rows ``a_row..+128`` as two
+    halves, B's rows ``b_row..+128``. ``i`` counts the ring's uses across tiles."""
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    for k in range(steps):
+        s = i % STAGES
+        # A fresh barrier counts as completed phase 1: the first pass finds every stage free.
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        bar = ready.index(s)
+        mbarrier.expect(bar, 2 * a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+        col = (step0 + k) * BK
+        tma.async_copy_global_to_shared(a_desc, [a_row, col], bar, a_top.index(s))
+        tma.async_copy_global_to_shared(a_desc, [a_row + HALF, col], bar, a_bottom.index(s))
+        tma.async_copy_global_to_shared(b_desc, [b_row, col], bar, b_bufs.index(s))
+        i += 1
+    return i
+
+
+@gluon.jit
+def _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, k, steps, sa_step, sb_step, SB_PER_COLUMN: gl.constexpr):
+    """Step ``k``'s scales, ``*_step`` apart from step to step (zeros past the last step,
+    which are never used)."""
+    sa = gl.load(sa_ptrs + k * sa_step, mask=sa_mask & (k < steps), other=0.0)
+    if SB_PER_COLUMN:
+        sb = gl.load(sb_ptrs + k * sb_step, mask=sb_mask & (k < steps), other=0.0)
+    else:
+        sb = gl.load(sb_ptrs + k * sb_step, mask=k < steps, other=0.0)
+    return sa, sb
+
+
+@gluon.jit
+def mma_steps(a_bufs, b_bufs, ready, empty, sa_ptrs, sa_mask, sb_ptrs, sb_mask, sa_step, sb_step, steps, i,
+              STAGES: gl.constexpr, SB_PER_COLUMN: gl.constexpr, acc_layout: gl.constexpr):
+    """One consumer's sum over ``steps`` K steps: each step's product times its scales, the
+    rows' ``sa_ptrs`` and the columns' ``sb_ptrs`` (one scalar when not SB_PER_COLUMN, else
+    in ``spread_layout``), advanced by ``sa_step`` / ``sb_step`` elements a step."""
+    HALF: gl.constexpr = a_bufs.shape[1]
+    BN: gl.constexpr = b_bufs.shape[1]
+    zero = gl.zeros([HALF, BN], gl.float32, layout=acc_layout)
+    acc = zero
+    if SB_PER_COLUMN:
+        sa_1, sb_1 = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, 0, steps, sa_step, sb_step, SB_PER_COLUMN)
+        sa_2, sb_2 = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, 1, steps, sa_step, sb_step, SB_PER_COLUMN)
+    for k in range(steps):
+        if SB_PER_COLUMN:
+            # Two steps ahead: a step's 192 scales take longer than the MMA they would wait
+            # behind (H100, wgrad: +9-12 % over loading them in the step; the forward's 2 row
+            # scales and one scalar gain nothing).
+            sa, sb = sa_1, sb_1
+            sa_1, sb_1 = sa_2, sb_2
+            sa_2, sb_2 = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, k + 2, steps, sa_step, sb_step,
+                                          SB_PER_COLUMN)
+        else:
+            # Before the wait for the operands, so their latency overlaps it.
+            sa, sb = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, k, steps, sa_step, sb_step, SB_PER_COLUMN)
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        part = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), zero, use_acc=False,
+                             is_async=True)
+        part = warpgroup_mma_wait(0, deps=(part,))
+        # Released on its own: neither consumer waits for the other, so one's rescale runs
+        # under the other's MMAs.
+        mbarrier.arrive(empty.index(s), count=1)
+        if SB_PER_COLUMN:
+            # Loaded one per thread, then spread: in the product's layout each thread holds
+            # half the columns.
+            sb = gl.convert_layout(sb, gl.SliceLayout(0, acc_layout))
+            acc += part * sa[:, None] * sb[None, :]
+        else:
+            acc += part * (sa * sb)[:, None]
+        i += 1
+    return acc, i
+
+
+@gluon.jit
+def prefetch_tile(desc, coord, bar, smem):
+    """Start loading an output tile's float32 sum so far into its staging, to arrive while the
+    main loop runs (the previous tile's store must have left the staging first)."""
+    tma.store_wait(0)
+    mbarrier.expect(bar, desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(desc, coord, bar, smem)
+
+
+@gluon.jit
+def store_tile(acc, desc, coord, smem, staged, bar, loads, ACCUMULATE: gl.constexpr, acc_layout: gl.constexpr):
+    """Store ``acc`` through ``smem`` (``staged``: its view in the accumulator's shape) by TMA,
+    first adding the tile ``prefetch_tile`` brought with ACCUMULATE; returns the count of
+    prefetches waited for. Asynchronous: the store drains under the next tile's main loop."""
+    if ACCUMULATE:
+        mbarrier.wait(bar, loads & 1)
+        loads += 1
+        acc += staged.load(acc_layout)
+    else:
+        tma.store_wait(0)
+    staged.store(acc.to(desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(desc, coord, smem)
+    return loads
+
+
+@gluon.constexpr_function
+def spread_layout(n):
+    """[n] over one warpgroup's threads, consecutive elements per thread."""
+    return gl.BlockedLayout([max(1, n // 128)], [32], [4], [0])
+
+
+@gluon.constexpr_function
+def mma_layout(BN):
+    """A consumer warpgroup's [64, BN] float32 wgmma result."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
+
+
+def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    """A descriptor with [rows, 128] boxes (128-byte swizzle for float8, as wgmma reads it)."""
+    layout = gl.NVMMASharedLayout.get_default_for([rows, BLOCK], GL_DTYPES[t.dtype])
+    return TensorDescriptor.from_tensor(t, [rows, BLOCK], layout)
+
+
+def dummy_or(t: torch.Tensor | None, dummy: torch.Tensor) -> torch.Tensor:
+    return t if t is not None else dummy

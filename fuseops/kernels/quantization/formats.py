@@ -1,0 +1,368 @@
+"""Number formats of quantized compute: element codecs, scale rules and the grouped layout.
+
+Every format stores ``x ~= q * s``: ``q`` a narrow element, ``s`` a scale. The maths here is
+the spec; the quantize kernels (quantization/quantize.py) and the scaled GEMMs (gemm/dense_scaled.py) call the
+``@triton.jit`` codecs, the references and the storages the torch twins below them.
+
+- Elements: E4M3 (max 448) and E5M2 (max 57344) float8, rounded to nearest-even and
+  saturated (never NaN or inf); E2M1 (max 6), two codes per uint8, the first in the low nibble.
+- ``Scaling.TENSOR``: one float32 scale per tensor (per group of a grouped tensor):
+  ``encode = max_q / amax`` (1 when amax is 0), ``q = x * encode``, stored ``s = 1 / encode``.
+- ``Scaling.BLOCK`` and ``Scaling.MX``: one power-of-two scale per block, the smallest with
+  ``amax(block) / s <= max_q``, so the block maximum never saturates (the OCP MX spec rounds the
+  exponent down instead, which saturates blocks whose amax mantissa exceeds max_q's). Exponents
+  are clamped to [-126, 127]; an all-zero block gets ``s = 1``. BLOCK keeps ``s`` as float32,
+  MX as E8M0 (``s = 2 ** (code - 127)``).
+- ``Scaling.NVFP4``: E2M1 elements in blocks of 16 with an E4M3 block scale ``s_b`` and one
+  float32 tensor scale: ``encode = 448 * 6 / amax(tensor)``, ``s_b = e4m3(amax(block) / 6 *
+  encode)``, ``q = e2m1(x * encode / s_b)`` (0 where ``s_b`` underflows to 0), stored tensor
+  scale ``1 / encode``; ``x ~= q * s_b / encode``.
+
+Grouped tensors (rows grouped by device offsets) keep their column-wise (transposed) copy in a
+padded layout: row r of group g lands at position ``128 * (offsets[g] // 128 + g) + r``; rows
+between a group's end and the next multiple of 128 hold zeros. Blocks along rows then never
+straddle groups, each group starts 128-aligned (TMA), and a reduction over a group's rows needs
+no masks. ``padded_rows(M, G)`` positions cover every group.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import torch
+import triton
+import triton.language as tl
+
+from fuseops.kernels._triton import INTERPRET
+
+# The interpreter's float -> float8 cast rounds ties up and drops subnormals
+# (TRITON_ON_CPU.md lists it as correct; measured wrong on triton 3.6), so under the
+# interpreter values are rounded to the float8 grid first; the GPU's cvt.rn.satfinite is exact.
+_EMULATE_FP8_CAST = tl.constexpr(INTERPRET)
+
+FP32_MAX = torch.finfo(torch.float32).max
+GROUP_ALIGN = 128
+_FP32_MAX = tl.constexpr(FP32_MAX)
+_GROUP_ALIGN = tl.constexpr(GROUP_ALIGN)
+
+
+class Element(enum.IntEnum):
+    """The narrow element type; its value is the kernels' ``ELEM`` constexpr."""
+
+    E4M3 = 0
+    E5M2 = 1
+    E2M1 = 2
+
+
+class Scaling(enum.IntEnum):
+    """How scales apply; its value is the kernels' ``SCALING`` constexpr."""
+
+    TENSOR = 0
+    BLOCK = 1
+    MX = 2
+    NVFP4 = 3
+
+
+ELEMENT_MAX = {Element.E4M3: 448.0, Element.E5M2: 57344.0, Element.E2M1: 6.0}
+# The storage dtype of each element (E2M1 packed two per byte).
+STORAGE_DTYPE = {Element.E4M3: torch.float8_e4m3fn, Element.E5M2: torch.float8_e5m2, Element.E2M1: torch.uint8}
+# Block length along the quantized dim (TENSOR: none).
+BLOCK_SIZE = {Scaling.TENSOR: 0, Scaling.BLOCK: 128, Scaling.MX: 32, Scaling.NVFP4: 16}
+
+
+def element_of(dtype: torch.dtype) -> Element:
+    return {torch.float8_e4m3fn: Element.E4M3, torch.float8_e5m2: Element.E5M2}[dtype]
+
+
+def padded_rows(rows: int, groups: int) -> int:
+    """Positions of the padded grouped layout for ``rows`` rows in ``groups`` groups."""
+    return GROUP_ALIGN * (rows // GROUP_ALIGN + groups)
+
+
+@triton.jit
+def exp2i(k):
+    """``2.0 ** k`` as float32 for int32 ``k`` in [-126, 127], exactly (built from its bits)."""
+    return ((k + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def pow2_exponent(amax, ELEM: tl.constexpr):
+    """Exponent k of the smallest power-of-two scale with ``amax / 2**k <= max(ELEM)``
+    (0 for amax 0), clamped to [-126, 127]; ``amax`` is finite and non-negative."""
+    # max(E4M3) = 1.75 * 2**8, max(E5M2) = 1.75 * 2**15: amax's exponent, plus one where its
+    # fraction exceeds 0.75 (0x600000), which is where adding 0x1FFFFF carries into it. A
+    # finite amax keeps k <= 120, under the upper clamp.
+    MAX_EXP: tl.constexpr = 8 if ELEM == 0 else 15
+    k = ((amax.to(tl.int32, bitcast=True) + 0x1FFFFF) >> 23) - (127 + MAX_EXP)
+    return tl.where(amax > 0, tl.maximum(k, -126), 0)
+
+
+@triton.jit
+def _round_to_fp8_grid(v, ELEM: tl.constexpr):
+    """``v`` rounded to the nearest E4M3/E5M2 value (ties to even), still float32."""
+    MANT: tl.constexpr = 3 if ELEM == 0 else 2
+    MIN_EXP: tl.constexpr = -6 if ELEM == 0 else -14
+    bits = v.to(tl.int32, bitcast=True)
+    a = tl.abs(v)
+    exp = tl.maximum(((bits >> 23) & 0xFF) - 127, MIN_EXP)
+    # Adding 2**(exp - MANT + 23) leaves float32 a grid of 2**(exp - MANT): its RNE is ours.
+    magic = exp2i(exp - MANT + 23)
+    r = (a + magic) - magic
+    # The sign goes back through the bits: negation would turn -0.0 into +0.0.
+    return (r.to(tl.int32, bitcast=True) | ((bits >> 31) << 31)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def cast_fp8(v, ELEM: tl.constexpr):
+    """float32 ``v`` cast to E4M3 (ELEM 0) or E5M2 (ELEM 1): nearest-even; the GPU's
+    ``cvt.rn.satfinite`` saturates out-of-range values and infinities at the maximum and keeps
+    NaN (the interpreter clamps first). For values that need no clamp (``to_fp8`` has one)."""
+    if _EMULATE_FP8_CAST:
+        FMAX: tl.constexpr = 448.0 if ELEM == 0 else 57344.0
+        v = _round_to_fp8_grid(tl.minimum(tl.maximum(v, -FMAX), FMAX), ELEM)
+    if ELEM == 0:
+        q = v.to(tl.float8e4nv)
+    else:
+        q = v.to(tl.float8e5)
+    return q
+
+
+@triton.jit
+def to_fp8(v, ELEM: tl.constexpr):
+    """float32 ``v`` cast to E4M3 (ELEM 0) or E5M2 (ELEM 1): nearest-even, saturating."""
+    FMAX: tl.constexpr = 448.0 if ELEM == 0 else 57344.0
+    return cast_fp8(tl.minimum(tl.maximum(v, -FMAX), FMAX), ELEM)
+
+
+@triton.jit
+def finite_amax(t, axis):
+    """``max |t|`` along ``axis``, clamped to the float32 maximum (inf inputs saturate)."""
+    return tl.minimum(tl.max(tl.abs(t), axis=axis), _FP32_MAX)
+
+
+# The interpreter's fma rounds the product first.
+_FMA = tl.constexpr(not INTERPRET)
+# Below this NVFP4 encode scale, a block whose amax / 6 is 1 ulp off in ``_sixth`` (amax <
+# 2**-125) gets a zero scale either way: amax / 6 * enc < 2**-10.
+_SIXTH_ENCODE_MAX = tl.constexpr(2.0**117)
+
+
+@triton.jit
+def _sixth(amax):
+    """``amax / 6`` rounded to nearest for float32 amax >= 2**-125 (every such float32 checked
+    offline, .notes/quantize.md): the product with the rounded 1/6, corrected by one fma."""
+    if _FMA:
+        q = amax * (1.0 / 6.0)
+        q = tl.fma(tl.fma(q, -6.0, amax), 1.0 / 6.0, q)
+    else:
+        q = tl.math.div_rn(amax, 6.0)
+    return q
+
+
+@triton.jit
+def block_scales(amax, enc, SCALING: tl.constexpr, ELEM: tl.constexpr):
+    """(multiplier, stored scale) of blocks with maxima ``amax`` (finite), ``enc`` the tensor's
+    encode scale (NVFP4): the scale rules above, as the quantize kernels apply them."""
+    if SCALING == 3:
+        # One branch for the whole program (enc is the tensor's): three fmas instead of a division.
+        if enc < _SIXTH_ENCODE_MAX:
+            q = _sixth(amax)
+        else:
+            q = tl.math.div_rn(amax, 6.0)
+        # cvt.satfinite saturates as to_fp8's clamp would (the product is not NaN).
+        s = cast_fp8(q * enc, 0)
+        sf = s.to(tl.float32)
+        # An E4M3 scale that underflows to 0 zeroes its block (no division by zero).
+        mult = tl.where(sf > 0, tl.math.div_rn(tl.zeros_like(sf) + enc, tl.where(sf > 0, sf, 1.0)), 0.0)
+    else:
+        k = pow2_exponent(amax, ELEM)
+        mult = exp2i(-k)
+        if SCALING == 1:
+            s = exp2i(k)
+        else:
+            s = (k + 127).to(tl.uint8)
+    return mult, s
+
+
+@triton.jit
+def e2m1_bits(v):
+    """int32 whose low byte is the E2M1 code (sign in bit 3) of float32 ``v``, nearest-even,
+    saturating at 6, NaN to 0, and whose other bits lie above it (``pack_e2m1`` packs two)."""
+    a = tl.minimum(tl.abs(v), 6.0, propagate_nan=tl.PropagateNan.ALL)
+    # Up to 6 the code is round(min(2a, a + 2, a / 2 + 4)): steps of .5, 1 and 2 on [0, 2],
+    # [2, 4] and [4, 6], each even code on an even integer, so nearest-even on the integers is
+    # E2M1's. Each line plus 2**23 rounds once to an integer, held in the low mantissa bits.
+    line = tl.minimum(tl.minimum(a * 2.0 + 8388608.0, a + 8388610.0), a * 0.5 + 8388612.0)
+    # max ignores NaN: code 0, as a NaN fails every threshold of the reference (a NaN v comes
+    # from 0 * inf where a block's multiplier overflows).
+    line = tl.maximum(line, 8388608.0)
+    return tl.where(v < 0, line + 8.0, line).to(tl.int32, bitcast=True)
+
+
+@triton.jit
+def e2m1_encode(v):
+    """uint8 E2M1 codes (sign in bit 3) of float32 ``v``: nearest-even, saturating at 6."""
+    return (e2m1_bits(v) & 15).to(tl.uint8)
+
+
+@triton.jit
+def e2m1_decode(code):
+    """float32 values of uint8 E2M1 codes, built from their bits (exact, -0.0 kept)."""
+    mag = (code & 7).to(tl.int32)
+    exp = mag >> 1
+    man = mag & 1
+    bits = tl.where(exp == 0, man * (126 << 23), ((exp + 126) << 23) | (man << 22))
+    return (bits | ((code & 8).to(tl.int32) << 28)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def pack_e2m1(lo, hi):
+    """Bytes of E2M1 pairs from ``e2m1_bits`` (or codes): ``lo`` in the low nibble."""
+    # What e2m1_bits holds above its low byte stays above it after the shift by 4 (wrapping).
+    return (hi * 16 + lo).to(tl.uint8)
+
+
+@triton.jit
+def unpack_e2m1(packed, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """[ROWS, COLS // 2] bytes -> [ROWS, COLS] float32 values."""
+    return e2m1_decode(tl.reshape(tl.join(packed & 15, packed >> 4), [ROWS, COLS]))
+
+
+@triton.jit
+def locate_rows(offsets, pos, G, BLOCK_G: tl.constexpr):
+    """For padded position ``pos`` of a grouped layout: ``(g, row, rows)``, the group whose
+    rows it holds, the (global) row at ``pos`` and how many of the group's rows remain from
+    it; rows = 0 where ``pos`` lies in padding (g = 0 then)."""
+    offs_g = tl.arange(0, BLOCK_G)
+    mask_g = offs_g < G
+    start = tl.load(offsets + offs_g, mask=mask_g, other=0)
+    end = tl.load(offsets + offs_g + 1, mask=mask_g, other=0)
+    first = (start // _GROUP_ALIGN + offs_g) * _GROUP_ALIGN
+    inside = mask_g & (first <= pos) & (pos < first + end - start)
+    g = tl.sum(tl.where(inside, offs_g, 0))
+    row = tl.sum(tl.where(inside, start + pos - first, 0))
+    rows = tl.sum(tl.where(inside, end - start - (pos - first), 0))
+    return g, row, rows.to(tl.int32)
+
+
+@triton.jit
+def tile_rows(offsets, pid_r, pid_b, R, G, GROUPED: tl.constexpr, BLOCK_R: tl.constexpr,
+              BLOCK_G: tl.constexpr):
+    """Row tile ``pid_r``: (its tensor or group, first row, valid rows from there)."""
+    pos = pid_r * BLOCK_R
+    if GROUPED:
+        g, row0, rows = locate_rows(offsets, pos, G, BLOCK_G)
+    else:
+        g = pid_b
+        row0 = pos
+        rows = R - pos
+    return g, row0, rows
+
+
+@triton.jit
+def load_tile(x, pid_b, row0, rows, pid_c, C, stride_xb, stride_xr, BLOCK_R: tl.constexpr,
+              BLOCK_C: tl.constexpr):
+    """Float32 [BLOCK_R, BLOCK_C] tile at (row0, column tile pid_c), zeros outside."""
+    offs_r = tl.arange(0, BLOCK_R)
+    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    ptrs = x + pid_b * stride_xb + (row0 + offs_r)[:, None] * stride_xr + cols[None, :]
+    # [BLOCK_R, BLOCK_C]
+    return tl.load(ptrs, mask=(offs_r < rows)[:, None] & (cols < C)[None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def group_first_position(offsets, g):
+    """Padded position of group g's first row."""
+    return (tl.load(offsets + g) // _GROUP_ALIGN + g) * _GROUP_ALIGN
+
+
+def reference_exp2i(k: torch.Tensor) -> torch.Tensor:
+    return torch.ldexp(torch.ones_like(k, dtype=torch.float32), k)
+
+
+def reference_pow2_exponent(amax: torch.Tensor, element: Element) -> torch.Tensor:
+    """``pow2_exponent`` in torch (int32)."""
+    bits = amax.float().view(torch.int32)
+    exp = ((bits >> 23) & 0xFF) - 127
+    k = exp - (8 if element == Element.E4M3 else 15) + ((bits & 0x7FFFFF) > 0x600000).int()
+    return torch.where(amax > 0, k.clamp(-126, 127), 0).int()
+
+
+def reference_to_fp8(v: torch.Tensor, element: Element) -> torch.Tensor:
+    fmax = ELEMENT_MAX[element]
+    return v.float().clamp(-fmax, fmax).to(STORAGE_DTYPE[element])
+
+
+_E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+_E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def reference_e2m1_encode(v: torch.Tensor) -> torch.Tensor:
+    a = v.float().abs()
+    code = torch.zeros(v.shape, dtype=torch.uint8, device=v.device)
+    for i, mid in enumerate(_E2M1_MIDPOINTS):
+        # Even codes (0, 2, 4, 6) take the ties: ">" below them, ">=" above.
+        code += (a > mid) if i % 2 == 0 else (a >= mid)
+    return code | ((v < 0).to(torch.uint8) << 3)
+
+
+def reference_e2m1_decode(code: torch.Tensor) -> torch.Tensor:
+    table = torch.tensor(_E2M1_VALUES, dtype=torch.float32, device=code.device)
+    return table[code.long()]
+
+
+def reference_pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
+    """[..., C] codes -> [..., ceil(C / 2)] bytes (an odd last element pairs with a zero)."""
+    if codes.shape[-1] % 2:
+        codes = torch.nn.functional.pad(codes, (0, 1))
+    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+
+
+def reference_unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
+    """[..., B] bytes -> [..., 2B] float32 values."""
+    pairs = torch.stack([reference_e2m1_decode(packed & 15), reference_e2m1_decode(packed >> 4)], -1)
+    return pairs.flatten(-2)
+
+
+def tensor_qmax(scaling: Scaling, element: Element) -> float:
+    """What a tensor's amax maps to: the element's maximum (TENSOR), 448 * 6 (NVFP4)."""
+    return 448.0 * 6.0 if scaling == Scaling.NVFP4 else ELEMENT_MAX[element]
+
+
+def tensor_encode_scale(amax: torch.Tensor, scaling: Scaling, element: Element) -> torch.Tensor:
+    """float32 ``encode`` per tensor (or group) from its amax, on amax's device (no sync):
+    ``max_q / amax`` for TENSOR, ``448 * 6 / amax`` for NVFP4; 1 where amax is 0."""
+    a = amax.float().clamp(max=FP32_MAX)
+    # A true division: ``qmax / a`` on a tensor would multiply by its reciprocal instead.
+    encode = (torch.full_like(a, tensor_qmax(scaling, element)) / a).clamp(max=FP32_MAX)
+    return torch.where(a > 0, encode, torch.ones_like(encode))
+
+
+def group_positions(offsets: torch.Tensor, rows: int) -> torch.Tensor:
+    """Padded position (int64 [rows]) of each row of a grouped tensor, on device without a sync."""
+    row = torch.arange(rows, device=offsets.device)
+    g = torch.searchsorted(offsets[1:], row, right=True)
+    start = offsets[g]
+    return GROUP_ALIGN * (start // GROUP_ALIGN + g) + row - start
+
+
+def group_of_positions(offsets: torch.Tensor, positions: int) -> torch.Tensor:
+    """Group (int64 [positions]) whose rows or padding each padded position belongs to."""
+    first = GROUP_ALIGN * (offsets[:-1] // GROUP_ALIGN + torch.arange(offsets.shape[0] - 1, device=offsets.device))
+    pos = torch.arange(positions, device=offsets.device)
+    return (torch.searchsorted(first, pos, right=True) - 1).clamp(min=0)
+
+
+def reference_dequantize(data: torch.Tensor, scale: torch.Tensor | None, scaling: Scaling,
+                         rows_per_scale: int = 1) -> torch.Tensor:
+    """float32 values of quantized rows ``data`` [..., R, L] (E2M1: L bytes hold 2L values):
+    elements times their block scales (``scale`` [..., R / rows_per_scale, nblocks]); tensor
+    scales are not applied."""
+    v = reference_unpack_e2m1(data) if scaling == Scaling.NVFP4 else data.float()
+    if scaling == Scaling.TENSOR:
+        return v
+    R, L = v.shape[-2:]
+    s = scale.float()
+    if rows_per_scale > 1:
+        s = s.repeat_interleave(rows_per_scale, -2)[..., :R, :]
+    return v * s.repeat_interleave(BLOCK_SIZE[scaling], -1)[..., :L]

@@ -1,0 +1,118 @@
+"""The quantize kernel's tile helpers: the chunked [NC, NR, K, V] layout of a loaded tile,
+its blocks' scales and codes, and their stores along rows or (the transpose) along columns
+(quantization/quantize.py's docstring has the layout; quantization/epilogue.py quantizes GEMM tiles with
+``quantize_blocks``)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from fuseops.kernels.quantization.formats import (
+    block_scales,
+    cast_fp8,
+    e2m1_bits,
+    e2m1_encode,
+    finite_amax,
+    pack_e2m1,
+    to_fp8,
+)
+
+
+@triton.jit
+def quantize_blocks(t, enc, SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr,
+                    ROWS: tl.constexpr, COLS: tl.constexpr):
+    """Quantize blocks of BLOCK along the last dim of [ROWS, COLS] ``t``: (q, s) as stored,
+    q [ROWS, COLS] float8 (E2M1 codes for NVFP4), s [ROWS, COLS // BLOCK]."""
+    tb = tl.reshape(t, [ROWS, COLS // BLOCK, BLOCK])
+    mult, s = block_scales(finite_amax(tb, 2), enc, SCALING, ELEM)
+    if SCALING == 3:
+        q = e2m1_encode(tb * mult[:, :, None])
+    else:
+        q = to_fp8(tb * mult[:, :, None], ELEM)
+    return tl.reshape(q, [ROWS, COLS]), s
+
+
+@triton.jit
+def chunk_offsets(NC: tl.constexpr, NR: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
+    """Row and column in the tile of the chunked [NC, NR, K, V] layout, (c, r, k, v) at row
+    r * K + k and column c * V + v: offs_r [1, NR, K, 1], offs_c [NC, 1, 1, V]."""
+    offs_r = tl.arange(0, NR)[None, :, None, None] * K + tl.arange(0, K)[None, None, :, None]
+    offs_c = tl.arange(0, NC)[:, None, None, None] * V + tl.arange(0, V)[None, None, None, :]
+    return offs_r, offs_c
+
+
+@triton.jit
+def store_chunks(ptr, q, lines, mask_l, stride_l, start, length, PACKED: tl.constexpr, ALONG_ROWS: tl.constexpr,
+                 STAGED: tl.constexpr):
+    """Store chunked codes ``q`` [NC, NR, K, V] in ``lines`` (the tile's rows, ALONG_ROWS, or
+    its columns), at positions ``start``.. below ``length`` along them; PACKED: E2M1 codes,
+    two per byte along the line, the first in the low nibble; STAGED: columns through shared
+    memory (``QuantizeConfig``)."""
+    NC: tl.constexpr = q.shape[0]
+    NR: tl.constexpr = q.shape[1]
+    K: tl.constexpr = q.shape[2]
+    V: tl.constexpr = q.shape[3]
+    if PACKED:
+        if ALONG_ROWS:
+            lo, hi = tl.split(tl.reshape(q, [NC, NR, K, V // 2, 2]))
+            _, offs = chunk_offsets(NC, NR, K, V // 2)
+        else:
+            # The pairs sit in one thread: (k, k + 1) of its K rows.
+            lo, hi = tl.split(tl.permute(tl.reshape(q, [NC, NR, K // 2, 2, V]), (0, 1, 2, 4, 3)))
+            offs, _ = chunk_offsets(NC, NR, K // 2, V)
+        q = pack_e2m1(lo, hi)
+    else:
+        offs_r, offs_c = chunk_offsets(NC, NR, K, V)
+        offs = offs_c if ALONG_ROWS else offs_r
+    if STAGED and not ALONG_ROWS:
+        # The transpose [columns, positions], NB bytes of each chunk along a column: Triton lays
+        # its store out as 16-byte runs along the positions, through shared memory.
+        NB: tl.constexpr = q.shape[2]
+        q_t = tl.reshape(tl.permute(q, (0, 3, 1, 2)), [NC * V, NR * NB])
+        lines_t = tl.reshape(tl.permute(lines, (0, 3, 1, 2)), [NC * V, 1])
+        mask_t = tl.reshape(tl.permute(mask_l, (0, 3, 1, 2)), [NC * V, 1])
+        pos = start + tl.arange(0, NR * NB)[None, :]
+        tl.store(ptr + lines_t * stride_l + pos, q_t, mask=mask_t & (pos < length))
+    else:
+        tl.store(ptr + lines * stride_l + start + offs, q, mask=mask_l & (start + offs < length))
+
+
+@triton.jit
+def store_blocks(tile, enc, data, scale, lines, mask_l, stride_d, stride_s, start, length, stored_length,
+                 ALONG_ROWS: tl.constexpr, SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr,
+                 STAGED: tl.constexpr):
+    """Quantize the chunked ``tile`` [NC, NR, K, V] in blocks of BLOCK along its rows
+    (ALONG_ROWS) or its columns and store codes and scales (``store_chunks``'s arguments;
+    ``length`` counts elements along a line, ``stored_length`` stored codes)."""
+    NC: tl.constexpr = tile.shape[0]
+    NR: tl.constexpr = tile.shape[1]
+    K: tl.constexpr = tile.shape[2]
+    V: tl.constexpr = tile.shape[3]
+    # A block's values sit in axis IN of BLOCK // V threads of V columns (along rows) or of
+    # BLOCK // K threads of K rows, axis ACROSS: a reduction in registers, then warp shuffles.
+    if ALONG_ROWS:
+        t = tl.reshape(tile, [NC // (BLOCK // V), BLOCK // V, NR, K, V])
+        IN: tl.constexpr = 4
+        ACROSS: tl.constexpr = 1
+        offs_s = tl.arange(0, NC // (BLOCK // V))[:, None, None, None]
+    else:
+        t = tl.reshape(tile, [NC, NR // (BLOCK // K), BLOCK // K, K, V])
+        IN: tl.constexpr = 3
+        ACROSS: tl.constexpr = 2
+        offs_s = tl.arange(0, NR // (BLOCK // K))[None, :, None, None]
+    mult, s = block_scales(tl.max(finite_amax(t, IN), ACROSS), enc, SCALING, ELEM)
+    v = t * tl.expand_dims(tl.expand_dims(mult, ACROSS), IN)
+    if SCALING == 3:
+        q = e2m1_bits(v)
+    else:
+        # Scaled by the block's power of two, values fit the format (infinities saturate).
+        q = cast_fp8(v, ELEM)
+    # Scales [NC // (BLOCK // V), NR, K, 1] along rows, [NC, NR // (BLOCK // K), 1, V] along columns.
+    offs_s += start // BLOCK
+    tl.store(scale + lines * stride_s + offs_s, tl.expand_dims(s, IN - 1),
+             mask=mask_l & (offs_s < tl.cdiv(length, BLOCK)))
+    # E2M1: two codes per stored byte.
+    STEP: tl.constexpr = 2 if SCALING == 3 else 1
+    store_chunks(data, tl.reshape(q, [NC, NR, K, V]), lines, mask_l, stride_d, start // STEP, stored_length,
+                 SCALING == 3, ALONG_ROWS, STAGED)

@@ -1,0 +1,163 @@
+"""Mixture-of-experts routing helpers: ``permute`` groups token rows by expert for
+``GroupedLinear``, ``unpermute`` combines the experts' outputs back per token::
+
+    x_sorted, split_sizes, row_map = fuseops.moe.permute(x, expert_ids, E)
+    y_sorted = experts(x_sorted, split_sizes)
+    y = fuseops.moe.unpermute(y_sorted, row_map, weights)
+
+Both are differentiable (in ``x``; in ``y_sorted`` and ``weights``), run on the device
+without host syncs (Triton kernels on CUDA, the torch references on CPU and for float64),
+and capture in a CUDA graph. Expert ids are range-checked on the host only for CPU tensors
+or with ``FUSEOPS_DEBUG=1`` (that check reads the ids back); otherwise ids outside
+[0, E) are clamped into it on the device.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from fuseops.kernels._triton import pick
+from fuseops.kernels.moe import permute as kernels
+
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def _tensor(name: str, value: object) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
+    return value
+
+
+def _float_2d(name: str, value: object, what: str) -> torch.Tensor:
+    t = _tensor(name, value)
+    if t.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected float32, float16, bfloat16 or float64, got {t.dtype}")
+    if t.dim() != 2:
+        raise ValueError(f"{name}: expected a 2-D tensor {what}, got shape {list(t.shape)}")
+    return t
+
+
+def _same_device(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
+    if t.device != ref.device:
+        raise ValueError(f"{name}: expected a tensor on {ref_name}'s device {ref.device}, got {t.device}")
+
+
+def _check_expert_range(expert_ids: torch.Tensor, num_experts: int) -> None:
+    # Reads the ids back to the host: CPU tensors, or CUDA when debugging on request.
+    if expert_ids.numel() == 0:
+        return
+    lo, hi = int(expert_ids.min()), int(expert_ids.max())
+    if lo < 0 or hi >= num_experts:
+        raise ValueError(
+            f"expert_ids: expected values in [0, {num_experts}) (num_experts={num_experts}), "
+            f"got values in [{lo}, {hi}]"
+        )
+
+
+class _Permute(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, expert_ids, num_experts):
+        launcher = pick(x, kernels.permute, kernels.reference_permute)
+        x_sorted, split_sizes, row_map = launcher(x, expert_ids, num_experts)
+        ctx.mark_non_differentiable(split_sizes, row_map)
+        ctx.save_for_backward(row_map)
+        return x_sorted, split_sizes, row_map
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dx_sorted, _split_sizes, _row_map):
+        (row_map,) = ctx.saved_tensors
+        # Each token's gradient is the plain sum of its K rows' gradients.
+        launcher = pick(dx_sorted, kernels.unpermute, kernels.reference_unpermute)
+        return launcher(dx_sorted.contiguous(), row_map, None), None, None
+
+
+class _Unpermute(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y_sorted, row_map, weights):
+        launcher = pick(y_sorted, kernels.unpermute, kernels.reference_unpermute)
+        y = launcher(y_sorted, row_map, weights)
+        # y_sorted is needed only for the weights' gradient.
+        keep = y_sorted if ctx.needs_input_grad[2] else None
+        ctx.save_for_backward(row_map, weights, keep)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        row_map, weights, y_sorted = ctx.saved_tensors
+        launcher = pick(dy, kernels.unpermute_bwd, kernels.reference_unpermute_bwd)
+        dy_sorted, dweights = launcher(dy.contiguous(), row_map, weights, y_sorted)
+        return (dy_sorted if ctx.needs_input_grad[0] else None), None, dweights
+
+
+def permute(
+    x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Group the rows of ``x`` by expert, one row per (token, chosen expert).
+
+    Args:
+        x: [T, H] float32, float16, bfloat16 or float64.
+        expert_ids: [T, K] any integer dtype, on ``x``'s device: token t's K experts.
+        num_experts: E >= 1.
+    Returns:
+        ``(x_sorted, split_sizes, row_map)``: ``x_sorted`` [T*K, H] in ``x``'s dtype, rows
+        grouped by expert ascending and, within an expert, in (token, choice) order;
+        ``split_sizes`` [E] int64 on the device (rows per expert, for ``GroupedLinear``);
+        ``row_map`` [T, K] int64: the row of ``x_sorted`` holding (t, k), for ``unpermute``.
+        Differentiable in ``x``.
+    """
+    x = _float_2d("x", x, "[tokens, hidden]")
+    expert_ids = _tensor("expert_ids", expert_ids)
+    if expert_ids.dtype.is_floating_point or expert_ids.dtype.is_complex or expert_ids.dtype == torch.bool:
+        raise TypeError(f"expert_ids: expected an integer dtype, got {expert_ids.dtype}")
+    if expert_ids.dim() != 2 or expert_ids.shape[0] != x.shape[0] or expert_ids.shape[1] < 1:
+        raise ValueError(
+            f"expert_ids: expected shape [{x.shape[0]}, top_k] with top_k >= 1 (x has "
+            f"{x.shape[0]} rows), got {list(expert_ids.shape)}"
+        )
+    _same_device("expert_ids", expert_ids, "x", x)
+    if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 1:
+        raise ValueError(f"num_experts: expected an int >= 1, got {num_experts!r}")
+    if not x.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1":
+        _check_expert_range(expert_ids, num_experts)
+    return _Permute.apply(x.contiguous(), expert_ids.contiguous(), num_experts)
+
+
+def unpermute(
+    y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None
+) -> torch.Tensor:
+    """Sum each token's K expert outputs back into one row, weighted.
+
+    ``y[t] = sum_k weights[t, k] * y_sorted[row_map[t, k]]``, accumulated in float32.
+
+    Args:
+        y_sorted: [T*K, H] float, rows in ``permute``'s order.
+        row_map: [T, K] int64, as returned by ``permute``, on ``y_sorted``'s device.
+        weights: [T, K] float32 or ``y_sorted``'s dtype (e.g. router probabilities), or
+            None for a plain sum.
+    Returns:
+        ``y`` [T, H] in ``y_sorted``'s dtype. Differentiable in ``y_sorted`` and ``weights``.
+    """
+    y_sorted = _float_2d("y_sorted", y_sorted, "[tokens * top_k, hidden]")
+    row_map = _tensor("row_map", row_map)
+    if row_map.dtype != torch.int64:
+        raise TypeError(f"row_map: expected int64 (as returned by permute), got {row_map.dtype}")
+    if row_map.dim() != 2 or row_map.numel() != y_sorted.shape[0]:
+        raise ValueError(
+            f"row_map: expected shape [tokens, top_k] with tokens * top_k = {y_sorted.shape[0]} "
+            f"(the rows of y_sorted), got {list(row_map.shape)}"
+        )
+    _same_device("row_map", row_map, "y_sorted", y_sorted)
+    if weights is not None:
+        weights = _tensor("weights", weights)
+        if weights.dtype not in (torch.float32, y_sorted.dtype):
+            raise TypeError(f"weights: expected float32 or y_sorted's dtype {y_sorted.dtype}, got {weights.dtype}")
+        if weights.shape != row_map.shape:
+            raise ValueError(f"weights: expected shape {list(row_map.shape)} (row_map's), got {list(weights.shape)}")
+        _same_device("weights", weights, "y_sorted", y_sorted)
+        weights = weights.contiguous()
+    return _Unpermute.apply(y_sorted.contiguous(), row_map.contiguous(), weights)

@@ -1,0 +1,78 @@
+"""Saved state across the autograd boundary, by role: each activation tensor (and each
+plain buffer of a quantized storage) becomes a slot filled from ``ctx.save_for_backward``,
+so torch's saved-tensor hooks (offloading) see every buffer; parameters and meta stay as
+plain references in the op's ``Saved`` record."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fuseops.ops.contract import OpContext, Role, Saved
+
+
+def _pack(value: Any, role: Role, tensors: list[torch.Tensor]) -> Any:
+    """Replace activation tensors by their index in ``tensors``; storages buffer by buffer."""
+    if role is not Role.ACTIVATION or value is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return _Slot((len(tensors) - 1,))
+    if hasattr(value, "data_tensors"):
+        buffers = value.data_tensors()
+        tensors.extend(buffers)
+        # The slot keeps the storage's layout over empty meta buffers: holding the real
+        # ones here would keep them on the device past an offload.
+        skeleton = value.with_data_tensors([torch.empty(0, device="meta") for _ in buffers])
+        return _Slot(tuple(range(len(tensors) - len(buffers), len(tensors))), skeleton)
+    return value
+
+
+@dataclass(frozen=True)
+class _Slot:
+    positions: tuple[int, ...]
+    storage: Any = None
+
+    def unpack(self, tensors: Sequence[torch.Tensor]) -> Any:
+        if self.storage is None:
+            return tensors[self.positions[0]]
+        return self.storage.with_data_tensors([tensors[i] for i in self.positions])
+
+
+def pack_saved(ctxs: Sequence[OpContext]) -> tuple[list[torch.Tensor], list[Saved | None]]:
+    """The tensors for ``save_for_backward`` and each op's record with slots in their place."""
+    tensors: list[torch.Tensor] = []
+    records: list[Saved | None] = []
+    for ctx in ctxs:
+        saved = ctx.saved
+        if saved is not None:
+            packed = {name: _pack(v, role, tensors) for name, v, role in saved.fields_by_role()}
+            saved = dataclasses.replace(saved, **packed)
+            # Drop the op's own reference so the packed copy is the only one.
+            ctx.saved = None
+        records.append(saved)
+    return tensors, records
+
+
+def unpack_saved(records: Sequence[Saved | None], tensors: Sequence[torch.Tensor]) -> list[Saved | None]:
+    """Each op's record with its slots filled from ``tensors`` (``ctx.saved_tensors``)."""
+    out = []
+    for saved in records:
+        if saved is not None:
+            fields = {n: v.unpack(tensors) for n, v, _ in saved.fields_by_role() if isinstance(v, _Slot)}
+            saved = dataclasses.replace(saved, **fields)
+        out.append(saved)
+    return out
+
+
+def graph_freed_after_backward() -> bool:
+    """Whether the backward now running frees its graph (neither ``retain_graph`` nor
+    ``create_graph``): saved activations are then read for the last time, so a kernel may
+    write its output over one it has consumed. False outside a backward, and on a torch that
+    cannot tell."""
+    probe = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return probe is not None and not probe()

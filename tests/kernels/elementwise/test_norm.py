@@ -1,0 +1,131 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fuseops.kernels.elementwise import norm as kernels
+from tests.helpers import DTYPES, REL_TOL, assert_close_rel, cuda_or_skip, poison_
+
+# (3, 5) holds each row in one block; (19, 130) reads rows in chunks under the interpreter,
+# and its row blocks outnumber the persistent programs.
+SHAPES = [(1, 1), (3, 5), (19, 130), (0, 8)]
+EPS = 1e-5
+# Kinds: LayerNorm with and without bias, RMSNorm.
+KINDS = ["layernorm", "layernorm-nobias", "rmsnorm"]
+
+
+def _params(n, dtype, kind, device="cpu"):
+    weight = (torch.randn(n, device=device) * 0.5 + 1).to(dtype)
+    bias = (torch.randn(n, device=device) * 0.5).to(dtype) if kind == "layernorm" else None
+    return weight, bias
+
+
+def _check(x, dy, weight, bias, kind, zc, dtype):
+    """Forward and backward launchers against their references, outputs poisoned first."""
+    out = poison_(torch.empty_like(x))
+    if kind == "rmsnorm":
+        y, rstd = kernels.rmsnorm_fwd(x, weight, EPS, zc, out=out)
+        y_ref, rstd_ref = kernels.reference_rmsnorm_fwd(x, weight, EPS, zc)
+        grads = kernels.rmsnorm_bwd(dy, x, weight, rstd_ref, zc)
+        grads_ref = kernels.reference_rmsnorm_bwd(dy, x, weight, rstd_ref, zc)
+    else:
+        y, mean, rstd = kernels.layernorm_fwd(x, weight, bias, EPS, zc, out=out)
+        y_ref, mean_ref, rstd_ref = kernels.reference_layernorm_fwd(x, weight, bias, EPS, zc)
+        assert mean.dtype == torch.float32
+        assert_close_rel(mean, mean_ref, torch.float32, what="mean")
+        has_bias = bias is not None
+        grads = kernels.layernorm_bwd(dy, x, weight, mean_ref, rstd_ref, zc, has_bias=has_bias)
+        grads_ref = kernels.reference_layernorm_bwd(dy, x, weight, mean_ref, rstd_ref, zc, has_bias=has_bias)
+        assert (grads[2] is None) == (not has_bias)
+    assert y is out and rstd.dtype == torch.float32
+    assert_close_rel(y, y_ref, dtype, what="y")
+    assert_close_rel(rstd, rstd_ref, torch.float32, what="rstd")
+    for name, g, g_ref in zip(("dx", "dweight", "dbias"), grads, grads_ref):
+        if g_ref is not None:
+            assert g.dtype == dtype
+            assert_close_rel(g, g_ref, dtype, what=name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("zc", [False, True], ids=["gamma", "zero-centred"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_launchers_match_reference(kind, zc, dtype):
+    for rows, n in SHAPES:
+        x = (torch.randn(rows, n) * 2 + 0.5).to(dtype)
+        dy = torch.randn(rows, n).to(dtype)
+        weight, bias = _params(n, dtype, kind)
+        if zc:
+            weight = weight - 1
+        _check(x, dy, weight, bias, kind, zc, dtype)
+
+
+def _textbook(kind, x, weight, bias, zc):
+    """torch's LayerNorm and the RMSNorm formula, in float64."""
+    scale = weight + 1 if zc else weight
+    if kind == "rmsnorm":
+        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + EPS) * scale
+    return F.layer_norm(x, x.shape[-1:], scale, bias, EPS)
+
+
+@pytest.mark.parametrize("zc", [False, True], ids=["gamma", "zero-centred"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_reference_is_the_textbook_function(kind, zc):
+    x64 = (torch.randn(37, 130, dtype=torch.float64) * 2 + 0.5).requires_grad_()
+    dy = torch.randn(37, 130, dtype=torch.float64)
+    weight, bias = (p.requires_grad_() if p is not None else None for p in _params(130, torch.float64, kind))
+    _textbook(kind, x64, weight, bias, zc).backward(dy)
+    y64 = _textbook(kind, x64.detach(), weight.detach(), None if bias is None else bias.detach(), zc)
+    x, w = x64.detach(), weight.detach()
+    tol = REL_TOL[torch.float64]
+    if kind == "rmsnorm":
+        y, rstd = kernels.reference_rmsnorm_fwd(x, w, EPS, zc)
+        dx, dw = kernels.reference_rmsnorm_bwd(dy, x, w, rstd, zc)
+        db = None
+    else:
+        b = None if bias is None else bias.detach()
+        y, mean, rstd = kernels.reference_layernorm_fwd(x, w, b, EPS, zc)
+        dx, dw, db = kernels.reference_layernorm_bwd(dy, x, w, mean, rstd, zc, has_bias=bias is not None)
+    assert (y - y64).norm() <= tol * y64.norm()
+    assert (dx - x64.grad).norm() <= tol * x64.grad.norm()
+    assert (dw - weight.grad).norm() <= tol * weight.grad.norm()
+    if bias is not None:
+        assert (db - bias.grad).norm() <= tol * bias.grad.norm()
+
+
+def test_against_torch_in_low_precision():
+    # The launcher in bf16 against torch's layer norm in float64 (the ops-level spec).
+    x = torch.randn(19, 130).to(torch.bfloat16)
+    weight, bias = _params(130, torch.bfloat16, "layernorm")
+    y, _, _ = kernels.layernorm_fwd(x, weight, bias, EPS)
+    assert_close_rel(y, F.layer_norm(x.double(), (130,), weight.double(), bias.double(), EPS), torch.bfloat16)
+
+
+def test_constant_rows_and_one_feature():
+    # Zero variance: rstd = 1 / sqrt(eps), y = bias, dx finite.
+    x = torch.full((5, 1), 3.0)
+    weight, bias = _params(1, torch.float32, "layernorm")
+    y, mean, rstd = kernels.layernorm_fwd(x, weight, bias, EPS)
+    assert torch.allclose(y, bias.expand(5, 1)) and torch.allclose(mean, torch.full((5,), 3.0))
+    dx, dw, db = kernels.layernorm_bwd(torch.ones_like(x), x, weight, mean, rstd)
+    assert torch.isfinite(dx).all() and torch.allclose(db, torch.tensor([5.0]))
+
+
+def test_parameter_grads_are_deterministic():
+    # Several programs, so the partial rows go through the second stage.
+    x = torch.randn(24, 40).to(torch.bfloat16)
+    dy = torch.randn(24, 40).to(torch.bfloat16)
+    weight, _ = _params(40, torch.bfloat16, "rmsnorm")
+    _, rstd = kernels.rmsnorm_fwd(x, weight, EPS)
+    first = kernels.rmsnorm_bwd(dy, x, weight, rstd)[1]
+    assert torch.equal(first, kernels.rmsnorm_bwd(dy, x, weight, rstd)[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(8192, 4096), (1000, 16384 + 3), (3, 65536)], ids=str)
+@pytest.mark.parametrize("kind", KINDS)
+def test_gpu_large_bf16(kind, shape):
+    device = cuda_or_skip()
+    x = torch.randn(shape, device=device).to(torch.bfloat16)
+    dy = torch.randn(shape, device=device).to(torch.bfloat16)
+    weight, bias = _params(shape[1], torch.bfloat16, kind, device)
+    for zc in (False, True):
+        _check(x, dy, weight, bias, kind, zc, torch.bfloat16)

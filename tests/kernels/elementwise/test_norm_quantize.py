@@ -1,0 +1,88 @@
+"""Norms with the quantize epilogue against their references, through the interpreter.
+
+The high-precision ``y`` and the statistics match the reference within the dtype's tolerance
+(as elementwise/norm.py's kernels do); what the epilogue writes from ``y`` matches
+``quant_epilogue.reference_emit(y)`` bit for bit, with or without ``y`` stored. Outputs are
+poisoned first.
+"""
+
+import pytest
+import torch
+
+from fuseops.kernels.elementwise import norm_quantize as kernels
+from fuseops.kernels.quantization import epilogue as qe
+from tests.helpers import DTYPES, assert_bitwise, assert_close_rel, cuda_or_skip
+from tests.kernels.quantization.test_epilogue import FORMATS, poisoned_outputs
+
+# (3, 5) holds each row in one block; (19, 200) reads rows in chunks under the interpreter
+# (MX, NVFP4) and has a partial last block; (0, 8) has no rows.
+SHAPES = [(3, 5), (19, 200), (0, 8)]
+EPS = 1e-5
+KINDS = ["layernorm", "layernorm-nobias", "rmsnorm"]
+# The recipes' input formats (the E5M2 variants run the same epilogue: test_activation_quantize).
+NORM_FORMATS = ["tensor", "block", "mx", "nvfp4"]
+
+
+def _run(x, weight, bias, kind, zc, scaling, element, store_y, launch_kernel=True):
+    args = {"scaling": scaling, "element": element, "store_y": store_y}
+    if launch_kernel:
+        args["out"] = poisoned_outputs(*x.shape, x.dtype, x.device, scaling, element, store_y)
+    if kind == "rmsnorm":
+        launch = kernels.rmsnorm_quantize_fwd if launch_kernel else kernels.reference_rmsnorm_quantize_fwd
+        emitted, rstd = launch(x, weight, EPS, zc, **args)
+        return emitted, None, rstd
+    launch = kernels.layernorm_quantize_fwd if launch_kernel else kernels.reference_layernorm_quantize_fwd
+    return launch(x, weight, bias, EPS, zc, **args)
+
+
+def _check(x, weight, bias, kind, zc, fmt):
+    scaling, element = FORMATS[fmt]
+    dtype = x.dtype
+    emitted, mean, rstd = _run(x, weight, bias, kind, zc, scaling, element, True)
+    ref, mean_ref, rstd_ref = _run(x, weight, bias, kind, zc, scaling, element, True, launch_kernel=False)
+    assert_close_rel(emitted.y, ref.y, dtype, what="y")
+    assert_close_rel(rstd, rstd_ref, torch.float32, what="rstd")
+    if mean_ref is not None:
+        assert_close_rel(mean, mean_ref, torch.float32, what="mean")
+    # The epilogue quantizes the y it stored: exactly what the reference makes of that y.
+    expected = qe.reference_emit(emitted.y, scaling=scaling, element=element, store_y=True)
+    for name, got, want in zip(qe.Emitted._fields, emitted, expected):
+        assert_bitwise(got, want, f"{kind} {fmt} {name}")
+    without_y, _, _ = _run(x, weight, bias, kind, zc, scaling, element, False)
+    assert without_y.y is None
+    for name, got, want in zip(qe.Emitted._fields[1:], without_y[1:], expected[1:]):
+        assert_bitwise(got, want, f"{kind} {fmt} {name} (y not stored)")
+
+
+def _inputs(rows, n, dtype, kind, zc, device="cpu"):
+    x = (torch.randn(rows, n, device=device) * 2 + 0.5).to(dtype)
+    weight = (torch.randn(n, device=device) * 0.5 + (0 if zc else 1)).to(dtype)
+    bias = (torch.randn(n, device=device) * 0.5).to(dtype) if kind == "layernorm" else None
+    return x, weight, bias
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fmt", NORM_FORMATS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_launchers_match_reference(kind, fmt, dtype):
+    # Zero-centred gamma once per format and dtype: it only changes the loaded scale.
+    zc = kind == "layernorm-nobias"
+    for rows, n in SHAPES:
+        _check(*_inputs(rows, n, dtype, kind, zc), kind, zc, fmt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(4096, 4096), (1000, 16384 + 3)], ids=str)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_gpu_large_bf16(kind, fmt, shape):
+    device = cuda_or_skip()
+    _check(*_inputs(*shape, torch.bfloat16, kind, False, device), kind, False, fmt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["tensor", "mx", "nvfp4"])
+def test_gpu_one_column(fmt):
+    """The sm_90 build where the row length is 1 (Triton specialises it)."""
+    device = cuda_or_skip()
+    _check(*_inputs(3, 1, torch.float32, "rmsnorm", False, device), "rmsnorm", False, fmt)

@@ -1,0 +1,148 @@
+"""grouped_gemm_wgrad and grouped_bias_grad against their torch references.
+
+On CPU the kernels run through Triton's interpreter; aligned 16-bit shapes take the ragged
+TMA path, odd shapes and float32 the masked-pointer path.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fuseops.kernels.gemm.grouped import group_offsets
+from fuseops.kernels.gemm.grouped_wgrad import (
+    grouped_bias_grad,
+    grouped_gemm_wgrad,
+    launch_grouped_gemm_wgrad,
+    pick_wgrad_config,
+    reference_grouped_bias_grad,
+    reference_grouped_gemm_wgrad,
+)
+from tests.helpers import DTYPES, assert_close_rel, poison_
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+SPLITS = {
+    "mixed": [5, 0, 40, 1, 33, 0],
+    "one_holds_all": [0, 0, 71, 0],
+    "single": [45],
+}
+# (N, K) of dw: 16-byte-aligned rows (TMA path for 16-bit dtypes) and odd ones.
+SHAPES = {"aligned": (64, 48), "odd": (29, 37)}
+
+
+def _case(split, shape, dtype):
+    sizes = SPLITS[split]
+    N, K = SHAPES[shape]
+    M = sum(sizes)
+    offsets = group_offsets(torch.tensor(sizes, device=DEVICE))
+    dy = torch.randn(M, N, device=DEVICE, dtype=dtype)
+    x = torch.randn(M, K, device=DEVICE, dtype=dtype)
+    return sizes, offsets, dy, x
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_wgrad_matches_reference(dtype, split, shape):
+    sizes, offsets, dy, x = _case(split, shape, dtype)
+    N, K = SHAPES[shape]
+    out = poison_(torch.empty(len(sizes), N, K, device=DEVICE, dtype=dtype))
+    dw = grouped_gemm_wgrad(dy, x, offsets, out=out)
+    assert dw.data_ptr() == out.data_ptr() and dw.dtype == dtype
+    ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
+    assert_close_rel(dw, ref, dtype, what=f"dw {split} {shape}")
+    for g, size in enumerate(sizes):
+        if size == 0:
+            assert torch.count_nonzero(dw[g]) == 0, f"empty group {g} is not exactly zero"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_wgrad_accumulates_into_main_grad(dtype, shape):
+    sizes, offsets, dy, x = _case("mixed", shape, dtype)
+    N, K = SHAPES[shape]
+    main_grad = torch.randn(len(sizes), N, K, device=DEVICE, dtype=torch.float32)
+    expected = main_grad.double() + reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
+    before = main_grad.clone()
+    result = grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad)
+    assert result.data_ptr() == main_grad.data_ptr() and result.dtype == torch.float32
+    # The sum runs in float32 from operands of ``dtype``: its tolerance is the operands'.
+    assert_close_rel(main_grad - before, expected - before.double(), dtype, what="increment")
+    for g, size in enumerate(sizes):
+        if size == 0:
+            assert torch.equal(main_grad[g], before[g])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_bias_grad_matches_reference(dtype, split, shape):
+    sizes, offsets, dy, _ = _case(split, shape, dtype)
+    db = grouped_bias_grad(dy, offsets)
+    assert db.shape == (len(sizes), SHAPES[shape][0]) and db.dtype == dtype
+    assert_close_rel(db, reference_grouped_bias_grad(dy.double(), offsets), dtype, what="db")
+    for g, size in enumerate(sizes):
+        if size == 0:
+            assert torch.count_nonzero(db[g]) == 0
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_both_walk_orders_write_the_same_sums(shape):
+    """The Triton kernel walked along K first and along N first (gemm/wgrad_walk.py): every tile
+    written (the poison is gone), with the same sums bit for bit."""
+    sizes, offsets, dy, x = _case("mixed", shape, torch.bfloat16)
+    N, K = SHAPES[shape]
+    cfg = pick_wgrad_config(torch.bfloat16, shape == "aligned", False)
+    dws = [launch_grouped_gemm_wgrad(dy, x, offsets, None, poison_(torch.empty(len(sizes), N, K, device=DEVICE,
+                                                                               dtype=torch.bfloat16)), cfg, along_n)
+           for along_n in (False, True)]
+    assert_close_rel(dws[1], reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets), torch.bfloat16)
+    assert torch.equal(dws[0], dws[1])
+
+
+@pytest.mark.parametrize("n, k", [(16, 0), (0, 24)])
+def test_wgrad_of_an_empty_dw(n, k):
+    offsets = group_offsets(torch.tensor([3, 0, 5], device=DEVICE))
+    dy = torch.randn(8, n, device=DEVICE, dtype=torch.bfloat16)
+    x = torch.randn(8, k, device=DEVICE, dtype=torch.bfloat16)
+    assert grouped_gemm_wgrad(dy, x, offsets).shape == (3, n, k)
+
+
+def test_wgrad_all_groups_empty():
+    offsets = group_offsets(torch.zeros(3, dtype=torch.int64, device=DEVICE))
+    dy = torch.empty(0, 16, device=DEVICE, dtype=torch.bfloat16)
+    x = torch.empty(0, 24, device=DEVICE, dtype=torch.bfloat16)
+    dw = grouped_gemm_wgrad(dy, x, offsets, out=poison_(torch.empty(3, 16, 24, device=DEVICE, dtype=torch.bfloat16)))
+    assert torch.count_nonzero(dw) == 0
+    assert torch.count_nonzero(grouped_bias_grad(dy, offsets)) == 0
+
+
+@pytest.mark.gpu
+def test_gpu_wgrad_bf16_mid_size():
+    g = torch.Generator().manual_seed(2)
+    sizes = torch.randint(0, 900, (8,), generator=g)
+    sizes[3] = 0
+    offsets = group_offsets(sizes.cuda())
+    M = int(sizes.sum())
+    dy = torch.randn(M, 768, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(M, 512, device="cuda", dtype=torch.bfloat16)
+    ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
+    assert_close_rel(grouped_gemm_wgrad(dy, x, offsets), ref, torch.bfloat16)
+    main_grad = torch.ones(8, 768, 512, device="cuda")
+    grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad)
+    assert_close_rel(main_grad - 1, ref, torch.bfloat16)
+    assert_close_rel(grouped_bias_grad(dy, offsets), reference_grouped_bias_grad(dy.double(), offsets), torch.bfloat16)
+
+
+@pytest.mark.parametrize("target", ["out", "main_grad"])
+def test_wgrad_into_a_transposed_buffer(target):
+    """A dw buffer whose last dim is strided (a transposed view) gets the same sums."""
+    sizes, offsets, dy, x = _case("mixed", "aligned", torch.bfloat16)
+    N, K = SHAPES["aligned"]
+    ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
+    dtype = torch.float32 if target == "main_grad" else torch.bfloat16
+    buf = torch.zeros(len(sizes), K, N, device=DEVICE, dtype=dtype).transpose(1, 2)
+    result = grouped_gemm_wgrad(dy, x, offsets, **{target: buf})
+    assert result.data_ptr() == buf.data_ptr()
+    assert_close_rel(buf, ref, torch.bfloat16, what=target)
