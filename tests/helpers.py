@@ -101,3 +101,14 @@ def capture_cuda_graph(step: Callable[[], T], warmup: int = 2) -> tuple[torch.cu
     with torch.cuda.graph(graph):
         out = step()
     return graph, out
+
+
+def dispatched(kernel):
+    """``kernel``'s launcher as ops call it: chosen by the dispatch table from the first
+    argument (a tensor, or a quantized operand's data) at each call."""
+    from fuseops.kernels.dispatch import launcher
+
+    def run(first, *args, **kwargs):
+        return launcher(kernel, first if isinstance(first, torch.Tensor) else first.data)(first, *args, **kwargs)
+
+    return run

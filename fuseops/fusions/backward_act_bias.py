@@ -8,8 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
-from fuseops.kernels._triton import pick
-from fuseops.kernels.elementwise import activation as act_kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops.activation import ActivationOp
 from fuseops.ops.bias import Bias
 from fuseops.ops.contract import OpContext, OpGrads
@@ -21,7 +20,7 @@ def _act_backward_dbias(act_op: ActivationOp, ctx: OpContext, dy: torch.Tensor) 
     z = ctx.saved.x
     n = z.shape[-1]
     z2d, dy2d = z.reshape(-1, n).contiguous(), dy.reshape(-1, n).contiguous()
-    launch = pick(z2d, act_kernels.activation_bwd_dbias, act_kernels.reference_activation_bwd_dbias)
+    launch = launcher(Kernel.ACTIVATION_BWD_DBIAS, z2d)
     dz, dbias = launch(z2d, dy2d, act_op.act, act_op.alpha)
     return dz.view(z.shape), dbias
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
-from fuseops.kernels._triton import pick
-from fuseops.kernels.gemm import dense as gemm_kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops.activation import ActivationOp
 from fuseops.ops.contract import OpContext, OpGrads
 from fuseops.ops.linear import Linear
@@ -30,6 +29,6 @@ class BackwardActivationLinear(Fusion):
         z = ctxs[0].saved.x
         dy2d = dy.reshape(-1, linear.out_features).contiguous()
         z2d = z.reshape(-1, linear.in_features).contiguous()
-        launch = pick(dy2d, gemm_kernels.gemm, gemm_kernels.reference_gemm)
+        launch = launcher(Kernel.GEMM, dy2d)
         dz, _ = launch(dy2d, linear.weight, act=act_op.act, alpha=act_op.alpha, act_grad_input=z2d)
         return [OpGrads(dz.view(z.shape)), OpGrads(None, params)]

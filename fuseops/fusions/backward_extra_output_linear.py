@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
-from fuseops.kernels._triton import pick
-from fuseops.kernels.gemm import dense as gemm_kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops.contract import OpContext, OpGrads
 from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp
@@ -29,7 +28,7 @@ class BackwardExtraOutputLinear(Fusion):
             return [OpGrads(None), OpGrads(None, params)]
         dy2d = dy.reshape(-1, linear.out_features).contiguous()
         r2d = None if dbranch is None else dbranch.reshape(-1, linear.in_features).contiguous()
-        launch = pick(dy2d, gemm_kernels.gemm, gemm_kernels.reference_gemm)
+        launch = launcher(Kernel.GEMM, dy2d)
         dx, _ = launch(dy2d, linear.weight, residual=r2d)
         dx = dx.view(*dy.shape[:-1], linear.in_features)
         return [OpGrads(dx), OpGrads(None, params)]

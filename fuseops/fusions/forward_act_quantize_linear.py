@@ -12,8 +12,7 @@ import torch
 
 from fuseops.fusions._producer_quantize import CONSUMER, ProducerQuantizeLinear
 from fuseops.fusions.fusion import match
-from fuseops.kernels._triton import pick
-from fuseops.kernels.elementwise import activation_quantize as kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.quantization.epilogue import Emitted
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.contract import OpContext
@@ -30,9 +29,9 @@ class ForwardActivationQuantizeLinear(ProducerQuantizeLinear):
             probs = extra_inputs[0] if op.scaled else None
             if ctx.needs_backward:
                 ctx.saved = GatedSaved(x=x, probs=probs)
-            launch = pick(x2d, kernels.gated_quantize_fwd, kernels.reference_gated_quantize_fwd)
+            launch = launcher(Kernel.GATED_QUANTIZE_FWD, x2d)
             return launch(x2d, op.act, probs=probs, **op.kernel_args, **plan.kernel_args)
         if ctx.needs_backward:
             ctx.saved = ActivationSaved(x=x)
-        launch = pick(x2d, kernels.activation_quantize_fwd, kernels.reference_activation_quantize_fwd)
+        launch = launcher(Kernel.ACTIVATION_QUANTIZE_FWD, x2d)
         return launch(x2d, op.act, op.alpha, **plan.kernel_args)

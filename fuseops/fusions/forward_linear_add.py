@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
-from fuseops.kernels._triton import pick
-from fuseops.kernels.gemm import dense as gemm_kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp
 from fuseops.ops.residual import AddExtraInput, NothingSaved
@@ -28,6 +27,6 @@ class ForwardLinearAddExtraInput(Fusion):
             ctxs[1].saved = NothingSaved()
         x2d = x.reshape(-1, linear.in_features).contiguous()
         r2d = residual.reshape(-1, linear.out_features).contiguous()
-        launch = pick(x2d, gemm_kernels.gemm, gemm_kernels.reference_gemm)
+        launch = launcher(Kernel.GEMM, x2d)
         y, _ = launch(x2d, linear.weight.t(), bias=linear.bias, residual=r2d)
         return y.view(*x.shape[:-1], linear.out_features), [(), ()]

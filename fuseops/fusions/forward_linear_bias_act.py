@@ -10,9 +10,7 @@ from typing import Any
 import torch
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
-from fuseops.kernels._triton import pick
-from fuseops.kernels.gemm import dense as gemm_kernels
-from fuseops.kernels.gemm import dense_gated as gated_gemm_kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.bias import Bias, BiasSaved
 from fuseops.ops.contract import OpContext
@@ -30,10 +28,10 @@ def _linear_act_forward(
     x2d = x.reshape(-1, linear.in_features).contiguous()
     save_preact = act_ctx.needs_backward
     if isinstance(act_op, GatedActivation):
-        launch = pick(x2d, gated_gemm_kernels.gemm_gated, gated_gemm_kernels.reference_gemm_gated)
+        launch = launcher(Kernel.GEMM_GATED, x2d)
         y, z = launch(x2d, linear.weight.t(), bias=bias, act=act_op.act, save_preact=save_preact, **act_op.kernel_args)
     else:
-        launch = pick(x2d, gemm_kernels.gemm, gemm_kernels.reference_gemm)
+        launch = launcher(Kernel.GEMM, x2d)
         y, z = launch(x2d, linear.weight.t(), bias=bias, act=act_op.act, alpha=act_op.alpha, save_preact=save_preact)
     lead = x.shape[:-1]
     if save_preact:

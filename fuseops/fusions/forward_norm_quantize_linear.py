@@ -12,8 +12,7 @@ import torch
 
 from fuseops.fusions._producer_quantize import CONSUMER, ProducerQuantizeLinear
 from fuseops.fusions.fusion import match
-from fuseops.kernels._triton import pick
-from fuseops.kernels.elementwise import norm_quantize as kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.quantization.epilogue import Emitted
 from fuseops.ops.contract import OpContext
 from fuseops.ops.norm import LayerNorm, NormSaved, RMSNorm
@@ -27,10 +26,10 @@ class ForwardNormQuantizeLinear(ProducerQuantizeLinear):
         x2d = x.reshape(-1, op.normalized_shape).contiguous()
         mean = None
         if isinstance(op, LayerNorm):
-            launch = pick(x2d, kernels.layernorm_quantize_fwd, kernels.reference_layernorm_quantize_fwd)
+            launch = launcher(Kernel.LAYERNORM_QUANTIZE_FWD, x2d)
             emitted, mean, rstd = launch(x2d, op.weight, op.bias, op.eps, op.zero_centered_gamma, **plan.kernel_args)
         else:
-            launch = pick(x2d, kernels.rmsnorm_quantize_fwd, kernels.reference_rmsnorm_quantize_fwd)
+            launch = launcher(Kernel.RMSNORM_QUANTIZE_FWD, x2d)
             emitted, rstd = launch(x2d, op.weight, op.eps, op.zero_centered_gamma, **plan.kernel_args)
         if ctx.needs_backward:
             ctx.saved = NormSaved(x=x, mean=mean, rstd=rstd, weight=op.weight)

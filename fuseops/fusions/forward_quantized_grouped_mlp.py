@@ -27,8 +27,7 @@ from typing import Any
 from fuseops.fusions._producer_quantize import local_gemm
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, quantized
 from fuseops.fusions.grouped_mlp import one_expert_mlp
-from fuseops.kernels._triton import pick
-from fuseops.kernels.gemm import grouped_scaled_act as kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.ops._quantized import quantized_operands
 from fuseops.ops.activation import ActivationOp, ActivationSaved
@@ -75,7 +74,7 @@ class ForwardQuantizedGroupedMLP(Fusion):
         probs = extra_inputs[1][0] if is_gated and act_op.scaled else None
         gate = dict(gated=True, probs=probs, **act_op.kernel_args) if is_gated else dict(alpha=act_op.alpha)
         a = qx.rowwise_operand()
-        launch = pick(a.data, kernels.grouped_gemm_scaled_act, kernels.reference_grouped_gemm_scaled_act)
+        launch = launcher(Kernel.GROUPED_GEMM_SCALED_ACT, a.data)
         emitted, z = launch(a, qw.rowwise_operand(), offsets, act=act_op.act, bias=fc1.bias,
                             save_preact=act_ctx.needs_backward, out_dtype=fc1.weight.dtype,
                             **gate, **plan.kernel_args)

@@ -34,12 +34,7 @@ from fuseops.fusions.fusion import (
     same_extra_input,
     unquantized,
 )
-from fuseops.kernels._triton import pick
-from fuseops.kernels.elementwise import activation as act_kernels
-from fuseops.kernels.elementwise import gated_activation as gated_kernels
-from fuseops.kernels.gemm import grouped as gg
-from fuseops.kernels.gemm import grouped_gated as ggg
-from fuseops.kernels.gemm import grouped_gated_bwd as ggg_bwd
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.contract import OpContext, OpGrads
 from fuseops.ops.executor.saved_state import graph_freed_after_backward
@@ -51,9 +46,9 @@ from fuseops.ops.op import BasicOp
 def _activation(act_op: BasicOp, z: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
     """``h = act(z)`` (times ``probs`` per row when scaled) for 2-D ``z``."""
     if isinstance(act_op, GatedActivation):
-        launch = pick(z, gated_kernels.gated_fwd, gated_kernels.reference_gated_fwd)
+        launch = launcher(Kernel.GATED_FWD, z)
         return launch(z, act_op.act, probs=probs, **act_op.kernel_args)
-    launch = pick(z, act_kernels.activation_fwd, act_kernels.reference_activation_fwd)
+    launch = launcher(Kernel.ACTIVATION_FWD, z)
     return launch(z, act_op.act, act_op.alpha)
 
 
@@ -79,11 +74,11 @@ class GroupedMLP(Fusion):
         probs = extra_inputs[1][0] if getattr(act_op, "scaled", False) else None
         offsets = device_offsets(extra_inputs[0][0], x.device)
         x2d = x.reshape(-1, fc1.in_features).contiguous()
-        gemm = pick(x2d, gg.grouped_gemm, gg.reference_grouped_gemm)
+        gemm = launcher(Kernel.GROUPED_GEMM, x2d)
         # z also feeds the recompute of h for FC2's weight gradient.
         keep_z = ctxs[1].needs_backward or ctxs[2].weight_requires_grad
         if isinstance(act_op, GatedActivation):
-            launch = pick(x2d, ggg.grouped_gemm_gated, ggg.reference_grouped_gemm_gated)
+            launch = launcher(Kernel.GROUPED_GEMM_GATED, x2d)
             h, z = launch(x2d, fc1.weight.transpose(1, 2), offsets, bias=fc1.bias, act=act_op.act,
                           probs=probs, save_preact=keep_z, **act_op.kernel_args)
         else:
@@ -118,8 +113,7 @@ class GroupedMLP(Fusion):
             h = _activation(act_op, z, probs)
         if fc2_ctx.input_requires_grad:
             if isinstance(act_op, GatedActivation):
-                launch = pick(dy2d, ggg_bwd.grouped_gemm_dgrad_gated,
-                              ggg_bwd.reference_grouped_gemm_dgrad_gated)
+                launch = launcher(Kernel.GROUPED_GEMM_DGRAD_GATED, dy2d)
                 dz, dprobs, h = launch(dy2d, fc2_ctx.saved.weight, offsets, z, act=act_op.act,
                                        probs=probs, want_h=fc2_ctx.weight_requires_grad,
                                        out=dz_out, **act_op.kernel_args)

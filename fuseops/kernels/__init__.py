@@ -1,4 +1,17 @@
-"""Triton kernels and their launchers, each with a plain-torch reference beside it.
+"""Triton (and, on Hopper, Gluon) kernels with their launchers, each launcher with a
+plain-torch reference of the same signature beside it. This layer knows tensors only: no
+modules, recipes or fusions.
 
-This layer knows tensors only: no modules, recipes or fusions.
+| family | what |
+| --- | --- |
+| ``gemm/`` | GEMM main loops with their epilogues, dense and grouped (MoE), bf16 / fp16 / fp32 and quantized operands |
+| ``hopper/`` | the warp-specialized Gluon GEMMs for sm_90 (FP8 blockwise, bf16 grouped wgrad) and their pipeline pieces |
+| ``elementwise/`` | activations (plain and gated), norms, bias gradients, and their quantized-output variants |
+| ``quantization/`` | number formats, quantized operands, amax, the quantize cast, the producers' quantize epilogue |
+| ``moe/`` | MoE routing: permute token rows by expert, unpermute and combine |
+
+``dispatch.py`` is the one table that decides which implementation serves each operation
+(``python -m fuseops.kernels.dispatch`` prints it); ``_triton.py`` holds the helpers every
+kernel shares and is the only module that reads ``TRITON_INTERPRET``. Each family's
+docstring has a table of its kernels.
 """

@@ -15,8 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
 
 import torch
 import triton
@@ -55,14 +54,6 @@ def runs_triton(t: torch.Tensor) -> bool:
     if t.is_cuda:
         return True
     return INTERPRET and _cpu_kernels_depth > 0
-
-
-F = TypeVar("F", bound=Callable)
-
-
-def pick(t: torch.Tensor, launcher: F, reference: F) -> F:
-    """The launcher for tensors where Triton runs, else its torch reference."""
-    return launcher if runs_triton(t) else reference
 
 
 @functools.lru_cache(maxsize=None)

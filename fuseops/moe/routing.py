@@ -19,8 +19,7 @@ import os
 import torch
 from torch.autograd.function import once_differentiable
 
-from fuseops.kernels._triton import pick
-from fuseops.kernels.moe import permute as kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -60,8 +59,8 @@ def _check_expert_range(expert_ids: torch.Tensor, num_experts: int) -> None:
 class _Permute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, expert_ids, num_experts):
-        launcher = pick(x, kernels.permute, kernels.reference_permute)
-        x_sorted, split_sizes, row_map = launcher(x, expert_ids, num_experts)
+        launch = launcher(Kernel.PERMUTE, x)
+        x_sorted, split_sizes, row_map = launch(x, expert_ids, num_experts)
         ctx.mark_non_differentiable(split_sizes, row_map)
         ctx.save_for_backward(row_map)
         return x_sorted, split_sizes, row_map
@@ -71,15 +70,15 @@ class _Permute(torch.autograd.Function):
     def backward(ctx, dx_sorted, _split_sizes, _row_map):
         (row_map,) = ctx.saved_tensors
         # Each token's gradient is the plain sum of its K rows' gradients.
-        launcher = pick(dx_sorted, kernels.unpermute, kernels.reference_unpermute)
-        return launcher(dx_sorted.contiguous(), row_map, None), None, None
+        launch = launcher(Kernel.UNPERMUTE, dx_sorted)
+        return launch(dx_sorted.contiguous(), row_map, None), None, None
 
 
 class _Unpermute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y_sorted, row_map, weights):
-        launcher = pick(y_sorted, kernels.unpermute, kernels.reference_unpermute)
-        y = launcher(y_sorted, row_map, weights)
+        launch = launcher(Kernel.UNPERMUTE, y_sorted)
+        y = launch(y_sorted, row_map, weights)
         # y_sorted is needed only for the weights' gradient.
         keep = y_sorted if ctx.needs_input_grad[2] else None
         ctx.save_for_backward(row_map, weights, keep)
@@ -89,8 +88,8 @@ class _Unpermute(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         row_map, weights, y_sorted = ctx.saved_tensors
-        launcher = pick(dy, kernels.unpermute_bwd, kernels.reference_unpermute_bwd)
-        dy_sorted, dweights = launcher(dy.contiguous(), row_map, weights, y_sorted)
+        launch = launcher(Kernel.UNPERMUTE_BWD, dy)
+        dy_sorted, dweights = launch(dy.contiguous(), row_map, weights, y_sorted)
         return (dy_sorted if ctx.needs_input_grad[0] else None), None, dweights
 
 

@@ -7,8 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from fuseops.kernels._triton import pick
-from fuseops.kernels.elementwise import activation as kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.ops import _checks
 from fuseops.ops.contract import OpContext, OpGrads, Saved, activation
@@ -30,14 +29,14 @@ class ActivationOp(BasicOp):
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         if ctx.needs_backward:
             ctx.saved = ActivationSaved(x=x)
-        launch = pick(x, kernels.activation_fwd, kernels.reference_activation_fwd)
+        launch = launcher(Kernel.ACTIVATION_FWD, x)
         return launch(x.contiguous(), self.act, self.alpha), ()
 
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
         if not ctx.input_requires_grad:
             return OpGrads(None)
         x = ctx.saved.x
-        launch = pick(x, kernels.activation_bwd, kernels.reference_activation_bwd)
+        launch = launcher(Kernel.ACTIVATION_BWD, x)
         return OpGrads(launch(x.contiguous(), dy.contiguous(), self.act, self.alpha))
 
 

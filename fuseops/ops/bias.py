@@ -7,8 +7,7 @@ from typing import Any
 
 import torch
 
-from fuseops.kernels._triton import pick
-from fuseops.kernels.elementwise import bias_grad as bias_grad_kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops import _checks
 from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec
 from fuseops.ops.op import BasicOp
@@ -22,7 +21,7 @@ class BiasSaved(Saved):
 def reduce_bias_grad(dy: torch.Tensor, size: int) -> torch.Tensor:
     """Sum of ``dy`` over every leading dim: the gradient of a bias of ``size``."""
     dy2d = dy.reshape(-1, size)
-    launch = pick(dy2d, bias_grad_kernels.bias_grad, bias_grad_kernels.reference_bias_grad)
+    launch = launcher(Kernel.BIAS_GRAD, dy2d)
     return launch(dy2d.contiguous())
 
 

@@ -13,8 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from fuseops.kernels._triton import pick
-from fuseops.kernels.elementwise import gated_activation as kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.ops import _checks
 from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation
@@ -63,7 +62,7 @@ class GatedActivation(BasicOp):
         if ctx.needs_backward:
             ctx.saved = GatedSaved(x=x, probs=probs)
         x2d = x.reshape(-1, x.shape[-1]).contiguous()
-        launch = pick(x2d, kernels.gated_fwd, kernels.reference_gated_fwd)
+        launch = launcher(Kernel.GATED_FWD, x2d)
         y = launch(x2d, self.act, probs=probs, **self.kernel_args)
         return y.view(*x.shape[:-1], x.shape[-1] // 2), ()
 
@@ -71,7 +70,7 @@ class GatedActivation(BasicOp):
         saved: GatedSaved = ctx.saved
         x2d = saved.x.reshape(-1, saved.x.shape[-1]).contiguous()
         dy2d = dy.reshape(x2d.shape[0], -1).contiguous()
-        launch = pick(x2d, kernels.gated_bwd, kernels.reference_gated_bwd)
+        launch = launcher(Kernel.GATED_BWD, x2d)
         dx, dprobs = launch(x2d, dy2d, self.act, probs=saved.probs, **self.kernel_args)
         extras = (dprobs if ctx.extra_requires_grad[0] else None,) if self.scaled else ()
         return OpGrads(dx.view(saved.x.shape) if ctx.input_requires_grad else None, {}, extras)

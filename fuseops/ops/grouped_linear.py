@@ -15,9 +15,7 @@ from typing import Any
 
 import torch
 
-from fuseops.kernels._triton import pick
-from fuseops.kernels.gemm import grouped as gg
-from fuseops.kernels.gemm import grouped_wgrad as gw
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops import _checks
 from fuseops.ops._quantized import (
     QuantizedLinearSaved,
@@ -50,7 +48,7 @@ def device_offsets(split_sizes: Any, device: torch.device) -> torch.Tensor:
         split_sizes = torch.tensor(list(split_sizes), dtype=torch.int64)
     if split_sizes.device != device:
         split_sizes = split_sizes.to(device, non_blocking=True)
-    return pick(split_sizes, gg.group_offsets, gg.reference_group_offsets)(split_sizes)
+    return launcher(Kernel.GROUP_OFFSETS, split_sizes)(split_sizes)
 
 
 class GroupedLinear(BasicOp):
@@ -131,7 +129,7 @@ class GroupedLinear(BasicOp):
                 ctx.saved = saved
         else:
             self.save(ctx, x, offsets)
-            launch = pick(x2d, gg.grouped_gemm, gg.reference_grouped_gemm)
+            launch = launcher(Kernel.GROUPED_GEMM, x2d)
             y, _ = launch(x2d, self.weight.transpose(1, 2), offsets, bias=self.bias)
         return y.view(*x.shape[:-1], self.out_features), ()
 
@@ -140,7 +138,7 @@ class GroupedLinear(BasicOp):
         if not ctx.input_requires_grad:
             return None
         s: GroupedLinearSaved = ctx.saved
-        launch = pick(dy2d, gg.grouped_gemm, gg.reference_grouped_gemm)
+        launch = launcher(Kernel.GROUPED_GEMM, dy2d)
         dx, _ = launch(dy2d, s.weight, s.offsets, **epilogue)
         return dx
 
@@ -154,11 +152,11 @@ class GroupedLinear(BasicOp):
         if x2d is None:
             x2d = s.x.reshape(-1, self.in_features).contiguous()
         main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad else None
-        wgrad = pick(dy2d, gw.grouped_gemm_wgrad, gw.reference_grouped_gemm_wgrad)
+        wgrad = launcher(Kernel.GROUPED_GEMM_WGRAD, dy2d)
         dw = wgrad(dy2d, x2d, s.offsets, main_grad=main_grad)
         grads = {"weight": None if main_grad is not None else dw}
         if self.bias is not None:
-            grads["bias"] = pick(dy2d, gw.grouped_bias_grad, gw.reference_grouped_bias_grad)(dy2d, s.offsets)
+            grads["bias"] = launcher(Kernel.GROUPED_BIAS_GRAD, dy2d)(dy2d, s.offsets)
         return grads
 
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
@@ -180,7 +178,7 @@ class GroupedLinear(BasicOp):
         if ctx.weight_requires_grad:
             params["weight"] = dw
             if self.bias is not None:
-                params["bias"] = pick(dy2d, gw.grouped_bias_grad, gw.reference_grouped_bias_grad)(dy2d, ctx.saved.offsets)
+                params["bias"] = launcher(Kernel.GROUPED_BIAS_GRAD, dy2d)(dy2d, ctx.saved.offsets)
         if dx is not None:
             dx = dx.view(*dy.shape[:-1], self.in_features)
         return OpGrads(dx, params, (None,))

@@ -8,8 +8,7 @@ from typing import Any
 
 import torch
 
-from fuseops.kernels._triton import pick
-from fuseops.kernels.elementwise import norm as kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops import _checks
 from fuseops.ops.contract import (
     OpContext,
@@ -80,7 +79,7 @@ class LayerNorm(_Norm):
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         x2d = self._rows(x)
-        launch = pick(x2d, kernels.layernorm_fwd, kernels.reference_layernorm_fwd)
+        launch = launcher(Kernel.LAYERNORM_FWD, x2d)
         y, mean, rstd = launch(x2d, self.weight, self.bias, self.eps, self.zero_centered_gamma)
         if ctx.needs_backward:
             ctx.saved = NormSaved(x=x, mean=mean, rstd=rstd, weight=self.weight)
@@ -89,7 +88,7 @@ class LayerNorm(_Norm):
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
         s: NormSaved = ctx.saved
         x2d = self._rows(s.x)
-        launch = pick(x2d, kernels.layernorm_bwd, kernels.reference_layernorm_bwd)
+        launch = launcher(Kernel.LAYERNORM_BWD, x2d)
         dx, dw, db = launch(self._rows(dy), x2d, s.weight, s.mean, s.rstd, self.zero_centered_gamma)
         params = {"weight": dw, "bias": db} if ctx.weight_requires_grad else {}
         return OpGrads(dx.view(s.x.shape) if ctx.input_requires_grad else None, params)
@@ -108,7 +107,7 @@ class RMSNorm(_Norm):
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         x2d = self._rows(x)
-        launch = pick(x2d, kernels.rmsnorm_fwd, kernels.reference_rmsnorm_fwd)
+        launch = launcher(Kernel.RMSNORM_FWD, x2d)
         y, rstd = launch(x2d, self.weight, self.eps, self.zero_centered_gamma)
         if ctx.needs_backward:
             ctx.saved = NormSaved(x=x, rstd=rstd, weight=self.weight)
@@ -117,7 +116,7 @@ class RMSNorm(_Norm):
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
         s: NormSaved = ctx.saved
         x2d = self._rows(s.x)
-        launch = pick(x2d, kernels.rmsnorm_bwd, kernels.reference_rmsnorm_bwd)
+        launch = launcher(Kernel.RMSNORM_BWD, x2d)
         dx, dw = launch(self._rows(dy), x2d, s.weight, s.rstd, self.zero_centered_gamma)
         params = {"weight": dw} if ctx.weight_requires_grad else {}
         return OpGrads(dx.view(s.x.shape) if ctx.input_requires_grad else None, params)

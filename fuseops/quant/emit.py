@@ -21,9 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fuseops.kernels._triton import pick
-from fuseops.kernels.quantization import amax as ka
-from fuseops.kernels.quantization import quantize as kq
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.quantization.epilogue import Emitted, blocks_in_epilogue
 from fuseops.kernels.quantization.formats import tensor_qmax
 from fuseops.quant.recipes import QuantFormat, Recipe, TensorRole
@@ -88,11 +86,11 @@ def emitted_storage(plan: EmitPlan, emitted: Emitted, *, dtype: torch.dtype,
         y3 = emitted.y[None]
         encode = None
         if emitted.row_amax is not None:
-            scales = pick(y3, ka.tensor_scales, ka.reference_tensor_scales)
+            scales = launcher(Kernel.TENSOR_SCALES, y3)
             encode, tensor_scale = scales(_tensor_amax(emitted.row_amax, offsets), tensor_qmax(fmt.scaling, fmt.element))
         # The block formats' row-wise copy is already written; the cast adds what is missing.
         rowwise = emitted.data is None
-        bufs = pick(y3, kq.quantize, kq.reference_quantize)(
+        bufs = launcher(Kernel.QUANTIZE, y3)(
             y3, offsets, encode, scaling=fmt.scaling, element=fmt.element, block_2d=False,
             rowwise=rowwise, columnwise=plan.columnwise)
         if rowwise:

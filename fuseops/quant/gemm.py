@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from fuseops.kernels._triton import pick
-from fuseops.kernels.gemm import dense_scaled as gs
-from fuseops.kernels.gemm import grouped_scaled as ggs
-from fuseops.kernels.gemm import grouped_scaled_wgrad as ggsw
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 
 
@@ -57,9 +54,9 @@ def linear_forward(x: QuantizedTensor, weight: QuantizedTensor, *, bias: torch.T
     a, b = x.rowwise_operand(), weight.rowwise_operand()
     scaling = x.format.scaling
     if _grouped(x, weight, "x, weight"):
-        launch = pick(a.data, ggs.grouped_gemm_scaled, ggs.reference_grouped_gemm_scaled)
+        launch = launcher(Kernel.GROUPED_GEMM_SCALED, a.data)
         return launch(a, b, x.offsets, scaling=scaling, out_dtype=out_dtype, bias=bias)
-    y = pick(a.data, gs.gemm_scaled, gs.reference_gemm_scaled)(a, b, scaling=scaling, out_dtype=out_dtype, bias=bias)
+    y = launcher(Kernel.GEMM_SCALED, a.data)(a, b, scaling=scaling, out_dtype=out_dtype, bias=bias)
     return y.view(*x.shape[:-1], weight.shape[0])
 
 
@@ -80,9 +77,9 @@ def linear_dgrad(dy: QuantizedTensor, weight: QuantizedTensor, *, out_dtype: tor
     a, b = dy.rowwise_operand(), weight.columnwise_operand()
     scaling = dy.format.scaling
     if _grouped(dy, weight, "dy, weight"):
-        launch = pick(a.data, ggs.grouped_gemm_scaled, ggs.reference_grouped_gemm_scaled)
+        launch = launcher(Kernel.GROUPED_GEMM_SCALED, a.data)
         return launch(a, b, dy.offsets, scaling=scaling, out_dtype=out_dtype)
-    dx = pick(a.data, gs.gemm_scaled, gs.reference_gemm_scaled)(a, b, scaling=scaling, out_dtype=out_dtype)
+    dx = launcher(Kernel.GEMM_SCALED, a.data)(a, b, scaling=scaling, out_dtype=out_dtype)
     return dx.view(*dy.shape[:-1], weight.shape[-1])
 
 
@@ -105,7 +102,7 @@ def linear_wgrad(dy: QuantizedTensor, x: QuantizedTensor, *, out_dtype: torch.dt
     a, b = dy.columnwise_operand(), x.columnwise_operand()
     scaling = dy.format.scaling
     if isinstance(dy, GroupedQuantizedTensor):
-        launch = pick(a.data, ggsw.grouped_gemm_scaled_wgrad, ggsw.reference_grouped_gemm_scaled_wgrad)
+        launch = launcher(Kernel.GROUPED_GEMM_SCALED_WGRAD, a.data)
         return launch(a, b, dy.offsets, scaling=scaling, out_dtype=out_dtype, main_grad=main_grad)
-    launch = pick(a.data, gs.gemm_scaled, gs.reference_gemm_scaled)
+    launch = launcher(Kernel.GEMM_SCALED, a.data)
     return launch(a, b, scaling=scaling, out_dtype=out_dtype, main_grad=main_grad)

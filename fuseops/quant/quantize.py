@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from fuseops.kernels._triton import pick
-from fuseops.kernels.quantization import amax as ka
-from fuseops.kernels.quantization import quantize as kq
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.quantization.formats import Scaling, tensor_qmax
 from fuseops.quant.recipes import QuantFormat, Recipe, TensorRole, as_role, check_recipe
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
@@ -86,15 +84,15 @@ def quantize(
         x3, tensors = x.reshape(1, -1, C), 1
     encode = tensor_scale = None
     if fmt.scaling in (Scaling.TENSOR, Scaling.NVFP4):
-        amax = pick(x3, ka.amax, ka.reference_amax)(x3, offsets, tensors)
-        scales = pick(x3, ka.tensor_scales, ka.reference_tensor_scales)
+        amax = launcher(Kernel.AMAX, x3)(x3, offsets, tensors)
+        scales = launcher(Kernel.TENSOR_SCALES, x3)
         encode, tensor_scale = scales(amax, tensor_qmax(fmt.scaling, fmt.element))
     # Row-wise blocks never cross rows, so without the column-wise copy (whose layout is per
     # group) a block format's grouped rows quantize as plain rows: the dense kernel's tiles
     # need not stop at group edges (H100, bf16 [16384, 4096] in 8 groups, of copy bandwidth: FP8
     # blockwise 0.73 -> 0.89, MXFP8 0.83 -> 0.92).
     kernel_offsets = None if fmt.scaling in (Scaling.BLOCK, Scaling.MX) and not columnwise else offsets
-    launch = pick(x3, kq.quantize, kq.reference_quantize)
+    launch = launcher(Kernel.QUANTIZE, x3)
     bufs = launch(x3, kernel_offsets, encode, scaling=fmt.scaling, element=fmt.element, block_2d=fmt.block_2d,
                   rowwise=rowwise, columnwise=columnwise)
     common = {"format": fmt, "shape": x.shape, "dtype": x.dtype, "tensor_scale": tensor_scale}

@@ -8,9 +8,8 @@ import pytest
 import torch
 
 import fuseops
-from fuseops.kernels._triton import INTERPRET, interpreted_kernels, pick
-from fuseops.kernels.elementwise import activation_quantize as aq
-from fuseops.kernels.elementwise import norm_quantize as nq
+from fuseops.kernels._triton import INTERPRET, interpreted_kernels
+from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.quant import recipes
 from fuseops.quant.emit import EmitPlan, emitted_storage
@@ -27,8 +26,8 @@ PATHS = ["reference"] + (["kernels"] if INTERPRET else [])
 def _producers(x):
     """(name, launch(x, **kernel_args) -> Emitted): an RMSNorm and a gated activation."""
     weight = torch.randn(x.shape[1], dtype=x.dtype)
-    norm = pick(x, nq.rmsnorm_quantize_fwd, nq.reference_rmsnorm_quantize_fwd)
-    gated = pick(x, aq.gated_quantize_fwd, aq.reference_gated_quantize_fwd)
+    norm = launcher(Kernel.RMSNORM_QUANTIZE_FWD, x)
+    gated = launcher(Kernel.GATED_QUANTIZE_FWD, x)
     return [
         ("rmsnorm", lambda **kw: norm(x, weight, 1e-5, **kw)[0]),
         ("swiglu", lambda **kw: gated(x, Activation.SILU, **kw)),

@@ -35,7 +35,6 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from fuseops.kernels._triton import INTERPRET, device_sms, dot
 from fuseops.kernels.gemm.dense import swizzle, tma_ok
 from fuseops.kernels.gemm.grouped import GemmConfig
-from fuseops.kernels.hopper import blockwise as blockwise_hopper
 from fuseops.kernels.quantization.formats import (
     Scaling,
     reference_dequantize,
@@ -205,13 +204,6 @@ def gemm_scaled(
     Returns:
         y [M, N].
     """
-    if scaling == Scaling.BLOCK and a.rows_per_scale == 1:
-        M, N = a.data.shape[0], b.data.shape[0]
-        if main_grad is None:
-            out = out if out is not None else torch.empty(M, N, dtype=out_dtype, device=a.data.device)
-        y = main_grad if main_grad is not None else out
-        if M and N and b.data.is_contiguous() and blockwise_hopper.usable(a.data, b.data, y):
-            return blockwise_hopper.dense_blockwise(a, b, y, bias, accumulate=main_grad is not None)
     cfg = pick_config(scaling, tma_ok(a.data, b.data), main_grad is not None or out_dtype == torch.float32)
     return launch_gemm_scaled(a, b, scaling, out_dtype, bias, main_grad, out, cfg)
 

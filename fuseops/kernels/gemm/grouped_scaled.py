@@ -18,8 +18,6 @@ hopper/blockwise.py instead (1.6-1.7x this one at E=8 T=16384 4096x14336, H100).
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import triton
 import triton.language as tl
@@ -40,7 +38,6 @@ from fuseops.kernels.gemm.grouped import (
     group_tile,
     persistent_programs,
 )
-from fuseops.kernels.hopper import blockwise as blockwise_hopper
 from fuseops.kernels.hopper.pipeline import dummy_or
 from fuseops.kernels.quantization.formats import Scaling
 
@@ -169,12 +166,6 @@ def grouped_gemm_scaled(
         y [M, N].
     """
     b_mem = b.data if b.data.stride(2) == 1 else b.data.contiguous()
-    if scaling == Scaling.BLOCK:
-        M, N = a.data.shape[0], b.data.shape[1]
-        y = out if out is not None else torch.empty(M, N, dtype=out_dtype, device=a.data.device)
-        if M and N and b_mem.is_contiguous() and blockwise_hopper.usable(a.data, b_mem, y):
-            return blockwise_hopper.grouped_blockwise(a, dataclasses.replace(b, data=b_mem), offsets, y, bias)
-        out = y
     cfg = pick_config(scaling, tma_ok(a.data, b_mem), out_dtype == torch.float32)
     return launch_grouped_gemm_scaled(a, b, offsets, scaling, out_dtype, bias, out, cfg)
 

@@ -33,8 +33,6 @@ from fuseops.kernels.gemm.dense_scaled import (
 from fuseops.kernels.gemm.grouped import GemmConfig, persistent_programs
 from fuseops.kernels.gemm.grouped_scaled import bytes_per_step
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
-from fuseops.kernels.hopper import blockwise as blockwise_hopper
-from fuseops.kernels.hopper import blockwise_wgrad as blockwise_hopper_wgrad
 from fuseops.kernels.hopper.pipeline import dummy_or
 from fuseops.kernels.quantization.formats import (
     Scaling,
@@ -137,13 +135,6 @@ def grouped_gemm_scaled_wgrad(
     Returns:
         dw [G, N, K].
     """
-    G, N, K = offsets.shape[0] - 1, a.data.shape[0], b.data.shape[0]
-    if scaling == Scaling.BLOCK and G and N and K and blockwise_hopper.usable(a.data, b.data):
-        if main_grad is None and out is None:
-            out = torch.empty(G, N, K, dtype=out_dtype, device=a.data.device)
-        return blockwise_hopper_wgrad.grouped_blockwise_wgrad(a, b, offsets,
-                                                              main_grad if main_grad is not None else out,
-                                                              accumulate=main_grad is not None)
     return launch_grouped_gemm_scaled_wgrad(a, b, offsets, scaling, out_dtype, main_grad, out,
                                             pick_wgrad_config(scaling, main_grad is not None))
 

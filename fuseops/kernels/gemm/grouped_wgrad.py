@@ -30,7 +30,6 @@ from fuseops.kernels.gemm.grouped import (
     tma_ok,
 )
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
-from fuseops.kernels.hopper import wgrad as hopper
 
 
 def _configs() -> dict[str, GemmConfig]:
@@ -153,8 +152,6 @@ def grouped_gemm_wgrad(
     Returns:
         ``dw`` [G, N, K], or ``main_grad`` after the accumulation.
     """
-    if hopper.usable(dy, x, main_grad, out):
-        return hopper.grouped_wgrad_hopper(dy, x, offsets, main_grad, out)
     cfg = pick_wgrad_config(x.dtype, tma_ok(dy, x), main_grad is not None)
     # The kernels address dw with a unit last stride: other layouts go through a staging copy.
     if main_grad is not None and main_grad.stride(-1) != 1:

@@ -1,0 +1,12 @@
+"""Warp-specialized Gluon GEMMs for Hopper (sm_90 only; never under the interpreter): a TMA
+producer warp fills a ring of shared-memory stages, two consumer warpgroups run the wgmma
+of each tile's two halves. The dispatch table routes calls here when ``serves*`` holds
+(TMA-ready operands, the format); elsewhere gemm/'s Triton kernels run.
+
+| module | launcher (dispatch row) | computes | formats | reference |
+| --- | --- | --- | --- | --- |
+| ``blockwise`` | ``gemm_scaled``, ``grouped_gemm_scaled`` | dense / grouped FP8 GEMM, 1x128 and 128x128 scales rescaled per 128-long K step | FP8 blockwise | gemm/dense_scaled's / grouped_scaled's references |
+| ``blockwise_wgrad`` | ``grouped_gemm_scaled_wgrad`` | grouped FP8 blockwise weight gradient over the padded grouped layout | FP8 blockwise | gemm/grouped_scaled_wgrad's reference |
+| ``wgrad`` | ``grouped_gemm_wgrad`` | grouped weight gradient, written or added into float32 ``main_grad`` | bf16 / fp16 | gemm/grouped_wgrad's reference |
+| ``pipeline`` | - | tile walk, ring, load / MMA steps, TMA store, layouts, ``on_sm90`` | - | - |
+"""

@@ -47,6 +47,7 @@ from fuseops.kernels.hopper.pipeline import (
     start_walk,
     total_tiles,
 )
+from fuseops.kernels.quantization.formats import Scaling
 from fuseops.kernels.quantization.operand import Operand
 
 STAGES = 4
@@ -209,3 +210,54 @@ def dense_blockwise(a: Operand, b: Operand, y: torch.Tensor, bias: torch.Tensor 
     b = dataclasses.replace(b, data=b.data.unsqueeze(0), scale=b.scale.unsqueeze(0),
                             outer=None if b.outer is None else b.outer.view(1, -1))
     return grouped_blockwise(a, b, offsets, y, None if bias is None else bias.view(1, -1), accumulate)
+
+
+def _ready(t: torch.Tensor | None, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """``t``, or a stand-in with the layout of a fresh contiguous allocation (no memory)."""
+    return t if t is not None else torch.empty(shape, dtype=dtype, device="meta")
+
+
+def serves_gemm_scaled(a: Operand, b: Operand, *, scaling: Scaling, out_dtype: torch.dtype,
+                       bias: torch.Tensor | None = None, main_grad: torch.Tensor | None = None,
+                       out: torch.Tensor | None = None) -> bool:
+    """The dispatch table's sm_90 row for gemm/dense_scaled.py's ``gemm_scaled``: FP8
+    blockwise with 1x128 scales on ``a`` and every operand TMA-ready."""
+    M, N = a.data.shape[0], b.data.shape[0]
+    if scaling != Scaling.BLOCK or a.rows_per_scale != 1 or not (M and N) or not b.data.is_contiguous():
+        return False
+    y = main_grad if main_grad is not None else _ready(out, (M, N), out_dtype)
+    return usable(a.data, b.data, y)
+
+
+def gemm_scaled(a: Operand, b: Operand, *, scaling: Scaling, out_dtype: torch.dtype,
+                bias: torch.Tensor | None = None, main_grad: torch.Tensor | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+    """gemm/dense_scaled.py's ``gemm_scaled`` (same arguments) on this kernel."""
+    y = main_grad
+    if y is None:
+        y = out if out is not None else torch.empty(a.data.shape[0], b.data.shape[0], dtype=out_dtype,
+                                                    device=a.data.device)
+    return dense_blockwise(a, b, y, bias, accumulate=main_grad is not None)
+
+
+def serves_grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, *, scaling: Scaling,
+                               out_dtype: torch.dtype, bias: torch.Tensor | None = None,
+                               out: torch.Tensor | None = None) -> bool:
+    """The dispatch table's sm_90 row for gemm/grouped_scaled.py's ``grouped_gemm_scaled``: FP8
+    blockwise with every operand TMA-ready (a weight strided along K is read from a
+    contiguous copy, as the Triton launcher reads it)."""
+    M, N = a.data.shape[0], b.data.shape[1]
+    if scaling != Scaling.BLOCK or not (M and N):
+        return False
+    b_mem = b.data if b.data.stride(2) == 1 else _ready(None, tuple(b.data.shape), b.data.dtype)
+    return b_mem.is_contiguous() and usable(a.data, b_mem, _ready(out, (M, N), out_dtype))
+
+
+def grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, *, scaling: Scaling,
+                        out_dtype: torch.dtype, bias: torch.Tensor | None = None,
+                        out: torch.Tensor | None = None) -> torch.Tensor:
+    """gemm/grouped_scaled.py's ``grouped_gemm_scaled`` (same arguments) on this kernel."""
+    b_mem = b.data if b.data.stride(2) == 1 else b.data.contiguous()
+    y = out if out is not None else torch.empty(a.data.shape[0], b.data.shape[1], dtype=out_dtype,
+                                                device=a.data.device)
+    return grouped_blockwise(a, dataclasses.replace(b, data=b_mem), offsets, y, bias)

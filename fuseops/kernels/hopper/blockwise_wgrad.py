@@ -24,6 +24,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.grouped import persistent_programs
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
+from fuseops.kernels.hopper.blockwise import usable
 from fuseops.kernels.hopper.pipeline import (
     BLOCK,
     CONSUMER_REGS,
@@ -39,7 +40,7 @@ from fuseops.kernels.hopper.pipeline import (
     spread_layout,
     store_tile,
 )
-from fuseops.kernels.quantization.formats import group_first_position
+from fuseops.kernels.quantization.formats import Scaling, group_first_position
 from fuseops.kernels.quantization.operand import Operand
 
 # Ring stages by ``accumulate``. Writing dw: 5 (+1-14 % over 4 at the MoE shapes, H100; 225 KB
@@ -172,3 +173,21 @@ def grouped_blockwise_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: t
         STAGES=RING_STAGES[accumulate], N_FASTEST=along_n, num_warps=4,
     )
     return dw
+
+
+def serves(a: Operand, b: Operand, offsets: torch.Tensor, *, scaling: Scaling, out_dtype: torch.dtype,
+           main_grad: torch.Tensor | None = None, out: torch.Tensor | None = None) -> bool:
+    """The dispatch table's sm_90 row: FP8 blockwise with TMA-ready operands and a non-empty dw."""
+    G, N, K = offsets.shape[0] - 1, a.data.shape[0], b.data.shape[0]
+    return scaling == Scaling.BLOCK and bool(G and N and K) and usable(a.data, b.data)
+
+
+def grouped_gemm_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, *, scaling: Scaling,
+                              out_dtype: torch.dtype, main_grad: torch.Tensor | None = None,
+                              out: torch.Tensor | None = None) -> torch.Tensor:
+    """gemm/grouped_scaled_wgrad.py's ``grouped_gemm_scaled_wgrad`` (same arguments) on this kernel."""
+    if main_grad is None and out is None:
+        out = torch.empty(offsets.shape[0] - 1, a.data.shape[0], b.data.shape[0], dtype=out_dtype,
+                          device=a.data.device)
+    return grouped_blockwise_wgrad(a, b, offsets, main_grad if main_grad is not None else out,
+                                   accumulate=main_grad is not None)

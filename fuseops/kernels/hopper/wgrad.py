@@ -223,3 +223,15 @@ def grouped_wgrad_hopper(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tenso
         ACCUMULATE=accumulate, NUM_PROGRAMS=programs, STAGES=STAGES[accumulate], N_FASTEST=along_n, num_warps=4,
     )
     return dw
+
+
+def serves(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, *,
+           main_grad: torch.Tensor | None = None, out: torch.Tensor | None = None) -> bool:
+    """The dispatch table's sm_90 row: whether this kernel takes the call (``usable``)."""
+    return usable(dy, x, main_grad, out)
+
+
+def grouped_gemm_wgrad(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, *,
+                       main_grad: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """gemm/grouped_wgrad.py's ``grouped_gemm_wgrad`` (same arguments) on this kernel."""
+    return grouped_wgrad_hopper(dy, x, offsets, main_grad, out)

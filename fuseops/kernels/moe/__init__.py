@@ -1,0 +1,8 @@
+"""MoE routing kernels (``fuseops.moe.routing`` runs them). Triton, any CUDA GPU and the
+interpreter; rows float32, float16 or bfloat16; expert ids int32 / int64; no host sync.
+
+| module | launchers | computes | reference |
+| --- | --- | --- | --- |
+| ``permute`` | ``permute`` | token rows grouped by expert: ``x_sorted`` [T*K, H], split sizes [E], ``row_map`` [T, K] | ``reference_permute`` |
+| ``permute`` | ``unpermute``, ``unpermute_bwd`` | the weighted top-k combine back per token, and its gradients for rows and weights | ``reference_unpermute``, ``reference_unpermute_bwd`` |
+"""

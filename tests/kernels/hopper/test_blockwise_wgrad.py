@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fuseops.kernels.dispatch import Kernel
 from fuseops.kernels.gemm.grouped_scaled_wgrad import (
-    grouped_gemm_scaled_wgrad,
     launch_grouped_gemm_scaled_wgrad,
     pick_wgrad_config,
 )
@@ -18,8 +18,11 @@ from fuseops.kernels.hopper import blockwise as hopper
 from fuseops.kernels.hopper.blockwise_wgrad import grouped_blockwise_wgrad
 from fuseops.kernels.quantization.formats import Element, Scaling
 from fuseops.kernels.quantization.operand import Operand
-from tests.helpers import SM90_ONLY, poison_
+from tests.helpers import SM90_ONLY, dispatched, poison_
 from tests.kernels.hopper.test_blockwise import SHAPES, SPLITS, _rows
+
+# The launchers as ops reach them: through the dispatch table (the Gluon kernels on sm_90).
+grouped_gemm_scaled_wgrad = dispatched(Kernel.GROUPED_GEMM_SCALED_WGRAD)
 
 pytestmark = SM90_ONLY
 

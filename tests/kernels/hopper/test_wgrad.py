@@ -10,15 +10,24 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fuseops.kernels.dispatch import Kernel
 from fuseops.kernels.gemm.grouped import group_offsets
 from fuseops.kernels.gemm.grouped_wgrad import (
-    grouped_gemm_wgrad,
     launch_grouped_gemm_wgrad,
     pick_wgrad_config,
     reference_grouped_gemm_wgrad,
 )
 from fuseops.kernels.hopper import wgrad as hopper
-from tests.helpers import HOPPER_SPLITS, SM90_ONLY, assert_close_rel, poison_
+from tests.helpers import (
+    HOPPER_SPLITS,
+    SM90_ONLY,
+    assert_close_rel,
+    dispatched,
+    poison_,
+)
+
+# The launchers as ops reach them: through the dispatch table (the Gluon kernels on sm_90).
+grouped_gemm_wgrad = dispatched(Kernel.GROUPED_GEMM_WGRAD)
 
 pytestmark = SM90_ONLY
 

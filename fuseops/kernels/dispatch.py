@@ -1,0 +1,223 @@
+"""The one dispatch table: which implementation serves each kernel-level operation.
+
+Ops, fusions and the quantized GEMMs never choose between a Triton kernel, a Hopper Gluon
+kernel and a torch reference themselves: they ask ``launcher(Kernel.X, t)`` and call what
+it returns with the launcher's arguments. ``TABLE`` holds the choice as data, one ``Route``
+a row, tried in order; ``describe()`` (or ``python -m fuseops.kernels.dispatch``) prints it.
+
+Where a tensor's work runs (``backend_of``):
+
+- ``Backend.TORCH``: the torch reference of the same signature (``reference_*`` beside
+  each launcher): CPU tensors, and float64 anywhere (the dtype of oracles).
+- ``Backend.TRITON``: the Triton kernels: CUDA tensors, and CPU tensors inside
+  ``interpreted_kernels()`` (the tests, through the interpreter).
+- ``Backend.SM90``: CUDA on an sm_90 GPU (H100 / H200): the warp-specialized Gluon kernels
+  where their row's ``when`` holds for the call's arguments (TMA-ready operands, the
+  format), then the ``TRITON`` rows.
+
+Dense GEMMs without an epilogue (``Linear``'s forward, dgrad and wgrad) are cuBLAS through
+``torch`` on every backend; they have no row here. Each family's ``__init__`` docstring
+says what its kernels compute, in which dtypes, recipes and architectures.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fuseops.kernels._triton import runs_triton
+from fuseops.kernels.elementwise import (
+    activation,
+    activation_quantize,
+    bias_grad,
+    gated_activation,
+    norm,
+    norm_quantize,
+)
+from fuseops.kernels.gemm import (
+    dense,
+    dense_gated,
+    dense_scaled,
+    group_offsets,
+    grouped,
+    grouped_gated,
+    grouped_gated_bwd,
+    grouped_scaled,
+    grouped_scaled_act,
+    grouped_scaled_wgrad,
+    grouped_wgrad,
+)
+from fuseops.kernels.hopper import blockwise, blockwise_wgrad, pipeline, wgrad
+from fuseops.kernels.moe import permute
+from fuseops.kernels.quantization import amax, quantize
+
+
+class Backend(enum.Enum):
+    TORCH = "torch reference"
+    TRITON = "triton"
+    SM90 = "gluon sm_90"
+
+
+class Kernel(enum.Enum):
+    """Kernel-level operations, by family (the launcher's name)."""
+
+    # elementwise/
+    ACTIVATION_FWD = "activation_fwd"
+    ACTIVATION_BWD = "activation_bwd"
+    ACTIVATION_BWD_DBIAS = "activation_bwd_dbias"
+    GATED_FWD = "gated_fwd"
+    GATED_BWD = "gated_bwd"
+    BIAS_GRAD = "bias_grad"
+    LAYERNORM_FWD = "layernorm_fwd"
+    LAYERNORM_BWD = "layernorm_bwd"
+    RMSNORM_FWD = "rmsnorm_fwd"
+    RMSNORM_BWD = "rmsnorm_bwd"
+    ACTIVATION_QUANTIZE_FWD = "activation_quantize_fwd"
+    GATED_QUANTIZE_FWD = "gated_quantize_fwd"
+    LAYERNORM_QUANTIZE_FWD = "layernorm_quantize_fwd"
+    RMSNORM_QUANTIZE_FWD = "rmsnorm_quantize_fwd"
+    # gemm/ (and hopper/ on sm_90)
+    GEMM = "gemm"
+    GEMM_GATED = "gemm_gated"
+    GEMM_SCALED = "gemm_scaled"
+    GROUP_OFFSETS = "group_offsets"
+    GROUPED_GEMM = "grouped_gemm"
+    GROUPED_GEMM_GATED = "grouped_gemm_gated"
+    GROUPED_GEMM_DGRAD_GATED = "grouped_gemm_dgrad_gated"
+    GROUPED_GEMM_WGRAD = "grouped_gemm_wgrad"
+    GROUPED_BIAS_GRAD = "grouped_bias_grad"
+    GROUPED_GEMM_SCALED = "grouped_gemm_scaled"
+    GROUPED_GEMM_SCALED_ACT = "grouped_gemm_scaled_act"
+    GROUPED_GEMM_SCALED_WGRAD = "grouped_gemm_scaled_wgrad"
+    # quantization/
+    AMAX = "amax"
+    TENSOR_SCALES = "tensor_scales"
+    QUANTIZE = "quantize"
+    # moe/
+    PERMUTE = "permute"
+    UNPERMUTE = "unpermute"
+    UNPERMUTE_BWD = "unpermute_bwd"
+
+
+@dataclass(frozen=True)
+class Route:
+    """One row: on ``backend``, ``runs`` serves ``kernel`` when ``when(*args, **kwargs)``
+    holds for the call (``None``: always). ``why`` is the measurement or reason behind it."""
+
+    kernel: Kernel
+    backend: Backend
+    runs: Callable[..., Any]
+    when: Callable[..., bool] | None = None
+    why: str = ""
+
+
+def _launcher_and_reference(module: Any, name: str, kernel: Kernel, why: str = "") -> tuple[Route, Route]:
+    return (
+        Route(kernel, Backend.TRITON, getattr(module, name), None, why),
+        Route(kernel, Backend.TORCH, getattr(module, f"reference_{name}"), None, "the spec; CPU and float64"),
+    )
+
+
+# On sm_90 the Gluon rows come first; everything else has one Triton and one torch row.
+TABLE: tuple[Route, ...] = (
+    Route(Kernel.GEMM_SCALED, Backend.SM90, blockwise.gemm_scaled, blockwise.serves_gemm_scaled,
+          "FP8 blockwise, TMA-ready operands: 1.3-1.7x the Triton kernel (H100, 16384x4096x14336)"),
+    Route(Kernel.GROUPED_GEMM_SCALED, Backend.SM90, blockwise.grouped_gemm_scaled,
+          blockwise.serves_grouped_gemm_scaled,
+          "FP8 blockwise, TMA-ready operands: 1.6-1.7x the Triton kernel (H100, E=8 T=16384 4096x14336)"),
+    Route(Kernel.GROUPED_GEMM_SCALED_WGRAD, Backend.SM90, blockwise_wgrad.grouped_gemm_scaled_wgrad,
+          blockwise_wgrad.serves, "FP8 blockwise wgrad: 846-923 against 453 TFLOP/s Triton (H100, Mixtral FC1)"),
+    Route(Kernel.GROUPED_GEMM_WGRAD, Backend.SM90, wgrad.grouped_gemm_wgrad, wgrad.serves,
+          "bf16 / fp16 wgrad: 1.02-1.31x the Triton kernel (H100, 4 shapes x 2 routings)"),
+    *_launcher_and_reference(activation, "activation_fwd", Kernel.ACTIVATION_FWD),
+    *_launcher_and_reference(activation, "activation_bwd", Kernel.ACTIVATION_BWD),
+    *_launcher_and_reference(activation, "activation_bwd_dbias", Kernel.ACTIVATION_BWD_DBIAS),
+    *_launcher_and_reference(gated_activation, "gated_fwd", Kernel.GATED_FWD),
+    *_launcher_and_reference(gated_activation, "gated_bwd", Kernel.GATED_BWD),
+    *_launcher_and_reference(bias_grad, "bias_grad", Kernel.BIAS_GRAD),
+    *_launcher_and_reference(norm, "layernorm_fwd", Kernel.LAYERNORM_FWD),
+    *_launcher_and_reference(norm, "layernorm_bwd", Kernel.LAYERNORM_BWD),
+    *_launcher_and_reference(norm, "rmsnorm_fwd", Kernel.RMSNORM_FWD),
+    *_launcher_and_reference(norm, "rmsnorm_bwd", Kernel.RMSNORM_BWD),
+    *_launcher_and_reference(activation_quantize, "activation_quantize_fwd", Kernel.ACTIVATION_QUANTIZE_FWD),
+    *_launcher_and_reference(activation_quantize, "gated_quantize_fwd", Kernel.GATED_QUANTIZE_FWD),
+    *_launcher_and_reference(norm_quantize, "layernorm_quantize_fwd", Kernel.LAYERNORM_QUANTIZE_FWD),
+    *_launcher_and_reference(norm_quantize, "rmsnorm_quantize_fwd", Kernel.RMSNORM_QUANTIZE_FWD),
+    *_launcher_and_reference(dense, "gemm", Kernel.GEMM, "bias / activation / residual epilogues; cuBLAS parity at 4096-14336 (linear.py)"),
+    *_launcher_and_reference(dense_gated, "gemm_gated", Kernel.GEMM_GATED),
+    *_launcher_and_reference(dense_scaled, "gemm_scaled", Kernel.GEMM_SCALED),
+    *_launcher_and_reference(group_offsets, "group_offsets", Kernel.GROUP_OFFSETS),
+    *_launcher_and_reference(grouped, "grouped_gemm", Kernel.GROUPED_GEMM, "1.01-1.42x torch._grouped_mm (grouped_gemm.py)"),
+    *_launcher_and_reference(grouped_gated, "grouped_gemm_gated", Kernel.GROUPED_GEMM_GATED),
+    *_launcher_and_reference(grouped_gated_bwd, "grouped_gemm_dgrad_gated", Kernel.GROUPED_GEMM_DGRAD_GATED),
+    *_launcher_and_reference(grouped_wgrad, "grouped_gemm_wgrad", Kernel.GROUPED_GEMM_WGRAD),
+    *_launcher_and_reference(grouped_wgrad, "grouped_bias_grad", Kernel.GROUPED_BIAS_GRAD),
+    *_launcher_and_reference(grouped_scaled, "grouped_gemm_scaled", Kernel.GROUPED_GEMM_SCALED),
+    *_launcher_and_reference(grouped_scaled_act, "grouped_gemm_scaled_act", Kernel.GROUPED_GEMM_SCALED_ACT),
+    *_launcher_and_reference(grouped_scaled_wgrad, "grouped_gemm_scaled_wgrad", Kernel.GROUPED_GEMM_SCALED_WGRAD),
+    *_launcher_and_reference(amax, "amax", Kernel.AMAX),
+    *_launcher_and_reference(amax, "tensor_scales", Kernel.TENSOR_SCALES),
+    *_launcher_and_reference(quantize, "quantize", Kernel.QUANTIZE),
+    *_launcher_and_reference(permute, "permute", Kernel.PERMUTE),
+    *_launcher_and_reference(permute, "unpermute", Kernel.UNPERMUTE),
+    *_launcher_and_reference(permute, "unpermute_bwd", Kernel.UNPERMUTE_BWD),
+)
+
+
+def backend_of(t: torch.Tensor) -> Backend:
+    """Where work on ``t`` runs (module docstring)."""
+    if not runs_triton(t):
+        return Backend.TORCH
+    return Backend.SM90 if pipeline.on_sm90(t) else Backend.TRITON
+
+
+# Rows that may serve a backend: sm_90 falls through to the Triton rows.
+_FALLS_TO = {Backend.TORCH: (Backend.TORCH,), Backend.TRITON: (Backend.TRITON,),
+             Backend.SM90: (Backend.SM90, Backend.TRITON)}
+
+
+@functools.cache
+def _routes(kernel: Kernel, backend: Backend) -> tuple[Route, ...]:
+    return tuple(r for b in _FALLS_TO[backend] for r in TABLE if r.kernel is kernel and r.backend is b)
+
+
+def _first_serving(routes: tuple[Route, ...], *args: Any, **kwargs: Any) -> Any:
+    for route in routes:
+        if route.when is None or route.when(*args, **kwargs):
+            return route.runs(*args, **kwargs)
+    raise LookupError(f"no route serves {routes[0].kernel} for these arguments")
+
+
+@functools.cache
+def _callable(kernel: Kernel, backend: Backend) -> Callable[..., Any]:
+    routes = _routes(kernel, backend)
+    if not routes:
+        raise LookupError(f"dispatch TABLE has no {backend.value} route for {kernel}")
+    if routes[0].when is None:
+        return routes[0].runs
+    # The first row depends on the call's arguments: decide per call, rows in order.
+    return functools.partial(_first_serving, routes)
+
+
+def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
+    """What serves ``kernel`` for work on ``t``: call it with the launcher's arguments."""
+    return _callable(kernel, backend_of(t))
+
+
+def describe() -> str:
+    """``TABLE`` as text: one line a row, in the order rows are tried."""
+    lines = [f"{'kernel':<26} {'backend':<16} {'runs':<58} {'when':<28} why"]
+    for r in TABLE:
+        runs = f"{r.runs.__module__.removeprefix('fuseops.kernels.')}.{r.runs.__name__}"
+        when = "always" if r.when is None else r.when.__name__
+        lines.append(f"{r.kernel.value:<26} {r.backend.value:<16} {runs:<58} {when:<28} {r.why}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(describe())
