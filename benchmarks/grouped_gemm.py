@@ -24,17 +24,8 @@ from pathlib import Path
 import torch
 import triton
 
-from fuseops.kernels.gemm.grouped import (
-    GemmConfig,
-    group_offsets,
-    launch_grouped_gemm,
-    pick_config,
-)
-from fuseops.kernels.gemm.grouped_wgrad import (
-    grouped_gemm_wgrad,
-    launch_grouped_gemm_wgrad,
-    pick_wgrad_config,
-)
+from fuseops.kernels.gemm.grouped import GemmConfig, group_offsets, launch_grouped_gemm, pick_config
+from fuseops.kernels.gemm.grouped_wgrad import grouped_gemm_wgrad, launch_grouped_gemm_wgrad, pick_wgrad_config
 
 SHAPES = [(8, 16384, 4096, 14336), (32, 16384, 4096, 2048), (64, 32768, 2048, 1408), (128, 65536, 2048, 768)]
 ROUTINGS = ("uniform", "skewed")

@@ -15,14 +15,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.moe_layer import (
-    IMPLS,
-    SHAPES,
-    forward_backward,
-    implementations,
-    make_case,
-    set_grads_to_none,
-)
+from benchmarks.moe_layer import IMPLS, SHAPES, forward_backward, implementations, make_case, set_grads_to_none
 
 
 def kernel_times(step, case, steps: int, warmup_s: float) -> tuple[dict[str, float], float]:

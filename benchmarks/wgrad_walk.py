@@ -19,11 +19,7 @@ from fuseops.kernels.gemm.grouped import group_offsets
 from fuseops.kernels.gemm.grouped_wgrad import reference_grouped_gemm_wgrad
 from fuseops.kernels.gemm.wgrad_walk import n_fastest
 from fuseops.kernels.hopper.blockwise_wgrad import grouped_blockwise_wgrad
-from fuseops.kernels.hopper.wgrad import (
-    BLOCK_K,
-    BLOCK_N,
-    grouped_wgrad_hopper,
-)
+from fuseops.kernels.hopper.wgrad import BLOCK_K, BLOCK_N, grouped_wgrad_hopper
 from fuseops.kernels.quantization.operand import Operand
 
 # name: (E, rows routed, H, I)

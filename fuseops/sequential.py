@@ -8,13 +8,7 @@ from typing import Any
 import torch
 
 from fuseops.fuser import PlanCache, plan_config
-from fuseops.ops.executor.execute import (
-    Plan,
-    check_chain,
-    execute,
-    make_contexts,
-    split_extra_inputs,
-)
+from fuseops.ops.executor.execute import Plan, check_chain, execute, make_contexts, split_extra_inputs
 from fuseops.ops.op import BasicOp
 from fuseops.quant.autocast import current_recipe
 

@@ -2,18 +2,12 @@
 explicitly; the fuser knows fusions only through it, and the property-based test suite
 checks every entry against its basic ops."""
 
-from fuseops.fusions.backward_act_bias import (
-    BackwardBiasActivation,
-    BackwardLinearBiasActivation,
-)
+from fuseops.fusions.backward_act_bias import BackwardBiasActivation, BackwardLinearBiasActivation
 from fuseops.fusions.backward_act_linear import BackwardActivationLinear
 from fuseops.fusions.backward_extra_output_linear import BackwardExtraOutputLinear
 from fuseops.fusions.forward_act_quantize_linear import ForwardActivationQuantizeLinear
 from fuseops.fusions.forward_linear_add import ForwardLinearAddExtraInput
-from fuseops.fusions.forward_linear_bias_act import (
-    ForwardLinearBiasActivation,
-    ForwardLinearSeparateBiasActivation,
-)
+from fuseops.fusions.forward_linear_bias_act import ForwardLinearBiasActivation, ForwardLinearSeparateBiasActivation
 from fuseops.fusions.forward_norm_quantize_linear import ForwardNormQuantizeLinear
 from fuseops.fusions.forward_quantize_linear import ForwardQuantizeLinear
 from fuseops.fusions.forward_quantized_grouped_mlp import ForwardQuantizedGroupedMLP

@@ -26,14 +26,7 @@ from typing import Any
 
 import torch
 
-from fuseops.fusions.fusion import (
-    Fusion,
-    PlanConfig,
-    Stage,
-    match,
-    same_extra_input,
-    unquantized,
-)
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, same_extra_input, unquantized
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.contract import OpContext, OpGrads

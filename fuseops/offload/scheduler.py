@@ -29,15 +29,7 @@ import torch
 
 from fuseops.offload.link import link_for
 from fuseops.offload.marks import StorageSet, is_marked
-from fuseops.offload.records import (
-    Group,
-    SavedTensor,
-    Skip,
-    Stored,
-    Where,
-    count_skip,
-    new_stats,
-)
+from fuseops.offload.records import Group, SavedTensor, Skip, Stored, Where, count_skip, new_stats
 
 
 class Scheduler:

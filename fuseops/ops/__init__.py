@@ -3,14 +3,7 @@
 from fuseops.ops.activation import GELU, ActivationOp, ReLU, Sigmoid, SiLU, SReLU
 from fuseops.ops.bias import Bias
 from fuseops.ops.contract import OpContext, OpGrads, Role, Saved
-from fuseops.ops.gated import (
-    ClampedSwiGLU,
-    GatedActivation,
-    GeGLU,
-    ReGLU,
-    SReGLU,
-    SwiGLU,
-)
+from fuseops.ops.gated import ClampedSwiGLU, GatedActivation, GeGLU, ReGLU, SReGLU, SwiGLU
 from fuseops.ops.grouped_linear import GroupedLinear
 from fuseops.ops.linear import Linear
 from fuseops.ops.norm import LayerNorm, RMSNorm

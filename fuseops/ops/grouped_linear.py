@@ -17,20 +17,8 @@ import torch
 
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops import _checks
-from fuseops.ops._quantized import (
-    QuantizedLinearSaved,
-    quantized_backward,
-    quantized_forward,
-)
-from fuseops.ops.contract import (
-    OpContext,
-    OpGrads,
-    Saved,
-    TensorSpec,
-    activation,
-    meta,
-    parameter,
-)
+from fuseops.ops._quantized import QuantizedLinearSaved, quantized_backward, quantized_forward
+from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation, meta, parameter
 from fuseops.ops.op import BasicOp
 from fuseops.quant.storage import QuantizedTensor
 

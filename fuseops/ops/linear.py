@@ -11,20 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from fuseops.ops import _checks
-from fuseops.ops._quantized import (
-    QuantizedLinearSaved,
-    quantize_grad,
-    quantized_forward,
-    quantized_wgrad,
-)
-from fuseops.ops.contract import (
-    OpContext,
-    OpGrads,
-    Saved,
-    TensorSpec,
-    activation,
-    parameter,
-)
+from fuseops.ops._quantized import QuantizedLinearSaved, quantize_grad, quantized_forward, quantized_wgrad
+from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation, parameter
 from fuseops.ops.op import BasicOp
 from fuseops.ops.parallel.tensor_parallel import TensorParallel
 from fuseops.quant import linear_dgrad

@@ -10,14 +10,7 @@ import torch
 
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops import _checks
-from fuseops.ops.contract import (
-    OpContext,
-    OpGrads,
-    Saved,
-    TensorSpec,
-    activation,
-    parameter,
-)
+from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation, parameter
 from fuseops.ops.op import BasicOp
 
 

@@ -25,12 +25,7 @@ from typing import ClassVar
 
 import torch
 
-from fuseops.kernels.quantization.formats import (
-    BLOCK_SIZE,
-    Element,
-    Scaling,
-    element_of,
-)
+from fuseops.kernels.quantization.formats import BLOCK_SIZE, Element, Scaling, element_of
 
 
 class RecipeKind(enum.Enum):

@@ -20,11 +20,7 @@ import triton.language as tl
 from fuseops.kernels._triton import INTERPRET
 from fuseops.kernels.elementwise.activation import reference_activation_fwd
 from fuseops.kernels.elementwise.activation_math import Activation, activation, gated
-from fuseops.kernels.elementwise.gated_activation import (
-    _load_pair,
-    _pair_offsets,
-    reference_gated_fwd,
-)
+from fuseops.kernels.elementwise.gated_activation import _load_pair, _pair_offsets, reference_gated_fwd
 from fuseops.kernels.quantization import epilogue as qe
 from fuseops.kernels.quantization.formats import BLOCK_SIZE, Element, Scaling
 

@@ -18,11 +18,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, device_sms, dot
-from fuseops.kernels.elementwise.activation_math import (
-    Activation,
-    gated,
-    reference_gated,
-)
+from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
 from fuseops.kernels.gemm.dense import (
     GemmConfig,
     descriptor_or_tensor,

@@ -35,11 +35,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from fuseops.kernels._triton import INTERPRET, device_sms, dot
 from fuseops.kernels.gemm.dense import swizzle, tma_ok
 from fuseops.kernels.gemm.grouped import GemmConfig
-from fuseops.kernels.quantization.formats import (
-    Scaling,
-    reference_dequantize,
-    unpack_e2m1,
-)
+from fuseops.kernels.quantization.formats import Scaling, reference_dequantize, unpack_e2m1
 from fuseops.kernels.quantization.operand import Operand
 
 

@@ -21,11 +21,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, dot
-from fuseops.kernels.elementwise.activation_math import (
-    Activation,
-    gated,
-    reference_gated,
-)
+from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
 from fuseops.kernels.gemm.grouped import (
     _group_tiles,
     _locate,

@@ -32,12 +32,7 @@ from fuseops.kernels.gemm.dense_scaled import (
     pick_config,
     reference_operand,
 )
-from fuseops.kernels.gemm.grouped import (
-    GemmConfig,
-    _group_tiles,
-    group_tile,
-    persistent_programs,
-)
+from fuseops.kernels.gemm.grouped import GemmConfig, _group_tiles, group_tile, persistent_programs
 from fuseops.kernels.hopper.pipeline import dummy_or
 from fuseops.kernels.quantization.formats import Scaling
 

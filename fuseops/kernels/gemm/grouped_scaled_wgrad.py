@@ -24,21 +24,12 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET
 from fuseops.kernels.gemm.dense import tma_ok
-from fuseops.kernels.gemm.dense_scaled import (
-    accumulate,
-    dequantize_tile,
-    load_raw,
-    reference_operand,
-)
+from fuseops.kernels.gemm.dense_scaled import accumulate, dequantize_tile, load_raw, reference_operand
 from fuseops.kernels.gemm.grouped import GemmConfig, persistent_programs
 from fuseops.kernels.gemm.grouped_scaled import bytes_per_step
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
 from fuseops.kernels.hopper.pipeline import dummy_or
-from fuseops.kernels.quantization.formats import (
-    Scaling,
-    group_first_position,
-    group_positions,
-)
+from fuseops.kernels.quantization.formats import Scaling, group_first_position, group_positions
 from fuseops.kernels.quantization.operand import Operand
 
 

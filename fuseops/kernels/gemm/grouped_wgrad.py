@@ -22,13 +22,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, dot
-from fuseops.kernels.gemm.grouped import (
-    GemmConfig,
-    persistent_programs,
-    ragged_descriptor,
-    ragged_load,
-    tma_ok,
-)
+from fuseops.kernels.gemm.grouped import GemmConfig, persistent_programs, ragged_descriptor, ragged_load, tma_ok
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
 
 

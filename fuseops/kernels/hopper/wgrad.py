@@ -35,29 +35,13 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    mbarrier,
-    tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from fuseops.kernels.gemm.dense import tma_ok
-from fuseops.kernels.gemm.grouped import (
-    RAGGED_ROWS,
-    persistent_programs,
-    ragged_geometry,
-)
+from fuseops.kernels.gemm.grouped import RAGGED_ROWS, persistent_programs, ragged_geometry
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
-from fuseops.kernels.hopper.pipeline import (
-    CONSUMER_REGS,
-    GL_DTYPES,
-    PRODUCER_REGS,
-    on_sm90,
-    prefetch_tile,
-    store_tile,
-)
+from fuseops.kernels.hopper.pipeline import CONSUMER_REGS, GL_DTYPES, PRODUCER_REGS, on_sm90, prefetch_tile, store_tile
 
 BLOCK_N = 128  # dw rows per tile (dy's columns), as two consumer halves
 HALF = BLOCK_N // 2

@@ -19,12 +19,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET
-from fuseops.kernels.quantization.formats import (
-    FP32_MAX,
-    load_tile,
-    padded_rows,
-    tile_rows,
-)
+from fuseops.kernels.quantization.formats import FP32_MAX, load_tile, padded_rows, tile_rows
 
 _FP32_MAX = tl.constexpr(FP32_MAX)
 

@@ -26,12 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels.quantization.formats import (
-    BLOCK_SIZE,
-    STORAGE_DTYPE,
-    Element,
-    Scaling,
-)
+from fuseops.kernels.quantization.formats import BLOCK_SIZE, STORAGE_DTYPE, Element, Scaling
 from fuseops.kernels.quantization.quantize import reference_quantize
 from fuseops.kernels.quantization.tiles import quantize_blocks
 

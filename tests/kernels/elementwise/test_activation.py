@@ -3,10 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from fuseops.kernels.elementwise import activation as kernels
-from fuseops.kernels.elementwise.activation_math import (
-    Activation,
-    reference_activation_grad,
-)
+from fuseops.kernels.elementwise.activation_math import Activation, reference_activation_grad
 from tests.helpers import DTYPES, assert_close_rel, cuda_or_skip, poison_
 
 SHAPES = [(1, 1), (3, 5), (37, 130), (0, 8)]

@@ -11,11 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fuseops.kernels.gemm.dense_scaled import (
-    gemm_scaled,
-    reference_gemm_scaled,
-    reference_operand,
-)
+from fuseops.kernels.gemm.dense_scaled import gemm_scaled, reference_gemm_scaled, reference_operand
 from fuseops.kernels.quantization import quantize as kq
 from fuseops.kernels.quantization.amax import reference_amax
 from fuseops.kernels.quantization.formats import Element, Scaling, tensor_encode_scale

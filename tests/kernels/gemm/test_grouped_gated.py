@@ -17,14 +17,8 @@ from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.kernels.gemm import grouped_gated as ggg
 from fuseops.kernels.gemm import grouped_gated_bwd as ggg_bwd
 from fuseops.kernels.gemm.grouped import group_offsets
-from fuseops.kernels.gemm.grouped_gated import (
-    grouped_gemm_gated,
-    reference_grouped_gemm_gated,
-)
-from fuseops.kernels.gemm.grouped_gated_bwd import (
-    grouped_gemm_dgrad_gated,
-    reference_grouped_gemm_dgrad_gated,
-)
+from fuseops.kernels.gemm.grouped_gated import grouped_gemm_gated, reference_grouped_gemm_gated
+from fuseops.kernels.gemm.grouped_gated_bwd import grouped_gemm_dgrad_gated, reference_grouped_gemm_dgrad_gated
 from tests.helpers import DTYPES, assert_close_rel, poison_
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -12,14 +12,8 @@ import torch
 
 from fuseops.kernels.gemm.dense_scaled import reference_operand
 from fuseops.kernels.gemm.grouped import group_offsets
-from fuseops.kernels.gemm.grouped_scaled import (
-    grouped_gemm_scaled,
-    reference_grouped_gemm_scaled,
-)
-from fuseops.kernels.gemm.grouped_scaled_wgrad import (
-    grouped_gemm_scaled_wgrad,
-    reference_grouped_gemm_scaled_wgrad,
-)
+from fuseops.kernels.gemm.grouped_scaled import grouped_gemm_scaled, reference_grouped_gemm_scaled
+from fuseops.kernels.gemm.grouped_scaled_wgrad import grouped_gemm_scaled_wgrad, reference_grouped_gemm_scaled_wgrad
 from fuseops.kernels.quantization import quantize as kq
 from fuseops.kernels.quantization.amax import reference_amax
 from fuseops.kernels.quantization.formats import Element, Scaling, tensor_encode_scale

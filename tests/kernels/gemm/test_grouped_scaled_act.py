@@ -18,10 +18,7 @@ from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.kernels.elementwise.gated_activation import reference_gated_fwd
 from fuseops.kernels.gemm.dense_scaled import reference_operand
 from fuseops.kernels.gemm.grouped import group_offsets
-from fuseops.kernels.gemm.grouped_scaled_act import (
-    grouped_gemm_scaled_act,
-    reference_grouped_gemm_scaled_act,
-)
+from fuseops.kernels.gemm.grouped_scaled_act import grouped_gemm_scaled_act, reference_grouped_gemm_scaled_act
 from fuseops.kernels.quantization import epilogue as qe
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.kernels.quantization.operand import Operand

@@ -19,14 +19,7 @@ from fuseops.kernels.gemm.grouped_scaled_wgrad import (
 from fuseops.kernels.quantization.formats import group_positions
 from fuseops.kernels.quantization.operand import Operand
 from tests.helpers import REL_TOL, assert_close_rel, poison_, rel_err
-from tests.kernels.gemm.test_grouped_scaled import (
-    CASES,
-    DEVICE,
-    LAYOUTS,
-    SPLITS,
-    factor,
-    make,
-)
+from tests.kernels.gemm.test_grouped_scaled import CASES, DEVICE, LAYOUTS, SPLITS, factor, make
 
 
 @pytest.mark.parametrize("case", CASES)

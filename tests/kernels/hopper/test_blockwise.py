@@ -14,25 +14,13 @@ import torch
 
 import fuseops
 from fuseops.kernels.dispatch import Kernel
-from fuseops.kernels.gemm.dense_scaled import (
-    launch_gemm_scaled,
-    pick_config,
-    reference_gemm_scaled,
-)
+from fuseops.kernels.gemm.dense_scaled import launch_gemm_scaled, pick_config, reference_gemm_scaled
 from fuseops.kernels.gemm.grouped import group_offsets
-from fuseops.kernels.gemm.grouped_scaled import (
-    launch_grouped_gemm_scaled,
-)
+from fuseops.kernels.gemm.grouped_scaled import launch_grouped_gemm_scaled
 from fuseops.kernels.hopper import blockwise as hopper
 from fuseops.kernels.quantization.formats import Element, Scaling
 from fuseops.kernels.quantization.operand import Operand
-from tests.helpers import (
-    HOPPER_SPLITS,
-    SM90_ONLY,
-    assert_close_rel,
-    dispatched,
-    poison_,
-)
+from tests.helpers import HOPPER_SPLITS, SM90_ONLY, assert_close_rel, dispatched, poison_
 from tests.kernels.gemm.test_grouped_scaled import oracle_forward, quantized
 
 # The launchers as ops reach them: through the dispatch table (the Gluon kernels on sm_90).

@@ -10,10 +10,7 @@ import pytest
 import torch
 
 from fuseops.kernels.dispatch import Kernel
-from fuseops.kernels.gemm.grouped_scaled_wgrad import (
-    launch_grouped_gemm_scaled_wgrad,
-    pick_wgrad_config,
-)
+from fuseops.kernels.gemm.grouped_scaled_wgrad import launch_grouped_gemm_scaled_wgrad, pick_wgrad_config
 from fuseops.kernels.hopper import blockwise as hopper
 from fuseops.kernels.hopper.blockwise_wgrad import grouped_blockwise_wgrad
 from fuseops.kernels.quantization.formats import Element, Scaling

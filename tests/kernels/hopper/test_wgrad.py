@@ -18,13 +18,7 @@ from fuseops.kernels.gemm.grouped_wgrad import (
     reference_grouped_gemm_wgrad,
 )
 from fuseops.kernels.hopper import wgrad as hopper
-from tests.helpers import (
-    HOPPER_SPLITS,
-    SM90_ONLY,
-    assert_close_rel,
-    dispatched,
-    poison_,
-)
+from tests.helpers import HOPPER_SPLITS, SM90_ONLY, assert_close_rel, dispatched, poison_
 
 # The launchers as ops reach them: through the dispatch table (the Gluon kernels on sm_90).
 grouped_gemm_wgrad = dispatched(Kernel.GROUPED_GEMM_WGRAD)

@@ -5,12 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fuseops.kernels.quantization.amax import (
-    amax,
-    reference_amax,
-    reference_tensor_scales,
-    tensor_scales,
-)
+from fuseops.kernels.quantization.amax import amax, reference_amax, reference_tensor_scales, tensor_scales
 from fuseops.kernels.quantization.formats import FP32_MAX
 from tests.helpers import DTYPES
 
