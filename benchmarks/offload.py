@@ -57,7 +57,7 @@ def scheme_context(name: str, budget: int | None):
     if name == "fuseops":
         return offload_activations(keep_last=1, group_budget_bytes=budget)
     if name == "fuseops_all":
-        return offload_activations(keep_last=1)
+        return offload_activations(keep_last=1, group_budget_bytes=None)
     if name == "save_on_cpu":
         return torch.autograd.graph.save_on_cpu(pin_memory=True)
     return contextlib.nullcontext()
