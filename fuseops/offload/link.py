@@ -55,6 +55,10 @@ class HostLink:
     def settle(self, done: Any) -> None:
         pass
 
+    def passed(self, done: Any) -> bool:
+        """Whether the copies of ``done`` have finished (here: as they were issued)."""
+        return True
+
     def copy_in(
         self, blocks: Sequence[HostBlock], sizes: Sequence[int], after: Sequence[Any]
     ) -> tuple[list[torch.Tensor], Any, Callable[[], None] | None]:
@@ -106,6 +110,10 @@ class CudaLink:
     def settle(self, done: torch.cuda.Event) -> None:
         """Order the current stream after the copies of ``done``: their sources may go."""
         torch.cuda.current_stream(self.device).wait_event(done)
+
+    def passed(self, done: torch.cuda.Event) -> bool:
+        """Whether the copies of ``done`` have finished; never waits."""
+        return done.query()
 
     def copy_in(
         self, blocks: Sequence[HostBlock], sizes: Sequence[int], after: Sequence[torch.cuda.Event]

@@ -14,9 +14,11 @@ groups exist (so the last ``keep_last`` stay on the device; with ``keep_last=0``
 tensor is copied as it is saved), after the fence its producer recorded when the group
 closed; a byte budget per group keeps, in save order, what the link could not hide:
 a fixed int, or with ``"auto"`` planned per group from the run's own timings
-(planner.py; the scheduler records the marks, the planner reads them). The sources of those copies are released when the next group starts (the compute
-stream waits for the copies there, the host never does), so a copy has one group of
-compute to finish in. In backward, the first unpack of a group reloads it if its
+(planner.py; the scheduler records the marks, the planner reads them). The sources
+of those copies are released when the next group starts (the compute stream waits for
+the copies there, the host never does), so a copy has one group of compute to finish
+in; or sooner, at any later save, once the copy has passed (a non-blocking query): a
+group in flight stays on the device only as long as its copies run. In backward, the first unpack of a group reloads it if its
 prefetch did not, and arms the prefetch of the previous group on the host, one group
 ahead (see ``_start_backward`` for when it fires).
 """
@@ -160,6 +162,7 @@ class Scheduler:
             count_skip(self.stats, reason)
             return t
         group = self._group_for_save(t.device)
+        self._release_copied()
         storage = t.untyped_storage()
         stored = self._by_storage.get(storage._cdata)
         if stored is not None and (stored.ref.expired() or stored.version != t._version):
@@ -274,6 +277,24 @@ class Scheduler:
         if chosen:
             self._on_host.add(group.index)
 
+    def _release_copied(self) -> None:
+        """Release the sources of copies that have passed: nothing reads them any more,
+        so neither stream needs to wait (the query never blocks)."""
+        if self._unsettled and any(link_for(device).passed(done) for _, device, done, _ in self._unsettled):
+            pending = []
+            for entry in self._unsettled:
+                if link_for(entry[1]).passed(entry[2]):
+                    self._drop_sources(entry[3])
+                else:
+                    pending.append(entry)
+            self._unsettled = pending
+
+    @staticmethod
+    def _drop_sources(batch: list[Stored]) -> None:
+        for stored in batch:
+            stored.modified |= stored.alias._version != stored.version
+            stored.alias = None
+
     def _settle(self, before: int) -> None:
         """Release the sources of copies issued while groups before ``before`` were
         current: the compute stream waits for those copies, the host does not."""
@@ -283,9 +304,7 @@ class Scheduler:
                 pending.append((issued_in, device, done, batch))
                 continue
             link_for(device).settle(done)
-            for stored in batch:
-                stored.modified |= stored.alias._version != stored.version
-                stored.alias = None
+            self._drop_sources(batch)
         self._unsettled = pending
 
     def _start_backward(self, group: Group) -> None:
