@@ -50,7 +50,7 @@ def train_step(model, opt, x, target, offload: bool):
     """One step; with ``offload`` the forward runs inside offload_activations."""
     opt.zero_grad(set_to_none=True)
     if offload:
-        with offload_activations(min_tensor_bytes=2**12) as handle:
+        with offload_activations(min_tensor_bytes=2**12, group_budget_bytes=None) as handle:
             y = model(x)
     else:
         handle, y = None, model(x)

@@ -1,13 +1,14 @@
 """``fuseops.offload_activations``: keep the tensors saved for backward in host memory.
 
-Choosing ``group_budget_bytes``: a group's device-to-host copies run while the next
-group computes its forward, and its host-to-device copies while the group after it
-computes its backward (about twice as long). Both are hidden when a group moves at
-most ``bandwidth x forward time of one group``. Measured on the H100 machine, pinned
-copies run at 53-55 GB/s each way, so each millisecond of forward hides ~54 MB: a
-transformer layer (H=4096, 8k tokens, bf16) computes its forward in ~6-7 ms and saves
-about 1 GB, so about a third of it moves for free and the rest is better left on the
-device. ``link_budget`` does this arithmetic.
+How much each group moves: a group's device-to-host copies run while the next group
+computes its forward, and its host-to-device copies while the group after it computes
+its backward (about twice as long). Both are hidden when a group moves at most
+``bandwidth x forward time of one group``. Measured on the H100 machine, pinned copies
+run at 53-55 GB/s each way, so each millisecond of forward hides ~54 MB: a transformer
+layer (H=4096, 8k tokens, bf16) computes its forward in ~6-7 ms and saves about 1 GB,
+so about a third of it moves for free and the rest is better left on the device. The
+default, ``group_budget_bytes="auto"``, does this per group from the run's own timings
+(planner.py); ``link_budget`` is the same arithmetic for a budget fixed by hand.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ import contextlib
 from collections.abc import Iterator
 
 from fuseops.offload.hooks import Disabled, active
+from fuseops.offload.planner import PINNED_BYTES_PER_S
 from fuseops.offload.records import new_stats
 from fuseops.offload.scheduler import Scheduler
-
-# Pinned host<->device copies measured on the H100 machine (TRITON_ON_CPU.md): 53-55 GB/s.
-PINNED_BYTES_PER_S = 54e9
 
 
 def link_budget(forward_seconds: float, *, bytes_per_s: float = PINNED_BYTES_PER_S, margin: float = 0.9) -> int:
@@ -60,13 +59,25 @@ class ActivationOffload:
         return dict(self._scope.stats)
 
 
+def _check_budget(budget: object) -> None:
+    expected = 'expected "auto", None or an int >= 0'
+    if isinstance(budget, str):
+        if budget != "auto":
+            raise ValueError(f"group_budget_bytes: {expected}, got {budget!r}")
+    elif budget is not None:
+        if isinstance(budget, bool) or not isinstance(budget, int):
+            raise TypeError(f"group_budget_bytes: {expected}, got {budget!r} ({type(budget).__name__})")
+        if budget < 0:
+            raise ValueError(f"group_budget_bytes: {expected}, got {budget!r}")
+
+
 @contextlib.contextmanager
 def offload_activations(
     *,
     keep_last: int = 1,
     min_tensor_bytes: int = 2**18,
     enabled: bool = True,
-    group_budget_bytes: int | None = None,
+    group_budget_bytes: int | str | None = "auto",
 ) -> Iterator[ActivationOffload]:
     """Offload the tensors saved for backward inside this block to host memory.
 
@@ -76,12 +87,18 @@ def offload_activations(
         min_tensor_bytes: storages smaller than this stay on the device.
         enabled: ``False`` keeps everything saved inside this block on the device, also
             inside an enclosing ``offload_activations``.
-        group_budget_bytes: at most this many bytes leave the device per group, in save
-            order; the rest stays (counted in ``stats["skipped_budget"]``). ``None``: no
-            limit. The link hides ``forward time of one group x bandwidth``: pinned copies
-            run at 53-55 GB/s each way on the H100 machine, so a layer whose forward takes
-            2 ms hides 2e-3 s x 54e9 B/s = 108 MB; ``link_budget(2e-3)`` plans for 90% of
-            the link, 97 MB. A layer saving more than that moves only what is hidden.
+        group_budget_bytes: ``"auto"`` (the default): each group moves what the link
+            hides behind compute, ``min(forward of the group keep_last later, half the
+            backward of the next group) x bandwidth x 0.9``, from forward and backward
+            times measured per group (CUDA events, read once passed: no host sync in a
+            step) and the measured bandwidth of the link's own copies. The first two
+            steps of a layout (group count and bytes per group) move nothing while they
+            measure (``stats["skipped_learning"]``), and so peak as without offloading;
+            a change of shapes or layers is learned again. An int: at most this many
+            bytes leave the device per group, in save order; the rest stays (counted in
+            ``stats["skipped_budget"]``); ``link_budget`` computes one by hand. ``None``:
+            everything moves, from the first step (bound by the link when it saves more
+            than it computes: ~54 MB per ms of compute on the H100 machine).
 
     Groups are each top-level ``fuseops.Sequential`` call and each ``offload.group()``
     block; tensors saved between groups form a group of their own. Backward may run
@@ -91,8 +108,7 @@ def offload_activations(
         raise ValueError(f"keep_last: expected an int >= 0, got {keep_last!r}")
     if not isinstance(min_tensor_bytes, int) or min_tensor_bytes < 0:
         raise ValueError(f"min_tensor_bytes: expected an int >= 0, got {min_tensor_bytes!r}")
-    if group_budget_bytes is not None and (not isinstance(group_budget_bytes, int) or group_budget_bytes < 0):
-        raise ValueError(f"group_budget_bytes: expected None or an int >= 0, got {group_budget_bytes!r}")
+    _check_budget(group_budget_bytes)
     if enabled:
         scope: Scheduler | Disabled = Scheduler(
             keep_last=keep_last, min_tensor_bytes=min_tensor_bytes, group_budget_bytes=group_budget_bytes

@@ -15,7 +15,8 @@ stream that owns it, and memory is freed on the host as soon as that wait is que
 
 On a CPU device the same calls copy synchronously into a separate host buffer, so the
 scheduling above them runs, and is tested, unchanged. Every source and destination is
-a flat uint8 tensor over a whole storage.
+a flat uint8 tensor over a whole storage. Each link times its copies (``meter``, read
+only once they have passed): the planner's measured bandwidth.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 
 from fuseops.offload.arena import HostArena, HostBlock, host_arena
+from fuseops.offload.timing import CopyMeter, timer_for
 
 
 class HostLink:
@@ -35,20 +37,25 @@ class HostLink:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.arena: HostArena = host_arena(device)
+        self.meter = CopyMeter(timer_for(device))
 
     def fence(self) -> Any:
         return None
 
     def copy_out(self, sources: Sequence[torch.Tensor], after: Any) -> tuple[list[HostBlock], Any]:
-        blocks = []
-        for src in sources:
-            block = self.arena.take(src.numel())
+        blocks = [self.arena.take(src.numel()) for src in sources]
+        start = self.meter.timer.mark()
+        for src, block in zip(sources, blocks):
             block.data[: src.numel()].copy_(src)
-            blocks.append(block)
+        self.meter.record(start, self.meter.timer.mark(), sum(s.numel() for s in sources))
         return blocks, None
 
     def settle(self, done: Any) -> None:
         pass
+
+    def passed(self, done: Any) -> bool:
+        """Whether the copies of ``done`` have finished (here: as they were issued)."""
+        return True
 
     def copy_in(
         self, blocks: Sequence[HostBlock], sizes: Sequence[int], after: Sequence[Any]
@@ -69,6 +76,7 @@ class CudaLink:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.arena: HostArena = host_arena(device)
+        self.meter = CopyMeter(timer_for(device))
         self.d2h = torch.cuda.Stream(device)
         self.h2d = torch.cuda.Stream(device)
 
@@ -83,22 +91,27 @@ class CudaLink:
     ) -> tuple[list[HostBlock], torch.cuda.Event]:
         stream = self.d2h
         stream.wait_event(after)
-        blocks = []
+        blocks = [self.arena.take(src.numel()) for src in sources]
+        for block in blocks:
+            # The block's previous contents may still be on their way to a device.
+            if block.fence is not None:
+                stream.wait_event(block.fence)
+        # Recorded after every wait: the span to ``done`` is the copies alone.
+        start = self.meter.timer.mark(stream)
         with torch.cuda.stream(stream):
-            for src in sources:
-                block = self.arena.take(src.numel())
-                # The block's previous contents may still be on their way to a device.
-                if block.fence is not None:
-                    stream.wait_event(block.fence)
+            for src, block in zip(sources, blocks):
                 block.data[: src.numel()].copy_(src, non_blocking=True)
-                blocks.append(block)
-        done = torch.cuda.Event()
-        done.record(stream)
+        done = self.meter.timer.mark(stream)
+        self.meter.record(start, done, sum(s.numel() for s in sources))
         return blocks, done
 
     def settle(self, done: torch.cuda.Event) -> None:
         """Order the current stream after the copies of ``done``: their sources may go."""
         torch.cuda.current_stream(self.device).wait_event(done)
+
+    def passed(self, done: torch.cuda.Event) -> bool:
+        """Whether the copies of ``done`` have finished; never waits."""
+        return done.query()
 
     def copy_in(
         self, blocks: Sequence[HostBlock], sizes: Sequence[int], after: Sequence[torch.cuda.Event]
@@ -111,11 +124,12 @@ class CudaLink:
         stream.wait_stream(compute)
         for event in {id(e): e for e in after}.values():
             stream.wait_event(event)
+        start = self.meter.timer.mark(stream)
         with torch.cuda.stream(stream):
             for out, block, n in zip(outs, blocks, sizes):
                 out.copy_(block.data[:n], non_blocking=True)
-        done = torch.cuda.Event()
-        done.record(stream)
+        done = self.meter.timer.mark(stream)
+        self.meter.record(start, done, sum(sizes))
         for block in blocks:
             self.arena.give(block, done)
         return outs, done, functools.partial(compute.wait_event, done)

@@ -22,6 +22,7 @@ class Skip(enum.Enum):
     UNSUPPORTED = "unsupported"  # not a plain strided tensor on a CPU or CUDA device
     KEPT = "kept"  # in one of the last keep_last groups
     BUDGET = "budget"  # over the group's byte budget
+    LEARNING = "learning"  # group_budget_bytes="auto" is still measuring this layout
     DISABLED = "disabled"  # inside offload_activations(enabled=False)
 
 
@@ -117,6 +118,12 @@ class Group:
         self.prefetch: Group | None = None
         self.prefetch_at = 0
         self.budget_left: int | None = None
+        # group_budget_bytes="auto": the step's marks, this group's place in the step,
+        # the bytes it may move (its layout entry) and whether the planner is learning.
+        self.log: Any = None
+        self.position = 0
+        self.eligible = 0
+        self.learning = False
 
     def live(self) -> list[Stored]:
         """Records still alive that belong to this group (a record may have moved on)."""

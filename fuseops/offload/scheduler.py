@@ -12,10 +12,13 @@ with their exact size, stride and offset.
 Groups follow the forward in order. A group is offloaded once ``keep_last`` later
 groups exist (so the last ``keep_last`` stay on the device; with ``keep_last=0`` each
 tensor is copied as it is saved), after the fence its producer recorded when the group
-closed; an optional byte budget per group keeps, in save order, what the link could not
-hide. The sources of those copies are released when the next group starts (the compute
-stream waits for the copies there, the host never does), so a copy has one group of
-compute to finish in. In backward, the first unpack of a group reloads it if its
+closed; a byte budget per group keeps, in save order, what the link could not hide:
+a fixed int, or with ``"auto"`` planned per group from the run's own timings
+(planner.py; the scheduler records the marks, the planner reads them). The sources
+of those copies are released when the next group starts (the compute stream waits for
+the copies there, the host never does), so a copy has one group of compute to finish
+in; or sooner, at any later save, once the copy has passed (a non-blocking query): a
+group in flight stays on the device only as long as its copies run. In backward, the first unpack of a group reloads it if its
 prefetch did not, and arms the prefetch of the previous group on the host, one group
 ahead (see ``_start_backward`` for when it fires).
 """
@@ -29,13 +32,14 @@ import torch
 
 from fuseops.offload.link import link_for
 from fuseops.offload.marks import StorageSet, is_marked
+from fuseops.offload.planner import Planner, StepLog, planner_for
 from fuseops.offload.records import Group, SavedTensor, Skip, Stored, Where, count_skip, new_stats
 
 
 class Scheduler:
     """Offload state of one ``offload_activations`` context (see the module docstring)."""
 
-    def __init__(self, *, keep_last: int, min_tensor_bytes: int, group_budget_bytes: int | None) -> None:
+    def __init__(self, *, keep_last: int, min_tensor_bytes: int, group_budget_bytes: int | str | None) -> None:
         self.keep_last = keep_last
         self.min_tensor_bytes = min_tensor_bytes
         self.group_budget_bytes = group_budget_bytes
@@ -50,6 +54,11 @@ class Scheduler:
         self._unsettled: list[tuple[int, torch.device, Any, list[Stored]]] = []
         # Groups opened by the fuseops.Sequential calls now running (None: nested call).
         self.sequential_groups: list[Group | None] = []
+        # group_budget_bytes="auto": the planner of the first device seen, the step now
+        # running and its groups in forward order.
+        self._planner: Planner | None = None
+        self._log: StepLog | None = None
+        self._step_groups: list[Group] = []
 
     def open_group(self) -> Group | None:
         """Start a group; ``None`` when one is already open (groups do not nest)."""
@@ -71,19 +80,23 @@ class Scheduler:
     def finish(self) -> None:
         """The context ends: groups not offloaded by now are the last ``keep_last``."""
         self._close_current()
+        self._end_forward()
         for group in self._groups:
             if not group.offloading:
                 self._keep(group)
         self._settle(len(self._groups))
 
-    def _group_for_save(self) -> Group:
+    def _group_for_save(self, device: torch.device) -> Group:
         group = self._current
         if group is None:
             # Tensors saved between groups form a group of their own, ended by the next.
             group = self._current = Group()
         if group.index < 0:
             group.index = len(self._groups)
-            group.budget_left = self.group_budget_bytes
+            if self.group_budget_bytes == "auto":
+                self._mark_forward(group, device)
+            else:
+                group.budget_left = self.group_budget_bytes
             self._groups.append(group)
             self.stats["groups"] += 1
             # Copies issued before this group had the last group's compute to finish in.
@@ -92,6 +105,34 @@ class Scheduler:
             if older >= 0:
                 self._offload_group(self._groups[older])
         return group
+
+    def _mark_forward(self, group: Group, device: torch.device) -> None:
+        """Record the start of ``group``'s forward in the step's log (a new step once the
+        last one's forward has ended); read what earlier steps' marks have passed."""
+        if self._planner is None:
+            self._planner = planner_for(device)
+        if self._log is None or self._log.forward_end is not None:
+            self._log, self._step_groups = self._planner.begin_step(self.keep_last), []
+        else:
+            self._planner.poll()
+        group.log, group.position = self._log, len(self._step_groups)
+        self._step_groups.append(group)
+        self._log.forward.append(self._planner.timer.mark())
+
+    def _end_forward(self) -> None:
+        """The step's forward is over (its context ends, or its backward starts)."""
+        if self._log is not None and self._log.forward_end is None:
+            self._log.forward_end = self._planner.timer.mark()
+            self._log.layout = [g.eligible for g in self._step_groups]
+
+    def _plan(self, group: Group) -> None:
+        """``group``'s budget from the planner (``"auto"``), as it starts moving."""
+        # Its own bytes are known once it has ended (not with keep_last=0).
+        known = group.position + (1 if self.keep_last > 0 else 0)
+        layout = [g.eligible for g in self._step_groups[:known]] if group.log is self._log else group.log.layout[:known]
+        budget = self._planner.budget(group.log, group.position, layout)
+        group.learning = budget is None
+        group.budget_left = 0 if budget is None else budget
 
     def _skip_reason(self, t: torch.Tensor) -> Skip | None:
         if isinstance(t, torch.nn.Parameter):
@@ -120,7 +161,8 @@ class Scheduler:
         if reason is not None:
             count_skip(self.stats, reason)
             return t
-        group = self._group_for_save()
+        group = self._group_for_save(t.device)
+        self._release_copied()
         storage = t.untyped_storage()
         stored = self._by_storage.get(storage._cdata)
         if stored is not None and (stored.ref.expired() or stored.version != t._version):
@@ -128,6 +170,8 @@ class Scheduler:
         if stored is not None and stored.group is not group:
             if not stored.decided:
                 # Backward reaches the later group first: the storage travels with it.
+                stored.group.eligible -= stored.nbytes
+                group.eligible += stored.nbytes
                 stored.group = group
                 group.records.append(weakref.ref(stored))
                 group.devices.add(stored.device)
@@ -137,6 +181,7 @@ class Scheduler:
                 stored = None
         if stored is None:
             stored = Stored(group, t, storage)
+            group.eligible += stored.nbytes
             self._by_storage[storage._cdata] = stored
             group.records.append(weakref.ref(stored))
             group.devices.add(stored.device)
@@ -194,6 +239,8 @@ class Scheduler:
         if group.offloading or group.kept:
             return
         group.offloading = True
+        if group.log is not None:
+            self._plan(group)
         self._offload([s for s in group.live() if not s.decided], group, after=group.fences)
 
     def _offload(self, records: list[Stored], group: Group, after: dict | None) -> None:
@@ -203,7 +250,7 @@ class Scheduler:
             if is_marked(stored.storage()):
                 self._decide(stored, Skip.MARKED)
             elif group.budget_left is not None and stored.nbytes > group.budget_left:
-                self._decide(stored, Skip.BUDGET)
+                self._decide(stored, Skip.LEARNING if group.learning else Skip.BUDGET)
             else:
                 if group.budget_left is not None:
                     group.budget_left -= stored.nbytes
@@ -230,6 +277,24 @@ class Scheduler:
         if chosen:
             self._on_host.add(group.index)
 
+    def _release_copied(self) -> None:
+        """Release the sources of copies that have passed: nothing reads them any more,
+        so neither stream needs to wait (the query never blocks)."""
+        if self._unsettled and any(link_for(device).passed(done) for _, device, done, _ in self._unsettled):
+            pending = []
+            for entry in self._unsettled:
+                if link_for(entry[1]).passed(entry[2]):
+                    self._drop_sources(entry[3])
+                else:
+                    pending.append(entry)
+            self._unsettled = pending
+
+    @staticmethod
+    def _drop_sources(batch: list[Stored]) -> None:
+        for stored in batch:
+            stored.modified |= stored.alias._version != stored.version
+            stored.alias = None
+
     def _settle(self, before: int) -> None:
         """Release the sources of copies issued while groups before ``before`` were
         current: the compute stream waits for those copies, the host does not."""
@@ -239,9 +304,7 @@ class Scheduler:
                 pending.append((issued_in, device, done, batch))
                 continue
             link_for(device).settle(done)
-            for stored in batch:
-                stored.modified |= stored.alias._version != stored.version
-                stored.alias = None
+            self._drop_sources(batch)
         self._unsettled = pending
 
     def _start_backward(self, group: Group) -> None:
@@ -252,6 +315,10 @@ class Scheduler:
         half of this backward to hide behind."""
         group.backward_started = True
         self._settle(len(self._groups))
+        if group.log is not None:
+            if group.log is self._log:
+                self._end_forward()
+            group.log.backward.setdefault(group.position, self._planner.timer.mark())
         if not group.offloading:
             self._keep(group)
         self._reload_group(group)

@@ -74,7 +74,7 @@ def step(model, x, extras, recipe, *, offload=False, grad=True):
     with contextlib.ExitStack() as stack:
         stack.enter_context(fuseops.autocast(recipe=recipe))
         if offload:
-            handle = stack.enter_context(offload_activations(min_tensor_bytes=0, keep_last=0))
+            handle = stack.enter_context(offload_activations(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None))
         if not grad:
             stack.enter_context(torch.no_grad())
         y = model(x, *extras)

@@ -40,11 +40,13 @@ class Step:
 
 
 def run_step(layers, x, offload: dict | None = None, *, groups: bool = True, residual: bool = True) -> Step:
-    """Forward (one group per layer when ``groups``) and backward of a squared-mean loss."""
+    """Forward (one group per layer when ``groups``) and backward of a squared-mean loss.
+    ``offload`` configs move everything (``group_budget_bytes=None``) unless they name a
+    budget: these steps test the scheduling, the planner has tests of its own."""
     for p in layers.parameters():
         p.grad = None
     x = x.detach().requires_grad_()
-    scope = offload_activations(**offload) if offload is not None else contextlib.nullcontext()
+    scope = offload_activations(**{"group_budget_bytes": None, **offload}) if offload is not None else contextlib.nullcontext()
     with scope as handle:
         h = x
         for layer in layers:
@@ -69,7 +71,7 @@ def offloaded_like_plain(model, x: torch.Tensor) -> Any:
 
     def step(offload: bool):
         xr = x.clone().requires_grad_()
-        scope = offload_activations(min_tensor_bytes=0, keep_last=0) if offload else contextlib.nullcontext()
+        scope = offload_activations(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None) if offload else contextlib.nullcontext()
         with scope as handle:
             y = model(xr)
         y.square().sum().backward()

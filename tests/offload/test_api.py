@@ -132,7 +132,7 @@ def test_grouped_mlp_is_bitwise():
         for p in experts.parameters():
             p.grad = None
         xr = x.clone().requires_grad_()
-        with offload_activations(min_tensor_bytes=0, keep_last=0) if offload else torch.enable_grad() as handle:
+        with offload_activations(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None) if offload else torch.enable_grad() as handle:
             y = experts(xr, splits, splits)
         y.square().sum().backward()
         return [y.detach(), xr.grad] + [p.grad for p in experts.parameters()], handle
@@ -147,7 +147,7 @@ def test_nested_disabled_block_keeps_its_tensors():
     layers, x = mlp_layers(n=3), torch.randn(40, 32)
     want = run_step(layers, x)
     xr = x.clone().requires_grad_()
-    with offload_activations(min_tensor_bytes=0, keep_last=0) as outer:
+    with offload_activations(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None) as outer:
         h = xr
         with outer.group():
             h = h + layers[0](h)
@@ -193,7 +193,7 @@ def test_blocks_come_back_when_the_graph_is_dropped_without_backward():
     arena = host_arena("cpu")
     layers, x = mlp_layers(n=3), torch.randn(40, 32, requires_grad=True)
     lent = arena.lent_bytes
-    with offload_activations(min_tensor_bytes=0, keep_last=0) as handle:
+    with offload_activations(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None) as handle:
         h = x
         for layer in layers:
             with handle.group():
@@ -208,10 +208,18 @@ def test_blocks_come_back_when_the_graph_is_dropped_without_backward():
     [
         (dict(keep_last=-1), "keep_last: expected an int >= 0, got -1"),
         (dict(min_tensor_bytes=1.5), "min_tensor_bytes: expected an int >= 0, got 1.5"),
-        (dict(group_budget_bytes=-2), "group_budget_bytes: expected None or an int >= 0, got -2"),
+        (dict(group_budget_bytes=-2), 'group_budget_bytes: expected "auto", None or an int >= 0, got -2'),
+        (dict(group_budget_bytes="fast"), 'group_budget_bytes: expected "auto", None or an int >= 0, got \'fast\''),
     ],
 )
 def test_arguments_are_validated(kwargs, message):
     with pytest.raises(ValueError, match=message):
         with offload_activations(**kwargs):
+            pass
+
+
+@pytest.mark.parametrize("budget, shown", [(1.5e6, r"1500000\.0 \(float\)"), (True, r"True \(bool\)")])
+def test_a_budget_of_another_type_is_a_type_error(budget, shown):
+    with pytest.raises(TypeError, match=f'group_budget_bytes: expected "auto", None or an int >= 0, got {shown}'):
+        with offload_activations(group_budget_bytes=budget):
             pass

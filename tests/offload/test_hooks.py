@@ -24,7 +24,7 @@ def test_module_hooks_exist_only_inside_contexts():
 
 def test_top_level_sequential_calls_are_groups_nested_ones_are_not():
     layers, x = fuseops_layers(n=4), torch.randn(8, 32, requires_grad=True)
-    with offload_activations(min_tensor_bytes=0) as handle:
+    with offload_activations(min_tensor_bytes=0, group_budget_bytes=None) as handle:
         h = layers[0](x)
         with handle.group():
             h = layers[2](layers[1](h))
@@ -34,7 +34,7 @@ def test_top_level_sequential_calls_are_groups_nested_ones_are_not():
 
 def test_sequential_inside_a_disabled_block_opens_no_group():
     layers, x = fuseops_layers(n=2), torch.randn(8, 32, requires_grad=True)
-    with offload_activations(min_tensor_bytes=0) as handle:
+    with offload_activations(min_tensor_bytes=0, group_budget_bytes=None) as handle:
         h = layers[0](x)
         with offload_activations(enabled=False) as inner:
             h = layers[1](h)
@@ -44,7 +44,7 @@ def test_sequential_inside_a_disabled_block_opens_no_group():
 
 def test_a_sequential_that_raises_still_closes_its_group():
     layers = fuseops_layers(n=2)
-    with offload_activations(min_tensor_bytes=0) as handle:
+    with offload_activations(min_tensor_bytes=0, group_budget_bytes=None) as handle:
         try:
             layers[0](torch.randn(8, 31))
         except (TypeError, ValueError):
@@ -64,7 +64,7 @@ def test_other_threads_are_not_offloaded():
             h = layer(h)
         results["y"] = h
 
-    with offload_activations(min_tensor_bytes=0, keep_last=0) as handle:
+    with offload_activations(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None) as handle:
         thread = threading.Thread(target=other)
         thread.start()
         thread.join()

@@ -56,7 +56,7 @@ def test_quantized_mlps_are_bitwise_and_move_every_buffer(make, extras, recipe):
         for p in model.parameters():
             p.grad = None
         xr = x.clone().requires_grad_()
-        with offload_activations(min_tensor_bytes=0, keep_last=0) if offload else torch.enable_grad() as handle:
+        with offload_activations(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None) if offload else torch.enable_grad() as handle:
             with fuseops.autocast(recipe=recipe):
                 y = model(xr, *extras)
         y.square().sum().backward()

@@ -34,7 +34,7 @@ def odd_views(base):
 def test_views_are_restored_exactly_and_share_one_copy():
     base = torch.randn(16, 24).mul(3)
     x = base.clone().requires_grad_()
-    with offload_activations(min_tensor_bytes=0, keep_last=0) as handle:
+    with offload_activations(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None) as handle:
         y = SaveViews.apply(x * 1, odd_views)
     y.sum().backward()
     stats = handle.stats
@@ -55,7 +55,7 @@ def test_parameters_views_of_them_and_buffers_stay():
 
     torch.manual_seed(0)
     model, x = Scaled(), torch.randn(64, 64, requires_grad=True)
-    with offload_activations(min_tensor_bytes=0, keep_last=0) as handle:
+    with offload_activations(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None) as handle:
         y = model(x * 1)
     stats = handle.stats
     assert stats["skipped_parameter"] == 2 and stats["skipped_buffer"] == 1
@@ -69,7 +69,7 @@ def test_parameters_views_of_them_and_buffers_stay():
 def test_in_place_change_of_a_saved_tensor_on_the_device_raises_like_autograd():
     def forward(change_in_next_group, keep_last):
         x = torch.randn(64, 64, requires_grad=True, generator=torch.Generator().manual_seed(0))
-        with offload_activations(min_tensor_bytes=0, keep_last=keep_last) as handle:
+        with offload_activations(min_tensor_bytes=0, keep_last=keep_last, group_budget_bytes=None) as handle:
             with handle.group():
                 h = x * 1
                 y = h.sin()
@@ -102,7 +102,7 @@ def test_a_storage_saved_by_two_groups_is_bitwise():
         for w in weights:
             w.grad = None
         x = torch.randn(32, 48, generator=torch.Generator().manual_seed(1)).requires_grad_()
-        with (offload_activations(min_tensor_bytes=0, **offload) if offload is not None
+        with (offload_activations(min_tensor_bytes=0, **offload, group_budget_bytes=None) if offload is not None
               else torch.enable_grad()) as handle:
             h = x
             for w in weights:
@@ -141,7 +141,7 @@ def test_backward_prefetches_the_previous_group_inside_the_current_ones_backward
 
     monkeypatch.setattr(HostLink, "copy_in", logged_copy_in)
     layers, x = mlp_layers(n=4), torch.randn(40, 32, requires_grad=True)
-    with offload_activations(min_tensor_bytes=1024) as handle:
+    with offload_activations(min_tensor_bytes=1024, group_budget_bytes=None) as handle:
         h = x
         for i, layer in enumerate(layers):
             with handle.group():
@@ -157,7 +157,7 @@ def test_backward_prefetches_the_previous_group_inside_the_current_ones_backward
 def test_retain_graph_runs_backward_twice_bitwise():
     layers, x = mlp_layers(n=3), torch.randn(40, 32)
     xr = x.clone().requires_grad_()
-    with offload_activations(min_tensor_bytes=1024) as handle:
+    with offload_activations(min_tensor_bytes=1024, group_budget_bytes=None) as handle:
         h = xr
         for layer in layers:
             with handle.group():
@@ -172,7 +172,7 @@ def test_retain_graph_runs_backward_twice_bitwise():
 def test_backward_inside_the_context_and_a_second_step_in_it():
     layers, x = mlp_layers(n=3), torch.randn(40, 32)
     want = run_step(layers, x)
-    with offload_activations(min_tensor_bytes=1024) as handle:
+    with offload_activations(min_tensor_bytes=1024, group_budget_bytes=None) as handle:
         for _ in range(2):
             for p in layers.parameters():
                 p.grad = None

@@ -1,0 +1,162 @@
+"""``group_budget_bytes="auto"``: per-group budgets learned from the run's own timings.
+
+A group's device-to-host copies are issued when group ``g + keep_last`` starts its
+forward and settled when the group after it starts, so they hide behind the forward
+of group ``g + keep_last``. Its host-to-device copy is prefetched inside the backward
+of group ``g + 1``, once that has consumed up to half its bytes, so it hides behind
+(at least) half of that backward. The budget of group ``g`` is therefore
+
+    min(forward[g + keep_last], backward[g + 1] / 2) x bandwidth x margin
+
+The scheduler marks, per step, when each group starts its forward, when the forward
+ends and when each group starts its backward (``StepLog``). Marks are read only once
+they have passed (``Timer.seconds`` returns ``None`` before, it never waits), at the
+start of later groups: a step is digested a step or two after it ran. The first
+``learn_steps`` steps with a given layout (the eligible bytes of each group, which
+also fixes the group count) move nothing, so that they measure compute alone; later
+steps plan from the smallest time seen per group (warm-up and any stall only ever
+lengthen a time). A step whose layout departs from the profile's moves nothing from
+that group on, and its measurement starts a new profile: shapes or layers that change
+are learned again.
+
+Bandwidth: the link's own copies, measured (``CopyMeter``); until one has been read,
+``PINNED_BYTES_PER_S``, measured on the H100 machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fuseops.offload.link import link_for
+from fuseops.offload.timing import Timer, timer_for
+
+# Pinned host<->device copies measured on the H100 machine: 53-55 GB/s each way.
+PINNED_BYTES_PER_S = 54e9
+# The fraction of a group's backward that its predecessor's prefetch can hide behind.
+PREFETCH_WINDOW = 0.5
+
+
+@dataclass(eq=False)
+class StepLog:
+    """One step's marks, by group position in the step; ``layout``: eligible bytes per
+    group, filled as groups end; ``diverged``: the layout left the profile's."""
+
+    keep_last: int
+    forward: list[Any] = field(default_factory=list)
+    forward_end: Any = None
+    backward: dict[int, Any] = field(default_factory=dict)
+    layout: list[int] = field(default_factory=list)
+    diverged: bool = False
+    closed: bool = False
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Per group of a layout: forward seconds (start to the next group's start) and
+    backward seconds (start to the previous group's start; ``None`` where unseen)."""
+
+    layout: tuple[int, ...]
+    keep_last: int
+    forward: tuple[float, ...]
+    backward: tuple[float | None, ...]
+    steps: int
+
+
+class Planner:
+    """Learns per-group timings of one device and plans budgets from them.
+
+    Args:
+        timer: where marks come from (CUDA events, the host clock, or a test's fake).
+        device: whose link measures the bandwidth when ``bytes_per_s`` is ``None``.
+        bytes_per_s: a fixed bandwidth instead of the measured one.
+        margin: the fraction of the link to plan for (copies also share memory bandwidth).
+        learn_steps: steps measured (moving nothing) before a layout is planned.
+    """
+
+    def __init__(self, timer: Timer, *, device: torch.device | None = None, bytes_per_s: float | None = None,
+                 margin: float = 0.9, learn_steps: int = 2) -> None:
+        self.timer, self.device = timer, device
+        self.fixed_bytes_per_s, self.margin, self.learn_steps = bytes_per_s, margin, learn_steps
+        self.profile: Profile | None = None
+        self._logs: list[StepLog] = []
+
+    def begin_step(self, keep_last: int) -> StepLog:
+        for log in self._logs:
+            log.closed = True
+        self.poll()
+        log = StepLog(keep_last)
+        self._logs.append(log)
+        return log
+
+    def bytes_per_s(self) -> float:
+        if self.fixed_bytes_per_s is not None:
+            return self.fixed_bytes_per_s
+        measured = link_for(self.device).meter.bytes_per_s() if self.device is not None else None
+        return measured if measured is not None else PINNED_BYTES_PER_S
+
+    def budget(self, log: StepLog, position: int, layout: list[int]) -> int | None:
+        """Bytes group ``position`` of ``log`` may move, given the eligible bytes of the
+        step's groups known so far; ``None`` while learning (it moves nothing)."""
+        profile = self.profile
+        later = position + log.keep_last
+        if (log.diverged or profile is None or profile.steps < self.learn_steps
+                or profile.keep_last != log.keep_last or later >= len(profile.layout)
+                or tuple(layout) != profile.layout[: len(layout)]):
+            log.diverged = log.diverged or (profile is not None and profile.steps >= self.learn_steps)
+            return None
+        window = profile.forward[later]
+        backward = profile.backward[position + 1] if position + 1 < len(profile.backward) else None
+        if backward is not None:
+            window = min(window, PREFETCH_WINDOW * backward)
+        return int(window * self.bytes_per_s() * self.margin)
+
+    def poll(self) -> None:
+        """Digest closed steps whose marks have all passed, oldest first; never waits."""
+        while self._logs and self._logs[0].closed:
+            times = self._times(self._logs[0])
+            if times is None:
+                return
+            self._learn(self._logs.pop(0), *times)
+
+    def _times(self, log: StepLog) -> tuple[list[float], list[float | None]] | None:
+        if log.forward_end is None or not log.forward:
+            # Nothing to learn from (no group, or a forward never ended): drop it.
+            return [], []
+        ends = log.forward[1:] + [log.forward_end]
+        forward = [self.timer.seconds(a, b) for a, b in zip(log.forward, ends)]
+        backward: list[float | None] = [None] * len(log.forward)
+        for position in range(1, len(log.forward)):
+            if position in log.backward and position - 1 in log.backward:
+                backward[position] = self.timer.seconds(log.backward[position], log.backward[position - 1])
+                if backward[position] is None:
+                    return None
+        if any(t is None for t in forward):
+            return None
+        return forward, backward
+
+    def _learn(self, log: StepLog, forward: list[float], backward: list[float | None]) -> None:
+        if not forward or len(log.layout) != len(forward):
+            return
+        profile = self.profile
+        layout = tuple(log.layout)
+        if profile is None or profile.layout != layout or profile.keep_last != log.keep_last:
+            self.profile = Profile(layout, log.keep_last, tuple(forward), tuple(backward), 1)
+            return
+        merged = tuple(b if a is None else a if b is None else min(a, b) for a, b in zip(profile.backward, backward))
+        self.profile = Profile(layout, log.keep_last, tuple(map(min, profile.forward, forward)), merged,
+                               profile.steps + 1)
+
+
+_planners: dict[torch.device, Planner] = {}
+
+
+def planner_for(device: torch.device) -> Planner:
+    """The process-wide planner of ``device`` (what it learned outlives each context)."""
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device not in _planners:
+        _planners[device] = Planner(timer_for(device), device=device)
+    return _planners[device]

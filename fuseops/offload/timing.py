@@ -1,0 +1,92 @@
+"""Clocks the offload planner reads: marks in a device's work, read without waiting.
+
+A timer's ``mark(stream)`` records a point in the work queued so far (a CUDA event on
+the current stream, or a host time where the device is the CPU and runs in host order);
+``seconds(start, end)`` is the time between two marks once both have passed, else
+``None``: the host never waits on a mark. ``CopyMeter`` turns a link's copy marks into
+a measured bandwidth the same way. Tests stand in a deterministic timer with the same
+two methods.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol
+
+import torch
+
+
+class Timer(Protocol):
+    def mark(self, stream: Any = None) -> Any:
+        """A point after everything queued so far (on ``stream``, or the current one)."""
+
+    def seconds(self, start: Any, end: Any) -> float | None:
+        """Seconds from ``start`` to ``end``; ``None`` while either has not passed."""
+
+
+class HostTimer:
+    """A CPU device runs its work in host order: the host's clock is the device's."""
+
+    def mark(self, stream: Any = None) -> float:
+        return time.perf_counter()
+
+    def seconds(self, start: float, end: float) -> float | None:
+        return end - start
+
+
+class EventTimer:
+    """CUDA events with timing, read with ``query()`` (which never blocks)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def mark(self, stream: torch.cuda.Stream | None = None) -> torch.cuda.Event:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(stream if stream is not None else torch.cuda.current_stream(self.device))
+        return event
+
+    def seconds(self, start: torch.cuda.Event, end: torch.cuda.Event) -> float | None:
+        if not (start.query() and end.query()):
+            return None
+        return start.elapsed_time(end) / 1e3
+
+
+def timer_for(device: torch.device) -> HostTimer | EventTimer:
+    return EventTimer(device) if device.type == "cuda" else HostTimer()
+
+
+class CopyMeter:
+    """The link's measured bandwidth: bytes over seconds of the copies whose marks have
+    passed, summed over every copy seen (so long copies weigh by their bytes)."""
+
+    # Copies waiting to be read; older ones are dropped unread past this (a run that
+    # never lets the host see its events must not grow a list).
+    MAX_PENDING = 256
+
+    def __init__(self, timer: Timer) -> None:
+        self.timer = timer
+        self.bytes = 0
+        self.seconds = 0.0
+        self._pending: list[tuple[Any, Any, int]] = []
+        # Copies are recorded from the forward thread and the autograd engine's threads.
+        self._lock = threading.Lock()
+
+    def record(self, start: Any, end: Any, nbytes: int) -> None:
+        with self._lock:
+            self._pending.append((start, end, nbytes))
+            del self._pending[: -self.MAX_PENDING]
+
+    def bytes_per_s(self) -> float | None:
+        """Measured so far, reading only copies that have finished; ``None`` before any."""
+        with self._lock:
+            waiting = []
+            for start, end, nbytes in self._pending:
+                seconds = self.timer.seconds(start, end)
+                if seconds is None:
+                    waiting.append((start, end, nbytes))
+                elif seconds > 0:
+                    self.bytes += nbytes
+                    self.seconds += seconds
+            self._pending = waiting
+            return self.bytes / self.seconds if self.seconds > 0 else None

@@ -1,0 +1,211 @@
+"""group_budget_bytes="auto" on CPU, under a deterministic clock standing in for events:
+it learns, plans from what it learned, reads marks only once passed, learns again when
+shapes or layers change; ints and None bypass it."""
+
+import pytest
+import torch
+from torch import nn
+
+from fuseops.offload import planner as planner_module
+from fuseops.offload.planner import PINNED_BYTES_PER_S, Planner
+from fuseops.offload.timing import CopyMeter
+from tests.offload._models import assert_bitwise, mlp_layers, run_step
+from tests.offload.test_api import saved_storages_by_group
+
+BYTES_PER_S = 10e6
+MARGIN = 0.9
+
+
+class FakeTimer:
+    """Time moves only when a ``Tick`` says so. With ``lag``, marks have not passed (as
+    events the device has not reached) until ``release()``: ``seconds`` is then ``None``."""
+
+    def __init__(self, lag: bool = False) -> None:
+        self.now, self.lag, self.marks, self.passed = 0.0, lag, 0, -1
+
+    def mark(self, stream=None):
+        self.marks += 1
+        return (self.marks, self.now)
+
+    def seconds(self, start, end):
+        if self.lag and max(start[0], end[0]) > self.passed:
+            return None
+        return end[1] - start[1]
+
+    def release(self):
+        self.passed = self.marks
+
+
+class Tick(torch.autograd.Function):
+    """Advances the fake clock by ``forward_s`` in forward and ``backward_s`` in backward."""
+
+    @staticmethod
+    def forward(ctx, x, timer, forward_s, backward_s):
+        timer.now += forward_s
+        ctx.timer, ctx.backward_s = timer, backward_s
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        ctx.timer.now += ctx.backward_s
+        return dy, None, None, None
+
+
+class Timed(nn.Module):
+    """A layer whose forward takes ``times[0][i]`` and backward ``times[1][i]`` fake
+    seconds: the forward tick after the layer (before the next group's first save), the
+    backward tick before it (its backward runs after the layer's own)."""
+
+    def __init__(self, layer: nn.Module, timer: FakeTimer, times: list, i: int) -> None:
+        super().__init__()
+        self.layer, self.timer, self.times, self.i = layer, timer, times, i
+
+    def forward(self, h):
+        forward_s, backward_s = self.times[0][self.i], self.times[1][self.i]
+        return Tick.apply(self.layer(Tick.apply(h, self.timer, 0.0, backward_s)), self.timer, forward_s, 0.0)
+
+
+@pytest.fixture
+def timer(monkeypatch):
+    timer = FakeTimer()
+    planner = Planner(timer, bytes_per_s=BYTES_PER_S, margin=MARGIN)
+    monkeypatch.setitem(planner_module._planners, torch.device("cpu"), planner)
+    return timer
+
+
+def timed_layers(timer, times, n):
+    return nn.ModuleList(Timed(layer, timer, times, i) for i, layer in enumerate(mlp_layers(n=n)))
+
+
+def moved_within(groups, budgets):
+    """Bytes moved when group g moves its storages (>= 1 KiB) in save order while they
+    fit in what ``budgets[g]`` has left (groups past ``budgets`` stay)."""
+    moved = 0
+    for storages, left in zip(groups, budgets):
+        for n in storages:
+            if 1024 <= n <= left:
+                moved, left = moved + n, left - n
+    return moved
+
+
+def expected_moved(layers, x, times, keep_last):
+    """The planner's arithmetic, independently: group g's budget is
+    min(fwd[g + keep_last], bwd[g + 1] / 2) x bandwidth x margin."""
+    forward, backward = times
+    groups = saved_storages_by_group(layers, x)
+    budgets = []
+    for g in range(len(groups) - keep_last):
+        window = forward[g + keep_last]
+        if g + 1 < len(groups):
+            window = min(window, backward[g + 1] / 2)
+        budgets.append(int(window * BYTES_PER_S * MARGIN))
+    return moved_within(groups, budgets)
+
+
+def auto_step(layers, x, keep_last):
+    step = run_step(layers, x, dict(min_tensor_bytes=1024, keep_last=keep_last, group_budget_bytes="auto"))
+    assert_bitwise(step, run_step(layers, x))
+    return step.offload.stats
+
+
+@pytest.mark.parametrize("keep_last", [0, 1, 2])
+def test_learns_two_steps_then_plans_each_group_from_the_fastest_times(timer, keep_last):
+    # Per layer, forward and backward milliseconds; the first step is slow (warm-up).
+    times = [[1e-3, 2e-3, 3e-3, 4e-3], [2e-3, 3e-3, 6e-3, 8e-3]]
+    warm_up = [[10 * t for t in row] for row in times]
+    layers, x = timed_layers(timer, times, 4), torch.randn(40, 32)
+    want = expected_moved(layers, x, times, keep_last)
+    assert 0 < want < sum(map(sum, saved_storages_by_group(layers, x)))
+
+    times[:] = warm_up
+    learning = auto_step(layers, x, keep_last)
+    times[:] = [[t / 10 for t in row] for row in warm_up]
+    assert auto_step(layers, x, keep_last)["bytes_offloaded"] == 0
+    assert learning["bytes_offloaded"] == 0 and learning["skipped_learning"] > 0
+    for _ in range(2):
+        stats = auto_step(layers, x, keep_last)
+        assert stats["bytes_offloaded"] == stats["bytes_reloaded"] == want
+        assert stats["skipped_learning"] == 0 and stats["skipped_budget"] > 0
+
+
+def test_marks_are_read_only_once_passed(monkeypatch):
+    timer = FakeTimer(lag=True)
+    monkeypatch.setitem(planner_module._planners, torch.device("cpu"), Planner(timer, bytes_per_s=BYTES_PER_S))
+    times = [[2e-3] * 3, [4e-3] * 3]
+    layers, x = timed_layers(timer, times, 3), torch.randn(40, 32)
+    for _ in range(3):
+        assert auto_step(layers, x, 1)["bytes_offloaded"] == 0
+    timer.release()
+    assert auto_step(layers, x, 1)["bytes_offloaded"] == expected_moved(layers, x, times, 1) > 0
+
+
+def test_a_change_of_shape_or_of_layers_is_learned_again(timer):
+    times = [[2e-3] * 5, [4e-3] * 5]
+    layers = timed_layers(timer, times, 5)
+    four = nn.ModuleList(layers[:4])
+    small, large = torch.randn(40, 32), torch.randn(56, 32)
+    for _ in range(2):
+        auto_step(four, small, 1)
+    assert auto_step(four, small, 1)["bytes_offloaded"] == expected_moved(four, small, times, 1) > 0
+    # More rows: every group saves more, the first departs from the profile: nothing
+    # moves until the new layout is learned.
+    times[:] = [[t * 1.5 for t in row] for row in times]
+    for _ in range(2):
+        stats = auto_step(four, large, 1)
+        assert stats["bytes_offloaded"] == 0 and stats["skipped_learning"] > 0
+    assert auto_step(four, large, 1)["bytes_offloaded"] == expected_moved(four, large, times, 1) > 0
+    # A fifth layer: the groups that match the profile are planned, the new ones learn;
+    # then the five-group layout learns (a step) and is planned.
+    times[:] = [[t * 1.5 for t in row] for row in times]
+    first = auto_step(layers, large, 1)
+    assert first["skipped_learning"] > 0 and first["groups"] == 5
+    assert auto_step(layers, large, 1)["bytes_offloaded"] == 0
+    assert auto_step(layers, large, 1)["bytes_offloaded"] == expected_moved(layers, large, times, 1) > 0
+
+
+@pytest.mark.parametrize("budget", [None, 20_000, 0])
+def test_ints_and_none_bypass_the_planner(timer, budget):
+    times = [[2e-3] * 3, [4e-3] * 3]
+    layers, x = timed_layers(timer, times, 3), torch.randn(40, 32)
+    step = run_step(layers, x, dict(min_tensor_bytes=1024, group_budget_bytes=budget))
+    assert timer.marks == 0
+    assert_bitwise(step, run_step(layers, x))
+    stats = step.offload.stats
+    assert stats["skipped_learning"] == 0
+    groups = saved_storages_by_group(layers, x)
+    cap = float("inf") if budget is None else budget
+    assert stats["bytes_offloaded"] == moved_within(groups, [cap] * (len(groups) - 1))
+    assert (stats["skipped_budget"] > 0) == (budget is not None)
+
+
+def test_the_default_budget_is_auto(timer):
+    times = [[2e-3] * 3, [4e-3] * 3]
+    layers, x = timed_layers(timer, times, 3), torch.randn(40, 32)
+    step = run_step(layers, x, dict(min_tensor_bytes=1024))
+    assert step.offload.stats["bytes_offloaded"] > 0  # run_step's configs say None unless told
+    from fuseops.offload import offload_activations
+
+    with offload_activations(min_tensor_bytes=1024) as handle:
+        h = x.clone().requires_grad_()
+        for layer in layers:
+            with handle.group():
+                h = h + layer(h)
+    h.sum().backward()
+    assert handle.stats["skipped_learning"] > 0 and timer.marks > 0
+
+
+def test_bandwidth_is_measured_from_copies_once_they_have_passed():
+    timer = FakeTimer(lag=True)
+    meter = CopyMeter(timer)
+    timer.now = 1.0
+    start = timer.mark()
+    timer.now = 1.5
+    meter.record(start, timer.mark(), 10_000_000)
+    assert meter.bytes_per_s() is None
+    start = timer.mark()
+    timer.now = 2.0
+    meter.record(start, timer.mark(), 40_000_000)
+    timer.release()
+    # Summed over copies: 50 MB in 1 s, not the mean of 20 and 80 MB/s.
+    assert meter.bytes_per_s() == pytest.approx(50e6)
+    assert Planner(timer).bytes_per_s() == PINNED_BYTES_PER_S
