@@ -16,7 +16,7 @@ import torch
 from fuseops.fusions import REGISTRY
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, same_extra_input
 from fuseops.kernels._triton import runs_triton
-from fuseops.ops.executor.execute import Plan, Step
+from fuseops.ops.executor.execute import Plan, Step, current_autocast
 from fuseops.ops.op import BasicOp
 
 
@@ -28,6 +28,7 @@ def plan_config(x: torch.Tensor, recipe: Any, grad_enabled: bool) -> PlanConfig:
         input_requires_grad=grad_enabled and x.requires_grad,
         grad_enabled=grad_enabled,
         triton=runs_triton(x),
+        autocast=current_autocast(x),
     )
 
 

@@ -77,7 +77,7 @@ class Sequential(torch.nn.Module):
     def forward(self, input: torch.Tensor, *extra_inputs: Any) -> Any:
         ops = list(self)
         per_op = split_extra_inputs(ops, extra_inputs)
-        check_chain(ops, input, per_op)
+        specs = check_chain(ops, input, per_op)
         grad_enabled = torch.is_grad_enabled()
         recipe = current_recipe()
         if self.fuse:
@@ -85,5 +85,5 @@ class Sequential(torch.nn.Module):
         else:
             plan = Plan.unfused(ops)
         self._plan = plan
-        ctxs = make_contexts(ops, input, per_op, recipe=recipe, grad_enabled=grad_enabled)
+        ctxs = make_contexts(ops, input, per_op, recipe=recipe, grad_enabled=grad_enabled, input_specs=specs)
         return execute(plan, ops, ctxs, input, per_op)
