@@ -212,15 +212,16 @@ def _non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> lis
     version counter, so an in-place change still trips the check of anything saved from it.
     An output aliasing an input stays a view: torch then refuses in-place ops on it, as the
     data really is the input's."""
-    input_storages = {
-        t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor) and t.numel()
-    }
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    input_ids = {id(t) for t in tensors}
+    input_storages = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
     seen: set[int] = set()
     out = []
     for t in outputs:
-        aliases_input = t.numel() > 0 and t.untyped_storage().data_ptr() in input_storages
+        aliases_input = id(t) in input_ids or (t.numel() > 0 and t.untyped_storage().data_ptr() in input_storages)
         if aliases_input:
-            if id(t) in seen:
+            # An input returned as-is must be a view (setup_context form), and so must a copy.
+            if id(t) in seen or id(t) in input_ids:
                 t = t.view_as(t)
         elif t._is_view() or id(t) in seen:
             t = t.detach()
