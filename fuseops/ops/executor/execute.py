@@ -102,6 +102,14 @@ class Plan:
     def backward(self) -> list[tuple[str, tuple[int, ...]]]:
         return self._entries(self.backward_steps)
 
+    def segment(self, start: int, stop: int) -> Plan:
+        """The steps of ops ``[start, stop)``, renumbered from 0 (no step may cross)."""
+        def cut(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+            inside = [s for s in steps if start <= s.start and s.stop <= stop]
+            return tuple(dataclasses.replace(s, start=s.start - start, stop=s.stop - start) for s in inside)
+
+        return Plan(self.op_names[start:stop], cut(self.forward_steps), cut(self.backward_steps))
+
     @classmethod
     def unfused(cls, ops: Sequence[Op]) -> Plan:
         steps = tuple(Step(i, i + 1) for i in range(len(ops)))
