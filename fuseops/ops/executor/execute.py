@@ -212,6 +212,15 @@ def _run_forward(plan, ops, ctxs, x, extra_inputs):
     return x, extra_outputs
 
 
+def _storage(t: torch.Tensor) -> int | None:
+    """Where ``t``'s data lives; None when empty or when it has no storage of its own
+    (a torch.func batched or wrapped tensor)."""
+    try:
+        return t.untyped_storage().data_ptr() if t.numel() else None
+    except (NotImplementedError, RuntimeError):
+        return None
+
+
 def _non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> list[torch.Tensor]:
     """Outputs autograd may let the caller modify in place.
 
@@ -222,11 +231,11 @@ def _non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> lis
     data really is the input's."""
     tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
     input_ids = {id(t) for t in tensors}
-    input_storages = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
+    input_storages = {_storage(t) for t in tensors} - {None}
     seen: set[int] = set()
     out = []
     for t in outputs:
-        aliases_input = id(t) in input_ids or (t.numel() > 0 and t.untyped_storage().data_ptr() in input_storages)
+        aliases_input = id(t) in input_ids or _storage(t) in input_storages
         if aliases_input:
             # An input returned as-is must be a view (setup_context form), and so must a copy.
             if id(t) in seen or id(t) in input_ids:
@@ -272,17 +281,37 @@ class _PlanFunction(torch.autograd.Function):
         state: _RunState = inputs[0]
         autograd_ctx.set_materialize_grads(False)
         autograd_ctx.save_for_backward(*state.to_save)
-        state.to_save = []
+        # Drop the state's references so only the saved ones hold the activations (an
+        # offload hook then frees them); torch.func calls setup_context once per level.
+        if not torch._C._are_functorch_transforms_active():
+            state.to_save = []
         autograd_ctx.state = state
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(autograd_ctx, dy: torch.Tensor | None, *flat_extra_output_grads):
         state: _RunState = autograd_ctx.state
         # Unpacking runs torch's version check of every saved tensor and parameter.
         saved_tensors = autograd_ctx.saved_tensors
-        with _autocast_off(state.output_device.type):
-            return _run_backward(state, saved_tensors, dy, flat_extra_output_grads)
+        # Grad mode is on in backward only with create_graph=True (double backward).
+        create_graph = torch.is_grad_enabled()
+        with torch.no_grad(), _autocast_off(state.output_device.type):
+            grads = _run_backward(state, saved_tensors, dy, flat_extra_output_grads)
+        return _no_second_backward(grads) if create_graph else grads
+
+
+def _no_second_backward(grads: tuple) -> tuple:
+    """The gradients, each behind a node that raises if differentiated again: the ops'
+    backward is not differentiable, and a second backward must fail, never be wrong."""
+    present = [g for g in grads if isinstance(g, torch.Tensor)]
+    if not present:
+        return grads
+    err = torch._C._functions.DelayedError(
+        "fuseops: double backward (create_graph=True, then a backward through these "
+        "gradients) is not supported; the ops' backward is not differentiable",
+        len(present),
+    )
+    wrapped = iter(err(*[g.detach().requires_grad_() for g in present]))
+    return tuple(next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads)
 
 
 def _cast(t: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | None:
