@@ -8,6 +8,7 @@ per (recipe, dtypes, device, which inputs need grad).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,8 +17,18 @@ import torch
 from fuseops.fusions import REGISTRY
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, same_extra_input
 from fuseops.kernels._triton import runs_triton
-from fuseops.ops.executor.execute import Plan, Step
+from fuseops.ops.executor.execute import Plan, Step, current_autocast
 from fuseops.ops.op import BasicOp
+
+logger = logging.getLogger("fuseops")
+_warned: set[tuple[str, str]] = set()
+
+
+def warn_once(key: tuple[str, str], message: str) -> None:
+    """A fallback, logged once per ``key`` at WARNING."""
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(message)
 
 
 def plan_config(x: torch.Tensor, recipe: Any, grad_enabled: bool) -> PlanConfig:
@@ -28,18 +39,25 @@ def plan_config(x: torch.Tensor, recipe: Any, grad_enabled: bool) -> PlanConfig:
         input_requires_grad=grad_enabled and x.requires_grad,
         grad_enabled=grad_enabled,
         triton=runs_triton(x),
+        autocast=current_autocast(x),
     )
 
 
 def _match_at(
     ops: Sequence[BasicOp], i: int, cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]],
-    candidates: Sequence[Fusion], declined: list,
+    candidates: Sequence[Fusion], declined: list, hooked: frozenset[int] = frozenset(),
 ) -> Step | None:
     for fusion in candidates:
         stop = i + len(fusion.pattern)
         if not fusion.matches(ops[i:stop]):
             continue
         reason = fusion.guard(ops[i:stop], cfg, extra_inputs[i:stop])
+        with_hooks = [j for j in range(i, stop) if j in hooked]
+        if reason is None and with_hooks:
+            # A hooked op is a boundary: it runs as a module so its hooks see its own tensors.
+            j = with_hooks[0]
+            reason = f"op {j} ({type(ops[j]).__name__}) has module hooks: it runs alone so they fire"
+            warn_once((fusion.name, type(ops[j]).__name__), f"fuseops: {fusion.name} declined: {reason}")
         if reason is None:
             return Step(i, stop, fusion)
         entry = (fusion.name, tuple(range(i, stop)), reason)
@@ -51,6 +69,7 @@ def _match_at(
 def _partition(
     ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]],
     candidates: Sequence[Fusion], fixed: Sequence[Step], declined: list,
+    hooked: frozenset[int] = frozenset(),
 ) -> tuple[Step, ...]:
     """Left to right, longest pattern first; ``fixed`` steps are kept where they are."""
     candidates = sorted(candidates, key=lambda f: -len(f.pattern))
@@ -62,7 +81,7 @@ def _partition(
             # A fusion may not reach into a fixed step.
             limit = min((s.start for s in fixed if s.start > i), default=len(ops))
             fitting = [f for f in candidates if i + len(f.pattern) <= limit]
-            step = _match_at(ops, i, cfg, extra_inputs, fitting, declined) or Step(i, i + 1)
+            step = _match_at(ops, i, cfg, extra_inputs, fitting, declined, hooked) or Step(i, i + 1)
         steps.append(step)
         i = step.stop
     return tuple(steps)
@@ -70,28 +89,33 @@ def _partition(
 
 def build_plan(
     ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]],
-    fusions: Sequence[Fusion] = REGISTRY,
+    fusions: Sequence[Fusion] = REGISTRY, hooked: frozenset[int] = frozenset(),
 ) -> Plan:
     """The forward and backward steps for ``ops`` under ``cfg``.
 
     Fusions of both stages are placed first and hold the same ops in both directions
     (their forward may save what only their backward reads); single-stage fusions fill
-    the rest of each direction independently.
+    the rest of each direction independently. An op in ``hooked`` (module hooks) is a
+    boundary: no fusion covers it, and ``declined`` says so.
     """
     declined: list = []
     both = [f for f in fusions if f.stage == Stage.BOTH] if cfg.grad_enabled else []
-    fixed = [s for s in _partition(ops, cfg, extra_inputs, both, (), declined) if s.fusion is not None]
+    fixed = [s for s in _partition(ops, cfg, extra_inputs, both, (), declined, hooked) if s.fusion is not None]
     forward_only = [f for f in fusions if f.stage & Stage.FORWARD and f.stage != Stage.BOTH]
     if not cfg.grad_enabled:
         # Without a backward, a both-stage fusion runs its forward alone.
         forward_only = [f for f in fusions if f.stage & Stage.FORWARD]
-    forward = _partition(ops, cfg, extra_inputs, forward_only, fixed, declined)
+    forward = _partition(ops, cfg, extra_inputs, forward_only, fixed, declined, hooked)
     if cfg.grad_enabled:
         backward_only = [f for f in fusions if f.stage == Stage.BACKWARD]
-        backward = _partition(ops, cfg, extra_inputs, backward_only, fixed, declined)
+        backward = _partition(ops, cfg, extra_inputs, backward_only, fixed, declined, hooked)
     else:
         backward = Plan.unfused(ops).backward_steps
-    return Plan(tuple(type(op).__name__ for op in ops), forward, backward, tuple(declined))
+    plan = Plan(tuple(type(op).__name__ for op in ops), forward, backward, tuple(declined))
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("fuseops plan for %s under %s: forward %s, backward %s, declined %s",
+                     plan.op_names, cfg, plan.forward, plan.backward, plan.declined)
+    return plan
 
 
 class PlanCache:
@@ -100,9 +124,13 @@ class PlanCache:
     def __init__(self) -> None:
         self._plans: dict[tuple, Plan] = {}
 
-    def get(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]]) -> Plan:
+    def get(
+        self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]],
+        hooked: frozenset[int] = frozenset(),
+    ) -> Plan:
         key = (
             cfg,
+            hooked,
             tuple(op.training for op in ops),
             tuple(p.requires_grad for op in ops for p in op.parameters(recurse=False)),
             tuple(_extra_key(e) for extras in extra_inputs for e in extras),
@@ -110,7 +138,7 @@ class PlanCache:
         )
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = build_plan(ops, cfg, extra_inputs)
+            plan = self._plans[key] = build_plan(ops, cfg, extra_inputs, hooked=hooked)
         return plan
 
     def clear(self) -> None:

@@ -71,13 +71,63 @@ class Sequential(torch.nn.Module):
     def forward(self, input: torch.Tensor, *extra_inputs: Any) -> Any:
         ops = list(self)
         per_op = split_extra_inputs(ops, extra_inputs)
-        check_chain(ops, input, per_op)
+        specs = check_chain(ops, input, per_op)
         grad_enabled = torch.is_grad_enabled()
         recipe = current_recipe()
+        hooked = hooked_ops(ops)
         if self.fuse:
-            plan = self._plans.get(ops, plan_config(input, recipe, grad_enabled), per_op)
+            plan = self._plans.get(ops, plan_config(input, recipe, grad_enabled), per_op, hooked)
         else:
             plan = Plan.unfused(ops)
         self._plan = plan
-        ctxs = make_contexts(ops, input, per_op, recipe=recipe, grad_enabled=grad_enabled)
+        if hooked:
+            return self._run_segments(plan, ops, hooked, input, per_op)
+        ctxs = make_contexts(ops, input, per_op, recipe=recipe, grad_enabled=grad_enabled, input_specs=specs)
         return execute(plan, ops, ctxs, input, per_op)
+
+    def _run_segments(
+        self, plan: Plan, ops: list[BasicOp], hooked: frozenset[int], x: torch.Tensor, per_op: list
+    ) -> Any:
+        """Run with module hooks: each hooked op is called as a module (its hooks fire with
+        its own input and output, on tensors autograd tracks), the runs of ops between are
+        planned sub-chains (the plan never fuses across a hooked op)."""
+        extra_outputs: list[torch.Tensor] = []
+        i = 0
+        while i < len(ops):
+            if i in hooked:
+                out = ops[i](x, *per_op[i])
+                stop = i + 1
+            else:
+                stop = min([j for j in hooked if j > i], default=len(ops))
+                seg_ops, seg_extras = ops[i:stop], per_op[i:stop]
+                sub = plan.segment(i, stop)
+                specs = check_chain(seg_ops, x, seg_extras)
+                ctxs = make_contexts(
+                    seg_ops, x, seg_extras, recipe=current_recipe(), grad_enabled=torch.is_grad_enabled(),
+                    input_specs=specs,
+                )
+                out = execute(sub, seg_ops, ctxs, x, seg_extras)
+            n_extra = sum(op.num_extra_outputs for op in ops[i:stop])
+            if n_extra:
+                x, *outs = out
+                extra_outputs += outs
+            else:
+                x = out
+            i = stop
+        return (x, *extra_outputs) if extra_outputs else x
+
+
+def hooked_ops(ops: list[BasicOp]) -> frozenset[int]:
+    """Positions of ops with module hooks (their own or global ones): they run as modules."""
+    from torch.nn.modules import module as nn_module
+
+    global_hooks = any(
+        getattr(nn_module, name, None)
+        for name in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                     "_global_backward_pre_hooks")
+    )
+    return frozenset(
+        i for i, op in enumerate(ops)
+        if global_hooks or op._forward_hooks or op._forward_pre_hooks or op._backward_hooks
+        or op._backward_pre_hooks
+    )

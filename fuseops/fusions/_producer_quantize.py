@@ -20,6 +20,14 @@ from fuseops.ops.op import BasicOp
 from fuseops.quant.emit import EmitPlan, emitted_storage
 
 
+def under_torch_autocast(cfg: PlanConfig) -> str | None:
+    """Producer-emitted storages carry the producer's dtype; under ``torch.autocast`` the
+    GEMM's high-precision dtype is autocast's, so the ops run on their own."""
+    if cfg.autocast is not None:
+        return f"torch.autocast ({cfg.autocast}) sets the GEMM dtype; the producer runs on its own"
+    return None
+
+
 def local_gemm(op: BasicOp) -> bool:
     """Whether ``op``'s GEMM runs on its input as given. Tensor-parallel Linears quantize their
     input after the collectives (column parallel with SP gathers it in high precision first):
@@ -37,7 +45,7 @@ class ProducerQuantizeLinear(Fusion):
     stage = Stage.FORWARD
 
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
-        return quantized(cfg)
+        return quantized(cfg) or under_torch_autocast(cfg)
 
     @abc.abstractmethod
     def produce(self, op: BasicOp, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...],

@@ -27,8 +27,13 @@ class BackwardActivationLinear(Fusion):
         if not ctxs[0].input_requires_grad:
             return [OpGrads(None), OpGrads(None, params)]
         z = ctxs[0].saved.x
+        if z.dtype != dy.dtype:
+            # torch.autocast: the Linear computes in another dtype than the activation; its
+            # dx is cast to the activation's dtype first, as the basic ops do.
+            dz = linear.input_grad(ctxs[1], dy).to(z.dtype)
+            return [act_op.op_backward(ctxs[0], dz, ()), OpGrads(None, params)]
         dy2d = dy.reshape(-1, linear.out_features).contiguous()
         z2d = z.reshape(-1, linear.in_features).contiguous()
         launch = launcher(Kernel.GEMM, dy2d)
-        dz, _ = launch(dy2d, linear.weight, act=act_op.act, alpha=act_op.alpha, act_grad_input=z2d)
+        dz, _ = launch(dy2d, linear.compute_weight(ctxs[1]), act=act_op.act, alpha=act_op.alpha, act_grad_input=z2d)
         return [OpGrads(dz.view(z.shape)), OpGrads(None, params)]

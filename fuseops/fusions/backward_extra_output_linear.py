@@ -26,9 +26,13 @@ class BackwardExtraOutputLinear(Fusion):
         params = linear.param_grads(ctxs[1], dy)
         if not ctxs[0].input_requires_grad:
             return [OpGrads(None), OpGrads(None, params)]
+        if dbranch is not None and dbranch.dtype != dy.dtype:
+            # torch.autocast: the branch is in another dtype than the GEMM; sum as the
+            # basic ops do, after casting dx to it.
+            return [OpGrads(linear.input_grad(ctxs[1], dy).to(dbranch.dtype) + dbranch), OpGrads(None, params)]
         dy2d = dy.reshape(-1, linear.out_features).contiguous()
         r2d = None if dbranch is None else dbranch.reshape(-1, linear.in_features).contiguous()
         launch = launcher(Kernel.GEMM, dy2d)
-        dx, _ = launch(dy2d, linear.weight, residual=r2d)
+        dx, _ = launch(dy2d, linear.compute_weight(ctxs[1]), residual=r2d)
         dx = dx.view(*dy.shape[:-1], linear.in_features)
         return [OpGrads(dx), OpGrads(None, params)]

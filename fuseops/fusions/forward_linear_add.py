@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
 from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.ops import _autocast
 from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp
 from fuseops.ops.residual import AddExtraInput, NothingSaved
@@ -17,16 +20,23 @@ class ForwardLinearAddExtraInput(Fusion):
     stage = Stage.FORWARD
 
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
-        return unquantized(cfg)
+        if reason := unquantized(cfg):
+            return reason
+        (residual,) = extra_inputs[1]
+        if cfg.autocast is not None and isinstance(residual, torch.Tensor) and residual.dtype != cfg.autocast:
+            # x + r promotes: the epilogue writes the GEMM's dtype only.
+            return f"torch.autocast: the residual ({residual.dtype}) is not in the GEMM's dtype ({cfg.autocast})"
+        return None
 
     def fused_forward(self, ops, ctxs, x, extra_inputs: Sequence[tuple[Any, ...]]):
         linear, _ = ops
         (residual,) = extra_inputs[1]
+        x = _autocast.cast_input(ctxs[0].autocast, x)
         linear.save(ctxs[0], x)
         if ctxs[1].needs_backward:
             ctxs[1].saved = NothingSaved()
         x2d = x.reshape(-1, linear.in_features).contiguous()
         r2d = residual.reshape(-1, linear.out_features).contiguous()
         launch = launcher(Kernel.GEMM, x2d)
-        y, _ = launch(x2d, linear.weight.t(), bias=linear.bias, residual=r2d)
+        y, _ = launch(x2d, linear.compute_weight(ctxs[0]).t(), bias=linear.compute_bias(ctxs[0]), residual=r2d)
         return y.view(*x.shape[:-1], linear.out_features), [(), ()]

@@ -11,6 +11,7 @@ import torch
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, unquantized
 from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.ops import _autocast
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.bias import Bias, BiasSaved
 from fuseops.ops.contract import OpContext
@@ -24,15 +25,17 @@ def _linear_act_forward(
 ) -> torch.Tensor:
     """Run the GEMM with epilogue; fill the Linear's and the activation's saved state."""
     linear_ctx, act_ctx = ctxs[0], ctxs[-1]
+    x = _autocast.cast_input(linear_ctx.autocast, x)
+    weight = linear.compute_weight(linear_ctx)
     linear.save(linear_ctx, x)
     x2d = x.reshape(-1, linear.in_features).contiguous()
     save_preact = act_ctx.needs_backward
     if isinstance(act_op, GatedActivation):
         launch = launcher(Kernel.GEMM_GATED, x2d)
-        y, z = launch(x2d, linear.weight.t(), bias=bias, act=act_op.act, save_preact=save_preact, **act_op.kernel_args)
+        y, z = launch(x2d, weight.t(), bias=bias, act=act_op.act, save_preact=save_preact, **act_op.kernel_args)
     else:
         launch = launcher(Kernel.GEMM, x2d)
-        y, z = launch(x2d, linear.weight.t(), bias=bias, act=act_op.act, alpha=act_op.alpha, save_preact=save_preact)
+        y, z = launch(x2d, weight.t(), bias=bias, act=act_op.act, alpha=act_op.alpha, save_preact=save_preact)
     lead = x.shape[:-1]
     if save_preact:
         z = z.view(*lead, z.shape[-1])
@@ -55,7 +58,7 @@ class ForwardLinearBiasActivation(Fusion):
 
     def fused_forward(self, ops, ctxs, x, extra_inputs: Sequence[tuple[Any, ...]]):
         linear, act_op = ops
-        y = _linear_act_forward(linear, linear.bias, act_op, ctxs, x)
+        y = _linear_act_forward(linear, linear.compute_bias(ctxs[0]), act_op, ctxs, x)
         return y, [(), ()]
 
 
@@ -72,5 +75,7 @@ class ForwardLinearSeparateBiasActivation(ForwardLinearBiasActivation):
         linear, bias_op, act_op = ops
         if ctxs[1].needs_backward:
             ctxs[1].saved = BiasSaved()
-        y = _linear_act_forward(linear, bias_op.bias, act_op, ctxs, x)
+        # The bias in the GEMM's compute dtype (the Bias op casts the same way).
+        bias = bias_op.compute_bias(ctxs[1], _autocast.cast_input(ctxs[0].autocast, x).dtype)
+        y = _linear_act_forward(linear, bias, act_op, ctxs, x)
         return y, [(), (), ()]

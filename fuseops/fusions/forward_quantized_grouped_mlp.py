@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fuseops.fusions._producer_quantize import local_gemm
+from fuseops.fusions._producer_quantize import local_gemm, under_torch_autocast
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, quantized
 from fuseops.fusions.grouped_mlp import one_expert_mlp
 from fuseops.kernels.dispatch import Kernel, launcher
@@ -51,7 +51,7 @@ class ForwardQuantizedGroupedMLP(Fusion):
     stage = Stage.FORWARD
 
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
-        if reason := quantized(cfg) or one_expert_mlp(ops, extra_inputs):
+        if reason := quantized(cfg) or under_torch_autocast(cfg) or one_expert_mlp(ops, extra_inputs):
             return reason
         if cfg.recipe.format(TensorRole.INPUT).scaling in UNFUSED_FASTER:
             return "FP8 on tensor cores: the unfused FC1 and activation kernels measured faster"

@@ -52,6 +52,8 @@ class PlanConfig:
     grad_enabled: bool
     # Kernels run for this device (CUDA, or CPU under interpreted_kernels()).
     triton: bool
+    # The torch.autocast dtype the ops compute matmuls in (None outside autocast).
+    autocast: torch.dtype | None = None
 
 
 def same_extra_input(a: Any, b: Any) -> bool:

@@ -28,6 +28,7 @@ import torch
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, same_extra_input, unquantized
 from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.ops import _autocast
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.contract import OpContext, OpGrads
 from fuseops.ops.executor.saved_state import graph_freed_after_backward
@@ -66,18 +67,22 @@ class GroupedMLP(Fusion):
         fc1, act_op, fc2 = ops
         probs = extra_inputs[1][0] if getattr(act_op, "scaled", False) else None
         offsets = device_offsets(extra_inputs[0][0], x.device)
+        # Under torch.autocast both GEMMs run in its dtype (weights cast once per version).
+        x = _autocast.cast_input(ctxs[0].autocast, x)
+        w1, b1 = fc1.compute_weight(ctxs[0]), fc1.compute_bias(ctxs[0])
+        w2, b2 = fc2.compute_weight(ctxs[2]), fc2.compute_bias(ctxs[2])
         x2d = x.reshape(-1, fc1.in_features).contiguous()
         gemm = launcher(Kernel.GROUPED_GEMM, x2d)
         # z also feeds the recompute of h for FC2's weight gradient.
         keep_z = ctxs[1].needs_backward or ctxs[2].weight_requires_grad
         if isinstance(act_op, GatedActivation):
             launch = launcher(Kernel.GROUPED_GEMM_GATED, x2d)
-            h, z = launch(x2d, fc1.weight.transpose(1, 2), offsets, bias=fc1.bias, act=act_op.act,
+            h, z = launch(x2d, w1.transpose(1, 2), offsets, bias=b1, act=act_op.act,
                           probs=probs, save_preact=keep_z, **act_op.kernel_args)
         else:
-            h, z = gemm(x2d, fc1.weight.transpose(1, 2), offsets, bias=fc1.bias, act=act_op.act,
+            h, z = gemm(x2d, w1.transpose(1, 2), offsets, bias=b1, act=act_op.act,
                         alpha=act_op.alpha, save_preact=keep_z)
-        y, _ = gemm(h, fc2.weight.transpose(1, 2), offsets, bias=fc2.bias)
+        y, _ = gemm(h, w2.transpose(1, 2), offsets, bias=b2)
 
         fc1.save(ctxs[0], x, offsets)
         if keep_z:
@@ -86,7 +91,7 @@ class GroupedMLP(Fusion):
         if ctxs[2].needs_backward:
             # h is recomputed from z in backward (module docstring).
             ctxs[2].saved = GroupedLinearSaved(
-                weight=fc2.weight if ctxs[2].input_requires_grad else None, offsets=offsets
+                weight=w2 if ctxs[2].input_requires_grad else None, offsets=offsets
             )
         return y.view(*x.shape[:-1], fc2.out_features), [(), (), ()]
 

@@ -57,13 +57,17 @@ def features(op: str, spec: TensorSpec, expected: int, *, what: str = "input") -
 
 
 def matches_parameters(op: torch.nn.Module, spec: TensorSpec, *, what: str = "input") -> None:
-    """The input must have the dtype and device of the op's parameters."""
+    """The input must have the dtype and device of the op's parameters; under
+    ``torch.autocast`` any of float32/float16/bfloat16 meets any of them (the op casts)."""
     name = type(op).__name__
+    eligible = (torch.float32, torch.float16, torch.bfloat16)
     for pname, p in op.named_parameters(recurse=False):
-        if p.dtype != spec.dtype:
+        autocast_casts = spec.autocast is not None and p.dtype in eligible and spec.dtype in eligible
+        if p.dtype != spec.dtype and not autocast_casts:
             raise TypeError(
                 f"{name} {what}: dtype {spec.dtype} does not match {name}.{pname} ({p.dtype}); "
-                f"expected {p.dtype} (convert the model with .to(dtype) or the input)"
+                f"expected {p.dtype} (convert the model with .to(dtype) or the input, or run "
+                f"under torch.autocast)"
             )
         if not same_device(p.device, spec.device):
             raise ValueError(

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from fuseops.kernels.dispatch import Kernel, launcher
-from fuseops.ops import _checks
+from fuseops.ops import _autocast, _checks
 from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec
 from fuseops.ops.op import BasicOp
 
@@ -50,7 +50,12 @@ class Bias(BasicOp):
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         if ctx.needs_backward:
             ctx.saved = BiasSaved()
-        return x + self.bias, ()
+        return x + self.compute_bias(ctx, x.dtype), ()
+
+    def compute_bias(self, ctx: OpContext, dtype: torch.dtype) -> torch.Tensor:
+        """The bias added to an input of ``dtype``: under ``torch.autocast``, cast to it
+        (once per version), as the bias of ``torch.nn.Linear`` is; no promotion."""
+        return _autocast.cast_param(dtype if ctx.autocast is not None else None, self.bias)
 
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
         params = {"bias": reduce_bias_grad(dy, self.size)} if ctx.weight_requires_grad else {}

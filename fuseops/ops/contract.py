@@ -56,10 +56,15 @@ class TensorSpec:
     shape: tuple[int, ...]
     dtype: torch.dtype
     device: torch.device
+    # The ``torch.autocast`` dtype in effect for the chain (None outside autocast).
+    autocast: torch.dtype | None = None
 
     @classmethod
-    def of(cls, t: torch.Tensor) -> TensorSpec:
-        return cls(tuple(t.shape), t.dtype, t.device)
+    def of(cls, t: torch.Tensor, autocast: torch.dtype | None = None) -> TensorSpec:
+        return cls(tuple(t.shape), t.dtype, t.device, autocast)
+
+    def with_dtype(self, dtype: torch.dtype) -> TensorSpec:
+        return dataclasses.replace(self, dtype=dtype)
 
     def with_shape(self, shape: tuple[int, ...]) -> TensorSpec:
         return dataclasses.replace(self, shape=tuple(shape))
@@ -73,6 +78,9 @@ class OpContext:
     ``weight_requires_grad`` whether it must produce parameter gradients;
     ``extra_requires_grad`` the same for each extra input. ``saved`` is filled by the
     op's forward (or by a fused forward on its behalf) when backward will run.
+    ``autocast`` is the ``torch.autocast`` dtype the call runs under (None outside
+    autocast); backward reads it too, since torch's autocast is off by then
+    (``fuseops/ops/_autocast.py`` has the policy).
     """
 
     recipe: "Recipe | None" = None
@@ -81,6 +89,9 @@ class OpContext:
     weight_requires_grad: bool = False
     extra_requires_grad: tuple[bool, ...] = ()
     saved: Saved | None = None
+    autocast: torch.dtype | None = None
+    # The dtype of the op's input (its gradient goes back in it under autocast).
+    input_dtype: torch.dtype | None = None
 
     @property
     def needs_backward(self) -> bool:

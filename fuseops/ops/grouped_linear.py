@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from fuseops.kernels.dispatch import Kernel, launcher
-from fuseops.ops import _checks
+from fuseops.ops import _autocast, _checks
 from fuseops.ops._quantized import QuantizedLinearSaved, quantized_backward, quantized_forward
 from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation, meta, parameter
+from fuseops.ops.linear import compute_dtype
 from fuseops.ops.op import BasicOp
 from fuseops.quant.storage import QuantizedTensor
 
@@ -94,23 +95,33 @@ class GroupedLinear(BasicOp):
         _checks.features("GroupedLinear", x, self.in_features)
         _checks.matches_parameters(self, x)
         _checks.split_sizes("GroupedLinear split_sizes", extra_inputs[0], self.num_groups, math.prod(x.shape[:-1]), x.device)
-        return x.with_shape(x.shape[:-1] + (self.out_features,))
+        out = x.with_shape(x.shape[:-1] + (self.out_features,))
+        return out.with_dtype(compute_dtype(x))
+
+    def compute_weight(self, ctx: OpContext) -> torch.Tensor:
+        """The weight the GEMMs read: under ``torch.autocast`` its cast (once per version)."""
+        return _autocast.cast_param(ctx.autocast, self.weight)
+
+    def compute_bias(self, ctx: OpContext) -> torch.Tensor | None:
+        return _autocast.cast_param(ctx.autocast, self.bias)
 
     def save(self, ctx: OpContext, x: torch.Tensor, offsets: torch.Tensor) -> None:
         if ctx.needs_backward:
             ctx.saved = GroupedLinearSaved(
-                x=x if ctx.weight_requires_grad else None,
-                weight=self.weight if ctx.input_requires_grad else None,
+                x=_autocast.cast_input(ctx.autocast, x) if ctx.weight_requires_grad else None,
+                weight=self.compute_weight(ctx) if ctx.input_requires_grad else None,
                 offsets=offsets,
             )
 
     def op_forward(self, ctx: OpContext, x: Any, extra_inputs: tuple[Any, ...]):
         offsets = device_offsets(extra_inputs[0], x.device)
+        x = _autocast.cast_input(ctx.autocast, x)
+        weight, bias = self.compute_weight(ctx), self.compute_bias(ctx)
         # Under a recipe x may arrive quantized already (a producer emitted it).
         x2d = x if isinstance(x, QuantizedTensor) else x.reshape(-1, self.in_features).contiguous()
         if ctx.recipe is not None:
             y, saved = quantized_forward(
-                ctx.recipe, x2d, self.weight, self.bias, offsets=offsets,
+                ctx.recipe, x2d, weight, bias, offsets=offsets,
                 need_dgrad=ctx.input_requires_grad, need_wgrad=ctx.weight_requires_grad,
             )
             if ctx.needs_backward:
@@ -118,7 +129,7 @@ class GroupedLinear(BasicOp):
         else:
             self.save(ctx, x, offsets)
             launch = launcher(Kernel.GROUPED_GEMM, x2d)
-            y, _ = launch(x2d, self.weight.transpose(1, 2), offsets, bias=self.bias)
+            y, _ = launch(x2d, weight.transpose(1, 2), offsets, bias=bias)
         return y.view(*x.shape[:-1], self.out_features), ()
 
     def input_grad(self, ctx: OpContext, dy2d: torch.Tensor, **epilogue: Any) -> torch.Tensor | None:

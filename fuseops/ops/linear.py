@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fuseops.ops import _checks
+from fuseops.ops import _autocast, _checks
 from fuseops.ops._quantized import QuantizedLinearSaved, quantize_grad, quantized_forward, quantized_wgrad
 from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation, parameter
 from fuseops.ops.op import BasicOp
@@ -36,6 +36,14 @@ def weight_grad(dy2d: torch.Tensor, x2d: torch.Tensor, weight: torch.nn.Paramete
     else:
         main_grad.addmm_(dy2d.t().float(), x2d.float())
     return None
+
+
+def compute_dtype(x: TensorSpec) -> torch.dtype:
+    """The dtype a matmul-class op computes in and returns: the autocast dtype under
+    ``torch.autocast`` (for an input autocast casts), else the input's."""
+    if x.autocast is not None and x.dtype in _autocast.ELIGIBLE:
+        return x.autocast
+    return x.dtype
 
 
 class Linear(BasicOp):
@@ -125,26 +133,37 @@ class Linear(BasicOp):
             return self.tensor_parallel.output_spec(x, self.in_features, self.out_features)
         _checks.features("Linear", x, self.in_features)
         _checks.matches_parameters(self, x)
-        return x.with_shape(x.shape[:-1] + (self.out_features,))
+        out = x.with_shape(x.shape[:-1] + (self.out_features,))
+        return out.with_dtype(compute_dtype(x))
+
+    def compute_weight(self, ctx: OpContext) -> torch.Tensor:
+        """The weight the GEMM reads: under ``torch.autocast`` its cast (once per version)."""
+        return _autocast.cast_param(ctx.autocast, self.weight)
+
+    def compute_bias(self, ctx: OpContext) -> torch.Tensor | None:
+        return _autocast.cast_param(ctx.autocast, self.bias)
 
     def save(self, ctx: OpContext, x: torch.Tensor) -> None:
-        """Keep what backward needs: ``x`` for the weight grad, the weight for ``dx``."""
+        """Keep what backward needs: ``x`` for the weight grad, the weight for ``dx``
+        (both as the GEMM reads them: cast, under ``torch.autocast``)."""
         if ctx.needs_backward:
             ctx.saved = LinearSaved(
-                x=x if ctx.weight_requires_grad else None,
-                weight=self.weight if ctx.input_requires_grad else None,
+                x=_autocast.cast_input(ctx.autocast, x) if ctx.weight_requires_grad else None,
+                weight=self.compute_weight(ctx) if ctx.input_requires_grad else None,
             )
 
     def op_forward(self, ctx: OpContext, x: Any, extra_inputs: tuple[Any, ...]):
+        x = _autocast.cast_input(ctx.autocast, x)
         if ctx.recipe is not None:
             gemm = functools.partial(self._quantized_gemm, ctx)
         else:
             self.save(ctx, x)
             gemm = F.linear
+        weight, bias = self.compute_weight(ctx), self.compute_bias(ctx)
         if self.tensor_parallel is not None:
             # The collectives stay in x's dtype around the (quantized or not) local GEMM.
-            return self.tensor_parallel.forward(x, self.weight, self.bias, gemm=gemm), ()
-        return gemm(x, self.weight, self.bias), ()
+            return self.tensor_parallel.forward(x, weight, bias, gemm=gemm), ()
+        return gemm(x, weight, bias), ()
 
     def _quantized_gemm(
         self, ctx: OpContext, x: torch.Tensor | QuantizedTensor, weight: torch.Tensor, bias: torch.Tensor | None

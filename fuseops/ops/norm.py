@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from fuseops.kernels.dispatch import Kernel, launcher
-from fuseops.ops import _checks
+from fuseops.ops import _autocast, _checks
 from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation, parameter
 from fuseops.ops.op import BasicOp
 
@@ -53,10 +53,31 @@ class _Norm(BasicOp):
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
         _checks.features(type(self).__name__, x, self.normalized_shape)
         _checks.matches_parameters(self, x)
-        return x
+        return x.with_dtype(_autocast.norm_output_dtype(x.autocast, x.dtype, x.device.type))
 
     def _rows(self, t: torch.Tensor) -> torch.Tensor:
         return t.reshape(-1, self.normalized_shape).contiguous()
+
+    def _mixed(self, ctx: OpContext, x: torch.Tensor) -> bool:
+        """Under ``torch.autocast`` with an input of another dtype than the parameters: the
+        norm then runs in float32 (module docstring of ``_autocast``)."""
+        return ctx.autocast is not None and x.dtype != self.weight.dtype
+
+    def _compute_rows(self, ctx: OpContext, x: torch.Tensor) -> torch.Tensor:
+        return self._rows(x.float() if self._mixed(ctx, x) else x)
+
+    def _output(self, ctx: OpContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        y = y.view(x.shape)
+        if self._mixed(ctx, x):
+            y = y.to(_autocast.norm_output_dtype(ctx.autocast, x.dtype, x.device.type))
+        return y
+
+    def _backward_rows(self, s: NormSaved, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``dy`` and ``x`` as rows in the dtype forward computed in (float32 when mixed)."""
+        x2d = self._rows(s.x)
+        if x2d.dtype != self.weight.dtype:
+            x2d, dy = x2d.float(), dy.float()
+        return self._rows(dy), x2d
 
 
 class LayerNorm(_Norm):
@@ -71,18 +92,18 @@ class LayerNorm(_Norm):
     has_bias = True
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
-        x2d = self._rows(x)
+        x2d = self._compute_rows(ctx, x)
         launch = launcher(Kernel.LAYERNORM_FWD, x2d)
         y, mean, rstd = launch(x2d, self.weight, self.bias, self.eps, self.zero_centered_gamma)
         if ctx.needs_backward:
             ctx.saved = NormSaved(x=x, mean=mean, rstd=rstd, weight=self.weight)
-        return y.view(x.shape), ()
+        return self._output(ctx, x, y), ()
 
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
         s: NormSaved = ctx.saved
-        x2d = self._rows(s.x)
+        dy2d, x2d = self._backward_rows(s, dy)
         launch = launcher(Kernel.LAYERNORM_BWD, x2d)
-        dx, dw, db = launch(self._rows(dy), x2d, s.weight, s.mean, s.rstd, self.zero_centered_gamma)
+        dx, dw, db = launch(dy2d, x2d, s.weight, s.mean, s.rstd, self.zero_centered_gamma)
         params = {"weight": dw, "bias": db} if ctx.weight_requires_grad else {}
         return OpGrads(dx.view(s.x.shape) if ctx.input_requires_grad else None, params)
 
@@ -99,17 +120,17 @@ class RMSNorm(_Norm):
     has_bias = False
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
-        x2d = self._rows(x)
+        x2d = self._compute_rows(ctx, x)
         launch = launcher(Kernel.RMSNORM_FWD, x2d)
         y, rstd = launch(x2d, self.weight, self.eps, self.zero_centered_gamma)
         if ctx.needs_backward:
             ctx.saved = NormSaved(x=x, rstd=rstd, weight=self.weight)
-        return y.view(x.shape), ()
+        return self._output(ctx, x, y), ()
 
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
         s: NormSaved = ctx.saved
-        x2d = self._rows(s.x)
+        dy2d, x2d = self._backward_rows(s, dy)
         launch = launcher(Kernel.RMSNORM_BWD, x2d)
-        dx, dw = launch(self._rows(dy), x2d, s.weight, s.rstd, self.zero_centered_gamma)
+        dx, dw = launch(dy2d, x2d, s.weight, s.rstd, self.zero_centered_gamma)
         params = {"weight": dw} if ctx.weight_requires_grad else {}
         return OpGrads(dx.view(s.x.shape) if ctx.input_requires_grad else None, params)

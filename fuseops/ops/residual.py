@@ -24,8 +24,14 @@ class AddExtraInput(BasicOp):
     num_extra_inputs = 1
 
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
-        _checks.extra_tensor("AddExtraInput", "extra input r", extra_inputs[0], x, x.shape)
-        return x
+        if x.autocast is None:
+            _checks.extra_tensor("AddExtraInput", "extra input r", extra_inputs[0], x, x.shape)
+            return x
+        # Under torch.autocast the add promotes, as ``x + r`` does (a float32 residual
+        # stream around bfloat16 GEMMs stays float32).
+        floats = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+        _checks.extra_tensor("AddExtraInput", "extra input r", extra_inputs[0], x, x.shape, dtypes=floats)
+        return x.with_dtype(torch.promote_types(x.dtype, extra_inputs[0].dtype))
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         if ctx.needs_backward:

@@ -1,0 +1,186 @@
+"""A model built from fuseops ops behaves as the same model built from torch.nn: hooks on an
+op inside a Sequential, in-place ops on outputs, double backward, in-place parameter changes
+before backward, torch.func, package conventions."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch.func import vmap
+
+import fuseops
+from fuseops import ops
+
+INPLACE = "modified by an inplace operation"
+
+
+def _devices():
+    return [
+        "cpu",
+        pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]),
+    ]
+
+
+def _mlp(fuse=True, device="cpu"):
+    torch.manual_seed(0)
+    seq = fuseops.Sequential(ops.Linear(6, 10), ops.GELU(), ops.Linear(10, 4), fuse=fuse).to(device)
+    ref = torch.nn.Sequential(torch.nn.Linear(6, 10), torch.nn.GELU(), torch.nn.Linear(10, 4)).to(device)
+    ref.load_state_dict({k.replace("0.", "0.", 1): v for k, v in seq.state_dict().items()}, strict=False)
+    with torch.no_grad():
+        ref[0].weight.copy_(seq[0].weight), ref[0].bias.copy_(seq[0].bias)
+        ref[2].weight.copy_(seq[2].weight), ref[2].bias.copy_(seq[2].bias)
+    return seq, ref
+
+
+# -- hooks ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", _devices())
+def test_hooks_on_an_inner_op_fire_like_torch_nn(device):
+    seq, ref = _mlp(device=device)
+    calls = {"mine": [], "theirs": []}
+
+    def register(module, who):
+        module.register_forward_pre_hook(lambda m, args: calls[who].append(("pre", args[0].detach().clone())))
+        module.register_forward_hook(lambda m, args, out: calls[who].append(("post", out.detach().clone())))
+        module.register_full_backward_hook(lambda m, gin, gout: calls[who].append(("bwd", gout[0].detach().clone())))
+
+    register(seq[1], "mine")
+    register(ref[1], "theirs")
+    x = torch.randn(3, 6, device=device, requires_grad=True)
+    seq(x).sum().backward()
+    ref(x).sum().backward()
+    assert [c[0] for c in calls["mine"]] == [c[0] for c in calls["theirs"]] == ["pre", "post", "bwd"]
+    for (_, a), (_, b) in zip(calls["mine"], calls["theirs"]):
+        torch.testing.assert_close(a, b)
+    reasons = [r for name, idx, r in seq.plan.declined if 1 in idx]
+    assert any("has module hooks" in r for r in reasons), seq.plan.declined
+    assert all(1 not in idx or len(idx) == 1 for _, idx in seq.plan.forward)
+
+
+def test_a_hook_replacing_the_output_is_differentiated():
+    seq, ref = _mlp()
+    seq[1].register_forward_hook(lambda m, args, out: out * 3)
+    ref[1].register_forward_hook(lambda m, args, out: out * 3)
+    x = torch.randn(3, 6, requires_grad=True)
+    xr = x.detach().clone().requires_grad_()
+    y, yr = seq(x), ref(xr)
+    torch.testing.assert_close(y, yr)
+    y.sum().backward()
+    yr.sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+    torch.testing.assert_close(seq[0].weight.grad, ref[0].weight.grad)
+
+
+def test_hook_fallback_logged_once_at_warning(caplog, monkeypatch):
+    monkeypatch.setattr(fuseops.fuser, "_warned", set())
+    seq, _ = _mlp()
+    seq[1].register_forward_pre_hook(lambda m, args: None)
+    x = torch.randn(2, 6)
+    with caplog.at_level(logging.DEBUG, logger="fuseops"):
+        seq(x)
+        seq.fuse = True
+        seq._plans.clear()
+        seq(x)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "module hooks" in r.message]
+    assert len({r.message for r in warnings}) == len(warnings) >= 1
+    assert any(r.levelno == logging.DEBUG and "plan for" in r.message for r in caplog.records)
+
+
+# -- outputs are not views ----------------------------------------------------------------
+
+def _inplace_cases():
+    G, H = 2, 8
+    sizes = [3, 3]
+    return {
+        "LayerNorm": (lambda: [ops.LayerNorm(H)], lambda: [torch.nn.LayerNorm(H)], ()),
+        "GroupedLinear": (lambda: [ops.GroupedLinear(G, H, 4)], None, (sizes,)),
+        "Linear-SwiGLU": (lambda: [ops.Linear(H, 8), ops.SwiGLU()], None, ()),
+        "Linear-Reshape": (lambda: [ops.Linear(H, 8), ops.Reshape((-1, 2, 4))], None, ()),
+        "RMSNorm-Linear-GELU-Linear": (
+            lambda: [ops.RMSNorm(H), ops.Linear(H, 12), ops.GELU(), ops.Linear(12, H)],
+            lambda: [torch.nn.RMSNorm(H, eps=1e-5), torch.nn.Linear(H, 12), torch.nn.GELU(), torch.nn.Linear(12, H)],
+            (),
+        ),
+        "Linear-AddExtraInput": (lambda: [ops.Linear(H, H), ops.AddExtraInput()], None, ("residual",)),
+    }
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+@pytest.mark.parametrize("case", list(_inplace_cases()))
+def test_inplace_on_output_works_and_grads_match_unmodified_math(case, fuse):
+    torch.manual_seed(0)
+    make, _, extras = _inplace_cases()[case]
+    seq = fuseops.Sequential(*make(), fuse=fuse)
+    x = torch.randn(6, 8, requires_grad=True)
+    extra = [torch.randn(6, 8, requires_grad=True) if e == "residual" else e for e in extras]
+    # The reference: the same ops, output multiplied out of place.
+    y_ref = seq(x, *extra) * 2
+    g = torch.randn_like(y_ref)
+    ref_grads = torch.autograd.grad(y_ref, [x, *seq.parameters()], g)
+    y = seq(x, *extra)
+    y.mul_(2)  # torch.nn allows this: no op's backward needs its output
+    got = torch.autograd.grad(y, [x, *seq.parameters()], g)
+    for a, b in zip(got, ref_grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_inplace_on_an_output_backward_needs_raises_torch_error():
+    seq = fuseops.Sequential(ops.Linear(4, 4), ops.MakeExtraOutput(), ops.GELU())
+    x = torch.randn(2, 4, requires_grad=True)
+    y, branch = seq(x)
+    branch.add_(1)  # GELU saved this tensor (its input) for backward
+    with pytest.raises(RuntimeError, match=INPLACE):
+        y.sum().backward()
+
+
+# -- double backward, version checks -------------------------------------------------------
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_double_backward_raises_instead_of_wrong_grads(fuse):
+    seq, _ = _mlp(fuse)
+    x = torch.randn(3, 6, requires_grad=True)
+    (gx,) = torch.autograd.grad(seq(x).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        gx.pow(2).sum().backward()
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+@pytest.mark.parametrize("device", _devices())
+def test_parameter_changed_in_place_before_backward_raises(fuse, device):
+    seq, ref = _mlp(fuse, device)
+    x = torch.randn(3, 6, device=device, requires_grad=True)
+    for model in (ref, seq):
+        y = model(x)
+        with torch.no_grad():
+            model[2].weight.add_(1.0)
+        with pytest.raises(RuntimeError, match=INPLACE):
+            y.sum().backward()
+
+
+def test_saved_input_changed_in_place_before_backward_raises():
+    seq = fuseops.Sequential(ops.Linear(6, 4))
+    x = torch.randn(3, 6)
+    y = seq(x.requires_grad_(False))  # x saved for the weight gradient
+    x.add_(1.0)
+    with pytest.raises(RuntimeError, match=INPLACE):
+        y.sum().backward()
+
+
+# -- torch.func ----------------------------------------------------------------------------
+
+def test_torch_func_vmap_matches_torch_nn():
+    seq, ref = _mlp(fuse=False)
+    x = torch.randn(5, 3, 6)
+    torch.testing.assert_close(vmap(seq)(x), vmap(ref)(x))
+
+
+# -- package conventions -------------------------------------------------------------------
+
+def test_version_py_typed_and_logger():
+    from importlib import resources
+
+    assert isinstance(fuseops.__version__, str) and fuseops.__version__[0].isdigit()
+    assert resources.files("fuseops").joinpath("py.typed").is_file()
+    assert logging.getLogger("fuseops").handlers or logging.getLogger("fuseops").propagate
