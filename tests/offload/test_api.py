@@ -115,8 +115,8 @@ def test_fuseops_sequential_calls_are_groups_and_bitwise():
     stats = got.offload.stats
     assert stats["groups"] == len(layers)
     assert stats["bytes_offloaded"] == stats["bytes_reloaded"] > 0
-    # fuseops keeps parameters out of save_for_backward altogether.
-    assert stats["skipped_parameter"] == 0
+    # Parameters reach save_for_backward (for its version check) and are skipped, never copied.
+    assert 0 < stats["skipped_parameter"] <= sum(1 for layer in layers for _ in layer.parameters())
 
 
 def test_grouped_mlp_is_bitwise():
