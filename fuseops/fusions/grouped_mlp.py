@@ -37,9 +37,7 @@ from fuseops.fusions.fusion import (
 from fuseops.kernels._triton import pick
 from fuseops.kernels.elementwise import activation as act_kernels
 from fuseops.kernels.elementwise import gated_activation as gated_kernels
-from fuseops.kernels.gemm import grouped as gg
-from fuseops.kernels.gemm import grouped_gated as ggg
-from fuseops.kernels.gemm import grouped_gated_bwd as ggg_bwd
+from fuseops.kernels import library
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.contract import OpContext, OpGrads
 from fuseops.ops.executor.saved_state import graph_freed_after_backward
@@ -79,12 +77,11 @@ class GroupedMLP(Fusion):
         probs = extra_inputs[1][0] if getattr(act_op, "scaled", False) else None
         offsets = device_offsets(extra_inputs[0][0], x.device)
         x2d = x.reshape(-1, fc1.in_features).contiguous()
-        gemm = pick(x2d, gg.grouped_gemm, gg.reference_grouped_gemm)
+        gemm = library.grouped_gemm
         # z also feeds the recompute of h for FC2's weight gradient.
         keep_z = ctxs[1].needs_backward or ctxs[2].weight_requires_grad
         if isinstance(act_op, GatedActivation):
-            launch = pick(x2d, ggg.grouped_gemm_gated, ggg.reference_grouped_gemm_gated)
-            h, z = launch(x2d, fc1.weight.transpose(1, 2), offsets, bias=fc1.bias, act=act_op.act,
+            h, z = library.grouped_gemm_gated(x2d, fc1.weight.transpose(1, 2), offsets, bias=fc1.bias, act=act_op.act,
                           probs=probs, save_preact=keep_z, **act_op.kernel_args)
         else:
             h, z = gemm(x2d, fc1.weight.transpose(1, 2), offsets, bias=fc1.bias, act=act_op.act,
@@ -118,9 +115,7 @@ class GroupedMLP(Fusion):
             h = _activation(act_op, z, probs)
         if fc2_ctx.input_requires_grad:
             if isinstance(act_op, GatedActivation):
-                launch = pick(dy2d, ggg_bwd.grouped_gemm_dgrad_gated,
-                              ggg_bwd.reference_grouped_gemm_dgrad_gated)
-                dz, dprobs, h = launch(dy2d, fc2_ctx.saved.weight, offsets, z, act=act_op.act,
+                dz, dprobs, h = library.grouped_gemm_dgrad_gated(dy2d, fc2_ctx.saved.weight, offsets, z, act=act_op.act,
                                        probs=probs, want_h=fc2_ctx.weight_requires_grad,
                                        out=dz_out, **act_op.kernel_args)
             else:

@@ -82,6 +82,14 @@ class OpContext:
     extra_requires_grad: tuple[bool, ...] = ()
     saved: Saved | None = None
 
+    def with_saved(self, saved: Saved | None) -> OpContext:
+        """A copy holding ``saved`` (a constructor call, not ``dataclasses.replace``, so that
+        torch.compile traces it)."""
+        return OpContext(
+            self.recipe, self.training, self.input_requires_grad, self.weight_requires_grad,
+            self.extra_requires_grad, saved,
+        )
+
     @property
     def needs_backward(self) -> bool:
         return (

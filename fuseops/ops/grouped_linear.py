@@ -17,7 +17,7 @@ import torch
 
 from fuseops.kernels._triton import pick
 from fuseops.kernels.gemm import grouped as gg
-from fuseops.kernels.gemm import grouped_wgrad as gw
+from fuseops.kernels import library
 from fuseops.ops import _checks
 from fuseops.ops._quantized import (
     QuantizedLinearSaved,
@@ -131,8 +131,7 @@ class GroupedLinear(BasicOp):
                 ctx.saved = saved
         else:
             self.save(ctx, x, offsets)
-            launch = pick(x2d, gg.grouped_gemm, gg.reference_grouped_gemm)
-            y, _ = launch(x2d, self.weight.transpose(1, 2), offsets, bias=self.bias)
+            y, _ = library.grouped_gemm(x2d, self.weight.transpose(1, 2), offsets, bias=self.bias)
         return y.view(*x.shape[:-1], self.out_features), ()
 
     def input_grad(self, ctx: OpContext, dy2d: torch.Tensor, **epilogue: Any) -> torch.Tensor | None:
@@ -140,8 +139,7 @@ class GroupedLinear(BasicOp):
         if not ctx.input_requires_grad:
             return None
         s: GroupedLinearSaved = ctx.saved
-        launch = pick(dy2d, gg.grouped_gemm, gg.reference_grouped_gemm)
-        dx, _ = launch(dy2d, s.weight, s.offsets, **epilogue)
+        dx, _ = library.grouped_gemm(dy2d, s.weight, s.offsets, **epilogue)
         return dx
 
     def param_grads(
@@ -154,11 +152,10 @@ class GroupedLinear(BasicOp):
         if x2d is None:
             x2d = s.x.reshape(-1, self.in_features).contiguous()
         main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad else None
-        wgrad = pick(dy2d, gw.grouped_gemm_wgrad, gw.reference_grouped_gemm_wgrad)
-        dw = wgrad(dy2d, x2d, s.offsets, main_grad=main_grad)
+        dw = library.grouped_gemm_wgrad(dy2d, x2d, s.offsets, main_grad=main_grad)
         grads = {"weight": None if main_grad is not None else dw}
         if self.bias is not None:
-            grads["bias"] = pick(dy2d, gw.grouped_bias_grad, gw.reference_grouped_bias_grad)(dy2d, s.offsets)
+            grads["bias"] = library.grouped_bias_grad(dy2d, s.offsets)
         return grads
 
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
@@ -180,7 +177,7 @@ class GroupedLinear(BasicOp):
         if ctx.weight_requires_grad:
             params["weight"] = dw
             if self.bias is not None:
-                params["bias"] = pick(dy2d, gw.grouped_bias_grad, gw.reference_grouped_bias_grad)(dy2d, ctx.saved.offsets)
+                params["bias"] = library.grouped_bias_grad(dy2d, ctx.saved.offsets)
         if dx is not None:
             dx = dx.view(*dy.shape[:-1], self.in_features)
         return OpGrads(dx, params, (None,))
