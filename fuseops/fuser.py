@@ -59,8 +59,9 @@ def _partition(
     while i < len(ops):
         step = fixed_at.get(i)
         if step is None:
-            # A fusion may not reach into a fixed step.
-            limit = min((s.start for s in fixed if s.start > i), default=len(ops))
+            # A fusion may not reach into a fixed step (no ``min(default=)``: dynamo cannot
+            # trace that keyword).
+            limit = min([s.start for s in fixed if s.start > i] + [len(ops)])
             fitting = [f for f in candidates if i + len(f.pattern) <= limit]
             step = _match_at(ops, i, cfg, extra_inputs, fitting, declined) or Step(i, i + 1)
         steps.append(step)

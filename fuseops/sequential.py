@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from fuseops.fuser import PlanCache, plan_config
+from fuseops.fuser import PlanCache, build_plan, plan_config
 from fuseops.ops.executor.execute import (
     Plan,
     check_chain,
@@ -80,10 +80,15 @@ class Sequential(torch.nn.Module):
         check_chain(ops, input, per_op)
         grad_enabled = torch.is_grad_enabled()
         recipe = current_recipe()
-        if self.fuse:
-            plan = self._plans.get(ops, plan_config(input, recipe, grad_enabled), per_op)
-        else:
+        if not self.fuse:
             plan = Plan.unfused(ops)
-        self._plan = plan
+        elif torch.compiler.is_compiling():
+            # Planned once per trace; a plan made while tracing can be neither cached nor
+            # kept in ``self.plan`` (dynamo cannot rebuild it outside the graph).
+            plan = build_plan(ops, plan_config(input, recipe, grad_enabled), per_op)
+        else:
+            plan = self._plans.get(ops, plan_config(input, recipe, grad_enabled), per_op)
+        if not torch.compiler.is_compiling():
+            self._plan = plan
         ctxs = make_contexts(ops, input, per_op, recipe=recipe, grad_enabled=grad_enabled)
         return execute(plan, ops, ctxs, input, per_op)

@@ -172,12 +172,18 @@ def _run_forward(plan, ops, ctxs, x, extra_inputs):
 
 class _PlanFunction(torch.autograd.Function):
     @staticmethod
-    def forward(autograd_ctx, state: _RunState, x: torch.Tensor, *flat_inputs: Any):
+    def forward(autograd_ctx, state: _RunState, *inputs: Any):
         autograd_ctx.set_materialize_grads(False)
-        y, extra_outputs = _run_forward(state.plan, state.ops, state.ctxs, x, state.extra_inputs)
-        tensors, state.records = pack_saved(state.ctxs)
+        # Under torch.compile the forward may not mutate objects made outside it: the ops fill
+        # fresh contexts, and the packed records ride on the autograd ctx.
+        ctxs = [ctx.with_saved(None) for ctx in state.ctxs]
+        x = inputs[0]
+        extra_inputs = [tuple(inputs[e.index] if isinstance(e, _Arg) else e for e in extras) for extras in state.extra_template]
+        y, extra_outputs = _run_forward(state.plan, state.ops, ctxs, x, extra_inputs)
+        tensors, records = pack_saved(ctxs)
         autograd_ctx.save_for_backward(*tensors)
         autograd_ctx.state = state
+        autograd_ctx.records = records
         outputs = [y] + [t for outs in extra_outputs for t in outs]
         # Autograd needs distinct output objects to route each output's gradient.
         seen: set[int] = set()
@@ -190,9 +196,13 @@ class _PlanFunction(torch.autograd.Function):
     @staticmethod
     def backward(autograd_ctx, dy: torch.Tensor | None, *flat_extra_output_grads):
         state: _RunState = autograd_ctx.state
-        ops, ctxs, plan = state.ops, state.ctxs, state.plan
-        for ctx, saved in zip(ctxs, unpack_saved(state.records, autograd_ctx.saved_tensors)):
-            ctx.saved = saved
+        ops, plan = state.ops, state.plan
+        # Fresh contexts rather than writing ``saved`` into the forward's: under torch.compile
+        # the backward may not mutate objects made outside it.
+        ctxs = [
+            ctx.with_saved(saved)
+            for ctx, saved in zip(state.ctxs, unpack_saved(autograd_ctx.records, autograd_ctx.saved_tensors))
+        ]
         extra_output_grads, i = [], 0
         for op in ops:
             extra_output_grads.append(tuple(flat_extra_output_grads[i : i + op.num_extra_outputs]))
@@ -212,8 +222,6 @@ class _PlanFunction(torch.autograd.Function):
                 step_grads = step.fusion.fused_backward(ops[span], ctxs[span], dy, extra_output_grads[span])
             grads[span] = step_grads
             dy = step_grads[0].dx
-        for ctx in ctxs:
-            ctx.saved = None
 
         # A parameter shared by several ops (tied weights) gets the sum of their grads.
         param_grads: list[torch.Tensor | None] = [None] * len(state.params)
@@ -222,17 +230,26 @@ class _PlanFunction(torch.autograd.Function):
                 if grad is not None:
                     i = slots[name]
                     param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
+        # Gradients of the tensor inputs, each passed once (x may also be an extra input).
+        input_grads: list[torch.Tensor | None] = [dy] + [None] * state.num_inputs
         extra_grads = [eg for g, op in zip(grads, ops) for eg in _pad(g.extra_inputs, op.num_extra_inputs)]
-        return (
-            None,
-            dy,
-            *extra_grads,
-            *param_grads,
-        )
+        flat_template = [e for extras in state.extra_template for e in extras]
+        for e, grad in zip(flat_template, extra_grads):
+            if isinstance(e, _Arg) and grad is not None:
+                prev = input_grads[e.index]
+                input_grads[e.index] = grad if prev is None else prev + grad
+        return (None, *input_grads[: state.num_inputs], *param_grads)
 
 
 def _pad(grads: tuple, n: int) -> tuple:
     return tuple(grads) + (None,) * (n - len(grads))
+
+
+@dataclass(frozen=True)
+class _Arg:
+    """An extra input passed to the autograd Function as its input ``index``."""
+
+    index: int
 
 
 @dataclass
@@ -240,14 +257,16 @@ class _RunState:
     plan: Plan
     ops: Sequence[Op]
     ctxs: list[OpContext]
-    extra_inputs: list[tuple[Any, ...]]
+    # Per op, its extra inputs with each tensor replaced by an ``_Arg``.
+    extra_template: list[tuple[Any, ...]]
+    # Tensor inputs of the Function (x first), each once.
+    num_inputs: int
     params: list[torch.nn.Parameter]
     # Per op: parameter name -> position in ``params``, fixed when forward ran.
     param_slots: list[dict[str, int]]
     output_shape: tuple[int, ...] = ()
     output_dtype: torch.dtype = torch.float32
     output_device: torch.device = torch.device("cpu")
-    records: list[Saved | None] = dataclasses.field(default_factory=list)
 
 
 def unique_parameters(ops: Sequence[Op]) -> tuple[list[torch.nn.Parameter], list[dict[str, int]]]:
@@ -281,9 +300,22 @@ def execute(
         return (y, *flat) if n_extra_out else y
 
     params, slots = unique_parameters(ops)
-    state = _RunState(plan, ops, ctxs, extra_inputs, params, slots)
-    flat_extra = [e for extras in extra_inputs for e in extras]
-    outputs = _PlanFunction.apply(state, x, *flat_extra, *params)
+    # Each tensor passed once: dynamo cannot trace a Function given one tensor twice.
+    # Compared with ``is``, not by ``id()``: dynamo would guard on each tensor's identity.
+    inputs: list[torch.Tensor] = [x]
+    template = []
+    for extras in extra_inputs:
+        op_template = []
+        for e in extras:
+            if isinstance(e, torch.Tensor):
+                index = next((i for i, t in enumerate(inputs) if t is e), len(inputs))
+                if index == len(inputs):
+                    inputs.append(e)
+                e = _Arg(index)
+            op_template.append(e)
+        template.append(tuple(op_template))
+    state = _RunState(plan, ops, ctxs, template, len(inputs), params, slots)
+    outputs = _PlanFunction.apply(state, *inputs, *params)
     y = outputs[0]
     state.output_shape, state.output_dtype, state.output_device = tuple(y.shape), y.dtype, y.device
     return outputs if n_extra_out else y
