@@ -78,8 +78,9 @@ def _partition(
     while i < len(ops):
         step = fixed_at.get(i)
         if step is None:
-            # A fusion may not reach into a fixed step.
-            limit = min((s.start for s in fixed if s.start > i), default=len(ops))
+            # A fusion may not reach into a fixed step (no ``min(default=)``: dynamo cannot
+            # trace that keyword).
+            limit = min([s.start for s in fixed if s.start > i] + [len(ops)])
             fitting = [f for f in candidates if i + len(f.pattern) <= limit]
             step = _match_at(ops, i, cfg, extra_inputs, fitting, declined, hooked) or Step(i, i + 1)
         steps.append(step)
@@ -112,7 +113,8 @@ def build_plan(
     else:
         backward = Plan.unfused(ops).backward_steps
     plan = Plan(tuple(type(op).__name__ for op in ops), forward, backward, tuple(declined))
-    if logger.isEnabledFor(logging.DEBUG):
+    # Under torch.compile the plan is rebuilt per trace, and logging is a side effect.
+    if not torch.compiler.is_compiling() and logger.isEnabledFor(logging.DEBUG):
         logger.debug("fuseops plan for %s under %s: forward %s, backward %s, declined %s",
                      plan.op_names, cfg, plan.forward, plan.backward, plan.declined)
     return plan

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from fuseops.fuser import PlanCache, plan_config
+from fuseops.fuser import PlanCache, build_plan, plan_config
 from fuseops.ops.executor.execute import Plan, check_chain, execute, make_contexts, split_extra_inputs
 from fuseops.ops.op import BasicOp
 from fuseops.quant.autocast import current_recipe
@@ -75,11 +75,16 @@ class Sequential(torch.nn.Module):
         grad_enabled = torch.is_grad_enabled()
         recipe = current_recipe()
         hooked = hooked_ops(ops)
-        if self.fuse:
-            plan = self._plans.get(ops, plan_config(input, recipe, grad_enabled), per_op, hooked)
-        else:
+        if not self.fuse:
             plan = Plan.unfused(ops)
-        self._plan = plan
+        elif torch.compiler.is_compiling():
+            # Planned once per trace; a plan made while tracing can be neither cached nor
+            # kept in ``self.plan`` (dynamo cannot rebuild it outside the graph).
+            plan = build_plan(ops, plan_config(input, recipe, grad_enabled), per_op, hooked=hooked)
+        else:
+            plan = self._plans.get(ops, plan_config(input, recipe, grad_enabled), per_op, hooked)
+        if not torch.compiler.is_compiling():
+            self._plan = plan
         if hooked:
             return self._run_segments(plan, ops, hooked, input, per_op)
         ctxs = make_contexts(ops, input, per_op, recipe=recipe, grad_enabled=grad_enabled, input_specs=specs)
@@ -118,16 +123,12 @@ class Sequential(torch.nn.Module):
 
 
 def hooked_ops(ops: list[BasicOp]) -> frozenset[int]:
-    """Positions of ops with module hooks (their own or global ones): they run as modules."""
-    from torch.nn.modules import module as nn_module
+    """Positions of ops with hooks of their own: they run as modules, so the hooks fire.
 
-    global_hooks = any(
-        getattr(nn_module, name, None)
-        for name in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                     "_global_backward_pre_hooks")
-    )
+    Global module hooks (``register_module_forward_hook`` and the like) fire for the
+    ``Sequential`` call itself, not per op: offloading's group boundaries and profilers use
+    them, and they must not turn fusion off."""
     return frozenset(
         i for i, op in enumerate(ops)
-        if global_hooks or op._forward_hooks or op._forward_pre_hooks or op._backward_hooks
-        or op._backward_pre_hooks
+        if op._forward_hooks or op._forward_pre_hooks or op._backward_hooks or op._backward_pre_hooks
     )

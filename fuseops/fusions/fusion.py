@@ -57,9 +57,13 @@ class PlanConfig:
 
 
 def same_extra_input(a: Any, b: Any) -> bool:
-    """The same object, or equal host-side values (never reads device data)."""
+    """The same object, or equal host-side values (never reads device data; under
+    torch.compile, tensors only by identity)."""
     if a is b:
         return True
+    if torch.compiler.is_compiling() and (isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)):
+        # While tracing, a tensor's values are unknown: only the same object is the same.
+        return False
     host = (list, tuple)
     if isinstance(a, torch.Tensor) and a.device.type == "cpu" and not a.is_floating_point():
         a = a.tolist()

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, same_extra_input, unquantized
+from fuseops.kernels import library
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops import _autocast
 from fuseops.ops.activation import ActivationOp, ActivationSaved
@@ -72,12 +73,11 @@ class GroupedMLP(Fusion):
         w1, b1 = fc1.compute_weight(ctxs[0]), fc1.compute_bias(ctxs[0])
         w2, b2 = fc2.compute_weight(ctxs[2]), fc2.compute_bias(ctxs[2])
         x2d = x.reshape(-1, fc1.in_features).contiguous()
-        gemm = launcher(Kernel.GROUPED_GEMM, x2d)
+        gemm = library.grouped_gemm
         # z also feeds the recompute of h for FC2's weight gradient.
         keep_z = ctxs[1].needs_backward or ctxs[2].weight_requires_grad
         if isinstance(act_op, GatedActivation):
-            launch = launcher(Kernel.GROUPED_GEMM_GATED, x2d)
-            h, z = launch(x2d, w1.transpose(1, 2), offsets, bias=b1, act=act_op.act,
+            h, z = library.grouped_gemm_gated(x2d, w1.transpose(1, 2), offsets, bias=b1, act=act_op.act,
                           probs=probs, save_preact=keep_z, **act_op.kernel_args)
         else:
             h, z = gemm(x2d, w1.transpose(1, 2), offsets, bias=b1, act=act_op.act,
@@ -111,8 +111,7 @@ class GroupedMLP(Fusion):
             h = _activation(act_op, z, probs)
         if fc2_ctx.input_requires_grad:
             if isinstance(act_op, GatedActivation):
-                launch = launcher(Kernel.GROUPED_GEMM_DGRAD_GATED, dy2d)
-                dz, dprobs, h = launch(dy2d, fc2_ctx.saved.weight, offsets, z, act=act_op.act,
+                dz, dprobs, h = library.grouped_gemm_dgrad_gated(dy2d, fc2_ctx.saved.weight, offsets, z, act=act_op.act,
                                        probs=probs, want_h=fc2_ctx.weight_requires_grad,
                                        out=dz_out, **act_op.kernel_args)
             else:

@@ -46,7 +46,8 @@ def _same_device(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -
 
 def _check_expert_range(expert_ids: torch.Tensor, num_experts: int) -> None:
     # Reads the ids back to the host: CPU tensors, or CUDA when debugging on request.
-    if expert_ids.numel() == 0:
+    # While torch.compile traces, the values are unknown (the kernels clamp ids into range).
+    if expert_ids.numel() == 0 or torch.compiler.is_compiling():
         return
     lo, hi = int(expert_ids.min()), int(expert_ids.max())
     if lo < 0 or hi >= num_experts:

@@ -106,8 +106,8 @@ def debug_checks_enabled() -> bool:
 
 
 def split_sizes(name: str, value: Any, groups: int, rows: int, device: torch.device) -> None:
-    """Split sizes: G non-negative ints summing to ``rows`` (device tensors: shape and
-    dtype only, unless debug checks are on)."""
+    """Split sizes: G non-negative ints summing to ``rows`` (device tensors, and any tensor
+    under torch.compile: shape and dtype only, unless debug checks are on)."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 1 or value.shape[0] != groups:
             raise ValueError(f"{name}: expected shape [{groups}], got {list(value.shape)}")
@@ -116,6 +116,10 @@ def split_sizes(name: str, value: Any, groups: int, rows: int, device: torch.dev
         if value.device.type != "cpu" and not same_device(value.device, device):
             raise ValueError(f"{name}: expected a CPU tensor or one on the input's device {device}, got {value.device}")
         if value.device.type != "cpu" and not debug_checks_enabled():
+            return
+        # Under torch.compile a tensor's values are not known while tracing: a CPU tensor is
+        # checked as a device one is.
+        if torch.compiler.is_compiling():
             return
         sizes = value.tolist()
     elif isinstance(value, (list, tuple)):

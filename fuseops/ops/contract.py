@@ -93,6 +93,14 @@ class OpContext:
     # The dtype of the op's input (its gradient goes back in it under autocast).
     input_dtype: torch.dtype | None = None
 
+    def with_saved(self, saved: Saved | None) -> OpContext:
+        """A copy holding ``saved`` (a constructor call, not ``dataclasses.replace``, so that
+        torch.compile traces it)."""
+        return OpContext(
+            self.recipe, self.training, self.input_requires_grad, self.weight_requires_grad,
+            self.extra_requires_grad, saved, self.autocast, self.input_dtype,
+        )
+
     @property
     def needs_backward(self) -> bool:
         return (

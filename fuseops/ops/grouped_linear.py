@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from fuseops.kernels import library
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops import _autocast, _checks
 from fuseops.ops._quantized import QuantizedLinearSaved, quantized_backward, quantized_forward
@@ -128,8 +129,7 @@ class GroupedLinear(BasicOp):
                 ctx.saved = saved
         else:
             self.save(ctx, x, offsets)
-            launch = launcher(Kernel.GROUPED_GEMM, x2d)
-            y, _ = launch(x2d, weight.transpose(1, 2), offsets, bias=bias)
+            y, _ = library.grouped_gemm(x2d, weight.transpose(1, 2), offsets, bias=bias)
         return y.view(*x.shape[:-1], self.out_features), ()
 
     def input_grad(self, ctx: OpContext, dy2d: torch.Tensor, **epilogue: Any) -> torch.Tensor | None:
@@ -137,8 +137,7 @@ class GroupedLinear(BasicOp):
         if not ctx.input_requires_grad:
             return None
         s: GroupedLinearSaved = ctx.saved
-        launch = launcher(Kernel.GROUPED_GEMM, dy2d)
-        dx, _ = launch(dy2d, s.weight, s.offsets, **epilogue)
+        dx, _ = library.grouped_gemm(dy2d, s.weight, s.offsets, **epilogue)
         return dx
 
     def param_grads(
@@ -151,11 +150,10 @@ class GroupedLinear(BasicOp):
         if x2d is None:
             x2d = s.x.reshape(-1, self.in_features).contiguous()
         main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad else None
-        wgrad = launcher(Kernel.GROUPED_GEMM_WGRAD, dy2d)
-        dw = wgrad(dy2d, x2d, s.offsets, main_grad=main_grad)
+        dw = library.grouped_gemm_wgrad(dy2d, x2d, s.offsets, main_grad=main_grad)
         grads = {"weight": None if main_grad is not None else dw}
         if self.bias is not None:
-            grads["bias"] = launcher(Kernel.GROUPED_BIAS_GRAD, dy2d)(dy2d, s.offsets)
+            grads["bias"] = library.grouped_bias_grad(dy2d, s.offsets)
         return grads
 
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
@@ -177,7 +175,7 @@ class GroupedLinear(BasicOp):
         if ctx.weight_requires_grad:
             params["weight"] = dw
             if self.bias is not None:
-                params["bias"] = launcher(Kernel.GROUPED_BIAS_GRAD, dy2d)(dy2d, ctx.saved.offsets)
+                params["bias"] = library.grouped_bias_grad(dy2d, ctx.saved.offsets)
         if dx is not None:
             dx = dx.view(*dy.shape[:-1], self.in_features)
         return OpGrads(dx, params, (None,))

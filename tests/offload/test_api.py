@@ -223,3 +223,18 @@ def test_a_budget_of_another_type_is_a_type_error(budget, shown):
     with pytest.raises(TypeError, match=f'group_budget_bytes: expected "auto", None or an int >= 0, got {shown}'):
         with offload_activations(group_budget_bytes=budget):
             pass
+
+
+def test_offloading_leaves_the_plan_fused():
+    # Offloading groups by global module hooks; they must not turn the ops into fusion
+    # boundaries (only an op's own hooks do).
+    import fuseops
+    from fuseops import ops
+
+    model = fuseops.Sequential(ops.Linear(32, 64), ops.GELU(), ops.Linear(64, 32))
+    x = torch.randn(8, 32, requires_grad=True)
+    model(x)
+    plain = model.plan.forward
+    with fuseops.offload_activations(min_tensor_bytes=0, group_budget_bytes=None):
+        model(x)
+    assert model.plan.forward == plain and len(plain) < 3

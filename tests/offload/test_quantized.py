@@ -46,16 +46,9 @@ def saved_activations(model, x, extras, recipe):
     return tensors, sum(t.untyped_storage().nbytes() for t in storages.values()), quantized
 
 
-# Known: under the plan Function's setup_context form, the group offsets that two grouped
-# storages share (40 bytes here) are copied once per storage under MXFP8 / NVFP4, not once.
-_SHARED_OFFSETS_COPIED_TWICE = pytest.mark.xfail(strict=True, reason="a storage two quantized storages share is copied twice")
-
-
 @pytest.mark.parametrize("make, extras", [(dense_mlp, []), (grouped_mlp, [SPLITS, SPLITS])], ids=["dense", "grouped"])
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: type(r).__name__)
-def test_quantized_mlps_are_bitwise_and_move_every_buffer(make, extras, recipe, request):
-    if make is grouped_mlp and type(recipe).__name__ in ("MXFP8", "NVFP4"):
-        request.applymarker(_SHARED_OFFSETS_COPIED_TWICE)
+def test_quantized_mlps_are_bitwise_and_move_every_buffer(make, extras, recipe):
     torch.manual_seed(0)
     model, x = make(), torch.randn(128, 64)
 

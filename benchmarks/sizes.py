@@ -1,0 +1,287 @@
+"""fuseops across sizes: the dense stack (4 pre-norm MLP blocks, GELU and SwiGLU) and the MoE
+expert layer (Qwen3, OLMoE, Mixtral shapes, uniform and skewed routing), forward+backward,
+fuseops eager and compiled against torch eager and ``torch.compile`` of the same model built
+from torch.nn, plus torch under ``make_graphed_callables`` (a cell is host-bound when torch
+eager is more than 1.3x slower than graphed) and the host time per step on its own (enqueue
+time: wall time of issuing one step without synchronising).
+
+    python -m benchmarks.sizes --part dense      # GPU, about 6 minutes
+    python -m benchmarks.sizes --part moe        # GPU
+    python -m benchmarks.sizes --smoke           # CPU, tiny sizes, end to end
+
+Writes ``benchmarks/results/sizes_<part>.json`` and ``.png``; prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+import fuseops
+from fuseops import ops
+
+DENSE_T = (1024, 4096, 16384)
+DENSE_H = (1024, 2048, 4096)
+MOE_T = (1024, 4096, 16384)
+# name: (E, H, I, top_k)
+MOE_SHAPES = {"qwen3": (128, 2048, 768, 8), "olmoe": (64, 2048, 1024, 8), "mixtral": (8, 4096, 14336, 2)}
+HOST_BOUND = 1.3
+
+
+def fuseops_dense(H: int, act: str, depth: int = 4) -> torch.nn.Module:
+    """4 pre-norm blocks: RMSNorm, Linear+bias, GELU(tanh) or SwiGLU, Linear+bias, residual."""
+    def block() -> fuseops.Sequential:
+        if act == "gelu":
+            return fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, 4 * H), ops.GELU(approximate="tanh"),
+                                      ops.Linear(4 * H, H), ops.AddExtraInput())
+        F = 8 * H // 3 // 64 * 64
+        return fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, 2 * F), ops.SwiGLU(), ops.Linear(F, H),
+                                  ops.AddExtraInput())
+    blocks = torch.nn.ModuleList(block() for _ in range(depth))
+
+    class Stack(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = blocks
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for b in self.blocks:
+                x = b(x, x)
+            return x
+    return Stack()
+
+
+class TorchBlock(torch.nn.Module):
+    """The same block from torch.nn, weights copied from a fuseops block."""
+
+    def __init__(self, block: fuseops.Sequential) -> None:
+        super().__init__()
+        norm, fc1, act, fc2, _ = block
+        self.norm = torch.nn.RMSNorm(norm.weight.shape[0], eps=norm.eps)
+        self.fc1 = torch.nn.Linear(fc1.in_features, fc1.out_features)
+        self.fc2 = torch.nn.Linear(fc2.in_features, fc2.out_features)
+        self.gated = isinstance(act, ops.SwiGLU)
+        with torch.no_grad():
+            for mine, theirs in ((self.norm, norm), (self.fc1, fc1), (self.fc2, fc2)):
+                for name, p in theirs.named_parameters(recurse=False):
+                    getattr(mine, name).copy_(p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.fc1(self.norm(x))
+        if self.gated:
+            a, b = z.chunk(2, -1)
+            h = torch.nn.functional.silu(a) * b
+        else:
+            h = torch.nn.functional.gelu(z, approximate="tanh")
+        return self.fc2(h) + x
+
+
+def torch_dense(stack: torch.nn.Module) -> torch.nn.Module:
+    return torch.nn.Sequential(*(TorchBlock(b) for b in stack.blocks))
+
+
+class FuseopsMoE(torch.nn.Module):
+    def __init__(self, E: int, H: int, I: int) -> None:
+        super().__init__()
+        self.E = E
+        self.experts = fuseops.Sequential(ops.GroupedLinear(E, H, 2 * I), ops.SwiGLU(), ops.GroupedLinear(E, I, H))
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        x_sorted, sizes, row_map = fuseops.moe.permute(x, ids, self.E)
+        return fuseops.moe.unpermute(self.experts(x_sorted, sizes, sizes), row_map, weights)
+
+
+class TorchMoE(torch.nn.Module):
+    """argsort routing, gather, ``torch._grouped_mm`` x2 with SwiGLU, weighted index_add combine."""
+
+    def __init__(self, mine: FuseopsMoE) -> None:
+        super().__init__()
+        self.E = mine.E
+        self.w1 = torch.nn.Parameter(mine.experts[0].weight.detach().transpose(1, 2).contiguous())
+        self.w2 = torch.nn.Parameter(mine.experts[2].weight.detach().transpose(1, 2).contiguous())
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        T, K = ids.shape
+        flat = ids.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        token = order // K
+        counts = torch.zeros(self.E, dtype=torch.int32, device=x.device).index_add_(
+            0, flat, torch.ones_like(flat, dtype=torch.int32))
+        offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        z = torch._grouped_mm(x[token], self.w1, offs=offs)
+        a, b = z.chunk(2, -1)
+        y = torch._grouped_mm(torch.nn.functional.silu(a) * b, self.w2, offs=offs)
+        y = y * weights.reshape(-1)[order, None]
+        return torch.zeros_like(x).index_add_(0, token, y)
+
+
+def routing(T: int, E: int, K: int, skewed: bool, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    # Skewed: expert popularity falls off as 1/rank (a few hot experts).
+    prob = 1.0 / torch.arange(1, E + 1, dtype=torch.float64) if skewed else torch.ones(E, dtype=torch.float64)
+    ids = torch.stack([torch.multinomial(prob, K, generator=g) for _ in range(T)])
+    weights = torch.softmax(torch.randn(T, K, generator=g), -1)
+    return ids.to(device), weights.to(device)
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def step_fn(model: Callable, args: tuple[torch.Tensor, ...], params: list[torch.Tensor]) -> Callable[[], None]:
+    def step() -> None:
+        for p in params:
+            p.grad = None
+        model(*args).sum().backward()
+    return step
+
+
+def time_ms(step: Callable[[], None], device: str, reps: int) -> float:
+    """Median milliseconds per synchronised step."""
+    for _ in range(3):
+        step()
+    _sync(device)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def enqueue_ms(step: Callable[[], None], device: str, reps: int) -> float:
+    """Median host milliseconds to issue one step, the device drained before each."""
+    times = []
+    for _ in range(reps):
+        _sync(device)
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1e3)
+    _sync(device)
+    return sorted(times)[len(times) // 2]
+
+
+def graphed_ms(model: torch.nn.Module, args: tuple[torch.Tensor, ...], device: str, reps: int) -> float | None:
+    if device != "cuda":
+        return None
+    graphed = torch.cuda.make_graphed_callables(model, args)
+    return time_ms(step_fn(graphed, args, list(model.parameters())), device, reps)
+
+
+def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch: bool = True) -> dict:
+    row: dict = {}
+    fparams, tparams = list(fuse_model.parameters()), list(torch_model.parameters())
+    variants = {
+        "fuseops": step_fn(fuse_model, args, fparams),
+        "fuseops_compiled": step_fn(torch.compile(fuse_model), args, fparams),
+        "torch": step_fn(torch_model, args, tparams),
+    }
+    if compile_torch:
+        variants["torch_compiled"] = step_fn(torch.compile(torch_model), args, tparams)
+    for name, step in variants.items():
+        row[f"{name}_ms"] = time_ms(step, device, reps)
+        row[f"{name}_enqueue_ms"] = enqueue_ms(step, device, reps)
+    row["torch_graphed_ms"] = graphed_ms(torch_model, args, device, reps)
+    best_torch = min(row["torch_ms"], row.get("torch_compiled_ms") or float("inf"))
+    row["speedup"] = best_torch / row["fuseops_ms"]
+    row["host_bound"] = row["torch_graphed_ms"] is not None and row["torch_ms"] > HOST_BOUND * row["torch_graphed_ms"]
+    return row
+
+
+def dense_rows(device, dtype, Ts, Hs, reps) -> list[dict]:
+    rows = []
+    for act in ("gelu", "swiglu"):
+        for H in Hs:
+            for T in Ts:
+                torch.manual_seed(0)
+                model = fuseops_dense(H, act).to(device, dtype)
+                reference = torch_dense(model).to(device, dtype)
+                x = torch.randn(T, H, device=device, dtype=dtype, requires_grad=True)
+                rows.append({"part": "dense", "act": act, "T": T, "H": H,
+                             **measure(model, reference, (x,), device, reps)})
+                print(rows[-1], flush=True)
+    return rows
+
+
+def moe_rows(device, dtype, Ts, shapes, reps) -> list[dict]:
+    rows = []
+    for name, (E, H, I, K) in shapes.items():
+        for T in Ts:
+            for skewed in (False, True):
+                torch.manual_seed(0)
+                model = FuseopsMoE(E, H, I).to(device, dtype)
+                reference = TorchMoE(model).to(device, dtype)
+                x = torch.randn(T, H, device=device, dtype=dtype, requires_grad=True)
+                ids, weights = routing(T, E, K, skewed, device)
+                weights = weights.to(dtype).requires_grad_()
+                # torch.compile of _grouped_mm traces only for bf16 operands.
+                row = measure(model, reference, (x, ids, weights), device, reps, compile_torch=dtype == torch.bfloat16)
+                rows.append({"part": "moe", "shape": name, "T": T, "routing": "skewed" if skewed else "uniform", **row})
+                print(rows[-1], flush=True)
+    return rows
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = [_label(r) for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.5), 4))
+    ax.bar(range(len(rows)), [r["speedup"] for r in rows], color=["tab:red" if r["host_bound"] else "tab:blue" for r in rows])
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(rows)), labels, rotation=70, fontsize=7)
+    ax.set_ylabel("fuseops eager / best torch (x)")
+    ax.set_title("fwd+bwd speedup (red: torch host-bound)")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def _label(r: dict) -> str:
+    if r["part"] == "dense":
+        return f"{r['act']} H={r['H']} T={r['T']}"
+    return f"{r['shape']} T={r['T']} {r['routing'][0]}"
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'cell':34s} {'fuseops':>8s} {'compiled':>8s} {'torch':>8s} {'torch.c':>8s} {'graphed':>8s} "
+          f"{'speedup':>7s} {'enq f/t':>13s} host-bound")
+    fmt = lambda v: f"{v:8.2f}" if v is not None else f"{'-':>8s}"  # noqa: E731
+    for r in rows:
+        print(f"{_label(r):34s} {fmt(r['fuseops_ms'])} {fmt(r['fuseops_compiled_ms'])} {fmt(r['torch_ms'])} "
+              f"{fmt(r.get('torch_compiled_ms'))} {fmt(r['torch_graphed_ms'])} {r['speedup']:6.2f}x "
+              f"{r['fuseops_enqueue_ms']:6.2f}/{r['torch_enqueue_ms']:<6.2f} {'yes' if r['host_bound'] else ''}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=("dense", "moe", "all"), default="all")
+    parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: checks the script end to end")
+    parser.add_argument("--reps", type=int, default=20)
+    args = parser.parse_args()
+    if args.smoke:
+        device, dtype, reps = "cpu", torch.float32, 3
+        dense = ((64,), (32,))
+        moe = ((64,), {"tiny": (4, 32, 48, 2)})
+    else:
+        device, dtype, reps = "cuda", torch.bfloat16, args.reps
+        dense, moe = (DENSE_T, DENSE_H), (MOE_T, MOE_SHAPES)
+    rows = []
+    if args.part in ("dense", "all"):
+        rows += dense_rows(device, dtype, *dense, reps)
+    if args.part in ("moe", "all"):
+        rows += moe_rows(device, dtype, *moe, reps)
+    out = Path(__file__).parent / "results" / f"sizes_{args.part}{'_smoke' if args.smoke else ''}"
+    out.with_suffix(".json").write_text(json.dumps({"device": device, "dtype": str(dtype), "rows": rows}, indent=1))
+    plot(rows, out.with_suffix(".png"))
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

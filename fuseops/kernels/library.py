@@ -1,0 +1,182 @@
+"""The grouped GEMM kernels as ``torch.library`` custom ops, so that ``torch.compile`` and
+``torch.export`` see each one as a single opaque node with a fake (shape-only) implementation.
+
+Why these: a grouped kernel's torch reference walks the group offsets on the host, and a
+Triton launcher's Python (descriptors, grid sizing) is not traceable; wrapped, neither is
+traced, and nothing reads the offsets' values while tracing, so split sizes may live in a
+device tensor and vary between calls without a recompile. Dense and elementwise references
+are plain torch and trace as they are.
+
+Each public function here takes the launcher's arguments: outside a trace it calls the
+launcher (or, where Triton does not run, its reference) directly, at no extra host cost;
+while ``torch.compile`` traces it calls ``torch.ops.fuseops.<name>``, whose implementation
+makes the same choice at run time. Buffers a launcher would write in place (``out=``,
+``main_grad=``) are functional under a trace: the op allocates, and the caller's buffer is
+updated by a traced ``copy_``/``add_``.
+
+Importing this module registers the ``fuseops::`` operators with ``torch.library``, as
+torch registers its own: no other side effect, and nothing is compiled or probed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.elementwise.activation_math import Activation
+
+
+def _empty(like: torch.Tensor) -> torch.Tensor:
+    """Custom ops cannot return None: an empty tensor stands for an absent output."""
+    return like.new_empty(0)
+
+
+def _into(out: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+    return y if out is None else out.copy_(y)
+
+
+@torch.library.custom_op("fuseops::grouped_gemm", mutates_args=())
+def _grouped_gemm_op(
+    a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None,
+    row_scale: torch.Tensor | None, act: int, alpha: float, save_preact: bool,
+    act_grad_input: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    launch = launcher(Kernel.GROUPED_GEMM, a)
+    y, preact = launch(a, b, offsets, bias=bias, row_scale=row_scale, act=Activation(act), alpha=alpha,
+                       save_preact=save_preact, act_grad_input=act_grad_input)
+    return y, preact if preact is not None else _empty(a)
+
+
+@_grouped_gemm_op.register_fake
+def _(a, b, offsets, bias, row_scale, act, alpha, save_preact, act_grad_input):
+    y = a.new_empty(a.shape[0], b.shape[2])
+    return y, a.new_empty(a.shape[0], b.shape[2]) if save_preact else _empty(a)
+
+
+def grouped_gemm(
+    a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, *, bias: torch.Tensor | None = None,
+    row_scale: torch.Tensor | None = None, act: Activation = Activation.IDENTITY, alpha: float = 1.0,
+    save_preact: bool = False, act_grad_input: torch.Tensor | None = None, out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``gemm/grouped.py``'s ``grouped_gemm`` (or its reference), traceable."""
+    if not torch.compiler.is_compiling():
+        launch = launcher(Kernel.GROUPED_GEMM, a)
+        return launch(a, b, offsets, bias=bias, row_scale=row_scale, act=act, alpha=alpha,
+                      save_preact=save_preact, act_grad_input=act_grad_input, out=out)
+    y, preact = _grouped_gemm_op(a, b, offsets, bias, row_scale, int(act), float(alpha), save_preact,
+                                 act_grad_input)
+    return _into(out, y), (preact if save_preact else None)
+
+
+@torch.library.custom_op("fuseops::grouped_gemm_gated", mutates_args=())
+def _grouped_gemm_gated_op(
+    a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None, act: int,
+    interleaved: bool, clamped: bool, limit: float, alpha: float, probs: torch.Tensor | None,
+    save_preact: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    launch = launcher(Kernel.GROUPED_GEMM_GATED, a)
+    h, z = launch(a, b, offsets, bias=bias, act=Activation(act), interleaved=interleaved, clamped=clamped,
+                  limit=limit, alpha=alpha, probs=probs, save_preact=save_preact)
+    return h, z if z is not None else _empty(a)
+
+
+@_grouped_gemm_gated_op.register_fake
+def _(a, b, offsets, bias, act, interleaved, clamped, limit, alpha, probs, save_preact):
+    h = a.new_empty(a.shape[0], b.shape[2] // 2)
+    return h, a.new_empty(a.shape[0], b.shape[2]) if save_preact else _empty(a)
+
+
+def grouped_gemm_gated(
+    a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, *, bias: torch.Tensor | None = None,
+    act: Activation, interleaved: bool = False, clamped: bool = False, limit: float = 7.0,
+    alpha: float = 1.0, probs: torch.Tensor | None = None, save_preact: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``gemm/grouped_gated.py``'s ``grouped_gemm_gated`` (or its reference), traceable."""
+    if not torch.compiler.is_compiling():
+        launch = launcher(Kernel.GROUPED_GEMM_GATED, a)
+        return launch(a, b, offsets, bias=bias, act=act, interleaved=interleaved, clamped=clamped,
+                      limit=limit, alpha=alpha, probs=probs, save_preact=save_preact, out=out)
+    h, z = _grouped_gemm_gated_op(a, b, offsets, bias, int(act), interleaved, clamped, float(limit),
+                                  float(alpha), probs, save_preact)
+    return _into(out, h), (z if save_preact else None)
+
+
+@torch.library.custom_op("fuseops::grouped_gemm_dgrad_gated", mutates_args=())
+def _dgrad_gated_op(
+    dy: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, z: torch.Tensor, act: int,
+    interleaved: bool, clamped: bool, limit: float, alpha: float, probs: torch.Tensor | None,
+    want_h: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    launch = launcher(Kernel.GROUPED_GEMM_DGRAD_GATED, dy)
+    dz, dprobs, h = launch(dy, b, offsets, z, act=Activation(act), interleaved=interleaved, clamped=clamped,
+                           limit=limit, alpha=alpha, probs=probs, want_h=want_h)
+    return dz, dprobs if dprobs is not None else _empty(dy), h if h is not None else _empty(dy)
+
+
+@_dgrad_gated_op.register_fake
+def _(dy, b, offsets, z, act, interleaved, clamped, limit, alpha, probs, want_h):
+    dprobs = probs.new_empty(probs.shape) if probs is not None else _empty(dy)
+    h = z.new_empty(z.shape[0], z.shape[1] // 2) if want_h else _empty(dy)
+    return z.new_empty(z.shape), dprobs, h
+
+
+def grouped_gemm_dgrad_gated(
+    dy: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, z: torch.Tensor, *, act: Activation,
+    interleaved: bool = False, clamped: bool = False, limit: float = 7.0, alpha: float = 1.0,
+    probs: torch.Tensor | None = None, want_h: bool = False, out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``gemm/grouped_gated_bwd.py``'s ``grouped_gemm_dgrad_gated`` (or its reference), traceable."""
+    if not torch.compiler.is_compiling():
+        launch = launcher(Kernel.GROUPED_GEMM_DGRAD_GATED, dy)
+        return launch(dy, b, offsets, z, act=act, interleaved=interleaved, clamped=clamped, limit=limit,
+                      alpha=alpha, probs=probs, want_h=want_h, out=out)
+    dz, dprobs, h = _dgrad_gated_op(dy, b, offsets, z, int(act), interleaved, clamped, float(limit),
+                                    float(alpha), probs, want_h)
+    return _into(out, dz), (dprobs if probs is not None else None), (h if want_h else None)
+
+
+@torch.library.custom_op("fuseops::grouped_gemm_wgrad", mutates_args=())
+def _wgrad_op(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, float32: bool) -> torch.Tensor:
+    launch = launcher(Kernel.GROUPED_GEMM_WGRAD, dy)
+    if not float32:
+        return launch(dy, x, offsets)
+    G, N, K = offsets.shape[0] - 1, dy.shape[1], x.shape[1]
+    return launch(dy, x, offsets, main_grad=torch.zeros(G, N, K, dtype=torch.float32, device=x.device))
+
+
+@_wgrad_op.register_fake
+def _(dy, x, offsets, float32):
+    shape = (offsets.shape[0] - 1, dy.shape[1], x.shape[1])
+    return x.new_empty(shape, dtype=torch.float32 if float32 else x.dtype)
+
+
+def grouped_gemm_wgrad(
+    dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, *, main_grad: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``gemm/grouped_wgrad.py``'s ``grouped_gemm_wgrad`` (or its reference), traceable: under a
+    trace the float32 sum is made apart and added to ``main_grad``."""
+    if not torch.compiler.is_compiling():
+        launch = launcher(Kernel.GROUPED_GEMM_WGRAD, dy)
+        return launch(dy, x, offsets, main_grad=main_grad, out=out)
+    if main_grad is not None:
+        return main_grad.add_(_wgrad_op(dy, x, offsets, True))
+    return _into(out, _wgrad_op(dy, x, offsets, False))
+
+
+@torch.library.custom_op("fuseops::grouped_bias_grad", mutates_args=())
+def _bias_grad_op(dy: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return launcher(Kernel.GROUPED_BIAS_GRAD, dy)(dy, offsets)
+
+
+@_bias_grad_op.register_fake
+def _(dy, offsets):
+    return dy.new_empty(offsets.shape[0] - 1, dy.shape[1])
+
+
+def grouped_bias_grad(dy: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``gemm/grouped_wgrad.py``'s ``grouped_bias_grad`` (or its reference), traceable."""
+    if not torch.compiler.is_compiling():
+        return launcher(Kernel.GROUPED_BIAS_GRAD, dy)(dy, offsets)
+    return _bias_grad_op(dy, offsets)

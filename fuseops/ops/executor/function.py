@@ -1,0 +1,271 @@
+"""The plan's ``torch.autograd.Function``: one forward and one backward over a plan's steps.
+
+Saved state crosses the autograd boundary by role (``saved_state.py``): activation tensors,
+and each plain buffer of a quantized storage, go through ``save_for_backward``; so do the
+parameters whose value backward reads, so an in-place change before backward raises
+torch's own error. Outputs are never views of internal buffers (in-place ops on them work,
+and bump the version counter of anything saved from them). Backward is once-differentiable:
+a second backward through it raises rather than returning wrong gradients.
+
+Under ``torch.autocast`` the ops run with torch's autocast off and cast as their torch
+counterparts would (``ops/_autocast.py``); each gradient goes back in its tensor's dtype.
+
+Two forms of the same Function: ``PlanFunction`` (``forward(ctx, ...)``), which
+``torch.compile`` traces (forward and backward build fresh op contexts and keep the packed
+records on the autograd ctx, mutating nothing made outside them), and
+``PlanFunctionForTransforms``, the ``setup_context`` form with a generated vmap rule, for
+``torch.func``. Both share the bodies below.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fuseops.ops.contract import OpContext, OpGrads, Role, Saved
+from fuseops.ops.executor.saved_state import pack_saved, unpack_saved
+
+
+@dataclass(frozen=True)
+class Arg:
+    """An extra input passed to the autograd Function as its tensor input ``index``."""
+
+    index: int
+
+
+@dataclass
+class RunState:
+    """What one call hands its Function: the plan, ops and contexts, and where each extra
+    input and parameter sits among the Function's inputs."""
+
+    plan: Any
+    ops: Sequence[torch.nn.Module]
+    ctxs: list[OpContext]
+    # Per op, its extra inputs with each tensor replaced by an ``Arg``.
+    extra_template: list[tuple[Any, ...]]
+    # Dtypes of the Function's tensor inputs (x first, each tensor once).
+    input_dtypes: tuple[torch.dtype, ...]
+    params: list[torch.nn.Parameter]
+    # Per op: parameter name -> position in ``params``, fixed when forward ran.
+    param_slots: list[dict[str, int]]
+    output_shape: tuple[int, ...] = ()
+    output_dtype: torch.dtype = torch.float32
+    output_device: torch.device = torch.device("cpu")
+    # The setup_context form only: what forward hands setup_context (emptied there).
+    to_save: list[torch.Tensor] = field(default_factory=list)
+    records: list[Saved | None] = field(default_factory=list)
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.input_dtypes)
+
+
+def autocast_off(device_type: str) -> Any:
+    """Torch's autocast switched off while the ops run: they cast explicitly (so forward,
+    backward, kernels and references agree), and a backward called inside an autocast
+    block must not re-cast."""
+    if device_type not in ("cpu", "cuda") or not torch.is_autocast_enabled(device_type):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, enabled=False)
+
+
+def run_forward(plan, ops, ctxs, x, extra_inputs):
+    extra_outputs: list[tuple[torch.Tensor, ...]] = [()] * len(ops)
+    for step in plan.forward_steps:
+        if step.fusion is None:
+            op = ops[step.start]
+            x, outs = op.op_forward(ctxs[step.start], x, extra_inputs[step.start])
+            extra_outputs[step.start] = tuple(outs)
+        else:
+            span = slice(step.start, step.stop)
+            x, outs = step.fusion.fused_forward(ops[span], ctxs[span], x, extra_inputs[span])
+            extra_outputs[span] = [tuple(o) for o in outs]
+    return x, extra_outputs
+
+
+def _root(t: torch.Tensor) -> torch.Tensor:
+    """The tensor whose memory ``t`` views (``t`` itself when it is no view)."""
+    return t if t._base is None else t._base
+
+
+def _non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> list[torch.Tensor]:
+    """Outputs autograd may let the caller modify in place.
+
+    A view (``y.view(shape)`` of a buffer made in forward) or a second copy of one object
+    is replaced by ``detach()``: a distinct tensor that is no view and shares the buffer's
+    version counter, so an in-place change still trips the check of anything saved from it.
+    An output aliasing an input stays a view: torch then refuses in-place ops on it, as the
+    data really is the input's."""
+    roots = [_root(t) for t in inputs if isinstance(t, torch.Tensor)]
+    seen: list[torch.Tensor] = []
+    out = []
+    for t in outputs:
+        is_input = any(t is i for i in inputs)
+        repeated = any(t is s for s in seen)
+        if is_input or any(_root(t) is r for r in roots):
+            # An input returned as-is must be a view, and so must a second copy.
+            if repeated or is_input:
+                t = t.view_as(t)
+        elif t._base is not None or repeated:
+            t = t.detach()
+        seen.append(t)
+        out.append(t)
+    return out
+
+
+def _checked_params(state: RunState, records: Sequence[Saved | None]) -> list[torch.Tensor]:
+    """The parameters whose value backward reads (a ``Role.PARAMETER`` field of an op's
+    record, named after the op's parameter): saved too, for torch's version check."""
+    out: list[torch.Tensor] = []
+    for slots, record in zip(state.param_slots, records):
+        if record is None:
+            continue
+        for name, value, role in record.fields_by_role():
+            if role is Role.PARAMETER and value is not None:
+                slot = slots.get(name, slots.get("weight"))
+                if slot is not None and all(p is not state.params[slot] for p in out):
+                    out.append(state.params[slot])
+    return out
+
+
+def forward_body(state: RunState, inputs: Sequence[Any]) -> tuple[tuple, list[torch.Tensor], list]:
+    """``(outputs, tensors to save, packed records)``; fills fresh op contexts."""
+    ctxs = [ctx.with_saved(None) for ctx in state.ctxs]
+    x = inputs[0]
+    extra_inputs = [tuple(inputs[e.index] if isinstance(e, Arg) else e for e in extras)
+                    for extras in state.extra_template]
+    with autocast_off(x.device.type):
+        y, extra_outputs = run_forward(state.plan, state.ops, ctxs, x, extra_inputs)
+    tensors, records = pack_saved(ctxs)
+    tensors += _checked_params(state, records)
+    outputs = [y] + [t for outs in extra_outputs for t in outs]
+    return tuple(_non_view_outputs(outputs, inputs)), tensors, records
+
+
+def _pad(grads: tuple, n: int) -> tuple:
+    return tuple(grads) + (None,) * (n - len(grads))
+
+
+def _cast(t: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | None:
+    return t if t is None or dtype is None or t.dtype == dtype else t.to(dtype)
+
+
+def _run_backward(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
+    ops, plan = state.ops, state.plan
+    ctxs = [ctx.with_saved(saved) for ctx, saved in zip(state.ctxs, unpack_saved(records, saved_tensors))]
+    extra_output_grads, i = [], 0
+    for op in ops:
+        extra_output_grads.append(tuple(flat_extra_output_grads[i : i + op.num_extra_outputs]))
+        i += op.num_extra_outputs
+    if dy is None:
+        dy = torch.zeros(state.output_shape, dtype=state.output_dtype, device=state.output_device)
+    # Under autocast each gradient goes back in its tensor's dtype, as the gradient of
+    # torch's cast does.
+    autocast = any(ctx.autocast is not None for ctx in ctxs)
+
+    grads: list[OpGrads] = [OpGrads(None)] * len(ops)
+    for step in reversed(plan.backward_steps):
+        # No gradient flows further: the ops before need no backward at all.
+        if dy is None:
+            break
+        span = slice(step.start, step.stop)
+        if step.fusion is None:
+            step_grads = [ops[step.start].op_backward(ctxs[step.start], dy, extra_output_grads[step.start])]
+        else:
+            step_grads = step.fusion.fused_backward(ops[span], ctxs[span], dy, extra_output_grads[span])
+        grads[span] = step_grads
+        dy = step_grads[0].dx
+        if autocast:
+            dy = _cast(dy, ctxs[step.start].input_dtype)
+
+    # A parameter shared by several ops (tied weights) gets the sum of their grads.
+    param_grads: list[torch.Tensor | None] = [None] * len(state.params)
+    for slots, g in zip(state.param_slots, grads):
+        for name, grad in g.params.items():
+            if grad is not None:
+                i = slots[name]
+                if autocast:
+                    grad = _cast(grad, state.params[i].dtype)
+                param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
+    # Gradients of the tensor inputs, each passed once (x may also be an extra input).
+    input_grads: list[torch.Tensor | None] = [dy] + [None] * (state.num_inputs - 1)
+    extra_grads = [eg for g, op in zip(grads, ops) for eg in _pad(g.extra_inputs, op.num_extra_inputs)]
+    flat_template = [e for extras in state.extra_template for e in extras]
+    for e, grad in zip(flat_template, extra_grads):
+        if isinstance(e, Arg) and grad is not None:
+            prev = input_grads[e.index]
+            input_grads[e.index] = grad if prev is None else prev + grad
+    if autocast:
+        input_grads = [_cast(g, dtype) for g, dtype in zip(input_grads, state.input_dtypes)]
+    return (None, *input_grads, *param_grads)
+
+
+def _no_second_backward(grads: tuple) -> tuple:
+    """The gradients, each behind a node that raises if differentiated again: the ops'
+    backward is not differentiable, and a second backward must fail, never be wrong."""
+    present = [g for g in grads if isinstance(g, torch.Tensor)]
+    if not present:
+        return grads
+    err = torch._C._functions.DelayedError(
+        "fuseops: double backward (create_graph=True, then a backward through these "
+        "gradients) is not supported; the ops' backward is not differentiable",
+        len(present),
+    )
+    wrapped = iter(err(*[g.detach().requires_grad_() for g in present]))
+    return tuple(next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads)
+
+
+def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
+    # Grad mode is on in backward only with create_graph=True (double backward).
+    create_graph = torch.is_grad_enabled()
+    with torch.no_grad(), autocast_off(state.output_device.type):
+        grads = _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads)
+    return _no_second_backward(grads) if create_graph else grads
+
+
+class PlanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(autograd_ctx, state: RunState, *inputs: Any):
+        autograd_ctx.set_materialize_grads(False)
+        outputs, tensors, records = forward_body(state, inputs)
+        autograd_ctx.save_for_backward(*tensors)
+        autograd_ctx.state = state
+        autograd_ctx.records = records
+        return outputs
+
+    @staticmethod
+    def backward(autograd_ctx, dy: torch.Tensor | None, *flat_extra_output_grads):
+        # Reading saved_tensors runs torch's version check of every saved tensor and parameter.
+        return backward_body(autograd_ctx.state, autograd_ctx.records, autograd_ctx.saved_tensors, dy,
+                             flat_extra_output_grads)
+
+
+class PlanFunctionForTransforms(torch.autograd.Function):
+    # forward and backward are torch ops (or Triton kernels launched on CUDA); on CPU
+    # torch.func transforms them through the torch references.
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(state: RunState, *inputs: Any):
+        outputs, state.to_save, state.records = forward_body(state, inputs)
+        return outputs
+
+    @staticmethod
+    def setup_context(autograd_ctx, inputs, output) -> None:
+        state: RunState = inputs[0]
+        autograd_ctx.set_materialize_grads(False)
+        autograd_ctx.save_for_backward(*state.to_save)
+        # torch.func calls setup_context once per transform level: keep what it saves
+        # while a transform runs.
+        if not torch._C._are_functorch_transforms_active():
+            state.to_save = []
+        autograd_ctx.state = state
+
+    @staticmethod
+    def backward(autograd_ctx, dy: torch.Tensor | None, *flat_extra_output_grads):
+        state: RunState = autograd_ctx.state
+        return backward_body(state, state.records, autograd_ctx.saved_tensors, dy, flat_extra_output_grads)
