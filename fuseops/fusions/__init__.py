@@ -8,6 +8,7 @@ from fuseops.fusions.backward_act_bias import (
 )
 from fuseops.fusions.backward_act_linear import BackwardActivationLinear
 from fuseops.fusions.backward_extra_output_linear import BackwardExtraOutputLinear
+from fuseops.fusions.backward_quantized_gated_mlp import BackwardQuantizedGatedMLP
 from fuseops.fusions.forward_act_quantize_linear import ForwardActivationQuantizeLinear
 from fuseops.fusions.forward_linear_add import ForwardLinearAddExtraInput
 from fuseops.fusions.forward_linear_bias_act import (
@@ -31,6 +32,7 @@ REGISTRY: list[Fusion] = [
     ForwardQuantizeLinear(),
     ForwardNormQuantizeLinear(),
     ForwardActivationQuantizeLinear(),
+    BackwardQuantizedGatedMLP(),
     BackwardLinearBiasActivation(),
     BackwardBiasActivation(),
     BackwardActivationLinear(),
