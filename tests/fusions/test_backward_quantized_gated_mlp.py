@@ -28,18 +28,19 @@ GATES = {
 }
 
 
-def _model(gate, *, ffn=128, dtype=torch.float32, fc2_bias=True, main_grad=False):
+def _model(gate, *, ffn=128, hidden=64, groups=3, dtype=torch.float32, device="cpu", fc2_bias=True,
+           main_grad=False):
     torch.manual_seed(0)
     model = fuseops.Sequential(
-        ops.GroupedLinear(3, 64, 2 * ffn, accumulate_into_main_grad=main_grad), GATES[gate](),
-        ops.GroupedLinear(3, ffn, 64, bias=fc2_bias, accumulate_into_main_grad=main_grad),
+        ops.GroupedLinear(groups, hidden, 2 * ffn, accumulate_into_main_grad=main_grad), GATES[gate](),
+        ops.GroupedLinear(groups, ffn, hidden, bias=fc2_bias, accumulate_into_main_grad=main_grad),
     )
-    return model.to(dtype)
+    return model.to(device=device, dtype=dtype)
 
 
-def _extras(model, rows=64):
-    probs = [torch.rand(rows)] if model[1].scaled else []
-    return [SPLIT, *probs, SPLIT]
+def _extras(model, rows=64, split=SPLIT, device="cpu"):
+    probs = [torch.rand(rows, device=device)] if model[1].scaled else []
+    return [split, *probs, split]
 
 
 def _unfused(model):
@@ -122,3 +123,44 @@ def test_through_the_triton_kernels_within_float32_rounding_of_the_unfused(recip
         assert FUSED in model.plan.backward
         for i, (a, b) in enumerate(zip(got, want)):
             assert rel_err(a, b) <= REL_TOL[torch.float32], f"{gate}: output/grad {i}"
+
+
+def _close_to_float64(model, x, extras, recipe):
+    """Fused within its dtype's tolerance of float64, or no worse than twice the unfused error
+    (the dgrads sum in other orders; quantization can turn that into a code step)."""
+    got, _ = step(model, x, extras, recipe)
+    want, _ = step(_unfused(model), x, extras, recipe)
+    exact = _unfused(model).to(device="cpu", dtype=torch.float64)
+    exact_extras = [(e.double() if e.is_floating_point() else e).cpu() if isinstance(e, torch.Tensor) else e
+                    for e in extras]
+    ref, _ = step(exact, x.double().cpu(), exact_extras, None)
+    for i, (a, b, c) in enumerate(zip(got, want, ref)):
+        err, base = rel_err(a, c.to(a.device)), rel_err(b, c.to(b.device))
+        assert err <= max(2 * base, REL_TOL[x.dtype]), f"output/grad {i}: {err:.2e} (unfused {base:.2e})"
+    assert FUSED in model.plan.backward
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gate", list(GATES))
+@pytest.mark.parametrize("recipe", RECIPES, ids=IDS)
+def test_on_cuda(recipe, gate):
+    model = _model(gate, dtype=torch.bfloat16, device="cuda", groups=4, hidden=512, ffn=384)
+    split = torch.tensor([700, 0, 1300, 48], device="cuda")
+    x = torch.randn(2048, 512, dtype=torch.bfloat16, device="cuda")
+    _close_to_float64(model, x, _extras(model, 2048, split, "cuda"), recipe)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", RECIPES, ids=IDS)
+def test_no_host_sync_on_cuda(recipe):
+    model = _model("swiglu-scaled", dtype=torch.bfloat16, device="cuda")
+    x = torch.randn(256, 64, dtype=torch.bfloat16, device="cuda")
+    extras = _extras(model, 256, torch.tensor([100, 0, 156], device="cuda"), "cuda")
+    step(model, x, extras, recipe)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step(model, x, extras, recipe)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert FUSED in model.plan.backward
