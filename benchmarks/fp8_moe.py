@@ -10,7 +10,9 @@ does to the version counters, so the quantized-weight cache re-quantizes once pe
 the gradients are set to None. Each row reports ms per micro-batch (the step's time / n),
 TFLOP/s (``18*T*K*H*I`` per micro-batch) and the speed-up over bf16 at the same cadence.
 ``fp8 ... nocache`` rows run the recipe with ``cache_weights=False`` (every micro-batch
-re-quantizes both weights): the cache's own effect.
+re-quantizes both weights): the cache's own effect. ``--ab-fusions`` adds rows with
+ForwardQuantizedGroupedMLP forced on (its guard declines FP8) and with BackwardQuantizedGatedMLP
+off: the measurements that decide those two guards.
 
     python -m benchmarks.fp8_moe                       # H100: table, results/fp8_moe.json
     python -m benchmarks.fp8_moe --smoke               # CPU, tiny shapes, end to end
@@ -24,16 +26,19 @@ the cached and uncached layers give bit-identical outputs and gradients over two
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 
 import fuseops
 from benchmarks.moe_layer import SHAPES, Case, fuseops_layer, make_case, quantized
+from fuseops.fusions import backward_quantized_gated_mlp, forward_quantized_grouped_mlp
+from fuseops.kernels.quantization.formats import Scaling
 
 SMOKE_SHAPES = {"smoke": dict(E=4, T=64, H=64, I=32, K=2)}
 RECIPES = {
@@ -46,13 +51,41 @@ CADENCES = (1, 8)
 LR = 1e-6
 
 
-def layers(case: Case, recipe_names: list[str], nocache: bool) -> dict[str, Callable[[], torch.Tensor]]:
+@contextlib.contextmanager
+def _setting(module, name: str, value) -> Iterator[None]:
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+
+
+def variant(layer: Callable[[], torch.Tensor], module, name: str, value) -> Callable[[], torch.Tensor]:
+    """``layer`` with a fusion's module-level choice set to ``value`` during its calls (its
+    plan is made, and cached, in its first call): an A/B of a fusion's guard in one run."""
+
+    def run() -> torch.Tensor:
+        with _setting(module, name, value):
+            return layer()
+
+    return run
+
+
+def layers(case: Case, recipe_names: list[str], args) -> dict[str, Callable[[], torch.Tensor]]:
     impls = {"bf16": fuseops_layer(case)}
     for name in recipe_names:
-        impls[name] = quantized(fuseops_layer(case), RECIPES[name])
-        if nocache:
-            impls[f"{name} nocache"] = quantized(fuseops_layer(case), dataclasses.replace(RECIPES[name],
-                                                                                          cache_weights=False))
+        recipe = RECIPES[name]
+        impls[name] = quantized(fuseops_layer(case), recipe)
+        if args.nocache:
+            impls[f"{name} nocache"] = quantized(fuseops_layer(case), dataclasses.replace(recipe, cache_weights=False))
+        if args.ab_fusions:
+            # ForwardQuantizedGroupedMLP declines FP8 by session 5's measurement: forced on here;
+            # BackwardQuantizedGatedMLP (unmeasured) forced off.
+            impls[f"{name} fused fwd"] = variant(quantized(fuseops_layer(case), recipe), forward_quantized_grouped_mlp,
+                                                 "UNFUSED_FASTER", ())
+            impls[f"{name} unfused bwd"] = variant(quantized(fuseops_layer(case), recipe), backward_quantized_gated_mlp,
+                                                   "DECLINED", tuple(Scaling))
     return impls
 
 
@@ -128,7 +161,7 @@ def run(args) -> tuple[list[dict], dict]:
         if args.smoke:
             extra["bitwise_cached_vs_uncached"] = same = bitwise_check(case, args.recipes)
             print(f"  cached vs uncached, bit for bit: {same}", flush=True)
-        impls = layers(case, args.recipes, args.nocache)
+        impls = layers(case, args.recipes, args)
         for n in args.cadences:
             fns = {name: optimizer_step(case, layer, n) for name, layer in impls.items()}
             times: dict[str, list[float]] = {name: [] for name in fns}
@@ -162,6 +195,9 @@ def main() -> None:
     parser.add_argument("--cadences", nargs="*", type=int, default=list(CADENCES),
                         help="micro-batches per optimizer step")
     parser.add_argument("--nocache", action="store_true", help="also time each recipe with cache_weights=False")
+    parser.add_argument("--ab-fusions", action="store_true",
+                        help="also time each recipe with ForwardQuantizedGroupedMLP forced on and with "
+                             "BackwardQuantizedGatedMLP off")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per implementation")
     parser.add_argument("--timing", choices=("do_bench", "sustained"), default="do_bench")
     parser.add_argument("--rep", type=int, default=200, help="do_bench: ms of timed repetitions per measurement")
