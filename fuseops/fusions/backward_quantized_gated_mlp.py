@@ -5,7 +5,8 @@ writes FC1's output gradient already quantized (``fuseops.kernels.gemm.grouped_s
 Unfused, FC2's dgrad writes ``dh``, the gated backward reads it with ``z`` and writes ``dz``,
 then FC1's backward quantizes ``dz`` (an amax pass and a cast for the per-tensor formats).
 Here ``dh`` never reaches memory; the block formats' row-wise copy of ``dz`` comes from the
-epilogue (``dz`` itself only when FC1's weight gradient needs the column-wise copy), and the
+epilogue (``dz`` itself only when FC1's weight gradient needs the column-wise copy or its
+bias gradient needs the sum of ``dz``), and the
 per-tensor formats get ``dz`` with its per-row amaxes (no amax pass; the cast remains:
 ``fuseops.quant.emit``). The probabilities' gradient comes from the same tiles. FC2's weight
 gradient and FC1's dgrad and wgrad then run on the quantized copies as the basic ops' would.
@@ -56,8 +57,6 @@ class BackwardQuantizedGatedMLP(Fusion):
         grad = cfg.recipe.format(TensorRole.GRAD)
         if grad.scaling in DECLINED:
             return f"{grad.scaling.name} gradients: the unfused dgrad and gated backward measured faster"
-        if fc1.bias is not None:
-            return "FC1 has a bias, whose gradient needs dz in high precision"
         block = BLOCK_SIZE[grad.scaling] or 1
         if not act_op.interleaved and fc2.in_features % block:
             return (f"a {block}-wide gradient block would straddle z's gate and up halves "
@@ -85,12 +84,15 @@ class BackwardQuantizedGatedMLP(Fusion):
         s1 = fc1_ctx.saved
         plan = EmitPlan(s2.recipe, columnwise=fc1_ctx.weight_requires_grad, role=TensorRole.GRAD)
         emit = plan.kernel_args
+        # FC1's bias gradient sums dz in high precision: then dz itself is written too.
+        fc1_bias_grad = fc1.bias is not None and fc1_ctx.weight_requires_grad
         a = qdy.rowwise_operand()
         launch = pick(a.data, kernels.grouped_gemm_scaled_dgrad_gated,
                       kernels.reference_grouped_gemm_scaled_dgrad_gated)
         emitted, dprobs = launch(a, s2.weight.columnwise_operand(), s2.offsets, z2d, scaling=qdy.format.scaling,
                                  act=act_op.act, probs=probs, grad_scaling=emit["scaling"], element=emit["element"],
-                                 store_y=emit["store_y"], out_dtype=dy2d.dtype, **act_op.kernel_args)
+                                 store_y=emit["store_y"] or fc1_bias_grad, out_dtype=dy2d.dtype,
+                                 **act_op.kernel_args)
         act_extras = (dprobs if act_ctx.extra_requires_grad[0] else None,) if act_op.scaled else ()
 
         dx, fc1_params = None, {}
@@ -101,6 +103,9 @@ class BackwardQuantizedGatedMLP(Fusion):
             if fc1_ctx.weight_requires_grad:
                 main_grad = _checks.main_grad(fc1.weight) if fc1.accumulate_into_main_grad else None
                 fc1_params["weight"] = quantized_wgrad(s1, qdz, out_dtype=z.dtype, main_grad=main_grad)
+            if fc1_bias_grad:
+                dz2d = emitted.y
+                fc1_params["bias"] = pick(dz2d, gw.grouped_bias_grad, gw.reference_grouped_bias_grad)(dz2d, s1.offsets)
         return [
             OpGrads(dx, fc1_params, (None,)),
             OpGrads(None, {}, act_extras),
