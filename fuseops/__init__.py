@@ -10,7 +10,7 @@ import logging as _logging
 
 from fuseops import distributed, integrations, moe, ops
 from fuseops.offload import mark_not_offload, offload_activations
-from fuseops.quant import recipes
+from fuseops.quant import recipes, weight_cache
 from fuseops.quant.autocast import autocast
 from fuseops.quant.quantize import quantize
 from fuseops.sequential import Sequential
@@ -46,4 +46,5 @@ __all__ = [
     "ops",
     "quantize",
     "recipes",
+    "weight_cache",
 ]

@@ -5,6 +5,7 @@ checks every entry against its basic ops."""
 from fuseops.fusions.backward_act_bias import BackwardBiasActivation, BackwardLinearBiasActivation
 from fuseops.fusions.backward_act_linear import BackwardActivationLinear
 from fuseops.fusions.backward_extra_output_linear import BackwardExtraOutputLinear
+from fuseops.fusions.backward_quantized_gated_mlp import BackwardQuantizedGatedMLP
 from fuseops.fusions.forward_act_quantize_linear import ForwardActivationQuantizeLinear
 from fuseops.fusions.forward_linear_add import ForwardLinearAddExtraInput
 from fuseops.fusions.forward_linear_bias_act import ForwardLinearBiasActivation, ForwardLinearSeparateBiasActivation
@@ -25,6 +26,7 @@ REGISTRY: list[Fusion] = [
     ForwardQuantizeLinear(),
     ForwardNormQuantizeLinear(),
     ForwardActivationQuantizeLinear(),
+    BackwardQuantizedGatedMLP(),
     BackwardLinearBiasActivation(),
     BackwardBiasActivation(),
     BackwardActivationLinear(),

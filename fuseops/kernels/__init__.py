@@ -11,7 +11,7 @@ modules, recipes or fusions.
 | ``moe/`` | MoE routing: permute token rows by expert, unpermute and combine |
 
 ``dispatch.py`` is the one table that decides which implementation serves each operation
-(``python -m fuseops.kernels.dispatch`` prints it); ``_triton.py`` holds the helpers every
+(``python -m fuseops.kernels`` prints it); ``_triton.py`` holds the helpers every
 kernel shares and is the only module that reads ``TRITON_INTERPRET``. Each family's
 docstring has a table of its kernels.
 """

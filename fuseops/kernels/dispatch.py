@@ -3,7 +3,7 @@
 Ops, fusions and the quantized GEMMs never choose between a Triton kernel, a Hopper Gluon
 kernel and a torch reference themselves: they ask ``launcher(Kernel.X, t)`` and call what
 it returns with the launcher's arguments. ``TABLE`` holds the choice as data, one ``Route``
-a row, tried in order; ``describe()`` (or ``python -m fuseops.kernels.dispatch``) prints it.
+a row, tried in order; ``describe()`` (or ``python -m fuseops.kernels``) prints it.
 
 Where a tensor's work runs (``backend_of``):
 
@@ -49,6 +49,7 @@ from fuseops.kernels.gemm import (
     grouped_gated_bwd,
     grouped_scaled,
     grouped_scaled_act,
+    grouped_scaled_dgrad_gated,
     grouped_scaled_wgrad,
     grouped_wgrad,
 )
@@ -94,6 +95,7 @@ class Kernel(enum.Enum):
     GROUPED_GEMM_SCALED = "grouped_gemm_scaled"
     GROUPED_GEMM_SCALED_ACT = "grouped_gemm_scaled_act"
     GROUPED_GEMM_SCALED_WGRAD = "grouped_gemm_scaled_wgrad"
+    GROUPED_GEMM_SCALED_DGRAD_GATED = "grouped_gemm_scaled_dgrad_gated"
     # quantization/
     AMAX = "amax"
     TENSOR_SCALES = "tensor_scales"
@@ -160,6 +162,8 @@ TABLE: tuple[Route, ...] = (
     *_launcher_and_reference(grouped_scaled, "grouped_gemm_scaled", Kernel.GROUPED_GEMM_SCALED),
     *_launcher_and_reference(grouped_scaled_act, "grouped_gemm_scaled_act", Kernel.GROUPED_GEMM_SCALED_ACT),
     *_launcher_and_reference(grouped_scaled_wgrad, "grouped_gemm_scaled_wgrad", Kernel.GROUPED_GEMM_SCALED_WGRAD),
+    *_launcher_and_reference(grouped_scaled_dgrad_gated, "grouped_gemm_scaled_dgrad_gated",
+                             Kernel.GROUPED_GEMM_SCALED_DGRAD_GATED),
     *_launcher_and_reference(amax, "amax", Kernel.AMAX),
     *_launcher_and_reference(amax, "tensor_scales", Kernel.TENSOR_SCALES),
     *_launcher_and_reference(quantize, "quantize", Kernel.QUANTIZE),
@@ -211,13 +215,9 @@ def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
 
 def describe() -> str:
     """``TABLE`` as text: one line a row, in the order rows are tried."""
-    lines = [f"{'kernel':<26} {'backend':<16} {'runs':<58} {'when':<28} why"]
+    lines = [f"{'kernel':<32} {'backend':<16} {'runs':<66} {'when':<28} why"]
     for r in TABLE:
         runs = f"{r.runs.__module__.removeprefix('fuseops.kernels.')}.{r.runs.__name__}"
         when = "always" if r.when is None else r.when.__name__
-        lines.append(f"{r.kernel.value:<26} {r.backend.value:<16} {runs:<58} {when:<28} {r.why}")
+        lines.append(f"{r.kernel.value:<32} {r.backend.value:<16} {runs:<66} {when:<28} {r.why}")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(describe())

@@ -5,17 +5,25 @@ column-wise copies that backward reduces over: the input's for the weight gradie
 the weight's for the input gradient. Backward quantizes the output gradient (E5M2
 where the recipe says so) and runs dgrad and wgrad on the saved copies. Grouped inputs
 carry their device offsets, so every group gets its own scales with no host sync.
+
+The quantized weight comes from ``fuseops.quant.weight_cache``: made once per weight
+version (keyed by the weight's format and whether it holds the column-wise copy), so the
+micro-batches of one optimizer step, activation recompute and the backward share it; the
+recipe's ``cache_weights=False`` quantizes at every use. The weight is whatever tensor the
+op multiplies by: under tensor parallelism each rank's local shard, cached per shard.
 """
 
 from __future__ import annotations
 
+import enum
+import functools
 from dataclasses import dataclass
 
 import torch
 
 from fuseops.ops.contract import Saved, activation, meta, parameter
-from fuseops.quant import linear_dgrad, linear_forward, linear_wgrad, quantize
-from fuseops.quant.recipes import Recipe, TensorRole
+from fuseops.quant import linear_dgrad, linear_forward, linear_wgrad, quantize, weight_cache
+from fuseops.quant.recipes import QuantFormat, Recipe, TensorRole
 from fuseops.quant.storage import QuantizedTensor
 
 
@@ -23,10 +31,40 @@ from fuseops.quant.storage import QuantizedTensor
 class QuantizedLinearSaved(Saved):
     # Column-wise copies only: what wgrad and dgrad reduce over.
     x: QuantizedTensor | None = activation()
-    # Derived from a parameter and rebuilt every step: never offloaded.
+    # Derived from a parameter (the weight cache's copy, shared by every micro-batch): never offloaded.
     weight: QuantizedTensor | None = parameter()
     recipe: Recipe | None = meta()
     offsets: torch.Tensor | None = meta()
+
+
+class WeightCopy(enum.Enum):
+    """The kind of a cached quantized weight (``weight_cache`` key, with format and layout)."""
+
+    QUANTIZED = "quantized"
+
+
+def weight_kind(fmt: QuantFormat, columnwise: bool) -> tuple[WeightCopy, QuantFormat, bool]:
+    """The cache key of a weight quantized to ``fmt`` (row-wise, plus the column-wise copy
+    with ``columnwise``). Only the weight's format counts: recipes that differ elsewhere
+    (the gradients' dtype) share it."""
+    return (WeightCopy.QUANTIZED, fmt, columnwise)
+
+
+def _quantize_weight(recipe: Recipe, columnwise: bool, weight: torch.Tensor) -> QuantizedTensor:
+    return quantize(weight, recipe, role=TensorRole.WEIGHT, rowwise=True, columnwise=columnwise)
+
+
+def quantized_weight(recipe: Recipe, weight: torch.Tensor, *, columnwise: bool) -> QuantizedTensor:
+    """``weight`` quantized for the forward GEMM (row-wise) and, with ``columnwise``, for
+    dgrad; from the weight cache unless ``recipe.cache_weights`` is False. A cached copy
+    holding the column-wise copy also serves a row-wise request (the same row-wise bytes)."""
+    fmt = recipe.format(TensorRole.WEIGHT)
+    if recipe.cache_weights and not columnwise:
+        both = weight_cache.lookup(weight, weight_kind(fmt, True))
+        if both is not None:
+            return both
+    build = functools.partial(_quantize_weight, recipe, columnwise)
+    return weight_cache.derived(weight, weight_kind(fmt, columnwise), build, enabled=recipe.cache_weights)
 
 
 def quantized_forward(
@@ -66,7 +104,7 @@ def quantized_operands(
         qx = x2d
     else:
         qx = quantize(x2d, recipe, role=TensorRole.INPUT, rowwise=True, columnwise=need_wgrad, offsets=offsets)
-    qw = quantize(weight, recipe, role=TensorRole.WEIGHT, rowwise=True, columnwise=need_dgrad)
+    qw = quantized_weight(recipe, weight, columnwise=need_dgrad)
     saved = QuantizedLinearSaved(
         x=qx.keep(rowwise=False, columnwise=True) if need_wgrad else None,
         weight=qw.keep(rowwise=False, columnwise=True) if need_dgrad else None,

@@ -1,7 +1,7 @@
 """Quantized compute: recipes, autocast, quantized storages, ``quantize`` and the quantized
 linear GEMMs. Layers below: ``fuseops.kernels`` only."""
 
-from fuseops.quant import recipes
+from fuseops.quant import recipes, weight_cache
 from fuseops.quant.autocast import autocast, current_recipe
 from fuseops.quant.gemm import linear_dgrad, linear_forward, linear_wgrad
 from fuseops.quant.quantize import quantize
@@ -22,4 +22,5 @@ __all__ = [
     "linear_wgrad",
     "quantize",
     "recipes",
+    "weight_cache",
 ]

@@ -31,14 +31,16 @@ from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 @dataclass(frozen=True)
 class EmitPlan:
     """How a producer writes its output for a GEMM input under ``recipe``; ``columnwise``:
-    whether the GEMM's weight gradient needs the column-wise copy too."""
+    whether the GEMM's weight gradient needs the column-wise copy too; ``role``: the GEMM
+    input it is (``GRAD`` for an output gradient that a gated dgrad emits)."""
 
     recipe: Recipe
     columnwise: bool
+    role: TensorRole = TensorRole.INPUT
 
     @property
     def format(self) -> QuantFormat:
-        return self.recipe.format(TensorRole.INPUT)
+        return self.recipe.format(self.role)
 
     @property
     def single_pass(self) -> bool:
@@ -73,7 +75,7 @@ def emitted_storage(plan: EmitPlan, emitted: Emitted, *, dtype: torch.dtype,
         dtype: ``y``'s dtype (the storage's high-precision dtype).
         offsets: int [G + 1] row-group offsets on the device (grouped GEMM input), or None.
     Returns:
-        What ``quantize(y, plan.recipe, role=INPUT, rowwise=True, columnwise=plan.columnwise,
+        What ``quantize(y, plan.recipe, role=plan.role, rowwise=True, columnwise=plan.columnwise,
         offsets=offsets)`` returns, bit for bit.
     """
     fmt = plan.format

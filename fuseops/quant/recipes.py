@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -63,9 +63,20 @@ _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 @dataclass(frozen=True)
 class Recipe(abc.ABC):
-    """Base of the recipes; ``kind`` names the recipe."""
+    """Base of the recipes; ``kind`` names the recipe.
+
+    ``cache_weights`` (keyword only, default True): a GEMM's quantized weight and its
+    column-wise copy are kept and re-quantized only when the parameter changes
+    (``fuseops.quant.weight_cache``), so micro-batches, recompute and backward share one
+    quantization per optimizer step; ``False`` quantizes at every use. Results are bit for
+    bit the same either way."""
 
     kind: ClassVar[RecipeKind]
+    cache_weights: bool = field(default=True, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cache_weights, bool):
+            raise TypeError(f"{type(self).__name__} cache_weights: expected True or False, got {self.cache_weights!r}")
 
     @abc.abstractmethod
     def format(self, role: TensorRole) -> QuantFormat:
@@ -79,6 +90,7 @@ class _FP8Recipe(Recipe):
     grad_dtype: torch.dtype = torch.float8_e5m2
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.grad_dtype not in _FP8_DTYPES:
             raise ValueError(
                 f"{type(self).__name__} grad_dtype: expected torch.float8_e5m2 or "

@@ -68,3 +68,61 @@ def test_no_reference_keeps_a_parameter_alive_and_bytes_are_counted():
     gc.collect()
     assert weight_cache.cached_bytes() == 0
     weight_cache.clear()
+
+
+def test_a_new_storage_at_the_old_address_is_a_new_weight():
+    # Two storages over one buffer: the allocator's reuse of a freed address, made certain.
+    buf = bytearray(4 * 16)
+    first = torch.frombuffer(buf, dtype=torch.float32).view(4, 4)
+    second = torch.frombuffer(buf, dtype=torch.float32).view(4, 4)
+    p = torch.nn.Parameter(torch.zeros(4, 4))
+    p.data = first
+    build = Counter()
+    weight_cache.derived(p, "cast", build)
+    second.copy_(torch.randn(4, 4))  # not through p: its version stays
+    version = p._version
+    p.data = second
+    assert p.data_ptr() == first.data_ptr() and p._version == version
+    got = weight_cache.derived(p, "cast", build)
+    assert build.calls == 2
+    torch.testing.assert_close(got, p.to(torch.float16), rtol=0, atol=0)
+
+
+def test_every_optimizer_step_invalidates_even_without_a_version_bump():
+    p = torch.nn.Parameter(torch.randn(4, 4))
+    p.grad = torch.ones(4, 4)
+    build = Counter()
+    weight_cache.derived(p, "cast", build)
+    version = p._version
+    torch.optim.Adam([p], lr=0.1, fused=True).step()
+    assert p._version == version  # the fused step writes without bumping the counter
+    got = weight_cache.derived(p, "cast", build)
+    assert build.calls == 2
+    torch.testing.assert_close(got, p.to(torch.float16), rtol=0, atol=0)
+
+
+def test_views_of_one_buffer_are_kept_apart_and_a_refill_through_the_base_invalidates():
+    # FSDP2: parameters are views of one all-gather buffer, its storage freed and re-filled.
+    flat = torch.randn(32)
+    a = torch.nn.Parameter(flat[:16].view(4, 4))
+    b = torch.nn.Parameter(flat[16:].view(4, 4))
+    build = Counter()
+    ca, cb = weight_cache.derived(a, "cast", build), weight_cache.derived(b, "cast", build)
+    assert not torch.equal(ca, cb) and build.calls == 2
+    storage = flat.untyped_storage()
+    storage.resize_(0)
+    storage.resize_(32 * 4)
+    flat.copy_(torch.randn(32))
+    for p in (a, b):
+        torch.testing.assert_close(weight_cache.derived(p, "cast", build), p.to(torch.float16), rtol=0, atol=0)
+    assert build.calls == 4
+
+
+def test_lookup_finds_only_a_current_copy():
+    p = torch.nn.Parameter(torch.randn(4))
+    assert weight_cache.lookup(p, "cast") is None
+    copy = weight_cache.derived(p, "cast", lambda t: t.half())
+    assert weight_cache.lookup(p, "cast") is copy and weight_cache.lookup(p, "other") is None
+    with torch.no_grad():
+        p.add_(1)
+    assert weight_cache.lookup(p, "cast") is None

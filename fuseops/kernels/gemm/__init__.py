@@ -16,6 +16,7 @@ FP8 current scaling, BLOCK: FP8 blockwise, MX: MXFP8, NVFP4).
 | ``grouped_wgrad`` | ``grouped_gemm_wgrad``, ``grouped_bias_grad`` | ``dw[g] = dy_g^T @ x_g`` (or into float32 ``main_grad``), ``db[g]`` | fp32/fp16/bf16 | ``reference_grouped_gemm_wgrad``, ``reference_grouped_bias_grad`` |
 | ``grouped_scaled`` | ``grouped_gemm_scaled`` | per group ``dequant(a_g) @ dequant(b[g])^T (+ bias[g])`` | all four recipes | ``reference_grouped_gemm_scaled`` |
 | ``grouped_scaled_act`` | ``grouped_gemm_scaled_act`` | FC1 under a recipe with the activation and FC2's quantized input in the epilogue | MXFP8, NVFP4 (fusion's guard) | ``reference_grouped_gemm_scaled_act`` |
+| ``grouped_scaled_dgrad_gated`` | ``grouped_gemm_scaled_dgrad_gated`` | FC2's quantized dgrad with the gate's derivative, dprobs, and dz in FC1's gradient format in the epilogue | all four recipes | ``reference_grouped_gemm_scaled_dgrad_gated`` |
 | ``grouped_scaled_wgrad`` | ``grouped_gemm_scaled_wgrad`` | ``dw[g]`` from the column-wise quantized copies | all four recipes | ``reference_grouped_gemm_scaled_wgrad`` |
 | ``wgrad_walk`` | ``n_fastest`` | the wgrads' tile walk order (host maths + a jit helper) | - | - |
 

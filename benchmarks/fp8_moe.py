@@ -1,0 +1,223 @@
+"""The MoE expert layer under each quantized recipe against our bf16 layer, timed as an
+optimizer step of 1 and of 8 micro-batches (issue 24).
+
+The layer is ``benchmarks.moe_layer``'s fuseops layer (permute -> GroupedLinear, scaled
+SwiGLU, GroupedLinear -> unpermute) at the Qwen3-30B-A3B and Mixtral-8x7B shapes, T tokens
+per micro-batch. One optimizer step = ``n`` micro-batches of forward+backward (gradients of
+the expert weights accumulate; the input's and router weights' are dropped after each), then
+one in-place update of both expert weights (``w -= 1e-6 * grad``: what an optimizer's step
+does to the version counters, so the quantized-weight cache re-quantizes once per step), then
+the gradients are set to None. Each row reports ms per micro-batch (the step's time / n),
+TFLOP/s (``18*T*K*H*I`` per micro-batch) and the speed-up over bf16 at the same cadence.
+``fp8 ... nocache`` rows run the recipe with ``cache_weights=False`` (every micro-batch
+re-quantizes both weights): the cache's own effect. ``--ab-fusions`` adds rows with
+ForwardQuantizedGroupedMLP forced on (its guard declines FP8) and with BackwardQuantizedGatedMLP
+off: the measurements that decide those two guards.
+
+    python -m benchmarks.fp8_moe                       # H100: table, results/fp8_moe.json
+    python -m benchmarks.fp8_moe --smoke               # CPU, tiny shapes, end to end
+
+Timing as in ``benchmarks.moe_layer``: ``do_bench`` medians (L2 flushed before each step) in
+interleaved rounds, or ``--timing sustained``. ``--smoke`` runs on the CPU through the torch
+references at E=4, T=64, H=64, I=32, K=2, times with ``time.perf_counter`` and checks that
+the cached and uncached layers give bit-identical outputs and gradients over two steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+import fuseops
+from benchmarks.moe_layer import SHAPES, Case, fuseops_layer, make_case, quantized
+from fuseops.fusions import backward_quantized_gated_mlp, forward_quantized_grouped_mlp
+from fuseops.kernels.quantization.formats import Scaling
+
+SMOKE_SHAPES = {"smoke": dict(E=4, T=64, H=64, I=32, K=2)}
+RECIPES = {
+    "fp8 current": fuseops.recipes.FP8CurrentScaling(),
+    "fp8 blockwise": fuseops.recipes.FP8Blockwise(),
+    "mxfp8": fuseops.recipes.MXFP8(),
+    "nvfp4": fuseops.recipes.NVFP4(),
+}
+CADENCES = (1, 8)
+LR = 1e-6
+
+
+@contextlib.contextmanager
+def _setting(module, name: str, value) -> Iterator[None]:
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+
+
+def variant(layer: Callable[[], torch.Tensor], module, name: str, value) -> Callable[[], torch.Tensor]:
+    """``layer`` with a fusion's module-level choice set to ``value`` during its calls (its
+    plan is made, and cached, in its first call): an A/B of a fusion's guard in one run."""
+
+    def run() -> torch.Tensor:
+        with _setting(module, name, value):
+            return layer()
+
+    return run
+
+
+def layers(case: Case, recipe_names: list[str], args) -> dict[str, Callable[[], torch.Tensor]]:
+    impls = {"bf16": fuseops_layer(case)}
+    for name in recipe_names:
+        recipe = RECIPES[name]
+        impls[name] = quantized(fuseops_layer(case), recipe)
+        if args.nocache:
+            impls[f"{name} nocache"] = quantized(fuseops_layer(case), dataclasses.replace(recipe, cache_weights=False))
+        if args.ab_fusions:
+            # ForwardQuantizedGroupedMLP declines FP8 by session 5's measurement: forced on here;
+            # BackwardQuantizedGatedMLP (unmeasured) forced off.
+            impls[f"{name} fused fwd"] = variant(quantized(fuseops_layer(case), recipe), forward_quantized_grouped_mlp,
+                                                 "UNFUSED_FASTER", ())
+            impls[f"{name} unfused bwd"] = variant(quantized(fuseops_layer(case), recipe), backward_quantized_gated_mlp,
+                                                   "DECLINED", tuple(Scaling))
+    return impls
+
+
+def optimizer_step(case: Case, layer: Callable[[], torch.Tensor], micro_batches: int) -> Callable[[], None]:
+    """``micro_batches`` forward+backward calls, then one in-place update of the expert
+    weights (an optimizer step's version bump), then their gradients dropped."""
+
+    def step() -> None:
+        for _ in range(micro_batches):
+            layer().backward(case.dy)
+            case.x.grad = case.weights.grad = None
+        with torch.no_grad():
+            torch._foreach_add_([case.w1, case.w2], [case.w1.grad, case.w2.grad], alpha=-LR)
+        case.w1.grad = case.w2.grad = None
+
+    return step
+
+
+def tflops_per_micro_batch(shape: dict, ms: float) -> float:
+    return 18.0 * shape["T"] * shape["K"] * shape["H"] * shape["I"] / (ms * 1e-3) / 1e12
+
+
+def time_ms(fn: Callable[[], None], args) -> float:
+    if args.smoke:
+        fn()  # warm-up
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+    if args.timing == "do_bench":
+        import triton
+
+        return triton.testing.do_bench(fn, warmup=max(25, args.rep // 4), rep=args.rep, return_mode="median")
+    from benchmarks._timing import sustained_ms
+
+    return sustained_ms(fn, warmup_s=args.warmup_s, steps=args.steps)
+
+
+def bitwise_check(case: Case, recipe_names: list[str]) -> dict[str, bool]:
+    """Two optimizer steps of 2 micro-batches, cached against uncached: outputs and
+    gradients identical bit for bit (each run starts from the same weights)."""
+    w1, w2 = case.w1.detach().clone(), case.w2.detach().clone()
+    result = {}
+    for name in recipe_names:
+        runs = []
+        for recipe in (RECIPES[name], dataclasses.replace(RECIPES[name], cache_weights=False)):
+            with torch.no_grad():
+                case.w1.copy_(w1)
+                case.w2.copy_(w2)
+            layer, got = quantized(fuseops_layer(case), recipe), []
+            for _ in range(2):
+                for _ in range(2):
+                    y = layer()
+                    y.backward(case.dy)
+                    got += [y.detach(), case.x.grad, case.weights.grad]
+                    case.x.grad = case.weights.grad = None
+                got += [case.w1.grad.clone(), case.w2.grad.clone()]
+                optimizer_step(case, lambda: None, 0)()
+            runs.append(got)
+        result[name] = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(*runs))
+    with torch.no_grad():
+        case.w1.copy_(w1)
+        case.w2.copy_(w2)
+    return result
+
+
+def run(args) -> tuple[list[dict], dict]:
+    shapes = SMOKE_SHAPES if args.smoke else {name: SHAPES[name] for name in args.shapes}
+    device = "cpu" if args.smoke else "cuda"
+    rows, extra = [], {}
+    for shape_name, shape in shapes.items():
+        print(f"\n{shape_name} {shape}", flush=True)
+        case = make_case(**shape, device=device)
+        if args.smoke:
+            extra["bitwise_cached_vs_uncached"] = same = bitwise_check(case, args.recipes)
+            print(f"  cached vs uncached, bit for bit: {same}", flush=True)
+        impls = layers(case, args.recipes, args)
+        for n in args.cadences:
+            fns = {name: optimizer_step(case, layer, n) for name, layer in impls.items()}
+            times: dict[str, list[float]] = {name: [] for name in fns}
+            cached: dict[str, int] = {}
+            for _ in range(args.rounds):
+                for name, fn in fns.items():
+                    fuseops.weight_cache.clear()
+                    times[name].append(time_ms(fn, args) / n)
+                    cached[name] = fuseops.weight_cache.cached_bytes()
+            base = sorted(times["bf16"])[len(times["bf16"]) // 2]
+            for name, ts in times.items():
+                ms = sorted(ts)[len(ts) // 2]
+                row = dict(shape=shape_name, **shape, micro_batches=n, impl=name, ms_per_micro_batch=ms,
+                           tflops=tflops_per_micro_batch(shape, ms), vs_bf16=base / ms,
+                           weight_cache_bytes=cached[name])
+                rows.append(row)
+                print(f"  {n} micro-batch{'es' if n > 1 else ''} {name:<22} {ms:9.3f} ms {row['tflops']:8.1f} TFLOP/s "
+                      f"{row['vs_bf16']:5.2f}x bf16, cache {cached[name] / 1e6:.3f} MB", flush=True)
+        del case, impls, fns
+        fuseops.weight_cache.clear()
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return rows, extra
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, one round: checks it runs")
+    parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--recipes", nargs="*", default=list(RECIPES), choices=list(RECIPES))
+    parser.add_argument("--cadences", nargs="*", type=int, default=list(CADENCES),
+                        help="micro-batches per optimizer step")
+    parser.add_argument("--nocache", action="store_true", help="also time each recipe with cache_weights=False")
+    parser.add_argument("--ab-fusions", action="store_true",
+                        help="also time each recipe with ForwardQuantizedGroupedMLP forced on and with "
+                             "BackwardQuantizedGatedMLP off")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per implementation")
+    parser.add_argument("--timing", choices=("do_bench", "sustained"), default="do_bench")
+    parser.add_argument("--rep", type=int, default=200, help="do_bench: ms of timed repetitions per measurement")
+    parser.add_argument("--steps", type=int, default=5, help="sustained: optimizer steps timed per measurement")
+    parser.add_argument("--warmup-s", type=float, default=0.5, help="sustained: seconds of steps before each")
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default results/fp8_moe[_smoke].json)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.rounds = 1
+    start = time.time()
+    rows, extra = run(args)
+    out = args.out or Path(__file__).parent / "results" / ("fp8_moe_smoke.json" if args.smoke else "fp8_moe.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = dict(device="cpu" if args.smoke else torch.cuda.get_device_name(), torch=torch.__version__,
+                timing="perf_counter" if args.smoke else args.timing, lr=LR)
+    out.write_text(json.dumps(dict(**meta, **extra, rows=rows), indent=1))
+    print(f"\n{out} ({time.time() - start:.0f} s)")
+    if args.smoke and not all(extra["bitwise_cached_vs_uncached"].values()):
+        raise SystemExit("cached and uncached layers differ")
+
+
+if __name__ == "__main__":
+    main()
