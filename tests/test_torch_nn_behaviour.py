@@ -170,10 +170,30 @@ def test_saved_input_changed_in_place_before_backward_raises():
 
 # -- torch.func ----------------------------------------------------------------------------
 
-def test_torch_func_vmap_matches_torch_nn():
-    seq, ref = _mlp(fuse=False)
+@pytest.mark.parametrize("fuse", [False, True], ids=["unfused", "fused"])
+def test_torch_func_vmap_grad_jacrev_match_torch_nn(fuse):
+    seq, ref = _mlp(fuse=fuse)
     x = torch.randn(5, 3, 6)
     torch.testing.assert_close(vmap(seq)(x), vmap(ref)(x))
+    params, ref_params = dict(seq.named_parameters()), dict(ref.named_parameters())
+    assert params.keys() == ref_params.keys()
+
+    def loss(model, p, x):
+        return torch.func.functional_call(model, p, (x,)).square().sum()
+
+    for argnums in (0, 1):
+        got = torch.func.grad(lambda p, x: loss(seq, p, x), argnums=argnums)(params, x)
+        want = torch.func.grad(lambda p, x: loss(ref, p, x), argnums=argnums)(ref_params, x)
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.func.jacrev(seq)(x[0]), torch.func.jacrev(ref)(x[0]))
+
+
+def test_torch_func_higher_order_raises_never_wrong():
+    seq, _ = _mlp(fuse=False)
+    x = torch.randn(3, 6)
+    grad_of_grad = torch.func.grad(lambda x: torch.func.grad(lambda x: seq(x).square().sum())(x).sum())
+    with pytest.raises(RuntimeError, match="higher-order derivatives"):
+        grad_of_grad(x)
 
 
 # -- package conventions -------------------------------------------------------------------

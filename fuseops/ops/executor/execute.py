@@ -233,6 +233,8 @@ def execute(
     transforms = torch._C._are_functorch_transforms_active()
     function = PlanFunctionForTransforms if transforms else PlanFunction
     outputs = function.apply(state, *inputs, *params)
+    if transforms:
+        outputs = outputs[: state.num_outputs]
     y = outputs[0]
     state.output_shape, state.output_dtype, state.output_device = tuple(y.shape), y.dtype, y.device
     return outputs if n_extra_out else y

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.nn.utils.stateless import _reparametrize_module
 
 from fuseops.ops.contract import OpContext, OpGrads, Role, Saved
 from fuseops.ops.executor.saved_state import pack_saved, unpack_saved
@@ -55,9 +56,10 @@ class RunState:
     output_shape: tuple[int, ...] = ()
     output_dtype: torch.dtype = torch.float32
     output_device: torch.device = torch.device("cpu")
-    # The setup_context form only: what forward hands setup_context (emptied there).
-    to_save: list[torch.Tensor] = field(default_factory=list)
+    # The setup_context form only: what forward hands setup_context.
     records: list[Saved | None] = field(default_factory=list)
+    save_from: list[tuple[bool, int]] = field(default_factory=list)
+    num_outputs: int = 0
 
     @property
     def num_inputs(self) -> int:
@@ -117,7 +119,7 @@ def _non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> lis
     return out
 
 
-def _checked_params(state: RunState, records: Sequence[Saved | None]) -> list[torch.Tensor]:
+def _checked_params(state: RunState, params: Sequence[torch.Tensor], records: Sequence[Saved | None]) -> list[torch.Tensor]:
     """The parameters whose value backward reads (a ``Role.PARAMETER`` field of an op's
     record, named after the op's parameter): saved too, for torch's version check."""
     out: list[torch.Tensor] = []
@@ -127,8 +129,8 @@ def _checked_params(state: RunState, records: Sequence[Saved | None]) -> list[to
         for name, value, role in record.fields_by_role():
             if role is Role.PARAMETER and value is not None:
                 slot = slots.get(name, slots.get("weight"))
-                if slot is not None and all(p is not state.params[slot] for p in out):
-                    out.append(state.params[slot])
+                if slot is not None and all(p is not params[slot] for p in out):
+                    out.append(params[slot])
     return out
 
 
@@ -141,7 +143,8 @@ def forward_body(state: RunState, inputs: Sequence[Any]) -> tuple[tuple, list[to
     with autocast_off(x.device.type):
         y, extra_outputs = run_forward(state.plan, state.ops, ctxs, x, extra_inputs)
     tensors, records = pack_saved(ctxs)
-    tensors += _checked_params(state, records)
+    # The parameters as this Function received them (under torch.func, unwrapped).
+    tensors += _checked_params(state, inputs[state.num_inputs:], records)
     outputs = [y] + [t for outs in extra_outputs for t in outs]
     return tuple(_non_view_outputs(outputs, inputs)), tensors, records
 
@@ -219,9 +222,20 @@ def _no_second_backward(grads: tuple) -> tuple:
     return tuple(next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads)
 
 
+_DIFFERENTIATING = ("TransformType.Grad", "TransformType.Jvp")
+
+
 def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
-    # Grad mode is on in backward only with create_graph=True (double backward).
-    create_graph = torch.is_grad_enabled()
+    # Something will differentiate this backward again: under torch.func, a second grad /
+    # jvp transform around the one running it; else create_graph=True (grad mode on).
+    stack = None if torch.compiler.is_compiling() else torch._C._functorch.get_interpreter_stack()
+    if stack:
+        if sum(str(i.key()) in _DIFFERENTIATING for i in stack) > 1:
+            raise RuntimeError("fuseops: higher-order derivatives through torch.func (grad of grad, hessian) "
+                               "are not supported; the ops' backward is not differentiable")
+        create_graph = False
+    else:
+        create_graph = torch.is_grad_enabled()
     with torch.no_grad(), autocast_off(state.output_device.type):
         grads = _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads)
     return _no_second_backward(grads) if create_graph else grads
@@ -245,27 +259,51 @@ class PlanFunction(torch.autograd.Function):
 
 
 class PlanFunctionForTransforms(torch.autograd.Function):
+    """The ``setup_context`` form: torch.func lets a Function save only its inputs and its
+    outputs, so forward also returns the activations it saves, after the real outputs."""
+
     # forward and backward are torch ops (or Triton kernels launched on CUDA); on CPU
     # torch.func transforms them through the torch references.
     generate_vmap_rule = True
 
     @staticmethod
     def forward(state: RunState, *inputs: Any):
-        outputs, state.to_save, state.records = forward_body(state, inputs)
-        return outputs
+        # The ops read their parameters as module attributes: at this level those must be
+        # the Function's own (unwrapped) parameter inputs, not the transform's wrappers.
+        params = inputs[state.num_inputs:]
+        with contextlib.ExitStack() as stack:
+            for op, slots in zip(state.ops, state.param_slots):
+                if slots:
+                    stack.enter_context(_reparametrize_module(op, {n: params[i] for n, i in slots.items()}))
+            outputs, tensors, state.records = forward_body(state, inputs)
+        # Where each saved tensor comes from in setup_context: an input, or an extra output.
+        extra: list[torch.Tensor] = []
+        state.save_from = []
+        for t in tensors:
+            k = next((i for i, s in enumerate(inputs) if s is t), None)
+            if k is not None:
+                state.save_from.append((True, k))
+                continue
+            # Autograd needs distinct output objects.
+            if any(t is o for o in (*outputs, *extra)):
+                t = t.view_as(t)
+            state.save_from.append((False, len(outputs) + len(extra)))
+            extra.append(t)
+        state.num_outputs = len(outputs)
+        return (*outputs, *extra)
 
     @staticmethod
     def setup_context(autograd_ctx, inputs, output) -> None:
         state: RunState = inputs[0]
         autograd_ctx.set_materialize_grads(False)
-        autograd_ctx.save_for_backward(*state.to_save)
-        # torch.func calls setup_context once per transform level: keep what it saves
-        # while a transform runs.
-        if not torch._C._are_functorch_transforms_active():
-            state.to_save = []
+        autograd_ctx.save_for_backward(*[inputs[1 + k] if from_input else output[k]
+                                         for from_input, k in state.save_from])
+        autograd_ctx.mark_non_differentiable(*output[state.num_outputs:])
         autograd_ctx.state = state
+        autograd_ctx.records = state.records
 
     @staticmethod
-    def backward(autograd_ctx, dy: torch.Tensor | None, *flat_extra_output_grads):
+    def backward(autograd_ctx, dy: torch.Tensor | None, *output_grads):
         state: RunState = autograd_ctx.state
-        return backward_body(state, state.records, autograd_ctx.saved_tensors, dy, flat_extra_output_grads)
+        flat_extra_output_grads = output_grads[: state.num_outputs - 1]
+        return backward_body(state, autograd_ctx.records, autograd_ctx.saved_tensors, dy, flat_extra_output_grads)
