@@ -68,7 +68,7 @@ def _run(kind, model, fn, args):
     args = tuple(a.detach().requires_grad_(a.requires_grad) for a in args)
     model.zero_grad(set_to_none=True)
     y = fn(*args)
-    y.backward(torch.cos(torch.arange(y.numel(), dtype=y.dtype)).view_as(y))
+    y.backward(torch.cos(torch.arange(y.numel(), dtype=y.dtype, device=y.device)).view_as(y))
     grads = [a.grad for a in args if a.requires_grad] + [p.grad for p in model.parameters()]
     return y.detach(), grads
 

@@ -15,6 +15,9 @@ Where a tensor's work runs (``backend_of``):
   where their row's ``when`` holds for the call's arguments (TMA-ready operands, the
   format), then the ``TRITON`` rows.
 
+Under ``torch.compile`` every kernel is served by its torch reference, which the compiler
+traces and fuses; the grouped GEMMs are ``torch.library`` custom ops (``library.py``).
+
 Dense GEMMs without an epilogue (``Linear``'s forward, dgrad and wgrad) are cuBLAS through
 ``torch`` on every backend; they have no row here. Each family's ``__init__`` docstring
 says what its kernels compute, in which dtypes, recipes and architectures.
@@ -208,8 +211,16 @@ def _callable(kernel: Kernel, backend: Backend) -> Callable[..., Any]:
     return functools.partial(_first_serving, routes)
 
 
+# Under torch.compile: the plain-torch references, which the compiler traces and fuses itself
+# (a Triton launcher's host code is not traceable; the grouped GEMMs, whose references walk
+# the offsets on the host, reach the compiler as custom ops through library.py instead).
+_TRACED = {r.kernel: r.runs for r in TABLE if r.backend is Backend.TORCH}
+
+
 def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
     """What serves ``kernel`` for work on ``t``: call it with the launcher's arguments."""
+    if torch.compiler.is_compiling():
+        return _TRACED[kernel]
     return _callable(kernel, backend_of(t))
 
 

@@ -8,8 +8,9 @@ torch references and the Triton kernels all see the same explicit casts:
   the input is cast per call, as torch does; a parameter is cast through
   ``fuseops.quant.weight_cache.derived``, so once per weight version (torch caches its casts
   of leaf parameters too);
-- norms follow torch's policy for ``layer_norm``/``rms_norm``: on CUDA they run in float32
-  and return float32 (CUDA autocast's float32 list); on CPU they take any float input with
+- norms follow torch's policy for ``layer_norm``/``rms_norm``: on CUDA LayerNorm returns
+  float32 (CUDA autocast's float32 list) and RMSNorm the input's dtype (not on the list; the
+  GPU test compares with torch); on CPU they take any float input with
   float32 parameters and return the input's dtype (CPU autocast leaves them alone, and the
   native kernels accept mixed dtypes), computing the statistics in float32 either way;
 - elementwise ops run in their input's dtype; ``AddExtraInput`` promotes as ``x + r`` does;
@@ -54,8 +55,10 @@ def cast_param(dtype: torch.dtype | None, p: torch.Tensor | None) -> torch.Tenso
     return derived(p, ("autocast", dtype), lambda q: q.to(dtype))
 
 
-def norm_output_dtype(dtype: torch.dtype | None, x_dtype: torch.dtype, device_type: str) -> torch.dtype:
-    """What a norm returns under autocast: float32 on CUDA, the input's dtype elsewhere."""
+def norm_output_dtype(dtype: torch.dtype | None, x_dtype: torch.dtype, device_type: str,
+                      float32_on_cuda: bool) -> torch.dtype:
+    """What a norm returns under autocast: float32 on CUDA for the norms on CUDA autocast's
+    float32 list (``layer_norm``; not ``rms_norm``), the input's dtype otherwise."""
     if dtype is None or x_dtype not in ELIGIBLE:
         return x_dtype
-    return torch.float32 if device_type == "cuda" else x_dtype
+    return torch.float32 if device_type == "cuda" and float32_on_cuda else x_dtype

@@ -25,6 +25,8 @@ class NormSaved(Saved):
 
 class _Norm(BasicOp):
     has_bias: bool
+    # Whether torch's CUDA autocast runs this norm in float32 (its float32 list).
+    float32_under_cuda_autocast: bool
 
     def __init__(
         self,
@@ -53,7 +55,7 @@ class _Norm(BasicOp):
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
         _checks.features(type(self).__name__, x, self.normalized_shape)
         _checks.matches_parameters(self, x)
-        return x.with_dtype(_autocast.norm_output_dtype(x.autocast, x.dtype, x.device.type))
+        return x.with_dtype(_autocast.norm_output_dtype(x.autocast, x.dtype, x.device.type, self.float32_under_cuda_autocast))
 
     def _rows(self, t: torch.Tensor) -> torch.Tensor:
         return t.reshape(-1, self.normalized_shape).contiguous()
@@ -69,7 +71,8 @@ class _Norm(BasicOp):
     def _output(self, ctx: OpContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         y = y.view(x.shape)
         if self._mixed(ctx, x):
-            y = y.to(_autocast.norm_output_dtype(ctx.autocast, x.dtype, x.device.type))
+            y = y.to(_autocast.norm_output_dtype(ctx.autocast, x.dtype, x.device.type,
+                                                     self.float32_under_cuda_autocast))
         return y
 
     def _backward_rows(self, s: NormSaved, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,6 +93,7 @@ class LayerNorm(_Norm):
     """
 
     has_bias = True
+    float32_under_cuda_autocast = True
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         x2d = self._compute_rows(ctx, x)
@@ -118,6 +122,7 @@ class RMSNorm(_Norm):
     """
 
     has_bias = False
+    float32_under_cuda_autocast = False
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         x2d = self._compute_rows(ctx, x)

@@ -13,16 +13,18 @@ AUTO = dict(group_budget_bytes="auto")
 
 
 def model(kind):
+    # Wide enough that a layer's compute hides a whole saved tensor on the link (at H=1024 a
+    # layer's ~0.1 ms hides ~5 MB, less than its smallest saved tensor: nothing may move).
     if kind == "fuseops":
-        return fuseops_layers(n=6, width=1024, hidden=4096, device="cuda", dtype=torch.bfloat16), False
-    return mlp_layers(n=6, width=1024, hidden=4096, device="cuda", dtype=torch.bfloat16), True
+        return fuseops_layers(n=4, width=4096, hidden=16384, device="cuda", dtype=torch.bfloat16), False
+    return mlp_layers(n=4, width=4096, hidden=16384, device="cuda", dtype=torch.bfloat16), True
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["torch", "fuseops"])
 def test_planned_steps_make_no_host_sync_and_no_pinned_allocation(kind):
     layers, groups = model(kind)
-    x = torch.randn(8192, 1024, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
     want = run_step(layers, x, groups=groups)
     for _ in range(4):
         run_step(layers, x, AUTO, groups=groups)
@@ -47,7 +49,7 @@ def test_planned_steps_make_no_host_sync_and_no_pinned_allocation(kind):
 @pytest.mark.gpu
 def test_measured_bandwidth_is_that_of_pinned_copies():
     layers, groups = model("torch")
-    x = torch.randn(8192, 1024, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
     run_step(layers, x, dict(group_budget_bytes=None), groups=groups)
     torch.cuda.synchronize()
     measured = planner_for(x.device).bytes_per_s()
