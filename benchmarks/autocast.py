@@ -1,0 +1,102 @@
+"""Mixed precision the torch way: float32 weights under ``torch.autocast(bfloat16)`` against the
+same model with bfloat16 weights, forward+backward (issue 22's target: within 10 %).
+
+Models: the expert MLP (GroupedLinear, SwiGLU, GroupedLinear) at the Qwen3-30B-A3B
+(E=128, H=2048, I=768, top-8) and Mixtral-8x7B (E=8, H=4096, I=14336, top-2) shapes with
+T=4096 tokens, and the dense stack (4 pre-norm MLP blocks, GELU, T=4096, H=2048). Each
+autocast row also checks that its output is within bf16 rounding of the bf16-weight model's.
+
+    python -m benchmarks.autocast            # GPU
+    python -m benchmarks.autocast --smoke    # CPU, tiny sizes, end to end
+
+Writes ``benchmarks/results/autocast.json``; prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+
+import torch
+
+import fuseops
+from benchmarks.sizes import fuseops_dense, routing, step_fn, time_ms
+from fuseops import ops
+
+# name: (E, H, I, top_k)
+EXPERT_SHAPES = {"qwen3": (128, 2048, 768, 8), "mixtral": (8, 4096, 14336, 2)}
+
+
+class Experts(torch.nn.Module):
+    """The expert MLP alone, on rows already grouped by expert."""
+
+    def __init__(self, E: int, H: int, I: int) -> None:
+        super().__init__()
+        self.mlp = fuseops.Sequential(ops.GroupedLinear(E, H, 2 * I), ops.SwiGLU(), ops.GroupedLinear(E, I, H))
+
+    def forward(self, x: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x, sizes, sizes)
+
+
+def autocast_step(model: torch.nn.Module, args: tuple, device: str, dtype: torch.dtype):
+    step = step_fn(model, args, list(model.parameters()))
+
+    def run() -> None:
+        with torch.autocast(device, dtype=dtype):
+            step()
+    return run
+
+
+def compare(name: str, float32_model: torch.nn.Module, args: tuple, device: str, dtype: torch.dtype,
+            reps: int) -> dict:
+    low = copy.deepcopy(float32_model).to(dtype)
+    low_args = tuple(a.to(dtype) if a.is_floating_point() else a for a in args)
+    with torch.no_grad(), torch.autocast(device, dtype=dtype):
+        y_autocast = float32_model(*args)
+    with torch.no_grad():
+        y_low = low(*low_args)
+    error = ((y_autocast.float() - y_low.float()).norm() / y_low.float().norm()).item()
+    autocast_ms = time_ms(autocast_step(float32_model, args, device, dtype), device, reps)
+    low_ms = time_ms(step_fn(low, low_args, list(low.parameters())), device, reps)
+    return {"model": name, "autocast_float32_weights_ms": autocast_ms, "low_precision_weights_ms": low_ms,
+            "ratio": low_ms / autocast_ms, "relative_difference": error}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: checks the script end to end")
+    parser.add_argument("--reps", type=int, default=20)
+    args = parser.parse_args()
+    if args.smoke:
+        device, reps, T = "cpu", 3, 64
+        shapes, dense_H = {"tiny": (4, 32, 48, 2)}, 32
+    else:
+        device, reps, T = "cuda", args.reps, 4096
+        shapes, dense_H = EXPERT_SHAPES, 2048
+    dtype = torch.bfloat16
+    rows = []
+    for name, (E, H, I, K) in shapes.items():
+        torch.manual_seed(0)
+        model = Experts(E, H, I).to(device)
+        ids, _ = routing(T, E, K, False, device)
+        sizes = torch.bincount(ids.reshape(-1), minlength=E)
+        x = torch.randn(T * K, H, device=device, requires_grad=True)
+        rows.append(compare(f"experts {name}", model, (x, sizes), device, dtype, reps))
+        print(rows[-1], flush=True)
+    torch.manual_seed(0)
+    stack = fuseops_dense(dense_H, "gelu").to(device)
+    x = torch.randn(T, dense_H, device=device, requires_grad=True)
+    rows.append(compare(f"dense H={dense_H}", stack, (x,), device, dtype, reps))
+    print(rows[-1], flush=True)
+    out = Path(__file__).parent / "results" / f"autocast{'_smoke' if args.smoke else ''}.json"
+    out.write_text(json.dumps({"device": device, "fuseops": fuseops.__version__, "T": T, "rows": rows}, indent=1))
+    print(f"{'model':<22} {'autocast fp32 w (ms)':>20} {'bf16 w (ms)':>12} {'ratio':>6} {'rel diff':>9}")
+    for r in rows:
+        print(f"{r['model']:<22} {r['autocast_float32_weights_ms']:>20.3f} {r['low_precision_weights_ms']:>12.3f} "
+              f"{r['ratio']:>6.2f} {r['relative_difference']:>9.1e}")
+
+
+if __name__ == "__main__":
+    main()
