@@ -101,3 +101,15 @@ def capture_cuda_graph(step: Callable[[], T], warmup: int = 2) -> tuple[torch.cu
     with torch.cuda.graph(graph):
         out = step()
     return graph, out
+
+
+def run_device_assert(code: str):
+    """Run ``code`` in a fresh Python process (a device-side assert poisons the CUDA context
+    of the process it fires in); returns the CompletedProcess, text output captured."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)

@@ -9,6 +9,8 @@ tensors through their torch references (bit-identical results).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fuseops.kernels._triton import pick
@@ -41,6 +43,21 @@ def _check(x: object, fmt: QuantFormat, offsets: torch.Tensor | None, rowwise: b
         raise ValueError(f"offsets: expected a tensor on {x.device} (x's device), got {offsets.device}")
     if fmt.block_2d:
         raise ValueError("offsets: 128x128 weight tiles need stacked weights [G, N, K] (no offsets), got grouped rows")
+    _check_offsets_fit(offsets, x.shape[0])
+
+
+def _check_offsets_fit(offsets: torch.Tensor, rows: int) -> None:
+    """Offsets must start at 0, never decrease and end at ``rows``. On CPU a ValueError naming
+    them; on a device, ``torch._assert_async`` (no host sync: it fails the stream as an
+    out-of-range index does, raising at the next synchronisation)."""
+    o = offsets.to(torch.int64)
+    fits = (o[0] == 0) & (o[-1] == rows) & (o[1:] >= o[:-1]).all()
+    if o.device.type == "cpu":
+        if not bool(fits):
+            raise ValueError(f"offsets: expected non-decreasing row offsets from 0 to {rows} (x's rows), "
+                             f"got {o.tolist()}")
+    else:
+        torch._assert_async(fits, f"offsets: expected non-decreasing row offsets from 0 to {rows} (x's rows)")
 
 
 def quantize(
@@ -83,7 +100,8 @@ def quantize(
     elif stacked:
         x3, tensors = x, x.shape[0]
     else:
-        x3, tensors = x.reshape(1, -1, C), 1
+        # Explicit row count: a [4, 0] tensor cannot infer a -1 dim.
+        x3, tensors = x.reshape(1, math.prod(x.shape[:-1]), C), 1
     encode = tensor_scale = None
     if fmt.scaling in (Scaling.TENSOR, Scaling.NVFP4):
         amax = pick(x3, ka.amax, ka.reference_amax)(x3, offsets, tensors)
