@@ -186,7 +186,8 @@ def reference_activation_grad(
         )
     if act == Activation.SILU:
         s = torch.sigmoid(alpha * x)
-        return s + alpha * x * s * (1.0 - s)
+        # x * s first, as the kernel: alpha * x overflows at the dtype's max where x * s is 0.
+        return s + alpha * (x * s) * (1.0 - s)
     if act == Activation.SRELU:
         return 2.0 * torch.relu(x)
     s = torch.sigmoid(x)
