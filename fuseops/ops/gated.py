@@ -37,8 +37,8 @@ class GatedActivation(BasicOp):
 
     def __init__(self, *, interleaved: bool = False, scaled: bool = False) -> None:
         super().__init__()
-        self.interleaved = bool(interleaved)
-        self.scaled = bool(scaled)
+        self.interleaved = _checks.flag("interleaved", interleaved)
+        self.scaled = _checks.flag("scaled", scaled)
         self.num_extra_inputs = 1 if scaled else 0
 
     def extra_repr(self) -> str:

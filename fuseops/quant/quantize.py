@@ -30,6 +30,9 @@ def _check(x: object, fmt: QuantFormat, offsets: torch.Tensor | None, rowwise: b
         raise ValueError(f"x: expected dtype float32, float16 or bfloat16 (float64 on the reference path), got {x.dtype}")
     if x.dim() == 0:
         raise ValueError("x: expected at least one dim (the quantized last dim), got a 0-dim tensor")
+    for name, value in (("rowwise", rowwise), ("columnwise", columnwise)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: expected True or False, got {value!r}")
     if not (rowwise or columnwise):
         raise ValueError("rowwise, columnwise: expected at least one of them True, got both False")
     if offsets is None:
