@@ -210,3 +210,22 @@ def test_edge_case_with_triton_kernels(name, pattern, case, data):
 @given(data=st.data())
 def test_edge_case_on_cuda(name, pattern, case, data):
     check(pattern, case, data, "cuda")
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+@pytest.mark.parametrize("recipe", [None, *QUANTIZED], ids=lambda r: type(r).__name__)
+@pytest.mark.parametrize("gate", [ops.SwiGLU, ops.GeGLU, ops.ReGLU, ops.SReGLU, ops.ClampedSwiGLU],
+                         ids=lambda c: c.__name__)
+def test_expert_mlp_with_all_split_sizes_zero(gate, recipe, fuse):
+    """An expert-parallel rank that receives no tokens: forward and backward run, the
+    weight gradients are zeros (no token touched them)."""
+    model = fuseops.Sequential(ops.GroupedLinear(4, 32, 64), gate(), ops.GroupedLinear(4, 32, 32), fuse=fuse)
+    x = torch.randn(0, 32, requires_grad=True)
+    for splits in ([0, 0, 0, 0], torch.zeros(4, dtype=torch.int64)):
+        with fuseops.autocast(recipe=recipe):
+            y = model(x, splits, splits)
+        y.sum().backward()
+        assert y.shape == (0, 32) and x.grad.shape == (0, 32)
+        for p in model.parameters():
+            assert torch.equal(p.grad, torch.zeros_like(p))
+        model.zero_grad(set_to_none=True)
