@@ -177,7 +177,8 @@ def check(pattern, case, data, device="cpu"):
     as_nan = [None] * len(exact_outs + exact_grads)
     if case == "non_finite" and recipe is not None:
         x_nan = torch.where(x.isinf(), float("nan"), x.double()).cpu()
-        as_nan = [t for t in sum(_run(exact, x_nan, exact_extras, seed), [])]
+        nan_outs, nan_grads = _run(exact, x_nan, exact_extras, seed)
+        as_nan = nan_outs + nan_grads
     for i, (a, b, c) in enumerate(zip(outs + grads, exact_outs + exact_grads, as_nan)):
         _compare(a, None if b is None else b.to(device), dtype, recipe, case, f"{case} fuse={fuse} output/grad {i}",
                  None if c is None else c.to(device))

@@ -17,17 +17,17 @@ import torch
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("transformers.integrations.moe")
 
-import fuseops.integrations.transformers as fx  # noqa: E402
-from tests.helpers import assert_close_rel  # noqa: E402
+import fuseops.integrations.transformers as fx
+from tests.helpers import assert_close_rel
 
 # Config fields that size an experts module, set small (whichever the config has).
-SMALL = dict(hidden_size=16, intermediate_size=8, moe_intermediate_size=8, expert_intermediate_size=8,
-             ffn_hidden_size=8, moe_ffn_hidden_size=8, num_experts=4, num_local_experts=4, n_routed_experts=4,
-             moe_num_experts=4, num_experts_per_tok=2, d_model=16, ffn_dim=8)
+SMALL = {"hidden_size": 16, "intermediate_size": 8, "moe_intermediate_size": 8, "expert_intermediate_size": 8,
+         "ffn_hidden_size": 8, "moe_ffn_hidden_size": 8, "num_experts": 4, "num_local_experts": 4,
+         "n_routed_experts": 4, "moe_num_experts": 4, "num_experts_per_tok": 2, "d_model": 16, "ffn_dim": 8}
 
 
 def _experts_classes() -> list[tuple[str, type]]:
-    import transformers.models as models
+    from transformers import models
 
     root = models.__path__[0]
     found = []
@@ -68,7 +68,8 @@ def _build(name: str, cls: type) -> torch.nn.Module:
                         setattr(config, key, [value] * len(old) if isinstance(old, (list, tuple)) else value)
                 torch.manual_seed(0)
                 module = cls(config)
-            except Exception as e:  # a config of another part of the model (vision, audio)
+            # A config of another part of the model (vision, audio) fails in its own ways.
+            except Exception as e:  # noqa: BLE001
                 errors.append(f"{config_cls.__name__}: {type(e).__name__}: {e}"[:200])
                 continue
         if sum(p.numel() for p in module.parameters()) <= 1_000_000:

@@ -20,11 +20,10 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels.quantization.finite import finite_abs, reference_finite_abs
 from fuseops.kernels.quantization.formats import (
     FP32_MAX,
-    finite_abs,
     load_tile,
-    reference_finite_abs,
     padded_rows,
     tile_rows,
 )

@@ -27,14 +27,16 @@ import torch
 import triton
 import triton.language as tl
 
+from fuseops.kernels.quantization.finite import (
+    dtype_max,
+    finite_abs,
+    reference_finite_abs,
+)
 from fuseops.kernels.quantization.formats import (
     BLOCK_SIZE,
     STORAGE_DTYPE,
     Element,
     Scaling,
-    dtype_max,
-    finite_abs,
-    reference_finite_abs,
 )
 from fuseops.kernels.quantization.quantize import reference_quantize
 from fuseops.kernels.quantization.tiles import quantize_blocks

@@ -43,6 +43,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels.quantization.finite import finite_abs
 
 # The interpreter's float -> float8 cast rounds ties up and drops subnormals
 # (TRITON_ON_CPU.md lists it as correct; measured wrong on triton 3.6), so under the
@@ -140,31 +141,10 @@ def cast_fp8(v, ELEM: tl.constexpr):
     if ELEM == 0:
         special = tl.full(bits.shape, 0x7F, tl.uint8)
     else:
-        special = tl.where(v != v, 0x7F, tl.where(v > 0, 0x7C, 0xFC)).to(tl.uint8)
+        # NaN fails both comparisons: 0x7F.
+        special = tl.where(v > 0, 0x7C, tl.where(v < 0, 0xFC, 0x7F)).to(tl.uint8)
     bits = tl.where(tl.abs(v) <= _FP32_MAX, bits, special)
     return bits.to(q.dtype, bitcast=True)
-
-
-@triton.jit
-def fit_source(q, v, mult, src_max):
-    """Float8 codes ``q`` of the finite ``v * mult`` (``mult`` a power of two) stepped one code
-    toward zero where ``q / mult`` would pass ``src_max``, the source dtype's maximum: a value
-    within half an FP8 step of it rounds up past it, and would dequantize to inf."""
-    bits = q.to(tl.uint8, bitcast=True)
-    over = (tl.abs(q.to(tl.float32)) > src_max * mult) & (tl.abs(v) <= _FP32_MAX)
-    # Sign-magnitude codes: one less is the next value toward zero.
-    return tl.where(over, bits - 1, bits).to(q.dtype, bitcast=True)
-
-
-@triton.jit
-def dtype_max(ptr):
-    """The largest finite value of ``ptr``'s element type (float16, bfloat16, else float32)."""
-    m = _FP32_MAX
-    if ptr.dtype.element_ty == tl.float16:
-        m = 65504.0
-    elif ptr.dtype.element_ty == tl.bfloat16:
-        m = 3.3895313892515355e38
-    return m
 
 
 @triton.jit
@@ -176,23 +156,9 @@ def to_fp8(v, ELEM: tl.constexpr):
 
 
 @triton.jit
-def finite_abs(t):
-    """``|t|`` where finite, 0 at NaN and infinities: scales come from the finite values
-    alone, so one non-finite element never erases the rest of its tensor or block."""
-    a = tl.abs(t)
-    return tl.where(a <= _FP32_MAX, a, 0.0)
-
-
-@triton.jit
 def finite_amax(t, axis):
     """``max |t|`` over the finite elements along ``axis`` (0 where none is finite)."""
     return tl.max(finite_abs(t), axis=axis)
-
-
-@triton.jit
-def any_non_finite(t, axis):
-    """Whether ``t`` holds a NaN or an infinity along ``axis`` (int32 0/1)."""
-    return tl.max(tl.where(tl.abs(t) <= _FP32_MAX, 0, 1), axis=axis)
 
 
 # The interpreter's fma rounds the product first.
@@ -347,12 +313,6 @@ def reference_pow2_exponent(amax: torch.Tensor, element: Element) -> torch.Tenso
     return torch.where(amax > 0, k.clamp(-126, 127), 0).int()
 
 
-def reference_finite_abs(v: torch.Tensor) -> torch.Tensor:
-    """``|v|`` where finite, 0 at NaN and infinities (``finite_abs``)."""
-    a = v.float().abs()
-    return torch.where(a <= FP32_MAX, a, 0.0)
-
-
 def reference_to_fp8(v: torch.Tensor, element: Element) -> torch.Tensor:
     """Nearest-even, finite values saturating at the maximum; NaN and infinities keep their
     element (E4M3: NaN 0x7F; E5M2: NaN 0x7F, +-inf 0x7C / 0xFC), as ``cast_fp8``."""
@@ -362,16 +322,8 @@ def reference_to_fp8(v: torch.Tensor, element: Element) -> torch.Tensor:
     if element == Element.E4M3:
         special = torch.full_like(bits, 0x7F)
     else:
-        special = torch.where(v.isnan(), 0x7F, torch.where(v > 0, 0x7C, 0xFC)).to(torch.uint8)
+        special = torch.where(v > 0, 0x7C, torch.where(v < 0, 0xFC, 0x7F)).to(torch.uint8)
     return torch.where(v.abs() <= FP32_MAX, bits, special).view(STORAGE_DTYPE[element])
-
-
-def reference_fit_source(q: torch.Tensor, v: torch.Tensor, mult: torch.Tensor, src_max: float) -> torch.Tensor:
-    """``fit_source`` in torch: codes whose value over ``mult`` passes ``src_max`` one step
-    toward zero (finite ``v`` only)."""
-    bits = q.view(torch.uint8)
-    over = (q.float().abs() > src_max * mult) & (v.float().abs() <= FP32_MAX)
-    return torch.where(over, bits - 1, bits).view(q.dtype)
 
 
 _E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)

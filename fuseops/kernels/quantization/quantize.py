@@ -33,25 +33,26 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels.quantization.finite import (
+    dtype_max,
+    fit_source,
+    reference_finite_abs,
+    reference_fit_source,
+)
 from fuseops.kernels.quantization.formats import (
     BLOCK_SIZE,
-    FP32_MAX,
     STORAGE_DTYPE,
     Element,
     Scaling,
     cast_fp8,
-    dtype_max,
     exp2i,
     finite_amax,
-    fit_source,
     group_of_positions,
     group_positions,
     padded_rows,
     pow2_exponent,
     reference_e2m1_encode,
     reference_exp2i,
-    reference_finite_abs,
-    reference_fit_source,
     reference_pack_e2m1,
     reference_pow2_exponent,
     reference_to_fp8,

@@ -8,14 +8,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from fuseops.kernels.quantization.finite import any_non_finite, fit_source
 from fuseops.kernels.quantization.formats import (
-    any_non_finite,
     block_scales,
     cast_fp8,
     e2m1_bits,
     e2m1_encode,
     finite_amax,
-    fit_source,
     pack_e2m1,
     to_fp8,
 )
