@@ -29,7 +29,9 @@ class Sequential(torch.nn.Module):
 
     def __init__(self, *ops: BasicOp | Sequential, fuse: bool = True) -> None:
         super().__init__()
-        self.fuse = bool(fuse)
+        if not isinstance(fuse, bool):
+            raise TypeError(f"fuse: expected True or False, got {fuse!r}")
+        self.fuse = fuse
         self._plans = PlanCache()
         self._plan: Plan | None = None
         for op in ops:

@@ -112,3 +112,16 @@ def dispatched(kernel):
         return launcher(kernel, first if isinstance(first, torch.Tensor) else first.data)(first, *args, **kwargs)
 
     return run
+
+
+def run_device_assert(code: str):
+    """Run ``code`` in a fresh Python process (a device-side assert poisons the CUDA context
+    of the process it fires in); returns the CompletedProcess, text output captured."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                          check=False)

@@ -33,6 +33,14 @@ relatives (``limit``/``alpha`` read from the module); a plain activation for ung
 experts (``up_proj``). Any other gate function runs transformers' own ``grouped_mm``
 experts instead, with a one-time warning. A module's layout and gate are read at its
 first call on fuseops.
+
+Whatever else the integration does not implement takes transformers' own ``grouped_mm`` path
+with the same one-time warning, never a different computation: a post-expert norm
+(``has_post_expert_norm``, muse_spark), expert parallelism (``_is_expert_parallel``: its
+sentinel ids), gate or activation functions without a fuseops op. Experts classes that do not
+use transformers' experts interface at all (llama4's ``Llama4TextExperts``, jetmoe's
+``JetMoeParallelExperts``) never reach it: ``set_experts_implementation("fuseops")`` leaves them
+on their own code, which ``enable(model)`` says with a warning.
 """
 
 from __future__ import annotations
@@ -118,6 +126,39 @@ def register() -> None:
     ExpertsInterface.register(NAME, experts_forward)
 
 
+def enable(model: torch.nn.Module) -> list[str]:
+    """``register()``, then ``model.set_experts_implementation("fuseops")``, and a one-time
+    warning for each experts class the call cannot reach (it does not use transformers'
+    experts interface, so it keeps its own code).
+
+    Args:
+        model: a transformers model (or any module holding experts modules).
+    Returns:
+        The names of the submodules that keep their own code (empty when every experts module
+        runs through the interface).
+    Raises:
+        TypeError: ``model`` is not a ``torch.nn.Module``.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module (a transformers model), got {type(model).__name__}")
+    register()
+    if hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation(NAME)
+    outside = []
+    for name, module in model.named_modules():
+        if _looks_like_experts(module) and not hasattr(module, "has_gate"):
+            _warn_fallback(type(module), "its class does not use transformers' experts interface "
+                                         "(set_experts_implementation does not reach it): it runs its own code")
+            outside.append(name)
+    return outside
+
+
+def _looks_like_experts(module: torch.nn.Module) -> bool:
+    # Experts classes are named so across transformers (MixtralExperts, Llama4TextExperts,
+    # JetMoeParallelExperts); the shared-expert MLPs are not ("SharedExpert", "SharedMLP").
+    return type(module).__name__.endswith("Experts")
+
+
 def experts_forward(
     self: torch.nn.Module,
     hidden_states: torch.Tensor,
@@ -136,7 +177,10 @@ def experts_forward(
         [T, H]: ``sum_k top_k_weights[t, k] * expert_{top_k_index[t, k]}(hidden_states[t])``,
         in ``hidden_states``' dtype.
     """
-    runner = _runner(self)
+    # Expert parallelism changes at runtime: its sentinel ids (>= num_experts) are for
+    # transformers' own kernels to skip.
+    runner = "expert parallelism (sentinel expert ids) is not implemented" if getattr(
+        self, "_is_expert_parallel", False) else _runner(self)
     if isinstance(runner, str):
         _warn_fallback(type(self), runner)
         from transformers.integrations.moe import grouped_mm_experts_forward
@@ -220,6 +264,8 @@ def _runner(experts: torch.nn.Module) -> _ExpertsRunner | str:
 
 
 def _build(experts: torch.nn.Module) -> _ExpertsRunner | str:
+    if getattr(experts, "has_post_expert_norm", False):
+        return f"its post-expert norm ({_name(type(getattr(experts, 'post_expert_norm', None)))}) is not implemented"
     has_gate, has_bias, transposed = experts.has_gate, experts.has_bias, experts.is_transposed
     scaled = has_gate and not has_bias
     act = _activation(experts, scaled)

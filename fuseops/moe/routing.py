@@ -7,9 +7,17 @@
 
 Both are differentiable (in ``x``; in ``y_sorted`` and ``weights``), run on the device
 without host syncs (Triton kernels on CUDA, the torch references on CPU and for float64),
-and capture in a CUDA graph. Expert ids are range-checked on the host only for CPU tensors
-or with ``FUSEOPS_DEBUG=1`` (that check reads the ids back); otherwise ids outside
-[0, E) are clamped into it on the device.
+and capture in a CUDA graph. Out-of-range expert ids (``permute``) and rows (``unpermute``'s
+``row_map``) fail loudly:
+
+- CPU tensors (and CUDA with ``FUSEOPS_DEBUG=1``): a ``ValueError`` naming the argument, from
+  a host check that reads the values back.
+- CUDA tensors: ``torch._assert_async`` on a device bool computed by torch ops, so nothing
+  syncs and the check captures in a CUDA graph. A bad value fails the stream as torch's own
+  indexing kernels do: the next synchronising call raises ``RuntimeError`` ("device-side
+  assert triggered"; the message names the argument and the range expected), and the CUDA
+  context is unusable from then on. The kernels still clamp ids into range, so nothing reads
+  or writes out of bounds before the assert is reported.
 """
 
 from __future__ import annotations
@@ -55,6 +63,24 @@ def _check_expert_range(expert_ids: torch.Tensor, num_experts: int) -> None:
             f"expert_ids: expected values in [0, {num_experts}) (num_experts={num_experts}), "
             f"got values in [{lo}, {hi}]"
         )
+
+
+def _check_rows_range(row_map: torch.Tensor, rows: int) -> None:
+    if row_map.numel() == 0:
+        return
+    lo, hi = int(row_map.min()), int(row_map.max())
+    if lo < 0 or hi >= rows:
+        raise ValueError(
+            f"row_map: expected values in [0, {rows}) (rows of y_sorted, as returned by permute), "
+            f"got values in [{lo}, {hi}]"
+        )
+
+
+def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, what: str) -> None:
+    """Device-side check of ``0 <= t < bound`` without a host sync (module docstring)."""
+    if t.numel():
+        torch._assert_async(((t >= 0) & (t < bound)).all(),
+                            f"{name}: expected values in [0, {bound}) ({what})")
 
 
 class _Permute(torch.autograd.Function):
@@ -124,6 +150,8 @@ def permute(
         raise ValueError(f"num_experts: expected an int >= 1, got {num_experts!r}")
     if not x.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1":
         _check_expert_range(expert_ids, num_experts)
+    else:
+        _assert_in_range_async("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
     return _Permute.apply(x.contiguous(), expert_ids.contiguous(), num_experts)
 
 
@@ -152,6 +180,10 @@ def unpermute(
             f"(the rows of y_sorted), got {list(row_map.shape)}"
         )
     _same_device("row_map", row_map, "y_sorted", y_sorted)
+    if not y_sorted.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1":
+        _check_rows_range(row_map, y_sorted.shape[0])
+    else:
+        _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "rows of y_sorted")
     if weights is not None:
         weights = _tensor("weights", weights)
         if weights.dtype not in (torch.float32, y_sorted.dtype):

@@ -104,6 +104,8 @@ def offload_activations(
     block; tensors saved between groups form a group of their own. Backward may run
     inside or after the block. Gradients are bit-for-bit those without offloading.
     """
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled: expected True or False, got {enabled!r}")
     if not isinstance(keep_last, int) or keep_last < 0:
         raise ValueError(f"keep_last: expected an int >= 0, got {keep_last!r}")
     if not isinstance(min_tensor_bytes, int) or min_tensor_bytes < 0:

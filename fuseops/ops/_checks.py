@@ -20,8 +20,15 @@ def positive_int(name: str, value: Any) -> int:
     return value
 
 
+def flag(name: str, value: Any) -> bool:
+    """A bool argument: ``bool(value)`` would take "no" or a tensor as a flag."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected True or False, got {value!r}")
+    return value
+
+
 def probability(name: str, value: Any) -> float:
-    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
         raise ValueError(f"{name}: expected a float in [0, 1), got {value!r}")
     return float(value)
 

@@ -36,8 +36,8 @@ class GatedActivation(BasicOp):
 
     def __init__(self, *, interleaved: bool = False, scaled: bool = False) -> None:
         super().__init__()
-        self.interleaved = bool(interleaved)
-        self.scaled = bool(scaled)
+        self.interleaved = _checks.flag("interleaved", interleaved)
+        self.scaled = _checks.flag("scaled", scaled)
         self.num_extra_inputs = 1 if scaled else 0
 
     def extra_repr(self) -> str:
@@ -69,7 +69,8 @@ class GatedActivation(BasicOp):
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
         saved: GatedSaved = ctx.saved
         x2d = saved.x.reshape(-1, saved.x.shape[-1]).contiguous()
-        dy2d = dy.reshape(x2d.shape[0], -1).contiguous()
+        # Explicit width: a [0, F] gradient cannot infer a -1 dim.
+        dy2d = dy.reshape(x2d.shape[0], x2d.shape[1] // 2).contiguous()
         launch = launcher(Kernel.GATED_BWD, x2d)
         dx, dprobs = launch(x2d, dy2d, self.act, probs=saved.probs, **self.kernel_args)
         extras = (dprobs if ctx.extra_requires_grad[0] else None,) if self.scaled else ()
@@ -115,10 +116,15 @@ class ClampedSwiGLU(GatedActivation):
 
     def __init__(self, limit: float = 7.0, alpha: float = 1.702, *, interleaved: bool = False, scaled: bool = False) -> None:
         super().__init__(interleaved=interleaved, scaled=scaled)
-        if not (isinstance(limit, (int, float)) and limit > 0):
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+            raise TypeError(f"limit: expected a positive float, got {limit!r}")
+        if not (limit > 0):
             raise ValueError(f"limit: expected a positive float, got {limit!r}")
-        if not isinstance(alpha, (int, float)):
-            raise ValueError(f"alpha: expected a float, got {alpha!r}")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+            raise TypeError(f"alpha: expected a finite float, got {alpha!r}")
+        # A NaN or infinite slope makes every output NaN.
+        if not math.isfinite(alpha):
+            raise ValueError(f"alpha: expected a finite float, got {alpha!r}")
         self.limit, self.alpha = float(limit), float(alpha)
 
     def extra_repr(self) -> str:

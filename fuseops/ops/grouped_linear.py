@@ -76,7 +76,8 @@ class GroupedLinear(BasicOp):
         self.accumulate_into_main_grad = accumulate_into_main_grad
         factory = {"device": device, "dtype": dtype}
         self.weight = torch.nn.Parameter(torch.empty(num_groups, out_features, in_features, **factory))
-        self.bias = torch.nn.Parameter(torch.empty(num_groups, out_features, **factory)) if bias else None
+        self.bias = (torch.nn.Parameter(torch.empty(num_groups, out_features, **factory))
+                     if _checks.flag("bias", bias) else None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

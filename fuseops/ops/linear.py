@@ -95,7 +95,7 @@ class Linear(BasicOp):
             out_features, in_features = self.tensor_parallel.local_shape(in_features, out_features)
         factory = {"device": device, "dtype": dtype}
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, **factory))
-        self.bias = torch.nn.Parameter(torch.empty(out_features, **factory)) if bias else None
+        self.bias = torch.nn.Parameter(torch.empty(out_features, **factory)) if _checks.flag("bias", bias) else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from fuseops.ops import _checks
 from fuseops.ops.contract import OpContext, OpGrads, Saved, meta
 from fuseops.ops.op import BasicOp
 from fuseops.quant import quantize
@@ -39,8 +40,8 @@ class Quantize(BasicOp):
 
     def __init__(self, forward: bool = True, backward: bool = False) -> None:
         super().__init__()
-        self.quantize_forward = bool(forward)
-        self.quantize_backward = bool(backward)
+        self.quantize_forward = _checks.flag("forward", forward)
+        self.quantize_backward = _checks.flag("backward", backward)
 
     def extra_repr(self) -> str:
         return f"forward={self.quantize_forward}, backward={self.quantize_backward}"

@@ -31,12 +31,18 @@ class Identity(BasicOp):
 
 
 class Reshape(BasicOp):
-    """``y = x.reshape(shape)``; one dim may be -1."""
+    """``y = x.reshape(shape)``; one dim may be -1. ``shape`` is an int or a tuple/list of
+    ints, as ``torch.reshape`` takes (``Reshape(4)`` is ``Reshape((4,))``)."""
 
-    def __init__(self, shape: tuple[int, ...] | list[int]) -> None:
+    def __init__(self, shape: int | tuple[int, ...] | list[int]) -> None:
         super().__init__()
+        if isinstance(shape, int) and not isinstance(shape, bool):
+            shape = (shape,)
+        if not isinstance(shape, (tuple, list, torch.Size)):
+            raise TypeError(f"shape: expected an int or a tuple of ints, got {shape!r}")
         shape = tuple(shape)
-        if not all(isinstance(d, int) and (d > 0 or d == -1) for d in shape) or shape.count(-1) > 1:
+        if (not all(isinstance(d, int) and not isinstance(d, bool) and (d > 0 or d == -1) for d in shape)
+                or shape.count(-1) > 1):
             raise ValueError(f"shape: expected positive ints with at most one -1, got {list(shape)}")
         self.shape = shape
 

@@ -9,6 +9,8 @@ tensors through their torch references (bit-identical results).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fuseops.kernels.dispatch import Kernel, launcher
@@ -26,6 +28,9 @@ def _check(x: object, fmt: QuantFormat, offsets: torch.Tensor | None, rowwise: b
         raise ValueError(f"x: expected dtype float32, float16 or bfloat16 (float64 on the reference path), got {x.dtype}")
     if x.dim() == 0:
         raise ValueError("x: expected at least one dim (the quantized last dim), got a 0-dim tensor")
+    for name, value in (("rowwise", rowwise), ("columnwise", columnwise)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: expected True or False, got {value!r}")
     if not (rowwise or columnwise):
         raise ValueError("rowwise, columnwise: expected at least one of them True, got both False")
     if offsets is None:
@@ -39,6 +44,21 @@ def _check(x: object, fmt: QuantFormat, offsets: torch.Tensor | None, rowwise: b
         raise ValueError(f"offsets: expected a tensor on {x.device} (x's device), got {offsets.device}")
     if fmt.block_2d:
         raise ValueError("offsets: 128x128 weight tiles need stacked weights [G, N, K] (no offsets), got grouped rows")
+    _check_offsets_fit(offsets, x.shape[0])
+
+
+def _check_offsets_fit(offsets: torch.Tensor, rows: int) -> None:
+    """Offsets must start at 0, never decrease and end at ``rows``. On CPU a ValueError naming
+    them; on a device, ``torch._assert_async`` (no host sync: it fails the stream as an
+    out-of-range index does, raising at the next synchronisation)."""
+    o = offsets.to(torch.int64)
+    fits = (o[0] == 0) & (o[-1] == rows) & (o[1:] >= o[:-1]).all()
+    if o.device.type == "cpu":
+        if not bool(fits):
+            raise ValueError(f"offsets: expected non-decreasing row offsets from 0 to {rows} (x's rows), "
+                             f"got {o.tolist()}")
+    else:
+        torch._assert_async(fits, f"offsets: expected non-decreasing row offsets from 0 to {rows} (x's rows)")
 
 
 def quantize(
@@ -81,7 +101,8 @@ def quantize(
     elif stacked:
         x3, tensors = x, x.shape[0]
     else:
-        x3, tensors = x.reshape(1, -1, C), 1
+        # Explicit row count: a [4, 0] tensor cannot infer a -1 dim.
+        x3, tensors = x.reshape(1, math.prod(x.shape[:-1]), C), 1
     encode = tensor_scale = None
     if fmt.scaling in (Scaling.TENSOR, Scaling.NVFP4):
         amax = launcher(Kernel.AMAX, x3)(x3, offsets, tensors)

@@ -104,10 +104,11 @@ class QuantizedTensor:
     def rowwise_operand(self) -> Operand:
         """The row-wise copy as a GEMM operand, rows [R, C] (stacked: [G, N, K])."""
         if not self.stacked:
-            rows = self.data.reshape(-1, self.data.shape[-1])
+            # Explicit row counts: a tensor of 0 columns cannot infer a -1 dim.
+            rows = self.data.reshape(self.data.shape[:-1].numel(), self.data.shape[-1])
             scale = self.scale
             if scale is not None and not self.format.block_2d:
-                scale = scale.reshape(-1, scale.shape[-1])
+                scale = scale.reshape(scale.shape[:-1].numel(), scale.shape[-1])
             return self._operand(rows, scale)
         return self._operand(self.data, self.scale)
 

@@ -209,3 +209,57 @@ def test_gpu_fwd_bwd_captures_in_cuda_graph():
     eager = step()
     for a, b in zip(captured, eager):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [[[0, 1], [2, 8], [3, 4], [5, 6]], [[0, 1], [2, -1], [3, 4], [5, 6]]])
+def test_out_of_range_row_map_raises_on_cpu(bad):
+    with pytest.raises(ValueError, match=r"row_map: expected values in \[0, 8\) \(rows of y_sorted.*got values in \[-?\d+, \d+\]"):
+        moe.unpermute(Y_SORTED, torch.tensor(bad), None)
+
+
+def _assert_fails_on_the_stream(code: str, name: str) -> None:
+    # A device-side assert leaves the CUDA context unusable: its own process.
+    from tests.helpers import run_device_assert
+
+    out = run_device_assert("import torch\nfrom fuseops import moe\n" + code +
+                            "print('launched without a sync', flush=True)\ntorch.cuda.synchronize()\n")
+    assert "launched without a sync" in out.stdout, out.stderr
+    # torch's CUDA assert kernel prints a generic message; the Python error says where.
+    assert out.returncode != 0 and "device-side assert" in out.stderr, (name, out.stderr)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bad", [4, -1])
+def test_gpu_out_of_range_ids_fail_loudly_without_a_host_sync(bad):
+    _assert_fails_on_the_stream(
+        "x = torch.randn(3, 8, device='cuda')\n"
+        f"ids = torch.tensor([[0, 1], [2, {bad}], [3, 0]], device='cuda')\n"
+        "torch.cuda.set_sync_debug_mode('error')\n"
+        "moe.permute(x, ids, 4)\n"
+        "torch.cuda.set_sync_debug_mode('default')\n", "expert_ids")
+
+
+@pytest.mark.gpu
+def test_gpu_out_of_range_row_map_fails_loudly_without_a_host_sync():
+    _assert_fails_on_the_stream(
+        "y = torch.randn(8, 8, device='cuda')\n"
+        "row_map = torch.tensor([[0, 1], [2, 9], [3, 4], [5, 6]], device='cuda')\n"
+        "torch.cuda.set_sync_debug_mode('error')\n"
+        "moe.unpermute(y, row_map, None)\n"
+        "torch.cuda.set_sync_debug_mode('default')\n", "row_map")
+
+
+@pytest.mark.gpu
+def test_gpu_range_checks_capture_in_a_cuda_graph():
+    dev = cuda_or_skip()
+    x = torch.randn(6, 8, device=dev)
+    ids = torch.tensor([[0, 1], [2, 3], [1, 0], [3, 3], [2, 1], [0, 0]], device=dev)
+    moe.permute(x, ids, 4)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        x_sorted, _, row_map = moe.permute(x, ids, 4)
+        y = moe.unpermute(x_sorted, row_map, None)
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, 2 * x)

@@ -26,3 +26,37 @@ def test_activation_matches_float64(device, dtype, cls, kwargs, fn):
 def test_unknown_approximate_is_rejected():
     with pytest.raises(ValueError, match="approximate: expected one of 'none', 'tanh', got 'fast'"):
         ops.GELU(approximate="fast")
+
+
+@pytest.mark.parametrize("kernels", ["reference", "triton"])
+@pytest.mark.parametrize("cls, kwargs, fn", CASES, ids=lambda c: getattr(c, "__name__", None))
+def test_non_finite_inputs_placed_as_torch_places_them(kernels, cls, kwargs, fn):
+    # torch.relu passes the gradient at a NaN input (threshold_backward zeroes x <= 0 only).
+    from contextlib import nullcontext
+
+    import fuseops
+    from fuseops.kernels._triton import interpreted_kernels
+
+    x = torch.tensor([[float("nan"), float("inf"), -float("inf"), 0.0, 1.5, -2.0]], requires_grad=True)
+    dy = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]])
+    with interpreted_kernels() if kernels == "triton" else nullcontext():
+        y = fuseops.Sequential(cls(**kwargs))(x)
+        y.backward(dy)
+    x64 = x.detach().double().requires_grad_()
+    fn(x64).backward(dy.double())
+    y64 = fn(x64.detach())
+    for out, ref in ((y.detach(), y64), (x.grad, x64.grad)):
+        assert torch.equal(out.isnan(), ref.isnan()), (out, ref)
+        assert torch.equal(out.isinf(), ref.isinf()), (out, ref)
+        ok = torch.isfinite(ref)
+        torch.testing.assert_close(out[ok].double(), ref[ok], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls, kwargs, fn", CASES, ids=lambda c: getattr(c, "__name__", None))
+def test_zero_rows(cls, kwargs, fn):
+    import fuseops
+
+    x = torch.randn(0, 5, requires_grad=True)
+    y = fuseops.Sequential(cls(**kwargs))(x)
+    y.sum().backward()
+    assert y.shape == (0, 5) and x.grad.shape == (0, 5)

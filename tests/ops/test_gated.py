@@ -62,3 +62,63 @@ def test_odd_width_and_bad_probs_are_rejected():
 def test_clamped_swiglu_arguments():
     with pytest.raises(ValueError, match="limit"):
         ops.ClampedSwiGLU(limit=-1.0)
+
+
+def _all_gated():
+    for (cls, kwargs, fn), interleaved, scaled in itertools.product(CASES, [False, True], [False, True]):
+        yield pytest.param(cls, kwargs, fn, interleaved, scaled,
+                           id=f"{cls.__name__}{kwargs.get('approximate', '')}-i{int(interleaved)}-s{int(scaled)}")
+
+
+@pytest.mark.parametrize("kernels", ["reference", "triton"])
+@pytest.mark.parametrize("cls, kwargs, fn, interleaved, scaled", list(_all_gated()))
+def test_zero_rows_forward_and_backward(kernels, cls, kwargs, fn, interleaved, scaled):
+    # An expert-parallel rank that receives no tokens runs its MLP on [0, 2F].
+    from contextlib import nullcontext
+
+    from fuseops.kernels._triton import interpreted_kernels
+
+    model = fuseops.Sequential(cls(**kwargs, interleaved=interleaved, scaled=scaled))
+    x = torch.randn(0, 8, requires_grad=True)
+    extras = [torch.rand(0, requires_grad=True)] if scaled else []
+    with interpreted_kernels() if kernels == "triton" else nullcontext():
+        y = model(x, *extras)
+        y.sum().backward()
+    assert y.shape == (0, 4)
+    assert x.grad.shape == (0, 8)
+    if scaled:
+        assert extras[0].grad.shape == (0,)
+
+
+@pytest.mark.parametrize("kernels", ["reference", "triton"])
+@pytest.mark.parametrize("cls, kwargs, fn", CASES, ids=lambda c: getattr(c, "__name__", None))
+def test_non_finite_inputs_placed_as_torch_places_them(kernels, cls, kwargs, fn):
+    from contextlib import nullcontext
+
+    from fuseops.kernels._triton import interpreted_kernels
+
+    x = torch.randn(4, 8)
+    x[0, 1], x[1, 5], x[2, 2], x[3, 6] = float("nan"), float("nan"), float("inf"), -float("inf")
+    x = x.requires_grad_()
+    dy = torch.randn(4, 4)
+    with interpreted_kernels() if kernels == "triton" else nullcontext():
+        y = fuseops.Sequential(cls(**kwargs))(x)
+        y.backward(dy)
+    x64 = x.detach().double().requires_grad_()
+    y64 = fn(*x64.chunk(2, -1))
+    y64.backward(dy.double())
+    for out, ref in ((y.detach(), y64.detach()), (x.grad, x64.grad)):
+        assert torch.equal(out.isnan(), ref.isnan())
+        assert torch.equal(out.isinf(), ref.isinf())
+        ok = torch.isfinite(ref)
+        torch.testing.assert_close(out[ok].double(), ref[ok], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_clamped_swiglu_rejects_non_finite_alpha(bad):
+    with pytest.raises(ValueError, match=r"alpha: expected a finite float, got (nan|inf)"):
+        ops.ClampedSwiGLU(alpha=bad)
+    with pytest.raises(ValueError, match=r"limit: expected a positive float, got nan"):
+        ops.ClampedSwiGLU(limit=float("nan"))
+    with pytest.raises(TypeError, match=r"alpha: expected a finite float, got '1'"):
+        ops.ClampedSwiGLU(alpha="1")

@@ -40,3 +40,19 @@ def test_bad_arguments():
         fuseops.Sequential(ops.Reshape((5,)))(torch.randn(2, 3))
     with pytest.raises(ValueError, match="shape"):
         ops.Reshape((-1, -1))
+
+
+def test_reshape_takes_an_int_as_torch_does():
+    model = fuseops.Sequential(ops.Reshape(4))
+    x = torch.randn(2, 2, requires_grad=True)
+    y = model(x)
+    assert torch.equal(y, x.reshape(4))
+    y.sum().backward()
+    assert x.grad.shape == (2, 2)
+
+
+@pytest.mark.parametrize("bad, exc", [("4", TypeError), (4.0, TypeError), ((2, -1, -1), ValueError),
+                                      ((0, 2), ValueError), ((True,), ValueError)])
+def test_reshape_rejects_bad_shapes(bad, exc):
+    with pytest.raises(exc, match=r"shape: expected"):
+        ops.Reshape(bad)

@@ -175,14 +175,109 @@ def test_errors_name_argument_given_and_expected():
             quantize(kwargs.pop("x"), kwargs.pop("recipe"), **kwargs)
 
 
+def _paths():
+    return [pytest.param(False, id="reference"), pytest.param(True, id="kernels")]
+
+
+def _quantize(x, recipe, path, **kw):
+    with kernels() if path else contextlib.nullcontext():
+        return quantize(x, recipe, **kw)
+
+
+@pytest.mark.parametrize("path", _paths())
+@pytest.mark.parametrize("role", ["input", "grad"])
 @pytest.mark.parametrize("name", RECIPES)
-def test_saturates_huge_values(name):
-    x = torch.randn(4, 64, device=DEVICE)
-    x[0, 0], x[1, 5], x[2, 7] = float("inf"), -3e38, 1e30
-    with kernels():
-        q = quantize(x, RECIPES[name], columnwise=True)
-    for t in q.data_tensors():
-        assert not torch.isnan(t.float()).any()
-    # The saturated maximum times the scale of an infinite amax may round past float32's max.
-    y = q.dequantize()
-    assert not torch.isnan(y).any() and torch.isfinite(y[torch.isfinite(x)]).all()
+def test_non_finite_values_keep_their_element_and_erase_nothing(name, role, path):
+    """Scales come from the finite values alone: the tensor with one inf equals the tensor
+    with a 0 there everywhere else, bit for bit. E4M3 stores NaN for an inf (it has none),
+    E5M2 the inf; NVFP4 (E2M1 has neither) marks only the block of 16 holding it NaN."""
+    x = torch.randn(8, 64, device=DEVICE) * 3
+    bad = [(1, 3, float("inf")), (4, 40, -float("inf")), (6, 17, float("nan"))]
+    clean = x.clone()
+    for r, c, v in bad:
+        clean[r, c] = 0.0
+        x[r, c] = v
+    for columnwise in (False, True):
+        q = _quantize(x, RECIPES[name], path, role=role, columnwise=columnwise, rowwise=not columnwise)
+        ref = _quantize(clean, RECIPES[name], path, role=role, columnwise=columnwise, rowwise=not columnwise)
+        y, y_clean = q.dequantize(), ref.dequantize()
+        marked = torch.zeros_like(x, dtype=torch.bool)
+        for r, c, v in bad:
+            if name == "nvfp4":
+                # Row-wise blocks run along columns, column-wise ones along rows.
+                if columnwise:
+                    marked[r // 16 * 16:(r // 16 + 1) * 16, c] = True
+                else:
+                    marked[r, c // 16 * 16:(c // 16 + 1) * 16] = True
+            else:
+                marked[r, c] = True
+        assert torch.equal(~torch.isfinite(y), marked), (name, role, columnwise)
+        assert torch.equal(y[~marked], y_clean[~marked])
+        if name != "nvfp4" and role == "grad" and RECIPES[name].format("grad").element.name == "E5M2":
+            assert y[1, 3] == float("inf") and y[4, 40] == -float("inf")
+        assert y[6, 17].isnan()
+
+
+@pytest.mark.parametrize("path", _paths())
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("role", ["input", "weight", "grad"])
+@pytest.mark.parametrize("name", RECIPES)
+def test_finite_values_at_the_dtype_max_dequantize_finite(name, role, dtype, path):
+    """A power-of-two scale then FP8 rounding up used to turn the dtype's maximum into inf."""
+    fmax = torch.finfo(dtype).max
+    x = torch.randn(4, 256, device=DEVICE).to(dtype)
+    x[0] = fmax
+    x[1, ::2] = -fmax
+    x[2] = fmax * 0.999
+    x[3, :128] = (torch.linspace(-1, 1, 128, dtype=torch.float64) * fmax).to(dtype)
+    q = _quantize(x, RECIPES[name], path, role=role, columnwise=True)
+    for copy in ("rowwise", "columnwise"):
+        y = q.keep(rowwise=copy == "rowwise", columnwise=copy == "columnwise").dequantize()
+        assert y.dtype == dtype and torch.isfinite(y).all(), (name, role, dtype, copy)
+        # The maxima stay within two FP8 steps of themselves (E2M1: within its range).
+        top = torch.cat([y[0], y[1, ::2]]).float().abs()
+        assert (top <= fmax).all() and (top >= fmax * (0.6 if name == "nvfp4" else 0.85)).all()
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_kernels_match_reference_on_non_finite_and_huge_values(name):
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        fmax = torch.finfo(dtype).max
+        x = torch.randn(5, 160, device=DEVICE).to(dtype)
+        x[0, 0], x[1, 5], x[2, 7], x[3, 9], x[4] = float("inf"), -fmax, float("nan"), -float("inf"), fmax
+        for role in ("input", "weight", "grad"):
+            got = _quantize(x, RECIPES[name], True, role=role, columnwise=True)
+            ref = _quantize(x, RECIPES[name], False, role=role, columnwise=True)
+            assert_same_storage(got, ref)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_empty_last_dim_quantizes_to_empty_storage(name):
+    for shape in ((4, 0), (0, 0), (2, 0, 3)):
+        for path in (False, True):
+            x = torch.randn(*shape, device=DEVICE)
+            q = _quantize(x, RECIPES[name], path, columnwise=True)
+            y = q.dequantize()
+            assert y.shape == x.shape and y.dtype == x.dtype
+
+
+@pytest.mark.parametrize("offsets", [[0, 2, 5], [1, 2, 4], [0, 3, 2, 4], [0, 2, 3]])
+def test_offsets_that_do_not_fit_the_rows_are_rejected(offsets):
+    x = torch.randn(4, 32)
+    with pytest.raises(ValueError, match=r"offsets: expected non-decreasing row offsets from 0 to 4 \(x's rows\), got \["):
+        quantize(x, recipes.MXFP8(), offsets=torch.tensor(offsets), columnwise=True)
+
+
+@pytest.mark.gpu
+def test_gpu_offsets_that_do_not_fit_fail_on_the_stream_without_a_sync():
+    # A device-side assert leaves the CUDA context unusable: run it in its own process.
+    from tests.helpers import run_device_assert
+
+    out = run_device_assert(
+        "import torch; from fuseops.quant import quantize, recipes\n"
+        "x = torch.randn(4, 32, device='cuda')\n"
+        "quantize(x, recipes.MXFP8(), offsets=torch.tensor([0, 2, 5], device='cuda'), columnwise=True)\n"
+        "print('launched', flush=True)\n"
+        "torch.cuda.synchronize()\n")
+    assert "launched" in out.stdout and out.returncode != 0
+    assert "offsets: expected non-decreasing row offsets" in out.stderr or "device-side assert" in out.stderr

@@ -19,9 +19,9 @@ from fuseops.kernels._triton import INTERPRET
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     activation,
-    activation_grad,
+    chain_grad,
     reference_activation,
-    reference_activation_grad,
+    reference_chain_grad,
 )
 from fuseops.kernels.elementwise.bias_grad import ReduceConfig, row_split, sum_partials
 
@@ -58,7 +58,7 @@ def activation_bwd_kernel(x, dy, dx, numel, alpha, ACT: tl.constexpr, BLOCK: tl.
     mask = offs < numel
     xt = tl.load(x + offs, mask=mask, other=0.0).to(tl.float32)
     dyt = tl.load(dy + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(dx + offs, (dyt * activation_grad(xt, ACT, alpha)).to(dx.dtype.element_ty), mask=mask)
+    tl.store(dx + offs, chain_grad(dyt, xt, ACT, alpha).to(dx.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -80,7 +80,7 @@ def activation_bwd_dbias_kernel(
         # [BLOCK_M, BLOCK_N]
         xt = tl.load(x + offs, mask=mask, other=0.0).to(tl.float32)
         dyt = tl.load(dy + offs, mask=mask, other=0.0).to(tl.float32)
-        dxt = dyt * activation_grad(xt, ACT, alpha)
+        dxt = chain_grad(dyt, xt, ACT, alpha)
         tl.store(dx + offs, dxt.to(dx.dtype.element_ty), mask=mask)
         # Masked lanes hold dy = 0, so they add nothing.
         acc += dxt
@@ -178,7 +178,7 @@ def reference_activation_bwd(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``dx = dy * act'(x)`` in float32, cast to ``x``'s dtype (or written into ``out``)."""
-    dx = dy.float() * reference_activation_grad(x, act, alpha)
+    dx = reference_chain_grad(dy.float(), x, act, alpha)
     return out.copy_(dx) if out is not None else dx.to(x.dtype)
 
 
@@ -192,6 +192,6 @@ def reference_activation_bwd_dbias(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``dx = dy * act'(x)`` and ``dbias[n] = sum_r dx[r, n]``, both from the float32
     ``dx`` (before rounding), cast to ``x2d``'s dtype; ``dx`` into ``out`` when given."""
-    dx = dy2d.float() * reference_activation_grad(x2d, act, alpha)
+    dx = reference_chain_grad(dy2d.float(), x2d, act, alpha)
     dbias = dx.sum(0).to(x2d.dtype)
     return (out.copy_(dx) if out is not None else dx.to(x2d.dtype)), dbias

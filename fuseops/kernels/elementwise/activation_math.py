@@ -66,6 +66,17 @@ def activation_grad(x, ACT: tl.constexpr, alpha):
 
 
 @triton.jit
+def chain_grad(up, x, ACT: tl.constexpr, alpha):
+    """``up * d act(x) / dx`` as torch's autograd places non-finite values: ReLU and SReLU
+    zero the gradient where ``x <= 0`` (threshold_backward), whatever ``up`` holds, so an
+    infinite ``up`` there gives 0, not ``inf * 0``."""
+    d = up * activation_grad(x, ACT, alpha)
+    if ACT == 1 or ACT == 5:
+        d = tl.where(x <= 0.0, 0.0, d)
+    return d
+
+
+@triton.jit
 def activation_and_grad(x, ACT: tl.constexpr, alpha):
     """``(act(x), d act(x) / dx)`` for a float32 tile, sharing what the two have in common
     (one sigmoid for SiLU, one tanh for GELU_TANH)."""
@@ -73,8 +84,10 @@ def activation_and_grad(x, ACT: tl.constexpr, alpha):
         y = x
         g = tl.full(x.shape, 1.0, tl.float32)
     elif ACT == 1:
-        y = tl.maximum(x, 0.0)
-        g = tl.where(x > 0.0, 1.0, 0.0)
+        # NaN stays NaN and passes the gradient, as torch.relu and its backward do
+        # (threshold_backward zeroes only where x <= 0).
+        y = tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)
+        g = tl.where(x <= 0.0, 0.0, 1.0)
     elif ACT == 2:
         cdf = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
         pdf = 0.3989422804014327 * tl.exp2(x * x * -0.7213475204444817)
@@ -92,7 +105,7 @@ def activation_and_grad(x, ACT: tl.constexpr, alpha):
         y = x * s
         g = s + alpha * y * (1.0 - s)
     elif ACT == 5:
-        r = tl.maximum(x, 0.0)
+        r = tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)
         y = r * r
         g = 2.0 * r
     else:
@@ -105,8 +118,10 @@ def activation_and_grad(x, ACT: tl.constexpr, alpha):
 def gated(a, b, ACT: tl.constexpr, CLAMPED: tl.constexpr, limit, alpha):
     """``act(a') * (b' + offset)`` for float32 tiles (see the module docstring)."""
     if CLAMPED:
-        a = tl.minimum(a, limit)
-        b = tl.minimum(tl.maximum(b, -limit), limit) + 1.0
+        # torch's clamp keeps NaN.
+        a = tl.minimum(a, limit, propagate_nan=tl.PropagateNan.ALL)
+        b = tl.minimum(tl.maximum(b, -limit, propagate_nan=tl.PropagateNan.ALL), limit,
+                       propagate_nan=tl.PropagateNan.ALL) + 1.0
     return activation(a, ACT, alpha) * b
 
 
@@ -117,10 +132,15 @@ def gated_and_grad(a, b, dy, ACT: tl.constexpr, CLAMPED: tl.constexpr, limit, al
     if CLAMPED:
         a_pass = a <= limit
         b_pass = (b >= -limit) & (b <= limit)
-        a = tl.minimum(a, limit)
-        b = tl.minimum(tl.maximum(b, -limit), limit) + 1.0
+        # torch's clamp keeps NaN.
+        a = tl.minimum(a, limit, propagate_nan=tl.PropagateNan.ALL)
+        b = tl.minimum(tl.maximum(b, -limit, propagate_nan=tl.PropagateNan.ALL), limit,
+                       propagate_nan=tl.PropagateNan.ALL) + 1.0
     act, act_grad = activation_and_grad(a, ACT, alpha)
     da = dy * b * act_grad
+    if ACT == 1 or ACT == 5:
+        # As chain_grad: torch's threshold_backward zeroes where a <= 0 whatever dy * b is.
+        da = tl.where(a <= 0.0, 0.0, da)
     db = dy * act
     if CLAMPED:
         da = tl.where(a_pass, da, 0.0)
@@ -154,7 +174,8 @@ def reference_activation_grad(
     if act == Activation.IDENTITY:
         return torch.ones_like(x)
     if act == Activation.RELU:
-        return (x > 0).to(x.dtype)
+        # torch.relu's backward zeroes where x <= 0 only: a NaN input passes the gradient.
+        return (~(x <= 0)).to(x.dtype)
     if act == Activation.GELU:
         cdf = 0.5 * (1.0 + torch.erf(x * _INV_SQRT_2))
         return cdf + x * _INV_SQRT_2PI * torch.exp(-0.5 * x * x)
@@ -165,11 +186,21 @@ def reference_activation_grad(
         )
     if act == Activation.SILU:
         s = torch.sigmoid(alpha * x)
-        return s + alpha * x * s * (1.0 - s)
+        # x * s first, as the kernel: alpha * x overflows at the dtype's max where x * s is 0.
+        return s + alpha * (x * s) * (1.0 - s)
     if act == Activation.SRELU:
         return 2.0 * torch.relu(x)
     s = torch.sigmoid(x)
     return s * (1.0 - s)
+
+
+def reference_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alpha: float = 1.0) -> torch.Tensor:
+    """``up * d act(x) / dx``, zero where ``x <= 0`` for ReLU and SReLU whatever ``up`` holds
+    (torch's threshold_backward: an infinite ``up`` there gives 0, not NaN)."""
+    d = up * reference_activation_grad(x, act, alpha)
+    if act in (Activation.RELU, Activation.SRELU):
+        d = torch.where(x <= 0, 0.0, d)
+    return d
 
 
 def reference_gated(
@@ -200,10 +231,10 @@ def reference_gated_grad(
     """``(da, db)`` of ``reference_gated`` for an upstream ``dy``."""
     a, b, dy = _wide(a), _wide(b), _wide(dy)
     if not clamped:
-        da = dy * b * reference_activation_grad(a, act, alpha)
+        da = reference_chain_grad(dy * b, a, act, alpha)
         return da, dy * reference_activation(a, act, alpha)
     a_pass, b_pass = a <= limit, (b >= -limit) & (b <= limit)
     a, b = a.clamp(max=limit), b.clamp(-limit, limit) + 1.0
-    da = torch.where(a_pass, dy * b * reference_activation_grad(a, act, alpha), 0.0)
+    da = torch.where(a_pass, reference_chain_grad(dy * b, a, act, alpha), 0.0)
     db = torch.where(b_pass, dy * reference_activation(a, act, alpha), 0.0)
     return da, db

@@ -25,9 +25,9 @@ from fuseops.kernels._triton import INTERPRET, device_sms, dot
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     activation,
-    activation_grad,
+    chain_grad,
     reference_activation,
-    reference_activation_grad,
+    reference_chain_grad,
 )
 
 
@@ -186,7 +186,7 @@ def _epilogue(acc, m0, n0, M, N, y, preact, bias, act_in, residual,
         store_mn(preact, acc, m0, n0, offs_m, offs_n, mask, stride_pm, TMA)
     if ACT_GRAD:
         z = load_mn(act_in, m0, n0, offs_m, offs_n, mask, stride_gm, TMA)
-        acc = acc * activation_grad(z, ACT, alpha)
+        acc = chain_grad(acc, z, ACT, alpha)
     else:
         acc = activation(acc, ACT, alpha)
     if HAS_RESIDUAL:
@@ -335,7 +335,7 @@ def reference_gemm(
     else:
         z = a.to(compute) @ b.to(compute)
     if act_grad_input is not None:
-        h = z * reference_activation_grad(act_grad_input.to(compute), act, alpha)
+        h = reference_chain_grad(z, act_grad_input.to(compute), act, alpha)
     else:
         h = reference_activation(z.to(compute), act, alpha)
     if residual is not None:

@@ -26,9 +26,9 @@ from fuseops.kernels._triton import INTERPRET, device_sms, dot
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     activation,
-    activation_grad,
+    chain_grad,
     reference_activation,
-    reference_activation_grad,
+    reference_chain_grad,
 )
 
 # Re-exported: the grouped GEMM's callers build offsets through this module.
@@ -214,7 +214,7 @@ def epilogue(acc, y, g, row0, size, off_m, off_n, N, stride_ym, bias, stride_bia
         acc += tl.load(bias + g * stride_bias_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
     if ACT_GRAD:
         z = tl.load(act_in + rows[:, None] * stride_act_m + offs_n[None, :], mask=mask, other=0.0)
-        acc = acc * activation_grad(z.to(tl.float32), ACT, alpha)
+        acc = chain_grad(acc, z.to(tl.float32), ACT, alpha)
     else:
         if SAVE_PREACT:
             p_ptrs = preact + rows[:, None] * stride_pm + offs_n[None, :]
@@ -403,7 +403,7 @@ def reference_grouped_gemm(
         if bias is not None:
             z = z + bias[g].to(compute)
         if act_grad_input is not None:
-            h = z * reference_activation_grad(act_grad_input[r], act, alpha)
+            h = reference_chain_grad(z, act_grad_input[r], act, alpha)
         else:
             h = reference_activation(z, act, alpha)
             if preact is not None:

@@ -50,8 +50,8 @@ def _configs() -> PermuteConfig:
 
 @triton.jit
 def _expert(ids, offs, mask, E):
-    # Out-of-range ids are clamped (checked on the host only on request), so every row
-    # still lands inside x_sorted.
+    # Out-of-range ids fail loudly before this launch (moe/routing.py: a host check, or a
+    # device-side assert on CUDA); the clamp keeps every access in bounds until it reports.
     e = tl.load(ids + offs, mask=mask, other=0).to(tl.int32)
     return tl.minimum(tl.maximum(e, 0), E - 1)
 
@@ -171,8 +171,8 @@ def permute(
 
     Args:
         x: [T, H] float, contiguous.
-        expert_ids: [T, K] any integer dtype, contiguous; ids outside [0, num_experts) are
-            clamped into it.
+        expert_ids: [T, K] any integer dtype, contiguous, in [0, num_experts) (the caller
+            checks; out-of-range ids are clamped here so nothing is accessed out of bounds).
         num_experts: E.
         out: [T*K, H] in ``x``'s dtype for ``x_sorted``, written and returned; else allocated.
     Returns:

@@ -2,7 +2,8 @@
 NVFP4's tensor scale), so that the cast kernel reads its scale without a host sync.
 
 ``amax``: ``x`` [B, R, C] holds B tensors, or with ``offsets`` [G + 1] one [M, C] tensor whose
-row groups are the tensors; ``amax[t] = max |x of tensor t|`` (0 for an empty one).
+row groups are the tensors; ``amax[t] = max |x of tensor t|`` over its finite elements (0 for
+an empty one, or one without a finite element): a NaN or inf never sets a tensor's scale.
 ``tensor_scales``: the encode and decode scales of quantization/formats.py from the amaxes, in one
 launch. Tiling: one amax program per [BLOCK_R, STEPS * BLOCK_C] strip (for grouped rows, per
 strip of the padded layout, inside one group) folds its tiles elementwise, STAGES - 1 tiles
@@ -19,6 +20,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels.quantization.finite import finite_abs, reference_finite_abs
 from fuseops.kernels.quantization.formats import FP32_MAX, load_tile, padded_rows, tile_rows
 
 _FP32_MAX = tl.constexpr(FP32_MAX)
@@ -55,7 +57,7 @@ def amax_kernel(x, offsets, amax, R, C, G, stride_xb, stride_xr,
     for step in tl.range(STEPS, num_stages=STAGES):
         tile = load_tile(x, pid_b, row0, rows, tl.program_id(1) * STEPS + step, C, stride_xb,
                          stride_xr, BLOCK_R, BLOCK_C)
-        acc = tl.maximum(acc, tl.abs(tile))
+        acc = tl.maximum(acc, finite_abs(tile))
     # Non-negative float32 maxima are order-independent: the result is deterministic.
     tl.atomic_max(amax + g, tl.max(acc))
 
@@ -112,8 +114,9 @@ def tensor_scales(amax: torch.Tensor, qmax: float) -> tuple[torch.Tensor, torch.
 
 
 def reference_amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int) -> torch.Tensor:
-    """``amax[b] = max |x[b]|``, or ``amax[g] = max |x[0, offsets[g]:offsets[g+1]]|`` (0 if empty)."""
-    a = x.float().abs()
+    """``amax[b] = max |x[b]|``, or ``amax[g] = max |x[0, offsets[g]:offsets[g+1]]|`` (0 if empty),
+    over finite elements only."""
+    a = reference_finite_abs(x)
     if offsets is None:
         return a.flatten(1).amax(1) if a.numel() else torch.zeros(num_groups, device=x.device)
     bounds = offsets.tolist()

@@ -10,7 +10,8 @@ A producer computes a float32 tile ``v`` [ROWS, COLS] of its output ``y`` [M, C]
   is quantized in registers (``quantize_tiles.quantize_blocks``) and ``data`` [M, C] float8 with
   ``scale`` [M, cdiv(C, blk)] are written here: the row-wise copy costs no extra pass.
 - ``Scaling.TENSOR`` and ``Scaling.NVFP4``: the scale needs the whole tensor's amax, known
-  only after every program ran; the tile's ``row_amax`` [M] (``max |y|`` per row, float32,
+  only after every program ran; the tile's ``row_amax`` [M] (``max |y|`` over each row's
+  finite values, float32,
   atomically maxed across column tiles) is written, and ``y`` itself, for the cast kernel
   to read after ``tensor_scales``. That saves the amax pass over ``y``, not the cast's.
 
@@ -26,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fuseops.kernels.quantization.finite import dtype_max, finite_abs, reference_finite_abs
 from fuseops.kernels.quantization.formats import BLOCK_SIZE, STORAGE_DTYPE, Element, Scaling
 from fuseops.kernels.quantization.quantize import reference_quantize
 from fuseops.kernels.quantization.tiles import quantize_blocks
@@ -100,14 +102,14 @@ def store_quantized(v, offs_m, mask_m, col0, C, y, stride_y, data, stride_d, sca
     # Zeros outside the tensor: partial blocks are padded with zeros, as the cast kernel's.
     vf = tl.where(mask, rounded.to(tl.float32), 0.0)
     if SCALING == 1 or SCALING == 2:
-        q, s = quantize_blocks(vf, 1.0, SCALING, ELEM, BLOCK, ROWS, COLS)
+        q, s = quantize_blocks(vf, 1.0, dtype_max(y), SCALING, ELEM, BLOCK, ROWS, COLS)
         tl.store(data + rows * stride_d + cols[None, :], q, mask=mask)
         offs_s = col0 // BLOCK + tl.arange(0, COLS // BLOCK)
         mask_s = mask_m[:, None] & (offs_s < tl.cdiv(C, BLOCK))[None, :]
         tl.store(scale + rows * stride_s + offs_s[None, :], s, mask=mask_s)
     else:
         # Non-negative float32 maxima are order-independent: deterministic across tiles.
-        tl.atomic_max(row_amax + offs_m, tl.max(tl.abs(vf), 1), mask=mask_m)
+        tl.atomic_max(row_amax + offs_m, tl.max(finite_abs(vf), 1), mask=mask_m)
 
 
 def reference_emit(y: torch.Tensor, *, scaling: Scaling, element: Element, store_y: bool,
@@ -120,7 +122,7 @@ def reference_emit(y: torch.Tensor, *, scaling: Scaling, element: Element, store
         bufs = reference_quantize(y[None], None, None, scaling=scaling, element=element, rowwise=True)
         data, scale = bufs.data[0], bufs.scale[0]
     else:
-        row_amax = y.float().abs().amax(1)
+        row_amax = reference_finite_abs(y).amax(1)
     emitted = Emitted(y if store_y else None, data, scale, row_amax)
     if out is None:
         return emitted

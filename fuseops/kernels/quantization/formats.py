@@ -4,8 +4,17 @@ Every format stores ``x ~= q * s``: ``q`` a narrow element, ``s`` a scale. The m
 the spec; the quantize kernels (quantization/quantize.py) and the scaled GEMMs (gemm/dense_scaled.py) call the
 ``@triton.jit`` codecs, the references and the storages the torch twins below them.
 
-- Elements: E4M3 (max 448) and E5M2 (max 57344) float8, rounded to nearest-even and
-  saturated (never NaN or inf); E2M1 (max 6), two codes per uint8, the first in the low nibble.
+- Elements: E4M3 (max 448) and E5M2 (max 57344) float8, rounded to nearest-even, finite
+  values saturated; E2M1 (max 6), two codes per uint8, the first in the low nibble.
+- Non-finite inputs: every scale (tensor or block) comes from the amax of the finite values
+  alone, so one NaN or inf never erases the rest of the tensor. A NaN or inf keeps its element:
+  E4M3 stores NaN (it has no infinity), E5M2 NaN or the signed infinity. E2M1 has neither: an
+  NVFP4 block of 16 holding one gets a NaN E4M3 block scale, so exactly that block dequantizes
+  to NaN (the other blocks of its row and tensor are untouched).
+- Near the source dtype's maximum (BLOCK, MX and 128x128 tiles): a power-of-two scale keeps the
+  block maximum within the element's range, but a value within half an FP8 step of the
+  dtype's maximum would round up past it and dequantize to inf; such a code is stepped one
+  value toward zero (``fit_source``), so every finite input dequantizes to a finite value.
 - ``Scaling.TENSOR``: one float32 scale per tensor (per group of a grouped tensor):
   ``encode = max_q / amax`` (1 when amax is 0), ``q = x * encode``, stored ``s = 1 / encode``.
 - ``Scaling.BLOCK`` and ``Scaling.MX``: one power-of-two scale per block, the smallest with
@@ -34,6 +43,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels.quantization.finite import finite_abs
 
 # The interpreter's float -> float8 cast rounds ties up and drops subnormals
 # (TRITON_ON_CPU.md lists it as correct; measured wrong on triton 3.6), so under the
@@ -117,27 +127,38 @@ def cast_fp8(v, ELEM: tl.constexpr):
     """float32 ``v`` cast to E4M3 (ELEM 0) or E5M2 (ELEM 1): nearest-even; the GPU's
     ``cvt.rn.satfinite`` saturates out-of-range values and infinities at the maximum and keeps
     NaN (the interpreter clamps first). For values that need no clamp (``to_fp8`` has one)."""
+    r = v
     if _EMULATE_FP8_CAST:
         FMAX: tl.constexpr = 448.0 if ELEM == 0 else 57344.0
-        v = _round_to_fp8_grid(tl.minimum(tl.maximum(v, -FMAX), FMAX), ELEM)
+        r = _round_to_fp8_grid(tl.minimum(tl.maximum(v, -FMAX), FMAX), ELEM)
     if ELEM == 0:
-        q = v.to(tl.float8e4nv)
+        q = r.to(tl.float8e4nv)
     else:
-        q = v.to(tl.float8e5)
-    return q
+        q = r.to(tl.float8e5)
+    # satfinite would turn an infinity into the maximum: non-finite values keep their element
+    # instead (E4M3 has no infinity: NaN; E5M2: NaN and signed infinities).
+    bits = q.to(tl.uint8, bitcast=True)
+    if ELEM == 0:
+        special = tl.full(bits.shape, 0x7F, tl.uint8)
+    else:
+        # NaN fails both comparisons: 0x7F.
+        special = tl.where(v > 0, 0x7C, tl.where(v < 0, 0xFC, 0x7F)).to(tl.uint8)
+    bits = tl.where(tl.abs(v) <= _FP32_MAX, bits, special)
+    return bits.to(q.dtype, bitcast=True)
 
 
 @triton.jit
 def to_fp8(v, ELEM: tl.constexpr):
-    """float32 ``v`` cast to E4M3 (ELEM 0) or E5M2 (ELEM 1): nearest-even, saturating."""
+    """float32 ``v`` cast to E4M3 (ELEM 0) or E5M2 (ELEM 1): nearest-even, finite values
+    saturating, NaN and infinities kept at their element (``cast_fp8``)."""
     FMAX: tl.constexpr = 448.0 if ELEM == 0 else 57344.0
-    return cast_fp8(tl.minimum(tl.maximum(v, -FMAX), FMAX), ELEM)
+    return cast_fp8(tl.where(tl.abs(v) <= _FP32_MAX, tl.minimum(tl.maximum(v, -FMAX), FMAX), v), ELEM)
 
 
 @triton.jit
 def finite_amax(t, axis):
-    """``max |t|`` along ``axis``, clamped to the float32 maximum (inf inputs saturate)."""
-    return tl.minimum(tl.max(tl.abs(t), axis=axis), _FP32_MAX)
+    """``max |t|`` over the finite elements along ``axis`` (0 where none is finite)."""
+    return tl.max(finite_abs(t), axis=axis)
 
 
 # The interpreter's fma rounds the product first.
@@ -160,9 +181,11 @@ def _sixth(amax):
 
 
 @triton.jit
-def block_scales(amax, enc, SCALING: tl.constexpr, ELEM: tl.constexpr):
-    """(multiplier, stored scale) of blocks with maxima ``amax`` (finite), ``enc`` the tensor's
-    encode scale (NVFP4): the scale rules above, as the quantize kernels apply them."""
+def block_scales(amax, bad, enc, SCALING: tl.constexpr, ELEM: tl.constexpr):
+    """(multiplier, stored scale) of blocks with finite maxima ``amax``, ``enc`` the tensor's
+    encode scale (NVFP4): the scale rules above, as the quantize kernels apply them. E2M1 has
+    no NaN or infinity: an NVFP4 block holding one (``bad``) gets a NaN scale, so the whole
+    block (and no other) dequantizes to NaN."""
     if SCALING == 3:
         # One branch for the whole program (enc is the tensor's): three fmas instead of a division.
         if enc < _SIXTH_ENCODE_MAX:
@@ -174,6 +197,8 @@ def block_scales(amax, enc, SCALING: tl.constexpr, ELEM: tl.constexpr):
         sf = s.to(tl.float32)
         # An E4M3 scale that underflows to 0 zeroes its block (no division by zero).
         mult = tl.where(sf > 0, tl.math.div_rn(tl.zeros_like(sf) + enc, tl.where(sf > 0, sf, 1.0)), 0.0)
+        s = tl.where(bad != 0, tl.full(s.shape, 0x7F, tl.uint8), s.to(tl.uint8, bitcast=True)).to(
+            tl.float8e4nv, bitcast=True)
     else:
         k = pow2_exponent(amax, ELEM)
         mult = exp2i(-k)
@@ -289,8 +314,16 @@ def reference_pow2_exponent(amax: torch.Tensor, element: Element) -> torch.Tenso
 
 
 def reference_to_fp8(v: torch.Tensor, element: Element) -> torch.Tensor:
+    """Nearest-even, finite values saturating at the maximum; NaN and infinities keep their
+    element (E4M3: NaN 0x7F; E5M2: NaN 0x7F, +-inf 0x7C / 0xFC), as ``cast_fp8``."""
     fmax = ELEMENT_MAX[element]
-    return v.float().clamp(-fmax, fmax).to(STORAGE_DTYPE[element])
+    v = v.float()
+    bits = v.clamp(-fmax, fmax).to(STORAGE_DTYPE[element]).view(torch.uint8)
+    if element == Element.E4M3:
+        special = torch.full_like(bits, 0x7F)
+    else:
+        special = torch.where(v > 0, 0x7C, torch.where(v < 0, 0xFC, 0x7F)).to(torch.uint8)
+    return torch.where(v.abs() <= FP32_MAX, bits, special).view(STORAGE_DTYPE[element])
 
 
 _E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)

@@ -33,9 +33,9 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels.quantization.finite import dtype_max, fit_source, reference_finite_abs, reference_fit_source
 from fuseops.kernels.quantization.formats import (
     BLOCK_SIZE,
-    FP32_MAX,
     STORAGE_DTYPE,
     Element,
     Scaling,
@@ -161,6 +161,8 @@ def quantize_kernel(
             if COLUMNWISE:
                 tl.store(scale_t + pid_b * stride_ub + pid_c * stride_uc + pid_r, exp2i(k), mask=inside)
         q = cast_fp8(tile * mult, ELEM)
+        if BLOCK_2D:
+            q = fit_source(q, tile, mult, dtype_max(x))
         # Not staged: Triton would move the transpose onto the input tile (twice the bytes
         # through shared memory, in up to 18 rounds with barriers).
         if ROWWISE:
@@ -170,10 +172,10 @@ def quantize_kernel(
     else:
         # The row-wise copy is stored before the column-wise one is computed (fewer live registers).
         if ROWWISE:
-            store_blocks(tile, enc, data, scale + pid_b * stride_sb, rows, mask_r, stride_dr, stride_sr,
+            store_blocks(tile, enc, dtype_max(x), data, scale + pid_b * stride_sb, rows, mask_r, stride_dr, stride_sr,
                           pid_c * BLOCK_C, C, C_STORED, True, SCALING, ELEM, BLOCK, STAGED)
         if COLUMNWISE:
-            store_blocks(tile, enc, data_t, scale_t + pid_b * stride_ub, cols, mask_c, stride_tc, stride_uc,
+            store_blocks(tile, enc, dtype_max(x), data_t, scale_t + pid_b * stride_ub, cols, mask_c, stride_tc, stride_uc,
                           pid_r * BLOCK_R, RP, RP_STORED, False, SCALING, ELEM, BLOCK, STAGED)
 
 
@@ -299,33 +301,39 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
     return bufs
 
 
-def _reference_blocks(v: torch.Tensor, enc: torch.Tensor, scaling: Scaling, element: Element):
+def _reference_blocks(v: torch.Tensor, enc: torch.Tensor, scaling: Scaling, element: Element, src_max: float):
     """Blocks along the last dim of float32 ``v`` [..., L]: (q [..., L] as stored before
-    packing, s [..., cdiv(L, blk)] as stored); ``enc`` [..., 1 or L] is the encode scale."""
+    packing, s [..., cdiv(L, blk)] as stored); ``enc`` [..., 1 or L] is the encode scale,
+    ``src_max`` the source dtype's maximum."""
     blk = BLOCK_SIZE[scaling]
     L = v.shape[-1]
     nb = triton.cdiv(L, blk)
     vb = torch.nn.functional.pad(v, (0, nb * blk - L)).unflatten(-1, (nb, blk))
-    amax = vb.abs().amax(-1).clamp(max=FP32_MAX)
+    amax = reference_finite_abs(vb).amax(-1)
     if scaling == Scaling.NVFP4:
         enc = enc[..., ::blk]
         s = reference_to_fp8(amax / 6.0 * enc, Element.E4M3)
         sf = s.float()
         q = reference_e2m1_encode(vb * torch.where(sf > 0, enc / sf, 0.0)[..., None])
+        # E2M1 holds no NaN or inf: their block's scale is NaN (formats.py).
+        bad = ~vb.isfinite().all(-1)
+        s = torch.where(bad, torch.full_like(s.view(torch.uint8), 0x7F), s.view(torch.uint8)).view(s.dtype)
     else:
         k = reference_pow2_exponent(amax, element)
-        q = reference_to_fp8(vb * reference_exp2i(-k)[..., None], element)
+        mult = reference_exp2i(-k)[..., None]
+        q = reference_fit_source(reference_to_fp8(vb * mult, element), vb, mult, src_max)
         s = reference_exp2i(k) if scaling == Scaling.BLOCK else (k + 127).to(torch.uint8).view(torch.float8_e8m0fnu)
     return q.flatten(-2)[..., :L], s
 
 
-def _reference_tiles(x: torch.Tensor, element: Element) -> tuple[torch.Tensor, torch.Tensor]:
+def _reference_tiles(x: torch.Tensor, element: Element, src_max: float) -> tuple[torch.Tensor, torch.Tensor]:
     """128x128 tiles of float32 ``x`` [B, R, C]: (q [B, R, C] float8, s [B, R / 128, C / 128])."""
     B, R, C = x.shape
     pr, pc = triton.cdiv(R, 128), triton.cdiv(C, 128)
     tiles = torch.nn.functional.pad(x, (0, pc * 128 - C, 0, pr * 128 - R)).view(B, pr, 128, pc, 128)
-    k = reference_pow2_exponent(tiles.abs().amax((2, 4)).clamp(max=FP32_MAX), element)
-    q = reference_to_fp8(tiles * reference_exp2i(-k)[:, :, None, :, None], element)
+    k = reference_pow2_exponent(reference_finite_abs(tiles).amax((2, 4)), element)
+    mult = reference_exp2i(-k)[:, :, None, :, None]
+    q = reference_fit_source(reference_to_fp8(tiles * mult, element), tiles, mult, src_max)
     return q.view(B, pr * 128, pc * 128)[:, :R, :C], reference_exp2i(k)
 
 
@@ -348,6 +356,7 @@ def reference_quantize(
     B, R, C = x.shape
     groups = offsets.shape[0] - 1 if offsets is not None else None
     xf = x.float()
+    src_max = torch.finfo(x.dtype).max
     enc = encode.float() if encode is not None else torch.ones(groups or B, device=x.device)
     if groups is not None:
         rp = padded_rows(R, groups)
@@ -364,7 +373,7 @@ def reference_quantize(
     # Only the copies written are computed (on CUDA this also serves one kernel copy alone).
     values = {}
     if block_2d:
-        q, s = _reference_tiles(xf, element)
+        q, s = _reference_tiles(xf, element, src_max)
         values = {"data": q, "scale": s, "data_t": q.transpose(1, 2), "scale_t": s.transpose(1, 2)}
     elif scaling == Scaling.TENSOR:
         if bufs.data is not None:
@@ -373,9 +382,9 @@ def reference_quantize(
             values["data_t"] = reference_to_fp8(xt * enc_t, element)
     else:
         if bufs.data is not None:
-            values.update(zip(("data", "scale"), _reference_blocks(xf, enc_x, scaling, element)))
+            values.update(zip(("data", "scale"), _reference_blocks(xf, enc_x, scaling, element, src_max)))
         if bufs.data_t is not None:
-            values.update(zip(("data_t", "scale_t"), _reference_blocks(xt, enc_t, scaling, element)))
+            values.update(zip(("data_t", "scale_t"), _reference_blocks(xt, enc_t, scaling, element, src_max)))
     for name, buf in bufs._asdict().items():
         if buf is not None:
             value = values[name]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from fuseops.kernels.quantization.finite import any_non_finite, fit_source
 from fuseops.kernels.quantization.formats import (
     block_scales,
     cast_fp8,
@@ -20,16 +21,17 @@ from fuseops.kernels.quantization.formats import (
 
 
 @triton.jit
-def quantize_blocks(t, enc, SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr,
+def quantize_blocks(t, enc, src_max, SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr,
                     ROWS: tl.constexpr, COLS: tl.constexpr):
-    """Quantize blocks of BLOCK along the last dim of [ROWS, COLS] ``t``: (q, s) as stored,
-    q [ROWS, COLS] float8 (E2M1 codes for NVFP4), s [ROWS, COLS // BLOCK]."""
+    """Quantize blocks of BLOCK along the last dim of [ROWS, COLS] ``t`` (of a tensor whose
+    dtype's maximum is ``src_max``): (q, s) as stored, q [ROWS, COLS] float8 (E2M1 codes for
+    NVFP4), s [ROWS, COLS // BLOCK]."""
     tb = tl.reshape(t, [ROWS, COLS // BLOCK, BLOCK])
-    mult, s = block_scales(finite_amax(tb, 2), enc, SCALING, ELEM)
+    mult, s = block_scales(finite_amax(tb, 2), any_non_finite(tb, 2), enc, SCALING, ELEM)
     if SCALING == 3:
         q = e2m1_encode(tb * mult[:, :, None])
     else:
-        q = to_fp8(tb * mult[:, :, None], ELEM)
+        q = fit_source(to_fp8(tb * mult[:, :, None], ELEM), tb, mult[:, :, None], src_max)
     return tl.reshape(q, [ROWS, COLS]), s
 
 
@@ -79,12 +81,13 @@ def store_chunks(ptr, q, lines, mask_l, stride_l, start, length, PACKED: tl.cons
 
 
 @triton.jit
-def store_blocks(tile, enc, data, scale, lines, mask_l, stride_d, stride_s, start, length, stored_length,
+def store_blocks(tile, enc, src_max, data, scale, lines, mask_l, stride_d, stride_s, start, length, stored_length,
                  ALONG_ROWS: tl.constexpr, SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr,
                  STAGED: tl.constexpr):
     """Quantize the chunked ``tile`` [NC, NR, K, V] in blocks of BLOCK along its rows
     (ALONG_ROWS) or its columns and store codes and scales (``store_chunks``'s arguments;
-    ``length`` counts elements along a line, ``stored_length`` stored codes)."""
+    ``length`` counts elements along a line, ``stored_length`` stored codes; ``src_max`` the
+    source dtype's maximum, ``fit_source``)."""
     NC: tl.constexpr = tile.shape[0]
     NR: tl.constexpr = tile.shape[1]
     K: tl.constexpr = tile.shape[2]
@@ -101,13 +104,16 @@ def store_blocks(tile, enc, data, scale, lines, mask_l, stride_d, stride_s, star
         IN: tl.constexpr = 3
         ACROSS: tl.constexpr = 2
         offs_s = tl.arange(0, NR // (BLOCK // K))[None, :, None, None]
-    mult, s = block_scales(tl.max(finite_amax(t, IN), ACROSS), enc, SCALING, ELEM)
-    v = t * tl.expand_dims(tl.expand_dims(mult, ACROSS), IN)
+    bad = tl.max(any_non_finite(t, IN), ACROSS)
+    mult, s = block_scales(tl.max(finite_amax(t, IN), ACROSS), bad, enc, SCALING, ELEM)
+    mult_t = tl.expand_dims(tl.expand_dims(mult, ACROSS), IN)
+    v = t * mult_t
     if SCALING == 3:
         q = e2m1_bits(v)
     else:
-        # Scaled by the block's power of two, values fit the format (infinities saturate).
-        q = cast_fp8(v, ELEM)
+        # Scaled by the block's power of two, finite values fit the format; non-finite ones
+        # keep their element (cast_fp8).
+        q = fit_source(cast_fp8(v, ELEM), t, mult_t, src_max)
     # Scales [NC // (BLOCK // V), NR, K, 1] along rows, [NC, NR // (BLOCK // K), 1, V] along columns.
     offs_s += start // BLOCK
     tl.store(scale + lines * stride_s + offs_s, tl.expand_dims(s, IN - 1),

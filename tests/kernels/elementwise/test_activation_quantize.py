@@ -106,3 +106,29 @@ def test_gpu_one_column(fmt):
     x = torch.randn(3, 2, device=device) * 3
     _check_plain(x[:, :1].contiguous(), Activation.GELU, fmt, exact=False)
     _check_gated(x, "swiglu", fmt, exact=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("act", [Activation.RELU, Activation.GELU], ids=lambda a: a.name)
+def test_non_finite_and_max_values_match_reference(act, fmt, dtype):
+    """The epilogue's scales come from finite values alone and its codes keep NaN/inf (and
+    stay finite at the dtype's max) exactly as quantize's reference does."""
+    fmax = torch.finfo(dtype).max
+    x = (torch.randn(5, 64) * 3).to(dtype)
+    x[0, 3], x[1, 40], x[2, 17] = float("nan"), float("inf"), -float("inf")
+    x[3] = fmax
+    x[4, ::2] = -fmax
+    scaling, element = FORMATS[fmt]
+    for store_y in (True, False):
+        out = poisoned_outputs(*x.shape, x.dtype, x.device, scaling, element, store_y)
+        emitted = kernels.activation_quantize_fwd(x, act, scaling=scaling, element=element, store_y=store_y, out=out)
+        y = plain_kernels.activation_fwd(x, act)
+        if store_y:
+            # NaN != NaN: compared as equal_nan, the rest bit for bit.
+            torch.testing.assert_close(emitted.y, y, rtol=0, atol=0, equal_nan=True)
+        expected = qe.reference_emit(y, scaling=scaling, element=element, store_y=store_y)
+        for name, got, want in zip(qe.Emitted._fields[1:], emitted[1:], expected[1:]):
+            assert_bitwise(got, want, f"{fmt} {name}")
+        if expected.row_amax is not None:
+            assert torch.isfinite(expected.row_amax).all()

@@ -60,11 +60,20 @@ def test_codecs_match_torch(element):
 
 
 @pytest.mark.parametrize("element", FP8)
-def test_fp8_saturates_and_never_nans(element):
-    x = torch.tensor([float("inf"), -float("inf"), 1e38, -1e38, 1e6, -1e6, 0.0, 1.0], device=DEVICE)
+def test_fp8_saturates_finite_values_and_keeps_non_finite_ones(element):
+    # Finite values saturate; NaN and infinities keep their element (E4M3 has no inf: NaN).
+    x = torch.tensor([1e38, -1e38, 1e6, -1e6, 0.0, 1.0, float("inf"), -float("inf"), float("nan")] + [0.0] * 7,
+                     device=DEVICE)
     fp8, *_ = run_codecs(x, element)
+    fp8, x = fp8[:9], x[:9]
     fmax = qf.ELEMENT_MAX[element]
-    assert fp8.float().tolist() == [fmax, -fmax, fmax, -fmax, fmax, -fmax, 0.0, 1.0]
+    assert fp8[:6].float().tolist() == [fmax, -fmax, fmax, -fmax, 0.0, 1.0]
+    tail = fp8[6:].float()
+    if element == qf.Element.E4M3:
+        assert tail.isnan().all()
+    else:
+        assert tail[:2].tolist() == [float("inf"), -float("inf")] and tail[2].isnan()
+    assert torch.equal(fp8.view(torch.uint8), qf.reference_to_fp8(x, element).view(torch.uint8))
 
 
 @pytest.mark.parametrize("element", FP8)
