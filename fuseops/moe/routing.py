@@ -52,10 +52,17 @@ def _same_device(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -
         raise ValueError(f"{name}: expected a tensor on {ref_name}'s device {ref.device}, got {t.device}")
 
 
+def _host_check(t: torch.Tensor) -> bool:
+    """Whether ids are range-checked on the host (CPU tensors, or CUDA with FUSEOPS_DEBUG=1)
+    rather than on the device; under torch.compile always on the device (values unknown)."""
+    if torch.compiler.is_compiling():
+        return False
+    return not t.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1"
+
+
 def _check_expert_range(expert_ids: torch.Tensor, num_experts: int) -> None:
     # Reads the ids back to the host: CPU tensors, or CUDA when debugging on request.
-    # While torch.compile traces, the values are unknown (the kernels clamp ids into range).
-    if expert_ids.numel() == 0 or torch.compiler.is_compiling():
+    if expert_ids.numel() == 0:
         return
     lo, hi = int(expert_ids.min()), int(expert_ids.max())
     if lo < 0 or hi >= num_experts:
@@ -76,11 +83,12 @@ def _check_rows_range(row_map: torch.Tensor, rows: int) -> None:
         )
 
 
-def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, what: str) -> None:
-    """Device-side check of ``0 <= t < bound`` without a host sync (module docstring)."""
+def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -> None:
+    """Device-side check of ``0 <= t < bound`` without a host sync (module docstring);
+    ``upper`` names the bound in the message (a number there would pin a compiled graph to
+    one shape)."""
     if t.numel():
-        torch._assert_async(((t >= 0) & (t < bound)).all(),
-                            f"{name}: expected values in [0, {bound}) ({what})")
+        torch._assert_async(((t >= 0) & (t < bound)).all(), f"{name}: expected values in [0, {upper})")
 
 
 class _Permute(torch.autograd.Function):
@@ -148,7 +156,7 @@ def permute(
     _same_device("expert_ids", expert_ids, "x", x)
     if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 1:
         raise ValueError(f"num_experts: expected an int >= 1, got {num_experts!r}")
-    if not x.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1":
+    if _host_check(x):
         _check_expert_range(expert_ids, num_experts)
     else:
         _assert_in_range_async("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
@@ -180,10 +188,10 @@ def unpermute(
             f"(the rows of y_sorted), got {list(row_map.shape)}"
         )
     _same_device("row_map", row_map, "y_sorted", y_sorted)
-    if not y_sorted.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1":
+    if _host_check(y_sorted):
         _check_rows_range(row_map, y_sorted.shape[0])
     else:
-        _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "rows of y_sorted")
+        _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
     if weights is not None:
         weights = _tensor("weights", weights)
         if weights.dtype not in (torch.float32, y_sorted.dtype):

@@ -26,7 +26,9 @@ def test_planned_steps_make_no_host_sync_and_no_pinned_allocation(kind):
     layers, groups = model(kind)
     x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
     want = run_step(layers, x, groups=groups)
-    for _ in range(4):
+    # Two learning steps, then planned ones until the plan (and so the arena) settles: the
+    # H100 run saw 5 pinned allocations after four steps, when this model ran first.
+    for _ in range(8):
         run_step(layers, x, AUTO, groups=groups)
     torch.cuda.synchronize()
     arena = host_arena("cuda")
