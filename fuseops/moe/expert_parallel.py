@@ -92,7 +92,7 @@ def dispatch(
     to_expert_major, to_source_major = _reorder(received, world, local_experts, x_sorted.device)
     handle = DispatchHandle(group, send_splits, recv_splits, to_expert_major, to_source_major)
     local_splits = recv_counts.view(world, local_experts).sum(0)
-    return _Dispatch.apply(x_sorted, handle), local_splits, handle
+    return _Exchange.apply(x_sorted, handle, True), local_splits, handle
 
 
 def combine(y_local: torch.Tensor, handle: DispatchHandle) -> torch.Tensor:
@@ -110,7 +110,7 @@ def combine(y_local: torch.Tensor, handle: DispatchHandle) -> torch.Tensor:
             f"y_local: expected the {sum(handle.recv_splits)} rows dispatch delivered to this rank, "
             f"got shape {list(y_local.shape)}"
         )
-    return _Combine.apply(y_local, handle)
+    return _Exchange.apply(y_local, handle, False)
 
 
 def _reorder(
@@ -153,23 +153,15 @@ def _return(y: torch.Tensor, h: DispatchHandle) -> torch.Tensor:
     return _all_to_all(_take(y, h.to_source_major), h.send_splits, h.recv_splits, h.group)
 
 
-class _Dispatch(torch.autograd.Function):
+class _Exchange(torch.autograd.Function):
+    """Rows to the experts' ranks (``to_experts``) or back to where they came from; the
+    backward sends the gradients the other way."""
+
     @staticmethod
-    def forward(ctx, x: torch.Tensor, handle: DispatchHandle) -> torch.Tensor:
-        ctx.handle = handle
-        return _send(x, handle)
+    def forward(ctx, x: torch.Tensor, handle: DispatchHandle, to_experts: bool) -> torch.Tensor:
+        ctx.handle, ctx.to_experts = handle, to_experts
+        return _send(x, handle) if to_experts else _return(x, handle)
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
-        return _return(dy, ctx.handle), None
-
-
-class _Combine(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, y: torch.Tensor, handle: DispatchHandle) -> torch.Tensor:
-        ctx.handle = handle
-        return _return(y, handle)
-
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        return _send(dy, ctx.handle), None
+        return (_return(dy, ctx.handle) if ctx.to_experts else _send(dy, ctx.handle)), None, None

@@ -60,27 +60,14 @@ def _host_check(t: torch.Tensor) -> bool:
     return not t.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1"
 
 
-def _check_expert_range(expert_ids: torch.Tensor, num_experts: int) -> None:
-    # Reads the ids back to the host: CPU tensors, or CUDA when debugging on request.
-    if expert_ids.numel() == 0:
+def _check_range_on_host(name: str, t: torch.Tensor, bound: int, what: str) -> None:
+    """``0 <= t < bound``, reading ``t`` back to the host (CPU tensors, or CUDA when
+    debugging on request)."""
+    if t.numel() == 0:
         return
-    lo, hi = int(expert_ids.min()), int(expert_ids.max())
-    if lo < 0 or hi >= num_experts:
-        raise ValueError(
-            f"expert_ids: expected values in [0, {num_experts}) (num_experts={num_experts}), "
-            f"got values in [{lo}, {hi}]"
-        )
-
-
-def _check_rows_range(row_map: torch.Tensor, rows: int) -> None:
-    if row_map.numel() == 0:
-        return
-    lo, hi = int(row_map.min()), int(row_map.max())
-    if lo < 0 or hi >= rows:
-        raise ValueError(
-            f"row_map: expected values in [0, {rows}) (rows of y_sorted, as returned by permute), "
-            f"got values in [{lo}, {hi}]"
-        )
+    lo, hi = int(t.min()), int(t.max())
+    if lo < 0 or hi >= bound:
+        raise ValueError(f"{name}: expected values in [0, {bound}) ({what}), got values in [{lo}, {hi}]")
 
 
 def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -> None:
@@ -157,7 +144,7 @@ def permute(
     if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 1:
         raise ValueError(f"num_experts: expected an int >= 1, got {num_experts!r}")
     if _host_check(x):
-        _check_expert_range(expert_ids, num_experts)
+        _check_range_on_host("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
     else:
         _assert_in_range_async("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
     return _Permute.apply(x.contiguous(), expert_ids.contiguous(), num_experts)
@@ -189,7 +176,7 @@ def unpermute(
         )
     _same_device("row_map", row_map, "y_sorted", y_sorted)
     if _host_check(y_sorted):
-        _check_rows_range(row_map, y_sorted.shape[0])
+        _check_range_on_host("row_map", row_map, y_sorted.shape[0], "rows of y_sorted, as returned by permute")
     else:
         _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
     if weights is not None:

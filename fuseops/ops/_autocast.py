@@ -55,10 +55,27 @@ def cast_param(dtype: torch.dtype | None, p: torch.Tensor | None) -> torch.Tenso
     return derived(p, ("autocast", dtype), lambda q: q.to(dtype))
 
 
-def norm_output_dtype(dtype: torch.dtype | None, x_dtype: torch.dtype, device_type: str,
-                      float32_on_cuda: bool) -> torch.dtype:
-    """What a norm returns under autocast: float32 on CUDA for the norms on CUDA autocast's
-    float32 list (``layer_norm``; not ``rms_norm``), the input's dtype otherwise."""
+# The norms on CUDA autocast's float32 list (``layer_norm`` is, ``rms_norm`` is not).
+CUDA_FLOAT32_NORMS = frozenset({"LayerNorm"})
+
+
+class AutocastParameters:
+    """What a GEMM op (Linear, GroupedLinear) reads of its ``weight`` and ``bias``: under
+    ``torch.autocast`` their casts (once per weight version), else themselves."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+    def compute_weight(self, ctx) -> torch.Tensor:
+        return cast_param(ctx.autocast, self.weight)
+
+    def compute_bias(self, ctx) -> torch.Tensor | None:
+        return cast_param(ctx.autocast, self.bias)
+
+
+def norm_output_dtype(dtype: torch.dtype | None, x_dtype: torch.dtype, device_type: str, norm: str) -> torch.dtype:
+    """What norm ``norm`` (a class name) returns under autocast: float32 on CUDA for those on
+    CUDA autocast's float32 list, the input's dtype otherwise."""
     if dtype is None or x_dtype not in ELIGIBLE:
         return x_dtype
-    return torch.float32 if device_type == "cuda" and float32_on_cuda else x_dtype
+    return torch.float32 if device_type == "cuda" and norm in CUDA_FLOAT32_NORMS else x_dtype

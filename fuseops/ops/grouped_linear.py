@@ -41,7 +41,7 @@ def device_offsets(split_sizes: Any, device: torch.device) -> torch.Tensor:
     return launcher(Kernel.GROUP_OFFSETS, split_sizes)(split_sizes)
 
 
-class GroupedLinear(BasicOp):
+class GroupedLinear(_autocast.AutocastParameters, BasicOp):
     """``y[rows of g] = x[rows of g] @ weight[g].T + bias[g]``.
 
     Args:
@@ -99,13 +99,6 @@ class GroupedLinear(BasicOp):
         _checks.split_sizes("GroupedLinear split_sizes", extra_inputs[0], self.num_groups, math.prod(x.shape[:-1]), x.device)
         out = x.with_shape(x.shape[:-1] + (self.out_features,))
         return out.with_dtype(compute_dtype(x))
-
-    def compute_weight(self, ctx: OpContext) -> torch.Tensor:
-        """The weight the GEMMs read: under ``torch.autocast`` its cast (once per version)."""
-        return _autocast.cast_param(ctx.autocast, self.weight)
-
-    def compute_bias(self, ctx: OpContext) -> torch.Tensor | None:
-        return _autocast.cast_param(ctx.autocast, self.bias)
 
     def save(self, ctx: OpContext, x: torch.Tensor, offsets: torch.Tensor) -> None:
         if ctx.needs_backward:

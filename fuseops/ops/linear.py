@@ -46,7 +46,7 @@ def compute_dtype(x: TensorSpec) -> torch.dtype:
     return x.dtype
 
 
-class Linear(BasicOp):
+class Linear(_autocast.AutocastParameters, BasicOp):
     """``y = x @ weight.T + bias``.
 
     Args:
@@ -135,13 +135,6 @@ class Linear(BasicOp):
         _checks.matches_parameters(self, x)
         out = x.with_shape(x.shape[:-1] + (self.out_features,))
         return out.with_dtype(compute_dtype(x))
-
-    def compute_weight(self, ctx: OpContext) -> torch.Tensor:
-        """The weight the GEMM reads: under ``torch.autocast`` its cast (once per version)."""
-        return _autocast.cast_param(ctx.autocast, self.weight)
-
-    def compute_bias(self, ctx: OpContext) -> torch.Tensor | None:
-        return _autocast.cast_param(ctx.autocast, self.bias)
 
     def save(self, ctx: OpContext, x: torch.Tensor) -> None:
         """Keep what backward needs: ``x`` for the weight grad, the weight for ``dx``

@@ -25,8 +25,6 @@ class NormSaved(Saved):
 
 class _Norm(BasicOp):
     has_bias: bool
-    # Whether torch's CUDA autocast runs this norm in float32 (its float32 list).
-    float32_under_cuda_autocast: bool
 
     def __init__(
         self,
@@ -55,7 +53,7 @@ class _Norm(BasicOp):
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
         _checks.features(type(self).__name__, x, self.normalized_shape)
         _checks.matches_parameters(self, x)
-        return x.with_dtype(_autocast.norm_output_dtype(x.autocast, x.dtype, x.device.type, self.float32_under_cuda_autocast))
+        return x.with_dtype(_autocast.norm_output_dtype(x.autocast, x.dtype, x.device.type, type(self).__name__))
 
     def _rows(self, t: torch.Tensor) -> torch.Tensor:
         return t.reshape(-1, self.normalized_shape).contiguous()
@@ -72,7 +70,7 @@ class _Norm(BasicOp):
         y = y.view(x.shape)
         if self._mixed(ctx, x):
             y = y.to(_autocast.norm_output_dtype(ctx.autocast, x.dtype, x.device.type,
-                                                     self.float32_under_cuda_autocast))
+                                                     type(self).__name__))
         return y
 
     def _backward_rows(self, s: NormSaved, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,7 +91,6 @@ class LayerNorm(_Norm):
     """
 
     has_bias = True
-    float32_under_cuda_autocast = True
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         x2d = self._compute_rows(ctx, x)
@@ -122,7 +119,6 @@ class RMSNorm(_Norm):
     """
 
     has_bias = False
-    float32_under_cuda_autocast = False
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         x2d = self._compute_rows(ctx, x)

@@ -35,6 +35,22 @@ def _grouped(a: QuantizedTensor, w: QuantizedTensor, names: str) -> bool:
     return grouped
 
 
+def _rows_times_weight(a_q: QuantizedTensor, w_q: QuantizedTensor, names: tuple[str, str], why: str, *,
+                       columnwise: bool, out_dtype: torch.dtype | None,
+                       bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``a_q``'s row-wise copy times the weight's row-wise copy transposed (forward) or its
+    column-wise copy (dgrad), dense or grouped; the result keeps ``a_q``'s leading dims."""
+    _need(names[0], a_q, rowwise=True, why=why)
+    _need(names[1], w_q, rowwise=not columnwise, columnwise=columnwise, why=why)
+    _same_scaling(a_q, w_q, ", ".join(names))
+    a, b = a_q.rowwise_operand(), (w_q.columnwise_operand() if columnwise else w_q.rowwise_operand())
+    kwargs = {"scaling": a_q.format.scaling, "out_dtype": out_dtype or a_q.dtype, "bias": bias}
+    if _grouped(a_q, w_q, ", ".join(names)):
+        return launcher(Kernel.GROUPED_GEMM_SCALED, a.data)(a, b, a_q.offsets, **kwargs)
+    y = launcher(Kernel.GEMM_SCALED, a.data)(a, b, **kwargs)
+    return y.view(*a_q.shape[:-1], y.shape[-1])
+
+
 def linear_forward(x: QuantizedTensor, weight: QuantizedTensor, *, bias: torch.Tensor | None = None,
                    out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``y = x @ weight^T (+ bias)``.
@@ -47,17 +63,8 @@ def linear_forward(x: QuantizedTensor, weight: QuantizedTensor, *, bias: torch.T
     Returns:
         y [..., N] (grouped: [M, N]).
     """
-    _need("x", x, rowwise=True, why="the forward GEMM")
-    _need("weight", weight, rowwise=True, why="the forward GEMM")
-    _same_scaling(x, weight, "x, weight")
-    out_dtype = out_dtype or x.dtype
-    a, b = x.rowwise_operand(), weight.rowwise_operand()
-    scaling = x.format.scaling
-    if _grouped(x, weight, "x, weight"):
-        launch = launcher(Kernel.GROUPED_GEMM_SCALED, a.data)
-        return launch(a, b, x.offsets, scaling=scaling, out_dtype=out_dtype, bias=bias)
-    y = launcher(Kernel.GEMM_SCALED, a.data)(a, b, scaling=scaling, out_dtype=out_dtype, bias=bias)
-    return y.view(*x.shape[:-1], weight.shape[0])
+    return _rows_times_weight(x, weight, ("x", "weight"), "the forward GEMM", columnwise=False,
+                              out_dtype=out_dtype, bias=bias)
 
 
 def linear_dgrad(dy: QuantizedTensor, weight: QuantizedTensor, *, out_dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -70,17 +77,8 @@ def linear_dgrad(dy: QuantizedTensor, weight: QuantizedTensor, *, out_dtype: tor
     Returns:
         dx [..., K] (grouped: [M, K]).
     """
-    _need("dy", dy, rowwise=True, why="the input-gradient GEMM")
-    _need("weight", weight, columnwise=True, why="the input-gradient GEMM")
-    _same_scaling(dy, weight, "dy, weight")
-    out_dtype = out_dtype or dy.dtype
-    a, b = dy.rowwise_operand(), weight.columnwise_operand()
-    scaling = dy.format.scaling
-    if _grouped(dy, weight, "dy, weight"):
-        launch = launcher(Kernel.GROUPED_GEMM_SCALED, a.data)
-        return launch(a, b, dy.offsets, scaling=scaling, out_dtype=out_dtype)
-    dx = launcher(Kernel.GEMM_SCALED, a.data)(a, b, scaling=scaling, out_dtype=out_dtype)
-    return dx.view(*dy.shape[:-1], weight.shape[-1])
+    return _rows_times_weight(dy, weight, ("dy", "weight"), "the input-gradient GEMM", columnwise=True,
+                              out_dtype=out_dtype)
 
 
 def linear_wgrad(dy: QuantizedTensor, x: QuantizedTensor, *, out_dtype: torch.dtype | None = None,

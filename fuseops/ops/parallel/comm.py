@@ -35,7 +35,22 @@ class _Collective(BasicOp):
             ctx.saved = CommSaved()
 
 
-class AllGather(_Collective):
+class _AdjointPair(_Collective):
+    """A collective whose backward is another one (all-gather and reduce-scatter are each
+    other's adjoint)."""
+
+    forward_collective: Any
+    backward_collective: Any
+
+    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
+        self._save(ctx)
+        return type(self).forward_collective(x, self.group), ()
+
+    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
+        return OpGrads(type(self).backward_collective(dy, self.group) if ctx.input_requires_grad else None)
+
+
+class AllGather(_AdjointPair):
     """``y`` = every rank's ``x`` concatenated along the first dim, in rank order.
 
     Backward: reduce-scatter (each rank's ``dx`` is the sum over the ranks of their
@@ -46,19 +61,15 @@ class AllGather(_Collective):
     Shapes: x [n, ...] -> y [P * n, ...].
     """
 
+    forward_collective = staticmethod(tp.all_gather)
+    backward_collective = staticmethod(tp.reduce_scatter)
+
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
         n = tp.first_dim("AllGather", x)
         return x.with_shape((n * self.world_size,) + x.shape[1:])
 
-    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
-        self._save(ctx)
-        return tp.all_gather(x, self.group), ()
 
-    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
-        return OpGrads(tp.reduce_scatter(dy, self.group) if ctx.input_requires_grad else None)
-
-
-class ReduceScatter(_Collective):
+class ReduceScatter(_AdjointPair):
     """``y`` = this rank's chunk (by rank, along the first dim) of the sum of every
     rank's ``x``.
 
@@ -69,16 +80,12 @@ class ReduceScatter(_Collective):
     Shapes: x [P * n, ...] (the first dim must divide by P) -> y [n, ...].
     """
 
+    forward_collective = staticmethod(tp.reduce_scatter)
+    backward_collective = staticmethod(tp.all_gather)
+
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
         n = tp.divisible_first_dim("ReduceScatter", x, self.world_size)
         return x.with_shape((n // self.world_size,) + x.shape[1:])
-
-    def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
-        self._save(ctx)
-        return tp.reduce_scatter(x, self.group), ()
-
-    def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
-        return OpGrads(tp.all_gather(dy, self.group) if ctx.input_requires_grad else None)
 
 
 class AllReduce(_Collective):
