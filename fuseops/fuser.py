@@ -134,7 +134,7 @@ class PlanCache:
             cfg,
             hooked,
             tuple(op.training for op in ops),
-            tuple(p.requires_grad for op in ops for p in op.parameters(recurse=False)),
+            tuple(p.requires_grad for op in ops for _, p in op.own_parameters()),
             tuple(_extra_key(e) for extras in extra_inputs for e in extras),
             _alias_pattern([e for extras in extra_inputs for e in extras]),
         )

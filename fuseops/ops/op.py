@@ -53,6 +53,11 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
     ) -> OpGrads:
         """Gradients from ``ctx.saved`` and the output gradient(s)."""
 
+    def own_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """``named_parameters(recurse=False)`` without its generator machinery (the
+        executor reads it per call)."""
+        return [(name, p) for name, p in self._parameters.items() if p is not None]
+
     def forward(self, x: torch.Tensor, *extra_inputs: Any) -> Any:
         """Run this op alone, exactly as a one-op ``fuseops.Sequential`` would."""
         return run_ops([self], x, extra_inputs)

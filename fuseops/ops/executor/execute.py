@@ -163,7 +163,7 @@ def make_contexts(
     autocast = current_autocast(x)
     ctxs = []
     for i, (op, extras) in enumerate(zip(ops, extra_inputs)):
-        weight_rg = grad_enabled and any(p.requires_grad for p in op.parameters(recurse=False))
+        weight_rg = grad_enabled and any(p.requires_grad for _, p in op.own_parameters())
         extra_rg = tuple(
             grad_enabled and isinstance(e, torch.Tensor) and e.requires_grad for e in extras
         )
@@ -189,7 +189,7 @@ def unique_parameters(ops: Sequence[Op]) -> tuple[list[torch.nn.Parameter], list
     slots = []
     for op in ops:
         op_slots = {}
-        for name, p in op.named_parameters(recurse=False):
+        for name, p in op.own_parameters():
             if id(p) not in position:
                 position[id(p)] = len(params)
                 params.append(p)
