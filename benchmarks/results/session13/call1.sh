@@ -7,4 +7,5 @@ timeout -s INT 170 python3 -m pytest -p no:cacheprovider -q -rfE --tb=short -m g
 echo "tests rc=$?"; grep -E "^(FAILED|ERROR)" $OUT/tests.log | cut -c1-200; tail -1 $OUT/tests.log
 timeout 170 python3 -m benchmarks.offload --out $OUT --steps 6 > $OUT/offload.log 2>&1; echo "offload rc=$?"
 timeout 200 python3 -m benchmarks.fp8_moe --ab-fusions --rounds 1 --out $OUT/fp8_moe.json > $OUT/fp8_moe.log 2>&1; echo "fp8_moe rc=$?"
+timeout 120 python3 -m benchmarks.host_profile --top 45 > $OUT/host_profile.log 2>&1; echo "host_profile rc=$?"; grep "====" $OUT/host_profile.log
 tail -25 $OUT/offload.log; tail -25 $OUT/fp8_moe.log

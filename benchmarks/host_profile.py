@@ -1,0 +1,84 @@
+"""Where the host time of one training step goes: cProfile of fwd+bwd steps of the dense stack
+(``benchmarks.sizes``' 4 pre-norm GELU blocks) and of the MoE expert layer, fuseops beside the
+same model in torch, after warm-up. Prints the enqueue time per step and the functions with the
+most own time and the most cumulative time (issue 20: measure the host path first).
+
+    python -m benchmarks.host_profile [--T 1024] [--H 1024] [--steps 20] [--top 35]
+    python -m benchmarks.host_profile --device cpu --T 64 --H 64     # CPU, torch references
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import time
+
+import torch
+
+from benchmarks.sizes import FuseopsMoE, TorchMoE, fuseops_dense, routing, step_fn, torch_dense
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def profile(name: str, step, device: str, steps: int, top: int) -> None:
+    for _ in range(5):
+        step()
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    enqueue = (time.perf_counter() - start) * 1e3 / steps
+    _sync(device)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    prof.disable()
+    _sync(device)
+    print(f"\n==== {name}: {enqueue:.3f} ms of host time per step (enqueue, {steps} steps)")
+    for key in ("tottime", "cumulative"):
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats(key).print_stats(top)
+        body = text.getvalue()
+        print(body[body.find("   ncalls"):].rstrip())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--T", type=int, default=1024)
+    parser.add_argument("--H", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--top", type=int, default=35)
+    parser.add_argument("--parts", default="dense,moe")
+    args = parser.parse_args()
+    device = args.device
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    torch.manual_seed(0)
+    if "dense" in args.parts:
+        model = fuseops_dense(args.H, "gelu").to(device, dtype)
+        reference = torch_dense(model).to(device, dtype)
+        x = torch.randn(args.T, args.H, device=device, dtype=dtype, requires_grad=True)
+        profile("fuseops dense", step_fn(model, (x,), list(model.parameters())), device, args.steps, args.top)
+        profile("torch dense", step_fn(reference, (x,), list(reference.parameters())), device, args.steps, args.top)
+    if "moe" in args.parts:
+        E, H, I, K = (64, 2048, 1024, 8) if device == "cuda" else (4, 64, 32, 2)
+        model = FuseopsMoE(E, H, I).to(device, dtype)
+        reference = TorchMoE(model).to(device, dtype)
+        x = torch.randn(args.T, H, device=device, dtype=dtype, requires_grad=True)
+        ids, weights = routing(args.T, E, K, False, device)
+        weights = weights.to(dtype).requires_grad_()
+        inputs = (x, ids, weights)
+        profile("fuseops moe (OLMoE shape)", step_fn(model, inputs, list(model.parameters())), device,
+                args.steps, args.top)
+        profile("torch moe (OLMoE shape)", step_fn(reference, inputs, list(reference.parameters())), device,
+                args.steps, 10)
+
+
+if __name__ == "__main__":
+    main()
