@@ -12,7 +12,8 @@ TFLOP/s (``18*T*K*H*I`` per micro-batch) and the speed-up over bf16 at the same 
 ``fp8 ... nocache`` rows run the recipe with ``cache_weights=False`` (every micro-batch
 re-quantizes both weights): the cache's own effect. ``--ab-fusions`` adds rows with
 ForwardQuantizedGroupedMLP forced on (its guard declines FP8) and with BackwardQuantizedGatedMLP
-off: the measurements that decide those two guards.
+forced on (its guard declines every format since session 13): the measurements that decide
+those two guards.
 
     python -m benchmarks.fp8_moe                       # H100: table, results/fp8_moe.json
     python -m benchmarks.fp8_moe --smoke               # CPU, tiny shapes, end to end
@@ -38,7 +39,6 @@ import torch
 import fuseops
 from benchmarks.moe_layer import SHAPES, Case, fuseops_layer, make_case, quantized
 from fuseops.fusions import backward_quantized_gated_mlp, forward_quantized_grouped_mlp
-from fuseops.kernels.quantization.formats import Scaling
 
 SMOKE_SHAPES = {"smoke": dict(E=4, T=64, H=64, I=32, K=2)}
 RECIPES = {
@@ -80,12 +80,12 @@ def layers(case: Case, recipe_names: list[str], args) -> dict[str, Callable[[], 
         if args.nocache:
             impls[f"{name} nocache"] = quantized(fuseops_layer(case), dataclasses.replace(recipe, cache_weights=False))
         if args.ab_fusions:
-            # ForwardQuantizedGroupedMLP declines FP8 by session 5's measurement: forced on here;
-            # BackwardQuantizedGatedMLP (unmeasured) forced off.
+            # Both fusions decline these formats by measurement (session 5: the forward; session
+            # 13: the backward): each forced on here.
             impls[f"{name} fused fwd"] = variant(quantized(fuseops_layer(case), recipe), forward_quantized_grouped_mlp,
                                                  "UNFUSED_FASTER", ())
-            impls[f"{name} unfused bwd"] = variant(quantized(fuseops_layer(case), recipe), backward_quantized_gated_mlp,
-                                                   "DECLINED", tuple(Scaling))
+            impls[f"{name} fused bwd"] = variant(quantized(fuseops_layer(case), recipe), backward_quantized_gated_mlp,
+                                                 "DECLINED", ())
     return impls
 
 

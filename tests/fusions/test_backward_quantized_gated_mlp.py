@@ -2,7 +2,10 @@
 derivative and emits FC1's quantized output gradient. The plan shows it under a recipe
 only, for gated activations and F a multiple of the gradient block (or interleaved); outputs and every gradient are the unfused ops' bit for bit on the torch
 reference path (with frozen weights, main_grad, and after either forward plan), and within
-float32 rounding of them through the Triton kernels."""
+float32 rounding of them through the Triton kernels.
+
+Its guard declines every format by measurement (the module's ``DECLINED``): the tests below
+switch that off to check the fusion itself, and one checks the default."""
 
 import copy
 
@@ -11,6 +14,7 @@ import torch
 
 import fuseops
 from fuseops import ops
+from fuseops.fusions import backward_quantized_gated_mlp
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.quant import recipes
 from tests.fusions.test_producer_quantize_linear import assert_same, step
@@ -25,6 +29,22 @@ GATES = {
     "geglu": lambda: ops.GeGLU(),
     "clamped-interleaved-scaled": lambda: ops.ClampedSwiGLU(limit=1.5, interleaved=True, scaled=True),
 }
+
+
+@pytest.fixture(autouse=True)
+def fusion_enabled(monkeypatch):
+    monkeypatch.setattr(backward_quantized_gated_mlp, "DECLINED", ())
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=IDS)
+def test_declined_by_default_where_it_measured_slower(recipe, monkeypatch):
+    monkeypatch.undo()
+    model = _model("swiglu-scaled")
+    step(model, torch.randn(64, 64), _extras(model), recipe)
+    assert FUSED not in model.plan.backward
+    scaling = recipe.format(recipes.TensorRole.GRAD).scaling.name
+    reason = f"{scaling} gradients: the unfused dgrad and gated backward measured faster"
+    assert ("BackwardQuantizedGatedMLP", (0, 1, 2), reason) in model.plan.declined
 
 
 def _model(gate, *, ffn=128, hidden=64, groups=3, dtype=torch.float32, device="cpu", fc2_bias=True,
