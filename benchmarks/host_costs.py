@@ -1,0 +1,92 @@
+"""Host microseconds per call of the pieces of a dense block's step, on the GPU: torch's ops
+beside our launchers and the executor, at a row count small enough that the GPU never
+holds the host back (issue 20: where the ~150 us per kernel goes).
+
+    python -m benchmarks.host_costs [--H 1024] [--rows 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+import fuseops
+from fuseops import ops
+from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.elementwise.norm import rmsnorm_fwd
+from fuseops.kernels.gemm.dense import gemm
+
+
+@triton.jit
+def _empty(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+def host_us(fn, calls: int = 2000) -> float:
+    """Median host microseconds per call over batches of 100 (drained between batches)."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    per_batch = []
+    for _ in range(calls // 100):
+        start = time.perf_counter()
+        for _ in range(100):
+            fn()
+        per_batch.append((time.perf_counter() - start) * 1e4)
+        torch.cuda.synchronize()
+    return sorted(per_batch)[len(per_batch) // 2]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--H", type=int, default=1024)
+    parser.add_argument("--rows", type=int, default=64)
+    args = parser.parse_args()
+    H, M, dev, dt = args.H, args.rows, "cuda", torch.bfloat16
+    a = torch.randn(M, H, device=dev, dtype=dt)
+    w = torch.randn(4 * H, H, device=dev, dtype=dt)
+    bias = torch.randn(4 * H, device=dev, dtype=dt)
+    g = torch.ones(H, device=dev, dtype=dt)
+    rows: dict[str, float] = {}
+    rows["torch.addmm"] = host_us(lambda: torch.addmm(bias, a, w.t()))
+    rows["torch.mm"] = host_us(lambda: torch.mm(a, w.t()))
+    z = torch.addmm(bias, a, w.t())
+    rows["torch gelu(tanh)"] = host_us(lambda: torch.nn.functional.gelu(z, approximate="tanh"))
+    rows["torch rms_norm"] = host_us(lambda: torch.nn.functional.rms_norm(a, (H,), g, 1e-6))
+    rows["torch.empty"] = host_us(lambda: torch.empty(M, 4 * H, device=dev, dtype=dt))
+    rows["triton empty kernel"] = host_us(lambda: _empty[(1,)](a, M, BLOCK=16))
+    rows["TensorDescriptor.from_tensor"] = host_us(lambda: TensorDescriptor.from_tensor(a, [128, 64]))
+    rows["fuseops gemm+bias+gelu"] = host_us(lambda: gemm(a, w.t(), bias=bias, act=Activation.GELU_TANH))
+    rows["fuseops gemm"] = host_us(lambda: gemm(a, w.t()))
+    rows["fuseops rmsnorm_fwd"] = host_us(lambda: rmsnorm_fwd(a, g, 1e-6))
+    block = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, 4 * H), ops.GELU(approximate="tanh"),
+                               ops.Linear(4 * H, H), ops.AddExtraInput()).to(dev, dt)
+    ref = torch.nn.Sequential(torch.nn.RMSNorm(H), torch.nn.Linear(H, 4 * H), torch.nn.GELU(approximate="tanh"),
+                              torch.nn.Linear(4 * H, H)).to(dev, dt)
+    x = a.clone().requires_grad_()
+    with torch.no_grad():
+        rows["fuseops block fwd, no grad"] = host_us(lambda: block(a, a))
+        rows["torch block fwd, no grad"] = host_us(lambda: ref(a) + a)
+    rows["fuseops block fwd"] = host_us(lambda: block(x, x))
+    rows["torch block fwd"] = host_us(lambda: ref(x) + x)
+
+    def step(model, *inputs):
+        def run():
+            for p in model.parameters():
+                p.grad = None
+            model(*inputs).sum().backward()
+        return run
+    rows["fuseops block fwd+bwd"] = host_us(step(block, x, x), 1000)
+    rows["torch block fwd+bwd"] = host_us(lambda: ((ref(x) + x).sum().backward(), [setattr(p, "grad", None) for p in ref.parameters()]), 1000)
+    print(f"host us per call, H={H}, rows={M}, {torch.cuda.get_device_name()}")
+    for name, us in rows.items():
+        print(f"  {name:34s} {us:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
