@@ -27,6 +27,22 @@ def _empty(x_ptr, n, BLOCK: tl.constexpr):
     pass
 
 
+@triton.jit
+def _empty_many(a, b, c, d, e, n0, n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11, f0,
+                C0: tl.constexpr, C1: tl.constexpr, C2: tl.constexpr, C3: tl.constexpr, C4: tl.constexpr):
+    pass
+
+
+@triton.jit
+def _empty_desc(a_desc, b_desc, c_desc, n, BLOCK: tl.constexpr):
+    pass
+
+
+class _NoLaunch:
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
 def host_us(fn, calls: int = 2000) -> float:
     """Median host microseconds per call over batches of 100 (drained between batches)."""
     for _ in range(50):
@@ -61,6 +77,17 @@ def main() -> None:
     rows["torch.empty"] = host_us(lambda: torch.empty(M, 4 * H, device=dev, dtype=dt))
     rows["triton empty kernel"] = host_us(lambda: _empty[(1,)](a, M, BLOCK=16))
     rows["TensorDescriptor.from_tensor"] = host_us(lambda: TensorDescriptor.from_tensor(a, [128, 64]))
+    rows["triton empty kernel, 18 args"] = host_us(
+        lambda: _empty_many[(1,)](a, a, a, a, a, *range(1, 13), 1.0, C0=1, C1=2, C2=3, C3=4, C4=5))
+    descs = [TensorDescriptor.from_tensor(t, [64, 64]) for t in (a, a, a)]
+    rows["triton empty kernel, 3 descriptors"] = host_us(lambda: _empty_desc[(1,)](*descs, M, BLOCK=16))
+    from fuseops.kernels.gemm import dense
+    kernel = dense.gemm_kernel
+    dense.gemm_kernel = _NoLaunch()
+    rows["fuseops gemm, prep only"] = host_us(lambda: gemm(a, w.t(), bias=bias, act=Activation.GELU_TANH))
+    dense.gemm_kernel = kernel
+    odd = torch.randn(M * H + 1, device=dev, dtype=dt)[1:].view(M, H)  # base 2 B past 16-B alignment: no TMA
+    rows["fuseops gemm+bias+gelu, pointer path"] = host_us(lambda: gemm(odd, w.t(), bias=bias, act=Activation.GELU_TANH))
     rows["fuseops gemm+bias+gelu"] = host_us(lambda: gemm(a, w.t(), bias=bias, act=Activation.GELU_TANH))
     rows["fuseops gemm"] = host_us(lambda: gemm(a, w.t()))
     rows["fuseops rmsnorm_fwd"] = host_us(lambda: rmsnorm_fwd(a, g, 1e-6))

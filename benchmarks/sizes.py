@@ -195,22 +195,27 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
     return row
 
 
-def dense_rows(device, dtype, Ts, Hs, reps) -> list[dict]:
+def dense_rows(device, dtype, Ts, Hs, reps, acts=("gelu", "swiglu"), save=None) -> list[dict]:
     rows = []
-    for act in ("gelu", "swiglu"):
+    for act in acts:
         for H in Hs:
+            # One model per width, all row counts through it: the compiled variants trace once
+            # (rows marked dynamic), as a user's model does across batch sizes.
+            torch.manual_seed(0)
+            model = fuseops_dense(H, act).to(device, dtype)
+            reference = torch_dense(model).to(device, dtype)
             for T in Ts:
-                torch.manual_seed(0)
-                model = fuseops_dense(H, act).to(device, dtype)
-                reference = torch_dense(model).to(device, dtype)
                 x = torch.randn(T, H, device=device, dtype=dtype, requires_grad=True)
+                torch._dynamo.mark_dynamic(x, 0)
                 rows.append({"part": "dense", "act": act, "T": T, "H": H,
                              **measure(model, reference, (x,), device, reps)})
                 print(rows[-1], flush=True)
+                if save:
+                    save(rows)
     return rows
 
 
-def moe_rows(device, dtype, Ts, shapes, reps) -> list[dict]:
+def moe_rows(device, dtype, Ts, shapes, reps, save=None) -> list[dict]:
     rows = []
     for name, (E, H, I, K) in shapes.items():
         for T in Ts:
@@ -225,6 +230,8 @@ def moe_rows(device, dtype, Ts, shapes, reps) -> list[dict]:
                 row = measure(model, reference, (x, ids, weights), device, reps, compile_torch=dtype == torch.bfloat16)
                 rows.append({"part": "moe", "shape": name, "T": T, "routing": "skewed" if skewed else "uniform", **row})
                 print(rows[-1], flush=True)
+                if save:
+                    save(rows)
     return rows
 
 
@@ -264,6 +271,11 @@ def main() -> None:
     parser.add_argument("--part", choices=("dense", "moe", "all"), default="all")
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: checks the script end to end")
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--acts", nargs="*", default=["gelu", "swiglu"], choices=["gelu", "swiglu"])
+    parser.add_argument("--T", nargs="*", type=int, help="token counts (default: the issue's)")
+    parser.add_argument("--H", nargs="*", type=int, help="dense widths (default: the issue's)")
+    parser.add_argument("--shapes", nargs="*", choices=list(MOE_SHAPES), help="MoE shapes (default: all)")
+    parser.add_argument("--out", type=Path, help="results path without suffix (default results/sizes_<part>)")
     args = parser.parse_args()
     if args.smoke:
         device, dtype, reps = "cpu", torch.float32, 3
@@ -271,14 +283,23 @@ def main() -> None:
         moe = ((64,), {"tiny": (4, 32, 48, 2)})
     else:
         device, dtype, reps = "cuda", torch.bfloat16, args.reps
-        dense, moe = (DENSE_T, DENSE_H), (MOE_T, MOE_SHAPES)
+        shapes = {k: v for k, v in MOE_SHAPES.items() if not args.shapes or k in args.shapes}
+        dense, moe = (args.T or DENSE_T, args.H or DENSE_H), (args.T or MOE_T, shapes)
+    out = args.out or Path(__file__).parent / "results" / f"sizes_{args.part}{'_smoke' if args.smoke else ''}"
+    done: list[dict] = []
+
+    def save(rows: list[dict]) -> None:
+        # After every cell, so that a run stopped by a time limit keeps what it measured.
+        out.with_suffix(".json").write_text(
+            json.dumps({"device": device, "dtype": str(dtype), "rows": done + rows}, indent=1))
+
     rows = []
     if args.part in ("dense", "all"):
-        rows += dense_rows(device, dtype, *dense, reps)
+        rows += dense_rows(device, dtype, *dense, reps, acts=args.acts, save=save)
+        done.extend(rows)
     if args.part in ("moe", "all"):
-        rows += moe_rows(device, dtype, *moe, reps)
-    out = Path(__file__).parent / "results" / f"sizes_{args.part}{'_smoke' if args.smoke else ''}"
-    out.with_suffix(".json").write_text(json.dumps({"device": device, "dtype": str(dtype), "rows": rows}, indent=1))
+        rows += moe_rows(device, dtype, *moe, reps, save=save)
+    save(rows[len(done):])
     plot(rows, out.with_suffix(".png"))
     print_table(rows)
 
