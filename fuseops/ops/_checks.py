@@ -47,6 +47,8 @@ def float_dtype(name: str, dtype: torch.dtype | None) -> torch.dtype | None:
 
 
 def same_device(a: torch.device, b: torch.device) -> bool:
+    if a == b:
+        return True
     if a.type != b.type:
         return False
     if a.type != "cuda":
@@ -68,7 +70,9 @@ def matches_parameters(op: torch.nn.Module, spec: TensorSpec, *, what: str = "in
     ``torch.autocast`` any of float32/float16/bfloat16 meets any of them (the op casts)."""
     name = type(op).__name__
     eligible = (torch.float32, torch.float16, torch.bfloat16)
-    for pname, p in op.named_parameters(recurse=False):
+    for pname, p in op._parameters.items():
+        if p is None:
+            continue
         autocast_casts = spec.autocast is not None and p.dtype in eligible and spec.dtype in eligible
         if p.dtype != spec.dtype and not autocast_casts:
             raise TypeError(

@@ -40,13 +40,40 @@ def meta(default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={"role": Role.META})
 
 
+# (name, role) of each field, per Saved class: read on every call by the executor, built
+# once in eager mode (while torch.compile traces, built afresh: no side effect to trace).
+_FIELD_ROLES: dict[type, tuple[tuple[str, Role], ...]] = {}
+
+
+def _field_roles(record: Saved) -> tuple[tuple[str, Role], ...]:
+    # dynamo traces dataclasses.fields of an instance, not of a class.
+    if torch.compiler.is_compiling():
+        return tuple((f.name, f.metadata.get("role", Role.META)) for f in dataclasses.fields(record))
+    roles = _FIELD_ROLES.get(type(record))
+    if roles is None:
+        roles = tuple((f.name, f.metadata.get("role", Role.META)) for f in dataclasses.fields(record))
+        _FIELD_ROLES[type(record)] = roles
+    return roles
+
+
 @dataclass(frozen=True)
 class Saved:
     """Base of every op's saved-state record. Fields without a role are meta."""
 
     def fields_by_role(self) -> Iterator[tuple[str, Any, Role]]:
-        for f in dataclasses.fields(self):
-            yield f.name, getattr(self, f.name), f.metadata.get("role", Role.META)
+        for name, role in _field_roles(self):
+            yield name, getattr(self, name), role
+
+    def replaced(self, changes: dict[str, Any]) -> Saved:
+        """A copy with ``changes``: ``dataclasses.replace`` without re-running ``__init__``
+        and its field walk in eager mode (records have no ``__post_init__``); the executor
+        makes two per op and call."""
+        if torch.compiler.is_compiling() or not changes:
+            return dataclasses.replace(self, **changes) if changes else self
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
 
 
 @dataclass(frozen=True)

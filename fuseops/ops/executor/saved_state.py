@@ -5,7 +5,6 @@ plain references in the op's ``Saved`` record."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +50,7 @@ def pack_saved(ctxs: Sequence[OpContext]) -> tuple[list[torch.Tensor], list[Save
         saved = ctx.saved
         if saved is not None:
             packed = {name: _pack(v, role, tensors) for name, v, role in saved.fields_by_role()}
-            saved = dataclasses.replace(saved, **packed)
+            saved = saved.replaced(packed)
             # Drop the op's own reference so the packed copy is the only one.
             ctx.saved = None
         records.append(saved)
@@ -64,7 +63,7 @@ def unpack_saved(records: Sequence[Saved | None], tensors: Sequence[torch.Tensor
     for saved in records:
         if saved is not None:
             fields = {n: v.unpack(tensors) for n, v, _ in saved.fields_by_role() if isinstance(v, _Slot)}
-            saved = dataclasses.replace(saved, **fields)
+            saved = saved.replaced(fields)
         out.append(saved)
     return out
 
