@@ -14,6 +14,7 @@ import torch
 import fuseops
 from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
+from fuseops.ops import _autocast
 from tests.helpers import assert_close_rel
 
 BF16 = torch.bfloat16
@@ -138,3 +139,26 @@ def test_grouped_weight_grad_compiled_equals_eager():
     for eager, compiled in zip(run(False), run(True)):
         assert compiled.dtype == torch.float32
         torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_expert_mlp_casts_each_weight_once_per_version(monkeypatch, fuse):
+    """Forward and backward of every step share one bf16 copy of each parameter until an
+    optimizer step changes it (the backward never casts again)."""
+    built = []
+    real = _autocast.derived
+
+    def counting(param, kind, build, **kw):
+        return real(param, kind, lambda p: built.append(kind) or build(p), **kw)
+
+    monkeypatch.setattr(_autocast, "derived", counting)
+    seq = _expert_mlp("cpu", fuse)
+    opt = torch.optim.SGD(seq.parameters(), lr=0.1)
+    sizes = torch.tensor([4, 3, 0])
+    x = torch.randn(7, 16, requires_grad=True)
+    for _ in range(3):
+        _backward(seq, x, (sizes, sizes), torch.randn(7, 16, dtype=BF16))
+    assert len(built) == 3  # w1, b1, w2
+    opt.step()
+    _backward(seq, x, (sizes, sizes), torch.randn(7, 16, dtype=BF16))
+    assert len(built) == 6
