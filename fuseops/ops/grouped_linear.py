@@ -165,7 +165,7 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
         main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad and ctx.weight_requires_grad else None
         dx, dw = quantized_backward(
             ctx.saved, dy2d, need_dgrad=ctx.input_requires_grad, need_wgrad=ctx.weight_requires_grad,
-            main_grad=main_grad,
+            main_grad=main_grad, wgrad_dtype=self.weight.dtype,
         )
         params: dict[str, torch.Tensor | None] = {}
         if ctx.weight_requires_grad:

@@ -213,7 +213,9 @@ class Linear(_autocast.AutocastParameters, BasicOp):
         dy2d = dy.reshape(-1, out_features)
         if qdy is not None:
             main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad else None
-            grads = {"weight": quantized_wgrad(saved, qdy, out_dtype=dy.dtype, main_grad=main_grad)}
+            # The parameter's dtype: under torch.autocast a float32 weight's gradient is the
+            # scaled GEMM's float32 result, not a bf16 rounding of it.
+            grads = {"weight": quantized_wgrad(saved, qdy, out_dtype=self.weight.dtype, main_grad=main_grad)}
         else:
             x2d = saved.x.reshape(-1, in_features)
             grads = {"weight": weight_grad(dy2d, x2d, self.weight, self.accumulate_into_main_grad)}

@@ -15,6 +15,7 @@ import fuseops
 from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.ops import _autocast
+from fuseops.quant import recipes
 from tests.helpers import assert_close_rel
 
 BF16 = torch.bfloat16
@@ -162,3 +163,29 @@ def test_expert_mlp_casts_each_weight_once_per_version(monkeypatch, fuse):
     opt.step()
     _backward(seq, x, (sizes, sizes), torch.randn(7, 16, dtype=BF16))
     assert len(built) == 6
+
+
+@pytest.mark.parametrize("recipe", [recipes.FP8CurrentScaling(), recipes.FP8Blockwise()], ids=["fp8", "fp8-block"])
+def test_quantized_weight_grads_under_autocast_keep_float32(recipe):
+    """A recipe nested in torch.autocast: the scaled wgrad GEMMs write the float32 parameters'
+    gradients in float32 (Linear, GroupedLinear, and the quantized gated MLP's backward)."""
+    torch.manual_seed(0)
+    sizes = [20, 0, 44]
+    split = torch.tensor(sizes)
+    models = {
+        "Linear": (fuseops.Sequential(ops.Linear(64, 128)), ()),
+        "GroupedLinear": (fuseops.Sequential(ops.GroupedLinear(3, 64, 128)), (split,)),
+        "gated MLP": (fuseops.Sequential(ops.GroupedLinear(3, 64, 256), ops.SwiGLU(), ops.GroupedLinear(3, 128, 64)),
+                      (split, split)),
+    }
+    x = torch.randn(64, 64)
+    for name, (seq, extras) in models.items():
+        with torch.autocast("cpu", dtype=BF16), fuseops.autocast(recipe=recipe):
+            y = seq(x, *extras)
+        y.backward(torch.randn_like(y))
+        if name == "gated MLP":
+            assert ("BackwardQuantizedGatedMLP", (0, 1, 2)) in seq.plan.backward
+        for p in seq.parameters():
+            if p.dim() > 1:
+                assert p.grad.dtype == torch.float32
+                assert _bf16_values(p.grad) < 0.5, f"{name}: {tuple(p.shape)} looks rounded to bf16"
