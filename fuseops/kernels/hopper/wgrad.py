@@ -6,10 +6,10 @@ gradient under ``torch.autocast``, the float32 sums stored as they are) or added
 ``main_grad``, built like hopper/blockwise.py: a TMA producer warp fills a ring of stages, and
 two consumer warpgroups take the two 64-row halves of each [128, 256] tile of ``dw[g]``
 ([128, 128] when the target is float32, written or accumulated: its staging tile needs the
-shared memory). Each consumer keeps one wgmma in
-flight, releases a stage as soon as its product has read it (the ``empty`` barrier counts both
-consumers), and hands its finished tile to an asynchronous TMA store, so the next tile's first
-steps are already in shared memory while it does. Into ``main_grad``, the tile's float32 sum
+shared memory). Each consumer keeps one wgmma in flight, releases a stage as soon as its
+product has read it (the ``empty`` barrier counts both consumers), and hands its finished
+tile to an asynchronous TMA store, so the next tile's first steps are already in shared
+memory while it does. Into ``main_grad``, the tile's float32 sum
 so far comes in by TMA while the main loop runs. The Triton kernel's loop (one partition for
 loads, MMA and epilogue) leaves the tensor cores idle across each tile's epilogue and first
 loads, and reads ``main_grad`` before its main loop can start. Measured on an H100
