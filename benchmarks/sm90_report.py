@@ -158,22 +158,37 @@ def blockwise_wgrad_launch(sink, *, accumulate=False, along_n=None):
         mod.grouped_blockwise_wgrad(_fp8_rows(N, P), _fp8_rows(K, P), offsets, dw, accumulate, along_n)
 
 
-def bf16_wgrad_launch(sink, *, accumulate=False, along_n=None):
-    """The bf16 grouped wgrad (Gluon) at the Mixtral FC1 shape, written or into main_grad
-    (``along_n``: the walk order, else the shape's)."""
-    from fuseops.kernels.hopper import wgrad as mod
-
+def _wgrad_operands():
     E, M, N, K = 8, 16384, 28672, 4096
     dz, x = torch.empty(M, N, dtype=torch.bfloat16), torch.empty(M, K, dtype=torch.bfloat16)
-    offsets = torch.arange(0, M + 1, M // E, dtype=torch.int64)
-    main_grad = torch.empty(E, N, K) if accumulate else None
+    return dz, x, torch.arange(0, M + 1, M // E, dtype=torch.int64), (E, N, K)
+
+
+def bf16_wgrad_launch(sink, *, accumulate=False, along_n=None, out_dtype=None):
+    """The bf16 grouped wgrad (Gluon) at the Mixtral FC1 shape, written (in ``out_dtype``: the
+    operands' or float32) or into main_grad (``along_n``: the walk order, else the shape's)."""
+    from fuseops.kernels.hopper import wgrad as mod
+
+    dz, x, offsets, shape = _wgrad_operands()
+    main_grad = torch.empty(shape) if accumulate else None
     with caught(mod, "grouped_wgrad_kernel", sink):
-        mod.grouped_wgrad_hopper(dz, x, offsets, main_grad, along_n=along_n)
+        mod.grouped_wgrad_hopper(dz, x, offsets, main_grad, along_n=along_n, out_dtype=out_dtype)
+
+
+def triton_wgrad_launch(sink, *, accumulate=False, out_dtype=None):
+    """The Triton grouped wgrad for bf16 operands at the Mixtral FC1 shape (where the Gluon
+    kernel does not serve), written (in ``out_dtype``) or into main_grad."""
+    from fuseops.kernels.gemm import grouped_wgrad as mod
+
+    dz, x, offsets, shape = _wgrad_operands()
+    main_grad = torch.empty(shape) if accumulate else None
+    with caught(mod, "grouped_gemm_wgrad_kernel", sink):
+        mod.grouped_gemm_wgrad(dz, x, offsets, main_grad=main_grad, out_dtype=out_dtype)
 
 
 CASES = {"gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
          "blockwise_fwd": blockwise_fwd_launch, "blockwise_wgrad": blockwise_wgrad_launch,
-         "bf16_wgrad": bf16_wgrad_launch}
+         "bf16_wgrad": bf16_wgrad_launch, "triton_wgrad": triton_wgrad_launch}
 
 
 def main() -> None:

@@ -77,7 +77,7 @@ class BackwardQuantizedGatedMLP(Fusion):
         fc2_params = {}
         if fc2_ctx.weight_requires_grad:
             main_grad = _checks.main_grad(fc2.weight) if fc2.accumulate_into_main_grad else None
-            fc2_params["weight"] = quantized_wgrad(s2, qdy, out_dtype=dy2d.dtype, main_grad=main_grad)
+            fc2_params["weight"] = quantized_wgrad(s2, qdy, out_dtype=fc2.weight.dtype, main_grad=main_grad)
             if fc2.bias is not None:
                 fc2_params["bias"] = launcher(Kernel.GROUPED_BIAS_GRAD, dy2d)(dy2d, s2.offsets)
         if not need_dz:
@@ -105,7 +105,7 @@ class BackwardQuantizedGatedMLP(Fusion):
                 dx = linear_dgrad(qdz, s1.weight).view(*dy.shape[:-1], fc1.in_features)
             if fc1_ctx.weight_requires_grad:
                 main_grad = _checks.main_grad(fc1.weight) if fc1.accumulate_into_main_grad else None
-                fc1_params["weight"] = quantized_wgrad(s1, qdz, out_dtype=z.dtype, main_grad=main_grad)
+                fc1_params["weight"] = quantized_wgrad(s1, qdz, out_dtype=fc1.weight.dtype, main_grad=main_grad)
             if fc1_bias_grad:
                 dz2d = emitted.y
                 fc1_params["bias"] = launcher(Kernel.GROUPED_BIAS_GRAD, dz2d)(dz2d, s1.offsets)

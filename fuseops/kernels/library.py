@@ -137,32 +137,29 @@ def grouped_gemm_dgrad_gated(
 
 
 @torch.library.custom_op("fuseops::grouped_gemm_wgrad", mutates_args=())
-def _wgrad_op(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, float32: bool) -> torch.Tensor:
-    launch = launcher(Kernel.GROUPED_GEMM_WGRAD, dy)
-    if not float32:
-        return launch(dy, x, offsets)
-    G, N, K = offsets.shape[0] - 1, dy.shape[1], x.shape[1]
-    return launch(dy, x, offsets, main_grad=torch.zeros(G, N, K, dtype=torch.float32, device=x.device))
+def _wgrad_op(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    return launcher(Kernel.GROUPED_GEMM_WGRAD, dy)(dy, x, offsets, out_dtype=out_dtype)
 
 
 @_wgrad_op.register_fake
-def _(dy, x, offsets, float32):
-    shape = (offsets.shape[0] - 1, dy.shape[1], x.shape[1])
-    return x.new_empty(shape, dtype=torch.float32 if float32 else x.dtype)
+def _(dy, x, offsets, out_dtype):
+    return x.new_empty((offsets.shape[0] - 1, dy.shape[1], x.shape[1]), dtype=out_dtype)
 
 
 def grouped_gemm_wgrad(
     dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, *, main_grad: torch.Tensor | None = None,
-    out: torch.Tensor | None = None,
+    out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """``gemm/grouped_wgrad.py``'s ``grouped_gemm_wgrad`` (or its reference), traceable: under a
-    trace the float32 sum is made apart and added to ``main_grad``."""
+    trace dw is made apart in its target's dtype (float32 for ``main_grad``: the sum is rounded
+    once, as eagerly) and added to ``main_grad`` or copied into ``out``."""
     if not torch.compiler.is_compiling():
         launch = launcher(Kernel.GROUPED_GEMM_WGRAD, dy)
-        return launch(dy, x, offsets, main_grad=main_grad, out=out)
+        return launch(dy, x, offsets, main_grad=main_grad, out=out, out_dtype=out_dtype)
     if main_grad is not None:
-        return main_grad.add_(_wgrad_op(dy, x, offsets, True))
-    return _into(out, _wgrad_op(dy, x, offsets, False))
+        return main_grad.add_(_wgrad_op(dy, x, offsets, torch.float32))
+    dtype = out.dtype if out is not None else out_dtype or x.dtype
+    return _into(out, _wgrad_op(dy, x, offsets, dtype))
 
 
 @torch.library.custom_op("fuseops::grouped_bias_grad", mutates_args=())

@@ -139,9 +139,12 @@ def quantized_backward(
     need_dgrad: bool,
     need_wgrad: bool,
     main_grad: torch.Tensor | None = None,
+    wgrad_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """``(dx, dw)``; ``dw`` is added into ``main_grad`` (and returned as None) when given."""
+    """``(dx, dw)``; ``dw`` in ``wgrad_dtype`` (the parameter's; default dy's), or added into
+    ``main_grad`` (and returned as None) when given."""
     qdy = quantize_grad(saved, dy2d, need_dgrad=need_dgrad, need_wgrad=need_wgrad)
     dx = linear_dgrad(qdy, saved.weight) if need_dgrad else None
-    dw = quantized_wgrad(saved, qdy, out_dtype=dy2d.dtype, main_grad=main_grad) if need_wgrad else None
+    dw = (quantized_wgrad(saved, qdy, out_dtype=wgrad_dtype or dy2d.dtype, main_grad=main_grad)
+          if need_wgrad else None)
     return dx, dw

@@ -144,7 +144,9 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
         if x2d is None:
             x2d = s.x.reshape(-1, self.in_features).contiguous()
         main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad else None
-        dw = library.grouped_gemm_wgrad(dy2d, x2d, s.offsets, main_grad=main_grad)
+        # dw in the parameter's dtype straight from the kernel's float32 sums: under autocast a
+        # float32 weight's gradient, with no bf16 copy and no cast pass after.
+        dw = library.grouped_gemm_wgrad(dy2d, x2d, s.offsets, main_grad=main_grad, out_dtype=self.weight.dtype)
         grads = {"weight": None if main_grad is not None else dw}
         if self.bias is not None:
             grads["bias"] = library.grouped_bias_grad(dy2d, s.offsets)
@@ -163,7 +165,7 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
         main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad and ctx.weight_requires_grad else None
         dx, dw = quantized_backward(
             ctx.saved, dy2d, need_dgrad=ctx.input_requires_grad, need_wgrad=ctx.weight_requires_grad,
-            main_grad=main_grad,
+            main_grad=main_grad, wgrad_dtype=self.weight.dtype,
         )
         params: dict[str, torch.Tensor | None] = {}
         if ctx.weight_requires_grad:

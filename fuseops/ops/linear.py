@@ -26,9 +26,17 @@ class LinearSaved(Saved):
 
 
 def weight_grad(dy2d: torch.Tensor, x2d: torch.Tensor, weight: torch.nn.Parameter, accumulate: bool) -> torch.Tensor | None:
-    """``dy^T @ x``; with ``accumulate`` it is added in float32 to ``weight.main_grad``."""
+    """``dy^T @ x`` in ``weight``'s dtype; with ``accumulate`` it is added in float32 to
+    ``weight.main_grad``."""
     if not accumulate:
-        return dy2d.t() @ x2d
+        if weight.dtype != torch.float32 or dy2d.dtype not in (torch.bfloat16, torch.float16):
+            return dy2d.t() @ x2d
+        # Under autocast, a float32 weight's gradient from 16-bit operands: the float32 sums
+        # themselves (cuBLAS writes them; on CPU the operands are widened), not a cast of a
+        # 16-bit product.
+        if dy2d.is_cuda:
+            return torch.mm(dy2d.t(), x2d, out_dtype=torch.float32)
+        return dy2d.t().float() @ x2d.float()
     main_grad = _checks.main_grad(weight)
     if dy2d.is_cuda and dy2d.dtype != torch.float32:
         # cuBLAS accumulates low-precision products straight into a float32 result.
@@ -205,7 +213,9 @@ class Linear(_autocast.AutocastParameters, BasicOp):
         dy2d = dy.reshape(-1, out_features)
         if qdy is not None:
             main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad else None
-            grads = {"weight": quantized_wgrad(saved, qdy, out_dtype=dy.dtype, main_grad=main_grad)}
+            # The parameter's dtype: under torch.autocast a float32 weight's gradient is the
+            # scaled GEMM's float32 result, not a bf16 rounding of it.
+            grads = {"weight": quantized_wgrad(saved, qdy, out_dtype=self.weight.dtype, main_grad=main_grad)}
         else:
             x2d = saved.x.reshape(-1, in_features)
             grads = {"weight": weight_grad(dy2d, x2d, self.weight, self.accumulate_into_main_grad)}

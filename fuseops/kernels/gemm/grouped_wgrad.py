@@ -2,7 +2,9 @@
 
 ``dw[g] = dy[rows of g]^T @ x[rows of g]`` with ``dy`` [M, N], ``x`` [M, K], ``dw`` [G, N, K]
 (optionally added in float32 into ``main_grad``), and ``db[g] = sum of dy[rows of g]`` [G, N].
-Empty groups give exact zeros.
+Empty groups give exact zeros. The sums run in float32 and are rounded once, to dw's dtype:
+a float32 dw from bf16 operands (a float32 parameter under ``torch.autocast``) keeps the
+float32 sum, with no bf16 copy and no cast pass after.
 
 On sm_90, bf16 / fp16 operands behind TMA take the warp-specialized Gluon kernel of
 hopper/wgrad.py; everything else runs the Triton kernel here.
@@ -28,8 +30,9 @@ from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
 
 def _configs() -> dict[str, GemmConfig]:
     """Tile shapes by shape class; ``block_m`` is the reduction slab over rows. 16-bit operands
-    behind TMA: ``store``, and ``accumulate`` (a second float32 tile, ``main_grad``, in the
-    epilogue: a narrower tile); ``pointer`` for unaligned 16-bit operands; ``fp32``.
+    behind TMA: ``store``, and ``accumulate`` (a float32 tile in the epilogue: ``main_grad``
+    read and written, or a float32 ``dw`` written; a narrower tile); ``pointer`` for unaligned
+    16-bit operands; ``fp32``.
 
     ``store`` and ``accumulate`` were chosen on an H100 by ``python -m benchmarks.grouped_gemm
     --tune`` (bf16, the four MoE shapes x uniform/skewed routing): 1.03x torch._grouped_mm
@@ -48,13 +51,15 @@ def _configs() -> dict[str, GemmConfig]:
     }
 
 
-def pick_wgrad_config(dtype: torch.dtype, tma: bool, accumulate: bool) -> GemmConfig:
-    """The table entry; one serves every M, N and K of the MoE shapes measured."""
+def pick_wgrad_config(dtype: torch.dtype, tma: bool, float32_dw: bool) -> GemmConfig:
+    """The table entry for operands of ``dtype``; ``float32_dw``: the epilogue handles a
+    float32 tile (``main_grad``, or a float32 ``dw``). One serves every M, N and K of the
+    MoE shapes measured."""
     if dtype == torch.float32:
         return _configs()["fp32"]
     if not tma:
         return _configs()["pointer"]
-    return _configs()["accumulate" if accumulate else "store"]
+    return _configs()["accumulate" if float32_dw else "store"]
 
 
 @triton.jit
@@ -135,6 +140,7 @@ def grouped_gemm_wgrad(
     *,
     main_grad: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Per-group ``dy^T @ x`` (module docstring).
 
@@ -142,21 +148,23 @@ def grouped_gemm_wgrad(
         dy: [M, N] and x: [M, K], rows grouped contiguously by ``offsets``.
         offsets: int64 [G + 1] device tensor.
         main_grad: float32 [G, N, K] to accumulate into (and return), or None.
-        out: [G, N, K] to write into, else allocated in ``x``'s dtype.
+        out: [G, N, K] to write into (the float32 sums rounded to its dtype), else allocated.
+        out_dtype: the dtype of the ``dw`` allocated here; default ``x``'s.
     Returns:
         ``dw`` [G, N, K], or ``main_grad`` after the accumulation.
     """
-    cfg = pick_wgrad_config(x.dtype, tma_ok(dy, x), main_grad is not None)
+    dw_dtype = out.dtype if out is not None else out_dtype or x.dtype
+    cfg = pick_wgrad_config(x.dtype, tma_ok(dy, x), main_grad is not None or dw_dtype == torch.float32)
     # The kernels address dw with a unit last stride: other layouts go through a staging copy.
     if main_grad is not None and main_grad.stride(-1) != 1:
         return main_grad.copy_(launch_grouped_gemm_wgrad(dy, x, offsets, main_grad.contiguous(), None, cfg))
     if out is not None and out.stride(-1) != 1:
-        return out.copy_(launch_grouped_gemm_wgrad(dy, x, offsets, None, None, cfg))
-    return launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg)
+        return out.copy_(launch_grouped_gemm_wgrad(dy, x, offsets, None, None, cfg, out_dtype=out.dtype))
+    return launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg, out_dtype=dw_dtype)
 
 
 def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig,
-                              along_n: bool | None = None) -> torch.Tensor:
+                              along_n: bool | None = None, *, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``grouped_gemm_wgrad`` with an explicit tile config (what the offline tuner calls) and,
     for tests, walk order (``along_n``; else wgrad_walk.n_fastest's)."""
     N, K, G = dy.shape[1], x.shape[1], offsets.shape[0] - 1
@@ -165,7 +173,7 @@ def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig,
     if main_grad is not None:
         dw = main_grad
     else:
-        dw = out if out is not None else torch.empty(G, N, K, dtype=x.dtype, device=x.device)
+        dw = out if out is not None else torch.empty(G, N, K, dtype=out_dtype or x.dtype, device=x.device)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     tma_load = tma_ok(dy, x)
     dy_arg = ragged_descriptor(dy, [bm, bn]) if tma_load else dy
@@ -212,9 +220,12 @@ def reference_grouped_gemm_wgrad(
     *,
     main_grad: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """``dw[g] = dy[r]^T @ x[r]`` for r = offsets[g]:offsets[g+1] in float32 (zero when empty),
-    cast to ``x``'s dtype; with ``main_grad``: ``main_grad[g] += dy[r]^T @ x[r]``, returned.
+    rounded once to ``out``'s dtype, else ``out_dtype`` (default ``x``'s): float32 from bf16
+    operands is the float32 sum itself. With ``main_grad``: ``main_grad[g] += dy[r]^T @ x[r]``,
+    returned.
     """
     G, N, K = offsets.shape[0] - 1, dy.shape[1], x.shape[1]
     compute = torch.promote_types(x.dtype, torch.float32)
@@ -227,7 +238,7 @@ def reference_grouped_gemm_wgrad(
         return main_grad.add_(dw.to(main_grad.dtype))
     if out is not None:
         return out.copy_(dw)
-    return dw.to(x.dtype)
+    return dw.to(out_dtype or x.dtype)
 
 
 def reference_grouped_bias_grad(dy: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:

@@ -1,13 +1,15 @@
 """16-bit grouped weight gradients for Hopper, warp-specialized (Gluon).
 
 The product of gemm/grouped_wgrad.py, ``dw[g] = dy[rows of g]^T @ x[rows of g]`` for bf16 /
-fp16 operands, written to ``dw`` or added to a float32 ``main_grad``, built like
-hopper/blockwise.py: a TMA producer warp fills a ring of stages, and two consumer
-warpgroups take the two 64-row halves of each [128, 256] tile of ``dw[g]`` ([128, 128] when
-accumulating: the float32 tile needs the shared memory). Each consumer keeps one wgmma in
-flight, releases a stage as soon as its product has read it (the ``empty`` barrier counts both
-consumers), and hands its finished tile to an asynchronous TMA store, so the next tile's first
-steps are already in shared memory while it does. Into ``main_grad``, the tile's float32 sum
+fp16 operands, written to ``dw`` (in the operands' dtype, or float32: a float32 parameter's
+gradient under ``torch.autocast``, the float32 sums stored as they are) or added to a float32
+``main_grad``, built like hopper/blockwise.py: a TMA producer warp fills a ring of stages, and
+two consumer warpgroups take the two 64-row halves of each [128, 256] tile of ``dw[g]``
+([128, 128] when the target is float32, written or accumulated: its staging tile needs the
+shared memory). Each consumer keeps one wgmma in flight, releases a stage as soon as its
+product has read it (the ``empty`` barrier counts both consumers), and hands its finished
+tile to an asynchronous TMA store, so the next tile's first steps are already in shared
+memory while it does. Into ``main_grad``, the tile's float32 sum
 so far comes in by TMA while the main loop runs. The Triton kernel's loop (one partition for
 loads, MMA and epilogue) leaves the tensor cores idle across each tile's epilogue and first
 loads, and reads ``main_grad`` before its main loop can start. Measured on an H100
@@ -46,22 +48,28 @@ from fuseops.kernels.hopper.pipeline import CONSUMER_REGS, GL_DTYPES, PRODUCER_R
 BLOCK_N = 128  # dw rows per tile (dy's columns), as two consumer halves
 HALF = BLOCK_N // 2
 BLOCK_R = 64  # reduction rows per step
-# By whether the kernel accumulates into main_grad: dw columns per tile (x's columns) and
-# stages; shared memory 3 x 48 KB of operands + 2 x 32 KB of bf16 dw staging, or 4 x 32 KB +
-# 2 x 32 KB of float32 main_grad staging.
+# By whether the target (dw, or main_grad) is float32: dw columns per tile (x's columns) and
+# stages; shared memory 3 x 48 KB of operands + 2 x 32 KB of 16-bit dw staging, or 4 x 32 KB +
+# 2 x 32 KB of float32 staging (the geometry of the accumulation into main_grad, which writes a
+# float32 dw as well, with its prefetch and add left out).
 BLOCK_K = {False: 256, True: 128}
 STAGES = {False: 3, True: 4}
 BIG = gl.constexpr(RAGGED_ROWS)
 
 
-def usable(dy: torch.Tensor, x: torch.Tensor, main_grad: torch.Tensor | None, out: torch.Tensor | None) -> bool:
+def usable(dy: torch.Tensor, x: torch.Tensor, main_grad: torch.Tensor | None, out: torch.Tensor | None,
+           out_dtype: torch.dtype | None = None) -> bool:
     """Whether ``grouped_gemm_wgrad(dy, x, ...)`` takes this kernel: CUDA sm_90, bf16 / fp16
-    operands behind TMA descriptors, and the target (``main_grad``: float32; ``out``: the
-    operands' dtype) behind a TMA descriptor too."""
+    operands behind TMA descriptors, and the target (``main_grad``: float32; ``out``, or the dw
+    allocated in ``out_dtype``: the operands' dtype or float32) behind a TMA descriptor too."""
     if not on_sm90(dy) or dy.dtype not in (torch.bfloat16, torch.float16) or x.dtype != dy.dtype:
         return False
-    target, dtype = (main_grad, torch.float32) if main_grad is not None else (out, dy.dtype)
-    if target is not None and target.dtype != dtype:
+    if main_grad is not None:
+        target, dtypes = main_grad, (torch.float32,)
+    else:
+        target, dtypes = out, (dy.dtype, torch.float32)
+    dtype = target.dtype if target is not None else out_dtype or dy.dtype
+    if dtype not in dtypes:
         return False
     return tma_ok(dy, x, target) and dy.shape[0] < RAGGED_ROWS
 
@@ -186,17 +194,19 @@ def _ragged(t: torch.Tensor, cols: int) -> TensorDescriptor:
 
 def grouped_wgrad_hopper(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor,
                          main_grad: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                         along_n: bool | None = None) -> torch.Tensor:
-    """grouped_gemm_wgrad: ``dw`` [G, N, K] in dy's dtype (``out`` when given), or
-    ``main_grad`` after adding to it. Callers check ``usable``. ``along_n``: the walk order
-    (tests), else wgrad_walk.n_fastest's."""
+                         along_n: bool | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """grouped_gemm_wgrad: ``dw`` [G, N, K] (``out`` when given, else allocated in
+    ``out_dtype``, default dy's), or ``main_grad`` after adding to it. Callers check
+    ``usable``. ``along_n``: the walk order (tests), else wgrad_walk.n_fastest's."""
     N, K, G = dy.shape[1], x.shape[1], offsets.shape[0] - 1
     accumulate = main_grad is not None
     if accumulate:
         dw = main_grad
     else:
-        dw = out if out is not None else torch.empty(G, N, K, dtype=dy.dtype, device=dy.device)
-    bk = BLOCK_K[accumulate]
+        dw = out if out is not None else torch.empty(G, N, K, dtype=out_dtype or dy.dtype, device=dy.device)
+    # A float32 target takes the narrower tile: its staging is twice a 16-bit one's.
+    float32_dw = dw.dtype == torch.float32
+    bk = BLOCK_K[float32_dw]
     layout = gl.NVMMASharedLayout.get_default_for([1, HALF, bk], GL_DTYPES[dw.dtype])
     dw_desc = TensorDescriptor.from_tensor(dw, [1, HALF, bk], layout)
     programs = persistent_programs(dw, G * triton.cdiv(N, BLOCK_N) * triton.cdiv(K, bk))
@@ -204,18 +214,20 @@ def grouped_wgrad_hopper(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tenso
         along_n = n_fastest(N, K, BLOCK_N, bk, programs)
     grouped_wgrad_kernel[(programs,)](
         _ragged(dy, HALF), _ragged(x, bk), dw_desc, offsets, G, N, K,
-        ACCUMULATE=accumulate, NUM_PROGRAMS=programs, STAGES=STAGES[accumulate], N_FASTEST=along_n, num_warps=4,
+        ACCUMULATE=accumulate, NUM_PROGRAMS=programs, STAGES=STAGES[float32_dw], N_FASTEST=along_n, num_warps=4,
     )
     return dw
 
 
 def serves(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, *,
-           main_grad: torch.Tensor | None = None, out: torch.Tensor | None = None) -> bool:
+           main_grad: torch.Tensor | None = None, out: torch.Tensor | None = None,
+           out_dtype: torch.dtype | None = None) -> bool:
     """The dispatch table's sm_90 row: whether this kernel takes the call (``usable``)."""
-    return usable(dy, x, main_grad, out)
+    return usable(dy, x, main_grad, out, out_dtype)
 
 
 def grouped_gemm_wgrad(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, *,
-                       main_grad: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                       main_grad: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """gemm/grouped_wgrad.py's ``grouped_gemm_wgrad`` (same arguments) on this kernel."""
-    return grouped_wgrad_hopper(dy, x, offsets, main_grad, out)
+    return grouped_wgrad_hopper(dy, x, offsets, main_grad, out, out_dtype=out_dtype)

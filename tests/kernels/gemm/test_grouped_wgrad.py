@@ -74,6 +74,41 @@ def test_wgrad_accumulates_into_main_grad(dtype, shape):
             assert torch.equal(main_grad[g], before[g])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("given", ["out", "out_dtype"])
+def test_float32_dw_from_16bit_operands_is_the_float32_sum(dtype, split, shape, given):
+    """A float32 parameter's gradient under autocast: the kernel stores its float32 sums, not a
+    16-bit rounding of them (~1.6e-3 off for bf16, ~2e-4 for fp16: float32's 1e-5 x 10 tells
+    them apart, with room for the order of float32 additions on tensor cores)."""
+    sizes, offsets, dy, x = _case(split, shape, dtype)
+    N, K = SHAPES[shape]
+    if given == "out":
+        out = poison_(torch.empty(len(sizes), N, K, device=DEVICE, dtype=torch.float32))
+        dw = grouped_gemm_wgrad(dy, x, offsets, out=out)
+        assert dw.data_ptr() == out.data_ptr()
+    else:
+        dw = grouped_gemm_wgrad(dy, x, offsets, out_dtype=torch.float32)
+    assert dw.dtype == torch.float32
+    ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
+    assert_close_rel(dw, ref, dtype, what="within the 16-bit operands' tolerance")
+    assert_close_rel(dw, ref, torch.float32, factor=10, what="not rounded to 16 bits")
+    assert_close_rel(reference_grouped_gemm_wgrad(dy, x, offsets, out_dtype=torch.float32), ref, torch.float32,
+                     factor=10, what="the reference")
+    for g, size in enumerate(sizes):
+        if size == 0:
+            assert torch.count_nonzero(dw[g]) == 0, f"empty group {g} is not exactly zero"
+
+
+def test_float32_dw_into_a_transposed_out():
+    sizes, offsets, dy, x = _case("mixed", "aligned", torch.bfloat16)
+    N, K = SHAPES["aligned"]
+    buf = torch.zeros(len(sizes), K, N, device=DEVICE).transpose(1, 2)
+    assert grouped_gemm_wgrad(dy, x, offsets, out=buf).data_ptr() == buf.data_ptr()
+    assert_close_rel(buf, reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets), torch.float32, factor=10)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("shape", SHAPES)
@@ -132,6 +167,9 @@ def test_gpu_wgrad_bf16_mid_size():
     main_grad = torch.ones(8, 768, 512, device="cuda")
     grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad)
     assert_close_rel(main_grad - 1, ref, torch.bfloat16)
+    dw32 = grouped_gemm_wgrad(dy, x, offsets, out_dtype=torch.float32)
+    assert dw32.dtype == torch.float32
+    assert_close_rel(dw32, ref, torch.float32, factor=10, what="float32 dw")
     assert_close_rel(grouped_bias_grad(dy, offsets), reference_grouped_bias_grad(dy.double(), offsets), torch.bfloat16)
 
 

@@ -1,8 +1,8 @@
 """The warp-specialized 16-bit grouped wgrad (Gluon, sm_90) against float64 and, element by
 element, against the Triton kernel it replaces: ragged groups (empty, shorter than a step,
 across step edges, one holding everything, many), N and K tails, bf16 and fp16, written to
-``dw`` / ``out`` (also a strided one) or added to ``main_grad``, and CUDA-graph replay with new
-routing. GPU only: Gluon does not run in Triton's interpreter.
+``dw`` / ``out`` (also a strided one; in the operands' dtype or float32) or added to
+``main_grad``, and CUDA-graph replay with new routing. GPU only: Gluon does not run in Triton's interpreter.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ def _case(split: str, shape: str, dtype: torch.dtype):
     return sizes, offsets, dy, x
 
 
-def _triton(dy, x, offsets, main_grad=None):
-    cfg = pick_wgrad_config(x.dtype, True, main_grad is not None)
-    return launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, None, cfg)
+def _triton(dy, x, offsets, main_grad=None, out_dtype=None):
+    cfg = pick_wgrad_config(x.dtype, True, main_grad is not None or out_dtype == torch.float32)
+    return launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, None, cfg, out_dtype=out_dtype)
 
 
 @pytest.mark.parametrize("split", SPLITS)
@@ -62,6 +62,31 @@ def test_wgrad(split, shape, dtype):
     torch.testing.assert_close(dw, _triton(dy, x, offsets), rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_wgrad_float32_dw(split, shape, dtype):
+    """A float32 parameter's gradient under autocast: the float32 sums stored by TMA as they
+    are. Every element written (the poison is gone), within float32's tolerance x 10 of float64
+    (a 16-bit rounding would be ~1.6e-3 off for bf16, ~2e-4 for fp16), empty groups exactly 0,
+    the Triton kernel's float32 sums, and the same dw when allocated from ``out_dtype``."""
+    sizes, offsets, dy, x = _case(split, shape, dtype)
+    N, K = SHAPES[shape]
+    out = poison_(torch.empty(len(sizes), N, K, device="cuda", dtype=torch.float32))
+    assert hopper.usable(dy, x, None, out) and hopper.usable(dy, x, None, None, torch.float32)
+    dw = grouped_gemm_wgrad(dy, x, offsets, out=out)
+    assert dw is out
+    ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
+    assert_close_rel(dw, ref, dtype, what=f"{split} {shape}")
+    assert_close_rel(dw, ref, torch.float32, factor=10, what=f"{split} {shape}: not rounded to 16 bits")
+    for g, size in enumerate(sizes):
+        if size == 0:
+            assert torch.count_nonzero(dw[g]) == 0, f"empty group {g}"
+    torch.testing.assert_close(dw, _triton(dy, x, offsets, out_dtype=torch.float32), rtol=1e-5, atol=1e-4)
+    allocated = grouped_gemm_wgrad(dy, x, offsets, out_dtype=torch.float32)
+    assert allocated.dtype == torch.float32 and torch.equal(allocated, dw)
+
+
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_both_walk_orders_write_the_same_sums(accumulate):
     """Walked along K first and along N first (gemm/wgrad_walk.py), over ragged groups and tails:
@@ -69,16 +94,21 @@ def test_both_walk_orders_write_the_same_sums(accumulate):
     sizes, offsets, dy, x = _case("ragged", "tails", torch.bfloat16)
     N, K = SHAPES["tails"]
     start = torch.randn(len(sizes), N, K, device="cuda")
-    dws = []
+    dws, dws32 = [], []
     for along_n in (False, True):
         if accumulate:
             dws.append(hopper.grouped_wgrad_hopper(dy, x, offsets, main_grad=start.clone(), along_n=along_n))
         else:
             out = poison_(torch.empty(len(sizes), N, K, device="cuda", dtype=torch.bfloat16))
             dws.append(hopper.grouped_wgrad_hopper(dy, x, offsets, out=out, along_n=along_n))
+            out32 = poison_(torch.empty(len(sizes), N, K, device="cuda"))
+            dws32.append(hopper.grouped_wgrad_hopper(dy, x, offsets, out=out32, along_n=along_n))
     ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
     assert_close_rel(dws[1] - start if accumulate else dws[1], ref, torch.bfloat16)
     assert torch.equal(dws[0], dws[1])
+    if not accumulate:
+        assert_close_rel(dws32[1], ref, torch.float32, factor=10)
+        assert torch.equal(dws32[0], dws32[1])
 
 
 @pytest.mark.parametrize("split", SPLITS)
@@ -126,14 +156,18 @@ def test_other_cases_take_the_triton_kernel():
     G, (N, K) = len(sizes), SHAPES["even"]
     main_grad_t = torch.ones(G, K, N, device="cuda").transpose(1, 2)
     strided = torch.empty(G, K, N, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    strided32 = torch.empty(G, K, N, device="cuda").transpose(1, 2)
     odd_x = torch.randn(x.shape[0], 260, device="cuda", dtype=torch.bfloat16)[:, :259]
     assert not hopper.usable(dy, x, main_grad_t, None)
     assert not hopper.usable(dy.float(), x.float(), None, None)
     assert not hopper.usable(dy, x, None, strided)
+    assert not hopper.usable(dy, x, None, strided32)
+    assert not hopper.usable(dy, x, None, None, torch.float64)
     assert not hopper.usable(dy, odd_x, None, None)
     ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets)
     assert_close_rel(grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad_t) - 1, ref, torch.bfloat16)
     assert_close_rel(grouped_gemm_wgrad(dy, x, offsets, out=strided), ref, torch.bfloat16)
+    assert_close_rel(grouped_gemm_wgrad(dy, x, offsets, out=strided32), ref, torch.float32, factor=10)
     odd_ref = reference_grouped_gemm_wgrad(dy.double(), odd_x.double(), offsets)
     assert_close_rel(grouped_gemm_wgrad(dy, odd_x, offsets), odd_ref, torch.bfloat16)
 
@@ -146,6 +180,7 @@ def test_captures_in_a_cuda_graph():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = grouped_gemm_wgrad(dy, x, offsets)
+        captured32 = grouped_gemm_wgrad(dy, x, offsets, out_dtype=torch.float32)
         grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad)
     # Move every token of group 0 to group 2: the same total rows, other groups' sums.
     offsets.copy_(group_offsets(torch.tensor([0, 0, 301] + sizes[3:], device="cuda")))
@@ -153,5 +188,6 @@ def test_captures_in_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, grouped_gemm_wgrad(dy, x, offsets))
+    assert torch.equal(captured32, grouped_gemm_wgrad(dy, x, offsets, out_dtype=torch.float32))
     assert not torch.equal(captured, eager)
     assert torch.equal(main_grad, grouped_gemm_wgrad(dy, x, offsets, main_grad=torch.zeros_like(main_grad)))
