@@ -110,6 +110,20 @@ def main() -> None:
         return run
     rows["fuseops block fwd+bwd"] = host_us(step(block, x, x), 1000)
     rows["torch block fwd+bwd"] = host_us(lambda: ((ref(x) + x).sum().backward(), [setattr(p, "grad", None) for p in ref.parameters()]), 1000)
+    # The block's host time taken apart: without Triton's launches (everything else of ours
+    # and torch's still runs; outputs are left unwritten), and through the torch references
+    # (the executor with torch ops in place of our launchers).
+    from triton.runtime.jit import KernelInterface
+
+    from fuseops.kernels import dispatch
+    getitem = KernelInterface.__getitem__
+    KernelInterface.__getitem__ = lambda self, grid: _NoLaunch()[grid]
+    rows["fuseops block fwd+bwd, no Triton launch"] = host_us(step(block, x, x), 1000)
+    KernelInterface.__getitem__ = getitem
+    backend_of = dispatch.backend_of
+    dispatch.backend_of = lambda t: dispatch.Backend.TORCH
+    rows["fuseops block fwd+bwd, torch references"] = host_us(step(block, x, x), 1000)
+    dispatch.backend_of = backend_of
     print(f"host us per call, H={H}, rows={M}, {torch.cuda.get_device_name()}")
     for name, us in rows.items():
         print(f"  {name:34s} {us:8.1f}")
