@@ -32,8 +32,13 @@ import torch
 
 from fuseops.offload.link import link_for
 from fuseops.offload.marks import StorageSet, is_marked
-from fuseops.offload.planner import Planner, StepLog, planner_for
+from fuseops.offload.planner import SETTLE_LAG, Planner, StepLog, planner_for
 from fuseops.offload.records import Group, SavedTensor, Skip, Stored, Where, count_skip, new_stats
+
+
+# The share of its own saved bytes the first backward group consumes before the previous
+# group's prefetch starts (see ``Scheduler._start_backward``).
+FIRST_PREFETCH_AFTER = 0.75
 
 
 class Scheduler:
@@ -59,6 +64,13 @@ class Scheduler:
         self._planner: Planner | None = None
         self._log: StepLog | None = None
         self._step_groups: list[Group] = []
+        # Copies issued while group i was current are settled when group i + 1 + lag
+        # starts: "auto" plans a queue that may spill one group (planner.py).
+        self._settle_lag = SETTLE_LAG if group_budget_bytes == "auto" else 0
+        # Saved bytes on the device when the forward ended (what backward's prefetches
+        # may fill back up to), and whether a group's backward has started.
+        self._resident_at_forward_end: int | None = None
+        self._backward_seen = False
 
     def open_group(self) -> Group | None:
         """Start a group; ``None`` when one is already open (groups do not nest)."""
@@ -92,6 +104,8 @@ class Scheduler:
             # Tensors saved between groups form a group of their own, ended by the next.
             group = self._current = Group()
         if group.index < 0:
+            # A forward after a backward (a second step in the same context) starts afresh.
+            self._backward_seen = False
             group.index = len(self._groups)
             if self.group_budget_bytes == "auto":
                 self._mark_forward(group, device)
@@ -99,8 +113,8 @@ class Scheduler:
                 group.budget_left = self.group_budget_bytes
             self._groups.append(group)
             self.stats["groups"] += 1
-            # Copies issued before this group had the last group's compute to finish in.
-            self._settle(group.index)
+            # Copies issued before the last (1 + lag) groups had their compute to finish in.
+            self._settle(group.index - self._settle_lag)
             older = group.index - self.keep_last
             if older >= 0:
                 self._offload_group(self._groups[older])
@@ -124,6 +138,11 @@ class Scheduler:
         if self._log is not None and self._log.forward_end is None:
             self._log.forward_end = self._planner.timer.mark()
             self._log.layout = [g.eligible for g in self._step_groups]
+
+    def _resident_bytes(self) -> int:
+        """Saved bytes on the device now: records neither on the host nor consumed by
+        backward (a consumed one is freed once its node has run)."""
+        return sum(s.nbytes for g in self._groups for s in g.live() if s.where is not Where.HOST and not s.consumed)
 
     def _plan(self, group: Group) -> None:
         """``group``'s budget from the planner (``"auto"``), as it starts moving."""
@@ -243,6 +262,10 @@ class Scheduler:
             self._plan(group)
         self._offload([s for s in group.live() if not s.decided], group, after=group.fences)
 
+    def _report_moved(self, group: Group, nbytes: int) -> None:
+        if group.log is not None and not group.learning and self._planner is not None:
+            self._planner.moved(group.log, group.position, nbytes)
+
     def _offload(self, records: list[Stored], group: Group, after: dict | None) -> None:
         """Copy ``records`` out (those the marks and the budget let through)."""
         chosen: dict[torch.device, list[Stored]] = {}
@@ -276,6 +299,7 @@ class Scheduler:
             self._unsettled.append((len(self._groups) - 1, device, done, batch))
         if chosen:
             self._on_host.add(group.index)
+            self._report_moved(group, sum(s.nbytes for batch in chosen.values() for s in batch))
 
     def _release_copied(self) -> None:
         """Release the sources of copies that have passed: nothing reads them any more,
@@ -309,11 +333,22 @@ class Scheduler:
 
     def _start_backward(self, group: Group) -> None:
         """Reload ``group`` if its prefetch did not (on demand), and plan the prefetch of
-        the previous group on the host: once this group's backward has consumed as many
-        saved bytes as that brings back, so the copy reuses their memory and the peak
-        does not rise, and no later than half of this group's bytes, so the copy keeps
-        half of this backward to hide behind."""
+        the previous group on the host, so that the copy does not raise the peak:
+
+        - in the first group to run its backward (the step's peak is inside it: the
+          forward's saved bytes and this backward's own gradients), once it has consumed
+          ``FIRST_PREFETCH_AFTER`` of its own bytes: past the nodes that make that peak.
+          Bytes consumed are no room there: without offloading they are freed just the
+          same, and the gradients of the nodes after them fill them (a fused node consumes
+          all it saved as it starts, and its gradients come before it frees them);
+        - in later groups, as soon as the bytes consumed since the forward ended (freed)
+          make room for it, and no later than half of this group's bytes, so the copy
+          keeps half of this backward to hide behind."""
         group.backward_started = True
+        first = not self._backward_seen
+        if first:
+            self._backward_seen = True
+            self._resident_at_forward_end = self._resident_bytes()
         self._settle(len(self._groups))
         if group.log is not None:
             if group.log is self._log:
@@ -326,7 +361,15 @@ class Scheduler:
         if earlier:
             group.prefetch = self._groups[max(earlier)]
             incoming = sum(s.nbytes for s in group.prefetch.live() if s.where is Where.HOST)
-            group.prefetch_at = min(incoming, sum(s.nbytes for s in group.live()) // 2)
+            own = sum(s.nbytes for s in group.live())
+            if first:
+                group.prefetch_at = int(FIRST_PREFETCH_AFTER * own)
+            else:
+                room = max(0, self._resident_at_forward_end - self._resident_bytes())
+                group.prefetch_at = max(0, min(incoming, own // 2) - room)
+            if group.prefetch_at <= 0:
+                self._reload_group(group.prefetch)
+                group.prefetch = None
 
     def _reload_group(self, group: Group) -> None:
         self._on_host.discard(group.index)

@@ -80,26 +80,38 @@ def timed_layers(timer, times, n):
 def moved_within(groups, budgets):
     """Bytes moved when group g moves its storages (>= 1 KiB) in save order while they
     fit in what ``budgets[g]`` has left (groups past ``budgets`` stay)."""
+    return sum(fill(storages, left) for storages, left in zip(groups, budgets))
+
+
+def fill(storages, left):
     moved = 0
-    for storages, left in zip(groups, budgets):
-        for n in storages:
-            if 1024 <= n <= left:
-                moved, left = moved + n, left - n
+    for n in storages:
+        if 1024 <= n <= left:
+            moved, left = moved + n, left - n
     return moved
 
 
 def expected_moved(layers, x, times, keep_last):
-    """The planner's arithmetic, independently: group g's budget is
-    min(fwd[g + keep_last], bwd[g + 1] / 2) x bandwidth x margin."""
+    """The planner's arithmetic, independently: the copies of group g are issued when
+    group i = g + keep_last starts and queue on the link after those issued before; they
+    must end by the start of group i + 2 (or the forward's end), and its reload must fit
+    in 0.9 of group g + 1's backward (a quarter when g + 1 runs its backward first)."""
     forward, backward = times
     groups = saved_storages_by_group(layers, x)
-    budgets = []
-    for g in range(len(groups) - keep_last):
-        window = forward[g + keep_last]
-        if g + 1 < len(groups):
-            window = min(window, backward[g + 1] / 2)
-        budgets.append(int(window * BYTES_PER_S * MARGIN))
-    return moved_within(groups, budgets)
+    n, rate = len(groups), BYTES_PER_S * MARGIN
+    starts = [sum(forward[:i]) for i in range(n + 1)]
+    moved, link_free = 0, 0.0
+    for g in range(n - keep_last):
+        i = g + keep_last
+        begin = max(starts[i], link_free)
+        window = starts[min(i + 2, n)] - begin
+        if g + 1 < n:
+            window = min(window, (0.25 if g + 1 >= n - max(keep_last, 1) else 0.9) * backward[g + 1])
+        group_moved = fill(groups[g], int(max(0.0, window) * rate))
+        if group_moved:
+            link_free = begin + group_moved / rate
+        moved += group_moved
+    return moved
 
 
 def auto_step(layers, x, keep_last):
