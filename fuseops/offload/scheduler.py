@@ -35,7 +35,6 @@ from fuseops.offload.marks import StorageSet, is_marked
 from fuseops.offload.planner import SETTLE_LAG, Planner, StepLog, planner_for
 from fuseops.offload.records import Group, SavedTensor, Skip, Stored, Where, count_skip, new_stats
 
-
 # The share of its own saved bytes the first backward group consumes before the previous
 # group's prefetch starts (see ``Scheduler._start_backward``).
 FIRST_PREFETCH_AFTER = 0.75
