@@ -219,9 +219,8 @@ class Scheduler:
         if not group.backward_started:
             self._start_backward(group)
         # Checked before counting this unpack: what earlier unpacks consumed is free by now.
-        if group.prefetch is not None and group.consumed >= group.prefetch_at:
-            self._reload_group(group.prefetch)
-            group.prefetch = None
+        if group.prefetch is not None:
+            self._advance_prefetch(group)
         stored = packed.stored
         if not stored.consumed:
             stored.consumed = True
@@ -361,14 +360,42 @@ class Scheduler:
             group.prefetch = self._groups[max(earlier)]
             incoming = sum(s.nbytes for s in group.prefetch.live() if s.where is Where.HOST)
             own = sum(s.nbytes for s in group.live())
+            group.prefetch_issued = 0
             if first:
-                group.prefetch_at = int(FIRST_PREFETCH_AFTER * own)
+                group.prefetch_at, group.prefetch_room = int(FIRST_PREFETCH_AFTER * own), None
             else:
                 room = max(0, self._resident_at_forward_end - self._resident_bytes())
-                group.prefetch_at = max(0, min(incoming, own // 2) - room)
-            if group.prefetch_at <= 0:
-                self._reload_group(group.prefetch)
+                group.prefetch_at, group.prefetch_room = max(0, min(incoming, own // 2) - room), room
+            self._advance_prefetch(group)
+
+    def _advance_prefetch(self, group: Group) -> None:
+        """Issue what ``group``'s prefetch may bring back now. The first backward group
+        brings the whole previous group at once; later ones stream it, storage by storage
+        in the order its backward needs them, into the room that the groups consumed so
+        far left (their saved bytes less what came back), so the link starts early; all
+        that is left goes at ``prefetch_at``. Bytes this group consumed are no room: its
+        later nodes' gradients fill them, as without offloading (a CPU test shows a
+        streamed copy that used them raising the peak by a storage)."""
+        target, force = group.prefetch, group.consumed >= group.prefetch_at
+        if group.prefetch_room is None:
+            if force:
+                self._reload_group(target)
                 group.prefetch = None
+            return
+        allowance = group.prefetch_room - group.prefetch_issued
+        pending = [s for s in reversed(target.live()) if s.where is Where.HOST]
+        batch = []
+        for stored in pending:
+            if not force and stored.nbytes > allowance:
+                break
+            batch.append(stored)
+            allowance -= stored.nbytes
+        if batch:
+            group.prefetch_issued += sum(s.nbytes for s in batch)
+            self._reload(batch)
+        if len(batch) == len(pending):
+            self._on_host.discard(target.index)
+            group.prefetch = None
 
     def _reload_group(self, group: Group) -> None:
         self._on_host.discard(group.index)
