@@ -17,7 +17,8 @@ a fixed int, or with ``"auto"`` planned per group from the run's own timings
 (planner.py; the scheduler records the marks, the planner reads them). The sources
 of those copies are released when the next group starts (the compute stream waits for
 the copies there, the host never does), so a copy has one group of compute to finish
-in; or sooner, at any later save, once the copy has passed (a non-blocking query): a
+in (with "auto", when the group after it starts: the planner queues copies that may
+spill into the next group's compute); or sooner, at any later save, once the copy has passed (a non-blocking query): a
 group in flight stays on the device only as long as its copies run. In backward, the first unpack of a group reloads it if its
 prefetch did not, and arms the prefetch of the previous group on the host, one group
 ahead (see ``_start_backward`` for when it fires).
