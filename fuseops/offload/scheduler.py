@@ -41,6 +41,25 @@ from fuseops.offload.records import Group, SavedTensor, Skip, Stored, Where, cou
 FIRST_PREFETCH_AFTER = 0.75
 
 
+def _fill(records: list[Stored], budget: int) -> list[Stored]:
+    chosen = []
+    for stored in records:
+        if stored.nbytes <= budget:
+            chosen.append(stored)
+            budget -= stored.nbytes
+    return chosen
+
+
+def _fullest_first(records: list[Stored], budget: int) -> list[Stored]:
+    """``records`` reordered so that taking them in order while they fit fills the most
+    of ``budget``: in save order, or largest first when that fills more (whole tensors
+    against a planned budget: 64, 64, 256, 256 MB into 316 MB move 256, not 128)."""
+    in_order, largest = _fill(records, budget), _fill(sorted(records, key=lambda s: -s.nbytes), budget)
+    chosen = largest if sum(s.nbytes for s in largest) > sum(s.nbytes for s in in_order) else in_order
+    picked = {id(s) for s in chosen}
+    return chosen + [s for s in records if id(s) not in picked]
+
+
 class Scheduler:
     """Offload state of one ``offload_activations`` context (see the module docstring)."""
 
@@ -259,7 +278,10 @@ class Scheduler:
         group.offloading = True
         if group.log is not None:
             self._plan(group)
-        self._offload([s for s in group.live() if not s.decided], group, after=group.fences)
+        records = [s for s in group.live() if not s.decided]
+        if group.log is not None and not group.learning:
+            records = _fullest_first(records, group.budget_left)
+        self._offload(records, group, after=group.fences)
 
     def _report_moved(self, group: Group, nbytes: int) -> None:
         if group.log is not None and not group.learning and self._planner is not None:

@@ -92,6 +92,11 @@ def fill(storages, left):
     return moved
 
 
+def fullest(storages, left):
+    """What "auto" moves of a group: the better of save order and largest first."""
+    return max(fill(storages, left), fill(sorted(storages, reverse=True), left))
+
+
 def expected_moved(layers, x, times, keep_last):
     """The planner's arithmetic, independently: the copies of group g are issued when
     group i = g + keep_last starts and queue on the link after those issued before; they
@@ -108,7 +113,7 @@ def expected_moved(layers, x, times, keep_last):
         window = starts[min(i + 2, n)] - begin
         if g + 1 < n:
             window = min(window, (0.25 if g + 1 >= n - max(keep_last, 1) else 0.9) * backward[g + 1])
-        group_moved = fill(groups[g], int(max(0.0, window) * rate))
+        group_moved = (fullest if keep_last else fill)(groups[g], int(max(0.0, window) * rate))
         if group_moved:
             link_free = begin + group_moved / rate
         moved += group_moved
