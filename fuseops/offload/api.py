@@ -87,13 +87,19 @@ def offload_activations(
         min_tensor_bytes: storages smaller than this stay on the device.
         enabled: ``False`` keeps everything saved inside this block on the device, also
             inside an enclosing ``offload_activations``.
-        group_budget_bytes: ``"auto"`` (the default): each group moves what the link
-            hides behind compute, ``min(forward of the group keep_last later, half the
-            backward of the next group) x bandwidth x 0.9``, from forward and backward
+        group_budget_bytes: ``"auto"`` (the default): the groups move what the link
+            hides behind compute, planned as one queue of copies (a group's copies run
+            behind the forward of the group ``keep_last`` later and may spill into the
+            next; what a group leaves on the link, later ones use) at 0.95 of the
+            bandwidth, each reload within 0.9 of the next group's backward (a quarter
+            behind the first backward group, whose prefetch waits past its peak; see
+            planner.py), from forward and backward
             times measured per group (CUDA events, read once passed: no host sync in a
             step) and the measured bandwidth of the link's own copies. The first two
             steps of a layout (group count and bytes per group) move nothing while they
-            measure (``stats["skipped_learning"]``), and so peak as without offloading;
+            measure (``stats["skipped_learning"]``), and so peak as without offloading
+            (a step counts once its events have passed: a loop that never synchronises,
+            not even to read its loss, plans only steps later);
             a change of shapes or layers is learned again. An int: at most this many
             bytes leave the device per group, in save order; the rest stays (counted in
             ``stats["skipped_budget"]``); ``link_budget`` computes one by hand. ``None``:

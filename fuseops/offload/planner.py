@@ -1,23 +1,37 @@
 """``group_budget_bytes="auto"``: per-group budgets learned from the run's own timings.
 
-A group's device-to-host copies are issued when group ``g + keep_last`` starts its
-forward and settled when the group after it starts, so they hide behind the forward
-of group ``g + keep_last``. Its host-to-device copy is prefetched inside the backward
-of group ``g + 1``, once that has consumed up to half its bytes, so it hides behind
-(at least) half of that backward. The budget of group ``g`` is therefore
+The link is modelled as the device-to-host stream it is: one queue. Group ``g``'s copies
+are issued when group ``i = g + keep_last`` starts its forward (with ``keep_last=0``, as
+its tensors are saved) and start once the copies queued before them are done; the
+scheduler settles them (the compute stream waits) when group ``i + 1 + SETTLE_LAG``
+starts, or when the forward ends. So group ``g`` may move
 
-    min(forward[g + keep_last], backward[g + 1] / 2) x bandwidth x margin
+    (min(start[i + 1 + SETTLE_LAG], forward end) - max(start[i], link free)) x bandwidth x margin
+
+where ``link free`` is when the copies of the step's earlier groups end, from what they
+really moved. Tensors move whole, so a group rarely fills its own forward: what it leaves
+on the link, later groups use (and a group that moved more than its own forward took
+some of the next one's), and the step moves close to what the link hides in total.
+The host-to-device copy of group ``g`` runs inside the backward of group ``g + 1``:
+over most of it (``RELOAD_WINDOW``; the scheduler prefetches as soon as memory freed by
+that backward, or left free by what earlier groups kept, lets it), but only over its tail
+(``FIRST_RELOAD_WINDOW``) when group ``g + 1`` is the first to run its backward: there
+the prefetch waits until that backward is past its own peak (scheduler.py), so the
+group before it plans small.
 
 The scheduler marks, per step, when each group starts its forward, when the forward
 ends and when each group starts its backward (``StepLog``). Marks are read only once
 they have passed (``Timer.seconds`` returns ``None`` before, it never waits), at the
-start of later groups: a step is digested a step or two after it ran. The first
+start of later groups: a step is digested a step or two after it ran (or more, when
+the host runs steps ahead of the device and never synchronises). The first
 ``learn_steps`` steps with a given layout (the eligible bytes of each group, which
 also fixes the group count) move nothing, so that they measure compute alone; later
 steps plan from the smallest time seen per group (warm-up and any stall only ever
-lengthen a time). A step whose layout departs from the profile's moves nothing from
-that group on, and its measurement starts a new profile: shapes or layers that change
-are learned again.
+lengthen a time). A group's budget never grows once planned for a layout: the host
+blocks its copies took are then all a planned step needs, and no pinned memory is
+allocated once the plan has settled. A step whose layout departs from the profile's
+moves nothing from that group on, and its measurement starts a new profile: shapes or
+layers that change are learned again.
 
 Bandwidth: the link's own copies, measured (``CopyMeter``); until one has been read,
 ``PINNED_BYTES_PER_S``, measured on the H100 machine.
@@ -35,8 +49,13 @@ from fuseops.offload.timing import Timer, timer_for
 
 # Pinned host<->device copies measured on the H100 machine: 53-55 GB/s each way.
 PINNED_BYTES_PER_S = 54e9
-# The fraction of a group's backward that its predecessor's prefetch can hide behind.
-PREFETCH_WINDOW = 0.5
+# Groups whose copies may still run when the scheduler settles them (it waits for those
+# issued SETTLE_LAG + 1 groups back): the slack that lets a group spill into the next.
+SETTLE_LAG = 1
+# The fractions of group g + 1's backward that group g's reload hides behind: most of it,
+# or its tail when g + 1 is the first group to run its backward (see the docstring).
+RELOAD_WINDOW = 0.9
+FIRST_RELOAD_WINDOW = 0.25
 
 
 @dataclass(eq=False)
@@ -51,6 +70,8 @@ class StepLog:
     layout: list[int] = field(default_factory=list)
     diverged: bool = False
     closed: bool = False
+    # When the copies issued so far in this step end, in the profile's seconds.
+    link_free: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -77,10 +98,12 @@ class Planner:
     """
 
     def __init__(self, timer: Timer, *, device: torch.device | None = None, bytes_per_s: float | None = None,
-                 margin: float = 0.9, learn_steps: int = 2) -> None:
+                 margin: float = 0.95, learn_steps: int = 2) -> None:
         self.timer, self.device = timer, device
         self.fixed_bytes_per_s, self.margin, self.learn_steps = bytes_per_s, margin, learn_steps
         self.profile: Profile | None = None
+        # Per group position, the budget last planned for the profile's layout.
+        self.planned: dict[int, int] = {}
         self._logs: list[StepLog] = []
 
     def begin_step(self, keep_last: int) -> StepLog:
@@ -101,17 +124,43 @@ class Planner:
         """Bytes group ``position`` of ``log`` may move, given the eligible bytes of the
         step's groups known so far; ``None`` while learning (it moves nothing)."""
         profile = self.profile
-        later = position + log.keep_last
+        issued = position + log.keep_last
         if (log.diverged or profile is None or profile.steps < self.learn_steps
-                or profile.keep_last != log.keep_last or later >= len(profile.layout)
+                or profile.keep_last != log.keep_last or issued >= len(profile.layout)
                 or tuple(layout) != profile.layout[: len(layout)]):
             log.diverged = log.diverged or (profile is not None and profile.steps >= self.learn_steps)
             return None
-        window = profile.forward[later]
-        backward = profile.backward[position + 1] if position + 1 < len(profile.backward) else None
+        n = len(profile.layout)
+        starts = self._starts(profile)
+        copy_window = starts[min(issued + 1 + SETTLE_LAG, n)] - max(starts[issued], log.link_free)
+        window = max(0.0, copy_window)
+        backward = profile.backward[position + 1] if position + 1 < n else None
         if backward is not None:
-            window = min(window, PREFETCH_WINDOW * backward)
-        return int(window * self.bytes_per_s() * self.margin)
+            first = position + 1 >= n - max(log.keep_last, 1)
+            window = min(window, (FIRST_RELOAD_WINDOW if first else RELOAD_WINDOW) * backward)
+        budget = int(window * self.bytes_per_s() * self.margin)
+        # Never more than planned before for this layout: no new host blocks once settled.
+        budget = min(budget, self.planned.get(position, budget))
+        self.planned[position] = budget
+        return budget
+
+    def moved(self, log: StepLog, position: int, nbytes: int) -> None:
+        """Group ``position`` of ``log`` issued copies of ``nbytes``: the link is busy
+        that much longer (its budget was planned, so the profile is ``log``'s)."""
+        profile = self.profile
+        if nbytes <= 0 or profile is None:
+            return
+        issued = min(position + log.keep_last, len(profile.layout) - 1)
+        start = max(self._starts(profile)[issued], log.link_free)
+        log.link_free = start + nbytes / (self.bytes_per_s() * self.margin)
+
+    @staticmethod
+    def _starts(profile: Profile) -> list[float]:
+        """Each group's forward start in the profile's seconds, and the forward's end."""
+        starts = [0.0]
+        for t in profile.forward:
+            starts.append(starts[-1] + t)
+        return starts
 
     def poll(self) -> None:
         """Digest closed steps whose marks have all passed, oldest first; never waits."""
@@ -144,6 +193,7 @@ class Planner:
         layout = tuple(log.layout)
         if profile is None or profile.layout != layout or profile.keep_last != log.keep_last:
             self.profile = Profile(layout, log.keep_last, tuple(forward), tuple(backward), 1)
+            self.planned = {}
             return
         merged = tuple(b if a is None else a if b is None else min(a, b) for a, b in zip(profile.backward, backward))
         self.profile = Profile(layout, log.keep_last, tuple(map(min, profile.forward, forward)), merged,

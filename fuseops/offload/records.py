@@ -117,6 +117,10 @@ class Group:
         self.consumed = 0
         self.prefetch: Group | None = None
         self.prefetch_at = 0
+        # Streamed prefetch: bytes free beside what this group consumes, and bytes issued
+        # (``None``: the whole group at ``prefetch_at``).
+        self.prefetch_room: int | None = None
+        self.prefetch_issued = 0
         self.budget_left: int | None = None
         # group_budget_bytes="auto": the step's marks, this group's place in the step,
         # the bytes it may move (its layout entry) and whether the planner is learning.

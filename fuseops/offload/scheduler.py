@@ -17,7 +17,8 @@ a fixed int, or with ``"auto"`` planned per group from the run's own timings
 (planner.py; the scheduler records the marks, the planner reads them). The sources
 of those copies are released when the next group starts (the compute stream waits for
 the copies there, the host never does), so a copy has one group of compute to finish
-in; or sooner, at any later save, once the copy has passed (a non-blocking query): a
+in (with "auto", when the group after it starts: the planner queues copies that may
+spill into the next group's compute); or sooner, at any later save, once the copy has passed (a non-blocking query): a
 group in flight stays on the device only as long as its copies run. In backward, the first unpack of a group reloads it if its
 prefetch did not, and arms the prefetch of the previous group on the host, one group
 ahead (see ``_start_backward`` for when it fires).
@@ -32,8 +33,31 @@ import torch
 
 from fuseops.offload.link import link_for
 from fuseops.offload.marks import StorageSet, is_marked
-from fuseops.offload.planner import Planner, StepLog, planner_for
+from fuseops.offload.planner import SETTLE_LAG, Planner, StepLog, planner_for
 from fuseops.offload.records import Group, SavedTensor, Skip, Stored, Where, count_skip, new_stats
+
+# The share of its own saved bytes the first backward group consumes before the previous
+# group's prefetch starts (see ``Scheduler._start_backward``).
+FIRST_PREFETCH_AFTER = 0.75
+
+
+def _fill(records: list[Stored], budget: int) -> list[Stored]:
+    chosen = []
+    for stored in records:
+        if stored.nbytes <= budget:
+            chosen.append(stored)
+            budget -= stored.nbytes
+    return chosen
+
+
+def _fullest_first(records: list[Stored], budget: int) -> list[Stored]:
+    """``records`` reordered so that taking them in order while they fit fills the most
+    of ``budget``: in save order, or largest first when that fills more (whole tensors
+    against a planned budget: 64, 64, 256, 256 MB into 316 MB move 256, not 128)."""
+    in_order, largest = _fill(records, budget), _fill(sorted(records, key=lambda s: -s.nbytes), budget)
+    chosen = largest if sum(s.nbytes for s in largest) > sum(s.nbytes for s in in_order) else in_order
+    picked = {id(s) for s in chosen}
+    return chosen + [s for s in records if id(s) not in picked]
 
 
 class Scheduler:
@@ -59,6 +83,13 @@ class Scheduler:
         self._planner: Planner | None = None
         self._log: StepLog | None = None
         self._step_groups: list[Group] = []
+        # Copies issued while group i was current are settled when group i + 1 + lag
+        # starts: "auto" plans a queue that may spill one group (planner.py).
+        self._settle_lag = SETTLE_LAG if group_budget_bytes == "auto" else 0
+        # Saved bytes on the device when the forward ended (what backward's prefetches
+        # may fill back up to), and whether a group's backward has started.
+        self._resident_at_forward_end: int | None = None
+        self._backward_seen = False
 
     def open_group(self) -> Group | None:
         """Start a group; ``None`` when one is already open (groups do not nest)."""
@@ -92,6 +123,8 @@ class Scheduler:
             # Tensors saved between groups form a group of their own, ended by the next.
             group = self._current = Group()
         if group.index < 0:
+            # A forward after a backward (a second step in the same context) starts afresh.
+            self._backward_seen = False
             group.index = len(self._groups)
             if self.group_budget_bytes == "auto":
                 self._mark_forward(group, device)
@@ -99,8 +132,8 @@ class Scheduler:
                 group.budget_left = self.group_budget_bytes
             self._groups.append(group)
             self.stats["groups"] += 1
-            # Copies issued before this group had the last group's compute to finish in.
-            self._settle(group.index)
+            # Copies issued before the last (1 + lag) groups had their compute to finish in.
+            self._settle(group.index - self._settle_lag)
             older = group.index - self.keep_last
             if older >= 0:
                 self._offload_group(self._groups[older])
@@ -124,6 +157,11 @@ class Scheduler:
         if self._log is not None and self._log.forward_end is None:
             self._log.forward_end = self._planner.timer.mark()
             self._log.layout = [g.eligible for g in self._step_groups]
+
+    def _resident_bytes(self) -> int:
+        """Saved bytes on the device now: records neither on the host nor consumed by
+        backward (a consumed one is freed once its node has run)."""
+        return sum(s.nbytes for g in self._groups for s in g.live() if s.where is not Where.HOST and not s.consumed)
 
     def _plan(self, group: Group) -> None:
         """``group``'s budget from the planner (``"auto"``), as it starts moving."""
@@ -201,9 +239,8 @@ class Scheduler:
         if not group.backward_started:
             self._start_backward(group)
         # Checked before counting this unpack: what earlier unpacks consumed is free by now.
-        if group.prefetch is not None and group.consumed >= group.prefetch_at:
-            self._reload_group(group.prefetch)
-            group.prefetch = None
+        if group.prefetch is not None:
+            self._advance_prefetch(group)
         stored = packed.stored
         if not stored.consumed:
             stored.consumed = True
@@ -241,7 +278,14 @@ class Scheduler:
         group.offloading = True
         if group.log is not None:
             self._plan(group)
-        self._offload([s for s in group.live() if not s.decided], group, after=group.fences)
+        records = [s for s in group.live() if not s.decided]
+        if group.log is not None and not group.learning:
+            records = _fullest_first(records, group.budget_left)
+        self._offload(records, group, after=group.fences)
+
+    def _report_moved(self, group: Group, nbytes: int) -> None:
+        if group.log is not None and not group.learning and self._planner is not None:
+            self._planner.moved(group.log, group.position, nbytes)
 
     def _offload(self, records: list[Stored], group: Group, after: dict | None) -> None:
         """Copy ``records`` out (those the marks and the budget let through)."""
@@ -276,6 +320,7 @@ class Scheduler:
             self._unsettled.append((len(self._groups) - 1, device, done, batch))
         if chosen:
             self._on_host.add(group.index)
+            self._report_moved(group, sum(s.nbytes for batch in chosen.values() for s in batch))
 
     def _release_copied(self) -> None:
         """Release the sources of copies that have passed: nothing reads them any more,
@@ -309,11 +354,22 @@ class Scheduler:
 
     def _start_backward(self, group: Group) -> None:
         """Reload ``group`` if its prefetch did not (on demand), and plan the prefetch of
-        the previous group on the host: once this group's backward has consumed as many
-        saved bytes as that brings back, so the copy reuses their memory and the peak
-        does not rise, and no later than half of this group's bytes, so the copy keeps
-        half of this backward to hide behind."""
+        the previous group on the host, so that the copy does not raise the peak:
+
+        - in the first group to run its backward (the step's peak is inside it: the
+          forward's saved bytes and this backward's own gradients), once it has consumed
+          ``FIRST_PREFETCH_AFTER`` of its own bytes: past the nodes that make that peak.
+          Bytes consumed are no room there: without offloading they are freed just the
+          same, and the gradients of the nodes after them fill them (a fused node consumes
+          all it saved as it starts, and its gradients come before it frees them);
+        - in later groups, as soon as the bytes consumed since the forward ended (freed)
+          make room for it, and no later than half of this group's bytes, so the copy
+          keeps half of this backward to hide behind."""
         group.backward_started = True
+        first = not self._backward_seen
+        if first:
+            self._backward_seen = True
+            self._resident_at_forward_end = self._resident_bytes()
         self._settle(len(self._groups))
         if group.log is not None:
             if group.log is self._log:
@@ -326,7 +382,43 @@ class Scheduler:
         if earlier:
             group.prefetch = self._groups[max(earlier)]
             incoming = sum(s.nbytes for s in group.prefetch.live() if s.where is Where.HOST)
-            group.prefetch_at = min(incoming, sum(s.nbytes for s in group.live()) // 2)
+            own = sum(s.nbytes for s in group.live())
+            group.prefetch_issued = 0
+            if first:
+                group.prefetch_at, group.prefetch_room = int(FIRST_PREFETCH_AFTER * own), None
+            else:
+                room = max(0, self._resident_at_forward_end - self._resident_bytes())
+                group.prefetch_at, group.prefetch_room = max(0, min(incoming, own // 2) - room), room
+            self._advance_prefetch(group)
+
+    def _advance_prefetch(self, group: Group) -> None:
+        """Issue what ``group``'s prefetch may bring back now. The first backward group
+        brings the whole previous group at once; later ones stream it, storage by storage
+        in the order its backward needs them, into the room that the groups consumed so
+        far left (their saved bytes less what came back), so the link starts early; all
+        that is left goes at ``prefetch_at``. Bytes this group consumed are no room: its
+        later nodes' gradients fill them, as without offloading (a CPU test shows a
+        streamed copy that used them raising the peak by a storage)."""
+        target, force = group.prefetch, group.consumed >= group.prefetch_at
+        if group.prefetch_room is None:
+            if force:
+                self._reload_group(target)
+                group.prefetch = None
+            return
+        allowance = group.prefetch_room - group.prefetch_issued
+        pending = [s for s in reversed(target.live()) if s.where is Where.HOST]
+        batch = []
+        for stored in pending:
+            if not force and stored.nbytes > allowance:
+                break
+            batch.append(stored)
+            allowance -= stored.nbytes
+        if batch:
+            group.prefetch_issued += sum(s.nbytes for s in batch)
+            self._reload(batch)
+        if len(batch) == len(pending):
+            self._on_host.discard(target.index)
+            group.prefetch = None
 
     def _reload_group(self, group: Group) -> None:
         self._on_host.discard(group.index)
