@@ -48,6 +48,26 @@ def profile(name: str, step, device: str, steps: int, top: int) -> None:
         print(body[body.find("   ncalls"):].rstrip())
 
 
+def count_ops(name: str, step) -> None:
+    """The aten ops one step calls, by name (Triton launches are not aten ops)."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: Counter = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls[str(func)] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count() as counter:
+        step()
+    print(f"\n==== {name}: {sum(counter.calls.values())} aten ops per step: {dict(counter.calls.most_common())}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -56,7 +76,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--top", type=int, default=35)
     parser.add_argument("--parts", default="dense,moe")
+    parser.add_argument("--no-launch", action="store_true",
+                        help="skip Triton's launches (outputs left unwritten): the host path without them")
+    parser.add_argument("--count-ops", action="store_true", help="also count the aten ops one step calls")
     args = parser.parse_args()
+    if args.no_launch:
+        from triton.runtime.jit import KernelInterface
+        KernelInterface.__getitem__ = lambda self, grid: (lambda *a, **k: None)
     device = args.device
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(0)
@@ -65,6 +91,9 @@ def main() -> None:
         reference = torch_dense(model).to(device, dtype)
         x = torch.randn(args.T, args.H, device=device, dtype=dtype, requires_grad=True)
         profile("fuseops dense", step_fn(model, (x,), list(model.parameters())), device, args.steps, args.top)
+        if args.count_ops:
+            count_ops("fuseops dense", step_fn(model, (x,), list(model.parameters())))
+            count_ops("torch dense", step_fn(reference, (x,), list(reference.parameters())))
         profile("torch dense", step_fn(reference, (x,), list(reference.parameters())), device, args.steps, args.top)
     if "moe" in args.parts:
         E, H, I, K = (64, 2048, 1024, 8) if device == "cuda" else (4, 64, 32, 2)

@@ -64,6 +64,12 @@ def num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for host code: ``triton.cdiv`` is a constexpr function whose call
+    unwraps its arguments, a few microseconds that a launcher computing a grid pays per call."""
+    return -(-a // b)
+
+
 def device_sms(t: torch.Tensor) -> int:
     return num_sms(t.device.index if t.is_cuda else -1)
 

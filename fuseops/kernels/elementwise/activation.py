@@ -9,13 +9,14 @@ in [BLOCK_M, BLOCK_N] tiles (bias_grad's split) and sums the partials in a secon
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels._triton import INTERPRET, cdiv
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     activation,
@@ -32,6 +33,7 @@ class FlatConfig:
     num_warps: int
 
 
+@functools.cache
 def _configs() -> tuple[FlatConfig, ReduceConfig]:
     """Tiles of the flat kernels and of the dbias variant. Under the interpreter, small
     tiles give several programs (and the dbias second stage) on test shapes. On GPU, not
@@ -100,7 +102,7 @@ def activation_fwd(
     cfg = _configs()[0]
     y = out if out is not None else torch.empty_like(x)
     numel = x.numel()
-    activation_fwd_kernel[(triton.cdiv(numel, cfg.block),)](
+    activation_fwd_kernel[(cdiv(numel, cfg.block),)](
         x, y, numel, alpha, ACT=int(act), BLOCK=cfg.block, num_warps=cfg.num_warps,
     )
     return y
@@ -123,7 +125,7 @@ def activation_bwd(
     cfg = _configs()[0]
     dx = out if out is not None else torch.empty_like(x)
     numel = x.numel()
-    activation_bwd_kernel[(triton.cdiv(numel, cfg.block),)](
+    activation_bwd_kernel[(cdiv(numel, cfg.block),)](
         x, dy, dx, numel, alpha, ACT=int(act), BLOCK=cfg.block, num_warps=cfg.num_warps,
     )
     return dx
@@ -153,7 +155,7 @@ def activation_bwd_dbias(
     # One slab needs no second stage: its sums go straight to the output.
     stage_dtype = x2d.dtype if programs == 1 else torch.float32
     stage = torch.empty(programs, N, dtype=stage_dtype, device=x2d.device)
-    activation_bwd_dbias_kernel[(programs, triton.cdiv(N, cfg.block_n))](
+    activation_bwd_dbias_kernel[(programs, cdiv(N, cfg.block_n))](
         x2d, dy2d, dx, stage, M, N, stage.stride(0), rows_per_program, alpha,
         ACT=int(act), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
     )

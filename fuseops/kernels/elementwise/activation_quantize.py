@@ -11,13 +11,14 @@ blocks, so each tile quantizes its rows' blocks in registers.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels._triton import INTERPRET, cdiv
 from fuseops.kernels.elementwise.activation import reference_activation_fwd
 from fuseops.kernels.elementwise.activation_math import Activation, activation, gated
 from fuseops.kernels.elementwise.gated_activation import _load_pair, _pair_offsets, reference_gated_fwd
@@ -32,6 +33,7 @@ class TileConfig:
     num_warps: int
 
 
+@functools.cache
 def _configs() -> TileConfig:
     """Output tiles before widening to a whole block. On GPU elementwise/gated_activation.py's forward
     tile (8 outputs per thread), not timed with the epilogue yet; under the interpreter
@@ -75,7 +77,7 @@ def _launch(x2d, F, act, alpha, probs, scaling, element, store_y, out, *, gated,
     block_f = qe.tile_columns(scaling, cfg.block_f)
     if out is None:
         out = qe.allocate(M, F, x2d.dtype, x2d.device, scaling=scaling, element=element, store_y=store_y)
-    activation_quantize_fwd_kernel[(triton.cdiv(M, cfg.block_m), triton.cdiv(F, block_f))](
+    activation_quantize_fwd_kernel[(cdiv(M, cfg.block_m), cdiv(F, block_f))](
         x2d, probs if probs is not None else x2d, *qe.kernel_args(out, x2d.dtype, x2d.device),
         M, F, x2d.stride(0), *qe.strides(out), limit, alpha,
         ACT=int(act), GATED=gated, CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,

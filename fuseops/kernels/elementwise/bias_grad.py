@@ -11,13 +11,14 @@ device, so the result is bitwise repeatable.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, device_sms
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class ReduceConfig:
     programs_per_sm: int
 
 
+@functools.cache
 def _configs() -> ReduceConfig:
     """Tile of the column sums. Under the interpreter small tiles keep several programs
     (and the second stage) busy on test shapes. On GPU, not timed yet: 32 values per
@@ -42,11 +44,11 @@ def _configs() -> ReduceConfig:
 def row_split(rows: int, cols: int, t: torch.Tensor, cfg: ReduceConfig) -> tuple[int, int]:
     """``(programs, rows_per_program)``: slabs of whole ``block_m`` tiles, enough slabs
     that (slabs x column blocks) fills the device; at least one slab, even for 0 rows."""
-    col_blocks = triton.cdiv(cols, cfg.block_n)
-    wanted = max(1, triton.cdiv(cfg.programs_per_sm * device_sms(t), col_blocks))
-    programs = max(1, min(wanted, triton.cdiv(rows, cfg.block_m)))
-    rows_per_program = max(1, triton.cdiv(triton.cdiv(rows, programs), cfg.block_m)) * cfg.block_m
-    return max(1, triton.cdiv(rows, rows_per_program)), rows_per_program
+    col_blocks = cdiv(cols, cfg.block_n)
+    wanted = max(1, cdiv(cfg.programs_per_sm * device_sms(t), col_blocks))
+    programs = max(1, min(wanted, cdiv(rows, cfg.block_m)))
+    rows_per_program = max(1, cdiv(cdiv(rows, programs), cfg.block_m)) * cfg.block_m
+    return max(1, cdiv(rows, rows_per_program)), rows_per_program
 
 
 @triton.jit
@@ -75,7 +77,7 @@ def sum_partials(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     cfg = _configs()
     P, N = partials.shape
     out = torch.empty(N, dtype=dtype, device=partials.device)
-    column_sum_kernel[(1, triton.cdiv(N, cfg.block_n))](
+    column_sum_kernel[(1, cdiv(N, cfg.block_n))](
         partials, out, P, N, partials.stride(0), 0, P,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
     )
@@ -98,7 +100,7 @@ def bias_grad(dy2d: torch.Tensor) -> torch.Tensor:
         stage = torch.empty(1, N, dtype=dy2d.dtype, device=dy2d.device)
     else:
         stage = torch.empty(programs, N, dtype=torch.float32, device=dy2d.device)
-    column_sum_kernel[(programs, triton.cdiv(N, cfg.block_n))](
+    column_sum_kernel[(programs, cdiv(N, cfg.block_n))](
         dy2d, stage, M, N, dy2d.stride(0), stage.stride(0), rows_per_program,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
     )

@@ -10,13 +10,14 @@ writes a float32 partial per row, and bias_grad's second stage sums them (no ato
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels._triton import INTERPRET, cdiv
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     gated,
@@ -34,6 +35,7 @@ class GatedConfig:
     num_warps: int
 
 
+@functools.cache
 def _configs() -> dict[str, GatedConfig]:
     """Output tiles, forward and backward. On GPU, not timed yet: 8 outputs per thread
     (16-byte bf16 loads), sized by ptxas register counts for sm_90 (clamped SwiGLU with
@@ -147,7 +149,7 @@ def gated_fwd(
     cfg = _configs()["fwd"]
     M, F = x2d.shape[0], x2d.shape[1] // 2
     y = out if out is not None else torch.empty(M, F, dtype=x2d.dtype, device=x2d.device)
-    gated_fwd_kernel[(triton.cdiv(M, cfg.block_m), triton.cdiv(F, cfg.block_f))](
+    gated_fwd_kernel[(cdiv(M, cfg.block_m), cdiv(F, cfg.block_f))](
         x2d, probs if probs is not None else x2d, y, M, F, x2d.stride(0), y.stride(0), limit, alpha,
         ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
         BLOCK_M=cfg.block_m, BLOCK_F=cfg.block_f, num_warps=cfg.num_warps,
@@ -180,13 +182,13 @@ def gated_bwd(
     cfg = _configs()["bwd"]
     M, F = dy2d.shape
     dx = out if out is not None else torch.empty_like(x2d)
-    col_blocks = triton.cdiv(F, cfg.block_f)
+    col_blocks = cdiv(F, cfg.block_f)
     partials = None
     if probs is not None:
         # A single column block has the whole row sum: it goes straight to the output.
         partial_dtype = probs.dtype if col_blocks == 1 else torch.float32
         partials = torch.empty(col_blocks, M, dtype=partial_dtype, device=x2d.device)
-    gated_bwd_kernel[(triton.cdiv(M, cfg.block_m), col_blocks)](
+    gated_bwd_kernel[(cdiv(M, cfg.block_m), col_blocks)](
         x2d, dy2d, probs if probs is not None else x2d, dx, partials if partials is not None else dx,
         M, F, x2d.stride(0), dy2d.stride(0), limit, alpha,
         ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,

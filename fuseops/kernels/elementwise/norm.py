@@ -11,13 +11,14 @@ one float32 partial row of dweight / dbias per program; bias_grad's second stage
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, device_sms
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms
 from fuseops.kernels.elementwise.bias_grad import sum_partials
 
 
@@ -30,6 +31,7 @@ class NormConfig:
     one_block: bool
 
 
+@functools.cache
 def _configs() -> tuple[int, int, int]:
     """``(max_block_n, tile_elements, programs_per_sm)``: rows up to ``max_block_n`` stay
     in registers, and a tile holds about ``tile_elements`` (several short rows per tile).
@@ -52,7 +54,7 @@ def _pick(rows: int, n: int) -> NormConfig:
 
 
 def _programs(t: torch.Tensor, rows: int, cfg: NormConfig) -> int:
-    return max(1, min(triton.cdiv(rows, cfg.block_m), _configs()[2] * device_sms(t)))
+    return max(1, min(cdiv(rows, cfg.block_m), _configs()[2] * device_sms(t)))
 
 
 @triton.jit

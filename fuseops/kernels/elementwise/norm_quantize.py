@@ -11,13 +11,14 @@ quantization block, so every output chunk holds whole blocks of its rows.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, device_sms
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms
 from fuseops.kernels.elementwise.norm import (
     _load,
     _scale,
@@ -40,6 +41,7 @@ class NormQuantizeConfig:
     one_block: bool
 
 
+@functools.cache
 def _configs() -> tuple[int, int, int]:
     """``(max_block_n, tile_elements, programs_per_sm)``: on GPU elementwise/norm.py's tiles (not timed
     with the epilogue yet), so that rows in registers stay in registers. Under the interpreter
@@ -104,7 +106,7 @@ def _norm_quantize_fwd(x2d, weight, bias, eps, zero_centered_gamma, scaling, ele
     rstd = torch.empty(M, dtype=torch.float32, device=x2d.device)
     # RMSNorm stores no mean: rstd stands in for the unused pointer.
     mean = rstd if is_rms else torch.empty_like(rstd)
-    programs = max(1, min(triton.cdiv(M, cfg.block_m), _configs()[2] * device_sms(x2d)))
+    programs = max(1, min(cdiv(M, cfg.block_m), _configs()[2] * device_sms(x2d)))
     norm_quantize_fwd_kernel[(programs,)](
         x2d, weight, bias if bias is not None else weight, mean, rstd,
         *qe.kernel_args(out, x2d.dtype, x2d.device),

@@ -15,13 +15,14 @@ epilogue runs on two [BLOCK_M, BLOCK_N / 2] halves to halve its registers and st
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET, device_sms, dot
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     activation,
@@ -48,6 +49,7 @@ class GemmConfig:
     programs_per_sm: int = 1
 
 
+@functools.cache
 def _configs() -> dict[str, GemmConfig]:
     """Tile shapes by operand class: ``tma`` for 16-bit operands and outputs that are all
     16-byte aligned, ``pointer`` when one is not, ``fp32`` for float32 operands (IEEE dot).
@@ -288,7 +290,7 @@ def launch_gemm(a, b, bias, act, alpha, save_preact, act_grad_input, residual, o
     epi_block = [bm, bn // 2 if cfg.split_epilogue else bn]
     b_arg, _ = operand_b(b, bk, bn, tma_load)
     a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
-    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    tiles = cdiv(M, bm) * cdiv(N, bn)
     programs = max(1, min(cfg.programs_per_sm * device_sms(a), tiles))
     gemm_kernel[(programs,)](
         a_arg, b_arg,

@@ -12,12 +12,14 @@ up columns, or (interleaved) one [BLOCK_M, 2 * BLOCK_N] accumulator split in the
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET, device_sms, dot
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot
 from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
 from fuseops.kernels.gemm.dense import (
     GemmConfig,
@@ -32,6 +34,7 @@ from fuseops.kernels.gemm.dense import (
 )
 
 
+@functools.cache
 def _configs() -> dict[str, GemmConfig]:
     """Tile shapes by operand class (as in gemm/dense.py); ``block_n`` counts output columns, so a
     tile reads 2 * block_n columns of ``b``.
@@ -176,7 +179,7 @@ def launch_gemm_gated(a, b, bias, act, interleaved, clamped, limit, alpha, save_
     width = 2 * bn if interleaved else bn
     b_args = [operand_b(t, bk, width, tma_load)[0] for t in (b_a, b_b)]
     a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
-    tiles = triton.cdiv(M, bm) * triton.cdiv(F, bn)
+    tiles = cdiv(M, bm) * cdiv(F, bn)
     programs = max(1, min(cfg.programs_per_sm * device_sms(a), tiles))
     gemm_gated_kernel[(programs,)](
         a_arg, *b_args,

@@ -26,19 +26,21 @@ kernel instead (hopper/blockwise.py): 1.3-1.7x this kernel's forward (H100,
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET, device_sms, dot
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot
 from fuseops.kernels.gemm.dense import swizzle, tma_ok
 from fuseops.kernels.gemm.grouped import GemmConfig
 from fuseops.kernels.quantization.formats import Scaling, reference_dequantize, unpack_e2m1
 from fuseops.kernels.quantization.operand import Operand
 
 
+@functools.cache
 def _configs() -> dict[tuple[Scaling, str], GemmConfig]:
     """Tile shapes by (format, path): ``tma`` operands, ``pointer`` (unaligned rows) and
     ``accumulate`` (a float32 tile in the epilogue: ``main_grad`` or a float32 output).
@@ -222,7 +224,7 @@ def launch_gemm_scaled(a: Operand, b: Operand, scaling: Scaling, out_dtype: torc
     a_arg = _descriptor(a, cfg.block_m, scaling, cfg.block_k) if tma else a.data
     b_arg = _descriptor(b, cfg.block_n, scaling, cfg.block_k) if tma else b.data
     a_scale, b_scale = a.kernel_scale(), b.kernel_scale()
-    tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
+    tiles = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)
     programs = max(1, min(cfg.programs_per_sm * device_sms(a.data), tiles))
     gemm_scaled_kernel[(programs,)](
         a_arg, a_scale if a_scale is not None else y, a.outer if a.outer is not None else y,

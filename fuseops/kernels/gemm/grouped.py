@@ -16,13 +16,14 @@ descriptors when strides allow (16-byte aligned), else through masked pointer lo
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET, device_sms, dot
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     activation,
@@ -55,6 +56,7 @@ class GemmConfig:
     programs_per_sm: int = 1
 
 
+@functools.cache
 def _configs() -> dict[str, GemmConfig]:
     """Tile shapes by shape class. 16-bit operands behind TMA: ``wide`` (N >= 512),
     ``narrow``, and ``fused`` when the epilogue reads or writes a second [M, N] tensor (the
@@ -348,7 +350,7 @@ def launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
     if tma_store:
         y_arg = ragged_descriptor(y, [bm, bn // 2 if split else bn])
     dummy = y
-    max_tiles = (triton.cdiv(M, bm) + G) * triton.cdiv(N, bn)
+    max_tiles = (cdiv(M, bm) + G) * cdiv(N, bn)
     programs = persistent_programs(a, max_tiles, cfg.programs_per_sm)
     grouped_gemm_kernel[(programs,)](
         a_arg, b_arg, y_arg, offsets,

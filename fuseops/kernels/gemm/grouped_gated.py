@@ -14,13 +14,14 @@ or (interleaved) one [BLOCK_M, 2 * BLOCK_N] accumulator split in the epilogue.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET, dot
+from fuseops.kernels._triton import INTERPRET, cdiv, dot
 from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
 from fuseops.kernels.gemm.grouped import (
     _group_tiles,
@@ -59,6 +60,7 @@ class GatedGemmConfig:
     tma_epilogue_stores: bool = True
 
 
+@functools.cache
 def _configs() -> dict[str, GatedGemmConfig]:
     """Tiles by operand class: 16-bit behind TMA, unaligned 16-bit (``pointer``), float32.
     Under the interpreter the TMA class slices its epilogue as on GPU (both forms tested).
@@ -357,7 +359,7 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     epi_n = bn // cfg.epilogue_parts
     a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
-    programs = persistent_programs(a, (triton.cdiv(M, bm) + G) * triton.cdiv(F, bn), cfg.programs_per_sm)
+    programs = persistent_programs(a, (cdiv(M, bm) + G) * cdiv(F, bn), cfg.programs_per_sm)
     grouped_gemm_gated_fwd_kernel[(programs,)](
         a_arg, *b_args(b_mem if tma_load else b_pair, b_trans, tma_load, bk, 2 * bn if interleaved else bn),
         ragged_descriptor(h, [bm, epi_n]) if tma_store else h,

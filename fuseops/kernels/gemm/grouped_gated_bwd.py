@@ -16,12 +16,14 @@ partial per row, bias_grad's second stage sums them (deterministic, no atomics).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET, dot
+from fuseops.kernels._triton import INTERPRET, cdiv, dot
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     gated_and_grad,
@@ -54,6 +56,7 @@ from fuseops.kernels.gemm.grouped_gated import (
 )
 
 
+@functools.cache
 def _configs() -> dict[str, GatedGemmConfig]:
     """Tiles by operand class, as gemm/grouped_gated.py's. ``tma`` was timed on an H100 (bf16
     SwiGLU with probs and h; .notes/grouped_gemm.md): a 128x256 tile with the epilogue in 8
@@ -209,13 +212,13 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
     tma_store = tma_store and cfg.tma_epilogue_stores
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     epi_n = bn // cfg.epilogue_parts
-    tiles_n = triton.cdiv(F, bn)
+    tiles_n = cdiv(F, bn)
     partials = None
     if probs is not None:
         # One column tile holds the whole row sum: it goes straight to the output.
         partials = torch.empty(tiles_n, M, dtype=probs.dtype if tiles_n == 1 else torch.float32,
                                device=dy.device)
-    programs = persistent_programs(dy, (triton.cdiv(M, bm) + G) * tiles_n, cfg.programs_per_sm)
+    programs = persistent_programs(dy, (cdiv(M, bm) + G) * tiles_n, cfg.programs_per_sm)
     grouped_gemm_gated_bwd_kernel[(programs,)](
         TensorDescriptor.from_tensor(dy, [bm, bk]) if tma_load else dy,
         *b_args([b_mem if tma_load else b], b_trans, tma_load, bk, bn),

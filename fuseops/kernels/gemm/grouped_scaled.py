@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from fuseops.kernels._triton import cdiv
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.dense_scaled import (
     Operand,
@@ -181,7 +182,7 @@ def launch_grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, sc
     b_arg = TensorDescriptor.from_tensor(b_data, [1, cfg.block_n, bkb]) if tma else b_data
     a_scale, b_scale = a.kernel_scale(), b.kernel_scale()
     (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
-    programs = persistent_programs(a_data, (triton.cdiv(M, cfg.block_m) + G) * triton.cdiv(N, cfg.block_n),
+    programs = persistent_programs(a_data, (cdiv(M, cfg.block_m) + G) * cdiv(N, cfg.block_n),
                                    cfg.programs_per_sm)
     grouped_gemm_scaled_kernel[(programs,)](
         a_arg, dummy_or(a_scale, y), dummy_or(a.outer, y), b_arg, dummy_or(b_scale, y),

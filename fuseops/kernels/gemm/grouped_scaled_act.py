@@ -21,12 +21,14 @@ epilogue runs on two column halves where each holds whole quantization blocks.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels._triton import INTERPRET, cdiv
 from fuseops.kernels.elementwise.activation import reference_activation_fwd
 from fuseops.kernels.elementwise.activation_math import Activation, activation, gated
 from fuseops.kernels.elementwise.gated_activation import reference_gated_fwd
@@ -48,6 +50,7 @@ from fuseops.kernels.quantization.formats import BLOCK_SIZE, Element, Scaling
 from fuseops.kernels.quantization.operand import Operand
 
 
+@functools.cache
 def _configs() -> dict[tuple[Scaling, bool], GemmConfig]:
     """Tiles by (format, gated); ``block_n`` counts columns of ``h`` before widening to a whole
     block. BLOCK_K is the 128-long block for BLOCK, 64 elements otherwise (as gemm/dense_scaled.py).
@@ -292,7 +295,7 @@ def grouped_gemm_scaled_act(
     y, data, scale, row_amax = qe.kernel_args(out, out_dtype, device)
     parts = epilogue_parts(scaling, bn)
     z_args = _z_args(z, gated, interleaved, bm, bn // parts)
-    programs = persistent_programs(a_data, (triton.cdiv(M, bm) + G) * triton.cdiv(F, bn))
+    programs = persistent_programs(a_data, (cdiv(M, bm) + G) * cdiv(F, bn))
     grouped_gemm_scaled_act_kernel[(programs,)](
         a_arg, dummy_or(a_scale, y), dummy_or(a.outer, y), b_args[0], b_args[-1], dummy_or(b_scale, y),
         dummy_or(b.outer, y), offsets, dummy_or(bias, y), dummy_or(probs, y),

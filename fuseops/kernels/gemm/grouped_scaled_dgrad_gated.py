@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels._triton import INTERPRET, cdiv
 from fuseops.kernels.elementwise.activation_math import Activation, gated_and_grad
 from fuseops.kernels.elementwise.bias_grad import sum_partials
 from fuseops.kernels.elementwise.gated_activation import reference_gated_bwd
@@ -186,7 +186,7 @@ def grouped_gemm_scaled_dgrad_gated(
     cfg = _config(scaling)
     bm, bk = cfg.block_m, cfg.block_k
     bn = half_width(grad_scaling, interleaved, cfg.block_n)
-    tiles_n = triton.cdiv(F, bn)
+    tiles_n = cdiv(F, bn)
     partials = torch.zeros(tiles_n, M, dtype=torch.float32, device=device) if probs is not None else None
     if M and F:
         a_data = a.data if a.data.stride(1) == 1 else a.data.contiguous()
@@ -199,7 +199,7 @@ def grouped_gemm_scaled_dgrad_gated(
         a_scale, b_scale = a.kernel_scale(), b.kernel_scale()
         (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
         y, data, scale, row_amax = qe.kernel_args(out, z.dtype, device)
-        programs = persistent_programs(a_data, (triton.cdiv(M, bm) + G) * tiles_n, cfg.programs_per_sm)
+        programs = persistent_programs(a_data, (cdiv(M, bm) + G) * tiles_n, cfg.programs_per_sm)
         grouped_gemm_scaled_dgrad_gated_kernel[(programs,)](
             a_arg, dummy_or(a_scale, zc), dummy_or(a.outer, zc), b_arg, dummy_or(b_scale, zc),
             dummy_or(b.outer, zc), offsets, zc, dummy_or(probs, zc), dummy_or(partials, zc),

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels._triton import INTERPRET, cdiv
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.dense_scaled import accumulate, dequantize_tile, load_raw, reference_operand
 from fuseops.kernels.gemm.grouped import GemmConfig, persistent_programs
@@ -151,7 +151,7 @@ def launch_grouped_gemm_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tens
     a_arg = TensorDescriptor.from_tensor(a_data, [bn, bmb]) if tma else a_data
     b_arg = TensorDescriptor.from_tensor(b_data, [bk, bmb]) if tma else b_data
     a_scale, b_scale = a.kernel_scale(), b.kernel_scale()
-    programs = persistent_programs(a_data, G * triton.cdiv(N, bn) * triton.cdiv(K, bk), cfg.programs_per_sm)
+    programs = persistent_programs(a_data, G * cdiv(N, bn) * cdiv(K, bk), cfg.programs_per_sm)
     if along_n is None:
         along_n = n_fastest(N, K, bn, bk, programs)
     grouped_gemm_scaled_wgrad_kernel[(programs,)](

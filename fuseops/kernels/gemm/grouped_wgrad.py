@@ -19,15 +19,18 @@ fixed order (deterministic).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, dot
+from fuseops.kernels._triton import INTERPRET, cdiv, dot
 from fuseops.kernels.gemm.grouped import GemmConfig, persistent_programs, ragged_descriptor, ragged_load, tma_ok
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
 
 
+@functools.cache
 def _configs() -> dict[str, GemmConfig]:
     """Tile shapes by shape class; ``block_m`` is the reduction slab over rows. 16-bit operands
     behind TMA: ``store``, and ``accumulate`` (a float32 tile in the epilogue: ``main_grad``
@@ -178,7 +181,7 @@ def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig,
     tma_load = tma_ok(dy, x)
     dy_arg = ragged_descriptor(dy, [bm, bn]) if tma_load else dy
     x_arg = ragged_descriptor(x, [bm, bk]) if tma_load else x
-    programs = persistent_programs(x, G * triton.cdiv(N, bn) * triton.cdiv(K, bk), cfg.programs_per_sm)
+    programs = persistent_programs(x, G * cdiv(N, bn) * cdiv(K, bk), cfg.programs_per_sm)
     if along_n is None:
         along_n = n_fastest(N, K, bn, bk, programs)
     grouped_gemm_wgrad_kernel[(programs,)](
@@ -204,8 +207,8 @@ def grouped_bias_grad(dy: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     db = torch.empty(G, N, dtype=dy.dtype, device=dy.device)
     block_m, block_n = (32, 32) if INTERPRET else (64, 64)
     # Memory-bound: several programs per SM hide load latency.
-    programs = persistent_programs(dy, G * triton.cdiv(N, block_n))
-    programs = min(4 * programs, G * triton.cdiv(N, block_n))
+    programs = persistent_programs(dy, G * cdiv(N, block_n))
+    programs = min(4 * programs, G * cdiv(N, block_n))
     grouped_bias_grad_kernel[(max(programs, 1),)](
         dy, db, offsets, G, N, dy.stride(0), db.stride(0),
         BLOCK_M=block_m, BLOCK_N=block_n, NUM_PROGRAMS=max(programs, 1), num_warps=4,

@@ -15,15 +15,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from fuseops.kernels._triton import cdiv
+
 
 def n_fastest(n: int, k: int, block_n: int, block_k: int, programs: int) -> bool:
     """Whether the walk goes along N first: it does when that makes a wave of ``programs``
     tiles cover fewer columns of dy and x together (ties keep K first)."""
-    tiles_n, tiles_k = triton.cdiv(n, block_n), triton.cdiv(k, block_k)
+    tiles_n, tiles_k = cdiv(n, block_n), cdiv(k, block_k)
     if tiles_n == 0 or tiles_k == 0:
         return False
-    along_k = min(programs, tiles_k) * block_k + min(triton.cdiv(programs, tiles_k), tiles_n) * block_n
-    along_n = min(programs, tiles_n) * block_n + min(triton.cdiv(programs, tiles_n), tiles_k) * block_k
+    along_k = min(programs, tiles_k) * block_k + min(cdiv(programs, tiles_k), tiles_n) * block_n
+    along_n = min(programs, tiles_n) * block_n + min(cdiv(programs, tiles_n), tiles_k) * block_k
     return along_n < along_k
 
 

@@ -28,6 +28,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma
 
+from fuseops.kernels._triton import cdiv
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.grouped import persistent_programs
 from fuseops.kernels.hopper.pipeline import (
@@ -177,7 +178,7 @@ def grouped_blockwise(a: Operand, b: Operand, offsets: torch.Tensor, y: torch.Te
     128x128 or 1x128 scales, ``bias`` [G, N]. Callers check ``usable``."""
     M, (G, N, K) = a.data.shape[0], b.data.shape
     (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
-    programs = persistent_programs(y, (triton.cdiv(M, BLOCK) + G) * triton.cdiv(N, BLOCK))
+    programs = persistent_programs(y, (cdiv(M, BLOCK) + G) * cdiv(N, BLOCK))
     a_scale, b_scale = a.scale, b.scale
     if b.rows_per_scale == 1:
         # Per-column scales (the dense wgrad): step-major as in the grouped wgrad, a step's

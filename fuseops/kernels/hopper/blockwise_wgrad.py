@@ -16,11 +16,11 @@ T=16384 4096x14336): 923 TFLOP/s against the Triton kernel's 453.
 from __future__ import annotations
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
+from fuseops.kernels._triton import cdiv
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.grouped import persistent_programs
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
@@ -156,7 +156,7 @@ def grouped_blockwise_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: t
     when ``accumulate``): ``a`` [N, P] and ``b`` [K, P] with 1x128 scales along P.
     ``along_n``: the walk order (tests), else wgrad_walk.n_fastest's."""
     G, N, K = dw.shape
-    programs = persistent_programs(dw, G * triton.cdiv(N, BLOCK) * triton.cdiv(K, BLOCK))
+    programs = persistent_programs(dw, G * cdiv(N, BLOCK) * cdiv(K, BLOCK))
     if along_n is None:
         along_n = n_fastest(N, K, BLOCK, BLOCK, programs)
     dw_tma = dw.is_contiguous() and tma_ok(dw)

@@ -14,6 +14,8 @@ hopper/wgrad.py).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -38,9 +40,15 @@ GL_DTYPES = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5,
              torch.float16: gl.float16, torch.float32: gl.float32}
 
 
+@functools.cache
+def _capability(device_index: int) -> tuple[int, int]:
+    # Asked on every launch by the dispatch table: torch's query builds a properties object.
+    return torch.cuda.get_device_capability(device_index)
+
+
 def on_sm90(t: torch.Tensor) -> bool:
     """Whether ``t`` lives on an sm_90 GPU, where these kernels run (not under the interpreter)."""
-    return not INTERPRET and t.is_cuda and torch.cuda.get_device_capability(t.device) == (9, 0)
+    return not INTERPRET and t.is_cuda and _capability(t.device.index) == (9, 0)
 
 
 @gluon.jit

@@ -34,12 +34,12 @@ Used on sm_90 for bf16 / fp16 operands, with ``dw`` / ``main_grad`` too behind T
 from __future__ import annotations
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from fuseops.kernels._triton import cdiv
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.grouped import RAGGED_ROWS, persistent_programs, ragged_geometry
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
@@ -209,7 +209,7 @@ def grouped_wgrad_hopper(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tenso
     bk = BLOCK_K[float32_dw]
     layout = gl.NVMMASharedLayout.get_default_for([1, HALF, bk], GL_DTYPES[dw.dtype])
     dw_desc = TensorDescriptor.from_tensor(dw, [1, HALF, bk], layout)
-    programs = persistent_programs(dw, G * triton.cdiv(N, BLOCK_N) * triton.cdiv(K, bk))
+    programs = persistent_programs(dw, G * cdiv(N, BLOCK_N) * cdiv(K, bk))
     if along_n is None:
         along_n = n_fastest(N, K, BLOCK_N, bk, programs)
     grouped_wgrad_kernel[(programs,)](

@@ -16,13 +16,14 @@ device and every size is static, so all of it captures in a CUDA graph.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels._triton import INTERPRET, cdiv
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class PermuteConfig:
     num_warps: int
 
 
+@functools.cache
 def _configs() -> PermuteConfig:
     """Under the interpreter, tiny tiles give several programs and loop trips on test
     shapes. The GPU values are not tuned yet: a 128-entry block keeps the rank compare at
@@ -161,7 +163,7 @@ def gather_rows_kernel(
 
 def _copy_grid(T: int, cfg: PermuteConfig) -> tuple[int]:
     # At least one program, so empty inputs still launch (and store nothing).
-    return (max(1, triton.cdiv(T, cfg.block_t)),)
+    return (max(1, cdiv(T, cfg.block_t)),)
 
 
 def permute(
@@ -182,7 +184,7 @@ def permute(
     T, H = x.shape
     top_k = expert_ids.shape[1]
     n = T * top_k
-    blocks = max(1, triton.cdiv(n, cfg.block))
+    blocks = max(1, cdiv(n, cfg.block))
     e_pad = triton.next_power_of_2(num_experts)
     ids = expert_ids.reshape(-1)
     counts = torch.empty(blocks, num_experts, dtype=torch.int32, device=x.device)
@@ -192,7 +194,7 @@ def permute(
     permute_count_kernel[(blocks,)](
         ids, counts, n, num_experts, E_PAD=e_pad, BLOCK=cfg.block, num_warps=cfg.num_warps,
     )
-    permute_scan_kernel[(triton.cdiv(num_experts, cfg.block_e),)](
+    permute_scan_kernel[(cdiv(num_experts, cfg.block_e),)](
         counts, split_sizes, blocks, num_experts,
         BLOCK_B=cfg.block_b, BLOCK_E=cfg.block_e, num_warps=cfg.num_warps,
     )

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels._triton import INTERPRET, cdiv
 from fuseops.kernels.quantization.finite import finite_abs, reference_finite_abs
 from fuseops.kernels.quantization.formats import FP32_MAX, load_tile, padded_rows, tile_rows
 
@@ -92,8 +92,8 @@ def launch_amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int, 
         return out
     x = x if x.stride(2) == 1 else x.contiguous()
     rp = padded_rows(R, num_groups) if offsets is not None else R
-    steps = min(cfg.steps, triton.cdiv(C, cfg.block_c))
-    amax_kernel[(triton.cdiv(rp, cfg.block_r), triton.cdiv(C, cfg.block_c * steps), B)](
+    steps = min(cfg.steps, cdiv(C, cfg.block_c))
+    amax_kernel[(cdiv(rp, cfg.block_r), cdiv(C, cfg.block_c * steps), B)](
         x, offsets if offsets is not None else out, out, R, C, num_groups, x.stride(0), x.stride(1),
         GROUPED=offsets is not None, BLOCK_R=cfg.block_r, BLOCK_C=cfg.block_c,
         BLOCK_G=max(16, triton.next_power_of_2(num_groups)), STEPS=steps, STAGES=cfg.stages,

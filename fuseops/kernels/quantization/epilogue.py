@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fuseops.kernels._triton import cdiv
 from fuseops.kernels.quantization.finite import dtype_max, finite_abs, reference_finite_abs
 from fuseops.kernels.quantization.formats import BLOCK_SIZE, STORAGE_DTYPE, Element, Scaling
 from fuseops.kernels.quantization.quantize import reference_quantize
@@ -64,7 +65,7 @@ def allocate(rows: int, cols: int, dtype: torch.dtype, device: torch.device, *, 
     if blocks_in_epilogue(scaling):
         data = torch.empty(rows, cols, dtype=STORAGE_DTYPE[element], device=device)
         scale_dtype = torch.float32 if scaling == Scaling.BLOCK else torch.float8_e8m0fnu
-        scale = torch.empty(rows, triton.cdiv(cols, BLOCK_SIZE[scaling]), dtype=scale_dtype, device=device)
+        scale = torch.empty(rows, cdiv(cols, BLOCK_SIZE[scaling]), dtype=scale_dtype, device=device)
     else:
         row_amax = torch.zeros(rows, dtype=torch.float32, device=device)
     return Emitted(y, data, scale, row_amax)

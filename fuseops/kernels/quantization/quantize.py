@@ -26,13 +26,14 @@ column tiles (``group_r``), so each scale line fills while it is in L2.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels._triton import INTERPRET, cdiv
 from fuseops.kernels.quantization.finite import dtype_max, fit_source, reference_finite_abs, reference_fit_source
 from fuseops.kernels.quantization.formats import (
     BLOCK_SIZE,
@@ -85,6 +86,7 @@ class QuantizeConfig(NamedTuple):
     group_r: int = 0
 
 
+@functools.cache
 def _configs() -> dict[tuple[Scaling, bool], QuantizeConfig]:
     """The tiling by (format, whether the column-wise copy is written). BLOCK_R divides 128
     (the grouped layout's alignment) and is a multiple of the block along rows; BLOCK_C a
@@ -194,21 +196,21 @@ def allocate(shape: tuple[int, int, int], groups: int | None, *, scaling: Scalin
         return torch.empty(*dims, dtype=dtype, device=device)
 
     def length(n):  # elements per row as stored (E2M1 two per byte)
-        return triton.cdiv(n, 2) if element == Element.E2M1 else n
+        return cdiv(n, 2) if element == Element.E2M1 else n
 
     data = scale = data_t = scale_t = None
     if rowwise:
         data = empty(B, R, length(C), dtype=elem)
         if block_2d:
-            scale = empty(B, triton.cdiv(R, 128), triton.cdiv(C, 128), dtype=torch.float32)
+            scale = empty(B, cdiv(R, 128), cdiv(C, 128), dtype=torch.float32)
         elif scaling != Scaling.TENSOR:
-            scale = empty(B, R, triton.cdiv(C, blk), dtype=scale_dtype)
+            scale = empty(B, R, cdiv(C, blk), dtype=scale_dtype)
     if columnwise:
         data_t = empty(B, C, length(rp), dtype=elem)
         if block_2d:
-            scale_t = empty(B, triton.cdiv(C, 128), triton.cdiv(R, 128), dtype=torch.float32)
+            scale_t = empty(B, cdiv(C, 128), cdiv(R, 128), dtype=torch.float32)
         elif scaling != Scaling.TENSOR:
-            scale_t = empty(B, C, triton.cdiv(rp, blk), dtype=scale_dtype)
+            scale_t = empty(B, C, cdiv(rp, blk), dtype=scale_dtype)
     return Buffers(data, scale, data_t, scale_t)
 
 
@@ -285,12 +287,12 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
     for copies in [(rowwise, columnwise)] if one_pass else [(rowwise, False), (False, columnwise)]:
         if not any(copies):
             continue
-        tiles_r, tiles_c = triton.cdiv(rp, br), triton.cdiv(C, bc)
-        grid = (tiles_r, tiles_c, B) if not group_r else (group_r * tiles_c, triton.cdiv(tiles_r, group_r), B)
+        tiles_r, tiles_c = cdiv(rp, br), cdiv(C, bc)
+        grid = (tiles_r, tiles_c, B) if not group_r else (group_r * tiles_c, cdiv(tiles_r, group_r), B)
         quantize_kernel[grid](
             x, offsets if offsets is not None else x, encode if encode is not None else x,
             data, scale, data_t, scale_t,
-            R, C, groups or B, rp, triton.cdiv(C, 2) if packed else C, triton.cdiv(rp, 2) if packed else rp,
+            R, C, groups or B, rp, cdiv(C, 2) if packed else C, cdiv(rp, 2) if packed else rp,
             x.stride(0), x.stride(1), *_strides(bufs.data), *_strides(bufs.scale),
             *_strides(bufs.data_t), *_strides(bufs.scale_t),
             SCALING=int(scaling), ELEM=int(element), BLOCK=BLOCK_SIZE[scaling] or 1, BLOCK_2D=block_2d,
@@ -307,7 +309,7 @@ def _reference_blocks(v: torch.Tensor, enc: torch.Tensor, scaling: Scaling, elem
     ``src_max`` the source dtype's maximum."""
     blk = BLOCK_SIZE[scaling]
     L = v.shape[-1]
-    nb = triton.cdiv(L, blk)
+    nb = cdiv(L, blk)
     vb = torch.nn.functional.pad(v, (0, nb * blk - L)).unflatten(-1, (nb, blk))
     amax = reference_finite_abs(vb).amax(-1)
     if scaling == Scaling.NVFP4:
@@ -329,7 +331,7 @@ def _reference_blocks(v: torch.Tensor, enc: torch.Tensor, scaling: Scaling, elem
 def _reference_tiles(x: torch.Tensor, element: Element, src_max: float) -> tuple[torch.Tensor, torch.Tensor]:
     """128x128 tiles of float32 ``x`` [B, R, C]: (q [B, R, C] float8, s [B, R / 128, C / 128])."""
     B, R, C = x.shape
-    pr, pc = triton.cdiv(R, 128), triton.cdiv(C, 128)
+    pr, pc = cdiv(R, 128), cdiv(C, 128)
     tiles = torch.nn.functional.pad(x, (0, pc * 128 - C, 0, pr * 128 - R)).view(B, pr, 128, pc, 128)
     k = reference_pow2_exponent(reference_finite_abs(tiles).amax((2, 4)), element)
     mult = reference_exp2i(-k)[:, :, None, :, None]
