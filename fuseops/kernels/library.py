@@ -137,32 +137,34 @@ def grouped_gemm_dgrad_gated(
 
 
 @torch.library.custom_op("fuseops::grouped_gemm_wgrad", mutates_args=())
-def _wgrad_op(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, float32: bool) -> torch.Tensor:
+def _wgrad_op(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, float32: bool,
+              x_rows: torch.Tensor | None) -> torch.Tensor:
     launch = launcher(Kernel.GROUPED_GEMM_WGRAD, dy)
     if not float32:
-        return launch(dy, x, offsets)
+        return launch(dy, x, offsets, x_rows=x_rows)
     G, N, K = offsets.shape[0] - 1, dy.shape[1], x.shape[1]
-    return launch(dy, x, offsets, main_grad=torch.zeros(G, N, K, dtype=torch.float32, device=x.device))
+    return launch(dy, x, offsets, main_grad=torch.zeros(G, N, K, dtype=torch.float32, device=x.device),
+                  x_rows=x_rows)
 
 
 @_wgrad_op.register_fake
-def _(dy, x, offsets, float32):
+def _(dy, x, offsets, float32, x_rows):
     shape = (offsets.shape[0] - 1, dy.shape[1], x.shape[1])
     return x.new_empty(shape, dtype=torch.float32 if float32 else x.dtype)
 
 
 def grouped_gemm_wgrad(
     dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, *, main_grad: torch.Tensor | None = None,
-    out: torch.Tensor | None = None,
+    out: torch.Tensor | None = None, x_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``gemm/grouped_wgrad.py``'s ``grouped_gemm_wgrad`` (or its reference), traceable: under a
     trace the float32 sum is made apart and added to ``main_grad``."""
     if not torch.compiler.is_compiling():
         launch = launcher(Kernel.GROUPED_GEMM_WGRAD, dy)
-        return launch(dy, x, offsets, main_grad=main_grad, out=out)
+        return launch(dy, x, offsets, main_grad=main_grad, out=out, x_rows=x_rows)
     if main_grad is not None:
-        return main_grad.add_(_wgrad_op(dy, x, offsets, True))
-    return _into(out, _wgrad_op(dy, x, offsets, False))
+        return main_grad.add_(_wgrad_op(dy, x, offsets, True, x_rows))
+    return _into(out, _wgrad_op(dy, x, offsets, False, x_rows))
 
 
 @torch.library.custom_op("fuseops::grouped_bias_grad", mutates_args=())

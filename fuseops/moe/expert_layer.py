@@ -15,8 +15,10 @@ summed per token only after FC1's weight gradient. memory_model.py has the accou
   epilogue (``dprobs``), which reads the pre-activation it already loads.
 - Default: the permuted input ``x_sorted`` and the pre-activation ``z`` are saved (h is
   rebuilt from z in FC2's dgrad epilogue); the backward writes ``dz`` over ``z``.
-- ``lean``: nothing of size T*K is saved; the backward gathers ``x_sorted`` from ``x`` again and
-  recomputes ``z`` with one more FC1 GEMM (4*T*K*H*F FLOPs: about a fifth of the step).
+- ``lean``: nothing of size T*K is saved; the backward gathers ``x_sorted`` from ``x`` again to
+  recompute ``z`` with one more FC1 GEMM (4*T*K*H*F FLOPs: about a fifth of the step), drops it,
+  and FC1's weight gradient reads ``x``'s rows through the row map inside its loads (the
+  Triton wgrad's pointer path: on sm_90 not the Gluon kernel, which loads by TMA).
 - The backward frees ``dy_sorted``, ``h``, ``dz`` and ``x_sorted`` as soon as they are dead and
   runs FC1's and FC2's weight gradients in the order memory_model.py finds peaks lower for the
   shape. The default mode releases its saved tensors early only when the backward frees the
@@ -61,6 +63,13 @@ def _gather_rows(x: torch.Tensor, row_map: torch.Tensor) -> torch.Tensor:
 def _sum_rows(rows: torch.Tensor, row_map: torch.Tensor) -> torch.Tensor:
     """``out[t] = sum_k rows[row_map[t, k]]``, in float32, k in order (deterministic)."""
     return launcher(Kernel.UNPERMUTE, rows)(rows, row_map, None)
+
+
+def _token_of_rows(row_map: torch.Tensor) -> torch.Tensor:
+    """[T*K] int64: the token whose row each sorted row is (``row_map``'s inverse, // K)."""
+    flat = row_map.reshape(-1)
+    tokens = torch.arange(flat.numel(), device=flat.device) // row_map.shape[1]
+    return torch.empty_like(flat).scatter_(0, flat, tokens)
 
 
 def _release(*tensors: torch.Tensor | None) -> None:
@@ -136,15 +145,16 @@ class _ExpertLayer(torch.autograd.Function):
             dx_sorted, _ = library.grouped_gemm(dz, w1, offsets)
             dx = _sum_rows(dx_sorted, row_map)
             del dx_sorted
-        if need_w1:
-            if x_sorted is None:
-                x_sorted = _gather_rows(x, row_map)
+        if need_w1 and ctx.lean:
+            # x's rows gathered inside the wgrad's loads: no x_sorted at this, lean's peak stage.
+            dw1 = library.grouped_gemm_wgrad(dz, x, offsets, x_rows=_token_of_rows(row_map))
+        elif need_w1:
             dw1 = library.grouped_gemm_wgrad(dz, x_sorted, offsets)
         if need_b1:
             db1 = library.grouped_bias_grad(dz, offsets)
         if fc1_first:
             if ctx.lean:
-                z = dz = x_sorted = None
+                z = dz = None
             else:
                 _release(z, x_sorted)
             if need_w2:

@@ -76,8 +76,8 @@ def composed_stages() -> list[Stage]:
 def layer_stages(lean: bool, fc1_weight_grad_first: bool) -> list[Stage]:
     """expert_layer. Default (``lean`` False): x_sorted and z saved. Lean: nothing of size N
     saved; the backward gathers x_sorted again and recomputes z (then drops x_sorted), and
-    gathers x_sorted once more for FC1's weight gradient. Either way dy_sorted is built in
-    the backward and dx_sorted reduced to dx before FC1's weight gradient.
+    FC1's weight gradient gathers x's rows in its loads. Either way dy_sorted is built in the
+    backward and dx_sorted reduced to dx before FC1's weight gradient.
 
     Backward order: FC2's weight gradient right after FC2's dgrad (dy_sorted and h freed
     early, dw2 held meanwhile), or with ``fc1_weight_grad_first`` last, after dz and x_sorted
@@ -95,12 +95,12 @@ def layer_stages(lean: bool, fc1_weight_grad_first: bool) -> list[Stage]:
         return forward + [
             ("FC2 grads", xs + ("dz", "y", "dy_sorted", "h", "dw2")),
             ("FC1 input grad", xs + ("dz", "y", "dw2", "dx_sorted", "dx")),
-            ("FC1 weight grad", ("x_sorted", "dz", "y", "dw2", "dx", "dw1")),
+            ("FC1 weight grad", xs + ("dz", "y", "dw2", "dx", "dw1")),
         ]
     return forward + [
         ("FC2 input grad", xs + ("dz", "y", "dy_sorted", "h")),
         ("FC1 input grad", xs + ("dz", "y", "dy_sorted", "h", "dx_sorted", "dx")),
-        ("FC1 weight grad", ("x_sorted", "dz", "y", "dy_sorted", "h", "dx", "dw1")),
+        ("FC1 weight grad", xs + ("dz", "y", "dy_sorted", "h", "dx", "dw1")),
         ("FC2 weight grad", ("y", "dy_sorted", "h", "dx", "dw1", "dw2")),
     ]
 
