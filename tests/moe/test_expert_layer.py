@@ -18,6 +18,7 @@ import fuseops
 from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.moe import expert_layer, expert_layer_fallback
+from fuseops.moe import memory_model as mm
 from tests.helpers import REL_TOL, capture_cuda_graph, cuda_or_skip, rel_err
 
 GATES = {
@@ -117,6 +118,18 @@ def test_equals_the_composition_on_the_torch_references(**case):
 @given(**SHAPES)
 def test_equals_the_composition_through_the_triton_kernels(**case):
     compare(**case, kernels=interpreted_kernels)
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+@pytest.mark.parametrize("shape, fc1_first", [((9, 2, 16, 8, 3), False), ((3, 1, 8, 16, 5), True)],
+                         ids=["fc2-wgrad-first", "fc1-wgrad-first"])
+def test_both_backward_orders(shape, fc1_first, lean):
+    """The order memory_model picks, each exercised: FC2's weight gradient first, or last after
+    z and x_sorted are released (the default mode frees its saved tensors' storage then)."""
+    T, K, H, F, E = shape
+    assert mm.fc1_weight_grad_first(mm.LayerShape(T, K, H, F, E, 4), lean) is fc1_first
+    kernels = interpreted_kernels if INTERPRET else contextlib.nullcontext
+    compare(E, T, H, F, K, torch.float32, "swiglu", True, torch.float32, lean, 0, kernels)
 
 
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
@@ -231,9 +244,13 @@ def test_bad_input_raises_before_any_kernel(call, error, match):
         call(experts, torch.randn(4, 16), routing(4, 3, 2, 0), torch.rand(4, 2))
 
 
-def _gpu_case(lean):
+# (T, H, F): FC2's weight gradient first at the first shape, FC1's at the second (memory_model).
+GPU_SHAPES = {"fc2-wgrad-first": (384, 128, 96), "fc1-wgrad-first": (64, 128, 256)}
+
+
+def _gpu_case(lean, shape="fc2-wgrad-first"):
     device = cuda_or_skip()
-    E, T, H, F, K = 8, 384, 128, 96, 2
+    (T, H, F), E, K = GPU_SHAPES[shape], 8, 2
     experts = make_experts(E, H, F, bias=True, dtype=torch.bfloat16, device=device)
     x = torch.randn(T, H, device=device, dtype=torch.bfloat16, requires_grad=True)
     ids = torch.empty(T, K, device=device, dtype=torch.int64)
@@ -273,9 +290,10 @@ def test_gpu_no_host_sync(lean):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", GPU_SHAPES)
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
-def test_gpu_captures_in_cuda_graph_and_matches_composition(lean):
-    experts, leaves, route, run = _gpu_case(lean)
+def test_gpu_captures_in_cuda_graph(lean, shape):
+    experts, leaves, route, run = _gpu_case(lean, shape)
     route(1)
     ref = [run().detach()] + [t.grad.clone() for t in leaves]
     route(2)
@@ -291,8 +309,8 @@ def test_gpu_captures_in_cuda_graph_and_matches_composition(lean):
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
 def test_gpu_equals_the_composition(lean):
     device = cuda_or_skip()
-    for T, empty in ((300, ()), (64, (0, 2, 5)), (0, ())):
-        experts = make_experts(8, 128, 96, bias=False, dtype=torch.bfloat16, device=device)
+    for T, F, empty in ((300, 96, ()), (64, 96, (0, 2, 5)), (0, 96, ()), (64, 256, ())):
+        experts = make_experts(8, 128, F, bias=False, dtype=torch.bfloat16, device=device)
         g = torch.Generator().manual_seed(T)
         x = torch.randn(T, 128, generator=g).to(device, torch.bfloat16)
         ids = routing(T, 8, 2, T, device=device, empty=empty)
