@@ -105,8 +105,10 @@ class _ExpertLayer(torch.autograd.Function):
             ctx.gate, ctx.lean = gate, lean
             ctx.shape = memory_model.LayerShape(x.shape[0], expert_ids.shape[1], x.shape[1], w2.shape[2], E,
                                                 x.element_size())
-            # Saved-tensor hooks (offloading) may hand back tensors that are not ours to free.
-            ctx.hooked = torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+            # Saved-tensor hooks (offloading) may hand back tensors that are not ours to free;
+            # a compiled backward never frees early (graph_freed_after_backward), so no probe.
+            ctx.hooked = torch.compiler.is_compiling() or (
+                torch._C._autograd._top_saved_tensors_default_hooks(False) is not None)
         return y
 
     @staticmethod
@@ -238,7 +240,7 @@ def expert_layer(
     x, expert_ids = check_routing(x, expert_ids, fc1.num_groups)
     if x.shape[1] != fc1.in_features:
         raise ValueError(f"x: expected {fc1.in_features} features (the experts' in_features), got {x.shape[1]}")
-    weights = check_weights(weights, expert_ids.shape, x, "x")
+    weights = check_weights(weights, expert_ids.shape, "expert_ids'", x, "x")
     if expert_layer_fallback(x, weights, experts) is None:
         gate = _Gate(act.act, act.kernel_args)
         return _ExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, lean)

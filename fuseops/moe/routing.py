@@ -137,16 +137,17 @@ def check_routing(x: object, expert_ids: object, num_experts: object) -> tuple[t
     return x.contiguous(), expert_ids.contiguous()
 
 
-def check_weights(weights: object, shape: torch.Size, rows: torch.Tensor, rows_name: str) -> torch.Tensor | None:
-    """Router weights of ``shape`` [T, K] in float32 or the dtype of ``rows`` (the tensor they
-    weight, called ``rows_name``), on its device, or None; contiguous."""
+def check_weights(weights: object, shape: torch.Size, shape_of: str, rows: torch.Tensor, rows_name: str
+                  ) -> torch.Tensor | None:
+    """Router weights of ``shape`` [T, K] (``shape_of``'s) in float32 or the dtype of ``rows``
+    (the tensor they weight, called ``rows_name``), on its device, or None; contiguous."""
     if weights is None:
         return None
     weights = _tensor("weights", weights)
     if weights.dtype not in (torch.float32, rows.dtype):
         raise TypeError(f"weights: expected float32 or {rows_name}'s dtype {rows.dtype}, got {weights.dtype}")
     if weights.shape != shape:
-        raise ValueError(f"weights: expected shape {list(shape)} (one per token and choice), got {list(weights.shape)}")
+        raise ValueError(f"weights: expected shape {list(shape)} ({shape_of}), got {list(weights.shape)}")
     _same_device("weights", weights, rows_name, rows)
     return weights.contiguous()
 
@@ -200,5 +201,5 @@ def unpermute(
         _check_range_on_host("row_map", row_map, y_sorted.shape[0], "rows of y_sorted, as returned by permute")
     else:
         _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
-    weights = check_weights(weights, row_map.shape, y_sorted, "y_sorted")
+    weights = check_weights(weights, row_map.shape, "row_map's", y_sorted, "y_sorted")
     return _Unpermute.apply(y_sorted.contiguous(), row_map.contiguous(), weights)

@@ -200,6 +200,49 @@ def test_retained_graph_and_saved_tensor_hooks_keep_gradients_exact(lean):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+class _Layer(torch.nn.Module):
+    """``h + expert_layer(h, top-k of a router, its softmax weights, experts)``."""
+
+    def __init__(self, H: int, F: int, E: int, K: int, lean: bool) -> None:
+        super().__init__()
+        self.router = torch.nn.Linear(H, E, bias=False)
+        self.experts = make_experts(E, H, F)
+        self.K, self.lean = K, lean
+
+    def forward(self, h):
+        probs, ids = self.router(h).softmax(-1).topk(self.K, dim=-1)
+        return h + expert_layer(h, ids, probs, self.experts, lean=self.lean)
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_offloaded_stack_is_bitwise(lean):
+    """Under offload_activations (saved tensors go to host memory and come back as new
+    tensors, which the default mode must not release) a stack of layers gives the gradients
+    of the same stack without offloading, bit for bit."""
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList(_Layer(32, 16, 4, 2, lean) for _ in range(3))
+    x = torch.randn(24, 32)
+
+    def run(offload):
+        for p in layers.parameters():
+            p.grad = None
+        xr = x.clone().requires_grad_()
+        scope = fuseops.offload_activations(**offload) if offload is not None else contextlib.nullcontext()
+        with scope as handle:
+            h = xr
+            for layer in layers:
+                with handle.group() if handle is not None else contextlib.nullcontext():
+                    h = layer(h)
+        h.square().mean().backward()
+        return [h.detach(), xr.grad] + [p.grad.clone() for p in layers.parameters()], handle
+
+    want, _ = run(None)
+    got, handle = run(dict(min_tensor_bytes=0, group_budget_bytes=None, keep_last=0))
+    assert handle.stats["bytes_offloaded"] > 0 and handle.stats["bytes_offloaded"] == handle.stats["bytes_reloaded"]
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert torch.equal(a, b), f"tensor {i} differs"
+
+
 def test_falls_back_to_the_composition_and_says_why():
     x = torch.randn(4, 16)
     plain = fuseops.Sequential(ops.GroupedLinear(2, 16, 8), ops.GELU(), ops.GroupedLinear(2, 8, 16))
@@ -320,3 +363,71 @@ def test_gpu_equals_the_composition(lean):
         plain = step(unfused(experts), x, ids, w, dy)
         exact = step(unfused(experts, torch.float64), x.double(), ids, w.double(), dy.double())
         check_close(fused, plain, exact, torch.bfloat16, ["y", "dx", "dweights", "w1", "w2"])
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_compiles_without_graph_breaks(lean):
+    """torch.compile(fullgraph=True) traces the layer (the grouped GEMMs as custom ops, the
+    routing kernels as their references) and gives the eager result."""
+    experts = make_experts(4, 32, 16, bias=True)
+    x, ids, w, dy = torch.randn(16, 32), routing(16, 4, 2, 0), torch.rand(16, 2), torch.randn(16, 32)
+    compiled = torch.compile(lambda *a: expert_layer(*a, experts, lean=lean), backend="aot_eager", fullgraph=True)
+    eager = step(experts, x, ids, w, dy, lean)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    for p in experts.parameters():
+        p.grad = None
+    y = compiled(xr, ids, wr)
+    y.backward(dy)
+    got = [y.detach(), xr.grad, wr.grad] + [p.grad for p in experts.parameters()]
+    for a, b in zip(got, eager):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.gpu
+def test_gpu_peak_memory_follows_the_byte_accounting():
+    """Peak above the step's start, measured by the caching allocator, at a Qwen3-like shape
+    (many narrow experts, top-8): within memory_model's count (plus the O(T*K) routing maps),
+    the default below the composition and lean below the default."""
+    device = cuda_or_skip()
+    T, K, H, F, E = 4096, 8, 512, 192, 32
+    experts = make_experts(E, H, F, dtype=torch.bfloat16, device=device)
+    x = torch.randn(T, H, device=device, dtype=torch.bfloat16, requires_grad=True)
+    logits = torch.randn(T, E, device=device)
+    top, ids = logits.topk(K, dim=-1)
+    w = top.softmax(-1).requires_grad_()
+    dy = torch.randn(T, H, device=device, dtype=torch.bfloat16)
+    scaled = fuseops.Sequential(*[experts[0], ops.SwiGLU(scaled=True), experts[2]])
+
+    def composed():
+        x_sorted, split, row_map = fuseops.moe.permute(x, ids, E)
+        probs = w.new_empty(T * K).scatter(0, row_map.reshape(-1), w.reshape(-1))
+        fuseops.moe.unpermute(scaled(x_sorted, split, probs, split), row_map, None).backward(dy)
+
+    def peak(fn):
+        for t in (x, w, *experts.parameters()):
+            t.grad = None
+        fn()  # warm-up (compiles)
+        for t in (x, w, *experts.parameters()):
+            t.grad = None
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+
+    shape = mm.LayerShape(T, K, H, F, E)
+    measured = {
+        "composed": peak(composed),
+        "default": peak(lambda: expert_layer(x, ids, w, experts).backward(dy)),
+        "lean": peak(lambda: expert_layer(x, ids, w, experts, lean=True).backward(dy)),
+    }
+    modelled = {
+        "composed": mm.peak_bytes(shape, mm.composed_stages()),
+        "default": mm.peak_bytes(shape, mm.layer_stages(False, mm.fc1_weight_grad_first(shape, False))),
+        "lean": mm.peak_bytes(shape, mm.layer_stages(True, mm.fc1_weight_grad_first(shape, True))),
+    }
+    routing_maps = 64 * T * K  # row maps, probs, their gradients, partial sums: O(T*K) scalars
+    for name in measured:
+        assert measured[name] <= modelled[name] * 1.02 + routing_maps, (name, measured, modelled)
+    assert measured["lean"] < measured["default"] < measured["composed"], measured
