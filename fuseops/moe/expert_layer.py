@@ -83,7 +83,7 @@ def _release(*tensors: torch.Tensor | None) -> None:
 
 class _ExpertLayer(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weights, w1, b1, w2, expert_ids, gate: _Gate, lean: bool):
+    def forward(ctx, x, weights, w1, b1, w2, expert_ids, gate: _Gate, lean: bool, grad_enabled: bool):
         E = w1.shape[0]
         x_sorted, split_sizes, row_map = launcher(Kernel.PERMUTE, x)(x, expert_ids, E)
         offsets = launcher(Kernel.GROUP_OFFSETS, split_sizes)(split_sizes)
@@ -91,7 +91,8 @@ class _ExpertLayer(torch.autograd.Function):
         if weights is not None:
             # The weights in x_sorted's row order: FC1's epilogue row scale.
             probs = weights.new_empty(row_map.numel()).scatter_(0, row_map.reshape(-1), weights.reshape(-1))
-        backward = any(ctx.needs_input_grad[:5])
+        # needs_input_grad reads requires_grad even under torch.no_grad (inference): nothing to keep.
+        backward = grad_enabled and any(ctx.needs_input_grad[:5])
         keep = backward and not lean
         h, z = library.grouped_gemm_gated(x_sorted, w1.transpose(1, 2), offsets, bias=b1, act=gate.act,
                                           probs=probs, save_preact=keep, **gate.kernel_args)
@@ -164,7 +165,7 @@ class _ExpertLayer(torch.autograd.Function):
         dweights = None
         if need_weights:
             dweights = dprobs.index_select(0, row_map.reshape(-1)).view(row_map.shape)
-        return dx, dweights, dw1, db1, dw2, None, None, None
+        return dx, dweights, dw1, db1, dw2, None, None, None, None
 
 
 def _parts(experts: Any) -> tuple[GroupedLinear, Any, GroupedLinear]:
@@ -243,7 +244,8 @@ def expert_layer(
     weights = check_weights(weights, expert_ids.shape, "expert_ids'", x, "x")
     if expert_layer_fallback(x, weights, experts) is None:
         gate = _Gate(act.act, act.kernel_args)
-        return _ExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, lean)
+        return _ExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, lean,
+                                  torch.is_grad_enabled())
     x_sorted, split_sizes, row_map = permute(x, expert_ids, fc1.num_groups)
     if getattr(act, "scaled", False):
         w = weights if weights is not None else x.new_ones(expert_ids.shape)

@@ -184,6 +184,20 @@ def test_saves_what_its_mode_promises(lean):
     y.sum().backward()
 
 
+def test_inference_under_no_grad_keeps_nothing():
+    """Under torch.no_grad with parameters that require grad (inference), nothing is saved
+    and no graph is built; the output is the composition's."""
+    experts = make_experts(3, 16, 8)
+    x, ids, w = torch.randn(6, 16, requires_grad=True), routing(6, 3, 2, 0), torch.rand(6, 2)
+    saved = []
+    with torch.no_grad(), torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        y = expert_layer(x, ids, w, experts)
+        x_sorted, split, row_map = fuseops.moe.permute(x, ids, 3)
+        ref = fuseops.moe.unpermute(unfused(experts)(x_sorted, split, split), row_map, w)
+    assert saved == [] and y.grad_fn is None
+    torch.testing.assert_close(y, ref)
+
+
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
 def test_retained_graph_and_saved_tensor_hooks_keep_gradients_exact(lean):
     """A retained graph (dz may not overwrite z, nothing is released) and hooks that copy what
