@@ -21,6 +21,7 @@ Checked against the H100 (session 9's ``moe_layer.json``, peak above the start):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 Stage = tuple[str, tuple[str, ...]]
@@ -113,8 +114,10 @@ def peak_bytes(shape: LayerShape, stages: list[Stage]) -> int:
     return max(b for _, b in stage_bytes(shape, stages))
 
 
+@functools.cache
 def fc1_weight_grad_first(shape: LayerShape, lean: bool) -> bool:
     """The backward order of ``layer_stages`` that peaks lower at ``shape``: FC1's weight
     gradient first at wide experts with few choices (Mixtral's shape), FC2's first at many
-    narrow experts (Qwen3's), where dy_sorted and dx_sorted are the large tensors."""
+    narrow experts (Qwen3's), where dy_sorted and dx_sorted are the large tensors. Cached: a
+    backward asks once per shape."""
     return peak_bytes(shape, layer_stages(lean, True)) < peak_bytes(shape, layer_stages(lean, False))
