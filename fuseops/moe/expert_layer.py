@@ -199,6 +199,8 @@ def expert_layer_fallback(x: torch.Tensor, weights: torch.Tensor | None, experts
         (not getattr(experts, "fuse", True), "experts built with fuse=False"),
         (not isinstance(act, GatedActivation), f"{type(act).__name__} is not a gated activation"),
         (fc2.bias is not None, "FC2 has a bias: the router weights cannot scale FC1's output instead"),
+        # Mismatched widths: the composition's Sequential reports them.
+        (fc1.out_features != 2 * fc2.in_features, "FC1's out_features is not twice FC2's in_features"),
         (fc1.accumulate_into_main_grad or fc2.accumulate_into_main_grad, "accumulate_into_main_grad"),
         (any(_hooked(m) for m in (experts, fc1, act, fc2)), "module hooks on the experts"),
         (current_recipe() is not None, "a fuseops.autocast recipe is active"),

@@ -291,9 +291,12 @@ def compare_fallback(experts):
         (lambda e, x, i, w: expert_layer(x, i, w[:, :1], e), ValueError, "weights: expected shape"),
         (lambda e, x, i, w: expert_layer(x, i, w.double(), e), TypeError, "weights: expected float32"),
         (lambda e, x, i, w: expert_layer(x[0], i, w, e), ValueError, "x: expected a 2-D tensor"),
+        (lambda e, x, i, w: expert_layer(x, i, w, fuseops.Sequential(
+            ops.GroupedLinear(3, 16, 16), ops.SwiGLU(), ops.GroupedLinear(3, 6, 16))), ValueError,
+         r"GroupedLinear input: expected shape \[\.\.\., 6\]"),
     ],
     ids=["not-sequential", "group-mismatch", "features", "lean-flag", "float-ids", "ids-range", "weights-shape",
-         "weights-dtype", "x-1d"],
+         "weights-dtype", "x-1d", "widths"],
 )
 def test_bad_input_raises_before_any_kernel(call, error, match):
     experts = make_experts(3, 16, 8)
