@@ -1,17 +1,22 @@
 """The whole MoE expert layer, bf16, forward and forward+backward: fuseops against the same
-layer in plain torch with ``torch._grouped_mm`` and against transformers' experts, at the
-Qwen3-30B-A3B and Mixtral-8x7B shapes.
+layer in plain torch with ``torch._grouped_mm``, Liger-Kernel's fused MoE (where it imports)
+and transformers' experts, at the Qwen3-30B-A3B and Mixtral-8x7B shapes.
 
 The layer: tokens ``x`` [T, H], the router's top-K experts ``ids`` [T, K] (random logits,
 so about uniform) and their softmax ``weights`` [T, K], SwiGLU experts ``w1`` [E, 2I, H] and
 ``w2`` [E, H, I]; every implementation uses the very same tensors.
 
-- ``fuseops``: ``permute`` -> ``Sequential(GroupedLinear, SwiGLU(scaled=True), GroupedLinear)``
-  (one fused grouped MLP) -> ``unpermute``.
+- ``fuseops``: ``fuseops.moe.expert_layer`` (routing, the fused grouped MLP and the combine in
+  one Function), default mode; ``fuseops lean``: the same with ``lean=True``.
+- ``fuseops composed``: ``permute`` -> ``Sequential(GroupedLinear, SwiGLU(scaled=True),
+  GroupedLinear)`` (one fused grouped MLP) -> ``unpermute`` (what ``fuseops`` was before issue 25).
 - ``torch``: argsort routing, gather, ``torch._grouped_mm`` x2 (int32 offsets), SwiGLU,
   weighted ``index_add_`` combine.
+- ``liger``: ``liger_kernel.ops.fused_moe.LigerFusedMoEFunction`` (skipped when it does not
+  import; ``pip install --no-deps .whl/liger_kernel-0.8.5-py3-none-any.whl`` on the GPU machine).
 - ``hf grouped_mm``: transformers' ``Qwen3MoeExperts`` with ``experts_implementation="grouped_mm"``.
 - ``hf fuseops``: the same module with ``"fuseops"`` (fuseops.integrations.transformers).
+- ``fuseops fp8`` / ``fp8 blk``: the composition under FP8 current scaling / blockwise.
 
 TFLOP/s count ``6*T*K*H*I`` per forward (two GEMMs, FC1 twice as wide) and three times that
 per forward+backward; the forward is timed with autograd recording, as in a training step.
@@ -20,12 +25,15 @@ flush before each), or with ``--timing sustained`` a training loop's steady stat
 back-to-back calls timed together after half a second of the same calls
 (``_timing.sustained_ms``; the layer holds the H100 at its power cap, where clocks depend on
 the work). Implementations are timed in interleaved rounds (median of rounds). Peak memory is
-``max_memory_allocated`` over one forward+backward (weights, inputs and grads included; all
-implementations share the weights and inputs). Last, fuseops' forward+backward is captured
-in a CUDA graph at the Qwen3 shape and replayed with new routing copied into the same
-tensors, and checked against an eager run.
+``max_memory_allocated`` over one forward+backward, reported whole and above what was
+allocated at the step's start (inputs, weights, the upstream gradient; the weight gradients
+are made inside the step and count). Last, fuseops' forward+backward (both modes) is captured
+in a CUDA graph at the Qwen3 shape, replayed with new routing copied into the same tensors,
+and checked against an eager run. ``--smoke`` runs everything but the memory and the graph on
+the CPU at a tiny shape (checks the script).
 
     python -m benchmarks.moe_layer             # table, JSON and plot under benchmarks/results
+    python -m benchmarks.moe_layer --impls fuseops "fuseops lean" "fuseops composed" liger --no-graph
 """
 
 from __future__ import annotations
@@ -44,13 +52,15 @@ import torch.nn.functional as F
 import fuseops
 from benchmarks._timing import capture_cuda_graph, sustained_ms
 from fuseops import ops
-from fuseops.moe import permute, unpermute
+from fuseops.moe import expert_layer, permute, unpermute
 
 SHAPES = {
     "qwen3-30b-a3b": dict(E=128, T=32768, H=2048, I=768, K=8),
     "mixtral-8x7b": dict(E=8, T=8192, H=4096, I=14336, K=2),
 }
-IMPLS = ("fuseops", "torch", "hf grouped_mm", "hf fuseops", "fuseops fp8", "fuseops fp8 blk")
+SMOKE_SHAPES = {"smoke": dict(E=4, T=64, H=64, I=32, K=2)}
+IMPLS = ("fuseops", "fuseops lean", "fuseops composed", "torch", "liger", "hf grouped_mm", "hf fuseops",
+         "fuseops fp8", "fuseops fp8 blk")
 MODES = ("fwd", "fwd+bwd")
 
 
@@ -92,12 +102,32 @@ def make_case(E: int, T: int, H: int, I: int, K: int, device="cuda", dtype=torch
     return case
 
 
-def fuseops_layer(case: Case) -> Callable[[], torch.Tensor]:
+def _experts(case: Case, scaled: bool) -> fuseops.Sequential:
     E, two_i, H = case.w1.shape
     fc1 = ops.GroupedLinear(E, H, two_i, device="meta")
     fc2 = ops.GroupedLinear(E, two_i // 2, H, device="meta")
     fc1.weight, fc2.weight = case.w1, case.w2
-    mlp = fuseops.Sequential(fc1, ops.SwiGLU(scaled=True), fc2)
+    return fuseops.Sequential(fc1, ops.SwiGLU(scaled=scaled), fc2)
+
+
+def fuseops_layer(case: Case, lean: bool = False) -> Callable[[], torch.Tensor]:
+    experts = _experts(case, scaled=False)
+    return lambda: expert_layer(case.x, case.ids, case.weights, experts, lean=lean)
+
+
+def liger_layer(case: Case) -> Callable[[], torch.Tensor]:
+    from liger_kernel.ops.fused_moe import LigerFusedMoEFunction
+
+    def layer() -> torch.Tensor:
+        # Liger takes int32 ids; the cast is part of its call, as a user's would be.
+        return LigerFusedMoEFunction.apply(case.x, case.w1, case.w2, case.ids.to(torch.int32), case.weights)
+
+    return layer
+
+
+def composed_layer(case: Case) -> Callable[[], torch.Tensor]:
+    E = case.w1.shape[0]
+    mlp = _experts(case, scaled=True)
 
     def layer() -> torch.Tensor:
         x_sorted, split_sizes, row_map = permute(case.x, case.ids, E)
@@ -155,9 +185,15 @@ def quantized(layer: Callable[[], torch.Tensor], recipe) -> Callable[[], torch.T
 
 
 def implementations(case: Case, names=IMPLS) -> dict[str, Callable[[], torch.Tensor]]:
-    impls = {"fuseops": fuseops_layer(case), "torch": torch_layer(case)}
-    impls["fuseops fp8"] = quantized(fuseops_layer(case), fuseops.recipes.FP8CurrentScaling())
-    impls["fuseops fp8 blk"] = quantized(fuseops_layer(case), fuseops.recipes.FP8Blockwise())
+    impls = {"fuseops": fuseops_layer(case), "fuseops lean": fuseops_layer(case, lean=True),
+             "fuseops composed": composed_layer(case), "torch": torch_layer(case)}
+    impls["fuseops fp8"] = quantized(composed_layer(case), fuseops.recipes.FP8CurrentScaling())
+    impls["fuseops fp8 blk"] = quantized(composed_layer(case), fuseops.recipes.FP8Blockwise())
+    if "liger" in names:
+        try:
+            impls["liger"] = liger_layer(case)
+        except ImportError as exc:
+            print(f"liger skipped: {exc}", flush=True)
     try:
         import fuseops.integrations.transformers as fx
 
@@ -183,12 +219,18 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def agreement(case: Case, impls: dict) -> dict[str, dict[str, float]]:
-    """Output and gradients of each implementation against plain torch (relative errors)."""
+    """Output and gradients of each implementation against plain torch (relative errors); an
+    implementation that fails is reported and dropped from ``impls``."""
     results = {}
-    for name, layer in impls.items():
+    for name, layer in list(impls.items()):
         set_grads_to_none(case)
-        y = layer()
-        y.backward(case.dy)
+        try:
+            y = layer()
+            y.backward(case.dy)
+        except Exception as exc:  # report a failing baseline, keep the others
+            print(f"  {name}: {exc!r}"[:300], flush=True)
+            del impls[name]
+            continue
         results[name] = {"y": y.detach(), **{n: t.grad for n, t in zip(("dx", "dweights", "dw1", "dw2"), case.leaves())}}
     set_grads_to_none(case)
     ref = results["torch"]
@@ -196,6 +238,10 @@ def agreement(case: Case, impls: dict) -> dict[str, dict[str, float]]:
 
 
 def bench_ms(fn: Callable[[], object], case: Case, args) -> float:
+    if args.smoke:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
     if args.timing == "do_bench":
         import triton
 
@@ -232,11 +278,11 @@ def eager_outputs(case: Case, layer: Callable[[], torch.Tensor]) -> list[torch.T
     return [y.detach()] + [t.grad.clone() for t in case.leaves()]
 
 
-def graph_check(case: Case) -> dict:
+def graph_check(case: Case, lean: bool) -> dict:
     """Capture fuseops' forward+backward in a CUDA graph under one routing, replay it after
     copying another routing into the same tensors, and compare the output and gradients
     with an eager run of that routing (relative errors)."""
-    layer = fuseops_layer(case)
+    layer = fuseops_layer(case, lean)
     case.route(1)
     ref = eager_outputs(case, layer)
     case.route(2)
@@ -260,17 +306,19 @@ def graph_check(case: Case) -> dict:
 
 def run_benchmark(args) -> tuple[list[dict], dict]:
     rows, extra = [], {}
-    for shape_name in args.shapes:
-        shape = SHAPES[shape_name]
+    shapes = SMOKE_SHAPES if args.smoke else {name: SHAPES[name] for name in args.shapes}
+    for shape_name, shape in shapes.items():
         print(f"\n{shape_name} {shape}", flush=True)
-        case = make_case(**shape)
+        case = make_case(**shape, device="cpu" if args.smoke else "cuda")
         impls = implementations(case, args.impls)
         errs = agreement(case, impls)
         for name, e in errs.items():
             print(f"  {name:<14} rel err vs torch: " + " ".join(f"{k} {v:.1e}" for k, v in e.items()), flush=True)
-        memory = {name: peak_memory_gb(case, forward_backward(case, layer)) for name, layer in impls.items()}
+        nan = (float("nan"), float("nan"))
+        memory = {name: nan if args.smoke else peak_memory_gb(case, forward_backward(case, layer))
+                  for name, layer in impls.items()}
         for name, (peak, delta) in memory.items():
-            print(f"  {name:<14} fwd+bwd peak memory {peak:6.2f} GB ({delta:+.2f} GB above inputs/weights)", flush=True)
+            print(f"  {name:<14} fwd+bwd peak memory {peak:6.2f} GB ({delta:+.2f} GB above the step's start)", flush=True)
         for mode in MODES:
             fns = {n: (layer if mode == "fwd" else forward_backward(case, layer)) for n, layer in impls.items()}
             times: dict[str, list[float]] = {n: [] for n in fns}
@@ -293,39 +341,45 @@ def run_benchmark(args) -> tuple[list[dict], dict]:
         # GB beyond its own tensors, the size of Qwen3's tensors and gradients).
         set_grads_to_none(case)
         del case, impls, fns
-        torch.cuda.empty_cache()
-    if not args.no_graph:
+        if not args.smoke:
+            torch.cuda.empty_cache()
+    if not args.no_graph and not args.smoke:
         # Last, so that a failed capture cannot disturb the timings.
         shape_name = "qwen3-30b-a3b"
-        try:
-            errs = graph_check(make_case(**SHAPES[shape_name]))
-            extra["cuda_graph"] = dict(shape=shape_name, captured=True, rel_err_vs_eager=errs)
-        except Exception as exc:
-            extra["cuda_graph"] = dict(shape=shape_name, captured=False, error=repr(exc)[:500])
-        print(f"\ncuda graph fwd+bwd: {extra['cuda_graph']}", flush=True)
+        for mode, lean in (("default", False), ("lean", True)):
+            key = f"cuda_graph_{mode}"
+            try:
+                errs = graph_check(make_case(**SHAPES[shape_name]), lean)
+                extra[key] = dict(shape=shape_name, captured=True, rel_err_vs_eager=errs)
+            except Exception as exc:
+                extra[key] = dict(shape=shape_name, captured=False, error=repr(exc)[:500])
+            print(f"\ncuda graph fwd+bwd ({mode}): {extra[key]}", flush=True)
+            torch.cuda.empty_cache()
     return rows, extra
 
 
 def print_table(rows: list[dict], extra: dict) -> None:
     by = {(r["shape"], r["mode"], r["impl"]): r for r in rows}
-    print("\nMoE expert layer, bf16: TFLOP/s (6*T*K*H*I per fwd, x3 per fwd+bwd) and fwd+bwd peak GB;")
-    print("vs torch / vs hf: fuseops divided by plain torch / by transformers' grouped_mm")
-    head = f"{'shape':<15}{'mode':<9}" + "".join(f"{i:>17}" for i in IMPLS) + f"{'vs torch':>10}{'vs hf':>8}"
+    print("\nMoE expert layer, bf16: TFLOP/s (6*T*K*H*I per fwd, x3 per fwd+bwd); fwd+bwd peak memory")
+    print("above the step's start (GB), and each against plain torch in the same run")
+    head = (f"{'shape':<15}{'impl':<18}{'fwd':>8}{'fwd+bwd':>9}{'peak above start':>18}{'peak total':>12}"
+            f"{'speed vs torch':>16}{'peak vs torch':>15}")
     print(head)
     print("-" * len(head))
-    for shape in SHAPES:
-        for mode in MODES + ("peak GB",):
-            key_mode = "fwd+bwd" if mode == "peak GB" else mode
-            field = "peak_gb" if mode == "peak GB" else "tflops"
-            got = [by.get((shape, key_mode, i), {}).get(field) for i in IMPLS]
-            if got[0] is None:
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        torch_row = by.get((shape, "fwd+bwd", "torch"), {})
+        for impl in IMPLS:
+            fb = by.get((shape, "fwd+bwd", impl))
+            if fb is None:
                 continue
-            cells = "".join(f"{v:>17.{2 if mode == 'peak GB' else 0}f}" if v else f"{'-':>17}" for v in got)
-            vs_torch = got[0] / got[1] if got[1] else float("nan")
-            vs_hf = got[0] / got[2] if got[2] else float("nan")
-            print(f"{shape:<15}{mode:<9}{cells}{vs_torch:>10.2f}{vs_hf:>8.2f}")
-    if "cuda_graph" in extra:
-        print(f"CUDA graph (fuseops fwd+bwd, replayed with new routing): {extra['cuda_graph']}")
+            fwd = by.get((shape, "fwd", impl), {}).get("tflops", float("nan"))
+            speed = fb["tflops"] / torch_row["tflops"] if torch_row else float("nan")
+            peak = fb["peak_above_inputs_gb"] / torch_row["peak_above_inputs_gb"] if torch_row else float("nan")
+            print(f"{shape:<15}{impl:<18}{fwd:>8.0f}{fb['tflops']:>9.0f}{fb['peak_above_inputs_gb']:>18.2f}"
+                  f"{fb['peak_gb']:>12.2f}{speed:>16.2f}{peak:>15.2f}")
+    for key in ("cuda_graph_default", "cuda_graph_lean"):
+        if key in extra:
+            print(f"CUDA graph ({key.removeprefix('cuda_graph_')}, fwd+bwd replayed with new routing): {extra[key]}")
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -338,9 +392,9 @@ def plot(rows: list[dict], path: Path) -> None:
         print("matplotlib missing: no plot")
         return
     panels = [("fwd", "tflops", "forward TFLOP/s"), ("fwd+bwd", "tflops", "forward+backward TFLOP/s"),
-              ("fwd+bwd", "peak_gb", "forward+backward peak GB")]
+              ("fwd+bwd", "peak_above_inputs_gb", "fwd+bwd peak above the step's start, GB")]
     fig, axes = plt.subplots(1, len(panels), figsize=(16, 4.5))
-    shapes = list(SHAPES)
+    shapes = list(dict.fromkeys(r["shape"] for r in rows))
     width = 0.8 / len(IMPLS)
     for ax, (mode, field, title) in zip(axes, panels):
         for i, impl in enumerate(IMPLS):
@@ -366,23 +420,27 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="sustained: back-to-back calls timed per measurement")
     parser.add_argument("--warmup-s", type=float, default=0.5, help="sustained: seconds of calls before each measurement")
     parser.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph capture check")
+    parser.add_argument("--smoke", action="store_true", help="CPU, a tiny shape, one round, no memory: checks it runs")
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds = 1
     import triton
 
     start = time.time()
     rows, extra = run_benchmark(args)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                timing=args.timing)
+    meta = dict(device="cpu" if args.smoke else torch.cuda.get_device_name(), torch=torch.__version__,
+                triton=triton.__version__, timing="smoke" if args.smoke else args.timing)
     try:
         import transformers
 
         meta["transformers"] = transformers.__version__
     except ImportError:
         pass
-    (args.out_dir / "moe_layer.json").write_text(json.dumps(dict(**meta, **extra, rows=rows), indent=1))
-    plot(rows, args.out_dir / "moe_layer.png")
+    stem = "moe_layer_smoke" if args.smoke else "moe_layer"
+    (args.out_dir / f"{stem}.json").write_text(json.dumps(dict(**meta, **extra, rows=rows), indent=1))
+    plot(rows, args.out_dir / f"{stem}.png")
     print(f"\n({time.time() - start:.0f} s)")
     print_table(rows, extra)
 

@@ -22,6 +22,10 @@ def _seq(*o):
     return fuseops.Sequential(*o)
 
 
+def _experts():
+    return fuseops.Sequential(ops.GroupedLinear(3, 8, 8), ops.SwiGLU(), ops.GroupedLinear(3, 4, 8))
+
+
 CASES = [
     # Sequential
     (lambda: _seq(1), TypeError, r"ops: expected fuseops basic ops or fuseops.Sequential, got int"),
@@ -83,6 +87,14 @@ CASES = [
     (lambda: moe.unpermute(X, torch.arange(4).view(2, 2), torch.rand(4)), ValueError, r"weights: expected shape \[2, 2\] \(row_map's\), got \[4\]"),
     (lambda: moe.unpermute(X, torch.arange(4, dtype=torch.int32).view(2, 2), None), TypeError, r"row_map: expected int64 .*got torch.int32"),
     (lambda: moe.unpermute(X, torch.tensor([[0, 1], [2, 4]]), None), ValueError, r"row_map: expected values in \[0, 4\) .*got values in \[0, 4\]"),
+    (lambda: moe.expert_layer(X, torch.zeros(4, 2, dtype=torch.int64), None, ops.ReLU()), TypeError,
+     r"experts: expected a fuseops.Sequential\(GroupedLinear.*got ReLU"),
+    (lambda: moe.expert_layer(X, torch.zeros(4, 2, dtype=torch.int64), torch.rand(4, 3), _experts()), ValueError,
+     r"weights: expected shape \[4, 2\] \(expert_ids'\), got \[4, 3\]"),
+    (lambda: moe.expert_layer(X, torch.zeros(4, 2, dtype=torch.int64), None, _experts(), lean="yes"), TypeError,
+     r"lean: expected True or False, got 'yes'"),
+    (lambda: moe.expert_layer(X, torch.full((4, 2), 3), None, _experts()), ValueError,
+     r"expert_ids: expected values in \[0, 3\) .*got values in \[3, 3\]"),
     # offload
     (lambda: fuseops.offload_activations(keep_last=-1).__enter__(), ValueError, r"keep_last: expected an int >= 0, got -1"),
     (lambda: fuseops.offload_activations(min_tensor_bytes=-1).__enter__(), ValueError, r"min_tensor_bytes: expected an int >= 0, got -1"),

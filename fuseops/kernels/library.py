@@ -137,29 +137,30 @@ def grouped_gemm_dgrad_gated(
 
 
 @torch.library.custom_op("fuseops::grouped_gemm_wgrad", mutates_args=())
-def _wgrad_op(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    return launcher(Kernel.GROUPED_GEMM_WGRAD, dy)(dy, x, offsets, out_dtype=out_dtype)
+def _wgrad_op(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, out_dtype: torch.dtype,
+              x_rows: torch.Tensor | None) -> torch.Tensor:
+    return launcher(Kernel.GROUPED_GEMM_WGRAD, dy)(dy, x, offsets, out_dtype=out_dtype, x_rows=x_rows)
 
 
 @_wgrad_op.register_fake
-def _(dy, x, offsets, out_dtype):
+def _(dy, x, offsets, out_dtype, x_rows):
     return x.new_empty((offsets.shape[0] - 1, dy.shape[1], x.shape[1]), dtype=out_dtype)
 
 
 def grouped_gemm_wgrad(
     dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, *, main_grad: torch.Tensor | None = None,
-    out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+    out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, x_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``gemm/grouped_wgrad.py``'s ``grouped_gemm_wgrad`` (or its reference), traceable: under a
     trace dw is made apart in its target's dtype (float32 for ``main_grad``: the sum is rounded
     once, as eagerly) and added to ``main_grad`` or copied into ``out``."""
     if not torch.compiler.is_compiling():
         launch = launcher(Kernel.GROUPED_GEMM_WGRAD, dy)
-        return launch(dy, x, offsets, main_grad=main_grad, out=out, out_dtype=out_dtype)
+        return launch(dy, x, offsets, main_grad=main_grad, out=out, out_dtype=out_dtype, x_rows=x_rows)
     if main_grad is not None:
-        return main_grad.add_(_wgrad_op(dy, x, offsets, torch.float32))
+        return main_grad.add_(_wgrad_op(dy, x, offsets, torch.float32, x_rows))
     dtype = out.dtype if out is not None else out_dtype or x.dtype
-    return _into(out, _wgrad_op(dy, x, offsets, dtype))
+    return _into(out, _wgrad_op(dy, x, offsets, dtype, x_rows))
 
 
 @torch.library.custom_op("fuseops::grouped_bias_grad", mutates_args=())

@@ -3,10 +3,15 @@
 ``fuseops/kernels/moe/``) and expert parallelism over ``torch.distributed``
 (``expert_parallel.py``: ``dispatch`` / ``combine``). The expert MLP itself is a
 ``fuseops.Sequential`` of ``GroupedLinear`` / gated activation / ``GroupedLinear`` (fused by
-``fuseops/fusions/grouped_mlp.py``); the transformers integration builds on this package.
+``fuseops/fusions/grouped_mlp.py``); ``expert_layer.py`` runs routing, that MLP and the
+combine as one autograd Function that keeps less for the backward (``memory_model.py``
+accounts for it). The transformers integration builds on this package.
 """
 
+from fuseops.moe.expert_layer import expert_layer, expert_layer_fallback
 from fuseops.moe.expert_parallel import DispatchHandle, combine, dispatch
 from fuseops.moe.routing import permute, unpermute
 
-__all__ = ["DispatchHandle", "combine", "dispatch", "permute", "unpermute"]
+__all__ = [
+    "DispatchHandle", "combine", "dispatch", "expert_layer", "expert_layer_fallback", "permute", "unpermute",
+]

@@ -115,22 +115,9 @@ class _Unpermute(torch.autograd.Function):
         return (dy_sorted if ctx.needs_input_grad[0] else None), None, dweights
 
 
-def permute(
-    x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Group the rows of ``x`` by expert, one row per (token, chosen expert).
-
-    Args:
-        x: [T, H] float32, float16, bfloat16 or float64.
-        expert_ids: [T, K] any integer dtype, on ``x``'s device: token t's K experts.
-        num_experts: E >= 1.
-    Returns:
-        ``(x_sorted, split_sizes, row_map)``: ``x_sorted`` [T*K, H] in ``x``'s dtype, rows
-        grouped by expert ascending and, within an expert, in (token, choice) order;
-        ``split_sizes`` [E] int64 on the device (rows per expert, for ``GroupedLinear``);
-        ``row_map`` [T, K] int64: the row of ``x_sorted`` holding (t, k), for ``unpermute``.
-        Differentiable in ``x``.
-    """
+def check_routing(x: object, expert_ids: object, num_experts: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """``permute``'s arguments checked (ids range-checked: module docstring); ``(x, expert_ids)``
+    contiguous."""
     x = _float_2d("x", x, "[tokens, hidden]")
     expert_ids = _tensor("expert_ids", expert_ids)
     if expert_ids.dtype.is_floating_point or expert_ids.dtype.is_complex or expert_ids.dtype == torch.bool:
@@ -147,7 +134,42 @@ def permute(
         _check_range_on_host("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
     else:
         _assert_in_range_async("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
-    return _Permute.apply(x.contiguous(), expert_ids.contiguous(), num_experts)
+    return x.contiguous(), expert_ids.contiguous()
+
+
+def check_weights(weights: object, shape: torch.Size, shape_of: str, rows: torch.Tensor, rows_name: str
+                  ) -> torch.Tensor | None:
+    """Router weights of ``shape`` [T, K] (``shape_of``'s) in float32 or the dtype of ``rows``
+    (the tensor they weight, called ``rows_name``), on its device, or None; contiguous."""
+    if weights is None:
+        return None
+    weights = _tensor("weights", weights)
+    if weights.dtype not in (torch.float32, rows.dtype):
+        raise TypeError(f"weights: expected float32 or {rows_name}'s dtype {rows.dtype}, got {weights.dtype}")
+    if weights.shape != shape:
+        raise ValueError(f"weights: expected shape {list(shape)} ({shape_of}), got {list(weights.shape)}")
+    _same_device("weights", weights, rows_name, rows)
+    return weights.contiguous()
+
+
+def permute(
+    x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Group the rows of ``x`` by expert, one row per (token, chosen expert).
+
+    Args:
+        x: [T, H] float32, float16, bfloat16 or float64.
+        expert_ids: [T, K] any integer dtype, on ``x``'s device: token t's K experts.
+        num_experts: E >= 1.
+    Returns:
+        ``(x_sorted, split_sizes, row_map)``: ``x_sorted`` [T*K, H] in ``x``'s dtype, rows
+        grouped by expert ascending and, within an expert, in (token, choice) order;
+        ``split_sizes`` [E] int64 on the device (rows per expert, for ``GroupedLinear``);
+        ``row_map`` [T, K] int64: the row of ``x_sorted`` holding (t, k), for ``unpermute``.
+        Differentiable in ``x``.
+    """
+    x, expert_ids = check_routing(x, expert_ids, num_experts)
+    return _Permute.apply(x, expert_ids, num_experts)
 
 
 def unpermute(
@@ -179,12 +201,5 @@ def unpermute(
         _check_range_on_host("row_map", row_map, y_sorted.shape[0], "rows of y_sorted, as returned by permute")
     else:
         _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
-    if weights is not None:
-        weights = _tensor("weights", weights)
-        if weights.dtype not in (torch.float32, y_sorted.dtype):
-            raise TypeError(f"weights: expected float32 or y_sorted's dtype {y_sorted.dtype}, got {weights.dtype}")
-        if weights.shape != row_map.shape:
-            raise ValueError(f"weights: expected shape {list(row_map.shape)} (row_map's), got {list(weights.shape)}")
-        _same_device("weights", weights, "y_sorted", y_sorted)
-        weights = weights.contiguous()
+    weights = check_weights(weights, row_map.shape, "row_map's", y_sorted, "y_sorted")
     return _Unpermute.apply(y_sorted.contiguous(), row_map.contiguous(), weights)

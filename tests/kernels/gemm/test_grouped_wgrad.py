@@ -184,3 +184,49 @@ def test_wgrad_into_a_transposed_buffer(target):
     result = grouped_gemm_wgrad(dy, x, offsets, **{target: buf})
     assert result.data_ptr() == buf.data_ptr()
     assert_close_rel(buf, ref, torch.bfloat16, what=target)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("accumulate", [False, True], ids=["store", "main_grad"])
+def test_wgrad_gathers_rows_of_x(dtype, split, shape, accumulate):
+    """``x_rows``: the grouped rows of x are x[x_rows] (the MoE layer's permuted input, read
+    from the unpermuted one), equal to the wgrad of the gathered copy; rows read repeatedly and
+    rows never read both occur."""
+    sizes, offsets, dy, _ = _case(split, shape, dtype)
+    M, (N, K) = sum(sizes), SHAPES[shape]
+    x = torch.randn(M // 2 + 3, K, device=DEVICE, dtype=dtype)
+    x_rows = torch.randint(0, x.shape[0] - 1, (M,), generator=torch.Generator().manual_seed(M)).to(DEVICE)
+    ref = reference_grouped_gemm_wgrad(dy.double(), x.double().index_select(0, x_rows), offsets)
+    if accumulate:
+        main_grad = torch.randn(len(sizes), N, K, device=DEVICE)
+        expected = main_grad.double() + ref
+        got = grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad, x_rows=x_rows)
+        assert_close_rel(got, expected, dtype, what=f"main_grad {split} {shape}")
+        return
+    got = grouped_gemm_wgrad(dy, x, offsets, out=poison_(torch.empty(len(sizes), N, K, device=DEVICE, dtype=dtype)),
+                             x_rows=x_rows)
+    assert_close_rel(got, ref, dtype, what=f"dw {split} {shape}")
+    assert_close_rel(reference_grouped_gemm_wgrad(dy, x, offsets, x_rows=x_rows), ref, dtype, what="reference")
+
+
+@pytest.mark.gpu
+def test_gpu_wgrad_gathered_rows_through_the_dispatch_table():
+    """Gathered x on the GPU, as expert_layer's lean mode calls it: the dispatch table sends it
+    to the Triton pointer path (on sm_90 past the Gluon row, which loads x by TMA)."""
+    from fuseops.kernels import library
+
+    g = torch.Generator().manual_seed(3)
+    sizes = torch.randint(0, 700, (8,), generator=g)
+    sizes[5] = 0
+    offsets = group_offsets(sizes.cuda())
+    M = int(sizes.sum())
+    dy = torch.randn(M, 768, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(M // 3 + 1, 512, device="cuda", dtype=torch.bfloat16)
+    x_rows = torch.randint(0, x.shape[0], (M,), generator=g).cuda()
+    ref = reference_grouped_gemm_wgrad(dy.double(), x.double().index_select(0, x_rows), offsets)
+    assert_close_rel(library.grouped_gemm_wgrad(dy, x, offsets, x_rows=x_rows), ref, torch.bfloat16)
+    main_grad = torch.ones(8, 768, 512, device="cuda")
+    library.grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad, x_rows=x_rows)
+    assert_close_rel(main_grad - 1, ref, torch.bfloat16)

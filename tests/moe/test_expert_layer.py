@@ -1,0 +1,450 @@
+"""fuseops.moe.expert_layer in both modes equals the composition permute -> experts(fuse=False)
+-> unpermute within the dtype's rounding (outputs and every gradient, against float64), on
+generated shapes, dtypes, activations, top-k, routings with empty experts and zero tokens;
+keeps what its mode promises; propagates non-finite values; rejects bad input; no host sync and
+CUDA-graph capture on the GPU."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fuseops
+from fuseops import ops
+from fuseops.kernels._triton import INTERPRET, interpreted_kernels
+from fuseops.moe import expert_layer, expert_layer_fallback
+from fuseops.moe import memory_model as mm
+from tests.helpers import REL_TOL, capture_cuda_graph, cuda_or_skip, rel_err
+
+GATES = {
+    "swiglu": lambda: ops.SwiGLU(),
+    "swiglu-scaled": lambda: ops.SwiGLU(scaled=True),
+    "swiglu-interleaved": lambda: ops.SwiGLU(interleaved=True),
+    "geglu": lambda: ops.GeGLU(approximate="tanh"),
+    "clamped": lambda: ops.ClampedSwiGLU(limit=3.0),
+}
+
+
+def make_experts(E, H, F, gate="swiglu", bias=False, dtype=torch.float32, device="cpu"):
+    torch.manual_seed(1)
+    experts = fuseops.Sequential(
+        ops.GroupedLinear(E, H, 2 * F, bias=bias), GATES[gate](), ops.GroupedLinear(E, F, H)
+    )
+    with torch.no_grad():
+        for p in experts.parameters():
+            p.normal_(0.0, 1.0 / p.shape[-1] ** 0.5)
+    return experts.to(device=device, dtype=dtype)
+
+
+def unfused(experts, dtype=None):
+    """The same ops with fusion off (sharing parameters), or float64 copies of them."""
+    if dtype is None:
+        return fuseops.Sequential(*list(experts), fuse=False)
+    return fuseops.Sequential(*list(copy.deepcopy(experts).to(dtype)), fuse=False)
+
+
+def step(experts, x, ids, weights, dy, lean=False, **backward):
+    """Output and gradients (x, weights, then the parameters) of one forward+backward."""
+    x = x.detach().clone().requires_grad_()
+    w = weights.detach().clone().requires_grad_() if weights is not None else None
+    for p in experts.parameters():
+        p.grad = None
+    y = expert_layer(x, ids, w, experts, lean=lean)
+    y.backward(dy, **backward)
+    grads = [x.grad] + ([w.grad] if w is not None else []) + [p.grad for p in experts.parameters()]
+    return [y.detach()] + [g.clone() for g in grads]
+
+
+def routing(T, E, K, seed, device="cpu", empty=()):
+    g = torch.Generator().manual_seed(seed)
+    allowed = torch.tensor([e for e in range(E) if e not in empty] or [0])
+    ids = allowed[torch.randint(0, len(allowed), (T, K), generator=g)]
+    return ids.to(device)
+
+
+def check_close(fused, plain, exact, dtype, what):
+    """Fused within the dtype's tolerance of float64, or no worse than twice the unfused
+    error; non-finite values in the same places."""
+    for name, f, u, e in zip(what, fused, plain, exact):
+        assert f.shape == u.shape, f"{name}: shape {tuple(f.shape)} != {tuple(u.shape)}"
+        assert torch.equal(torch.isfinite(f), torch.isfinite(u)), f"{name}: non-finite values differ"
+        finite = torch.isfinite(u)
+        if f.numel() == 0 or not finite.any():
+            continue
+        err, base = rel_err(f[finite], e[finite]), rel_err(u[finite], e[finite])
+        assert err <= max(2 * base, REL_TOL[dtype]), f"{name}: {err:.2e} vs float64 (unfused {base:.2e}, {dtype})"
+
+
+def compare(E, T, H, F, K, dtype, gate, bias, weights_kind, lean, seed, kernels, empty=(), x_fill=None):
+    experts = make_experts(E, H, F, gate, bias, dtype)
+    assert expert_layer_fallback(torch.zeros(1, H, dtype=dtype), None, experts) is None
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, H, generator=g).to(dtype)
+    if x_fill is not None:
+        x[x_fill[0], x_fill[1]] = x_fill[2]
+    ids = routing(T, E, K, seed, empty=empty)
+    weights = None if weights_kind is None else torch.rand(T, K, generator=g).to(weights_kind or dtype)
+    dy = torch.randn(T, H, generator=g).to(dtype)
+    with kernels():
+        fused = step(experts, x, ids, weights, dy, lean)
+        plain = step(unfused(experts), x, ids, weights, dy)
+    exact = step(unfused(experts, torch.float64), x.double(), ids,
+                 weights.double() if weights is not None else None, dy.double())
+    names = ["y", "dx"] + (["dweights"] if weights is not None else []) + [n for n, _ in experts.named_parameters()]
+    check_close(fused, plain, exact, dtype, names)
+    return fused, plain
+
+
+SHAPES = dict(E=st.integers(1, 5), T=st.sampled_from([0, 1, 3, 9]), H=st.sampled_from([8, 16, 24]),
+              F=st.sampled_from([8, 12, 16]), K=st.integers(1, 3),
+              dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
+              gate=st.sampled_from(sorted(GATES)), bias=st.booleans(),
+              weights_kind=st.sampled_from([None, torch.float32, False]), lean=st.booleans(),
+              seed=st.integers(0, 2**16))
+
+
+@given(**SHAPES)
+def test_equals_the_composition_on_the_torch_references(**case):
+    compare(**case, kernels=contextlib.nullcontext)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="Triton interpreter (CPU) only")
+@settings(max_examples=6)
+@given(**SHAPES)
+def test_equals_the_composition_through_the_triton_kernels(**case):
+    compare(**case, kernels=interpreted_kernels)
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+@pytest.mark.parametrize("shape, fc1_first", [((9, 2, 16, 8, 3), False), ((3, 1, 8, 16, 5), True)],
+                         ids=["fc2-wgrad-first", "fc1-wgrad-first"])
+def test_both_backward_orders(shape, fc1_first, lean):
+    """The order memory_model picks, each exercised: FC2's weight gradient first, or last after
+    z and x_sorted are released (the default mode frees its saved tensors' storage then)."""
+    T, K, H, F, E = shape
+    assert mm.fc1_weight_grad_first(mm.LayerShape(T, K, H, F, E, 4), lean) is fc1_first
+    kernels = interpreted_kernels if INTERPRET else contextlib.nullcontext
+    compare(E, T, H, F, K, torch.float32, "swiglu", True, torch.float32, lean, 0, kernels)
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_experts_without_tokens_and_zero_tokens(lean):
+    # Experts 1 and 3 get no rows; then a batch of no tokens at all.
+    compare(4, 6, 16, 8, 2, torch.float32, "swiglu", True, torch.float32, lean, 0, contextlib.nullcontext,
+            empty=(1, 3))
+    fused, _ = compare(4, 0, 16, 8, 2, torch.float32, "swiglu", True, torch.float32, lean, 0,
+                       contextlib.nullcontext)
+    assert fused[0].shape == (0, 16) and all((g == 0).all() for g in fused[3:])
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_non_finite_input_stays_where_the_composition_puts_it(lean, value):
+    kernels = interpreted_kernels if INTERPRET else contextlib.nullcontext
+    fused, _ = compare(3, 5, 16, 8, 2, torch.float32, "swiglu", False, torch.float32, lean, 3, kernels,
+                       x_fill=(2, 5, value))
+    y = fused[0]
+    assert not torch.isfinite(y[2]).all() and torch.isfinite(y[[0, 1, 3, 4]]).all()
+
+
+def test_repeatable_bit_for_bit():
+    if not INTERPRET:
+        pytest.skip("Triton interpreter (CPU) only")
+    experts = make_experts(3, 16, 8, bias=True)
+    x, ids, w, dy = torch.randn(7, 16), routing(7, 3, 2, 0), torch.rand(7, 2), torch.randn(7, 16)
+    with interpreted_kernels():
+        runs = [step(experts, x, ids, w, dy, lean) for lean in (False, False, True)]
+    for a, b, c in zip(*runs):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_saves_what_its_mode_promises(lean):
+    T, K, H, F = 6, 2, 16, 8
+    experts = make_experts(3, H, F)
+    x = torch.randn(T, H, requires_grad=True)
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = expert_layer(x, routing(T, 3, K, 0), torch.rand(T, K, requires_grad=True), experts, lean=lean)
+    params = {p.data_ptr() for p in experts.parameters()}
+    activations = sorted(tuple(t.shape) for t in saved if t.data_ptr() not in params and t.is_floating_point())
+    # probs in sorted order [T*K] always; lean keeps x itself, the default x_sorted and z.
+    expected = [(T * K,), (T, H)] if lean else [(T * K,), (T * K, H), (T * K, 2 * F)]
+    assert activations == sorted(expected)
+    y.sum().backward()
+
+
+def test_inference_under_no_grad_keeps_nothing():
+    """Under torch.no_grad with parameters that require grad (inference), nothing is saved
+    and no graph is built; the output is the composition's."""
+    experts = make_experts(3, 16, 8)
+    x, ids, w = torch.randn(6, 16, requires_grad=True), routing(6, 3, 2, 0), torch.rand(6, 2)
+    saved = []
+    with torch.no_grad(), torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        y = expert_layer(x, ids, w, experts)
+        x_sorted, split, row_map = fuseops.moe.permute(x, ids, 3)
+        ref = fuseops.moe.unpermute(unfused(experts)(x_sorted, split, split), row_map, w)
+    assert saved == [] and y.grad_fn is None
+    torch.testing.assert_close(y, ref)
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_retained_graph_and_saved_tensor_hooks_keep_gradients_exact(lean):
+    """A retained graph (dz may not overwrite z, nothing is released) and hooks that copy what
+    is saved (as offloading does) give the gradients of a plain backward."""
+    experts = make_experts(3, 16, 8, bias=True)
+    x, ids, w, dy = torch.randn(7, 16), routing(7, 3, 2, 0), torch.rand(7, 2), torch.randn(7, 16)
+    ref = step(experts, x, ids, w, dy, lean)
+    once = step(experts, x, ids, w, dy, lean, retain_graph=True)
+    for a, b in zip(ref, once):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t):
+        hooked = step(experts, x, ids, w, dy, lean)
+    for a, b in zip(ref, hooked):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+class _Layer(torch.nn.Module):
+    """``h + expert_layer(h, top-k of a router, its softmax weights, experts)``."""
+
+    def __init__(self, H: int, F: int, E: int, K: int, lean: bool) -> None:
+        super().__init__()
+        self.router = torch.nn.Linear(H, E, bias=False)
+        self.experts = make_experts(E, H, F)
+        self.K, self.lean = K, lean
+
+    def forward(self, h):
+        probs, ids = self.router(h).softmax(-1).topk(self.K, dim=-1)
+        return h + expert_layer(h, ids, probs, self.experts, lean=self.lean)
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_offloaded_stack_is_bitwise(lean):
+    """Under offload_activations (saved tensors go to host memory and come back as new
+    tensors, which the default mode must not release) a stack of layers gives the gradients
+    of the same stack without offloading, bit for bit."""
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList(_Layer(32, 16, 4, 2, lean) for _ in range(3))
+    x = torch.randn(24, 32)
+
+    def run(offload):
+        for p in layers.parameters():
+            p.grad = None
+        xr = x.clone().requires_grad_()
+        scope = fuseops.offload_activations(**offload) if offload is not None else contextlib.nullcontext()
+        with scope as handle:
+            h = xr
+            for layer in layers:
+                with handle.group() if handle is not None else contextlib.nullcontext():
+                    h = layer(h)
+        h.square().mean().backward()
+        return [h.detach(), xr.grad] + [p.grad.clone() for p in layers.parameters()], handle
+
+    want, _ = run(None)
+    got, handle = run(dict(min_tensor_bytes=0, group_budget_bytes=None, keep_last=0))
+    assert handle.stats["bytes_offloaded"] > 0 and handle.stats["bytes_offloaded"] == handle.stats["bytes_reloaded"]
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert torch.equal(a, b), f"tensor {i} differs"
+
+
+def test_falls_back_to_the_composition_and_says_why():
+    x = torch.randn(4, 16)
+    plain = fuseops.Sequential(ops.GroupedLinear(2, 16, 8), ops.GELU(), ops.GroupedLinear(2, 8, 16))
+    assert "not a gated activation" in expert_layer_fallback(x, None, plain)
+    biased = fuseops.Sequential(ops.GroupedLinear(2, 16, 16), ops.SwiGLU(), ops.GroupedLinear(2, 8, 16, bias=True))
+    assert "FC2 has a bias" in expert_layer_fallback(x, None, biased)
+    assert "fuse=False" in expert_layer_fallback(x, None, unfused(make_experts(2, 16, 8)))
+    with fuseops.autocast(recipe=fuseops.recipes.FP8CurrentScaling()):
+        assert "recipe" in expert_layer_fallback(x, None, make_experts(2, 16, 8))
+    for experts in (plain, biased):
+        compare_fallback(experts)
+
+
+def compare_fallback(experts):
+    x, ids, w, dy = torch.randn(5, 16), routing(5, 2, 2, 0), torch.rand(5, 2), torch.randn(5, 16)
+    got = step(experts, x, ids, w, dy)
+    x_sorted, split, row_map = fuseops.moe.permute(x, ids, 2)
+    ref = fuseops.moe.unpermute(experts(x_sorted, split, split), row_map, w)
+    torch.testing.assert_close(got[0], ref.detach())
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda e, x, i, w: expert_layer(x, i, w, ops.GroupedLinear(3, 16, 16)), TypeError, "experts: expected"),
+        (lambda e, x, i, w: expert_layer(x, i, w, fuseops.Sequential(
+            ops.GroupedLinear(3, 16, 16), ops.SwiGLU(), ops.GroupedLinear(2, 8, 16))), ValueError, "same number"),
+        (lambda e, x, i, w: expert_layer(x[:, :8], i, w, e), ValueError, "x: expected 16 features"),
+        (lambda e, x, i, w: expert_layer(x, i, w, e, lean=1), TypeError, "lean: expected True or False"),
+        (lambda e, x, i, w: expert_layer(x, i.float(), w, e), TypeError, "expert_ids: expected an integer"),
+        (lambda e, x, i, w: expert_layer(x, i + 3, w, e), ValueError, r"expert_ids: expected values in \[0, 3\)"),
+        (lambda e, x, i, w: expert_layer(x, i, w[:, :1], e), ValueError, "weights: expected shape"),
+        (lambda e, x, i, w: expert_layer(x, i, w.double(), e), TypeError, "weights: expected float32"),
+        (lambda e, x, i, w: expert_layer(x[0], i, w, e), ValueError, "x: expected a 2-D tensor"),
+        (lambda e, x, i, w: expert_layer(x, i, w, fuseops.Sequential(
+            ops.GroupedLinear(3, 16, 16), ops.SwiGLU(), ops.GroupedLinear(3, 6, 16))), ValueError,
+         r"GroupedLinear input: expected shape \[\.\.\., 6\]"),
+    ],
+    ids=["not-sequential", "group-mismatch", "features", "lean-flag", "float-ids", "ids-range", "weights-shape",
+         "weights-dtype", "x-1d", "widths"],
+)
+def test_bad_input_raises_before_any_kernel(call, error, match):
+    experts = make_experts(3, 16, 8)
+    with pytest.raises(error, match=match):
+        call(experts, torch.randn(4, 16), routing(4, 3, 2, 0), torch.rand(4, 2))
+
+
+# (T, H, F): FC2's weight gradient first at the first shape, FC1's at the second (memory_model).
+GPU_SHAPES = {"fc2-wgrad-first": (384, 128, 96), "fc1-wgrad-first": (64, 128, 256)}
+
+
+def _gpu_case(lean, shape="fc2-wgrad-first"):
+    device = cuda_or_skip()
+    (T, H, F), E, K = GPU_SHAPES[shape], 8, 2
+    experts = make_experts(E, H, F, bias=True, dtype=torch.bfloat16, device=device)
+    x = torch.randn(T, H, device=device, dtype=torch.bfloat16, requires_grad=True)
+    ids = torch.empty(T, K, device=device, dtype=torch.int64)
+    weights = torch.empty(T, K, device=device).requires_grad_()
+    dy = torch.randn(T, H, device=device, dtype=torch.bfloat16)
+    leaves = [x, weights, *experts.parameters()]
+
+    def route(seed: int) -> None:
+        logits = torch.randn(T, E, generator=torch.Generator().manual_seed(seed))
+        top, idx = logits.topk(K, dim=-1)
+        with torch.no_grad():
+            ids.copy_(idx)
+            weights.copy_(top.softmax(-1))
+
+    def run() -> torch.Tensor:
+        for t in leaves:
+            t.grad = None
+        y = expert_layer(x, ids, weights, experts, lean=lean)
+        y.backward(dy)
+        return y
+
+    return experts, leaves, route, run
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_gpu_no_host_sync(lean):
+    experts, _, route, run = _gpu_case(lean)
+    route(0)
+    run()  # warm-up: compiles
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        run()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", GPU_SHAPES)
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_gpu_captures_in_cuda_graph(lean, shape):
+    experts, leaves, route, run = _gpu_case(lean, shape)
+    route(1)
+    ref = [run().detach()] + [t.grad.clone() for t in leaves]
+    route(2)
+    graph, y_static = capture_cuda_graph(run)
+    route(1)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip([y_static] + [t.grad for t in leaves], ref):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_gpu_equals_the_composition(lean):
+    device = cuda_or_skip()
+    for T, F, empty in ((300, 96, ()), (64, 96, (0, 2, 5)), (0, 96, ()), (64, 256, ())):
+        experts = make_experts(8, 128, F, bias=False, dtype=torch.bfloat16, device=device)
+        g = torch.Generator().manual_seed(T)
+        x = torch.randn(T, 128, generator=g).to(device, torch.bfloat16)
+        ids = routing(T, 8, 2, T, device=device, empty=empty)
+        w = torch.rand(T, 2, generator=g).to(device)
+        dy = torch.randn(T, 128, generator=g).to(device, torch.bfloat16)
+        fused = step(experts, x, ids, w, dy, lean)
+        plain = step(unfused(experts), x, ids, w, dy)
+        exact = step(unfused(experts, torch.float64), x.double(), ids, w.double(), dy.double())
+        check_close(fused, plain, exact, torch.bfloat16, ["y", "dx", "dweights", "w1", "w2"])
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_compiles_without_graph_breaks(lean):
+    """torch.compile(fullgraph=True) traces the layer (the grouped GEMMs as custom ops, the
+    routing kernels as their references) and gives the eager result."""
+    experts = make_experts(4, 32, 16, bias=True)
+    x, ids, w, dy = torch.randn(16, 32), routing(16, 4, 2, 0), torch.rand(16, 2), torch.randn(16, 32)
+    compiled = torch.compile(lambda *a: expert_layer(*a, experts, lean=lean), backend="aot_eager", fullgraph=True)
+    eager = step(experts, x, ids, w, dy, lean)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    for p in experts.parameters():
+        p.grad = None
+    y = compiled(xr, ids, wr)
+    y.backward(dy)
+    got = [y.detach(), xr.grad, wr.grad] + [p.grad for p in experts.parameters()]
+    for a, b in zip(got, eager):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.gpu
+def test_gpu_peak_memory_follows_the_byte_accounting():
+    """Peak above the step's start, measured by the caching allocator, at a Qwen3-like shape
+    (many narrow experts, top-8): within memory_model's count (plus the O(T*K) routing maps),
+    the default below the composition and lean below the default."""
+    device = cuda_or_skip()
+    T, K, H, F, E = 4096, 8, 512, 192, 32
+    experts = make_experts(E, H, F, dtype=torch.bfloat16, device=device)
+    x = torch.randn(T, H, device=device, dtype=torch.bfloat16, requires_grad=True)
+    logits = torch.randn(T, E, device=device)
+    top, ids = logits.topk(K, dim=-1)
+    w = top.softmax(-1).requires_grad_()
+    dy = torch.randn(T, H, device=device, dtype=torch.bfloat16)
+    scaled = fuseops.Sequential(*[experts[0], ops.SwiGLU(scaled=True), experts[2]])
+
+    def composed():
+        x_sorted, split, row_map = fuseops.moe.permute(x, ids, E)
+        probs = w.new_empty(T * K).scatter(0, row_map.reshape(-1), w.reshape(-1))
+        fuseops.moe.unpermute(scaled(x_sorted, split, probs, split), row_map, None).backward(dy)
+
+    def peak(fn):
+        for t in (x, w, *experts.parameters()):
+            t.grad = None
+        fn()  # warm-up (compiles)
+        for t in (x, w, *experts.parameters()):
+            t.grad = None
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+
+    shape = mm.LayerShape(T, K, H, F, E)
+    measured = {
+        "composed": peak(composed),
+        "default": peak(lambda: expert_layer(x, ids, w, experts).backward(dy)),
+        "lean": peak(lambda: expert_layer(x, ids, w, experts, lean=True).backward(dy)),
+    }
+    modelled = {
+        "composed": mm.peak_bytes(shape, mm.composed_stages()),
+        "default": mm.peak_bytes(shape, mm.layer_stages(False, mm.fc1_weight_grad_first(shape, False))),
+        "lean": mm.peak_bytes(shape, mm.layer_stages(True, mm.fc1_weight_grad_first(shape, True))),
+    }
+    routing_maps = 64 * T * K  # row maps, probs, their gradients, partial sums: O(T*K) scalars
+    for name in measured:
+        assert measured[name] <= modelled[name] * 1.02 + routing_maps, (name, measured, modelled)
+    assert measured["lean"] < measured["default"] < measured["composed"], measured
