@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from fuseops.fusions import REGISTRY
-from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, same_extra_input
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, measured_declines_are_ignored, same_extra_input
 from fuseops.kernels._triton import runs_triton
 from fuseops.ops.executor.execute import Plan, Step, current_autocast
 from fuseops.ops.op import BasicOp
@@ -40,6 +40,7 @@ def plan_config(x: torch.Tensor, recipe: Any, grad_enabled: bool) -> PlanConfig:
         grad_enabled=grad_enabled,
         triton=runs_triton(x),
         autocast=current_autocast(x),
+        ignore_measured=measured_declines_are_ignored(),
     )
 
 

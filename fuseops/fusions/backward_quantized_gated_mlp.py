@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fuseops.fusions._producer_quantize import local_gemm
-from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, quantized
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, measured_slower, quantized
 from fuseops.fusions.grouped_mlp import one_expert_mlp
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.quantization.formats import BLOCK_SIZE, Scaling
@@ -59,8 +59,9 @@ class BackwardQuantizedGatedMLP(Fusion):
             return reason
         fc1, act_op, fc2 = ops
         grad = cfg.recipe.format(TensorRole.GRAD)
-        if grad.scaling in DECLINED:
-            return f"{grad.scaling.name} gradients: the unfused dgrad and gated backward measured faster"
+        if grad.scaling in DECLINED and (reason := measured_slower(
+                cfg, f"{grad.scaling.name} gradients: the unfused dgrad and gated backward measured faster")):
+            return reason
         block = BLOCK_SIZE[grad.scaling] or 1
         if not act_op.interleaved and fc2.in_features % block:
             return (f"a {block}-wide gradient block would straddle z's gate and up halves "

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fuseops.fusions._producer_quantize import local_gemm, under_torch_autocast
-from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, quantized
+from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, measured_slower, quantized
 from fuseops.fusions.grouped_mlp import one_expert_mlp
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.quantization.formats import Scaling
@@ -54,7 +54,7 @@ class ForwardQuantizedGroupedMLP(Fusion):
         if reason := quantized(cfg) or under_torch_autocast(cfg) or one_expert_mlp(ops, extra_inputs):
             return reason
         if cfg.recipe.format(TensorRole.INPUT).scaling in UNFUSED_FASTER:
-            return "FP8 on tensor cores: the unfused FC1 and activation kernels measured faster"
+            return measured_slower(cfg, "FP8 on tensor cores: the unfused FC1 and activation kernels measured faster")
         return None
 
     def fused_forward(self, ops, ctxs: Sequence[OpContext], x, extra_inputs: Sequence[tuple[Any, ...]]):

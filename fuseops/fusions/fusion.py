@@ -9,8 +9,9 @@ forward may save only what its backward reads, still in the ops' ``Saved`` recor
 
 from __future__ import annotations
 
+import contextlib
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -54,6 +55,8 @@ class PlanConfig:
     triton: bool
     # The torch.autocast dtype the ops compute matmuls in (None outside autocast).
     autocast: torch.dtype | None = None
+    # Inside ``measured_declines_ignored()``: guards skip their declines for measured speed.
+    ignore_measured: bool = False
 
 
 def same_extra_input(a: Any, b: Any) -> bool:
@@ -70,6 +73,32 @@ def same_extra_input(a: Any, b: Any) -> bool:
     if isinstance(b, torch.Tensor) and b.device.type == "cpu" and not b.is_floating_point():
         b = b.tolist()
     return isinstance(a, host) and isinstance(b, host) and list(a) == list(b)
+
+
+_ignore_measured = False
+
+
+@contextlib.contextmanager
+def measured_declines_ignored() -> Iterator[None]:
+    """Plans made inside this block apply fusions that decline a case only because the unfused
+    ops measured faster there (``measured_slower``): the property suites check such fusions
+    this way, so that one declined everywhere by measurement stays verified."""
+    global _ignore_measured
+    before, _ignore_measured = _ignore_measured, True
+    try:
+        yield
+    finally:
+        _ignore_measured = before
+
+
+def measured_declines_are_ignored() -> bool:
+    return _ignore_measured
+
+
+def measured_slower(cfg: PlanConfig, why: str) -> str | None:
+    """A guard's decline that rests on a measurement (``why`` says which): ``why``, unless the
+    plan is made inside ``measured_declines_ignored()``."""
+    return None if cfg.ignore_measured else why
 
 
 def unquantized(cfg: PlanConfig) -> str | None:
