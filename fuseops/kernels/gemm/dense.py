@@ -30,6 +30,7 @@ from fuseops.kernels.elementwise.activation_math import (
     reference_activation,
     reference_chain_grad,
 )
+from fuseops.kernels.launch import launch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,7 +293,7 @@ def launch_gemm(a, b, bias, act, alpha, save_preact, act_grad_input, residual, o
     a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
     tiles = cdiv(M, bm) * cdiv(N, bn)
     programs = max(1, min(cfg.programs_per_sm * device_sms(a), tiles))
-    gemm_kernel[(programs,)](
+    launch(gemm_kernel, (programs,),
         a_arg, b_arg,
         *(descriptor_or_tensor(t, epi_block, tma_epi, y) for t in (y, preact)),
         y if bias is None else bias,
