@@ -26,8 +26,8 @@ The stream is read at every launch. Triton's path is taken when launch hooks are
 (``knobs.runtime.launch_enter_hook`` / ``launch_exit_hook``: they need launch metadata),
 when the kernel has pre-run hooks, when a global value the kernel read at compile time has
 changed (Triton raises there), when the grid is not a tuple, under ``TRITON_INTERPRET=1``
-(the CPU tests: the interpreter has no compiled kernels) and under ``torch.compile``
-tracing. Global and profile scratch buffers are allocated as ``CudaLauncher.__call__``
+(the CPU tests: the interpreter has no compiled kernels), under ``torch.compile``
+tracing and when ``ENABLED`` is off (``FUSEOPS_FAST_LAUNCH=0``). Global and profile scratch buffers are allocated as ``CudaLauncher.__call__``
 does, by calling it, for kernels that need them.
 
 ``FUSEOPS_CHECK_LAUNCH=1`` (read at import; ``CHECK`` at run time) makes every fast call
@@ -49,6 +49,9 @@ from triton.runtime.jit import JITFunction, compute_cache_key
 
 from fuseops.kernels._triton import INTERPRET
 
+# Off under the interpreter (it has no compiled kernels); FUSEOPS_FAST_LAUNCH=0, or setting
+# this to False at run time (the host-cost benchmark does), sends every call through Triton.
+ENABLED: bool = not INTERPRET and os.environ.get("FUSEOPS_FAST_LAUNCH", "1") != "0"
 CHECK: bool = os.environ.get("FUSEOPS_CHECK_LAUNCH", "0") == "1"
 # Calls of each path, counted only under CHECK (what the tests read).
 counts: dict[str, int] = {"fast": 0, "triton": 0}
@@ -82,7 +85,7 @@ def int_key(x: int) -> Any:
         return aligned
     if -_I64 <= x < _I64:
         return 2 + aligned
-    if x < _U64:
+    if 0 <= x < _U64:
         return 4 + aligned
     return None  # Triton raises OverflowError: the caller takes Triton's path
 
@@ -204,7 +207,8 @@ def kwargs_key(kw: dict) -> tuple | None:
     if _BY_VALUE.issuperset(types):
         return (tuple(kw), values, types)
     if (_BY_VALUE | _BY_REPR).issuperset(types):
-        return (tuple(kw), values, types, tuple(map(repr, values)))
+        # By repr alone: it tells -0.0 from 0.0, and a NaN's equals the next NaN's.
+        return (tuple(kw), types, tuple(map(repr, values)))
     return None
 
 
@@ -238,7 +242,7 @@ def _triton_key(kernel: JITFunction, device: int, args: tuple, kw: dict):
 def launch(kernel: JITFunction, grid: tuple, *args: Any, **kw: Any) -> None:
     """``kernel[grid](*args, **kw)``, through the stored compiled kernel when this call's
     key was seen before (module docstring)."""
-    if INTERPRET or grid.__class__ is not tuple or torch.compiler.is_compiling():
+    if not ENABLED or grid.__class__ is not tuple or torch.compiler.is_compiling():
         kernel[grid](*args, **kw)
         return
     state = _kernels.get(id(kernel), False)
