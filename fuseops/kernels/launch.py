@@ -27,8 +27,9 @@ The stream is read at every launch. Triton's path is taken when launch hooks are
 when the kernel has pre-run hooks, when a global value the kernel read at compile time has
 changed (Triton raises there), when the grid is not a tuple, under ``TRITON_INTERPRET=1``
 (the CPU tests: the interpreter has no compiled kernels), under ``torch.compile``
-tracing and when ``ENABLED`` is off (``FUSEOPS_FAST_LAUNCH=0``). Global and profile scratch buffers are allocated as ``CudaLauncher.__call__``
-does, by calling it, for kernels that need them.
+tracing and when ``ENABLED`` is off (``FUSEOPS_FAST_LAUNCH=0``). Global and profile scratch
+buffers are allocated as ``CudaLauncher.__call__`` does, by calling it, for kernels that
+need them.
 
 ``FUSEOPS_CHECK_LAUNCH=1`` (read at import; ``CHECK`` at run time) makes every fast call
 also run Triton's binder and check that Triton's cache key and compiled kernel are the ones
@@ -146,7 +147,7 @@ class _Entry:
                          compiled.packed_metadata, None, None, None)
 
 
-_kernels: dict[int, _Kernel | None] = {}
+_kernels: dict[int, _Kernel] = {}
 # Triton's current device and stream getters, resolved at the first launch (no driver on CPU).
 _current_device = None
 _current_stream = None
@@ -177,7 +178,10 @@ def args_key(state: _Kernel, device: int, args: tuple) -> tuple | None:
         elif c is float or c is bool or x is None:
             append(c)
         else:
-            append(_native_key(state, device, x))
+            try:
+                append(_native_key(state, device, x))
+            except (TypeError, OverflowError):
+                return None  # Triton's path raises its own error
     return tuple(key)
 
 
@@ -245,10 +249,14 @@ def launch(kernel: JITFunction, grid: tuple, *args: Any, **kw: Any) -> None:
     if not ENABLED or grid.__class__ is not tuple or torch.compiler.is_compiling():
         kernel[grid](*args, **kw)
         return
-    state = _kernels.get(id(kernel), False)
-    if state is False:
-        state = _kernels[id(kernel)] = _Kernel(kernel) if isinstance(kernel, JITFunction) else None
-    if state is None or kernel.pre_run_hooks or _hooks_active():
+    state = _kernels.get(id(kernel))
+    if state is None:
+        if not isinstance(kernel, JITFunction):  # stand-ins (benchmarks), autotuners
+            kernel[grid](*args, **kw)
+            return
+        # The state keeps the kernel alive, so its id is never reused by another.
+        state = _kernels[id(kernel)] = _Kernel(kernel)
+    if kernel.pre_run_hooks or _hooks_active():
         kernel[grid](*args, **kw)
         return
     if _current_device is None:

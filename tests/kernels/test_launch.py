@@ -460,7 +460,8 @@ def test_gpu_grouped_gemms(monkeypatch, sizes):
         "grouped misaligned": lambda: grouped_gemm(a[:, 1:], wn[:, :, 1:].transpose(1, 2), offsets),
         "gated": lambda: grouped_gemm_gated(a, w1.transpose(1, 2), offsets, act=Activation.SILU, probs=probs,
                                             save_preact=True),
-        "gated dgrad": lambda: grouped_gemm_dgrad_gated(dy, w2, offsets, z, act=Activation.SILU, probs=probs, want_h=True),
+        "gated dgrad": lambda: grouped_gemm_dgrad_gated(dy, w2, offsets, z, act=Activation.SILU, probs=probs,
+                                                        want_h=True),
         "wgrad": lambda: grouped_gemm_wgrad(dy, a, offsets),
         "wgrad float32 out": lambda: grouped_gemm_wgrad(dy, a, offsets, out_dtype=torch.float32),
         "bias grad": lambda: grouped_bias_grad(dy, offsets),
@@ -508,20 +509,31 @@ if not INTERPRET:
         offs = tl.arange(0, BLOCK)
         tl.store(out_ptr + offs, (offs * 0 + n % 1000).to(tl.int64))
 
+    @triton.jit(do_not_specialize=["n"], do_not_specialize_on_alignment=["out_ptr"])
+    def _int_probe_flagged(out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, (offs * 0 + n % 1000).to(tl.int64))
+
 
 @pytest.mark.gpu
-def test_gpu_int_arguments_of_every_specialization(monkeypatch):
+@pytest.mark.parametrize("flagged", [False, True])
+def test_gpu_int_arguments_of_every_specialization(monkeypatch, flagged):
+    """Ints 1, multiples of 16, odd, past int32 and int64, interleaved, into aligned and
+    misaligned outputs; with ``do_not_specialize`` flags the flagged key serves them."""
+    kernel = _int_probe_flagged if flagged else _int_probe
     monkeypatch.setattr(fl, "CHECK", True)
     monkeypatch.setattr(fl, "ENABLED", True)
     buf = torch.zeros(40, dtype=torch.int64, device=DEVICE)
     values = [1, 16, 17, 2**31 + 16, 2**31 + 5, 2**40 + 3, 2**63 + 16, 0]
-    fast = fl.counts["fast"]
+    fast, slow = fl.counts["fast"], fl.counts["triton"]
     for n in values + values[::-1] + values:
         for out in (buf[:16], buf[1:17]):  # 16-byte aligned and 8 bytes past
             out.fill_(-1)
-            fl.launch(_int_probe, (1,), out, n, BLOCK=16)
+            fl.launch(kernel, (1,), out, n, BLOCK=16)
             torch.cuda.synchronize()
             assert out.tolist() == [n % 1000] * 16, n
+    # Each (value, alignment) stored once, then fast.
+    assert fl.counts["triton"] - slow == 2 * len(values)
     assert fl.counts["fast"] - fast == 2 * 2 * len(values)
 
 
