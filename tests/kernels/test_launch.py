@@ -532,9 +532,11 @@ def test_gpu_int_arguments_of_every_specialization(monkeypatch, flagged):
             fl.launch(kernel, (1,), out, n, BLOCK=16)
             torch.cuda.synchronize()
             assert out.tolist() == [n % 1000] * 16, n
-    # Each (value, alignment) stored once, then fast.
-    assert fl.counts["triton"] - slow == 2 * len(values)
-    assert fl.counts["fast"] - fast == 2 * 2 * len(values)
+    # Each key stored once, then fast. Unflagged: 1 / i32 / i64 (each divisible by 16 or not)
+    # and u64, times the two alignments; flagged: i32 / i64 / u64 only.
+    keys = 3 if flagged else 2 * 6
+    assert fl.counts["triton"] - slow == keys
+    assert fl.counts["fast"] - fast == 3 * 2 * len(values) - keys
 
 
 @pytest.mark.gpu
