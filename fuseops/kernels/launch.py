@@ -160,21 +160,39 @@ def _native_key(state: _Kernel, device: int, x: Any, is_const=False, specialize=
     return ("native", native_specialize_impl(state.backend, x, is_const, specialize, align))
 
 
-def args_key(state: _Kernel, device: int, args: tuple) -> tuple | None:
-    """Key of the positional arguments, or None where a call is not keyed."""
+def args_key(state: _Kernel, device: int, args: tuple) -> tuple[tuple, tuple] | None:
+    """``(key, launch_args)`` of the positional arguments, or None where a call is not keyed.
+
+    ``launch_args`` are ``args`` with each tensor of a flag-free parameter replaced by its
+    data pointer: the C launcher then takes the int as it is, without calling ``data_ptr()``
+    again and asking the driver about the pointer (``cuPointerGetAttribute``, which is how
+    Triton refuses CPU tensors: the key holds ``is_cuda`` for that, and a key with a CPU
+    tensor is never stored since Triton's launch raises for it)."""
     if not state.plain_upto(len(args)):
-        return _flagged_args_key(state, device, args)
+        key = _flagged_args_key(state, device, args)
+        return None if key is None else (key, args)
+    # Flat: a tensor adds its dtype and a code (16-byte aligned + 2 * is_cuda), anything else
+    # one part (only tensors add dtypes, so the parts split back into arguments one way only).
     key = []
     append = key.append
-    for x in args:
+    launch_args = list(args)
+    for i, x in enumerate(args):
         c = x.__class__
-        if c is _Tensor or c is _Parameter:
-            append((x.dtype, not x.data_ptr() & 15))
-        elif c is int:
-            k = int_key(x)
-            if k is None:
-                return None
-            append(k)
+        if c is int:
+            if x == 1:
+                append("one")
+            elif -_I32 <= x < _I32:
+                append(not x & 15)  # int_key's value, without the call
+            else:
+                k = int_key(x)
+                if k is None:
+                    return None
+                append(k)
+        elif c is _Tensor or c is _Parameter:
+            ptr = x.data_ptr()
+            append(x.dtype)
+            append((not ptr & 15) + 2 * x.is_cuda)
+            launch_args[i] = ptr
         elif c is float or c is bool or x is None:
             append(c)
         else:
@@ -182,7 +200,7 @@ def args_key(state: _Kernel, device: int, args: tuple) -> tuple | None:
                 append(_native_key(state, device, x))
             except (TypeError, OverflowError):
                 return None  # Triton's path raises its own error
-    return tuple(key)
+    return tuple(key), launch_args
 
 
 def _flagged_args_key(state: _Kernel, device: int, args: tuple) -> tuple | None:
@@ -256,18 +274,21 @@ def launch(kernel: JITFunction, grid: tuple, *args: Any, **kw: Any) -> None:
             return
         # The state keeps the kernel alive, so its id is never reused by another.
         state = _kernels[id(kernel)] = _Kernel(kernel)
-    if kernel.pre_run_hooks or _hooks_active():
+    rt = knobs.runtime
+    enter, exit_ = rt.launch_enter_hook, rt.launch_exit_hook
+    if kernel.pre_run_hooks or not (enter.__class__ is HookChain and not enter.calls
+                                    and exit_.__class__ is HookChain and not exit_.calls) and _hooks_active():
         kernel[grid](*args, **kw)
         return
     if _current_device is None:
         _resolve_driver()
     device = _current_device()
     kw_key = kwargs_key(kw) if kw else ()
-    a_key = args_key(state, device, args) if kw_key is not None else None
-    if a_key is None:
+    keyed = args_key(state, device, args) if kw_key is not None else None
+    if keyed is None:
         _slow(kernel, grid, args, kw)
         return
-    key = (device, knobs.runtime.debug, knobs.compilation.instrumentation_mode, kw_key, a_key)
+    key = (device, rt.debug, knobs.compilation.instrumentation_mode, kw_key, keyed[0])
     entry = state.entries.get(key)
     if entry is None or (kernel.used_global_vals and _globals_changed(kernel)):
         _store(state, key, kernel, grid, device, args, kw)
@@ -276,7 +297,7 @@ def launch(kernel: JITFunction, grid: tuple, *args: Any, **kw: Any) -> None:
         _check(kernel, entry, device, args, kw)
     n = len(grid)
     entry.call(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
-               _current_stream(device), entry.function, *entry.head, *args, *entry.tail)
+               _current_stream(device), entry.function, *entry.head, *keyed[1], *entry.tail)
 
 
 def _resolve_driver():

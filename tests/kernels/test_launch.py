@@ -58,8 +58,8 @@ def _triton_key(kernel: JITFunction, args, kw):
 
 def _our_key(kernel, state, args, kw):
     kw_key = fl.kwargs_key(kw) if kw else ()
-    a_key = fl.args_key(state, 0, args)
-    return None if kw_key is None or a_key is None else (kw_key, a_key)
+    keyed = fl.args_key(state, 0, args)
+    return None if kw_key is None or keyed is None else (kw_key, keyed[0])
 
 
 def _assert_refines(pairs):
@@ -116,13 +116,16 @@ def _values():
 
 def test_args_key_determines_triton_specialization_of_each_argument():
     state = _state(_jit(_plain))
-    pairs = [(fl.args_key(state, 0, (x,)), native_specialize_impl(BACKEND, x, False, True, True))
+    key = lambda x: fl.args_key(state, 0, (x,))[0]  # noqa: E731
+    pairs = [(key(x), native_specialize_impl(BACKEND, x, False, True, True))
              for x in _values() if not (type(x) is int and fl.int_key(x) is None)]
     by_key = _assert_refines(pairs)
     # Alignment and dtype split the tensors; bools, ints and floats never share a key.
-    assert fl.args_key(state, 0, (True,)) != fl.args_key(state, 0, (1,))
-    assert fl.args_key(state, 0, (1.0,)) != fl.args_key(state, 0, (1,))
+    assert key(True) != key(1) and key(1.0) != key(1)
     assert len(by_key) >= 20
+    # Tensors reach the launcher as their data pointers, everything else as it is.
+    t = torch.zeros(4)
+    assert fl.args_key(state, 0, (t, 5, None))[1] == [t.data_ptr(), 5, None]
 
 
 def test_whole_call_key_determines_tritons_cache_key():
@@ -240,7 +243,7 @@ def test_second_call_of_a_key_goes_straight_to_the_stored_launcher(fake_kernel):
     # grid, stream, function, cooperative, pdl, scratch x2, metadata, launch metadata, hooks x2,
     # the positional arguments, then the rest of the parameters (MODE's default).
     assert args == (5, 1, 1, 1234, 77, False, True, None, None, (4, 1, 0), None, None, None,
-                    x, x, 32, 0.25, False, 64, 0)
+                    x.data_ptr(), x.data_ptr(), 32, 0.25, False, 64, 0)
     # A new specialization (n not divisible by 16, another dtype, an option) goes to Triton.
     fl.launch(fake_kernel, (5,), x, x, 33, 0.25, False, BLOCK=64, num_warps=4)
     fl.launch(fake_kernel, (5,), x.half(), x, 32, 0.25, False, BLOCK=64, num_warps=4)
@@ -265,7 +268,8 @@ def test_scratch_needing_kernels_launch_through_cuda_launcher_call(fake_kernel):
         fl.launch(fake_kernel, (2, 3, 4), x, x, 16, 0.5, True, BLOCK=64)
     (compiled,) = fake_kernel.device_caches[0][0].values()
     assert not compiled.run.launches
-    assert compiled.run.calls == [(2, 3, 4, 1234, 77, (4, 1, 0), None, None, None, x, x, 16, 0.5, True, 64, 0)]
+    ptr = x.data_ptr()
+    assert compiled.run.calls == [(2, 3, 4, 1234, 77, (4, 1, 0), None, None, None, ptr, ptr, 16, 0.5, True, 64, 0)]
 
 
 def test_hooks_changed_globals_and_unkeyed_calls_take_tritons_path(fake_kernel, monkeypatch):
@@ -595,7 +599,7 @@ def test_gpu_fast_launch_goes_to_the_current_stream(monkeypatch):
     side, other = torch.cuda.Stream(), torch.cuda.Stream()
     fast = fl.counts["fast"]
     with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # ~0.1 s: the launch must queue behind it
+        torch.cuda._sleep(1_000_000_000)  # ~0.5 s: the launch must queue behind it
         activation_fwd(x, Activation.SILU, out=y)
         done = torch.cuda.Event()
         done.record(side)
