@@ -477,6 +477,11 @@ def test_gpu_grouped_gemms(monkeypatch, sizes):
         "wgrad float32 out": lambda: grouped_gemm_wgrad(dy, a, offsets, out_dtype=torch.float32),
         "bias grad": lambda: grouped_bias_grad(dy, offsets),
     }
+    from fuseops.kernels.hopper import wgrad as hopper_wgrad
+    if hopper_wgrad.serves(dy, a, offsets):  # sm_90: the Gluon kernel, through the same path
+        cases["gluon wgrad"] = lambda: hopper_wgrad.grouped_gemm_wgrad(dy, a, offsets)
+        cases["gluon wgrad float32"] = lambda: hopper_wgrad.grouped_gemm_wgrad(dy, a, offsets,
+                                                                               out_dtype=torch.float32)
     for what, fn in cases.items():
         _both_paths(monkeypatch, fn, what)
 
