@@ -204,11 +204,10 @@ class _FakeCompiled:
         self.function, self.packed_metadata = 77, (4, 1, 0)
 
 
-@pytest.fixture
-def fake_kernel(monkeypatch):
-    """A JITFunction on device 0 of a pretend CUDA machine: ``kernel[grid](...)`` records a
-    Triton launch and returns the compiled stand-in kept under Triton's key."""
-    kernel = _jit(_plain)
+def _pretend_cuda(kernel: JITFunction) -> JITFunction:
+    """``kernel`` on device 0 of a pretend CUDA machine: ``kernel[grid](...)`` records a
+    Triton launch (grid, positional and bound arguments) and returns the compiled stand-in
+    kept under Triton's key."""
     kernel_cache, key_cache = {}, {}
     kernel.device_caches[0] = (kernel_cache, key_cache, GPUTarget("cuda", 90, 32), BACKEND, _binder(kernel))
     triton_launches = []
@@ -216,20 +215,32 @@ def fake_kernel(monkeypatch):
     def run(*args, grid, warmup, **kw):
         kw["debug"] = kw.get("debug", kernel.debug) or triton.knobs.runtime.debug
         kw["instrumentation_mode"] = triton.knobs.compilation.instrumentation_mode
-        _, specialization, options = kernel.device_caches[0][4](*args, **kw)
+        bound, specialization, options = kernel.device_caches[0][4](*args, **kw)
         key = compute_cache_key(key_cache, specialization, options)
         compiled = kernel_cache.setdefault(key, _FakeCompiled(kernel.scratch))
-        triton_launches.append((grid, args))
+        triton_launches.append((grid, args, tuple(bound.values())))
         return compiled
 
     kernel.run, kernel.scratch, kernel.triton_launches = run, 0, triton_launches
+    return kernel
+
+
+@pytest.fixture
+def pretend_cuda(monkeypatch):
     monkeypatch.setattr(fl, "ENABLED", True)
     monkeypatch.setattr(fl, "CHECK", True)
     monkeypatch.setattr(fl, "_current_device", lambda: 0)
     monkeypatch.setattr(fl, "_current_stream", lambda device: 1234 + device)
     monkeypatch.setattr(fl, "counts", {"fast": 0, "triton": 0})
-    yield kernel
-    fl._kernels.pop(id(kernel), None)
+    made = []
+    yield lambda kernel: made.append(_pretend_cuda(kernel)) or made[-1]
+    for kernel in made:
+        fl._kernels.pop(id(kernel), None)
+
+
+@pytest.fixture
+def fake_kernel(pretend_cuda):
+    return pretend_cuda(_jit(_plain))
 
 
 def test_second_call_of_a_key_goes_straight_to_the_stored_launcher(fake_kernel):
@@ -616,3 +627,46 @@ def test_gpu_fast_launch_goes_to_the_current_stream(monkeypatch):
     assert not early.any(), "the fast launch ran outside the current (side) stream"
     torch.cuda.synchronize()
     assert torch.equal(y, expected)
+
+
+@pytest.mark.parametrize("misaligned", [False, True])
+def test_dense_gemm_reaches_the_launcher_as_tritons_launch_would(pretend_cuda, monkeypatch, misaligned):
+    """launch_gemm with each epilogue, twice, on a pretend CUDA machine: the second call is a
+    fast launch (Triton's key checked) whose arguments match what Triton bound for the first,
+    position by position: tensors as data pointers, descriptors alike, the rest equal."""
+    from fuseops.kernels.gemm import dense
+
+    kernel = pretend_cuda(_jit(dense.gemm_kernel.fn))
+    monkeypatch.setattr(dense, "gemm_kernel", kernel)
+    monkeypatch.setattr(dense, "_plans", {})
+    dt, M, K, N = torch.bfloat16, 48, 64, 96
+    a = torch.randn(M * K + 1, dtype=dt)[1:].view(M, K) if misaligned else torch.randn(M, K, dtype=dt)
+    w, bias = torch.randn(N, K, dtype=dt), torch.randn(N, dtype=dt)
+    res, dy = torch.randn(M, N, dtype=dt), torch.randn(M, N, dtype=dt)
+    calls = [  # a, b, bias, act, save_preact, act_grad_input, residual, out
+        (a, w.t(), None, Activation.IDENTITY, False, None, None, None),
+        (a, w.t(), bias, Activation.GELU_TANH, False, None, None, None),
+        (a, w.t(), bias, Activation.SILU, True, None, None, None),
+        (a, w.t(), None, Activation.IDENTITY, False, None, res, torch.empty(M, N, dtype=dt)),
+        (dy, w, None, Activation.GELU, False, a.contiguous(), None, None),
+    ]
+    compiled = kernel.device_caches[0][0]
+    for i, (a_, b_, bias_, act, save, agi, residual, out) in enumerate(calls):
+        before = {id(c): len(c.run.launches) for c in compiled.values()}
+        for _ in range(2):
+            dense.launch_gemm(a_, b_, bias_, act, 1.0, save, agi, residual, out, None)
+        assert len(kernel.triton_launches) == i + 1
+        (fast,) = [c.run.launches[-1] for c in compiled.values() if len(c.run.launches) > before.get(id(c), 0)]
+        bound = kernel.triton_launches[-1][2]
+        assert len(fast) == 13 + len(bound)
+        for got, want in zip(fast[13:], bound):
+            if isinstance(want, torch.Tensor):
+                # The caller's tensors have the same pointers in both calls; outputs are new.
+                inputs = [t.data_ptr() for t in (a_, b_, bias_, agi, residual, out) if t is not None]
+                assert type(got) is int and (got == want.data_ptr() or want.data_ptr() not in inputs)
+            elif isinstance(want, TensorDescriptor):
+                assert isinstance(got, TensorDescriptor) and got.block_shape == want.block_shape
+                assert got.base.dtype == want.base.dtype and tuple(got.strides) == tuple(want.strides)
+            else:
+                assert got == want and type(got) is type(want)
+    assert fl.counts == {"fast": len(calls), "triton": len(calls)}
