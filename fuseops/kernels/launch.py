@@ -105,13 +105,17 @@ class _Kernel:
     """What this module keeps per JITFunction: the stored launches by key, and per
     argument count whether every positional parameter is flag-free."""
 
-    __slots__ = ("kernel", "entries", "plain", "backend")
+    __slots__ = ("kernel", "entries", "plain", "backend", "globals_seen", "globals_live")
 
     def __init__(self, kernel: JITFunction):
         self.kernel = kernel
         self.entries: dict[tuple, _Entry] = {}
         self.plain: dict[int, bool] = {}
         self.backend = None
+        # The kernel's used_global_vals when last found unchanged, and the immutable objects
+        # its names were bound to then (None: some value is mutable, compare every call).
+        self.globals_seen = None
+        self.globals_live: tuple | None = None
 
     def plain_upto(self, nargs: int) -> bool:
         plain = self.plain.get(nargs)
@@ -243,11 +247,40 @@ def _hooks_active() -> bool:
 
 
 def _globals_changed(kernel: JITFunction) -> bool:
+    """Triton's check: a global the kernel read at compile time is now bound to another value."""
     missing = _globals_changed
     for (name, _), (val, globals_dict) in kernel.used_global_vals.items():
         if globals_dict.get(name, missing) != val:
             return True
     return False
+
+
+_IMMUTABLE = frozenset({int, float, bool, str, _NoneType, tl.dtype})
+
+
+def _immutable(v: Any) -> bool:
+    if v.__class__ is tl.constexpr:
+        v = v.value
+    return v.__class__ in _IMMUTABLE
+
+
+def _globals_unchanged(state: _Kernel, kernel: JITFunction) -> bool:
+    """``not _globals_changed(kernel)``, by identity while every name is still bound to the
+    same immutable object it was bound to when last compared (what a constexpr global is)."""
+    used = kernel.used_global_vals
+    live = state.globals_live
+    if state.globals_seen is used and live is not None:
+        for globals_dict, name, obj in live:
+            if globals_dict.get(name, _globals_changed) is not obj:
+                break
+        else:
+            return True
+    if _globals_changed(kernel):
+        return False
+    bound = tuple((d, name, d.get(name)) for (name, _), (_, d) in used.items())
+    state.globals_seen = used
+    state.globals_live = bound if all(_immutable(obj) for _, _, obj in bound) else None
+    return True
 
 
 def _triton_key(kernel: JITFunction, device: int, args: tuple, kw: dict):
@@ -290,7 +323,7 @@ def launch(kernel: JITFunction, grid: tuple, *args: Any, **kw: Any) -> None:
         return
     key = (device, rt.debug, knobs.compilation.instrumentation_mode, kw_key, keyed[0])
     entry = state.entries.get(key)
-    if entry is None or (kernel.used_global_vals and _globals_changed(kernel)):
+    if entry is None or (kernel.used_global_vals and not _globals_unchanged(state, kernel)):
         _store(state, key, kernel, grid, device, args, kw)
         return
     if CHECK:

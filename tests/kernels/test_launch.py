@@ -305,10 +305,24 @@ def test_hooks_changed_globals_and_unkeyed_calls_take_tritons_path(fake_kernel, 
     namespace["LIMIT"] = 2
     fl.launch(fake_kernel, (1,), x, x, 16, 0.5, True, BLOCK=64)
     assert len(fake_kernel.triton_launches) == 4
+    # A mutable global changed in place (same object): compared by value, not identity.
+    namespace = {"TABLE": [1], "LIMIT": tl.constexpr(3)}
+    monkeypatch.setattr(fake_kernel, "used_global_vals", {("TABLE", id(namespace)): ([1], namespace),
+                                                          ("LIMIT", id(namespace)): (tl.constexpr(3), namespace)})
+    fl.launch(fake_kernel, (1,), x, x, 16, 0.5, True, BLOCK=64)
+    namespace["TABLE"].append(2)
+    fl.launch(fake_kernel, (1,), x, x, 16, 0.5, True, BLOCK=64)
+    assert len(fake_kernel.triton_launches) == 5
+    namespace["TABLE"] = [1]
+    fl.launch(fake_kernel, (1,), x, x, 16, 0.5, True, BLOCK=64)
+    namespace["LIMIT"] = tl.constexpr(4)
+    fl.launch(fake_kernel, (1,), x, x, 16, 0.5, True, BLOCK=64)
+    assert len(fake_kernel.triton_launches) == 6
+    monkeypatch.setattr(fake_kernel, "used_global_vals", {})
     # A grid that is not a tuple, and a keyword of a type that is not keyed.
     fl.launch(fake_kernel, [1], x, x, 16, 0.5, True, BLOCK=64)
     fl.launch(fake_kernel, (1,), x, x, 16, 0.5, True, BLOCK=64, MODE=Activation.GELU)
-    assert len(fake_kernel.triton_launches) == 6
+    assert len(fake_kernel.triton_launches) == 8
 
 
 @pytest.mark.skipif(not INTERPRET, reason="the interpreter runs on CPU-only machines")
