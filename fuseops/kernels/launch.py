@@ -3,14 +3,18 @@
 ``launch(kernel, grid, *args, **kw)`` does what ``kernel[grid](*args, **kw)`` does. The
 first call of each specialization goes through Triton (which compiles if needed and
 returns the ``CompiledKernel``); later calls with the same key hand the arguments straight
-to that kernel's C launcher. Triton's ``JITFunction.run`` spends ~15-60 us of host time per
-call (argument binding, its cache key as a string, launch metadata, hook chains, one
-Python pass over the arguments to expand descriptors); this path spends a few.
+to that kernel's launcher, tensors as their data pointers. What this skips of Triton's
+``JITFunction.run`` (12-60 us of host time a call on the H100 host, by the kernel's
+arguments): binding the arguments, its cache key built as a string, launch metadata for
+the (empty) hook chains, ``CudaLauncher.__call__``'s scratch closure, and in the C launcher
+a ``data_ptr()`` call and a ``cuPointerGetAttribute`` per tensor. What stays: this key, the
+descriptors' expansion (``fill_tma_descriptor`` per host descriptor) and ``cuLaunchKernelEx``.
 
-The key (``call_key``) determines Triton's specialization completely; it may be finer
-(two keys, one compiled kernel), never coarser:
+The key (``args_key``, ``kwargs_key``) determines Triton's specialization completely; it may
+be finer (two keys, one compiled kernel), never coarser:
 
-- per positional argument: tensors by dtype and 16-byte alignment of ``data_ptr()``; ints
+- per positional argument: tensors by dtype, 16-byte alignment of ``data_ptr()`` and
+  ``is_cuda`` (a key with a CPU tensor is never stored: Triton's launch refuses it); ints
   by ``== 1``, ``% 16 == 0`` and range (int32 / int64 / uint64); floats, bools and None by
   type; anything else (host TensorDescriptors, Gluon descriptors, tuples, other tensor
   types) by Triton's own ``native_specialize_impl``. Parameters with flags (constexpr,
