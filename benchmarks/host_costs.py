@@ -17,6 +17,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 import fuseops
 from fuseops import ops
+from fuseops.kernels import launch as fast_launch
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.kernels.elementwise.norm import rmsnorm_fwd
 from fuseops.kernels.gemm.dense import gemm
@@ -76,11 +77,16 @@ def main() -> None:
     rows["torch rms_norm"] = host_us(lambda: torch.nn.functional.rms_norm(a, (H,), g, 1e-6))
     rows["torch.empty"] = host_us(lambda: torch.empty(M, 4 * H, device=dev, dtype=dt))
     rows["triton empty kernel"] = host_us(lambda: _empty[(1,)](a, M, BLOCK=16))
+    rows["triton empty kernel, fast launch"] = host_us(lambda: fast_launch.launch(_empty, (1,), a, M, BLOCK=16))
     rows["TensorDescriptor.from_tensor"] = host_us(lambda: TensorDescriptor.from_tensor(a, [128, 64]))
     rows["triton empty kernel, 18 args"] = host_us(
         lambda: _empty_many[(1,)](a, a, a, a, a, *range(1, 13), 1.0, C0=1, C1=2, C2=3, C3=4, C4=5))
+    rows["triton empty kernel, 18 args, fast launch"] = host_us(lambda: fast_launch.launch(
+        _empty_many, (1,), a, a, a, a, a, *range(1, 13), 1.0, C0=1, C1=2, C2=3, C3=4, C4=5))
     descs = [TensorDescriptor.from_tensor(t, [64, 64]) for t in (a, a, a)]
     rows["triton empty kernel, 3 descriptors"] = host_us(lambda: _empty_desc[(1,)](*descs, M, BLOCK=16))
+    rows["triton empty kernel, 3 descriptors, fast launch"] = host_us(
+        lambda: fast_launch.launch(_empty_desc, (1,), *descs, M, BLOCK=16))
     from fuseops.kernels.gemm import dense
     kernel = dense.gemm_kernel
     dense.gemm_kernel = _NoLaunch()
@@ -88,7 +94,11 @@ def main() -> None:
     dense.gemm_kernel = kernel
     odd = torch.randn(M * H + 1, device=dev, dtype=dt)[1:].view(M, H)  # base 2 B past 16-B alignment: no TMA
     rows["fuseops gemm+bias+gelu, pointer path"] = host_us(lambda: gemm(odd, w.t(), bias=bias, act=Activation.GELU_TANH))
-    rows["fuseops gemm+bias+gelu"] = host_us(lambda: gemm(a, w.t(), bias=bias, act=Activation.GELU_TANH))
+    rows["fuseops gemm+bias+gelu, fast launch"] = host_us(lambda: gemm(a, w.t(), bias=bias, act=Activation.GELU_TANH))
+    fast_launch.ENABLED = False
+    rows["fuseops gemm+bias+gelu, Triton's launch"] = host_us(
+        lambda: gemm(a, w.t(), bias=bias, act=Activation.GELU_TANH))
+    fast_launch.ENABLED = True
     rows["fuseops gemm"] = host_us(lambda: gemm(a, w.t()))
     rows["fuseops rmsnorm_fwd"] = host_us(lambda: rmsnorm_fwd(a, g, 1e-6))
     block = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, 4 * H), ops.GELU(approximate="tanh"),
@@ -109,9 +119,12 @@ def main() -> None:
             model(*inputs).sum().backward()
         return run
     rows["fuseops block fwd+bwd"] = host_us(step(block, x, x), 1000)
+    fast_launch.ENABLED = False
+    rows["fuseops block fwd+bwd, Triton's launch"] = host_us(step(block, x, x), 1000)
     rows["torch block fwd+bwd"] = host_us(lambda: ((ref(x) + x).sum().backward(), [setattr(p, "grad", None) for p in ref.parameters()]), 1000)
     # The block's host time taken apart: without Triton's launches (everything else of ours
-    # and torch's still runs; outputs are left unwritten), and through the torch references
+    # and torch's still runs; outputs are left unwritten; fast launches off, so that every
+    # launch goes through the patched __getitem__), and through the torch references
     # (the executor with torch ops in place of our launchers).
     from triton.runtime.jit import KernelInterface
 
@@ -120,13 +133,14 @@ def main() -> None:
     KernelInterface.__getitem__ = lambda self, grid: _NoLaunch()[grid]
     rows["fuseops block fwd+bwd, no Triton launch"] = host_us(step(block, x, x), 1000)
     KernelInterface.__getitem__ = getitem
+    fast_launch.ENABLED = True
     backend_of = dispatch.backend_of
     dispatch.backend_of = lambda t: dispatch.Backend.TORCH
     rows["fuseops block fwd+bwd, torch references"] = host_us(step(block, x, x), 1000)
     dispatch.backend_of = backend_of
     print(f"host us per call, H={H}, rows={M}, {torch.cuda.get_device_name()}")
     for name, us in rows.items():
-        print(f"  {name:34s} {us:8.1f}")
+        print(f"  {name:48s} {us:8.1f}")
 
 
 if __name__ == "__main__":

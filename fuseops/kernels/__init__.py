@@ -12,6 +12,8 @@ modules, recipes or fusions.
 
 ``dispatch.py`` is the one table that decides which implementation serves each operation
 (``python -m fuseops.kernels`` prints it); ``_triton.py`` holds the helpers every
-kernel shares and is the only module that reads ``TRITON_INTERPRET``. Each family's
+kernel shares and is the only module that reads ``TRITON_INTERPRET``; every launcher
+starts its kernels through ``launch.py`` (``launch(kernel, grid, *args, **kw)``, Triton's
+``kernel[grid](...)`` without its per-call binding once a specialization was seen). Each family's
 docstring has a table of its kernels.
 """

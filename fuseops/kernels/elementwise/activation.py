@@ -25,6 +25,7 @@ from fuseops.kernels.elementwise.activation_math import (
     reference_chain_grad,
 )
 from fuseops.kernels.elementwise.bias_grad import ReduceConfig, row_split, sum_partials
+from fuseops.kernels.launch import launch
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def activation_fwd(
     cfg = _configs()[0]
     y = out if out is not None else torch.empty_like(x)
     numel = x.numel()
-    activation_fwd_kernel[(cdiv(numel, cfg.block),)](
+    launch(activation_fwd_kernel, (cdiv(numel, cfg.block),),
         x, y, numel, alpha, ACT=int(act), BLOCK=cfg.block, num_warps=cfg.num_warps,
     )
     return y
@@ -125,7 +126,7 @@ def activation_bwd(
     cfg = _configs()[0]
     dx = out if out is not None else torch.empty_like(x)
     numel = x.numel()
-    activation_bwd_kernel[(cdiv(numel, cfg.block),)](
+    launch(activation_bwd_kernel, (cdiv(numel, cfg.block),),
         x, dy, dx, numel, alpha, ACT=int(act), BLOCK=cfg.block, num_warps=cfg.num_warps,
     )
     return dx
@@ -155,7 +156,7 @@ def activation_bwd_dbias(
     # One slab needs no second stage: its sums go straight to the output.
     stage_dtype = x2d.dtype if programs == 1 else torch.float32
     stage = torch.empty(programs, N, dtype=stage_dtype, device=x2d.device)
-    activation_bwd_dbias_kernel[(programs, cdiv(N, cfg.block_n))](
+    launch(activation_bwd_dbias_kernel, (programs, cdiv(N, cfg.block_n)),
         x2d, dy2d, dx, stage, M, N, stage.stride(0), rows_per_program, alpha,
         ACT=int(act), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
     )

@@ -22,6 +22,7 @@ from fuseops.kernels._triton import INTERPRET, cdiv
 from fuseops.kernels.elementwise.activation import reference_activation_fwd
 from fuseops.kernels.elementwise.activation_math import Activation, activation, gated
 from fuseops.kernels.elementwise.gated_activation import _load_pair, _pair_offsets, reference_gated_fwd
+from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization import epilogue as qe
 from fuseops.kernels.quantization.formats import BLOCK_SIZE, Element, Scaling
 
@@ -77,7 +78,7 @@ def _launch(x2d, F, act, alpha, probs, scaling, element, store_y, out, *, gated,
     block_f = qe.tile_columns(scaling, cfg.block_f)
     if out is None:
         out = qe.allocate(M, F, x2d.dtype, x2d.device, scaling=scaling, element=element, store_y=store_y)
-    activation_quantize_fwd_kernel[(cdiv(M, cfg.block_m), cdiv(F, block_f))](
+    launch(activation_quantize_fwd_kernel, (cdiv(M, cfg.block_m), cdiv(F, block_f)),
         x2d, probs if probs is not None else x2d, *qe.kernel_args(out, x2d.dtype, x2d.device),
         M, F, x2d.stride(0), *qe.strides(out), limit, alpha,
         ACT=int(act), GATED=gated, CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, device_sms
+from fuseops.kernels.launch import launch
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def sum_partials(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     cfg = _configs()
     P, N = partials.shape
     out = torch.empty(N, dtype=dtype, device=partials.device)
-    column_sum_kernel[(1, cdiv(N, cfg.block_n))](
+    launch(column_sum_kernel, (1, cdiv(N, cfg.block_n)),
         partials, out, P, N, partials.stride(0), 0, P,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
     )
@@ -100,7 +101,7 @@ def bias_grad(dy2d: torch.Tensor) -> torch.Tensor:
         stage = torch.empty(1, N, dtype=dy2d.dtype, device=dy2d.device)
     else:
         stage = torch.empty(programs, N, dtype=torch.float32, device=dy2d.device)
-    column_sum_kernel[(programs, cdiv(N, cfg.block_n))](
+    launch(column_sum_kernel, (programs, cdiv(N, cfg.block_n)),
         dy2d, stage, M, N, dy2d.stride(0), stage.stride(0), rows_per_program,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
     )

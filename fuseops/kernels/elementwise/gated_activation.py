@@ -26,6 +26,7 @@ from fuseops.kernels.elementwise.activation_math import (
     reference_gated_grad,
 )
 from fuseops.kernels.elementwise.bias_grad import sum_partials
+from fuseops.kernels.launch import launch
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def gated_fwd(
     cfg = _configs()["fwd"]
     M, F = x2d.shape[0], x2d.shape[1] // 2
     y = out if out is not None else torch.empty(M, F, dtype=x2d.dtype, device=x2d.device)
-    gated_fwd_kernel[(cdiv(M, cfg.block_m), cdiv(F, cfg.block_f))](
+    launch(gated_fwd_kernel, (cdiv(M, cfg.block_m), cdiv(F, cfg.block_f)),
         x2d, probs if probs is not None else x2d, y, M, F, x2d.stride(0), y.stride(0), limit, alpha,
         ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
         BLOCK_M=cfg.block_m, BLOCK_F=cfg.block_f, num_warps=cfg.num_warps,
@@ -188,7 +189,7 @@ def gated_bwd(
         # A single column block has the whole row sum: it goes straight to the output.
         partial_dtype = probs.dtype if col_blocks == 1 else torch.float32
         partials = torch.empty(col_blocks, M, dtype=partial_dtype, device=x2d.device)
-    gated_bwd_kernel[(cdiv(M, cfg.block_m), col_blocks)](
+    launch(gated_bwd_kernel, (cdiv(M, cfg.block_m), col_blocks),
         x2d, dy2d, probs if probs is not None else x2d, dx, partials if partials is not None else dx,
         M, F, x2d.stride(0), dy2d.stride(0), limit, alpha,
         ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,

@@ -20,6 +20,7 @@ import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, device_sms
 from fuseops.kernels.elementwise.bias_grad import sum_partials
+from fuseops.kernels.launch import launch
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ def _norm_fwd(x2d, weight, bias, eps, zero_centered_gamma, out, is_rms):
     # RMSNorm stores no mean: rstd stands in for the unused pointer.
     mean = rstd if is_rms else torch.empty_like(rstd)
     programs = _programs(x2d, M, cfg)
-    norm_fwd_kernel[(programs,)](
+    launch(norm_fwd_kernel, (programs,),
         x2d, weight, bias if bias is not None else weight, y, mean, rstd,
         M, N, x2d.stride(0), y.stride(0), eps, programs,
         IS_RMS=is_rms, HAS_BIAS=bias is not None, ZERO_CENTERED=zero_centered_gamma,
@@ -259,7 +260,7 @@ def _norm_bwd(dy2d, x2d, weight, mean, rstd, zero_centered_gamma, has_bias, is_r
     # Zeroed: programs with no rows, and the chunked path's in-memory sums, start from 0.
     dw_partials = torch.zeros(programs, N, dtype=torch.float32, device=x2d.device)
     db_partials = torch.zeros_like(dw_partials) if has_bias else dw_partials
-    norm_bwd_kernel[(programs,)](
+    launch(norm_bwd_kernel, (programs,),
         dy2d, x2d, weight, mean if mean is not None else rstd, rstd, dx, dw_partials, db_partials,
         M, N, dy2d.stride(0), x2d.stride(0), dx.stride(0), programs,
         IS_RMS=is_rms, HAS_BIAS=has_bias, ZERO_CENTERED=zero_centered_gamma,

@@ -28,6 +28,7 @@ from fuseops.kernels.elementwise.norm import (
     reference_rmsnorm_fwd,
     row_stats,
 )
+from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization import epilogue as qe
 from fuseops.kernels.quantization.formats import BLOCK_SIZE, Element, Scaling
 
@@ -107,7 +108,7 @@ def _norm_quantize_fwd(x2d, weight, bias, eps, zero_centered_gamma, scaling, ele
     # RMSNorm stores no mean: rstd stands in for the unused pointer.
     mean = rstd if is_rms else torch.empty_like(rstd)
     programs = max(1, min(cdiv(M, cfg.block_m), _configs()[2] * device_sms(x2d)))
-    norm_quantize_fwd_kernel[(programs,)](
+    launch(norm_quantize_fwd_kernel, (programs,),
         x2d, weight, bias if bias is not None else weight, mean, rstd,
         *qe.kernel_args(out, x2d.dtype, x2d.device),
         M, N, x2d.stride(0), *qe.strides(out), eps, programs,

@@ -30,6 +30,7 @@ from fuseops.kernels.elementwise.activation_math import (
     reference_activation,
     reference_chain_grad,
 )
+from fuseops.kernels.launch import launch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,33 +283,104 @@ def launch_gemm(a, b, bias, act, alpha, save_preact, act_grad_input, residual, o
     b = b if 1 in b.stride() else b.contiguous()
     act_grad_input = None if act_grad_input is None else act_grad_input.contiguous()
     residual = None if residual is None else residual.contiguous()
+    plan = _plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg)
+    if plan.tma_load:
+        a_arg = unchecked_descriptor(a, plan.a_block)
+        b_arg = unchecked_descriptor(b.t() if plan.b_trans else b, plan.b_block)
+    else:
+        a_arg, b_arg = a, b
+    if plan.tma_epi:
+        block = plan.epi_block
+        y_arg = unchecked_descriptor(y, block)
+        preact_arg = y if preact is None else unchecked_descriptor(preact, block)
+        agi_arg = y if act_grad_input is None else unchecked_descriptor(act_grad_input, block)
+        residual_arg = y if residual is None else unchecked_descriptor(residual, block)
+    else:
+        y_arg = y
+        preact_arg = y if preact is None else preact
+        agi_arg = y if act_grad_input is None else act_grad_input
+        residual_arg = y if residual is None else residual
+    launch(gemm_kernel, plan.grid,
+        a_arg, b_arg, y_arg, preact_arg, y if bias is None else bias, agi_arg, residual_arg,
+        M, N, K, plan.grid[0],
+        a.stride(0), b.stride(0), b.stride(1), y.stride(0),
+        0 if preact is None else preact.stride(0),
+        0 if act_grad_input is None else act_grad_input.stride(0),
+        0 if residual is None else residual.stride(0),
+        float(alpha), **plan.constexprs,
+    )
+    return y, preact
+
+
+@dataclasses.dataclass(frozen=True)
+class _GemmPlan:
+    """What ``launch_gemm`` decides from shapes, strides, dtypes and 16-byte alignment."""
+
+    tma_load: bool
+    tma_epi: bool
+    b_trans: bool
+    a_block: list[int]
+    b_block: list[int]
+    epi_block: list[int]
+    grid: tuple[int]
+    constexprs: dict
+
+
+# Plans by call class; a new shape adds one (bounded: cleared when it grows past the limit).
+_plans: dict[tuple, _GemmPlan] = {}
+_MAX_PLANS = 4096
+
+
+def _plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg) -> _GemmPlan:
+    """The plan of one call, from the cache when its class was seen before. The class holds
+    everything ``tma_ok``, the config table and the grid read besides data pointers, and
+    whether those pointers are 16-byte aligned (two bits: the operands, the epilogue's)."""
+    load_aligned = not (a.data_ptr() | b.data_ptr()) & 15
+    epi_ptrs = y.data_ptr()
+    for t in (preact, act_grad_input, residual):
+        if t is not None:
+            epi_ptrs |= t.data_ptr()
+    key = (a.shape, a.stride(0), a.dtype, b.shape, b.stride(), b.dtype, y.stride(), y.dtype, a.get_device(),
+           bias is not None, act, preact is not None,
+           None if act_grad_input is None else (act_grad_input.dtype, act_grad_input.stride()),
+           None if residual is None else (residual.dtype, residual.stride()),
+           cfg, load_aligned, not epi_ptrs & 15)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        plan = _plans[key] = _new_plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg)
+    return plan
+
+
+def _new_plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg) -> _GemmPlan:
+    M, K = a.shape
+    N = b.shape[1]
     b_trans = b.stride(1) != 1
     tma_load = tma_ok(a, b.t() if b_trans else b)
     tma_epi = tma_ok(y, preact, act_grad_input, residual)
     cfg = cfg or pick_config(_configs(), a.dtype, tma_load and tma_epi)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    epi_block = [bm, bn // 2 if cfg.split_epilogue else bn]
-    b_arg, _ = operand_b(b, bk, bn, tma_load)
-    a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
     tiles = cdiv(M, bm) * cdiv(N, bn)
     programs = max(1, min(cfg.programs_per_sm * device_sms(a), tiles))
-    gemm_kernel[(programs,)](
-        a_arg, b_arg,
-        *(descriptor_or_tensor(t, epi_block, tma_epi, y) for t in (y, preact)),
-        y if bias is None else bias,
-        *(descriptor_or_tensor(t, epi_block, tma_epi, y) for t in (act_grad_input, residual)),
-        M, N, K, programs,
-        a.stride(0), b.stride(0), b.stride(1), y.stride(0),
-        *(0 if t is None else t.stride(0) for t in (preact, act_grad_input, residual)),
-        float(alpha),
+    constexprs = dict(
         ACT=int(act), ACT_GRAD=act_grad_input is not None, HAS_BIAS=bias is not None,
-        HAS_RESIDUAL=residual is not None, SAVE_PREACT=save_preact,
+        HAS_RESIDUAL=residual is not None, SAVE_PREACT=preact is not None,
         TMA_LOAD=tma_load, TMA_EPI=tma_epi, B_TRANS=b_trans,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         SPLIT_EPILOGUE=cfg.split_epilogue, FLATTEN=not cfg.warp_specialize,
         WARP_SPECIALIZE=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    return y, preact
+    return _GemmPlan(tma_load, tma_epi, b_trans, [bm, bk], [bn, bk] if b_trans else [bk, bn],
+                     [bm, bn // 2 if cfg.split_epilogue else bn], (programs,), constexprs)
+
+
+def unchecked_descriptor(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
+    """``TensorDescriptor.from_tensor(t, block)`` without its checks (a few microseconds a
+    descriptor): for tensors whose plan already passed ``tma_ok`` with this pointer alignment."""
+    desc = object.__new__(TensorDescriptor)
+    desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = t, t.shape, t.stride(), block, "zero"
+    return desc
 
 
 def reference_gemm(

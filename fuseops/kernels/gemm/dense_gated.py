@@ -32,6 +32,7 @@ from fuseops.kernels.gemm.dense import (
     swizzle,
     tma_ok,
 )
+from fuseops.kernels.launch import launch
 
 
 @functools.cache
@@ -181,7 +182,7 @@ def launch_gemm_gated(a, b, bias, act, interleaved, clamped, limit, alpha, save_
     a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
     tiles = cdiv(M, bm) * cdiv(F, bn)
     programs = max(1, min(cfg.programs_per_sm * device_sms(a), tiles))
-    gemm_gated_kernel[(programs,)](
+    launch(gemm_gated_kernel, (programs,),
         a_arg, *b_args,
         descriptor_or_tensor(y, [bm, bn], tma_epi, y),
         *(descriptor_or_tensor(t, [bm, bn], tma_epi, y) for t in (p_a, p_b)),

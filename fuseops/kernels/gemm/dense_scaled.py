@@ -36,6 +36,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot
 from fuseops.kernels.gemm.dense import swizzle, tma_ok
 from fuseops.kernels.gemm.grouped import GemmConfig
+from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.formats import Scaling, reference_dequantize, unpack_e2m1
 from fuseops.kernels.quantization.operand import Operand
 
@@ -226,7 +227,7 @@ def launch_gemm_scaled(a: Operand, b: Operand, scaling: Scaling, out_dtype: torc
     a_scale, b_scale = a.kernel_scale(), b.kernel_scale()
     tiles = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)
     programs = max(1, min(cfg.programs_per_sm * device_sms(a.data), tiles))
-    gemm_scaled_kernel[(programs,)](
+    launch(gemm_scaled_kernel, (programs,),
         a_arg, a_scale if a_scale is not None else y, a.outer if a.outer is not None else y,
         b_arg, b_scale if b_scale is not None else y, b.outer if b.outer is not None else y,
         y, bias if bias is not None else y,

@@ -34,6 +34,7 @@ from fuseops.kernels.elementwise.activation_math import (
 
 # Re-exported: the grouped GEMM's callers build offsets through this module.
 from fuseops.kernels.gemm.group_offsets import group_offsets, reference_group_offsets  # noqa: F401
+from fuseops.kernels.launch import launch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,7 +353,7 @@ def launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
     dummy = y
     max_tiles = (cdiv(M, bm) + G) * cdiv(N, bn)
     programs = persistent_programs(a, max_tiles, cfg.programs_per_sm)
-    grouped_gemm_kernel[(programs,)](
+    launch(grouped_gemm_kernel, (programs,),
         a_arg, b_arg, y_arg, offsets,
         bias if bias is not None else dummy,
         act_grad_input if act_grad_input is not None else dummy,

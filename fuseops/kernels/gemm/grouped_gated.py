@@ -34,6 +34,7 @@ from fuseops.kernels.gemm.grouped import (
     ragged_store,
     tma_ok,
 )
+from fuseops.kernels.launch import launch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,7 +361,7 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
     epi_n = bn // cfg.epilogue_parts
     a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
     programs = persistent_programs(a, (cdiv(M, bm) + G) * cdiv(F, bn), cfg.programs_per_sm)
-    grouped_gemm_gated_fwd_kernel[(programs,)](
+    launch(grouped_gemm_gated_fwd_kernel, (programs,),
         a_arg, *b_args(b_mem if tma_load else b_pair, b_trans, tma_load, bk, 2 * bn if interleaved else bn),
         ragged_descriptor(h, [bm, epi_n]) if tma_store else h,
         *(pair_args(z, interleaved, tma_store, bm, epi_n) if z is not None else (h, h)),

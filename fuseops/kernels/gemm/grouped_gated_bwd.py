@@ -54,6 +54,7 @@ from fuseops.kernels.gemm.grouped_gated import (
     pick_config,
     store_pair,
 )
+from fuseops.kernels.launch import launch
 
 
 @functools.cache
@@ -219,7 +220,7 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
         partials = torch.empty(tiles_n, M, dtype=probs.dtype if tiles_n == 1 else torch.float32,
                                device=dy.device)
     programs = persistent_programs(dy, (cdiv(M, bm) + G) * tiles_n, cfg.programs_per_sm)
-    grouped_gemm_gated_bwd_kernel[(programs,)](
+    launch(grouped_gemm_gated_bwd_kernel, (programs,),
         TensorDescriptor.from_tensor(dy, [bm, bk]) if tma_load else dy,
         *b_args([b_mem if tma_load else b], b_trans, tma_load, bk, bn),
         *pair_args(z, interleaved, tma_z, bm, epi_n),

@@ -35,6 +35,7 @@ from fuseops.kernels.gemm.dense_scaled import (
 )
 from fuseops.kernels.gemm.grouped import GemmConfig, _group_tiles, group_tile, persistent_programs
 from fuseops.kernels.hopper.pipeline import dummy_or
+from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.formats import Scaling
 
 
@@ -184,7 +185,7 @@ def launch_grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, sc
     (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
     programs = persistent_programs(a_data, (cdiv(M, cfg.block_m) + G) * cdiv(N, cfg.block_n),
                                    cfg.programs_per_sm)
-    grouped_gemm_scaled_kernel[(programs,)](
+    launch(grouped_gemm_scaled_kernel, (programs,),
         a_arg, dummy_or(a_scale, y), dummy_or(a.outer, y), b_arg, dummy_or(b_scale, y),
         dummy_or(b.outer, y), y, dummy_or(bias, y), offsets,
         G, N, a_data.shape[1],

@@ -45,6 +45,7 @@ from fuseops.kernels.gemm.grouped_scaled import (
     walk,
 )
 from fuseops.kernels.hopper.pipeline import dummy_or
+from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization import epilogue as qe
 from fuseops.kernels.quantization.formats import BLOCK_SIZE, Element, Scaling
 from fuseops.kernels.quantization.operand import Operand
@@ -296,7 +297,7 @@ def grouped_gemm_scaled_act(
     parts = epilogue_parts(scaling, bn)
     z_args = _z_args(z, gated, interleaved, bm, bn // parts)
     programs = persistent_programs(a_data, (cdiv(M, bm) + G) * cdiv(F, bn))
-    grouped_gemm_scaled_act_kernel[(programs,)](
+    launch(grouped_gemm_scaled_act_kernel, (programs,),
         a_arg, dummy_or(a_scale, y), dummy_or(a.outer, y), b_args[0], b_args[-1], dummy_or(b_scale, y),
         dummy_or(b.outer, y), offsets, dummy_or(bias, y), dummy_or(probs, y),
         *(z_args or (dummy_or(z, y),) * 2), y, data, scale, row_amax,

@@ -42,6 +42,7 @@ from fuseops.kernels.gemm.grouped_scaled import (
     walk,
 )
 from fuseops.kernels.hopper.pipeline import dummy_or
+from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization import epilogue as qe
 from fuseops.kernels.quantization.formats import BLOCK_SIZE, Element, Scaling
 from fuseops.kernels.quantization.operand import Operand
@@ -200,7 +201,7 @@ def grouped_gemm_scaled_dgrad_gated(
         (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
         y, data, scale, row_amax = qe.kernel_args(out, z.dtype, device)
         programs = persistent_programs(a_data, (cdiv(M, bm) + G) * tiles_n, cfg.programs_per_sm)
-        grouped_gemm_scaled_dgrad_gated_kernel[(programs,)](
+        launch(grouped_gemm_scaled_dgrad_gated_kernel, (programs,),
             a_arg, dummy_or(a_scale, zc), dummy_or(a.outer, zc), b_arg, dummy_or(b_scale, zc),
             dummy_or(b.outer, zc), offsets, zc, dummy_or(probs, zc), dummy_or(partials, zc),
             torch.empty(0, dtype=out_dtype, device=device), y, data, scale, row_amax,

@@ -29,6 +29,7 @@ from fuseops.kernels.gemm.grouped import GemmConfig, persistent_programs
 from fuseops.kernels.gemm.grouped_scaled import bytes_per_step
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
 from fuseops.kernels.hopper.pipeline import dummy_or
+from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.formats import Scaling, group_first_position, group_positions
 from fuseops.kernels.quantization.operand import Operand
 
@@ -154,7 +155,7 @@ def launch_grouped_gemm_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tens
     programs = persistent_programs(a_data, G * cdiv(N, bn) * cdiv(K, bk), cfg.programs_per_sm)
     if along_n is None:
         along_n = n_fastest(N, K, bn, bk, programs)
-    grouped_gemm_scaled_wgrad_kernel[(programs,)](
+    launch(grouped_gemm_scaled_wgrad_kernel, (programs,),
         a_arg, dummy_or(a_scale, dw), dummy_or(a.outer, dw), b_arg, dummy_or(b_scale, dw),
         dummy_or(b.outer, dw), dw, offsets,
         G, N, K, a_data.shape[1], a_scale.shape[1] if a_scale is not None else 0,

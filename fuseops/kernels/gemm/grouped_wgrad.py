@@ -31,6 +31,7 @@ import triton.language as tl
 from fuseops.kernels._triton import INTERPRET, cdiv, dot
 from fuseops.kernels.gemm.grouped import GemmConfig, persistent_programs, ragged_descriptor, ragged_load, tma_ok
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
+from fuseops.kernels.launch import launch
 
 
 @functools.cache
@@ -199,7 +200,7 @@ def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig, a
     programs = persistent_programs(x, G * cdiv(N, bn) * cdiv(K, bk), cfg.programs_per_sm)
     if along_n is None:
         along_n = n_fastest(N, K, bn, bk, programs)
-    grouped_gemm_wgrad_kernel[(programs,)](
+    launch(grouped_gemm_wgrad_kernel, (programs,),
         dy_arg, x_arg, dw, offsets, x_rows if x_rows is not None else offsets, G, N, K,
         dy.stride(0), x.stride(0), dw.stride(0), dw.stride(1),
         ACCUMULATE=main_grad is not None, TMA_LOAD=tma_load, X_GATHER=x_rows is not None,
@@ -224,7 +225,7 @@ def grouped_bias_grad(dy: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     # Memory-bound: several programs per SM hide load latency.
     programs = persistent_programs(dy, G * cdiv(N, block_n))
     programs = min(4 * programs, G * cdiv(N, block_n))
-    grouped_bias_grad_kernel[(max(programs, 1),)](
+    launch(grouped_bias_grad_kernel, (max(programs, 1),),
         dy, db, offsets, G, N, dy.stride(0), db.stride(0),
         BLOCK_M=block_m, BLOCK_N=block_n, NUM_PROGRAMS=max(programs, 1), num_warps=4,
     )

@@ -48,6 +48,7 @@ from fuseops.kernels.hopper.pipeline import (
     start_walk,
     total_tiles,
 )
+from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.kernels.quantization.operand import Operand
 
@@ -187,7 +188,7 @@ def grouped_blockwise(a: Operand, b: Operand, offsets: torch.Tensor, y: torch.Te
         # (step-major a: 1016 -> 959 TFLOP/s).
         a_scale = a.scale.t().contiguous().t()
         b_scale = b.scale.transpose(1, 2).contiguous().transpose(1, 2)
-    grouped_blockwise_kernel[(programs,)](
+    launch(grouped_blockwise_kernel, (programs,),
         descriptor(a.data, HALF), descriptor(b.data.view(G * N, K), BLOCK), descriptor(y, HALF), offsets,
         a_scale, b_scale, dummy_or(a.outer, y), dummy_or(b.outer, y), dummy_or(bias, y), y, G, N, K,
         a_scale.stride(0), b_scale.stride(0), b_scale.stride(1), a_scale.stride(1), b_scale.stride(2),

@@ -40,6 +40,7 @@ from fuseops.kernels.hopper.pipeline import (
     spread_layout,
     store_tile,
 )
+from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.formats import Scaling, group_first_position
 from fuseops.kernels.quantization.operand import Operand
 
@@ -165,7 +166,7 @@ def grouped_blockwise_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: t
     # Step-major scales: a step's 128 + 128 of a tile are contiguous, not a sector each
     # (the scales are 1/32 of the operands' bytes).
     a_scale, b_scale = a.scale.t().contiguous(), b.scale.t().contiguous()
-    grouped_blockwise_wgrad_kernel[(programs,)](
+    launch(grouped_blockwise_wgrad_kernel, (programs,),
         descriptor(a.data, HALF), descriptor(b.data, BLOCK), dw_desc, offsets, a_scale, b_scale,
         dummy_or(a.outer, dw), dummy_or(b.outer, dw), dw, G, N, K, a_scale.stride(0), b_scale.stride(0),
         a.outer_strides()[0], b.outer_strides()[0], dw.stride(0), dw.stride(1),

@@ -44,6 +44,7 @@ from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.grouped import RAGGED_ROWS, persistent_programs, ragged_geometry
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
 from fuseops.kernels.hopper.pipeline import CONSUMER_REGS, GL_DTYPES, PRODUCER_REGS, on_sm90, prefetch_tile, store_tile
+from fuseops.kernels.launch import launch
 
 BLOCK_N = 128  # dw rows per tile (dy's columns), as two consumer halves
 HALF = BLOCK_N // 2
@@ -212,7 +213,7 @@ def grouped_wgrad_hopper(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tenso
     programs = persistent_programs(dw, G * cdiv(N, BLOCK_N) * cdiv(K, bk))
     if along_n is None:
         along_n = n_fastest(N, K, BLOCK_N, bk, programs)
-    grouped_wgrad_kernel[(programs,)](
+    launch(grouped_wgrad_kernel, (programs,),
         _ragged(dy, HALF), _ragged(x, bk), dw_desc, offsets, G, N, K,
         ACCUMULATE=accumulate, NUM_PROGRAMS=programs, STAGES=STAGES[float32_dw], N_FASTEST=along_n, num_warps=4,
     )

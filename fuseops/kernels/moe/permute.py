@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv
+from fuseops.kernels.launch import launch
 
 
 @dataclass(frozen=True)
@@ -191,18 +192,18 @@ def permute(
     split_sizes = torch.empty(num_experts, dtype=torch.int64, device=x.device)
     row_map = torch.empty(T, top_k, dtype=torch.int64, device=x.device)
     x_sorted = out if out is not None else torch.empty(n, H, dtype=x.dtype, device=x.device)
-    permute_count_kernel[(blocks,)](
+    launch(permute_count_kernel, (blocks,),
         ids, counts, n, num_experts, E_PAD=e_pad, BLOCK=cfg.block, num_warps=cfg.num_warps,
     )
-    permute_scan_kernel[(cdiv(num_experts, cfg.block_e),)](
+    launch(permute_scan_kernel, (cdiv(num_experts, cfg.block_e),),
         counts, split_sizes, blocks, num_experts,
         BLOCK_B=cfg.block_b, BLOCK_E=cfg.block_e, num_warps=cfg.num_warps,
     )
-    permute_rows_kernel[(blocks,)](
+    launch(permute_rows_kernel, (blocks,),
         ids, counts, split_sizes, row_map, n, num_experts,
         E_PAD=e_pad, BLOCK=cfg.block, num_warps=cfg.num_warps,
     )
-    scatter_rows_kernel[_copy_grid(T, cfg)](
+    launch(scatter_rows_kernel, _copy_grid(T, cfg),
         x, row_map, None, x_sorted, None, None, T, H, top_k,
         HAS_WEIGHTS=False, WANT_DW=False, K_PAD=1,
         BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h, num_warps=cfg.num_warps,
@@ -229,7 +230,7 @@ def unpermute(
     T, top_k = row_map.shape
     H = y_sorted.shape[1]
     y = out if out is not None else torch.empty(T, H, dtype=y_sorted.dtype, device=y_sorted.device)
-    gather_rows_kernel[_copy_grid(T, cfg)](
+    launch(gather_rows_kernel, _copy_grid(T, cfg),
         y_sorted, row_map, weights, y, T, H, top_k,
         HAS_WEIGHTS=weights is not None, BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h,
         num_warps=cfg.num_warps,
@@ -266,7 +267,7 @@ def unpermute_bwd(
     if y_sorted is not None:
         dw_dtype = weights.dtype if weights is not None else dy.dtype
         dweights = torch.empty(T, top_k, dtype=dw_dtype, device=dy.device)
-    scatter_rows_kernel[_copy_grid(T, cfg)](
+    launch(scatter_rows_kernel, _copy_grid(T, cfg),
         dy, row_map, weights, dy_sorted, y_sorted, dweights, T, H, top_k,
         HAS_WEIGHTS=weights is not None, WANT_DW=y_sorted is not None,
         K_PAD=triton.next_power_of_2(top_k), BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h,

@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv
+from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.finite import finite_abs, reference_finite_abs
 from fuseops.kernels.quantization.formats import FP32_MAX, load_tile, padded_rows, tile_rows
 
@@ -93,7 +94,7 @@ def launch_amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int, 
     x = x if x.stride(2) == 1 else x.contiguous()
     rp = padded_rows(R, num_groups) if offsets is not None else R
     steps = min(cfg.steps, cdiv(C, cfg.block_c))
-    amax_kernel[(cdiv(rp, cfg.block_r), cdiv(C, cfg.block_c * steps), B)](
+    launch(amax_kernel, (cdiv(rp, cfg.block_r), cdiv(C, cfg.block_c * steps), B),
         x, offsets if offsets is not None else out, out, R, C, num_groups, x.stride(0), x.stride(1),
         GROUPED=offsets is not None, BLOCK_R=cfg.block_r, BLOCK_C=cfg.block_c,
         BLOCK_G=max(16, triton.next_power_of_2(num_groups)), STEPS=steps, STAGES=cfg.stages,
@@ -108,8 +109,8 @@ def tensor_scales(amax: torch.Tensor, qmax: float) -> tuple[torch.Tensor, torch.
     encode, decode = torch.empty_like(amax), torch.empty_like(amax)
     G = amax.shape[0]
     if G:
-        tensor_scales_kernel[(1,)](amax, encode, decode, G, QMAX=float(qmax),
-                                   BLOCK_G=max(16, triton.next_power_of_2(G)))
+        launch(tensor_scales_kernel, (1,), amax, encode, decode, G, QMAX=float(qmax),
+               BLOCK_G=max(16, triton.next_power_of_2(G)))
     return encode, decode
 
 

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv
+from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.finite import dtype_max, fit_source, reference_finite_abs, reference_fit_source
 from fuseops.kernels.quantization.formats import (
     BLOCK_SIZE,
@@ -289,7 +290,7 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
             continue
         tiles_r, tiles_c = cdiv(rp, br), cdiv(C, bc)
         grid = (tiles_r, tiles_c, B) if not group_r else (group_r * tiles_c, cdiv(tiles_r, group_r), B)
-        quantize_kernel[grid](
+        launch(quantize_kernel, grid,
             x, offsets if offsets is not None else x, encode if encode is not None else x,
             data, scale, data_t, scale_t,
             R, C, groups or B, rp, cdiv(C, 2) if packed else C, cdiv(rp, 2) if packed else rp,
