@@ -22,3 +22,8 @@ timeout 60 python3 -m benchmarks.moe_layer --shapes mixtral-8x7b --impls fuseops
   --rounds 1 --rep 50 --out-dir $OUT/moe_mixtral > $OUT/moe_layer_mixtral-8x7b.log 2>&1; echo "moe_layer mixtral rc=$?"
 tail -4 $OUT/autocast.log; tail -3 $OUT/autocast_stages5.log; tail -14 $OUT/host_costs.log
 for shape in qwen3-30b-a3b mixtral-8x7b; do tail -12 $OUT/moe_layer_$shape.log; done
+# What happened: the `git checkout` above restored hopper/wgrad.py from the device copy's own
+# (older) git HEAD, so both moe_layer runs failed in fuseops (serves() without out_dtype);
+# they were re-run at once in a sixth call (the machine still warm) without the swap:
+# call5/moe_qwen3.log, call5/moe_mixtral.log (Liger did not import there: its wheel went to
+# another interpreter's site-packages). Never restore files on the device with git.
