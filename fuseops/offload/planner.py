@@ -70,6 +70,9 @@ class StepLog:
     layout: list[int] = field(default_factory=list)
     diverged: bool = False
     closed: bool = False
+    # The profile was not ready as the step began: the whole step measures, moving nothing
+    # (its groups pass their tensors through, scheduler.py).
+    learning: bool = False
     # When the copies issued so far in this step end, in the profile's seconds.
     link_free: float = 0.0
 
@@ -110,7 +113,9 @@ class Planner:
         for log in self._logs:
             log.closed = True
         self.poll()
+        profile = self.profile
         log = StepLog(keep_last)
+        log.learning = profile is None or profile.steps < self.learn_steps or profile.keep_last != keep_last
         self._logs.append(log)
         return log
 
@@ -125,7 +130,7 @@ class Planner:
         step's groups known so far; ``None`` while learning (it moves nothing)."""
         profile = self.profile
         issued = position + log.keep_last
-        if (log.diverged or profile is None or profile.steps < self.learn_steps
+        if (log.learning or log.diverged or profile is None or profile.steps < self.learn_steps
                 or profile.keep_last != log.keep_last or issued >= len(profile.layout)
                 or tuple(layout) != profile.layout[: len(layout)]):
             log.diverged = log.diverged or (profile is not None and profile.steps >= self.learn_steps)
