@@ -83,8 +83,9 @@ class Scheduler:
         # Groups that can move nothing take a cheap path (``Passed``): an int budget below
         # the smallest storage that may move, or an "auto" step that is learning.
         self._cannot_move = isinstance(group_budget_bytes, int) and group_budget_bytes < max(min_tensor_bytes, 1)
-        # Copies out not yet settled: (group current when issued, device, event, records).
-        self._unsettled: list[tuple[int, torch.device, Any, list[Stored]]] = []
+        # Copies out not yet settled: (group current when issued, device, event, records,
+        # the planned step's log the wait is reported to, or None).
+        self._unsettled: list[tuple[int, torch.device, Any, list[Stored], StepLog | None]] = []
         # Groups opened by the fuseops.Sequential calls now running (None: nested call).
         self.sequential_groups: list[Group | None] = []
         # group_budget_bytes="auto": the planner of the first device seen, the step now
@@ -286,6 +287,9 @@ class Scheduler:
         if stored.where is Where.HOST:
             self._reload([stored])
         if stored.where is Where.RELOADED:
+            log = self._planned_log(group)
+            if log is not None:
+                self._planner.waiting(log, stored.event)
             link_for(stored.device).consume(stored.data, stored.event)
             if stored.release is not None:
                 stored.release.detach()
@@ -362,7 +366,7 @@ class Scheduler:
                 self.stats["bytes_offloaded"] += stored.nbytes
                 self.stats["storages_offloaded"] += 1
             # The alias keeps the source alive until the copy is settled.
-            self._unsettled.append((len(self._groups) - 1, device, done, batch))
+            self._unsettled.append((len(self._groups) - 1, device, done, batch, self._planned_log(group)))
         if chosen:
             self._on_host.add(group.index)
             self._report_moved(group, sum(s.nbytes for batch in chosen.values() for s in batch))
@@ -370,7 +374,7 @@ class Scheduler:
     def _release_copied(self) -> None:
         """Release the sources of copies that have passed: nothing reads them any more,
         so neither stream needs to wait (the query never blocks)."""
-        if self._unsettled and any(link_for(device).passed(done) for _, device, done, _ in self._unsettled):
+        if self._unsettled and any(link_for(entry[1]).passed(entry[2]) for entry in self._unsettled):
             pending = []
             for entry in self._unsettled:
                 if link_for(entry[1]).passed(entry[2]):
@@ -389,13 +393,21 @@ class Scheduler:
         """Release the sources of copies issued while groups before ``before`` were
         current: the compute stream waits for those copies, the host does not."""
         pending = []
-        for issued_in, device, done, batch in self._unsettled:
+        for entry in self._unsettled:
+            issued_in, device, done, batch, log = entry
             if issued_in >= before:
-                pending.append((issued_in, device, done, batch))
+                pending.append(entry)
                 continue
+            if log is not None:
+                self._planner.waiting(log, done)
             link_for(device).settle(done)
             self._drop_sources(batch)
         self._unsettled = pending
+
+    def _planned_log(self, group: Group) -> StepLog | None:
+        """The log that learns how long compute waits for ``group``'s copies: its step's,
+        when "auto" planned the group (learning steps move nothing)."""
+        return group.log if group.log is not None and not group.learning else None
 
     def _start_backward(self, group: Group) -> None:
         """Reload ``group`` if its prefetch did not (on demand), and plan the prefetch of
