@@ -100,6 +100,11 @@ class Scheduler:
         # may fill back up to), and whether a group's backward has started.
         self._resident_at_forward_end: int | None = None
         self._backward_seen = False
+        # Saved bytes held on the device in host order (records kept, and sources of
+        # copies the host has not yet seen pass), and their peak over the forward: what
+        # later groups' prefetches may fill back up to (see ``_start_backward``).
+        self._held = 0
+        self._forward_peak = 0
 
     def open_group(self) -> Group | None:
         """Start a group; ``None`` when one is already open (groups do not nest)."""
@@ -134,6 +139,8 @@ class Scheduler:
             group = self._current = Group()
         if group.index < 0:
             # A forward after a backward (a second step in the same context) starts afresh.
+            if self._backward_seen:
+                self._held, self._forward_peak = self._resident_bytes(), 0
             self._backward_seen = False
             group.index = len(self._groups)
             if self.group_budget_bytes == "auto":
@@ -223,6 +230,7 @@ class Scheduler:
         if group.passthrough:
             return self._pass(group, t)
         self._release_copied()
+        self._forward_peak = max(self._forward_peak, self._held)
         key = storage._cdata
         ref = self._by_storage.get(key)
         stored = ref() if ref is not None else None
@@ -240,6 +248,7 @@ class Scheduler:
                 stored = None
         if stored is None:
             stored = Stored(group, t, storage)
+            self._held += stored.nbytes
             ref = self._by_storage[key] = weakref.ref(stored)
             group.records.append(ref)
             group.devices.add(stored.device)
@@ -383,11 +392,11 @@ class Scheduler:
                     pending.append(entry)
             self._unsettled = pending
 
-    @staticmethod
-    def _drop_sources(batch: list[Stored]) -> None:
+    def _drop_sources(self, batch: list[Stored]) -> None:
         for stored in batch:
             stored.modified |= stored.alias._version != stored.version
             stored.alias = None
+            self._held -= stored.nbytes
 
     def _settle(self, before: int) -> None:
         """Release the sources of copies issued while groups before ``before`` were
@@ -419,14 +428,21 @@ class Scheduler:
           Bytes consumed are no room there: without offloading they are freed just the
           same, and the gradients of the nodes after them fill them (a fused node consumes
           all it saved as it starts, and its gradients come before it frees them);
-        - in later groups, as soon as the bytes consumed since the forward ended (freed)
-          make room for it, and no later than half of this group's bytes, so the copy
-          keeps half of this backward to hide behind."""
+        - in later groups, as soon as there is room for it under the saved bytes the
+          forward held on the device (in host order: kept records, and the sources of
+          copies out the host had not yet seen pass, at their peak; or at the forward's
+          end, if more), and no later than half of this group's bytes, so the copy keeps
+          half of this backward to hide behind. When the link is behind compute (more
+          moves than the forward hides), the forward held the groups in flight, so the
+          prefetch starts with this group's backward and the link is not left idle while
+          this group consumes half its bytes; the backward still holds no more saved
+          bytes than the forward did."""
         group.backward_started = True
         first = not self._backward_seen
         if first:
             self._backward_seen = True
             self._resident_at_forward_end = self._resident_bytes()
+            self._forward_peak = max(self._forward_peak, self._held)
         self._settle(len(self._groups))
         if group.log is not None:
             if group.log is self._log:
@@ -444,7 +460,8 @@ class Scheduler:
             if first:
                 group.prefetch_at, group.prefetch_room = int(FIRST_PREFETCH_AFTER * own), None
             else:
-                room = max(0, self._resident_at_forward_end - self._resident_bytes())
+                ceiling = max(self._resident_at_forward_end, self._forward_peak)
+                room = max(0, ceiling - self._resident_bytes())
                 group.prefetch_at, group.prefetch_room = max(0, min(incoming, own // 2) - room), room
             self._advance_prefetch(group)
 
