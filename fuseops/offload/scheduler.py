@@ -145,7 +145,7 @@ class Scheduler:
             group.index = len(self._groups)
             if self.group_budget_bytes == "auto":
                 self._mark_forward(group, device)
-                group.passthrough = self._log.learning
+                group.passthrough = group.learning = self._log.learning
             else:
                 group.budget_left = self.group_budget_bytes
                 group.passthrough = self._cannot_move

@@ -59,3 +59,34 @@ def test_the_backward_holds_no_more_saved_bytes_than_the_forward_did(monkeypatch
     assert stats["bytes_offloaded"] > 0
     forward = samples[: samples.index(end) + 1]
     assert max(samples) == max(forward)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_later_groups_prefetch_as_their_backward_starts(monkeypatch):
+    # Large enough that the copies out run behind the host (256 MB each at ~55 GB/s).
+    from fuseops.offload.link import CudaLink
+
+    layers = mlp_layers(n=4, width=4096, hidden=16384, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
+    want = run_step(layers, x)
+    events = []
+    unpack, copy_in = Scheduler.unpack, CudaLink.copy_in
+
+    def logged_unpack(self, packed):
+        if hasattr(packed, "stored"):
+            events.append(("unpack", packed.group))
+        return unpack(self, packed)
+
+    def logged_copy_in(self, blocks, sizes, after):
+        if blocks:
+            events.append(("reload", len(blocks)))
+        return copy_in(self, blocks, sizes, after)
+
+    monkeypatch.setattr(Scheduler, "unpack", logged_unpack)
+    monkeypatch.setattr(CudaLink, "copy_in", logged_copy_in)
+    step = run_step(layers, x, dict(group_budget_bytes=None))
+    torch.cuda.synchronize()
+    assert_bitwise(step, want)
+    for group in (2, 1):
+        first = events.index(("unpack", group))
+        assert events[first + 1][0] == "reload", events
