@@ -34,7 +34,16 @@ moves nothing from that group on, and its measurement starts a new profile: shap
 layers that change are learned again.
 
 Bandwidth: the link's own copies, measured (``CopyMeter``); until one has been read,
-``PINNED_BYTES_PER_S``, measured on the H100 machine.
+``PINNED_BYTES_PER_S``, measured on the H100 machine. Times that measured bandwidth, an
+efficiency: the share of it that copies achieve beside this compute, in these windows.
+The scheduler marks the compute stream where it makes compute wait for copies (a group's
+copies out at their settle point, a reload where it is consumed); a planned step whose
+compute waited past the copies' end for more than ``STALL_TOLERANCE`` of its compute
+moved its bytes that much slower than planned, and lowers the efficiency to match
+(``_calibrate``). So the plan follows what the scheduler really overlaps (copies that
+share the device's memory with compute, a reload that starts late), not the bandwidth
+of a copy alone; the efficiency only falls, and starts afresh with a new profile.
+Steps that learn move nothing and keep no records: their groups pass tensors through.
 """
 
 from __future__ import annotations
