@@ -93,7 +93,9 @@ def offload_activations(
             next; what a group leaves on the link, later ones use) at 0.95 of the
             bandwidth, each reload within 0.9 of the next group's backward (a quarter
             behind the first backward group, whose prefetch waits past its peak; see
-            planner.py), from forward and backward
+            planner.py), times the share of the bandwidth that planned steps achieved
+            (where compute waited on the link for > 1% of a step, the plan shrinks),
+            from forward and backward
             times measured per group (CUDA events, read once passed: no host sync in a
             step) and the measured bandwidth of the link's own copies. The first two
             steps of a layout (group count and bytes per group) move nothing while they

@@ -4,7 +4,7 @@ A block is a flat uint8 tensor on the host, pinned when it backs CUDA copies. Si
 are rounded up to a power of two, the rounding torch's pinned allocator applies anyway,
 so a block's capacity is what it really costs and a step that saves the same shapes
 as the last one finds every block it needs already free: after the first step no host
-memory is allocated. A block handed back carries the event of the last device copy
+memory is allocated. A size with no free block takes the smallest larger one free. A block handed back carries the event of the last device copy
 that reads it; the next user's copy stream waits on that event, never the host.
 """
 
@@ -59,10 +59,17 @@ class HostArena:
         capacity = block_capacity(nbytes)
         with self._lock:
             free = self._free.get(capacity)
+            if not free:
+                # A larger free block rather than a new one: a plan that shrinks (smaller
+                # tensors move where larger ones did) allocates no pinned memory.
+                larger = [c for c, blocks in self._free.items() if c > capacity and blocks]
+                free = self._free[min(larger)] if larger else None
             block = free.pop() if free else None
             if block is None:
                 self.allocations += 1
                 self.reserved_bytes += capacity
+            else:
+                capacity = block.capacity
             self.lent_bytes += capacity
         if block is None:
             block = HostBlock(torch.empty(capacity, dtype=torch.uint8, pin_memory=self.pinned))

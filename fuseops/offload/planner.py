@@ -34,7 +34,16 @@ moves nothing from that group on, and its measurement starts a new profile: shap
 layers that change are learned again.
 
 Bandwidth: the link's own copies, measured (``CopyMeter``); until one has been read,
-``PINNED_BYTES_PER_S``, measured on the H100 machine.
+``PINNED_BYTES_PER_S``, measured on the H100 machine. Times that measured bandwidth, an
+efficiency: the share of it that copies achieve beside this compute, in these windows.
+The scheduler marks the compute stream where it makes compute wait for copies (a group's
+copies out at their settle point, a reload where it is consumed); a planned step whose
+compute waited past the copies' end for more than ``STALL_TOLERANCE`` of its compute
+moved its bytes that much slower than planned, and lowers the efficiency to match
+(``_calibrate``). So the plan follows what the scheduler really overlaps (copies that
+share the device's memory with compute, a reload that starts late), not the bandwidth
+of a copy alone; the efficiency only falls, and starts afresh with a new profile.
+Steps that learn move nothing and keep no records: their groups pass tensors through.
 """
 
 from __future__ import annotations
@@ -56,6 +65,10 @@ SETTLE_LAG = 1
 # or its tail when g + 1 is the first group to run its backward (see the docstring).
 RELOAD_WINDOW = 0.9
 FIRST_RELOAD_WINDOW = 0.25
+# Calibration: a planned step whose compute waited on the link (copies out at their
+# settle point, reloads where they are consumed) for more than this share of its compute
+# lowers the planner's link efficiency (see ``Planner._calibrate``).
+STALL_TOLERANCE = 0.01
 
 
 @dataclass(eq=False)
@@ -70,8 +83,17 @@ class StepLog:
     layout: list[int] = field(default_factory=list)
     diverged: bool = False
     closed: bool = False
+    # The profile was not ready as the step began: the whole step measures, moving nothing
+    # (its groups pass their tensors through, scheduler.py).
+    learning: bool = False
     # When the copies issued so far in this step end, in the profile's seconds.
     link_free: float = 0.0
+    # Planned steps: bytes moved, the efficiency planned with, and where compute waited
+    # for copies: (mark on the compute stream before the wait, the copies' end mark).
+    moved: int = 0
+    efficiency: float = 1.0
+    stalls: list[tuple[Any, Any]] = field(default_factory=list)
+    waited: set[int] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -102,6 +124,9 @@ class Planner:
         self.timer, self.device = timer, device
         self.fixed_bytes_per_s, self.margin, self.learn_steps = bytes_per_s, margin, learn_steps
         self.profile: Profile | None = None
+        # The share of the measured bandwidth that copies achieve beside compute: 1 until
+        # a planned step stalls on the link (``_calibrate``); only ever lowered per profile.
+        self.efficiency = 1.0
         # Per group position, the budget last planned for the profile's layout.
         self.planned: dict[int, int] = {}
         self._logs: list[StepLog] = []
@@ -110,7 +135,10 @@ class Planner:
         for log in self._logs:
             log.closed = True
         self.poll()
+        profile = self.profile
         log = StepLog(keep_last)
+        log.learning = profile is None or profile.steps < self.learn_steps or profile.keep_last != keep_last
+        log.efficiency = self.efficiency
         self._logs.append(log)
         return log
 
@@ -120,12 +148,16 @@ class Planner:
         measured = link_for(self.device).meter.bytes_per_s() if self.device is not None else None
         return measured if measured is not None else PINNED_BYTES_PER_S
 
+    def achieved_bytes_per_s(self) -> float:
+        """What the plan counts on: the measured bandwidth times the calibrated efficiency."""
+        return self.bytes_per_s() * self.efficiency
+
     def budget(self, log: StepLog, position: int, layout: list[int]) -> int | None:
         """Bytes group ``position`` of ``log`` may move, given the eligible bytes of the
         step's groups known so far; ``None`` while learning (it moves nothing)."""
         profile = self.profile
         issued = position + log.keep_last
-        if (log.diverged or profile is None or profile.steps < self.learn_steps
+        if (log.learning or log.diverged or profile is None or profile.steps < self.learn_steps
                 or profile.keep_last != log.keep_last or issued >= len(profile.layout)
                 or tuple(layout) != profile.layout[: len(layout)]):
             log.diverged = log.diverged or (profile is not None and profile.steps >= self.learn_steps)
@@ -138,7 +170,7 @@ class Planner:
         if backward is not None:
             first = position + 1 >= n - max(log.keep_last, 1)
             window = min(window, (FIRST_RELOAD_WINDOW if first else RELOAD_WINDOW) * backward)
-        budget = int(window * self.bytes_per_s() * self.margin)
+        budget = int(window * self.bytes_per_s() * log.efficiency * self.margin)
         # Never more than planned before for this layout: no new host blocks once settled.
         budget = min(budget, self.planned.get(position, budget))
         self.planned[position] = budget
@@ -150,9 +182,18 @@ class Planner:
         profile = self.profile
         if nbytes <= 0 or profile is None:
             return
+        log.moved += nbytes
         issued = min(position + log.keep_last, len(profile.layout) - 1)
         start = max(self._starts(profile)[issued], log.link_free)
-        log.link_free = start + nbytes / (self.bytes_per_s() * self.margin)
+        log.link_free = start + nbytes / (self.bytes_per_s() * log.efficiency * self.margin)
+
+    def waiting(self, log: StepLog, done: Any) -> None:
+        """The compute stream is about to wait for the copies that end at ``done``: mark it
+        there (once per ``done``), so that the wait is learned once both have passed."""
+        if done is None or id(done) in log.waited:
+            return
+        log.waited.add(id(done))
+        log.stalls.append((self.timer.mark(), done))
 
     @staticmethod
     def _starts(profile: Profile) -> list[float]:
@@ -170,10 +211,10 @@ class Planner:
                 return
             self._learn(self._logs.pop(0), *times)
 
-    def _times(self, log: StepLog) -> tuple[list[float], list[float | None]] | None:
+    def _times(self, log: StepLog) -> tuple[list[float], list[float | None], float] | None:
         if log.forward_end is None or not log.forward:
             # Nothing to learn from (no group, or a forward never ended): drop it.
-            return [], []
+            return [], [], 0.0
         ends = log.forward[1:] + [log.forward_end]
         forward = [self.timer.seconds(a, b) for a, b in zip(log.forward, ends)]
         backward: list[float | None] = [None] * len(log.forward)
@@ -184,21 +225,40 @@ class Planner:
                     return None
         if any(t is None for t in forward):
             return None
-        return forward, backward
+        stalled = 0.0
+        for wait, done in log.stalls:
+            seconds = self.timer.seconds(wait, done)
+            if seconds is None:
+                return None
+            stalled += max(0.0, seconds)
+        return forward, backward, stalled
 
-    def _learn(self, log: StepLog, forward: list[float], backward: list[float | None]) -> None:
+    def _learn(self, log: StepLog, forward: list[float], backward: list[float | None], stalled: float) -> None:
         if not forward or len(log.layout) != len(forward):
             return
         profile = self.profile
         layout = tuple(log.layout)
         if profile is None or profile.layout != layout or profile.keep_last != log.keep_last:
             self.profile = Profile(layout, log.keep_last, tuple(forward), tuple(backward), 1)
-            self.planned = {}
+            self.planned, self.efficiency = {}, 1.0
             return
         merged = tuple(b if a is None else a if b is None else min(a, b) for a, b in zip(profile.backward, backward))
         self.profile = Profile(layout, log.keep_last, tuple(map(min, profile.forward, forward)), merged,
                                profile.steps + 1)
+        self._calibrate(log, stalled)
 
+    def _calibrate(self, log: StepLog, stalled: float) -> None:
+        """A planned step's compute waited ``stalled`` seconds for its copies: the link
+        moved ``log.moved`` bytes in that much longer than planned, so it achieves (beside
+        this compute, these windows) that much less. Waits under ``STALL_TOLERANCE`` of
+        the step's compute are noise the margin covers. The efficiency is set relative to
+        the one ``log`` was planned with, so steps planned before an update do not cut twice."""
+        profile = self.profile
+        compute = sum(profile.forward) + sum(t for t in profile.backward if t is not None)
+        if log.moved <= 0 or stalled <= STALL_TOLERANCE * compute:
+            return
+        planned = log.moved / (self.bytes_per_s() * log.efficiency * self.margin)
+        self.efficiency = min(self.efficiency, log.efficiency * planned / (planned + stalled))
 
 _planners: dict[torch.device, Planner] = {}
 

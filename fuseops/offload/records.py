@@ -101,6 +101,16 @@ class SavedTensor:
         self.dtype, self.size, self.stride, self.offset = t.dtype, t.shape, t.stride(), t.storage_offset()
 
 
+class Passed:
+    """What autograd keeps for a tensor of a group that moves nothing: the tensor itself
+    and its group (whose first unpack still marks the group's backward)."""
+
+    __slots__ = ("group", "tensor")
+
+    def __init__(self, group: Group, tensor: torch.Tensor) -> None:
+        self.group, self.tensor = group, tensor
+
+
 class Group:
     """Saved storages of one group, in save order; ``index`` is set by the first one."""
 
@@ -128,6 +138,9 @@ class Group:
         self.position = 0
         self.eligible = 0
         self.learning = False
+        # Moves nothing (see ``Scheduler._pass``): tensors passed through, not yet counted.
+        self.passthrough = False
+        self.passed = 0
 
     def live(self) -> list[Stored]:
         """Records still alive that belong to this group (a record may have moved on)."""

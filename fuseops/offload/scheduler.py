@@ -7,7 +7,10 @@ parameters and their views, other leaves that require grad, module buffers, mark
 storages, small storages and tensors that are not plain strided CPU/CUDA tensors.
 Everything else becomes a ``SavedTensor`` handle on a ``Stored`` record (records.py),
 one per storage (at one version): views share their storage's record and are rebuilt
-with their exact size, stride and offset.
+with their exact size, stride and offset. A group that can move nothing (an int budget
+under ``min_tensor_bytes``, or an "auto" step that is learning) skips all of that: its
+tensors pass through in a ``Passed`` handle that only marks the group's backward, so
+that offloading costs the host next to nothing where nothing moves.
 
 Groups follow the forward in order. A group is offloaded once ``keep_last`` later
 groups exist (so the last ``keep_last`` stay on the device; with ``keep_last=0`` each
@@ -34,7 +37,7 @@ import torch
 from fuseops.offload.link import link_for
 from fuseops.offload.marks import StorageSet, is_marked
 from fuseops.offload.planner import SETTLE_LAG, Planner, StepLog, planner_for
-from fuseops.offload.records import Group, SavedTensor, Skip, Stored, Where, count_skip, new_stats
+from fuseops.offload.records import Group, Passed, SavedTensor, Skip, Stored, Where, count_skip, new_stats
 
 # The share of its own saved bytes the first backward group consumes before the previous
 # group's prefetch starts (see ``Scheduler._start_backward``).
@@ -66,6 +69,7 @@ class Scheduler:
     def __init__(self, *, keep_last: int, min_tensor_bytes: int, group_budget_bytes: int | str | None) -> None:
         self.keep_last = keep_last
         self.min_tensor_bytes = min_tensor_bytes
+        self._min_bytes = max(min_tensor_bytes, 1)
         self.group_budget_bytes = group_budget_bytes
         self.stats = new_stats()
         self.buffers = StorageSet()
@@ -73,9 +77,15 @@ class Scheduler:
         self._current: Group | None = None
         self._current_explicit = False
         self._on_host: set[int] = set()
-        self._by_storage: weakref.WeakValueDictionary[int, Stored] = weakref.WeakValueDictionary()
-        # Copies out not yet settled: (group current when issued, device, event, records).
-        self._unsettled: list[tuple[int, torch.device, Any, list[Stored]]] = []
+        # Records by storage (``_cdata``): the weak reference its group holds too (one
+        # object per record; a dead entry is replaced by the next record at that address).
+        self._by_storage: dict[int, weakref.ref[Stored]] = {}
+        # Groups that can move nothing take a cheap path (``Passed``): an int budget below
+        # the smallest storage that may move, or an "auto" step that is learning.
+        self._cannot_move = isinstance(group_budget_bytes, int) and group_budget_bytes < max(min_tensor_bytes, 1)
+        # Copies out not yet settled: (group current when issued, device, event, records,
+        # the planned step's log the wait is reported to, or None).
+        self._unsettled: list[tuple[int, torch.device, Any, list[Stored], StepLog | None]] = []
         # Groups opened by the fuseops.Sequential calls now running (None: nested call).
         self.sequential_groups: list[Group | None] = []
         # group_budget_bytes="auto": the planner of the first device seen, the step now
@@ -90,6 +100,11 @@ class Scheduler:
         # may fill back up to), and whether a group's backward has started.
         self._resident_at_forward_end: int | None = None
         self._backward_seen = False
+        # Saved bytes held on the device in host order (records kept, and sources of
+        # copies the host has not yet seen pass), and their peak over the forward: what
+        # later groups' prefetches may fill back up to (see ``_start_backward``).
+        self._held = 0
+        self._forward_peak = 0
 
     def open_group(self) -> Group | None:
         """Start a group; ``None`` when one is already open (groups do not nest)."""
@@ -124,12 +139,16 @@ class Scheduler:
             group = self._current = Group()
         if group.index < 0:
             # A forward after a backward (a second step in the same context) starts afresh.
+            if self._backward_seen:
+                self._held, self._forward_peak = self._resident_bytes(), 0
             self._backward_seen = False
             group.index = len(self._groups)
             if self.group_budget_bytes == "auto":
                 self._mark_forward(group, device)
+                group.passthrough = group.learning = self._log.learning
             else:
                 group.budget_left = self.group_budget_bytes
+                group.passthrough = self._cannot_move
             self._groups.append(group)
             self.stats["groups"] += 1
             # Copies issued before the last (1 + lag) groups had their compute to finish in.
@@ -173,14 +192,18 @@ class Scheduler:
         group.budget_left = 0 if budget is None else budget
 
     def _skip_reason(self, t: torch.Tensor) -> Skip | None:
-        if isinstance(t, torch.nn.Parameter):
-            return Skip.PARAMETER
-        if type(t) is not torch.Tensor:
-            return Skip.UNSUPPORTED
-        base = t if t._base is None else t._base
-        if isinstance(base, torch.nn.Parameter):
-            return Skip.PARAMETER
-        if base.is_leaf and base.requires_grad:
+        # Exact type first: ``isinstance(t, Parameter)`` runs a Python metaclass check,
+        # the most expensive line here, and a plain tensor is never a parameter.
+        kind = type(t)
+        if kind is not torch.Tensor:
+            return Skip.PARAMETER if isinstance(t, torch.nn.Parameter) else Skip.UNSUPPORTED
+        base = t._base
+        if base is not None:
+            if type(base) is not torch.Tensor and isinstance(base, torch.nn.Parameter):
+                return Skip.PARAMETER
+        else:
+            base = t
+        if base.requires_grad and base.is_leaf:
             return Skip.LEAF
         if (t.device.type not in ("cpu", "cuda") or t.layout is not torch.strided or t.is_quantized
                 or t.is_nested or t.is_conj() or t.is_neg()):
@@ -190,7 +213,7 @@ class Scheduler:
             return Skip.BUFFER
         if is_marked(storage):
             return Skip.MARKED
-        if storage.nbytes() < max(self.min_tensor_bytes, 1):
+        if storage.nbytes() < self._min_bytes:
             return Skip.SMALL
         return None
 
@@ -200,18 +223,24 @@ class Scheduler:
             count_skip(self.stats, reason)
             return t
         group = self._group_for_save(t.device)
-        self._release_copied()
         storage = t.untyped_storage()
-        stored = self._by_storage.get(storage._cdata)
+        # The layout the planner compares steps by: bytes of every eligible save, counted
+        # the same whether the group keeps records or passes its tensors through.
+        group.eligible += storage.nbytes()
+        if group.passthrough:
+            return self._pass(group, t)
+        self._release_copied()
+        self._forward_peak = max(self._forward_peak, self._held)
+        key = storage._cdata
+        ref = self._by_storage.get(key)
+        stored = ref() if ref is not None else None
         if stored is not None and (stored.ref.expired() or stored.version != t._version):
             stored = None
         if stored is not None and stored.group is not group:
             if not stored.decided:
                 # Backward reaches the later group first: the storage travels with it.
-                stored.group.eligible -= stored.nbytes
-                group.eligible += stored.nbytes
                 stored.group = group
-                group.records.append(weakref.ref(stored))
+                group.records.append(ref)
                 group.devices.add(stored.device)
             elif stored.where is not Where.DEVICE:
                 # Already sent away by an earlier group, yet alive here: save it afresh
@@ -219,9 +248,9 @@ class Scheduler:
                 stored = None
         if stored is None:
             stored = Stored(group, t, storage)
-            group.eligible += stored.nbytes
-            self._by_storage[storage._cdata] = stored
-            group.records.append(weakref.ref(stored))
+            self._held += stored.nbytes
+            ref = self._by_storage[key] = weakref.ref(stored)
+            group.records.append(ref)
             group.devices.add(stored.device)
         handle = SavedTensor(stored, group.index, t)
         if stored.decided:
@@ -232,7 +261,25 @@ class Scheduler:
                 self._offload([stored], group, after=None)
         return handle
 
+    def _pass(self, group: Group, t: torch.Tensor) -> Passed:
+        """A tensor of a group that moves nothing: kept as it is, counted by the group
+        (as kept, or over budget / learning, once the group is decided)."""
+        if group.kept:
+            count_skip(self.stats, Skip.KEPT)
+        elif group.offloading:
+            count_skip(self.stats, self._pass_reason())
+        else:
+            group.passed += 1
+        return Passed(group, t)
+
+    def _pass_reason(self) -> Skip:
+        return Skip.LEARNING if self.group_budget_bytes == "auto" else Skip.BUDGET
+
     def unpack(self, packed: Any) -> torch.Tensor:
+        if type(packed) is Passed:
+            if not packed.group.backward_started:
+                self._start_backward(packed.group)
+            return packed.tensor
         if isinstance(packed, torch.Tensor):
             return packed
         group = self._groups[packed.group]
@@ -249,6 +296,9 @@ class Scheduler:
         if stored.where is Where.HOST:
             self._reload([stored])
         if stored.where is Where.RELOADED:
+            log = self._planned_log(group)
+            if log is not None:
+                self._planner.waiting(log, stored.event)
             link_for(stored.device).consume(stored.data, stored.event)
             if stored.release is not None:
                 stored.release.detach()
@@ -268,6 +318,9 @@ class Scheduler:
 
     def _keep(self, group: Group) -> None:
         group.kept = True
+        if group.passed:
+            count_skip(self.stats, Skip.KEPT, group.passed)
+            group.passed = 0
         for stored in group.live():
             if not stored.decided:
                 self._decide(stored, Skip.KEPT)
@@ -276,6 +329,11 @@ class Scheduler:
         if group.offloading or group.kept:
             return
         group.offloading = True
+        if group.passthrough:
+            if group.passed:
+                count_skip(self.stats, self._pass_reason(), group.passed)
+                group.passed = 0
+            return
         if group.log is not None:
             self._plan(group)
         records = [s for s in group.live() if not s.decided]
@@ -317,7 +375,7 @@ class Scheduler:
                 self.stats["bytes_offloaded"] += stored.nbytes
                 self.stats["storages_offloaded"] += 1
             # The alias keeps the source alive until the copy is settled.
-            self._unsettled.append((len(self._groups) - 1, device, done, batch))
+            self._unsettled.append((len(self._groups) - 1, device, done, batch, self._planned_log(group)))
         if chosen:
             self._on_host.add(group.index)
             self._report_moved(group, sum(s.nbytes for batch in chosen.values() for s in batch))
@@ -325,7 +383,7 @@ class Scheduler:
     def _release_copied(self) -> None:
         """Release the sources of copies that have passed: nothing reads them any more,
         so neither stream needs to wait (the query never blocks)."""
-        if self._unsettled and any(link_for(device).passed(done) for _, device, done, _ in self._unsettled):
+        if self._unsettled and any(link_for(entry[1]).passed(entry[2]) for entry in self._unsettled):
             pending = []
             for entry in self._unsettled:
                 if link_for(entry[1]).passed(entry[2]):
@@ -334,23 +392,31 @@ class Scheduler:
                     pending.append(entry)
             self._unsettled = pending
 
-    @staticmethod
-    def _drop_sources(batch: list[Stored]) -> None:
+    def _drop_sources(self, batch: list[Stored]) -> None:
         for stored in batch:
             stored.modified |= stored.alias._version != stored.version
             stored.alias = None
+            self._held -= stored.nbytes
 
     def _settle(self, before: int) -> None:
         """Release the sources of copies issued while groups before ``before`` were
         current: the compute stream waits for those copies, the host does not."""
         pending = []
-        for issued_in, device, done, batch in self._unsettled:
+        for entry in self._unsettled:
+            issued_in, device, done, batch, log = entry
             if issued_in >= before:
-                pending.append((issued_in, device, done, batch))
+                pending.append(entry)
                 continue
+            if log is not None:
+                self._planner.waiting(log, done)
             link_for(device).settle(done)
             self._drop_sources(batch)
         self._unsettled = pending
+
+    def _planned_log(self, group: Group) -> StepLog | None:
+        """The log that learns how long compute waits for ``group``'s copies: its step's,
+        when "auto" planned the group (learning steps move nothing)."""
+        return group.log if group.log is not None and not group.learning else None
 
     def _start_backward(self, group: Group) -> None:
         """Reload ``group`` if its prefetch did not (on demand), and plan the prefetch of
@@ -362,14 +428,21 @@ class Scheduler:
           Bytes consumed are no room there: without offloading they are freed just the
           same, and the gradients of the nodes after them fill them (a fused node consumes
           all it saved as it starts, and its gradients come before it frees them);
-        - in later groups, as soon as the bytes consumed since the forward ended (freed)
-          make room for it, and no later than half of this group's bytes, so the copy
-          keeps half of this backward to hide behind."""
+        - in later groups, as soon as there is room for it under the saved bytes the
+          forward held on the device (in host order: kept records, and the sources of
+          copies out the host had not yet seen pass, at their peak; or at the forward's
+          end, if more), and no later than half of this group's bytes, so the copy keeps
+          half of this backward to hide behind. When the link is behind compute (more
+          moves than the forward hides), the forward held the groups in flight, so the
+          prefetch starts with this group's backward and the link is not left idle while
+          this group consumes half its bytes; the backward still holds no more saved
+          bytes than the forward did."""
         group.backward_started = True
         first = not self._backward_seen
         if first:
             self._backward_seen = True
             self._resident_at_forward_end = self._resident_bytes()
+            self._forward_peak = max(self._forward_peak, self._held)
         self._settle(len(self._groups))
         if group.log is not None:
             if group.log is self._log:
@@ -387,7 +460,8 @@ class Scheduler:
             if first:
                 group.prefetch_at, group.prefetch_room = int(FIRST_PREFETCH_AFTER * own), None
             else:
-                room = max(0, self._resident_at_forward_end - self._resident_bytes())
+                ceiling = max(self._resident_at_forward_end, self._forward_peak)
+                room = max(0, ceiling - self._resident_bytes())
                 group.prefetch_at, group.prefetch_room = max(0, min(incoming, own // 2) - room), room
             self._advance_prefetch(group)
 

@@ -33,3 +33,15 @@ def test_blocks_are_reused_by_capacity_and_carry_their_fence():
 def test_cpu_devices_share_one_plain_arena():
     assert host_arena("cpu") is host_arena(torch.device("cpu"))
     assert not host_arena("cpu").pinned
+
+
+def test_a_smaller_size_takes_a_larger_free_block_before_allocating():
+    arena = HostArena(pinned=False)
+    small, large, largest = arena.take(5000), arena.take(40_000), arena.take(200_000)
+    for block in (small, large, largest):
+        arena.give(block)
+    assert arena.take(6000) is small
+    assert arena.take(6000) is large  # 64 KiB, the smallest free that fits
+    assert arena.take(30_000) is largest
+    assert arena.allocations == 3
+    assert arena.take(6000).capacity == 8192 and arena.allocations == 4

@@ -8,7 +8,8 @@ from torch import nn
 
 from fuseops.offload import host_arena
 from fuseops.offload import planner as planner_module
-from fuseops.offload.planner import PINNED_BYTES_PER_S, Planner
+from fuseops.offload.link import HostLink
+from fuseops.offload.planner import PINNED_BYTES_PER_S, STALL_TOLERANCE, Planner
 from fuseops.offload.timing import CopyMeter
 from tests.offload._models import assert_bitwise, mlp_layers, run_step
 from tests.offload.test_api import saved_storages_by_group
@@ -97,14 +98,14 @@ def fullest(storages, left):
     return max(fill(storages, left), fill(sorted(storages, reverse=True), left))
 
 
-def expected_moved(layers, x, times, keep_last):
+def expected_moved(layers, x, times, keep_last, rate=BYTES_PER_S):
     """The planner's arithmetic, independently: the copies of group g are issued when
     group i = g + keep_last starts and queue on the link after those issued before; they
     must end by the start of group i + 2 (or the forward's end), and its reload must fit
     in 0.9 of group g + 1's backward (a quarter when g + 1 runs its backward first)."""
     forward, backward = times
     groups = saved_storages_by_group(layers, x)
-    n, rate = len(groups), BYTES_PER_S * MARGIN
+    n, rate = len(groups), rate * MARGIN
     starts = [sum(forward[:i]) for i in range(n + 1)]
     moved, link_free = 0, 0.0
     for g in range(n - keep_last):
@@ -260,3 +261,57 @@ def test_no_host_block_is_allocated_once_the_plan_has_settled(timer, monkeypatch
     for _ in range(3):
         assert auto_step(layers, x, 1)["bytes_offloaded"] == moved > 0
     assert arena.allocations == allocations
+
+
+class QueuedLink:
+    """Copies out that run at ``rate`` in fake time, one queue: each ends ``bytes / rate``
+    after the link frees, so compute that settles them sooner waits (the stall)."""
+
+    def __init__(self, timer: FakeTimer, rate: float) -> None:
+        self.timer, self.rate, self.free = timer, rate, 0.0
+
+    def install(self, monkeypatch) -> None:
+        copy_out = HostLink.copy_out
+
+        def queued(link, sources, after):
+            blocks, _ = copy_out(link, sources, after)
+            self.free = max(self.timer.now, self.free) + sum(s.numel() for s in sources) / self.rate
+            return blocks, (self.timer.mark()[0], self.free)
+
+        monkeypatch.setattr(HostLink, "copy_out", queued)
+        monkeypatch.setattr(HostLink, "passed", lambda link, done: done is None or done[1] <= self.timer.now)
+        monkeypatch.setattr(HostLink, "settle", lambda link, done: self.wait(done))
+
+    def wait(self, done) -> None:
+        # Compute waits: its clock moves on to the copies' end.
+        self.timer.now = max(self.timer.now, done[1])
+
+
+@pytest.mark.parametrize("achieved", [1.0, 0.5])
+def test_a_link_slower_beside_compute_than_measured_is_calibrated_down(timer, monkeypatch, achieved):
+    # The bandwidth measured (BYTES_PER_S) is what copies achieve alone; beside compute
+    # they run at ``achieved`` of it. Compute waits for them where the scheduler settles
+    # them: the planner learns that wait from the marks and plans less, until planned
+    # steps wait for at most STALL_TOLERANCE of their compute.
+    n = 6
+    times = [[2e-3] * n, [8e-3] * n]
+    layers, x = timed_layers(timer, times, n), torch.randn(40, 32)
+    QueuedLink(timer, BYTES_PER_S * achieved).install(monkeypatch)
+    planner = planner_module._planners[torch.device("cpu")]
+    seen = []
+    calibrate = planner._calibrate
+    monkeypatch.setattr(planner, "_calibrate", lambda log, stalled: (seen.append(stalled), calibrate(log, stalled)))
+    for _ in range(2):
+        auto_step(layers, x, 1)
+    moved = [auto_step(layers, x, 1)["bytes_offloaded"] for _ in range(6)]
+    assert moved[0] == expected_moved(layers, x, times, 1)
+    compute = sum(times[0]) + sum(times[1][1:])
+    # Digested: the second learning step, then each planned step but the last.
+    assert len(seen) == 6 and seen[-1] <= STALL_TOLERANCE * compute
+    if achieved == 1.0:
+        assert planner.efficiency == 1.0 and moved == [moved[0]] * 6 and seen == [0.0] * 6
+    else:
+        assert seen[1] > STALL_TOLERANCE * compute and planner.efficiency < 1.0
+        assert moved[-1] < moved[0]
+        # It still moves what the slower link hides (whole tensors, the same margin).
+        assert moved[-1] >= 0.9 * expected_moved(layers, x, times, 1, rate=BYTES_PER_S * achieved)

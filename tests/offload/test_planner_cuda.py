@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from fuseops.offload import host_arena
+from fuseops.offload import planner as planner_module
 from fuseops.offload.planner import planner_for
+from fuseops.offload.timing import timer_for
 from tests.offload._models import assert_bitwise, fuseops_layers, mlp_layers, run_step
 
 AUTO = dict(group_budget_bytes="auto")
@@ -61,3 +63,32 @@ def test_measured_bandwidth_is_that_of_pinned_copies():
     measured = planner_for(x.device).bytes_per_s()
     # PCIe 5 x16 pinned copies: 53-55 GB/s on the H100 machine; anything in 20-64 is a link.
     assert 20e9 < measured < 64e9, measured
+
+
+@pytest.mark.gpu
+def test_an_overestimated_link_is_calibrated_down_by_the_waits_it_causes(monkeypatch):
+    # The planner is told the link runs at 4x the pinned bandwidth: the first planned steps
+    # move far more than the link hides, compute waits where the copies settle and where
+    # reloads are consumed, and the planner learns those waits (events, read once passed).
+    from fuseops.offload.planner import STALL_TOLERANCE
+
+    layers, groups = model("torch")
+    x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
+    want = run_step(layers, x, groups=groups)
+    # A fresh planner: the process-wide one may have planned (and capped) this layout.
+    planner = planner_module.Planner(timer_for(x.device), device=x.device, bytes_per_s=4 * 55e9)
+    monkeypatch.setitem(planner_module._planners, x.device, planner)
+    seen = []
+    calibrate = planner._calibrate
+    monkeypatch.setattr(planner, "_calibrate", lambda log, stalled: (seen.append(stalled), calibrate(log, stalled)))
+    moved = []
+    for _ in range(10):
+        step = run_step(layers, x, AUTO, groups=groups)
+        torch.cuda.synchronize()
+        assert_bitwise(step, want)
+        moved.append(step.offload.stats["bytes_offloaded"])
+    profile = planner.profile
+    compute = sum(profile.forward) + sum(t for t in profile.backward if t is not None)
+    assert planner.efficiency < 0.6, (planner.efficiency, seen)
+    assert max(seen) > STALL_TOLERANCE * compute and seen[-1] <= STALL_TOLERANCE * compute, (seen, compute)
+    assert 0 < moved[-1] < max(moved), moved

@@ -1,0 +1,65 @@
+"""The host's share of offloading: a group that can move nothing takes no per-tensor
+bookkeeping (no records, no rebuilt views), yet counts what it skipped exactly as the
+record path does and still marks its backward for the planner."""
+
+import pytest
+import torch
+
+from fuseops.offload import records as records_module
+from fuseops.offload import scheduler as scheduler_module
+from tests.offload._models import assert_bitwise, mlp_layers, run_step
+from tests.offload.test_planner import timed_layers
+from tests.offload.test_planner import timer as timer  # noqa: F401 (the fake clock fixture)
+
+
+@pytest.fixture
+def stored_count(monkeypatch):
+    """How many per-storage records the scheduler creates."""
+    made = []
+
+    class Counted(records_module.Stored):
+        __slots__ = ()
+
+        def __init__(self, *args):
+            made.append(1)
+            super().__init__(*args)
+
+    monkeypatch.setattr(scheduler_module, "Stored", Counted)
+    return made
+
+
+def counts(stats):
+    return {k: v for k, v in stats.items() if k.startswith(("tensors_", "skipped_", "bytes_"))}
+
+
+@pytest.mark.parametrize("keep_last", [0, 1, 2])
+@pytest.mark.parametrize("budget", [0, 1023])
+def test_a_budget_under_the_smallest_storage_keeps_no_records(stored_count, keep_last, budget):
+    layers, x = mlp_layers(n=4), torch.randn(40, 32)
+    config = dict(min_tensor_bytes=1024, keep_last=keep_last)
+    step = run_step(layers, x, dict(config, group_budget_bytes=budget))
+    assert stored_count == []
+    assert_bitwise(step, run_step(layers, x))
+    # The record path (a budget of 1024 B moves nothing here either: every storage the
+    # layers save is larger) counts the same skips, kept groups included.
+    recorded = run_step(layers, x, dict(config, group_budget_bytes=1024)).offload.stats
+    assert stored_count != []
+    assert recorded["bytes_offloaded"] == 0 and recorded["skipped_budget"] > 0
+    assert counts(step.offload.stats) == counts(recorded)
+
+
+def test_learning_steps_keep_no_records_and_still_learn_backward_times(timer, stored_count):
+    from fuseops.offload import planner as planner_module
+
+    times = [[2e-3] * 4, [4e-3] * 4]
+    layers, x = timed_layers(timer, times, 4), torch.randn(40, 32)
+    config = dict(min_tensor_bytes=1024, group_budget_bytes="auto")
+    for _ in range(2):
+        step = run_step(layers, x, config)
+        assert step.offload.stats["skipped_learning"] > 0 and step.offload.stats["bytes_offloaded"] == 0
+        assert_bitwise(step, run_step(layers, x))
+    assert stored_count == []
+    planned = run_step(layers, x, config)
+    profile = planner_module._planners[torch.device("cpu")].profile
+    assert profile.steps == 2 and profile.backward[1:] == pytest.approx((4e-3,) * 3)
+    assert planned.offload.stats["bytes_offloaded"] > 0 and stored_count != []
