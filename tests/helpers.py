@@ -44,6 +44,23 @@ HOPPER_SPLITS = {
 }
 
 
+def reroutable(T: int, E: int, K: int, device) -> tuple[torch.Tensor, torch.Tensor, Callable[[int], None]]:
+    """MoE routing inputs that a captured CUDA graph can replay with new values: expert ids
+    [T, K] (int64), router weights [T, K] (float32, a leaf), and ``route(seed)``, which fills
+    both in place with the top-K of seeded random logits and their softmax."""
+    ids = torch.empty(T, K, device=device, dtype=torch.int64)
+    weights = torch.empty(T, K, device=device).requires_grad_()
+
+    def route(seed: int) -> None:
+        logits = torch.randn(T, E, generator=torch.Generator().manual_seed(seed))
+        top, idx = logits.topk(K, dim=-1)
+        with torch.no_grad():
+            ids.copy_(idx)
+            weights.copy_(top.softmax(-1))
+
+    return ids, weights, route
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     denom = ref.norm().item()

@@ -19,7 +19,7 @@ from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.moe import expert_layer, expert_layer_fallback
 from fuseops.moe import memory_model as mm
-from tests.helpers import REL_TOL, capture_cuda_graph, cuda_or_skip, rel_err
+from tests.helpers import REL_TOL, capture_cuda_graph, cuda_or_skip, rel_err, reroutable
 
 GATES = {
     "swiglu": lambda: ops.SwiGLU(),
@@ -313,17 +313,9 @@ def _gpu_case(lean, shape="fc2-wgrad-first"):
     (T, H, F), E, K = GPU_SHAPES[shape], 8, 2
     experts = make_experts(E, H, F, bias=True, dtype=torch.bfloat16, device=device)
     x = torch.randn(T, H, device=device, dtype=torch.bfloat16, requires_grad=True)
-    ids = torch.empty(T, K, device=device, dtype=torch.int64)
-    weights = torch.empty(T, K, device=device).requires_grad_()
+    ids, weights, route = reroutable(T, E, K, device)
     dy = torch.randn(T, H, device=device, dtype=torch.bfloat16)
     leaves = [x, weights, *experts.parameters()]
-
-    def route(seed: int) -> None:
-        logits = torch.randn(T, E, generator=torch.Generator().manual_seed(seed))
-        top, idx = logits.topk(K, dim=-1)
-        with torch.no_grad():
-            ids.copy_(idx)
-            weights.copy_(top.softmax(-1))
 
     def run() -> torch.Tensor:
         for t in leaves:

@@ -10,7 +10,7 @@ import torch
 import fuseops
 from fuseops import ops
 from fuseops.moe import permute, unpermute
-from tests.helpers import REL_TOL, capture_cuda_graph, cuda_or_skip, rel_err
+from tests.helpers import REL_TOL, capture_cuda_graph, cuda_or_skip, rel_err, reroutable
 
 
 @pytest.mark.gpu
@@ -24,17 +24,9 @@ def test_moe_layer_forward_backward_captures_in_cuda_graph(scaled):
         ops.GroupedLinear(E, H, 2 * I, **bf16), ops.SwiGLU(scaled=scaled), ops.GroupedLinear(E, I, H, **bf16)
     )
     x = torch.randn(T, H, **bf16).requires_grad_()
-    ids = torch.empty(T, K, device=device, dtype=torch.int64)
-    weights = torch.empty(T, K, device=device).requires_grad_()
+    ids, weights, route = reroutable(T, E, K, device)
     dy = torch.randn(T, H, **bf16)
     leaves = [x, weights, *mlp.parameters()]
-
-    def route(seed: int) -> None:
-        logits = torch.randn(T, E, generator=torch.Generator().manual_seed(seed))
-        top, idx = logits.topk(K, dim=-1)
-        with torch.no_grad():
-            ids.copy_(idx)
-            weights.copy_(top.softmax(-1))
 
     def step() -> torch.Tensor:
         for t in leaves:

@@ -20,9 +20,10 @@ def link_behind(monkeypatch):
     monkeypatch.setattr(HostLink, "passed", lambda link, done: False)
 
 
-def backward_events(monkeypatch, layers, x):
+def backward_events(monkeypatch, layers, x, link=HostLink, options=EVERYTHING):
+    """The step with everything offloaded, and its backward's unpacks and reloads in order."""
     events = []
-    unpack, copy_in = Scheduler.unpack, HostLink.copy_in
+    unpack, copy_in = Scheduler.unpack, link.copy_in
 
     def logged_unpack(self, packed):
         if hasattr(packed, "stored"):
@@ -35,8 +36,10 @@ def backward_events(monkeypatch, layers, x):
         return copy_in(self, blocks, sizes, after)
 
     monkeypatch.setattr(Scheduler, "unpack", logged_unpack)
-    monkeypatch.setattr(HostLink, "copy_in", logged_copy_in)
-    step = run_step(layers, x, EVERYTHING)
+    monkeypatch.setattr(link, "copy_in", logged_copy_in)
+    step = run_step(layers, x, options)
+    if x.is_cuda:
+        torch.cuda.synchronize()
     monkeypatch.undo()
     return step, events
 
@@ -69,23 +72,7 @@ def test_on_the_gpu_later_groups_prefetch_as_their_backward_starts(monkeypatch):
     layers = mlp_layers(n=4, width=4096, hidden=16384, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
     want = run_step(layers, x)
-    events = []
-    unpack, copy_in = Scheduler.unpack, CudaLink.copy_in
-
-    def logged_unpack(self, packed):
-        if hasattr(packed, "stored"):
-            events.append(("unpack", packed.group))
-        return unpack(self, packed)
-
-    def logged_copy_in(self, blocks, sizes, after):
-        if blocks:
-            events.append(("reload", len(blocks)))
-        return copy_in(self, blocks, sizes, after)
-
-    monkeypatch.setattr(Scheduler, "unpack", logged_unpack)
-    monkeypatch.setattr(CudaLink, "copy_in", logged_copy_in)
-    step = run_step(layers, x, dict(group_budget_bytes=None))
-    torch.cuda.synchronize()
+    step, events = backward_events(monkeypatch, layers, x, CudaLink, dict(group_budget_bytes=None))
     assert_bitwise(step, want)
     for group in (2, 1):
         first = events.index(("unpack", group))
