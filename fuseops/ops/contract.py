@@ -40,29 +40,37 @@ def meta(default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={"role": Role.META})
 
 
-# (name, role) of each field, per Saved class: read on every call by the executor, built
-# once in eager mode (while torch.compile traces, built afresh: no side effect to trace).
-_FIELD_ROLES: dict[type, tuple[tuple[str, Role], ...]] = {}
+# Per Saved class, the names of its fields of each role: read on every call by the executor,
+# built once in eager mode (while torch.compile traces, built afresh: no side effect to trace).
+_FIELDS_BY_ROLE: dict[type, dict[Role, tuple[str, ...]]] = {}
 
 
-def _field_roles(record: Saved) -> tuple[tuple[str, Role], ...]:
-    # dynamo traces dataclasses.fields of an instance, not of a class.
+def _fields_by_role(record: Saved) -> dict[Role, tuple[str, ...]]:
+    def build() -> dict[Role, tuple[str, ...]]:
+        # dynamo traces dataclasses.fields of an instance, not of a class.
+        roles = [(f.name, f.metadata.get("role", Role.META)) for f in dataclasses.fields(record)]
+        return {role: tuple(name for name, r in roles if r is role) for role in Role}
+
     if torch.compiler.is_compiling():
-        return tuple((f.name, f.metadata.get("role", Role.META)) for f in dataclasses.fields(record))
-    roles = _FIELD_ROLES.get(type(record))
-    if roles is None:
-        roles = tuple((f.name, f.metadata.get("role", Role.META)) for f in dataclasses.fields(record))
-        _FIELD_ROLES[type(record)] = roles
-    return roles
+        return build()
+    names = _FIELDS_BY_ROLE.get(type(record))
+    if names is None:
+        names = _FIELDS_BY_ROLE[type(record)] = build()
+    return names
 
 
 @dataclass(frozen=True)
 class Saved:
     """Base of every op's saved-state record. Fields without a role are meta."""
 
+    def fields_of(self, role: Role) -> tuple[str, ...]:
+        """The names of this record's fields that hold ``role``."""
+        return _fields_by_role(self)[role]
+
     def fields_by_role(self) -> Iterator[tuple[str, Any, Role]]:
-        for name, role in _field_roles(self):
-            yield name, getattr(self, name), role
+        for role, names in _fields_by_role(self).items():
+            for name in names:
+                yield name, getattr(self, name), role
 
     def replaced(self, changes: dict[str, Any]) -> Saved:
         """A copy with ``changes``: ``dataclasses.replace`` without re-running ``__init__``

@@ -126,8 +126,9 @@ def _checked_params(state: RunState, params: Sequence[torch.Tensor], records: Se
     for slots, record in zip(state.param_slots, records):
         if record is None:
             continue
-        for name, value, role in record.fields_by_role():
-            if role is Role.PARAMETER and value is not None:
+        for name in record.fields_of(Role.PARAMETER):
+            value = getattr(record, name)
+            if value is not None:
                 slot = slots.get(name, slots.get("weight"))
                 if slot is not None and all(p is not params[slot] for p in out):
                     out.append(params[slot])

@@ -14,10 +14,9 @@ import torch
 from fuseops.ops.contract import OpContext, Role, Saved
 
 
-def _pack(value: Any, role: Role, tensors: list[torch.Tensor]) -> Any:
-    """Replace activation tensors by their index in ``tensors``; storages buffer by buffer."""
-    if role is not Role.ACTIVATION or value is None:
-        return value
+def _pack(value: Any, tensors: list[torch.Tensor]) -> Any:
+    """An activation field's value with its tensors replaced by their index in ``tensors``
+    (storages buffer by buffer)."""
     if isinstance(value, torch.Tensor):
         tensors.append(value)
         return _Slot((len(tensors) - 1,))
@@ -49,7 +48,11 @@ def pack_saved(ctxs: Sequence[OpContext]) -> tuple[list[torch.Tensor], list[Save
     for ctx in ctxs:
         saved = ctx.saved
         if saved is not None:
-            packed = {name: _pack(v, role, tensors) for name, v, role in saved.fields_by_role()}
+            packed = {}
+            for name in saved.fields_of(Role.ACTIVATION):
+                value = getattr(saved, name)
+                if value is not None:
+                    packed[name] = _pack(value, tensors)
             saved = saved.replaced(packed)
             # Drop the op's own reference so the packed copy is the only one.
             ctx.saved = None
@@ -62,7 +65,11 @@ def unpack_saved(records: Sequence[Saved | None], tensors: Sequence[torch.Tensor
     out = []
     for saved in records:
         if saved is not None:
-            fields = {n: v.unpack(tensors) for n, v, _ in saved.fields_by_role() if isinstance(v, _Slot)}
+            fields = {}
+            for name in saved.fields_of(Role.ACTIVATION):
+                value = getattr(saved, name)
+                if isinstance(value, _Slot):
+                    fields[name] = value.unpack(tensors)
             saved = saved.replaced(fields)
         out.append(saved)
     return out
