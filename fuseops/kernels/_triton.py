@@ -70,6 +70,12 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def next_power_of_2(n: int) -> int:
+    """The smallest power of 2 >= ``n`` (0 for 0), ``triton.next_power_of_2`` for host code
+    (the same per-call unwrapping as ``cdiv``)."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 def device_sms(t: torch.Tensor) -> int:
     return num_sms(t.device.index if t.is_cuda else -1)
 

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv, device_sms
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, next_power_of_2
 from fuseops.kernels.elementwise.bias_grad import sum_partials
 from fuseops.kernels.launch import launch
 
@@ -47,8 +47,8 @@ def _configs() -> tuple[int, int, int]:
 
 def _pick(rows: int, n: int) -> NormConfig:
     max_block_n, tile, _ = _configs()
-    block_n = min(triton.next_power_of_2(n), max_block_n)
-    block_m = max(1, min(tile // block_n, triton.next_power_of_2(max(rows, 1))))
+    block_n = min(next_power_of_2(n), max_block_n)
+    block_m = max(1, min(tile // block_n, next_power_of_2(max(rows, 1))))
     # Warps grow with the tile so that a thread holds about 8 values of it.
     num_warps = 1 if INTERPRET else min(32, max(4, block_m * block_n // 256))
     return NormConfig(block_m, block_n, num_warps, one_block=n <= block_n)

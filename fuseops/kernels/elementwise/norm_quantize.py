@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv, device_sms
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, next_power_of_2
 from fuseops.kernels.elementwise.norm import (
     _load,
     _scale,
@@ -55,8 +55,8 @@ def _configs() -> tuple[int, int, int]:
 
 def _pick(rows: int, n: int, scaling: Scaling) -> NormQuantizeConfig:
     max_block_n, tile, _ = _configs()
-    block_n = qe.tile_columns(scaling, min(triton.next_power_of_2(n), max_block_n))
-    block_m = max(1, min(tile // block_n, triton.next_power_of_2(max(rows, 1))))
+    block_n = qe.tile_columns(scaling, min(next_power_of_2(n), max_block_n))
+    block_m = max(1, min(tile // block_n, next_power_of_2(max(rows, 1))))
     num_warps = 1 if INTERPRET else min(32, max(4, block_m * block_n // 256))
     return NormQuantizeConfig(block_m, block_n, num_warps, one_block=n <= block_n)
 

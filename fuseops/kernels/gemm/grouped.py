@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot, next_power_of_2
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     activation,
@@ -369,7 +369,7 @@ def launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
         HAS_ROW_SCALE=row_scale is not None, SAVE_PREACT=save_preact,
         TMA_LOAD=tma_load, TMA_STORE=tma_store, B_TRANS=b_trans,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, SPLIT_EPILOGUE=split,
-        BLOCK_G=max(16, triton.next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        BLOCK_G=max(16, next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
         WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

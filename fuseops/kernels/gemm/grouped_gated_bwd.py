@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET, cdiv, dot
+from fuseops.kernels._triton import INTERPRET, cdiv, dot, next_power_of_2
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     gated_and_grad,
@@ -234,7 +234,7 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
         ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
         WANT_H=want_h, TMA_LOAD=tma_load, TMA_Z=tma_z, TMA_STORE=tma_store, B_TRANS=b_trans,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
-        EPILOGUE_PARTS=cfg.epilogue_parts, BLOCK_G=max(16, triton.next_power_of_2(G)),
+        EPILOGUE_PARTS=cfg.epilogue_parts, BLOCK_G=max(16, next_power_of_2(G)),
         NUM_PROGRAMS=programs, FLATTEN=cfg.flatten, WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import cdiv
+from fuseops.kernels._triton import cdiv, next_power_of_2
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.dense_scaled import (
     Operand,
@@ -197,7 +197,7 @@ def launch_grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, sc
         SCALING=int(scaling), B_ROWS_PER_SCALE=b.rows_per_scale, HAS_OUTER_A=a.outer is not None,
         HAS_OUTER_B=b.outer is not None, HAS_BIAS=bias is not None, TMA=tma,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        BLOCK_G=max(16, triton.next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        BLOCK_G=max(16, next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
         WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

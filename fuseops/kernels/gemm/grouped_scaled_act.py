@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET, cdiv
+from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2
 from fuseops.kernels.elementwise.activation import reference_activation_fwd
 from fuseops.kernels.elementwise.activation_math import Activation, activation, gated
 from fuseops.kernels.elementwise.gated_activation import reference_gated_fwd
@@ -313,7 +313,7 @@ def grouped_gemm_scaled_act(
         HAS_BIAS=bias is not None, ACT=int(act), GATED=gated, CLAMPED=clamped,
         INTERLEAVED=gated and interleaved, HAS_PROBS=probs is not None, SAVE_PREACT=save_preact, TMA=tma, TMA_Z=z_args is not None,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
-        BLOCK_G=max(16, triton.next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+        BLOCK_G=max(16, next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
         WARP_SPECIALIZE=cfg.warp_specialize, EPILOGUE_PARTS=parts,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET, cdiv
+from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2
 from fuseops.kernels.elementwise.activation_math import Activation, gated_and_grad
 from fuseops.kernels.elementwise.bias_grad import sum_partials
 from fuseops.kernels.elementwise.gated_activation import reference_gated_bwd
@@ -216,7 +216,7 @@ def grouped_gemm_scaled_dgrad_gated(
             HAS_OUTER_A=a.outer is not None, HAS_OUTER_B=b.outer is not None, ACT=int(act), CLAMPED=clamped,
             INTERLEAVED=interleaved, HAS_PROBS=probs is not None, TMA=tma,
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
-            BLOCK_G=max(16, triton.next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
+            BLOCK_G=max(16, next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
     dprobs = None

@@ -23,12 +23,11 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma
 
-from fuseops.kernels._triton import cdiv
+from fuseops.kernels._triton import cdiv, next_power_of_2
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.grouped import persistent_programs
 from fuseops.kernels.hopper.pipeline import (
@@ -196,7 +195,7 @@ def grouped_blockwise(a: Operand, b: Operand, offsets: torch.Tensor, y: torch.Te
         bias.stride(0) if bias is not None else 0, y.stride(0),
         B_ROWS_PER_SCALE=b.rows_per_scale, HAS_OUTER_A=a.outer is not None, HAS_OUTER_B=b.outer is not None,
         HAS_BIAS=bias is not None, ACCUMULATE=accumulate, NUM_PROGRAMS=programs, STAGES=STAGES, GROUP_M=GROUP_M,
-        BLOCK_G=max(32, triton.next_power_of_2(G)), num_warps=4,
+        BLOCK_G=max(32, next_power_of_2(G)), num_warps=4,
     )
     return y
 

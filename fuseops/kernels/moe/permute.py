@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv
+from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2
 from fuseops.kernels.launch import launch
 
 
@@ -186,7 +186,7 @@ def permute(
     top_k = expert_ids.shape[1]
     n = T * top_k
     blocks = max(1, cdiv(n, cfg.block))
-    e_pad = triton.next_power_of_2(num_experts)
+    e_pad = next_power_of_2(num_experts)
     ids = expert_ids.reshape(-1)
     counts = torch.empty(blocks, num_experts, dtype=torch.int32, device=x.device)
     split_sizes = torch.empty(num_experts, dtype=torch.int64, device=x.device)
@@ -270,7 +270,7 @@ def unpermute_bwd(
     launch(scatter_rows_kernel, _copy_grid(T, cfg),
         dy, row_map, weights, dy_sorted, y_sorted, dweights, T, H, top_k,
         HAS_WEIGHTS=weights is not None, WANT_DW=y_sorted is not None,
-        K_PAD=triton.next_power_of_2(top_k), BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h,
+        K_PAD=next_power_of_2(top_k), BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h,
         num_warps=cfg.num_warps,
     )
     return dy_sorted, dweights

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv
+from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2
 from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.finite import finite_abs, reference_finite_abs
 from fuseops.kernels.quantization.formats import FP32_MAX, load_tile, padded_rows, tile_rows
@@ -97,7 +97,7 @@ def launch_amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int, 
     launch(amax_kernel, (cdiv(rp, cfg.block_r), cdiv(C, cfg.block_c * steps), B),
         x, offsets if offsets is not None else out, out, R, C, num_groups, x.stride(0), x.stride(1),
         GROUPED=offsets is not None, BLOCK_R=cfg.block_r, BLOCK_C=cfg.block_c,
-        BLOCK_G=max(16, triton.next_power_of_2(num_groups)), STEPS=steps, STAGES=cfg.stages,
+        BLOCK_G=max(16, next_power_of_2(num_groups)), STEPS=steps, STAGES=cfg.stages,
         num_warps=cfg.num_warps,
     )
     return out
@@ -110,7 +110,7 @@ def tensor_scales(amax: torch.Tensor, qmax: float) -> tuple[torch.Tensor, torch.
     G = amax.shape[0]
     if G:
         launch(tensor_scales_kernel, (1,), amax, encode, decode, G, QMAX=float(qmax),
-               BLOCK_G=max(16, triton.next_power_of_2(G)))
+               BLOCK_G=max(16, next_power_of_2(G)))
     return encode, decode
 
 

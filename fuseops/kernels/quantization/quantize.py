@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv
+from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2
 from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.finite import dtype_max, fit_source, reference_finite_abs, reference_fit_source
 from fuseops.kernels.quantization.formats import (
@@ -298,7 +298,7 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
             *_strides(bufs.data_t), *_strides(bufs.scale_t),
             SCALING=int(scaling), ELEM=int(element), BLOCK=BLOCK_SIZE[scaling] or 1, BLOCK_2D=block_2d,
             ROWWISE=copies[0], COLUMNWISE=copies[1], GROUPED=offsets is not None,
-            BLOCK_R=br, BLOCK_C=bc, BLOCK_G=max(16, triton.next_power_of_2(groups or 1)), K=k, V=v,
+            BLOCK_R=br, BLOCK_C=bc, BLOCK_G=max(16, next_power_of_2(groups or 1)), K=k, V=v,
             STAGED=staged, GROUP_R=group_r, num_warps=warps,
         )
     return bufs
