@@ -40,7 +40,7 @@ from fuseops.kernels import library
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.moe import memory_model
-from fuseops.moe.routing import check_routing, check_weights, permute, unpermute
+from fuseops.moe.routing import check_routing, check_weights, permute_checked, unpermute
 from fuseops.ops import _checks
 from fuseops.ops.executor.saved_state import graph_freed_after_backward
 from fuseops.ops.gated import GatedActivation
@@ -248,7 +248,7 @@ def expert_layer(
         gate = _Gate(act.act, act.kernel_args)
         return _ExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, lean,
                                   torch.is_grad_enabled())
-    x_sorted, split_sizes, row_map = permute(x, expert_ids, fc1.num_groups)
+    x_sorted, split_sizes, row_map = permute_checked(x, expert_ids, fc1.num_groups)
     if getattr(act, "scaled", False):
         w = weights if weights is not None else x.new_ones(expert_ids.shape)
         probs = w.new_empty(row_map.numel()).scatter(0, row_map.reshape(-1), w.reshape(-1))

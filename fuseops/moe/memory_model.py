@@ -1,8 +1,8 @@
 """Byte accounting of one MoE expert layer's forward+backward: which large tensors are alive
 at each stage, per implementation, and the peak above the step's start (inputs, weights and
 the upstream gradient already allocated; weight gradients, the output and every
-intermediate counted). Pure arithmetic on shapes: ``expert_layer``'s lean mode picks its
-backward order from it, and ``benchmarks/moe_memory_model.py`` prints it.
+intermediate counted). Pure arithmetic on shapes: ``expert_layer`` picks its backward order
+from it (both modes), and ``benchmarks/moe_memory_model.py`` prints it.
 
 Tensors with a row per (token, choice) are ``N = T*K`` rows: the permuted input ``x_sorted``
 [N, H], the pre-activation ``z`` [N, 2F] (its gradient ``dz`` is written over it), the

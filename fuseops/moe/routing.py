@@ -169,6 +169,12 @@ def permute(
         Differentiable in ``x``.
     """
     x, expert_ids = check_routing(x, expert_ids, num_experts)
+    return permute_checked(x, expert_ids, num_experts)
+
+
+def permute_checked(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``permute`` of arguments ``check_routing`` already passed (no second range check)."""
     return _Permute.apply(x, expert_ids, num_experts)
 
 
