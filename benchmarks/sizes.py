@@ -201,6 +201,7 @@ def dense_rows(device, dtype, Ts, Hs, reps, acts=("gelu", "swiglu"), save=None) 
         for H in Hs:
             # One model per width, all row counts through it: the compiled variants trace once
             # (rows marked dynamic), as a user's model does across batch sizes.
+            torch._dynamo.reset()  # a fresh compile cache per model: no recompile limit reached
             torch.manual_seed(0)
             model = fuseops_dense(H, act).to(device, dtype)
             reference = torch_dense(model).to(device, dtype)
@@ -220,6 +221,7 @@ def moe_rows(device, dtype, Ts, shapes, reps, save=None) -> list[dict]:
     for name, (E, H, I, K) in shapes.items():
         for T in Ts:
             for skewed in (False, True):
+                torch._dynamo.reset()
                 torch.manual_seed(0)
                 model = FuseopsMoE(E, H, I).to(device, dtype)
                 reference = TorchMoE(model).to(device, dtype)
