@@ -43,13 +43,16 @@ def meta(default: Any = None) -> Any:
 # Per Saved class, the names of its fields of each role: read on every call by the executor,
 # built once in eager mode (while torch.compile traces, built afresh: no side effect to trace).
 _FIELDS_BY_ROLE: dict[type, dict[Role, tuple[str, ...]]] = {}
+# A tuple, not the Enum class: dynamo cannot iterate an Enum class inside an autograd.Function's
+# forward (``mode="reduce-overhead"`` on CUDA failed on it).
+_ROLES: tuple[Role, ...] = tuple(Role)
 
 
 def _fields_by_role(record: Saved) -> dict[Role, tuple[str, ...]]:
     def build() -> dict[Role, tuple[str, ...]]:
         # dynamo traces dataclasses.fields of an instance, not of a class.
         roles = [(f.name, f.metadata.get("role", Role.META)) for f in dataclasses.fields(record)]
-        return {role: tuple(name for name, r in roles if r is role) for role in Role}
+        return {role: tuple(name for name, r in roles if r is role) for role in _ROLES}
 
     if torch.compiler.is_compiling():
         return build()
