@@ -22,6 +22,14 @@ K=14336, N=4096 by 2 % and 0.4 %), 69 us over the 31.7 ms sum of the faster bran
 +1333 us; two waves: 15 wrong, up to 1.34x; a threshold per epilogue class does no better
 (bias alone: no threshold beats one wave; bias+GELU 0 wrong at one wave).
 
+Checked on two later runs of the same cells (session 14): against torch's ops again (8 wrong,
+all bias-only but one, worst 1.12x: bias at M=1024, K=4096, N=14336) and against the branch
+as dispatched, ``dense_cublas.gemm``, with the rule applied by ``prefers_cublas`` itself
+(``results/session14/dense_dispatch_table.json``: 9 wrong, all bias-only, worst 1.09x; the
+table's sum 31.30 ms against 32.10 always fused and 31.24 for the faster per cell). For bias
+alone "always cuBLAS" is as good over the three runs (8 / 8 / 7 wrong, worst 1.12 / 1.07 /
+1.25x): no reason to give that class a rule of its own.
+
 Where it applies (``prefers_cublas``, the row's ``when``): the forward orientation ``x @ W^T``
 (``b`` a transposed [N, K] weight), no activation-gradient input (the dgrad epilogues were
 not measured: they stay fused), epilogue operands and output in ``a``'s dtype, ``a`` in a
