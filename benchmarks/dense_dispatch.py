@@ -1,14 +1,17 @@
 """Where the fused dense GEMM pays and where cuBLAS plus an elementwise kernel is faster
 (issue 20's shape-aware dispatch): per shape class, one forward call of ``y = act(x @ W^T + b)``
-(+ a residual) through fuseops' GEMM launcher against ``torch.addmm`` + the torch activation
-(+ ``add``), bf16 on the GPU, timed two ways:
+(+ a residual) through the fused kernel (``dense.gemm``) against the dispatch table's other
+branch, ``dense_cublas.gemm`` (``torch.addmm``, then fuseops' activation kernel or an in-place
+``add``), bf16 on the GPU, timed two ways:
 
 - eager: wall time per call, calls back to back (what a user's eager step pays; the host's
   cost counts where it exceeds the GPU's),
 - graphed: the same call replayed from a CUDA graph (GPU time alone).
 
-The table says which is faster per cell and by how much; the dispatch table's rows for the
-dense GEMM would take their shape classes from it.
+Each cell also shows the branch the dispatch table picks for it (``kernels/dense_dispatch.py``,
+whose rule was fitted to this script's results in session 14: ``results/session14/``) and the
+time of that branch, from the two timed above (nothing more is timed); the summary counts the
+cells where the table picked the slower branch. Run with ``FUSEOPS_DENSE_DISPATCH`` unset.
 
     python -m benchmarks.dense_dispatch [--out benchmarks/results/dense_dispatch.json]
 """
@@ -21,10 +24,11 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
+from fuseops.kernels.dense_dispatch import prefers_cublas
+from fuseops.kernels.dispatch import Backend, backend_of
 from fuseops.kernels.elementwise.activation_math import Activation
-from fuseops.kernels.gemm.dense import gemm
+from fuseops.kernels.gemm import dense, dense_cublas
 
 ROWS = (64, 256, 1024, 4096, 16384)
 # (in_features K, out_features N)
@@ -70,24 +74,16 @@ def graphed_us(fn, calls: int = 50) -> float:
     return start.elapsed_time(end) * 1e3 / (5 * calls)
 
 
-def implementations(M: int, K: int, N: int, epilogue: str) -> dict:
+def implementations(M: int, K: int, N: int, epilogue: str) -> tuple[dict, str]:
+    """The two branches of one cell, and the one the dispatch table picks for it."""
     kw = dict(device="cuda", dtype=torch.bfloat16)
     x, w, b = torch.randn(M, K, **kw), torch.randn(N, K, **kw) / K**0.5, torch.randn(N, **kw)
     r = torch.randn(M, N, **kw) if epilogue == "bias+residual" else None
-    act = Activation.GELU_TANH if epilogue == "bias+gelu" else Activation.IDENTITY
-
-    def fused():
-        return gemm(x, w.t(), bias=b, act=act, residual=r)
-
-    def cublas():
-        y = torch.addmm(b, x, w.t())
-        if epilogue == "bias+gelu":
-            y = F.gelu(y, approximate="tanh")
-        elif r is not None:
-            y = y + r
-        return y
-
-    return {"fuseops": fused, "cublas": cublas}
+    epi = dict(bias=b, act=Activation.GELU_TANH if epilogue == "bias+gelu" else Activation.IDENTITY, residual=r)
+    # The table's row serves sm_90 only; elsewhere every call is fused.
+    picks_cublas = backend_of(x) is Backend.SM90 and prefers_cublas(x, w.t(), **epi)
+    impls = {"fuseops": lambda: dense.gemm(x, w.t(), **epi), "cublas": lambda: dense_cublas.gemm(x, w.t(), **epi)}
+    return impls, "cublas" if picks_cublas else "fuseops"
 
 
 def main() -> None:
@@ -98,24 +94,49 @@ def main() -> None:
     args = parser.parse_args()
     cells = []
     print(f"{'epilogue':14s} {'M':>6s} {'K':>6s} {'N':>6s} {'eager f/c us':>16s} {'x':>6s} "
-          f"{'graphed f/c us':>18s} {'x':>6s}")
+          f"{'graphed f/c us':>18s} {'x':>6s}  table {'us':>8s}")
     for epilogue in args.epilogues:
         for K, N in WIDTHS:
             for M in args.rows:
-                impls = implementations(M, K, N, epilogue)
+                impls, picked = implementations(M, K, N, epilogue)
                 cell = {"epilogue": epilogue, "M": M, "K": K, "N": N}
                 for name, fn in impls.items():
                     cell[f"{name}_eager_us"] = eager_us(fn)
                     cell[f"{name}_graphed_us"] = graphed_us(fn)
                 cell["eager_speedup"] = cell["cublas_eager_us"] / cell["fuseops_eager_us"]
                 cell["graphed_speedup"] = cell["cublas_graphed_us"] / cell["fuseops_graphed_us"]
+                cell["table_branch"] = picked
+                cell["table_eager_us"] = cell[f"{picked}_eager_us"]
+                cell["table_graphed_us"] = cell[f"{picked}_graphed_us"]
                 cells.append(cell)
                 print(f"{epilogue:14s} {M:6d} {K:6d} {N:6d} {cell['fuseops_eager_us']:7.1f}/"
                       f"{cell['cublas_eager_us']:<8.1f} {cell['eager_speedup']:5.2f}x "
                       f"{cell['fuseops_graphed_us']:8.1f}/{cell['cublas_graphed_us']:<9.1f} "
-                      f"{cell['graphed_speedup']:5.2f}x", flush=True)
+                      f"{cell['graphed_speedup']:5.2f}x  {picked:6s} {cell['table_graphed_us']:8.1f}"
+                      f"{'  (slower)' if _slower(cell, 'graphed') else ''}", flush=True)
+                summary = {col: _summary(cells, col) for col in ("graphed", "eager")}
                 args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "cells": cells}, indent=1))
+                args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "summary": summary,
+                                                "cells": cells}, indent=1))
+    for col, s in summary.items():
+        print(f"{col}: table {s['table_us']:.1f} us, always fused {s['fuseops_us']:.1f}, always cuBLAS "
+              f"{s['cublas_us']:.1f}, the faster per cell {s['best_us']:.1f}; the table picked the slower "
+              f"branch in {s['table_wrong']} of {len(cells)} cells, worst by {s['table_worst']:.2f}x")
+
+
+def _slower(cell: dict, col: str) -> bool:
+    return cell[f"table_{col}_us"] > min(cell[f"fuseops_{col}_us"], cell[f"cublas_{col}_us"])
+
+
+def _summary(cells: list[dict], col: str) -> dict:
+    """Sums over the cells of each branch's time, the table's and the faster one's; the table's errors."""
+    best = [min(c[f"fuseops_{col}_us"], c[f"cublas_{col}_us"]) for c in cells]
+    return {
+        **{f"{name}_us": sum(c[f"{name}_{col}_us"] for c in cells) for name in ("fuseops", "cublas", "table")},
+        "best_us": sum(best),
+        "table_wrong": sum(_slower(c, col) for c in cells),
+        "table_worst": max(c[f"table_{col}_us"] / b for c, b in zip(cells, best)),
+    }
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ Under ``torch.compile`` every kernel is served by its torch reference, which the
 traces and fuses; the grouped GEMMs are ``torch.library`` custom ops (``library.py``).
 
 Dense GEMMs without an epilogue (``Linear``'s forward, dgrad and wgrad) are cuBLAS through
-``torch`` on every backend; they have no row here. Each family's ``__init__`` docstring
+``torch`` on every backend; they have no row here. The dense forward GEMM with an epilogue
+goes to cuBLAS + one elementwise kernel on sm_90 where its output is too small to fill the
+GPU: ``dense_dispatch.py`` holds that measured rule (``FUSEOPS_DENSE_DISPATCH`` pins a branch). Each family's ``__init__`` docstring
 says what its kernels compute, in which dtypes, recipes and architectures.
 """
 
@@ -33,6 +35,7 @@ from typing import Any
 
 import torch
 
+from fuseops.kernels import dense_dispatch
 from fuseops.kernels._triton import runs_triton
 from fuseops.kernels.elementwise import (
     activation,
@@ -44,6 +47,7 @@ from fuseops.kernels.elementwise import (
 )
 from fuseops.kernels.gemm import (
     dense,
+    dense_cublas,
     dense_gated,
     dense_scaled,
     group_offsets,
@@ -130,6 +134,9 @@ def _launcher_and_reference(module: Any, name: str, kernel: Kernel, why: str = "
 
 # On sm_90 the Gluon rows come first; everything else has one Triton and one torch row.
 TABLE: tuple[Route, ...] = (
+    Route(Kernel.GEMM, Backend.SM90, dense_cublas.gemm, dense_dispatch.prefers_cublas,
+          "bf16 x @ W^T under one wave of 128x128 output tiles: cuBLAS + one elementwise kernel, "
+          "1.18-5.3x the fused kernel there (H100, dense_dispatch.py; the rule in dense_dispatch.py)"),
     Route(Kernel.GEMM_SCALED, Backend.SM90, blockwise.gemm_scaled, blockwise.serves_gemm_scaled,
           "FP8 blockwise, TMA-ready operands: 1.3-1.7x the Triton kernel (H100, 16384x4096x14336)"),
     Route(Kernel.GROUPED_GEMM_SCALED, Backend.SM90, blockwise.grouped_gemm_scaled,

@@ -1,0 +1,159 @@
+"""Shape-aware dispatch of the dense forward GEMM with an epilogue: fused, or cuBLAS + one
+elementwise kernel. The measured table behind the dispatch table's ``GEMM`` row for sm_90.
+
+Source: ``benchmarks/results/session14/dense_dispatch.json`` (``python -m
+benchmarks.dense_dispatch``, H100 SXM, 132 SMs, bf16): ``y = act(x @ W^T + b) (+ r)`` through
+``dense.gemm`` (fused: one persistent kernel, 128x256 tiles) against ``torch.addmm`` + one
+torch elementwise op, 72 cells (3 epilogues x 6 (K, N) x M in 64, 1024, 4096, 16384), GPU
+time per call replayed from a CUDA graph.
+
+The rule (``RULE``): fused where the output has at least one wave of 128x128 tiles,
+``ceil(M / 128) * ceil(N / 128) >= waves * SMs`` with ``waves = 1``, else cuBLAS.
+Below a wave the fused kernel leaves SMs idle and cuBLAS picks split-K or smaller tiles:
+fused is 1.18-5.3x slower there (M=64, K=4096, N=1024: 43.5 against 8.9 us; M=1024, K=8192,
+N=2048, 128 tiles: 79.6 against 50.6 us). From a wave on it wins or ties: bias+GELU
+1.01-1.26x, bias+residual 0.98-1.41x, bias alone 0.95-1.12x (parity: cuBLAS fuses a bias).
+The data puts the threshold between 128 and 256 tiles; one wave is the reason for it.
+
+Error of the rule on the 72 cells (a cell is wrong where the branch it picks is the slower):
+10 wrong, all by at most 5 % (8 bias-only cells at 1-5 %, bias+residual at M=1024 and 16384,
+K=14336, N=4096 by 2 % and 0.4 %), 69 us over the 31.7 ms sum of the faster branches
+(0.2 %). Always fused: 34 wrong, up to 5.3x, +875 us; always cuBLAS: 38 wrong, up to 1.41x,
++1333 us; two waves: 15 wrong, up to 1.34x; a threshold per epilogue class does no better
+(bias alone: no threshold beats one wave; bias+GELU 0 wrong at one wave).
+
+Checked on two later runs of the same cells (session 14): against torch's ops again (8 wrong,
+all bias-only but one, worst 1.12x: bias at M=1024, K=4096, N=14336) and against the branch
+as dispatched, ``dense_cublas.gemm``, with the rule applied by ``prefers_cublas`` itself
+(``results/session14/dense_dispatch_table.json``: 9 wrong, all bias-only, worst 1.09x; the
+table's sum 31.30 ms against 32.10 always fused and 31.24 for the faster per cell). For bias
+alone "always cuBLAS" is as good over the three runs (8 / 8 / 7 wrong, worst 1.12 / 1.07 /
+1.25x): no reason to give that class a rule of its own.
+
+Where it applies (``prefers_cublas``, the row's ``when``): the forward orientation ``x @ W^T``
+(``b`` a transposed [N, K] weight), no activation-gradient input (the dgrad epilogues were
+not measured: they stay fused), epilogue operands and output in ``a``'s dtype, ``a`` in a
+measured dtype (bf16), an epilogue class with a threshold (an activation followed by a
+residual was not measured: fused). CPU and other GPUs keep their routes (the table's row is
+sm_90's). The eager column of the same run is the host path's business (the fused launcher's
+host cost), not this table's.
+
+``FUSEOPS_DENSE_DISPATCH=table|fused|cublas`` (read at the first decision) or
+``force_branch()`` pins one branch for every call this row can serve (benchmarks, tests).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+
+import torch
+
+from fuseops.kernels._triton import num_sms
+from fuseops.kernels.elementwise.activation_math import Activation
+
+
+class Branch(enum.Enum):
+    FUSED = "fused"
+    CUBLAS = "cublas"
+
+
+class Epilogue(enum.Enum):
+    """Epilogue classes of the forward GEMM (a bias or not in each)."""
+
+    BIAS = "bias"
+    ACTIVATION = "bias+act"
+    RESIDUAL = "bias+residual"
+    ACTIVATION_RESIDUAL = "bias+act+residual"
+
+
+# Side of the square tile that counts the output's tiles (the fused kernel's BLOCK_M).
+TILE = 128
+# Waves of TILE x TILE output tiles from which the fused kernel runs; None: always fused.
+RULE: dict[Epilogue, float | None] = {
+    Epilogue.BIAS: 1.0,
+    Epilogue.ACTIVATION: 1.0,
+    Epilogue.RESIDUAL: 1.0,
+    Epilogue.ACTIVATION_RESIDUAL: None,
+}
+MEASURED_DTYPES = frozenset({torch.bfloat16})
+
+ENV = "FUSEOPS_DENSE_DISPATCH"
+_UNREAD = object()
+_forced: object = _UNREAD
+
+
+def epilogue_class(has_act: bool, has_residual: bool) -> Epilogue:
+    if has_act:
+        return Epilogue.ACTIVATION_RESIDUAL if has_residual else Epilogue.ACTIVATION
+    return Epilogue.RESIDUAL if has_residual else Epilogue.BIAS
+
+
+def choose(tiles_m: int, tiles_n: int, epilogue: Epilogue, sms: int) -> Branch:
+    """The rule as a pure function of the output's TILE x TILE tile grid and the SM count."""
+    waves = RULE[epilogue]
+    if waves is None or tiles_m * tiles_n == 0 or tiles_m * tiles_n >= waves * sms:
+        return Branch.FUSED
+    return Branch.CUBLAS
+
+
+@functools.lru_cache(maxsize=4096)
+def _choice(tiles_m: int, tiles_n: int, has_act: bool, has_residual: bool, device_index: int) -> Branch:
+    # Keyed by plain bools and ints: an Enum's hash is Python code, a few hundred ns a call.
+    return choose(tiles_m, tiles_n, epilogue_class(has_act, has_residual), num_sms(device_index))
+
+
+def _parse(value: str) -> Branch | None:
+    if value == "table":
+        return None
+    try:
+        return Branch(value)
+    except ValueError:
+        raise ValueError(f"{ENV}={value!r}: expected one of 'table', 'fused', 'cublas'") from None
+
+
+def forced_branch() -> Branch | None:
+    """The branch pinned by ``force_branch`` or ``FUSEOPS_DENSE_DISPATCH``; None: the table."""
+    global _forced
+    if _forced is _UNREAD:
+        _forced = _parse(os.environ.get(ENV, "table"))
+    return _forced  # type: ignore[return-value]
+
+
+def force_branch(branch: Branch | str | None) -> None:
+    """Pin ``branch`` ('fused', 'cublas') for every call the table could serve, or None /
+    'table' to follow the table again."""
+    global _forced
+    _forced = _parse(branch) if isinstance(branch, str) else branch
+
+
+def prefers_cublas(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    act: Activation = Activation.IDENTITY,
+    alpha: float = 1.0,
+    save_preact: bool = False,
+    act_grad_input: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> bool:
+    """Whether a ``dense.gemm`` call goes to cuBLAS + one elementwise kernel (module
+    docstring): O(1), the decision cached per (tile grid, epilogue class, device)."""
+    dtype = a.dtype
+    # The forward orientation only (dense.gemm's B_TRANS), operands the cuBLAS branch takes as they are.
+    if (act_grad_input is not None or out is not None or b.stride(1) == 1
+            or (bias is not None and bias.dtype != dtype)
+            or (residual is not None and residual.dtype != dtype)):
+        return False
+    forced = _forced if _forced is not _UNREAD else forced_branch()
+    if forced is not None:
+        return forced is Branch.CUBLAS
+    if dtype not in MEASURED_DTYPES:
+        return False
+    # Ceiling divisions inline: this runs on every forward GEMM call on sm_90.
+    tiles_m, tiles_n = -(-a.shape[0] // TILE), -(-b.shape[1] // TILE)
+    branch = _choice(tiles_m, tiles_n, act is not Activation.IDENTITY, residual is not None, a.get_device())
+    return branch is Branch.CUBLAS

@@ -1,0 +1,57 @@
+"""The dense GEMM's epilogues unfused: cuBLAS (``torch.addmm`` / ``torch.mm``), then one
+elementwise kernel. What the dispatch table runs on sm_90 instead of ``dense.gemm`` where
+the output has too few tiles to fill the GPU (kernels/dense_dispatch.py has the measurement).
+
+Same signature, outputs and dtypes as ``dense.gemm``; its spec is ``dense.reference_gemm``.
+The GEMM accumulates in float32 inside cuBLAS (bias added in its epilogue) and writes
+``z = a @ b + bias`` in ``a``'s dtype; the activation and the residual add then read that
+rounded ``z`` and compute in float32 (the activation through fuseops' own Triton kernel,
+the maths of the fused epilogue). So ``preact`` is what the fused kernel saves, and ``y``
+differs from the fused one only by that one rounding of ``z``: exactly what the unfused basic
+ops (Linear, then the activation op or the residual add) compute.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fuseops.kernels.elementwise.activation import activation_fwd
+from fuseops.kernels.elementwise.activation_math import Activation
+
+
+def gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    act: Activation = Activation.IDENTITY,
+    alpha: float = 1.0,
+    save_preact: bool = False,
+    act_grad_input: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``dense.gemm``'s forward epilogues (``act_grad_input`` must be None: the dgrad
+    epilogue stays fused) as cuBLAS plus one elementwise kernel.
+
+    Args:
+        a: [M, K]; b: [K, N]; bias: [N] or None; residual: [M, N] or None; all, and ``out``
+            [M, N] if given, in ``a``'s dtype (the dispatch table's ``when`` checks this).
+    Returns:
+        ``(y, preact)``; ``preact`` is None unless ``save_preact``.
+    """
+    if act_grad_input is not None:
+        raise ValueError("act_grad_input: the cuBLAS branch serves forward epilogues only, got a tensor")
+    z = torch.mm(a, b) if bias is None else torch.addmm(bias, a, b)
+    y = z
+    if act is not Activation.IDENTITY and z.numel():
+        y = activation_fwd(z, act, alpha)
+    if residual is not None:
+        # In place unless y is still z and z is also the saved preact (one kernel either way).
+        y = y + residual if y is z and save_preact else y.add_(residual)
+    if y is z and save_preact:
+        # y and the preact are equal in value but two tensors, as the fused kernel returns them.
+        y = z.clone()
+    if out is not None:
+        y = out.copy_(y)
+    return y, (z if save_preact else None)
