@@ -15,6 +15,7 @@ Writes ``benchmarks/results/sizes_<part>.json`` and ``.png``; prints a table las
 from __future__ import annotations
 
 import argparse
+from copy import deepcopy as copy_module
 import json
 import time
 from collections.abc import Callable
@@ -171,8 +172,11 @@ def enqueue_ms(step: Callable[[], None], device: str, reps: int) -> float:
 def graphed_ms(model: torch.nn.Module, args: tuple[torch.Tensor, ...], device: str, reps: int) -> float | None:
     if device != "cuda":
         return None
-    graphed = torch.cuda.make_graphed_callables(model, args)
-    return time_ms(step_fn(graphed, args, list(model.parameters())), device, reps)
+    # make_graphed_callables replaces a module's forward with the graphed one for these
+    # shapes: graph a copy, so the eager model still takes the next cell's row count.
+    copy = copy_module(model)
+    graphed = torch.cuda.make_graphed_callables(copy, args)
+    return time_ms(step_fn(graphed, args, list(copy.parameters())), device, reps)
 
 
 def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch: bool = True) -> dict:

@@ -8,7 +8,7 @@ echo "compile tests rc=$?"; grep -E "^(FAILED|ERROR)" $OUT/compile_tests.log | c
 mkdir -p $OUT/moe
 timeout 110 python3 -m benchmarks.moe_layer --shapes qwen3-30b-a3b mixtral-8x7b --impls fuseops "fuseops lean" torch \
   --rounds 1 --rep 50 --no-graph --out-dir $OUT/moe > $OUT/moe_layer.log 2>&1; echo "moe_layer rc=$?"
-timeout 350 python3 -m benchmarks.sizes --part dense --acts gelu --reps 10 --out $OUT/sizes_dense > $OUT/sizes_dense.log 2>&1
+timeout 330 python3 -m benchmarks.sizes --part dense --acts gelu --reps 10 --out $OUT/sizes_dense > $OUT/sizes_dense.log 2>&1
 echo "sizes rc=$?"
 grep -A12 "^MoE expert layer" $OUT/moe_layer.log | cut -c1-150
 tail -12 $OUT/sizes_dense.log | cut -c1-150
