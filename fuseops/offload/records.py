@@ -102,13 +102,26 @@ class SavedTensor:
 
 
 class Passed:
-    """What autograd keeps for a tensor of a group that moves nothing: the tensor itself
-    and its group (whose first unpack still marks the group's backward)."""
+    """What autograd keeps for a tensor of a group that moves nothing: the tensor itself,
+    its version when saved (saved-tensor hooks switch autograd's own in-place check off,
+    so ``check_version`` does it) and its group (whose first unpack still marks the
+    group's backward)."""
 
-    __slots__ = ("group", "tensor")
+    __slots__ = ("group", "tensor", "version")
 
     def __init__(self, group: Group, tensor: torch.Tensor) -> None:
-        self.group, self.tensor = group, tensor
+        self.group, self.tensor, self.version = group, tensor, tensor._version
+
+    def check_version(self) -> None:
+        """A tensor modified in place after it was saved is an error, as autograd makes it
+        without hooks, never a silently wrong gradient."""
+        if self.tensor._version != self.version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: a tensor saved inside offload_activations ({tuple(self.tensor.shape)} "
+                f"on {self.tensor.device}) was at version {self.version} when saved and is now at "
+                f"version {self.tensor._version}"
+            )
 
 
 class Group:

@@ -279,6 +279,7 @@ class Scheduler:
         if type(packed) is Passed:
             if not packed.group.backward_started:
                 self._start_backward(packed.group)
+            packed.check_version()
             return packed.tensor
         if isinstance(packed, torch.Tensor):
             return packed

@@ -5,6 +5,7 @@ record path does and still marks its backward for the planner."""
 import pytest
 import torch
 
+from fuseops.offload import offload_activations
 from fuseops.offload import records as records_module
 from fuseops.offload import scheduler as scheduler_module
 from tests.offload._models import assert_bitwise, mlp_layers, run_step
@@ -63,3 +64,26 @@ def test_learning_steps_keep_no_records_and_still_learn_backward_times(timer, st
     profile = planner_module._planners[torch.device("cpu")].profile
     assert profile.steps == 2 and profile.backward[1:] == pytest.approx((4e-3,) * 3)
     assert planned.offload.stats["bytes_offloaded"] > 0 and stored_count != []
+
+
+def _saved_then_changed(options):
+    x = torch.randn(64, 64, requires_grad=True, generator=torch.Generator().manual_seed(0))
+    with offload_activations(min_tensor_bytes=1024, **options) as handle:
+        for _ in range(2):
+            with handle.group():
+                h = x * 1
+                y = h.sin()
+    h.add_(1)
+    return y
+
+
+@pytest.mark.parametrize("options", [dict(group_budget_bytes=0), dict(group_budget_bytes=0, keep_last=0),
+                                     dict(group_budget_bytes="auto")], ids=["budget0", "budget0-keep0", "auto-learning"])
+def test_a_passed_tensor_changed_in_place_raises_like_autograd(timer, stored_count, options):
+    # Saved-tensor hooks switch autograd's own version check off: the pass-through path
+    # (no records: a budget under min_tensor_bytes, or an "auto" step that learns) must
+    # make it, or backward would read the changed values and return a wrong gradient.
+    y = _saved_then_changed(options)
+    assert stored_count == []
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
