@@ -129,6 +129,9 @@ class Planner:
         self.efficiency = 1.0
         # Per group position, the budget last planned for the profile's layout.
         self.planned: dict[int, int] = {}
+        # Seconds compute waited on the link in the last step digested (a diagnostic: a
+        # step slower than its compute by much more than this is not waiting on copies).
+        self.last_stall_s = 0.0
         self._logs: list[StepLog] = []
 
     def begin_step(self, keep_last: int) -> StepLog:
@@ -245,6 +248,7 @@ class Planner:
         merged = tuple(b if a is None else a if b is None else min(a, b) for a, b in zip(profile.backward, backward))
         self.profile = Profile(layout, log.keep_last, tuple(map(min, profile.forward, forward)), merged,
                                profile.steps + 1)
+        self.last_stall_s = stalled
         self._calibrate(log, stalled)
 
     def _calibrate(self, log: StepLog, stalled: float) -> None:
