@@ -35,14 +35,15 @@ def counts(stats):
 
 @pytest.mark.parametrize("keep_last", [0, 1, 2])
 @pytest.mark.parametrize("budget", [0, 1023])
-def test_a_budget_under_the_smallest_storage_keeps_no_records(stored_count, keep_last, budget):
+def test_a_budget_under_the_smallest_storage_keeps_no_records(stored_count, monkeypatch, keep_last, budget):
     layers, x = mlp_layers(n=4), torch.randn(40, 32)
     config = dict(min_tensor_bytes=1024, keep_last=keep_last)
     step = run_step(layers, x, dict(config, group_budget_bytes=budget))
     assert stored_count == []
     assert_bitwise(step, run_step(layers, x))
     # The record path (a budget of 1024 B moves nothing here either: every storage the
-    # layers save is larger) counts the same skips, kept groups included.
+    # layers save is larger; records forced, no cap) counts the same skips, kept groups included.
+    monkeypatch.setattr(scheduler_module.Scheduler, "_cap", lambda self, group: None)
     recorded = run_step(layers, x, dict(config, group_budget_bytes=1024)).offload.stats
     assert stored_count != []
     assert recorded["bytes_offloaded"] == 0 and recorded["skipped_budget"] > 0
@@ -87,3 +88,45 @@ def test_a_passed_tensor_changed_in_place_raises_like_autograd(timer, stored_cou
     assert stored_count == []
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
+
+
+def _records_forced(monkeypatch):
+    """The record path for every storage (no cap): what the pass-through must match."""
+    monkeypatch.setattr(scheduler_module.Scheduler, "_cap", lambda self, group: None)
+
+
+@pytest.mark.parametrize("keep_last", [0, 1, 2])
+def test_storages_over_an_int_budget_keep_no_records_and_move_the_same(stored_count, monkeypatch, keep_last):
+    # Per layer: input and norm output 5120 B, the GELU's input and output 15360 B. A
+    # budget of 12000 B can move the small ones only: the large ones pass through.
+    layers, x = mlp_layers(n=4), torch.randn(40, 32)
+    config = dict(min_tensor_bytes=1024, keep_last=keep_last, group_budget_bytes=12000)
+    step = run_step(layers, x, config)
+    passed_records = len(stored_count)
+    assert_bitwise(step, run_step(layers, x))
+    stored_count.clear()
+    _records_forced(monkeypatch)
+    recorded = run_step(layers, x, config)
+    assert 0 < passed_records < len(stored_count)
+    assert step.offload.stats["bytes_offloaded"] > 0
+    assert counts(step.offload.stats) == counts(recorded.offload.stats)
+
+
+def test_storages_over_the_planned_budget_keep_no_records_and_move_the_same(timer, stored_count, monkeypatch):
+    # Backward times make the reload windows the bound: about 9.7 kB a group, so the
+    # 15360 B storages can never move once planned, and pass through.
+    times = [[1e-3] * 4, [1.2e-3] * 4]
+    layers, x = timed_layers(timer, times, 4), torch.randn(40, 32)
+    config = dict(min_tensor_bytes=1024, group_budget_bytes="auto")
+    for _ in range(3):  # two learning steps, then the first planned one sets the caps
+        run_step(layers, x, config)
+    stored_count.clear()
+    capped = run_step(layers, x, config)
+    passed_records = len(stored_count)
+    assert_bitwise(capped, run_step(layers, x))
+    stored_count.clear()
+    _records_forced(monkeypatch)
+    recorded = run_step(layers, x, config)
+    assert 0 < passed_records < len(stored_count)
+    assert capped.offload.stats["bytes_offloaded"] > 0
+    assert counts(capped.offload.stats) == counts(recorded.offload.stats)
