@@ -33,8 +33,8 @@ allocated once the plan has settled. A step whose layout departs from the profil
 moves nothing from that group on, and its measurement starts a new profile: shapes or
 layers that change are learned again.
 
-Bandwidth: the link's own copies, measured (``CopyMeter``); until one has been read,
-``PINNED_BYTES_PER_S``, measured on the H100 machine. Times that measured bandwidth, an
+Bandwidth: the link's own copies, measured (``CopyMeter``; read once as each step
+begins); until one has been read, ``PINNED_BYTES_PER_S``, measured on the H100 machine. Times that measured bandwidth, an
 efficiency: the share of it that copies achieve beside this compute, in these windows.
 The scheduler marks the compute stream where it makes compute wait for copies (a group's
 copies out at their settle point, a reload where it is consumed); a planned step whose
@@ -88,9 +88,12 @@ class StepLog:
     learning: bool = False
     # When the copies issued so far in this step end, in the profile's seconds.
     link_free: float = 0.0
-    # Planned steps: bytes moved, the efficiency planned with, and where compute waited
-    # for copies: (mark on the compute stream before the wait, the copies' end mark).
+    # Planned steps: bytes moved, the bandwidth and efficiency planned with (read once as
+    # the step begins: one link model for all its groups, and no copy marks re-read per
+    # group), and where compute waited for copies: (mark on the compute stream before
+    # the wait, the copies' end mark).
     moved: int = 0
+    bytes_per_s: float = PINNED_BYTES_PER_S
     efficiency: float = 1.0
     stalls: list[tuple[Any, Any]] = field(default_factory=list)
     waited: set[int] = field(default_factory=set)
@@ -142,6 +145,7 @@ class Planner:
         log = StepLog(keep_last)
         log.learning = profile is None or profile.steps < self.learn_steps or profile.keep_last != keep_last
         log.efficiency = self.efficiency
+        log.bytes_per_s = self.bytes_per_s()
         self._logs.append(log)
         return log
 
@@ -173,7 +177,7 @@ class Planner:
         if backward is not None:
             first = position + 1 >= n - max(log.keep_last, 1)
             window = min(window, (FIRST_RELOAD_WINDOW if first else RELOAD_WINDOW) * backward)
-        budget = int(window * self.bytes_per_s() * log.efficiency * self.margin)
+        budget = int(window * log.bytes_per_s * log.efficiency * self.margin)
         # Never more than planned before for this layout: no new host blocks once settled.
         budget = min(budget, self.planned.get(position, budget))
         self.planned[position] = budget
@@ -188,7 +192,7 @@ class Planner:
         log.moved += nbytes
         issued = min(position + log.keep_last, len(profile.layout) - 1)
         start = max(self._starts(profile)[issued], log.link_free)
-        log.link_free = start + nbytes / (self.bytes_per_s() * log.efficiency * self.margin)
+        log.link_free = start + nbytes / (log.bytes_per_s * log.efficiency * self.margin)
 
     def waiting(self, log: StepLog, done: Any) -> None:
         """The compute stream is about to wait for the copies that end at ``done``: mark it
@@ -261,7 +265,7 @@ class Planner:
         compute = sum(profile.forward) + sum(t for t in profile.backward if t is not None)
         if log.moved <= 0 or stalled <= STALL_TOLERANCE * compute:
             return
-        planned = log.moved / (self.bytes_per_s() * log.efficiency * self.margin)
+        planned = log.moved / (log.bytes_per_s * log.efficiency * self.margin)
         self.efficiency = min(self.efficiency, log.efficiency * planned / (planned + stalled))
 
 _planners: dict[torch.device, Planner] = {}
