@@ -257,16 +257,20 @@ class Planner:
 
     def _calibrate(self, log: StepLog, stalled: float) -> None:
         """A planned step's compute waited ``stalled`` seconds for its copies: the link
-        moved ``log.moved`` bytes in that much longer than planned, so it achieves (beside
-        this compute, these windows) that much less. Waits under ``STALL_TOLERANCE`` of
-        the step's compute are noise the margin covers. The efficiency is set relative to
-        the one ``log`` was planned with, so steps planned before an update do not cut twice."""
+        moved ``log.moved`` bytes in that much longer than planned (at the bandwidth and
+        efficiency ``log`` was planned with), a rate it achieves beside this compute, in
+        these windows. The efficiency becomes that rate's share of the bandwidth measured
+        now: a wait that the measurement already explains (the first planned step plans
+        at ``PINNED_BYTES_PER_S``, before any copy was measured) cuts nothing, and steps
+        planned before an update do not cut twice. Waits under ``STALL_TOLERANCE`` of the
+        step's compute are noise the margin covers."""
         profile = self.profile
         compute = sum(profile.forward) + sum(t for t in profile.backward if t is not None)
         if log.moved <= 0 or stalled <= STALL_TOLERANCE * compute:
             return
         planned = log.moved / (log.bytes_per_s * log.efficiency * self.margin)
-        self.efficiency = min(self.efficiency, log.efficiency * planned / (planned + stalled))
+        achieved = log.moved / (planned + stalled)
+        self.efficiency = min(self.efficiency, achieved / (self.bytes_per_s() * self.margin))
 
 _planners: dict[torch.device, Planner] = {}
 
