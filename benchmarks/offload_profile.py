@@ -44,7 +44,8 @@ def profile_step(layers, x, budget) -> dict[str, float]:
     """One step under torch.profiler: device busy / idle time, kernels and copies (ms)."""
     name = "none" if budget == "none" else "fuseops"
     cuda = x.is_cuda
-    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    # The device's activity only on a GPU: the host's own, traced, would slow the host.
+    activities = [torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU]
     if cuda:
         torch.cuda.synchronize()
     with torch.profiler.profile(activities=activities) as prof:
