@@ -22,21 +22,28 @@ def test_int_budgets_move_what_the_h100_benchmark_moved(monkeypatch, kind, budge
     assert steps[-1].moved == moved
 
 
-@pytest.mark.parametrize("kind", ["mlp", "moe"])
-def test_auto_steps_wait_on_nothing_and_move_most_of_what_the_link_hides(monkeypatch, kind):
+@pytest.mark.parametrize("bytes_per_s", [50e9, 45e9])
+@pytest.mark.parametrize("kind", ["mlp", "attn", "moe"])
+def test_auto_steps_wait_on_nothing_and_move_most_of_what_the_link_hides(monkeypatch, kind, bytes_per_s):
+    # The first planned step plans at PINNED_BYTES_PER_S (nothing measured yet: learning
+    # steps move nothing) and waits where the link is slower; the measured bandwidth
+    # explains that wait, so the efficiency stays and later steps move what the link
+    # hides. (The calibration that cut it as well moved 0.74 / 1.68 / 0.61 GB at 45 GB/s
+    # against 0.94 / 1.88 / 0.67 here.)
     none = sim.run(monkeypatch, kind, "none", steps=1)[0].seconds
-    steps = sim.run(monkeypatch, kind, "auto")
+    steps = sim.run(monkeypatch, kind, "auto", steps=7, bytes_per_s=bytes_per_s)
     assert all(s.moved == 0 for s in steps[:2])  # learning
-    hideable = sim.forward_seconds(kind) * 7 / 8 * 50e9
+    assert sim.planner_module._planners[sim.CPU].efficiency == 1.0
+    hideable = sim.forward_seconds(kind) * 7 / 8 * bytes_per_s
     for s in steps[STEADY]:
         assert sum(s.waited.values()) < 1e-9 and s.seconds == pytest.approx(none)
-        # Whole tensors, the margin and the short reload window behind the first backward
-        # group leave some of the link unused: mlp 0.88, moe 0.80 of it in this model.
+        # Whole tensors, the margin and the reload windows leave some of the link unused:
+        # 0.80 (moe) to 0.94 (attn) of it in this model.
         assert s.moved >= 0.75 * hideable
 
 
 @pytest.mark.parametrize("kind, budget", [("mlp", 165_375_414), ("moe", 51_076_885), ("moe", 255_384_429),
-                                          ("mlp", "auto"), ("moe", "auto")])
+                                          ("mlp", "auto"), ("attn", "auto"), ("moe", "auto")])
 def test_storages_over_the_cap_pass_through_with_the_record_paths_timeline(monkeypatch, kind, budget):
     capped = sim.run(monkeypatch, kind, budget, steps=5)
     monkeypatch.setattr(scheduler_module.Scheduler, "_cap", lambda self, group: None)
