@@ -39,11 +39,14 @@ efficiency: the share of it that copies achieve beside this compute, in these wi
 The scheduler marks the compute stream where it makes compute wait for copies (a group's
 copies out at their settle point, a reload where it is consumed); a planned step whose
 compute waited past the copies' end for more than ``STALL_TOLERANCE`` of its compute
-moved its bytes that much slower than planned, and lowers the efficiency to match
-(``_calibrate``). So the plan follows what the scheduler really overlaps (copies that
-share the device's memory with compute, a reload that starts late), not the bandwidth
-of a copy alone; the efficiency only falls, and starts afresh with a new profile.
+moved its bytes that much slower than planned, and sets the efficiency to the share of
+the bandwidth measured now that this rate is (``_calibrate``: a wait that the measured
+bandwidth already explains, as the first planned step's at the default bandwidth, cuts
+nothing). So the plan follows what the scheduler really overlaps (copies that share
+the device's memory with compute, a reload that starts late), not the bandwidth of a
+copy alone; the efficiency only falls, and starts afresh with a new profile.
 Steps that learn move nothing and keep no records: their groups pass tensors through.
+tests/offload/_device_sim.py runs this planner and the scheduler on a simulated device.
 """
 
 from __future__ import annotations
