@@ -137,17 +137,26 @@ class Clock:
             torch.cuda.synchronize()
 
     def time_ms(self, fn) -> float:
+        return self.times_ms(fn)[0]
+
+    def times_ms(self, fn) -> tuple[float, float]:
+        """The step's device time and its host time (``fn`` from call to return, before the
+        sync: what the host takes to queue the step; a step whose host time is close to its
+        device time is bound by the host, and host work added there costs time 1:1)."""
         self.sync()
         if not self.cuda:
             start = time.perf_counter()
             fn()
-            return (time.perf_counter() - start) * 1e3
+            ms = (time.perf_counter() - start) * 1e3
+            return ms, ms
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
+        host = time.perf_counter()
         fn()
+        host = time.perf_counter() - host
         end.record()
         end.synchronize()
-        return start.elapsed_time(end)
+        return start.elapsed_time(end), host * 1e3
 
 
 def pinned_bytes_per_s(device: torch.device, clock: Clock, nbytes: int) -> float:
@@ -174,13 +183,37 @@ def _forward(layers, x):
     return h.float().square().mean()
 
 
-def measure(layers, x, clock, budget, steps, warm_up):
+def _plan_state(device):
+    planner = planner_for(device)
+    profile = planner.profile
+    return (profile.layout if profile else None, profile is not None and profile.steps >= planner.learn_steps,
+            dict(planner.planned), planner.efficiency)
+
+
+def measure(layers, x, clock, budget, steps, warm_up, settle_max=12):
+    """Steps after ``warm_up`` (each synchronised, as a training loop reading its loss:
+    "auto" learns from events once passed); for "auto", more until its plan has settled
+    (budgets and link efficiency unchanged over a step, at most ``settle_max`` more), so
+    the timed steps are planned ones, not the learning or calibrating ones."""
     name = "none" if budget == "none" else "fuseops"
+    warmed = 0
     for _ in range(warm_up):
         step(layers, x, name, budget)
-        # As a training loop reading its loss: "auto" learns from events once passed.
         clock.sync()
-    times = [clock.time_ms(lambda: step(layers, x, name, budget)) for _ in range(steps)]
+        warmed += 1
+    if budget == "auto":
+        before = _plan_state(x.device)
+        for _ in range(settle_max):
+            step(layers, x, name, budget)
+            clock.sync()
+            warmed += 1
+            after = _plan_state(x.device)
+            if after == before and after[1]:
+                break
+            before = after
+    timed = [clock.times_ms(lambda: step(layers, x, name, budget)) for _ in range(steps)]
+    times, host = [t for t, _ in timed], [h for _, h in timed]
+    settled = budget != "auto" or _plan_state(x.device) == before
     clock.sync()
     peak = None
     if clock.cuda:
@@ -190,7 +223,10 @@ def measure(layers, x, clock, budget, steps, warm_up):
     clock.sync()
     if clock.cuda:
         peak = (torch.cuda.max_memory_allocated() - base) / 1e9
+    planner = planner_for(x.device)
     return dict(budget=budget, auto=budget == "auto", step_ms=statistics.median(times), peak_gb=peak,
+                host_ms=statistics.median(host), warm_up_steps=warmed, plan_settled=settled,
+                stall_ms=planner.last_stall_s * 1e3 if budget == "auto" else None,
                 bytes_offloaded=stats["bytes_offloaded"] if stats else 0, stats=stats)
 
 
@@ -203,7 +239,9 @@ def curve(kind, args, device, dtype, clock, bytes_per_s):
     fwd_ms, bwd_ms = compute_ms(layers, x, clock, args.steps)
     everything = measure(layers, x, clock, None, args.steps, args.warm_up)
     group = everything["bytes_offloaded"] / max(1, args.layers - 1)
-    budgets = ["none"] + [int(f * group) for f in FRACTIONS] + ["auto", None]
+    # 0: the hooks alone (groups that can move nothing pass their tensors through), then
+    # the record path at budgets that move little, some, most of a group.
+    budgets = ["none", 0] + [int(f * group) for f in FRACTIONS] + ["auto", None]
     points, achieved = [], None
     for b in budgets:
         points.append(everything if b is None else measure(layers, x, clock, b, args.steps, args.warm_up))
@@ -230,14 +268,19 @@ def curve(kind, args, device, dtype, clock, bytes_per_s):
 def report(kind, result):
     print(f"\n{kind}: forward {result['forward_ms']:.2f} ms, backward {result['backward_ms']:.2f} ms, "
           f"ach {result['achieved_bytes_per_s'] / 1e9:.1f} GB/s (efficiency {result['link_efficiency']:.3f})")
-    print(f"{'budget':>12} {'step ms':>8} {'x none':>7} {'peak GB':>8} {'moved GB':>9} {'mv/hide':>8} {'mv/h ach':>8} "
-          f"{'saved/mv':>9} {'floor ms':>9} {'x floor':>8}")
+    print(f"{'budget':>12} {'step ms':>8} {'x none':>7} {'host ms':>8} {'peak GB':>8} {'moved GB':>9} {'mv/hide':>8} "
+          f"{'mv/h ach':>8} {'saved/mv':>9} {'floor ms':>9} {'x floor':>8}")
     for p in result["points"]:
-        label = ("* auto" if p["auto"] else "all" if p["budget"] is None else str(p["budget"]))
+        label = ("* auto" if p["auto"] else "all" if p["budget"] is None else "0 hooks" if p["budget"] == 0
+                 else str(p["budget"]))
         peak = f"{p['peak_gb']:.2f}" if p["peak_gb"] is not None else "-"
         ratio = f"{p['saved_over_moved']:.3f}" if p["saved_over_moved"] is not None else "-"
-        print(f"{label:>12} {p['step_ms']:>8.1f} {p['time_ratio']:>7.3f} {peak:>8} {p['bytes_offloaded'] / 1e9:>9.3f} "
-              f"{p['moved_over_hideable']:>8.2f} {p['moved_over_hideable_achieved']:>8.2f} {ratio:>9} {p['floor_ms']:>9.1f} {p['over_floor']:>8.3f}")
+        print(f"{label:>12} {p['step_ms']:>8.1f} {p['time_ratio']:>7.3f} {p['host_ms']:>8.1f} {peak:>8} "
+              f"{p['bytes_offloaded'] / 1e9:>9.3f} {p['moved_over_hideable']:>8.2f} {p['moved_over_hideable_achieved']:>8.2f} "
+              f"{ratio:>9} {p['floor_ms']:>9.1f} {p['over_floor']:>8.3f}")
+    auto = next(p for p in result["points"] if p["auto"])
+    print(f"  auto: {auto['warm_up_steps']} steps before timing, plan settled {auto['plan_settled']}, "
+          f"compute waited on the link {auto['stall_ms']:.2f} ms in the last planned step read")
 
 
 def plot(result, path):

@@ -33,17 +33,20 @@ allocated once the plan has settled. A step whose layout departs from the profil
 moves nothing from that group on, and its measurement starts a new profile: shapes or
 layers that change are learned again.
 
-Bandwidth: the link's own copies, measured (``CopyMeter``); until one has been read,
-``PINNED_BYTES_PER_S``, measured on the H100 machine. Times that measured bandwidth, an
+Bandwidth: the link's own copies, measured (``CopyMeter``; read once as each step
+begins); until one has been read, ``PINNED_BYTES_PER_S``, measured on the H100 machine. Times that measured bandwidth, an
 efficiency: the share of it that copies achieve beside this compute, in these windows.
 The scheduler marks the compute stream where it makes compute wait for copies (a group's
 copies out at their settle point, a reload where it is consumed); a planned step whose
 compute waited past the copies' end for more than ``STALL_TOLERANCE`` of its compute
-moved its bytes that much slower than planned, and lowers the efficiency to match
-(``_calibrate``). So the plan follows what the scheduler really overlaps (copies that
-share the device's memory with compute, a reload that starts late), not the bandwidth
-of a copy alone; the efficiency only falls, and starts afresh with a new profile.
+moved its bytes that much slower than planned, and sets the efficiency to the share of
+the bandwidth measured now that this rate is (``_calibrate``: a wait that the measured
+bandwidth already explains, as the first planned step's at the default bandwidth, cuts
+nothing). So the plan follows what the scheduler really overlaps (copies that share
+the device's memory with compute, a reload that starts late), not the bandwidth of a
+copy alone; the efficiency only falls, and starts afresh with a new profile.
 Steps that learn move nothing and keep no records: their groups pass tensors through.
+tests/offload/_device_sim.py runs this planner and the scheduler on a simulated device.
 """
 
 from __future__ import annotations
@@ -88,9 +91,12 @@ class StepLog:
     learning: bool = False
     # When the copies issued so far in this step end, in the profile's seconds.
     link_free: float = 0.0
-    # Planned steps: bytes moved, the efficiency planned with, and where compute waited
-    # for copies: (mark on the compute stream before the wait, the copies' end mark).
+    # Planned steps: bytes moved, the bandwidth and efficiency planned with (read once as
+    # the step begins: one link model for all its groups, and no copy marks re-read per
+    # group), and where compute waited for copies: (mark on the compute stream before
+    # the wait, the copies' end mark).
     moved: int = 0
+    bytes_per_s: float = PINNED_BYTES_PER_S
     efficiency: float = 1.0
     stalls: list[tuple[Any, Any]] = field(default_factory=list)
     waited: set[int] = field(default_factory=set)
@@ -129,6 +135,9 @@ class Planner:
         self.efficiency = 1.0
         # Per group position, the budget last planned for the profile's layout.
         self.planned: dict[int, int] = {}
+        # Seconds compute waited on the link in the last step digested (a diagnostic: a
+        # step slower than its compute by much more than this is not waiting on copies).
+        self.last_stall_s = 0.0
         self._logs: list[StepLog] = []
 
     def begin_step(self, keep_last: int) -> StepLog:
@@ -139,6 +148,7 @@ class Planner:
         log = StepLog(keep_last)
         log.learning = profile is None or profile.steps < self.learn_steps or profile.keep_last != keep_last
         log.efficiency = self.efficiency
+        log.bytes_per_s = self.bytes_per_s()
         self._logs.append(log)
         return log
 
@@ -170,7 +180,7 @@ class Planner:
         if backward is not None:
             first = position + 1 >= n - max(log.keep_last, 1)
             window = min(window, (FIRST_RELOAD_WINDOW if first else RELOAD_WINDOW) * backward)
-        budget = int(window * self.bytes_per_s() * log.efficiency * self.margin)
+        budget = int(window * log.bytes_per_s * log.efficiency * self.margin)
         # Never more than planned before for this layout: no new host blocks once settled.
         budget = min(budget, self.planned.get(position, budget))
         self.planned[position] = budget
@@ -185,7 +195,7 @@ class Planner:
         log.moved += nbytes
         issued = min(position + log.keep_last, len(profile.layout) - 1)
         start = max(self._starts(profile)[issued], log.link_free)
-        log.link_free = start + nbytes / (self.bytes_per_s() * log.efficiency * self.margin)
+        log.link_free = start + nbytes / (log.bytes_per_s * log.efficiency * self.margin)
 
     def waiting(self, log: StepLog, done: Any) -> None:
         """The compute stream is about to wait for the copies that end at ``done``: mark it
@@ -245,20 +255,25 @@ class Planner:
         merged = tuple(b if a is None else a if b is None else min(a, b) for a, b in zip(profile.backward, backward))
         self.profile = Profile(layout, log.keep_last, tuple(map(min, profile.forward, forward)), merged,
                                profile.steps + 1)
+        self.last_stall_s = stalled
         self._calibrate(log, stalled)
 
     def _calibrate(self, log: StepLog, stalled: float) -> None:
         """A planned step's compute waited ``stalled`` seconds for its copies: the link
-        moved ``log.moved`` bytes in that much longer than planned, so it achieves (beside
-        this compute, these windows) that much less. Waits under ``STALL_TOLERANCE`` of
-        the step's compute are noise the margin covers. The efficiency is set relative to
-        the one ``log`` was planned with, so steps planned before an update do not cut twice."""
+        moved ``log.moved`` bytes in that much longer than planned (at the bandwidth and
+        efficiency ``log`` was planned with), a rate it achieves beside this compute, in
+        these windows. The efficiency becomes that rate's share of the bandwidth measured
+        now: a wait that the measurement already explains (the first planned step plans
+        at ``PINNED_BYTES_PER_S``, before any copy was measured) cuts nothing, and steps
+        planned before an update do not cut twice. Waits under ``STALL_TOLERANCE`` of the
+        step's compute are noise the margin covers."""
         profile = self.profile
         compute = sum(profile.forward) + sum(t for t in profile.backward if t is not None)
         if log.moved <= 0 or stalled <= STALL_TOLERANCE * compute:
             return
-        planned = log.moved / (self.bytes_per_s() * log.efficiency * self.margin)
-        self.efficiency = min(self.efficiency, log.efficiency * planned / (planned + stalled))
+        planned = log.moved / (log.bytes_per_s * log.efficiency * self.margin)
+        achieved = log.moved / (planned + stalled)
+        self.efficiency = min(self.efficiency, achieved / (self.bytes_per_s() * self.margin))
 
 _planners: dict[torch.device, Planner] = {}
 

@@ -102,13 +102,28 @@ class SavedTensor:
 
 
 class Passed:
-    """What autograd keeps for a tensor of a group that moves nothing: the tensor itself
-    and its group (whose first unpack still marks the group's backward)."""
+    """What autograd keeps for a tensor of a group that moves nothing: the tensor itself,
+    its version when saved (saved-tensor hooks switch autograd's own in-place check off,
+    so ``check_version`` does it) and its group (whose first unpack still marks the
+    group's backward)."""
 
-    __slots__ = ("group", "tensor")
+    __slots__ = ("group", "tensor", "version", "key")
 
-    def __init__(self, group: Group, tensor: torch.Tensor) -> None:
-        self.group, self.tensor = group, tensor
+    def __init__(self, group: Group, tensor: torch.Tensor, key: int | None = None) -> None:
+        self.group, self.tensor, self.version = group, tensor, tensor._version
+        # Passed for being over its group's cap: the storage's key in ``group.over_cap``.
+        self.key = key
+
+    def check_version(self) -> None:
+        """A tensor modified in place after it was saved is an error, as autograd makes it
+        without hooks, never a silently wrong gradient."""
+        if self.tensor._version != self.version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: a tensor saved inside offload_activations ({tuple(self.tensor.shape)} "
+                f"on {self.tensor.device}) was at version {self.version} when saved and is now at "
+                f"version {self.tensor._version}"
+            )
 
 
 class Group:
@@ -141,6 +156,11 @@ class Group:
         # Moves nothing (see ``Scheduler._pass``): tensors passed through, not yet counted.
         self.passthrough = False
         self.passed = 0
+        # Storages over the group's cap, passed through (``Scheduler._pass_over_cap``):
+        # tensors not yet counted, bytes by storage key not yet consumed, and their total.
+        self.passed_over_cap = 0
+        self.over_cap: dict[int, int] = {}
+        self.over_cap_bytes = 0
 
     def live(self) -> list[Stored]:
         """Records still alive that belong to this group (a record may have moved on)."""

@@ -10,7 +10,11 @@ one per storage (at one version): views share their storage's record and are reb
 with their exact size, stride and offset. A group that can move nothing (an int budget
 under ``min_tensor_bytes``, or an "auto" step that is learning) skips all of that: its
 tensors pass through in a ``Passed`` handle that only marks the group's backward, so
-that offloading costs the host next to nothing where nothing moves.
+that offloading costs the host next to nothing where nothing moves. So does a storage
+larger than any budget its group can have (``_cap``: the int budget, or the budget
+"auto" last planned for the group's place, which never grows): it could never move,
+and a record would only cost the host; its bytes still count where the backward's
+prefetches measure room (``_resident_bytes``).
 
 Groups follow the forward in order. A group is offloaded once ``keep_last`` later
 groups exist (so the last ``keep_last`` stay on the device; with ``keep_last=0`` each
@@ -33,6 +37,7 @@ import weakref
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from fuseops.offload.link import link_for
 from fuseops.offload.marks import StorageSet, is_marked
@@ -105,6 +110,10 @@ class Scheduler:
         # later groups' prefetches may fill back up to (see ``_start_backward``).
         self._held = 0
         self._forward_peak = 0
+        # Storages passed through for being over their group's cap, this forward: a later
+        # group that saves one again passes it too (as a record would stay where its first
+        # group decided it).
+        self._over_cap: dict[int, StorageWeakRef] = {}
 
     def open_group(self) -> Group | None:
         """Start a group; ``None`` when one is already open (groups do not nest)."""
@@ -140,6 +149,9 @@ class Scheduler:
         if group.index < 0:
             # A forward after a backward (a second step in the same context) starts afresh.
             if self._backward_seen:
+                for old in self._groups:
+                    old.over_cap.clear()
+                self._over_cap.clear()
                 self._held, self._forward_peak = self._resident_bytes(), 0
             self._backward_seen = False
             group.index = len(self._groups)
@@ -180,7 +192,18 @@ class Scheduler:
     def _resident_bytes(self) -> int:
         """Saved bytes on the device now: records neither on the host nor consumed by
         backward (a consumed one is freed once its node has run)."""
-        return sum(s.nbytes for g in self._groups for s in g.live() if s.where is not Where.HOST and not s.consumed)
+        records = sum(s.nbytes for g in self._groups for s in g.live() if s.where is not Where.HOST and not s.consumed)
+        return records + sum(n for g in self._groups for n in g.over_cap.values())
+
+    def _cap(self, group: Group) -> int | None:
+        """The most bytes one storage of ``group`` may have and still move (``None``: no
+        bound known): an int budget, or what "auto" last planned for the group's place
+        (budgets never grow once planned, planner.py)."""
+        if isinstance(self.group_budget_bytes, int):
+            return self.group_budget_bytes
+        if group.log is not None and not group.learning:
+            return self._planner.planned.get(group.position)
+        return None
 
     def _plan(self, group: Group) -> None:
         """``group``'s budget from the planner (``"auto"``), as it starts moving."""
@@ -229,13 +252,20 @@ class Scheduler:
         group.eligible += storage.nbytes()
         if group.passthrough:
             return self._pass(group, t)
-        self._release_copied()
-        self._forward_peak = max(self._forward_peak, self._held)
         key = storage._cdata
         ref = self._by_storage.get(key)
         stored = ref() if ref is not None else None
         if stored is not None and (stored.ref.expired() or stored.version != t._version):
             stored = None
+        if stored is None:
+            passed = self._over_cap.get(key)
+            if passed is not None and passed.expired():
+                passed = None
+            cap = self._cap(group) if passed is None else None
+            if passed is not None or (cap is not None and storage.nbytes() > cap):
+                return self._pass_over_cap(group, t, storage, key)
+        self._release_copied()
+        self._forward_peak = max(self._forward_peak, self._held)
         if stored is not None and stored.group is not group:
             if not stored.decided:
                 # Backward reaches the later group first: the storage travels with it.
@@ -272,13 +302,42 @@ class Scheduler:
             group.passed += 1
         return Passed(group, t)
 
+    def _pass_over_cap(self, group: Group, t: torch.Tensor, storage: torch.UntypedStorage, key: int) -> Passed:
+        """A storage over its group's cap: kept as it is (counted as over budget, or kept),
+        its bytes held where the backward's prefetches measure room."""
+        if group.kept:
+            count_skip(self.stats, Skip.KEPT)
+        elif group.offloading:
+            count_skip(self.stats, Skip.BUDGET)
+        else:
+            group.passed_over_cap += 1
+        nbytes = storage.nbytes()
+        if key not in group.over_cap:
+            # As for a record: the peak before this save, its bytes held from now on.
+            self._forward_peak = max(self._forward_peak, self._held)
+            group.over_cap[key] = nbytes
+            group.over_cap_bytes += nbytes
+            self._held += nbytes
+            if key not in self._over_cap:
+                self._over_cap[key] = StorageWeakRef(storage)
+        return Passed(group, t, key)
+
     def _pass_reason(self) -> Skip:
         return Skip.LEARNING if self.group_budget_bytes == "auto" else Skip.BUDGET
 
     def unpack(self, packed: Any) -> torch.Tensor:
         if type(packed) is Passed:
-            if not packed.group.backward_started:
-                self._start_backward(packed.group)
+            group = packed.group
+            if not group.backward_started:
+                self._start_backward(group)
+            if packed.key is not None:
+                # As for a record: checked before counting this unpack.
+                if group.prefetch is not None:
+                    self._advance_prefetch(group)
+                nbytes = group.over_cap.pop(packed.key, None)
+                if nbytes is not None:
+                    group.consumed += nbytes
+            packed.check_version()
             return packed.tensor
         if isinstance(packed, torch.Tensor):
             return packed
@@ -318,9 +377,9 @@ class Scheduler:
 
     def _keep(self, group: Group) -> None:
         group.kept = True
-        if group.passed:
-            count_skip(self.stats, Skip.KEPT, group.passed)
-            group.passed = 0
+        if group.passed or group.passed_over_cap:
+            count_skip(self.stats, Skip.KEPT, group.passed + group.passed_over_cap)
+            group.passed = group.passed_over_cap = 0
         for stored in group.live():
             if not stored.decided:
                 self._decide(stored, Skip.KEPT)
@@ -334,6 +393,9 @@ class Scheduler:
                 count_skip(self.stats, self._pass_reason(), group.passed)
                 group.passed = 0
             return
+        if group.passed_over_cap:
+            count_skip(self.stats, Skip.BUDGET, group.passed_over_cap)
+            group.passed_over_cap = 0
         if group.log is not None:
             self._plan(group)
         records = [s for s in group.live() if not s.decided]
@@ -455,7 +517,7 @@ class Scheduler:
         if earlier:
             group.prefetch = self._groups[max(earlier)]
             incoming = sum(s.nbytes for s in group.prefetch.live() if s.where is Where.HOST)
-            own = sum(s.nbytes for s in group.live())
+            own = sum(s.nbytes for s in group.live()) + group.over_cap_bytes
             group.prefetch_issued = 0
             if first:
                 group.prefetch_at, group.prefetch_room = int(FIRST_PREFETCH_AFTER * own), None

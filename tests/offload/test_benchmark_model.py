@@ -34,3 +34,11 @@ def test_link_budget_arithmetic():
     assert link_budget(1e-3, bytes_per_s=10e9, margin=1.0) == 10_000_000
     # offload_activations' docstring: a 2 ms layer hides 108 MB, 97 MB planned.
     assert link_budget(2e-3, margin=1.0) == 108_000_000 and link_budget(2e-3) == 97_200_000
+
+
+def test_profile_counts_overlapping_kernels_once():
+    from benchmarks.offload_profile import _union
+
+    # Busy time is the union of kernel intervals: overlaps and nesting count once.
+    assert _union([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.2, 5.5)]) == 4.0
+    assert _union([]) == 0.0

@@ -315,3 +315,23 @@ def test_a_link_slower_beside_compute_than_measured_is_calibrated_down(timer, mo
         assert moved[-1] < moved[0]
         # It still moves what the slower link hides (whole tensors, the same margin).
         assert moved[-1] >= 0.9 * expected_moved(layers, x, times, 1, rate=BYTES_PER_S * achieved)
+
+
+def test_a_wait_the_measured_bandwidth_explains_does_not_lower_the_efficiency(monkeypatch):
+    # The first planned step plans at PINNED_BYTES_PER_S (learning steps move nothing, so
+    # no copy has been measured); the link really runs at 0.9 of it, as measured since.
+    # Compute waited exactly the longer copies: the measurement explains that wait, the
+    # efficiency stays. A wait twice as long is the link's own shortfall beside compute.
+    from fuseops.offload.planner import Profile, StepLog
+
+    planner, margin = Planner(FakeTimer()), 0.95
+    planner.profile = Profile((1,), 1, (10e-3,), (None,), 3)
+    moved, planned_rate, measured = 500e6, PINNED_BYTES_PER_S, 0.9 * PINNED_BYTES_PER_S
+    monkeypatch.setattr(planner, "bytes_per_s", lambda: measured)
+    planned_s, real_s = moved / (planned_rate * margin), moved / (measured * margin)
+    for extra, efficiency in ((1, 1.0), (2, real_s / (planned_s + 2 * (real_s - planned_s)))):
+        log = StepLog(1, moved=int(moved), bytes_per_s=planned_rate, efficiency=1.0)
+        planner.efficiency = 1.0
+        planner._calibrate(log, extra * (real_s - planned_s))
+        assert planner.efficiency == pytest.approx(efficiency)
+    assert planner.efficiency < 0.95
