@@ -59,6 +59,7 @@ from fuseops.kernels.gemm import (
     grouped_scaled_dgrad_gated,
     grouped_scaled_wgrad,
     grouped_wgrad,
+    traced,
 )
 from fuseops.kernels.hopper import blockwise, blockwise_wgrad, pipeline, wgrad
 from fuseops.kernels.moe import permute
@@ -222,7 +223,10 @@ def _callable(kernel: Kernel, backend: Backend) -> Callable[..., Any]:
 # Under torch.compile: the plain-torch references, which the compiler traces and fuses itself
 # (a Triton launcher's host code is not traceable; the grouped GEMMs, whose references walk
 # the offsets on the host, reach the compiler as custom ops through library.py instead).
-_TRACED = {r.kernel: r.runs for r in TABLE if r.backend is Backend.TORCH}
+# The dense GEMMs take their product in bf16 / fp16 there (gemm/traced.py: the references'
+# float32 product made the compiled model 5x slower than eager).
+_TRACED = {r.kernel: r.runs for r in TABLE if r.backend is Backend.TORCH} | {
+    Kernel.GEMM: traced.gemm, Kernel.GEMM_GATED: traced.gemm_gated}
 
 
 def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:

@@ -408,11 +408,30 @@ def reference_gemm(
         z = torch.addmm(bias.to(compute), a.to(compute), b.to(compute))
     else:
         z = a.to(compute) @ b.to(compute)
+    return reference_gemm_epilogue(z, a.dtype, act=act, alpha=alpha, save_preact=save_preact,
+                                   act_grad_input=act_grad_input, residual=residual, out=out)
+
+
+def reference_gemm_epilogue(
+    z: torch.Tensor,
+    dtype: torch.dtype,
+    *,
+    act: Activation = Activation.IDENTITY,
+    alpha: float = 1.0,
+    save_preact: bool = False,
+    act_grad_input: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``reference_gemm`` after the product ``z`` (bias included): the epilogue in
+    ``z``'s precision (at least float32), ``y`` and ``preact`` in ``dtype``."""
+    compute = torch.promote_types(z.dtype, torch.float32)
+    z = z.to(compute)
     if act_grad_input is not None:
         h = reference_chain_grad(z, act_grad_input.to(compute), act, alpha)
     else:
-        h = reference_activation(z.to(compute), act, alpha)
+        h = reference_activation(z, act, alpha)
     if residual is not None:
         h = h + residual.to(compute)
-    y = h.to(a.dtype) if out is None else out.copy_(h)
-    return y, z.to(a.dtype) if save_preact else None
+    y = h.to(dtype) if out is None else out.copy_(h)
+    return y, z.to(dtype) if save_preact else None

@@ -227,7 +227,26 @@ def reference_gemm_gated(
         z = torch.addmm(bias.to(compute), a.to(compute), b.to(compute))
     else:
         z = a.to(compute) @ b.to(compute)
+    return reference_gated_epilogue(z, a.dtype, act=act, interleaved=interleaved, clamped=clamped,
+                                    limit=limit, alpha=alpha, save_preact=save_preact, out=out)
+
+
+def reference_gated_epilogue(
+    z: torch.Tensor,
+    dtype: torch.dtype,
+    *,
+    act: Activation,
+    interleaved: bool = False,
+    clamped: bool = False,
+    limit: float = 7.0,
+    alpha: float = 1.0,
+    save_preact: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``reference_gemm_gated`` after the product ``z`` [M, 2F] (bias included): the gated
+    epilogue in ``z``'s precision (at least float32), ``y`` and ``preact`` in ``dtype``."""
+    z = z.to(torch.promote_types(z.dtype, torch.float32))
     z_a, z_b = (z[:, 0::2], z[:, 1::2]) if interleaved else z.chunk(2, dim=1)
     h = reference_gated(z_a, z_b, act, clamped, limit, alpha)
-    y = h.to(a.dtype) if out is None else out.copy_(h)
-    return y, z.to(a.dtype) if save_preact else None
+    y = h.to(dtype) if out is None else out.copy_(h)
+    return y, z.to(dtype) if save_preact else None
