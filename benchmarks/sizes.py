@@ -15,10 +15,10 @@ Writes ``benchmarks/results/sizes_<part>.json`` and ``.png``; prints a table las
 from __future__ import annotations
 
 import argparse
-from copy import deepcopy as copy_module
 import json
 import time
 from collections.abc import Callable
+from copy import deepcopy as copy_module
 from pathlib import Path
 
 import torch
