@@ -1,5 +1,5 @@
-"""GroupedLinear -> gated activation under a per-tensor gradient format (FP8 current scaling,
-NVFP4), backward: the gated backward emits its output gradient ``dz`` with each row's amax,
+"""Linear or GroupedLinear -> gated activation under a per-tensor gradient format (FP8 current
+scaling, NVFP4), backward: the gated backward emits its output gradient ``dz`` with each row's amax,
 so FC1's quantize of ``dz`` reads the tensor amax from them instead of an amax pass over ``dz``.
 
 Unfused, the gate writes ``dz`` and FC1's backward reads it twice: the amax pass, then the
@@ -32,6 +32,7 @@ from fuseops.ops._quantized import quantized_wgrad
 from fuseops.ops.contract import OpContext, OpGrads
 from fuseops.ops.gated import GatedActivation
 from fuseops.ops.grouped_linear import GroupedLinear
+from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp
 from fuseops.quant import linear_dgrad
 from fuseops.quant.emit import EmitPlan, emitted_storage
@@ -42,7 +43,7 @@ _PER_TENSOR = (Scaling.TENSOR, Scaling.NVFP4)
 
 
 class BackwardGatedAmaxLinear(Fusion):
-    pattern = (match(GroupedLinear, where=local_gemm), match(GatedActivation))
+    pattern = (match(GroupedLinear, Linear, where=local_gemm), match(GatedActivation))
     stage = Stage.BACKWARD
 
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
@@ -73,6 +74,10 @@ class BackwardGatedAmaxLinear(Fusion):
         # the emitted row amaxes.
         plan = EmitPlan(s1.recipe, columnwise=fc1_ctx.weight_requires_grad, role=TensorRole.GRAD)
         qdz = emitted_storage(plan, Emitted(dz2d, None, None, row_amax), dtype=dz2d.dtype, offsets=s1.offsets)
+        if isinstance(fc1, Linear):
+            dz = dz2d.view(saved.x.shape)
+            return [OpGrads(fc1.input_grad(fc1_ctx, dz, qdz), fc1.param_grads(fc1_ctx, dz, qdy=qdz)),
+                    OpGrads(None, {}, act_extras)]
         dx = linear_dgrad(qdz, s1.weight).view(*saved.x.shape[:-1], fc1.in_features)
         params: dict[str, torch.Tensor | None] = {}
         if fc1_ctx.weight_requires_grad:

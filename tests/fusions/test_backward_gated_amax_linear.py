@@ -1,4 +1,4 @@
-"""GroupedLinear -> gated activation, backward, under a per-tensor gradient format: the gated
+"""Linear or GroupedLinear -> gated activation, backward, under a per-tensor gradient format: the gated
 backward emits dz's row amaxes and FC1 quantizes dz without an amax pass. The plan shows it
 for FP8 current scaling and NVFP4 only; outputs and every gradient are the unfused ops' bit for
 bit, on the torch reference path and through the Triton kernels (the interpreter on CPU,
@@ -90,6 +90,24 @@ def test_bitwise_the_unfused_ops(recipe, dtype, path):
             assert_same(step(m, x, extras, recipe)[0], step(u, x, extras, recipe)[0], f"{gate} frozen FC1")
             assert_same(_grads_without_dx(model, x, extras, recipe), _grads_without_dx(unfused, x, extras, recipe),
                         f"{gate} x without grad")
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("recipe", PER_TENSOR, ids=IDS)
+def test_dense_linear_bitwise_the_unfused_ops(recipe, path):
+    for gate, bias in (("swiglu-scaled", True), ("geglu", False), ("clamped-interleaved-scaled", False)):
+        torch.manual_seed(0)
+        model = fuseops.Sequential(ops.Linear(64, 128, bias=bias), GATES[gate](), ops.Linear(64, 32))
+        extras = [torch.rand(48)] if model[1].scaled else []
+        unfused = _unfused(model)
+        x = torch.randn(48, 64)
+        with interpreted_kernels() if path == "kernels" else contextlib.nullcontext():
+            got, _ = step(model, x, extras, recipe)
+            assert _fused(model), gate
+            assert_same(got, step(unfused, x, extras, recipe)[0], gate)
+            model[0].weight.requires_grad_(False)
+            unfused[0].weight.requires_grad_(False)
+            assert_same(step(model, x, extras, recipe)[0], step(unfused, x, extras, recipe)[0], f"{gate} frozen")
 
 
 def _grads_without_dx(model, x, extras, recipe):
