@@ -162,3 +162,16 @@ def test_no_host_sync_on_cuda(recipe):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert _fused(model)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", PER_TENSOR, ids=IDS)
+def test_dense_on_cuda_bitwise_the_unfused_ops(recipe):
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.Linear(512, 768, bias=True), ops.SwiGLU(), ops.Linear(384, 512)).to(
+        device=device, dtype=torch.bfloat16)
+    x = torch.randn(4, 300, 512, dtype=torch.bfloat16, device=device)
+    got, _ = step(model, x, [], recipe)
+    assert _fused(model)
+    assert_same(got, step(_unfused(model), x, [], recipe)[0], "dense")
