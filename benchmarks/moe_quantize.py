@@ -66,6 +66,13 @@ def main() -> None:
     offsets = group_offsets(sizes)
     rows = args.tokens * args.top_k
     print(f"{rows} rows in {args.experts} groups ({int(sizes.min())}..{int(sizes.max())} rows)")
+    # Group amaxes from a producer's row amaxes (fuseops.quant.emit): the amax kernel over
+    # them, against the scatter_reduce_ it replaced (session 14).
+    row_amax = torch.rand(rows, device=device)
+    group = torch.searchsorted(offsets[1:], torch.arange(rows, device=device), right=True)
+    ms_kernel = timed(lambda: ka.amax(row_amax.view(1, rows, 1), offsets, args.experts))
+    ms_scatter = timed(lambda: torch.zeros(args.experts, device=device).scatter_reduce_(0, group, row_amax, "amax"))
+    print(f"group amax from row amaxes: amax kernel {ms_kernel:.4f} ms, scatter_reduce_ {ms_scatter:.4f} ms")
     for name, cols, element in TENSORS:
         cols = cols // 16 if args.smoke else cols
         x = torch.randn(1, rows, cols, device=device, dtype=torch.bfloat16)
