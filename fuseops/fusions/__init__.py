@@ -5,6 +5,7 @@ checks every entry against its basic ops."""
 from fuseops.fusions.backward_act_bias import BackwardBiasActivation, BackwardLinearBiasActivation
 from fuseops.fusions.backward_act_linear import BackwardActivationLinear
 from fuseops.fusions.backward_extra_output_linear import BackwardExtraOutputLinear
+from fuseops.fusions.backward_gated_amax_linear import BackwardGatedAmaxLinear
 from fuseops.fusions.backward_quantized_gated_mlp import BackwardQuantizedGatedMLP
 from fuseops.fusions.forward_act_quantize_linear import ForwardActivationQuantizeLinear
 from fuseops.fusions.forward_linear_add import ForwardLinearAddExtraInput
@@ -27,6 +28,7 @@ REGISTRY: list[Fusion] = [
     ForwardNormQuantizeLinear(),
     ForwardActivationQuantizeLinear(),
     BackwardQuantizedGatedMLP(),
+    BackwardGatedAmaxLinear(),
     BackwardLinearBiasActivation(),
     BackwardBiasActivation(),
     BackwardActivationLinear(),

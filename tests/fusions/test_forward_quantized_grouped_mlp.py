@@ -63,9 +63,10 @@ def test_plan_shows_the_fusion_under_a_recipe_only(recipe):
         assert model.plan.forward == FUSED, gate
         assert ("GroupedMLP", (0, 1, 2), "quantized recipes run the ops' quantized GEMMs") in model.plan.declined
         # The saved state is the basic ops' own: their backward runs, or (gated) the backward
-        # fusion that reads only their records.
+        # fusions that read only their records.
         basic = [("GroupedLinear", (0,)), (type(model[1]).__name__, (1,)), ("GroupedLinear", (2,))]
-        assert model.plan.backward in (basic, [("BackwardQuantizedGatedMLP", (0, 1, 2))]), gate
+        amax = [("BackwardGatedAmaxLinear", (0, 1)), ("GroupedLinear", (2,))]
+        assert model.plan.backward in (basic, amax, [("BackwardQuantizedGatedMLP", (0, 1, 2))]), gate
         step(model, x, extras, recipe, grad=False)
         assert model.plan.forward == FUSED, f"{gate} without grad"
         step(model, x, extras, None)

@@ -14,7 +14,7 @@ from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.quant import recipes
 from fuseops.quant.emit import EmitPlan, emitted_storage
 from fuseops.quant.storage import GroupedQuantizedTensor
-from tests.helpers import DTYPES, assert_bitwise
+from tests.helpers import DTYPES, assert_bitwise, cuda_or_skip
 
 RECIPES = [recipes.FP8CurrentScaling(), recipes.FP8Blockwise(), recipes.MXFP8(), recipes.NVFP4()]
 IDS = [type(r).__name__ for r in RECIPES]
@@ -70,3 +70,24 @@ def test_single_pass_only_for_block_formats_without_the_transpose(recipe):
     assert EmitPlan(recipe, columnwise=False).single_pass == block
     assert not EmitPlan(recipe, columnwise=True).single_pass
     assert EmitPlan(recipe, columnwise=False).kernel_args["store_y"] == (not block)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", [recipes.FP8CurrentScaling(), recipes.NVFP4()], ids=["FP8CurrentScaling", "NVFP4"])
+def test_gpu_group_amax_from_row_amaxes_many_groups(recipe):
+    """128 groups of random sizes (some empty), as an MoE layer's: the group amaxes the amax
+    kernel takes from the producer's row amaxes give ``quantize``'s storage bit for bit."""
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    sizes = torch.randint(0, 300, (128,))
+    sizes[::17] = 0
+    offsets = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)]).to(device)
+    x = (torch.randn(int(sizes.sum()), 384, device=device) * 3).to(torch.bfloat16)
+    produce = launcher(Kernel.GATED_QUANTIZE_FWD, x)
+    fmt = recipe.format(fuseops.quant.TensorRole.INPUT)
+    y = produce(x, Activation.SILU, scaling=fmt.scaling, element=fmt.element, store_y=True).y
+    for columnwise in (False, True):
+        plan = EmitPlan(recipe, columnwise)
+        got = emitted_storage(plan, produce(x, Activation.SILU, **plan.kernel_args), dtype=x.dtype, offsets=offsets)
+        want = fuseops.quantize(y, recipe, role="input", columnwise=columnwise, offsets=offsets)
+        _assert_same_storage(got, want, f"columnwise={columnwise}")

@@ -27,6 +27,7 @@ from fuseops.kernels.elementwise.activation_math import (
 )
 from fuseops.kernels.elementwise.bias_grad import sum_partials
 from fuseops.kernels.launch import launch
+from fuseops.kernels.quantization.finite import finite_abs, reference_finite_abs
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,9 @@ def gated_fwd_kernel(
 
 @triton.jit
 def gated_bwd_kernel(
-    x, dy, probs, dx, dprobs_partials, M, F, stride_x, stride_dy, limit, alpha,
+    x, dy, probs, dx, dprobs_partials, row_amax, M, F, stride_x, stride_dy, limit, alpha,
     ACT: tl.constexpr, CLAMPED: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_PROBS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr,
+    ROW_AMAX: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
     pid_f = tl.program_id(1)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -120,6 +121,11 @@ def gated_bwd_kernel(
         tl.store(dprobs_partials + pid_f * M + offs_m, partial.to(dprobs_partials.dtype.element_ty), mask=mask_m)
     da = da.to(dx.dtype.element_ty)
     db = db.to(dx.dtype.element_ty)
+    if ROW_AMAX:
+        # Of dx as stored (masked lanes are 0); non-negative float32 maxima are
+        # order-independent, so the atomics across column blocks are deterministic.
+        amax = tl.maximum(tl.max(finite_abs(da.to(tl.float32)), 1), tl.max(finite_abs(db.to(tl.float32)), 1))
+        tl.atomic_max(row_amax + offs_m, amax, mask=mask_m)
     if INTERLEAVED:
         tl.store(dx + offs_a, tl.join(da, db), mask=mask[:, :, None])
     else:
@@ -169,6 +175,7 @@ def gated_bwd(
     alpha: float = 1.0,
     probs: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    row_amax: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Gradients of ``gated_fwd``.
 
@@ -176,6 +183,9 @@ def gated_bwd(
         x2d: [rows, 2F] forward input; dy2d: [rows, F]; both contiguous.
         probs: the forward's [rows] scale, or None.
         out: [rows, 2F] for ``dx``, written and returned; else allocated.
+        row_amax: float32 [rows], zeroed, or None: maxed with each row's ``max |dx|`` over its
+            finite values (dx as stored), so a per-tensor quantize of ``dx`` needs no amax
+            pass (``fuseops.quant.emit``).
     Returns:
         ``(dx, dprobs)``: ``dx`` like ``x2d``; ``dprobs`` [rows] in ``probs``' dtype
         (float32 sums, deterministic), or None without ``probs``.
@@ -191,9 +201,9 @@ def gated_bwd(
         partials = torch.empty(col_blocks, M, dtype=partial_dtype, device=x2d.device)
     launch(gated_bwd_kernel, (cdiv(M, cfg.block_m), col_blocks),
         x2d, dy2d, probs if probs is not None else x2d, dx, partials if partials is not None else dx,
-        M, F, x2d.stride(0), dy2d.stride(0), limit, alpha,
+        row_amax if row_amax is not None else dx, M, F, x2d.stride(0), dy2d.stride(0), limit, alpha,
         ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
-        BLOCK_M=cfg.block_m, BLOCK_F=cfg.block_f, num_warps=cfg.num_warps,
+        ROW_AMAX=row_amax is not None, BLOCK_M=cfg.block_m, BLOCK_F=cfg.block_f, num_warps=cfg.num_warps,
     )
     if partials is None:
         return dx, None
@@ -241,11 +251,13 @@ def reference_gated_bwd(
     alpha: float = 1.0,
     probs: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    row_amax: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(da, db)`` from ``_activations.gated_grad`` with upstream ``dy * probs[:, None]``
     (or ``dy``), placed back in ``x2d``'s layout; ``dprobs[r] = sum_f dy[r, f] * gated(a,
     b)[r, f]``. All in float32; ``dx`` cast to ``x2d``'s dtype (or into ``out``),
-    ``dprobs`` to ``probs``' dtype, None without ``probs``.
+    ``dprobs`` to ``probs``' dtype, None without ``probs``; ``row_amax`` (given) maxed with
+    each row's finite ``max |dx|`` of dx as returned.
     """
     a, b = _halves(x2d, interleaved)
     dy = dy2d.float()
@@ -258,4 +270,7 @@ def reference_gated_bwd(
         dx = torch.stack((da, db), dim=-1).reshape(x2d.shape)
     else:
         dx = torch.cat((da, db), dim=1)
-    return (out.copy_(dx) if out is not None else dx.to(x2d.dtype)), dprobs
+    dx = out.copy_(dx) if out is not None else dx.to(x2d.dtype)
+    if row_amax is not None and dx.numel():
+        torch.maximum(row_amax, reference_finite_abs(dx).amax(1), out=row_amax)
+    return dx, dprobs

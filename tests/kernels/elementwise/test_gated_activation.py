@@ -135,6 +135,51 @@ def test_dprobs_is_deterministic():
     assert torch.equal(first, kernels.gated_bwd(x, dy, Activation.SILU, probs=probs)[1])
 
 
+def _same_bits(a, b):
+    """Equal bit for bit, NaN included."""
+    ints = {2: torch.int16, 4: torch.int32}
+    return a.dtype == b.dtype and torch.equal(a.view(ints[a.element_size()]), b.view(ints[b.element_size()]))
+
+
+def _check_row_amax(x, dy, probs, kw):
+    """The row amaxes each launcher emits are ``max |dx|`` over the finite values of its own
+    dx (bitwise: a per-tensor quantize of dx then needs no amax pass), and the call's other
+    outputs are those of the call without them."""
+    for bwd in (kernels.gated_bwd, kernels.reference_gated_bwd):
+        row_amax = torch.zeros(x.shape[0], device=x.device)
+        dx, dprobs = bwd(x, dy, Activation.SILU, probs=probs, row_amax=row_amax, **kw)
+        want = dx.float().abs().nan_to_num(0.0, 0.0, 0.0).amax(1) if dx.numel() else torch.zeros_like(row_amax)
+        assert torch.equal(row_amax, want), bwd.__name__
+        plain_dx, plain_dprobs = bwd(x, dy, Activation.SILU, probs=probs, **kw)
+        assert _same_bits(dx, plain_dx), bwd.__name__
+        assert (dprobs is None and plain_dprobs is None) or _same_bits(dprobs, plain_dprobs), bwd.__name__
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("interleaved", [False, True], ids=["halves", "interleaved"])
+def test_row_amax_is_the_max_of_dx(interleaved, dtype):
+    kw = dict(interleaved=interleaved, clamped=False, limit=7.0, alpha=1.0)
+    for rows, features in SHAPES + [(9, 600)]:
+        x = (torch.randn(rows, features) * 4).to(dtype)
+        dy = torch.randn(rows, features // 2).to(dtype)
+        if rows > 2:
+            # A non-finite gradient is left out of its row's amax, not spread into it.
+            dy[1, 0] = float("inf")
+            dy[2, -1] = float("nan")
+        _check_row_amax(x, dy, _probs("float32", rows, dtype), kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("interleaved", [False, True], ids=["halves", "interleaved"])
+def test_gpu_row_amax_is_the_max_of_dx(interleaved):
+    device = cuda_or_skip()
+    x = (torch.randn(4099, 1536, device=device) * 4).to(torch.bfloat16)
+    dy = torch.randn(4099, 768, device=device).to(torch.bfloat16)
+    dy[1, 0] = float("inf")
+    _check_row_amax(x, dy, _probs("float32", 4099, torch.bfloat16, device),
+                    dict(interleaved=interleaved, clamped=False, limit=7.0, alpha=1.0))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("interleaved", [False, True], ids=["halves", "interleaved"])
 @pytest.mark.parametrize("act, clamped, alpha, probs_kind", GATES[:3], ids=GATE_IDS[:3])

@@ -1,0 +1,105 @@
+"""The per-tensor quantize passes of one FP8-current-scaling MoE step, standalone at their shapes.
+
+One forward+backward of the expert layer at Qwen3-30B-A3B (E=128, T=32768, top-8: 262144
+routed rows, H=2048, I=768) quantizes four grouped tensors, each row-wise and column-wise in
+one cast pass (.notes/quantize.md, "Issue 24: where the quantize time goes"): FC1's input
+[262144, 2048] (E4M3), FC2's input h [262144, 768] (E4M3), FC2's output gradient [262144, 2048]
+and FC1's [262144, 1536] (E5M2); three of them after an amax pass. The profile of the whole
+step splits 3.95 ms of cast and 0.99 ms of amax between them; this times each call alone,
+from CUDA graphs, as bytes moved over a device copy's rate, and sweeps the cast's tiles for
+the grouped row+column case (every candidate's buffers checked bit for bit against the
+default tiling's first).
+
+    python -m benchmarks.moe_quantize [--tokens 32768] [--top-k 8] [--experts 128] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from benchmarks.quantize import bench, graph_ms, nbytes
+from fuseops.kernels.gemm.grouped import group_offsets
+from fuseops.kernels.quantization import amax as ka
+from fuseops.kernels.quantization import quantize as kq
+from fuseops.kernels.quantization.formats import Element, Scaling, tensor_encode_scale
+
+# (name, columns, element) of the four quantized tensors.
+TENSORS = [("FC1 input x_sorted", 2048, Element.E4M3), ("FC2 input h", 768, Element.E4M3),
+           ("FC2 grad dy_sorted", 2048, Element.E5M2), ("FC1 grad dz", 1536, Element.E5M2)]
+Q = kq.QuantizeConfig
+# sm_90a registers (ptxas, offline, grouped 128 experts; E4M3 / E5M2): the default 128x128 at 4
+# warps holds 16 rows a thread (K = 16): 178 / 255 with 36 bytes of spills, 2 programs an SM;
+# every K = 8 tile below: 78-102 / 130-138, no spills.
+CANDIDATES = [Q(128, 128, 4), Q(128, 128, 4, group_r=8), Q(128, 64, 4), Q(64, 128, 4), Q(128, 128, 8),
+              Q(64, 256, 8), Q(32, 256, 4)]
+
+
+def timed(fn) -> float:
+    """Milliseconds per call from a CUDA graph (eager if the capture fails); on the CPU (the
+    interpreter: ``--smoke`` checks the script) the call runs once and NaN is returned."""
+    if not torch.cuda.is_available():
+        fn()
+        return float("nan")
+    return graph_ms(fn) or bench(fn)
+
+
+def routed_sizes(tokens: int, experts: int, top_k: int, device: str) -> torch.Tensor:
+    """Rows per expert of random top-k routing (as benchmarks.moe_layer's cases route)."""
+    g = torch.Generator(device=device).manual_seed(0)
+    ids = torch.randn(tokens, experts, device=device, generator=g).topk(top_k, dim=-1).indices
+    return torch.bincount(ids.flatten(), minlength=experts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tokens", type=int, default=32768)
+    parser.add_argument("--top-k", type=int, default=8)
+    parser.add_argument("--experts", type=int, default=128)
+    parser.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, a tiny shape")
+    args = parser.parse_args()
+    device = "cpu" if args.smoke else "cuda"
+    if args.smoke:
+        args.tokens, args.top_k, args.experts = 32, 2, 4
+    sizes = routed_sizes(args.tokens, args.experts, args.top_k, device)
+    offsets = group_offsets(sizes)
+    rows = args.tokens * args.top_k
+    print(f"{rows} rows in {args.experts} groups ({int(sizes.min())}..{int(sizes.max())} rows)")
+    # Group amaxes from a producer's row amaxes (fuseops.quant.emit): the amax kernel over
+    # them, against the scatter_reduce_ it replaced (session 14).
+    row_amax = torch.rand(rows, device=device)
+    group = torch.searchsorted(offsets[1:], torch.arange(rows, device=device), right=True)
+    ms_kernel = timed(lambda: ka.amax(row_amax.view(1, rows, 1), offsets, args.experts))
+    ms_scatter = timed(lambda: torch.zeros(args.experts, device=device).scatter_reduce_(0, group, row_amax, "amax"))
+    print(f"group amax from row amaxes: amax kernel {ms_kernel:.4f} ms, scatter_reduce_ {ms_scatter:.4f} ms")
+    for name, cols, element in TENSORS:
+        cols = cols // 16 if args.smoke else cols
+        x = torch.randn(1, rows, cols, device=device, dtype=torch.bfloat16)
+        y = torch.empty_like(x)
+        copy_ms = timed(lambda: y.copy_(x))
+        copy_rate = 2 * nbytes(x) / copy_ms
+        amax_ms = timed(lambda: ka.amax(x, offsets, args.experts))
+        enc = tensor_encode_scale(ka.amax(x, offsets, args.experts), Scaling.TENSOR, element)
+        kw = dict(scaling=Scaling.TENSOR, element=element, rowwise=True, columnwise=True)
+        ref = kq.quantize(x, offsets, enc, **kw)
+        moved = nbytes(x) + nbytes(ref.data, ref.data_t)
+        print(f"\n{name} [{rows}, {cols}] {element.name}: copy {copy_ms:.3f} ms; amax pass {amax_ms:.3f} ms "
+              f"({nbytes(x) / amax_ms / 1e9:.2f} TB/s read, {nbytes(x) / amax_ms / copy_rate:.2f} of copy's rate)")
+        for cfg in CANDIDATES:
+            out = kq.allocate(tuple(x.shape), args.experts, block_2d=False, device=x.device, **kw)
+            try:
+                fn = lambda: kq.launch_quantize(x, offsets, enc, Scaling.TENSOR, element, False, True, True, out, cfg)  # noqa: E731
+                fn()
+                same = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+                           for a, b in ((out.data, ref.data), (out.data_t, ref.data_t)))
+                ms = timed(fn)
+            except Exception as exc:  # a candidate that does not compile is reported, not fatal
+                print(f"  cast {cfg}: {exc!r}"[:160])
+                continue
+            print(f"  cast {cfg}: {ms:.3f} ms, {moved / ms / 1e9:.2f} TB/s, {moved / ms / copy_rate:.2f} of copy"
+                  f"{'' if same else '  BITS DIFFER'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
