@@ -1,0 +1,110 @@
+"""Per-call work decided once per call signature (issue 20: the host path).
+
+A ``Sequential`` call validates the chain, finds its plan, builds the op contexts and lays
+out the autograd Function's inputs; all of that follows from the call's *signature*: the
+input's shape, dtype, device and whether it needs grad; grad mode, the recipe, the autocast
+dtype, whether kernels run for the device; each op's training flag and each parameter's
+identity, dtype, device and ``requires_grad``; for each extra input, which earlier tensor it
+is (by identity) and its metadata, or, where the checks read values (a list of split sizes,
+an integer CPU tensor), the values themselves. A call whose signature was seen before skips
+straight to running (``fuseops.ops.executor.prepared``): its checks passed for that signature
+and would pass again, so errors still come before any launch.
+
+Calls with per-op module hooks, with ``FUSEOPS_DEBUG=1`` (checks that read device data),
+with an extra input of another kind, and calls while torch.compile traces take the full path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from fuseops.fusions.fusion import measured_declines_are_ignored
+from fuseops.kernels._triton import runs_triton
+from fuseops.ops._autocast import autocast_dtype
+from fuseops.ops._checks import debug_checks_enabled
+from fuseops.ops.executor.prepared import Prepared
+
+# Signatures kept per Sequential: a changing row count makes one per count; past this many
+# the cache starts over (a miss costs the full path, no more).
+MAX_SIGNATURES = 64
+
+
+def _extra_key(e: Any, tensors: list[torch.Tensor]) -> Any:
+    """An extra input's part of the signature; None when it has none (the full path runs)."""
+    if isinstance(e, torch.Tensor):
+        same = next((i for i, t in enumerate(tensors) if t is e), -1)
+        if same < 0:
+            tensors.append(e)
+        # The checks and the plan read an integer CPU tensor's values (split sizes on the host).
+        values = tuple(e.tolist()) if e.is_cpu and not e.is_floating_point() else None
+        return same, e.shape, e.dtype, e.device, e.requires_grad, values
+    if isinstance(e, (list, tuple)):
+        # The types too: True == 1 and 1.0 == 1, but the checks refuse bools and floats.
+        return tuple(e), tuple(map(type, e))
+    return None
+
+
+def call_signature(
+    ops: Sequence[torch.nn.Module], x: Any, extra_inputs: Sequence[Any], *, fuse: bool, grad_enabled: bool,
+    recipe: Any,
+) -> tuple[tuple | None, list[torch.nn.Parameter]]:
+    """``(signature, every op's own parameters in op order)``; the signature is None where
+    the call must take the full path (module docstring)."""
+    params: list[torch.nn.Parameter] = []
+    if not isinstance(x, torch.Tensor) or debug_checks_enabled():
+        return None, params
+    per_op: list[Any] = []
+    for op in ops:
+        if op._forward_hooks or op._forward_pre_hooks or op._backward_hooks or op._backward_pre_hooks:
+            return None, params
+        per_op.append(op.training)
+        for p in op._parameters.values():
+            if p is not None:
+                params.append(p)
+                # The id tells which positions hold one (tied) parameter; no id is reused
+                # while both objects live, so equal ids mean the same sharing.
+                per_op.append((id(p), p.dtype, p.device, p.requires_grad))
+    tensors = [x]
+    extras = []
+    for e in extra_inputs:
+        key = _extra_key(e, tensors)
+        if key is None:
+            return None, params
+        extras.append(key)
+    signature = (
+        x.shape, x.dtype, x.device, x.requires_grad, fuse, grad_enabled, recipe, autocast_dtype(x.device),
+        runs_triton(x), measured_declines_are_ignored(), tuple(per_op), tuple(extras),
+    )
+    return signature, params
+
+
+class CallCache:
+    """``Prepared`` runs of one ``Sequential``, by call signature."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple, Prepared] = {}
+
+    def get(self, signature: tuple | None) -> Prepared | None:
+        if signature is None:
+            return None
+        try:
+            return self._runs.get(signature)
+        except TypeError:
+            # An unhashable value in a list of split sizes: the full path says what is wrong.
+            return None
+
+    def put(self, signature: tuple | None, prepared: Prepared) -> None:
+        if signature is None:
+            return
+        if len(self._runs) >= MAX_SIGNATURES:
+            self._runs.clear()
+        try:
+            self._runs[signature] = prepared
+        except TypeError:
+            pass
+
+    def clear(self) -> None:
+        self._runs.clear()
