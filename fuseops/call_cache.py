@@ -10,8 +10,9 @@ an integer CPU tensor), the values themselves. A call whose signature was seen b
 straight to running (``fuseops.ops.executor.prepared``): its checks passed for that signature
 and would pass again, so errors still come before any launch.
 
-Calls with per-op module hooks, with ``FUSEOPS_DEBUG=1`` (checks that read device data),
-with an extra input of another kind, and calls while torch.compile traces take the full path.
+Calls with per-op module hooks, with an integer device tensor under ``FUSEOPS_DEBUG=1``
+(the checks then read its values), with an extra input of another kind, and calls while
+torch.compile traces take the full path.
 """
 
 from __future__ import annotations
@@ -39,7 +40,13 @@ def _extra_key(e: Any, tensors: list[torch.Tensor]) -> Any:
         if same < 0:
             tensors.append(e)
         # The checks and the plan read an integer CPU tensor's values (split sizes on the host).
-        values = tuple(e.tolist()) if e.is_cpu and not e.is_floating_point() else None
+        values = None
+        if not e.is_floating_point():
+            if e.is_cpu:
+                values = tuple(e.tolist())
+            elif debug_checks_enabled():
+                # FUSEOPS_DEBUG=1: the checks read device split sizes too (a host sync).
+                return None
         return same, e.shape, e.dtype, e.device, e.requires_grad, values
     if isinstance(e, (list, tuple)):
         # The types too: True == 1 and 1.0 == 1, but the checks refuse bools and floats.
@@ -54,7 +61,7 @@ def call_signature(
     """``(signature, every op's own parameters in op order)``; the signature is None where
     the call must take the full path (module docstring)."""
     params: list[torch.nn.Parameter] = []
-    if not isinstance(x, torch.Tensor) or debug_checks_enabled():
+    if not isinstance(x, torch.Tensor):
         return None, params
     per_op: list[Any] = []
     for op in ops:

@@ -76,8 +76,10 @@ class Saved:
         """A copy with ``changes``: ``dataclasses.replace`` without re-running ``__init__``
         and its field walk in eager mode (records have no ``__post_init__``); the executor
         makes two per op and call."""
-        if torch.compiler.is_compiling() or not changes:
-            return dataclasses.replace(self, **changes) if changes else self
+        if not changes:
+            return self
+        if torch.compiler.is_compiling():
+            return dataclasses.replace(self, **changes)
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
         new.__dict__.update(changes)

@@ -93,6 +93,13 @@ def _non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> lis
     version counter, so an in-place change still trips the check of anything saved from it.
     An output aliasing an input stays a view: torch then refuses in-place ops on it, as the
     data really is the input's."""
+    if len(outputs) == 1:
+        # The common case, without the walk below: one output, an input or a view or new.
+        (t,) = outputs
+        if any(t is i for i in inputs):
+            return [t.view_as(t)]
+        if t._base is None or all(t._base is not _root(i) for i in inputs if isinstance(i, torch.Tensor)):
+            return [t] if t._base is None else [t.detach()]
     roots = [_root(t) for t in inputs if isinstance(t, torch.Tensor)]
     seen: list[torch.Tensor] = []
     out = []
@@ -133,7 +140,10 @@ def forward_body(state: RunState, inputs: Sequence[Any]) -> tuple[tuple, list[to
     x = inputs[0]
     flat = [inputs[e.index] if isinstance(e, Arg) else e for e in state.extra_template]
     extra_inputs = [tuple(flat[a:b]) for a, b in prep.extra_spans]
-    with autocast_off(prep.device_type):
+    if prep.autocast:
+        with autocast_off(prep.device_type):
+            y, extra_outputs = run_forward(prep.plan, state.ops, ctxs, x, extra_inputs)
+    else:
         y, extra_outputs = run_forward(prep.plan, state.ops, ctxs, x, extra_inputs)
     tensors, records = pack_saved(ctxs)
     # The parameters as this Function received them (under torch.func, unwrapped).
@@ -226,8 +236,12 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
         create_graph = False
     else:
         create_graph = torch.is_grad_enabled()
-    with torch.no_grad(), autocast_off(state.output_device.type):
-        grads = _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads)
+    with autocast_off(state.prep.device_type):
+        if not torch.is_grad_enabled():
+            # The engine runs backward with grad mode off unless create_graph is set.
+            return _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads)
+        with torch.no_grad():
+            grads = _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads)
     return _no_second_backward(grads) if create_graph else grads
 
 

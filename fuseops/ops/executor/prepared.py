@@ -48,14 +48,11 @@ class Prepared:
     # Positions in the flat extra inputs of the tensors passed after x, each object once.
     input_picks: tuple[int, ...]
     input_dtypes: tuple[torch.dtype, ...]
+    num_inputs: int
     # Positions in ``flat_parameters(ops)`` of the parameters passed (tied ones once), and per
     # op, parameter name -> position among those passed.
     param_picks: tuple[int, ...]
     param_slots: tuple[dict[str, int], ...]
-
-    @property
-    def num_inputs(self) -> int:
-        return len(self.input_dtypes)
 
 
 def flat_parameters(ops: Sequence[torch.nn.Module]) -> list[torch.nn.Parameter]:
@@ -114,6 +111,7 @@ def prepare(
         extra_args=tuple(args),
         input_picks=tuple(picks),
         input_dtypes=tuple(t.dtype for t in inputs),
+        num_inputs=len(inputs),
         param_picks=tuple(param_picks),
         param_slots=tuple(slots),
     )
