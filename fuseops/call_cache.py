@@ -36,8 +36,12 @@ MAX_SIGNATURES = 64
 def _extra_key(e: Any, tensors: list[torch.Tensor]) -> Any:
     """An extra input's part of the signature; None when it has none (the full path runs)."""
     if isinstance(e, torch.Tensor):
-        same = next((i for i, t in enumerate(tensors) if t is e), -1)
-        if same < 0:
+        same = -1
+        for i, t in enumerate(tensors):
+            if t is e:
+                same = i
+                break
+        else:
             tensors.append(e)
         # The checks and the plan read an integer CPU tensor's values (split sizes on the host).
         values = None

@@ -24,6 +24,10 @@ class Role(enum.Enum):
     PARAMETER = "parameter"
     META = "meta"
 
+    # Members are singletons compared by identity: hashed by it too, in C (Enum's own hash
+    # hashes the name in Python, and the executor looks roles up per op and call).
+    __hash__ = object.__hash__
+
 
 def activation(default: Any = None) -> Any:
     """A ``Saved`` field holding an activation (offloadable)."""

@@ -259,9 +259,11 @@ def _norm_bwd(dy2d, x2d, weight, mean, rstd, zero_centered_gamma, has_bias, is_r
     M, N = x2d.shape
     cfg, programs = _launch_shape(M, N, x2d.get_device())
     dx = torch.empty_like(x2d)
-    # Zeroed: programs with no rows, and the chunked path's in-memory sums, start from 0.
-    dw_partials = torch.zeros(programs, N, dtype=torch.float32, device=x2d.device)
-    db_partials = torch.zeros_like(dw_partials) if has_bias else dw_partials
+    # One block: every program stores its whole partial row (zeros when it had no rows), so
+    # no memset launch; the chunked path adds into its row in memory, which starts at 0.
+    alloc = torch.empty if cfg.one_block else torch.zeros
+    dw_partials = alloc(programs, N, dtype=torch.float32, device=x2d.device)
+    db_partials = alloc(programs, N, dtype=torch.float32, device=x2d.device) if has_bias else dw_partials
     launch(norm_bwd_kernel, (programs,),
         dy2d, x2d, weight, mean if mean is not None else rstd, rstd, dx, dw_partials, db_partials,
         M, N, dy2d.stride(0), x2d.stride(0), dx.stride(0), programs,

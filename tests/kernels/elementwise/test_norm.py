@@ -129,3 +129,21 @@ def test_gpu_large_bf16(kind, shape):
     weight, bias = _params(shape[1], torch.bfloat16, kind, device)
     for zc in (False, True):
         _check(x, dy, weight, bias, kind, zc, torch.bfloat16)
+
+
+def test_backward_partial_sums_need_no_zeroed_buffer(monkeypatch):
+    """Every ``torch.empty`` comes back NaN-filled: a partial-sum row that some program left
+    unwritten (one-block rows are stored whole, without a memset first) would reach dweight."""
+    real_empty = torch.empty
+
+    def nan_empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    # (40, 6): more row blocks than programs; (0, 8): programs with no rows at all.
+    for rows, n in SHAPES + [(40, 6)]:
+        for kind in KINDS:
+            x = torch.randn(rows, n) * 2 + 0.5
+            weight, bias = _params(n, torch.float32, kind)
+            _check(x, torch.randn(rows, n), weight, bias, kind, False, torch.float32)
