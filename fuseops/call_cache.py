@@ -22,9 +22,7 @@ from typing import Any
 
 import torch
 
-from fuseops.fusions.fusion import measured_declines_are_ignored
-from fuseops.kernels._triton import runs_triton
-from fuseops.ops._autocast import autocast_dtype
+from fuseops.fuser import config_signature
 from fuseops.ops._checks import debug_checks_enabled
 from fuseops.ops.executor.prepared import Prepared
 
@@ -86,8 +84,8 @@ def call_signature(
             return None, params
         extras.append(key)
     signature = (
-        x.shape, x.dtype, x.device, x.requires_grad, fuse, grad_enabled, recipe, autocast_dtype(x.device),
-        runs_triton(x), measured_declines_are_ignored(), tuple(per_op), tuple(extras),
+        x.shape, x.dtype, x.device, x.requires_grad, fuse, config_signature(x, recipe, grad_enabled),
+        tuple(per_op), tuple(extras),
     )
     return signature, params
 
