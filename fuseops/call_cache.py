@@ -50,9 +50,10 @@ def _extra_key(e: Any, tensors: list[torch.Tensor]) -> Any:
                 # FUSEOPS_DEBUG=1: the checks read device split sizes too (a host sync).
                 return None
         return same, e.shape, e.dtype, e.device, e.requires_grad, values
-    if isinstance(e, (list, tuple)):
-        # The types too: True == 1 and 1.0 == 1, but the checks refuse bools and floats.
-        return tuple(e), tuple(map(type, e))
+    if isinstance(e, (list, tuple)) and all(type(s) is int for s in e):
+        # Plain ints only: True == 1 and 1.0 == 1 as keys, but the checks refuse bools and
+        # floats (anything else takes the full path, which says what is wrong).
+        return tuple(e)
     return None
 
 
@@ -97,23 +98,14 @@ class CallCache:
         self._runs: dict[tuple, Prepared] = {}
 
     def get(self, signature: tuple | None) -> Prepared | None:
-        if signature is None:
-            return None
-        try:
-            return self._runs.get(signature)
-        except TypeError:
-            # An unhashable value in a list of split sizes: the full path says what is wrong.
-            return None
+        return None if signature is None else self._runs.get(signature)
 
     def put(self, signature: tuple | None, prepared: Prepared) -> None:
         if signature is None:
             return
         if len(self._runs) >= MAX_SIGNATURES:
             self._runs.clear()
-        try:
-            self._runs[signature] = prepared
-        except TypeError:
-            pass
+        self._runs[signature] = prepared
 
     def clear(self) -> None:
         self._runs.clear()
