@@ -44,6 +44,9 @@ def _extra_key(e: Any, tensors: list[torch.Tensor]) -> Any:
         # The checks and the plan read an integer CPU tensor's values (split sizes on the host).
         values = None
         if not e.is_floating_point():
+            if e.dim() != 1:
+                # Not a list of sizes: the full path says what is wrong.
+                return None
             if e.is_cpu:
                 values = tuple(e.tolist())
             elif debug_checks_enabled():
