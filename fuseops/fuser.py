@@ -44,6 +44,12 @@ def plan_config(x: torch.Tensor, recipe: Any, grad_enabled: bool) -> PlanConfig:
     )
 
 
+def config_signature(x: torch.Tensor, recipe: Any, grad_enabled: bool) -> tuple:
+    """What ``plan_config`` reads of the call, as a tuple (``call_cache.py`` keys on it per
+    call, so it is built without the dataclass)."""
+    return (recipe, grad_enabled, runs_triton(x), current_autocast(x), measured_declines_are_ignored())
+
+
 def _match_at(
     ops: Sequence[BasicOp], i: int, cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]],
     candidates: Sequence[Fusion], declined: list, hooked: frozenset[int] = frozenset(),

@@ -7,8 +7,10 @@ from typing import Any
 
 import torch
 
+from fuseops.call_cache import CallCache, call_signature
 from fuseops.fuser import PlanCache, build_plan, plan_config
 from fuseops.ops.executor.execute import Plan, check_chain, execute, make_contexts, split_extra_inputs
+from fuseops.ops.executor.prepared import flat_parameters, prepare, run_prepared
 from fuseops.ops.op import BasicOp
 from fuseops.quant.autocast import current_recipe
 
@@ -33,6 +35,7 @@ class Sequential(torch.nn.Module):
             raise TypeError(f"fuse: expected True or False, got {fuse!r}")
         self.fuse = fuse
         self._plans = PlanCache()
+        self._calls = CallCache()
         self._plan: Plan | None = None
         for op in ops:
             self.append(op)
@@ -50,6 +53,7 @@ class Sequential(torch.nn.Module):
             )
         self.add_module(str(len(self)), op)
         self._plans.clear()
+        self._calls.clear()
         return self
 
     def __len__(self) -> int:
@@ -72,25 +76,44 @@ class Sequential(torch.nn.Module):
 
     def forward(self, input: torch.Tensor, *extra_inputs: Any) -> Any:
         ops = list(self)
-        per_op = split_extra_inputs(ops, extra_inputs)
-        specs = check_chain(ops, input, per_op)
         grad_enabled = torch.is_grad_enabled()
         recipe = current_recipe()
+        compiling = torch.compiler.is_compiling()
+        signature = None
+        if not compiling:
+            # A signature seen before: its checks passed, its plan and contexts are made
+            # (``call_cache.py``); only the tensors are gathered.
+            signature, params = call_signature(
+                ops, input, extra_inputs, fuse=self.fuse, grad_enabled=grad_enabled, recipe=recipe
+            )
+            prepared = self._calls.get(signature)
+            if prepared is not None:
+                if self._plan is not prepared.plan:
+                    self._plan = prepared.plan
+                return run_prepared(prepared, ops, input, extra_inputs, params)
+        per_op = split_extra_inputs(ops, extra_inputs)
+        specs = check_chain(ops, input, per_op)
         hooked = hooked_ops(ops)
         if not self.fuse:
             plan = Plan.unfused(ops)
-        elif torch.compiler.is_compiling():
+        elif compiling:
             # Planned once per trace; a plan made while tracing can be neither cached nor
             # kept in ``self.plan`` (dynamo cannot rebuild it outside the graph).
             plan = build_plan(ops, plan_config(input, recipe, grad_enabled), per_op, hooked=hooked)
         else:
             plan = self._plans.get(ops, plan_config(input, recipe, grad_enabled), per_op, hooked)
-        if not torch.compiler.is_compiling():
+        if not compiling:
             self._plan = plan
         if hooked:
             return self._run_segments(plan, ops, hooked, input, per_op)
         ctxs = make_contexts(ops, input, per_op, recipe=recipe, grad_enabled=grad_enabled, input_specs=specs)
-        return execute(plan, ops, ctxs, input, per_op)
+        if compiling:
+            return execute(plan, ops, ctxs, input, per_op)
+        if signature is None:
+            params = flat_parameters(ops)
+        prepared = prepare(plan, ops, ctxs, input, extra_inputs, params)
+        self._calls.put(signature, prepared)
+        return run_prepared(prepared, ops, input, extra_inputs, params)
 
     def _run_segments(
         self, plan: Plan, ops: list[BasicOp], hooked: frozenset[int], x: torch.Tensor, per_op: list

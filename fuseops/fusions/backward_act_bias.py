@@ -14,15 +14,16 @@ from fuseops.ops.bias import Bias
 from fuseops.ops.contract import OpContext, OpGrads
 from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp
+from fuseops.ops.shape import rows, unrows
 
 
 def _act_backward_dbias(act_op: ActivationOp, ctx: OpContext, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     z = ctx.saved.x
     n = z.shape[-1]
-    z2d, dy2d = z.reshape(-1, n).contiguous(), dy.reshape(-1, n).contiguous()
+    z2d, dy2d = rows(z, n).contiguous(), rows(dy, n).contiguous()
     launch = launcher(Kernel.ACTIVATION_BWD_DBIAS, z2d)
     dz, dbias = launch(z2d, dy2d, act_op.act, act_op.alpha)
-    return dz.view(z.shape), dbias
+    return unrows(dz, z.shape), dbias
 
 
 def _bias_needs_grad(ops: Sequence[BasicOp], cfg: PlanConfig) -> str | None:

@@ -12,6 +12,7 @@ from fuseops.ops.activation import ActivationOp
 from fuseops.ops.contract import OpContext, OpGrads
 from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp
+from fuseops.ops.shape import rows, unrows
 
 
 class BackwardActivationLinear(Fusion):
@@ -32,8 +33,8 @@ class BackwardActivationLinear(Fusion):
             # dx is cast to the activation's dtype first, as the basic ops do.
             dz = linear.input_grad(ctxs[1], dy).to(z.dtype)
             return [act_op.op_backward(ctxs[0], dz, ()), OpGrads(None, params)]
-        dy2d = dy.reshape(-1, linear.out_features).contiguous()
-        z2d = z.reshape(-1, linear.in_features).contiguous()
+        dy2d = rows(dy, linear.out_features).contiguous()
+        z2d = rows(z, linear.in_features).contiguous()
         launch = launcher(Kernel.GEMM, dy2d)
         dz, _ = launch(dy2d, linear.compute_weight(ctxs[1]), act=act_op.act, alpha=act_op.alpha, act_grad_input=z2d)
-        return [OpGrads(dz.view(z.shape)), OpGrads(None, params)]
+        return [OpGrads(unrows(dz, z.shape)), OpGrads(None, params)]

@@ -13,6 +13,7 @@ from fuseops.ops import _autocast
 from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp
 from fuseops.ops.residual import AddExtraInput, NothingSaved
+from fuseops.ops.shape import rows, unrows
 
 
 class ForwardLinearAddExtraInput(Fusion):
@@ -35,8 +36,8 @@ class ForwardLinearAddExtraInput(Fusion):
         linear.save(ctxs[0], x)
         if ctxs[1].needs_backward:
             ctxs[1].saved = NothingSaved()
-        x2d = x.reshape(-1, linear.in_features).contiguous()
-        r2d = residual.reshape(-1, linear.out_features).contiguous()
+        x2d = rows(x, linear.in_features).contiguous()
+        r2d = rows(residual, linear.out_features).contiguous()
         launch = launcher(Kernel.GEMM, x2d)
         y, _ = launch(x2d, linear.compute_weight(ctxs[0]).t(), bias=linear.compute_bias(ctxs[0]), residual=r2d)
-        return y.view(*x.shape[:-1], linear.out_features), [(), ()]
+        return unrows(y, x.shape[:-1] + (linear.out_features,)), [(), ()]

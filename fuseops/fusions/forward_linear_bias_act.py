@@ -18,6 +18,7 @@ from fuseops.ops.contract import OpContext
 from fuseops.ops.gated import GatedActivation, GatedSaved
 from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp
+from fuseops.ops.shape import rows, unrows
 
 
 def _linear_act_forward(
@@ -28,7 +29,7 @@ def _linear_act_forward(
     x = _autocast.cast_input(linear_ctx.autocast, x)
     weight = linear.compute_weight(linear_ctx)
     linear.save(linear_ctx, x)
-    x2d = x.reshape(-1, linear.in_features).contiguous()
+    x2d = rows(x, linear.in_features).contiguous()
     save_preact = act_ctx.needs_backward
     if isinstance(act_op, GatedActivation):
         launch = launcher(Kernel.GEMM_GATED, x2d)
@@ -38,9 +39,9 @@ def _linear_act_forward(
         y, z = launch(x2d, weight.t(), bias=bias, act=act_op.act, alpha=act_op.alpha, save_preact=save_preact)
     lead = x.shape[:-1]
     if save_preact:
-        z = z.view(*lead, z.shape[-1])
+        z = unrows(z, lead + (z.shape[-1],))
         act_ctx.saved = GatedSaved(x=z) if isinstance(act_op, GatedActivation) else ActivationSaved(x=z)
-    return y.view(*lead, y.shape[-1])
+    return unrows(y, lead + (y.shape[-1],))
 
 
 def _no_scaled_probs(op: BasicOp) -> bool:

@@ -36,6 +36,7 @@ from fuseops.ops.executor.saved_state import graph_freed_after_backward
 from fuseops.ops.gated import GatedActivation, GatedSaved
 from fuseops.ops.grouped_linear import GroupedLinear, GroupedLinearSaved, device_offsets
 from fuseops.ops.op import BasicOp
+from fuseops.ops.shape import rows, unrows
 
 
 def _activation(act_op: BasicOp, z: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
@@ -72,7 +73,7 @@ class GroupedMLP(Fusion):
         x = _autocast.cast_input(ctxs[0].autocast, x)
         w1, b1 = fc1.compute_weight(ctxs[0]), fc1.compute_bias(ctxs[0])
         w2, b2 = fc2.compute_weight(ctxs[2]), fc2.compute_bias(ctxs[2])
-        x2d = x.reshape(-1, fc1.in_features).contiguous()
+        x2d = rows(x, fc1.in_features).contiguous()
         gemm = library.grouped_gemm
         # z also feeds the recompute of h for FC2's weight gradient.
         keep_z = ctxs[1].needs_backward or ctxs[2].weight_requires_grad
@@ -93,13 +94,13 @@ class GroupedMLP(Fusion):
             ctxs[2].saved = GroupedLinearSaved(
                 weight=w2 if ctxs[2].input_requires_grad else None, offsets=offsets
             )
-        return y.view(*x.shape[:-1], fc2.out_features), [(), (), ()]
+        return unrows(y, x.shape[:-1] + (fc2.out_features,)), [(), (), ()]
 
     def fused_backward(self, ops, ctxs: Sequence[OpContext], dy, extra_output_grads) -> list[OpGrads]:
         fc1, act_op, fc2 = ops
         fc1_ctx, act_ctx, fc2_ctx = ctxs
         offsets = fc2_ctx.saved.offsets
-        dy2d = dy.reshape(-1, fc2.out_features).contiguous()
+        dy2d = rows(dy, fc2.out_features).contiguous()
         z, probs = act_ctx.saved.x, getattr(act_ctx.saved, "probs", None)
 
         # When this backward frees the graph, z is dead once FC2's dgrad has read it: dz
@@ -129,7 +130,7 @@ class GroupedMLP(Fusion):
 
         dx = fc1.input_grad(fc1_ctx, dz)
         if dx is not None:
-            dx = dx.view(*dy.shape[:-1], fc1.in_features)
+            dx = unrows(dx, dy.shape[:-1] + (fc1.in_features,))
         act_extras = (dprobs if act_ctx.extra_requires_grad[0] else None,) if getattr(act_op, "scaled", False) else ()
         return [
             OpGrads(dx, fc1.param_grads(fc1_ctx, dz), (None,)),

@@ -71,6 +71,10 @@ class Backend(enum.Enum):
     TRITON = "triton"
     SM90 = "gluon sm_90"
 
+    # Identity hashes, in C: every launcher() call looks (kernel, backend) up, and Enum's
+    # own hash runs in Python.
+    __hash__ = object.__hash__
+
 
 class Kernel(enum.Enum):
     """Kernel-level operations, by family (the launcher's name)."""
@@ -112,6 +116,8 @@ class Kernel(enum.Enum):
     PERMUTE = "permute"
     UNPERMUTE = "unpermute"
     UNPERMUTE_BWD = "unpermute_bwd"
+
+    __hash__ = object.__hash__
 
 
 @dataclass(frozen=True)

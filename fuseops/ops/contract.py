@@ -24,6 +24,10 @@ class Role(enum.Enum):
     PARAMETER = "parameter"
     META = "meta"
 
+    # Members are singletons compared by identity: hashed by it too, in C (Enum's own hash
+    # hashes the name in Python, and the executor looks roles up per op and call).
+    __hash__ = object.__hash__
+
 
 def activation(default: Any = None) -> Any:
     """A ``Saved`` field holding an activation (offloadable)."""
@@ -79,8 +83,10 @@ class Saved:
         """A copy with ``changes``: ``dataclasses.replace`` without re-running ``__init__``
         and its field walk in eager mode (records have no ``__post_init__``); the executor
         makes two per op and call."""
-        if torch.compiler.is_compiling() or not changes:
-            return dataclasses.replace(self, **changes) if changes else self
+        if not changes:
+            return self
+        if torch.compiler.is_compiling():
+            return dataclasses.replace(self, **changes)
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
         new.__dict__.update(changes)

@@ -18,6 +18,7 @@ from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.ops import _checks
 from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation
 from fuseops.ops.op import BasicOp
+from fuseops.ops.shape import rows, unrows
 
 
 @dataclass(frozen=True)
@@ -61,20 +62,20 @@ class GatedActivation(BasicOp):
         probs = extra_inputs[0] if self.scaled else None
         if ctx.needs_backward:
             ctx.saved = GatedSaved(x=x, probs=probs)
-        x2d = x.reshape(-1, x.shape[-1]).contiguous()
+        x2d = rows(x, x.shape[-1]).contiguous()
         launch = launcher(Kernel.GATED_FWD, x2d)
         y = launch(x2d, self.act, probs=probs, **self.kernel_args)
-        return y.view(*x.shape[:-1], x.shape[-1] // 2), ()
+        return unrows(y, x.shape[:-1] + (x.shape[-1] // 2,)), ()
 
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
         saved: GatedSaved = ctx.saved
-        x2d = saved.x.reshape(-1, saved.x.shape[-1]).contiguous()
+        x2d = rows(saved.x, saved.x.shape[-1]).contiguous()
         # Explicit width: a [0, F] gradient cannot infer a -1 dim.
         dy2d = dy.reshape(x2d.shape[0], x2d.shape[1] // 2).contiguous()
         launch = launcher(Kernel.GATED_BWD, x2d)
         dx, dprobs = launch(x2d, dy2d, self.act, probs=saved.probs, **self.kernel_args)
         extras = (dprobs if ctx.extra_requires_grad[0] else None,) if self.scaled else ()
-        return OpGrads(dx.view(saved.x.shape) if ctx.input_requires_grad else None, {}, extras)
+        return OpGrads(unrows(dx, saved.x.shape) if ctx.input_requires_grad else None, {}, extras)
 
 
 class SwiGLU(GatedActivation):

@@ -22,6 +22,7 @@ from fuseops.ops._quantized import QuantizedLinearSaved, quantized_backward, qua
 from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation, meta, parameter
 from fuseops.ops.linear import compute_dtype
 from fuseops.ops.op import BasicOp
+from fuseops.ops.shape import rows, unrows
 from fuseops.quant.storage import QuantizedTensor
 
 
@@ -113,7 +114,7 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
         x = _autocast.cast_input(ctx.autocast, x)
         weight, bias = self.compute_weight(ctx), self.compute_bias(ctx)
         # Under a recipe x may arrive quantized already (a producer emitted it).
-        x2d = x if isinstance(x, QuantizedTensor) else x.reshape(-1, self.in_features).contiguous()
+        x2d = x if isinstance(x, QuantizedTensor) else rows(x, self.in_features).contiguous()
         if ctx.recipe is not None:
             y, saved = quantized_forward(
                 ctx.recipe, x2d, weight, bias, offsets=offsets,
@@ -124,7 +125,7 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
         else:
             self.save(ctx, x, offsets)
             y, _ = library.grouped_gemm(x2d, weight.transpose(1, 2), offsets, bias=bias)
-        return y.view(*x.shape[:-1], self.out_features), ()
+        return unrows(y, x.shape[:-1] + (self.out_features,)), ()
 
     def input_grad(self, ctx: OpContext, dy2d: torch.Tensor, **epilogue: Any) -> torch.Tensor | None:
         """``dx = dy @ weight[g]`` per group; ``epilogue`` goes to the kernel (act grad)."""
@@ -142,7 +143,7 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
             return {}
         s: GroupedLinearSaved = ctx.saved
         if x2d is None:
-            x2d = s.x.reshape(-1, self.in_features).contiguous()
+            x2d = rows(s.x, self.in_features).contiguous()
         main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad else None
         # dw in the parameter's dtype straight from the kernel's float32 sums: under autocast a
         # float32 weight's gradient, with no bf16 copy and no cast pass after.
@@ -153,12 +154,12 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
         return grads
 
     def op_backward(self, ctx: OpContext, dy: torch.Tensor, extra_output_grads) -> OpGrads:
-        dy2d = dy.reshape(-1, self.out_features).contiguous()
+        dy2d = rows(dy, self.out_features).contiguous()
         if isinstance(ctx.saved, QuantizedLinearSaved):
             return self._quantized_backward(ctx, dy, dy2d)
         dx = self.input_grad(ctx, dy2d)
         if dx is not None:
-            dx = dx.view(*dy.shape[:-1], self.in_features)
+            dx = unrows(dx, dy.shape[:-1] + (self.in_features,))
         return OpGrads(dx, self.param_grads(ctx, dy2d), (None,))
 
     def _quantized_backward(self, ctx: OpContext, dy: torch.Tensor, dy2d: torch.Tensor) -> OpGrads:
@@ -173,5 +174,5 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
             if self.bias is not None:
                 params["bias"] = library.grouped_bias_grad(dy2d, ctx.saved.offsets)
         if dx is not None:
-            dx = dx.view(*dy.shape[:-1], self.in_features)
+            dx = unrows(dx, dy.shape[:-1] + (self.in_features,))
         return OpGrads(dx, params, (None,))

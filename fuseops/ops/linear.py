@@ -15,6 +15,7 @@ from fuseops.ops._quantized import QuantizedLinearSaved, quantize_grad, quantize
 from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation, parameter
 from fuseops.ops.op import BasicOp
 from fuseops.ops.parallel.tensor_parallel import TensorParallel
+from fuseops.ops.shape import rows
 from fuseops.quant import linear_dgrad
 from fuseops.quant.storage import QuantizedTensor
 
@@ -210,14 +211,14 @@ class Linear(_autocast.AutocastParameters, BasicOp):
             return {}
         saved = ctx.saved
         out_features, in_features = self.weight.shape
-        dy2d = dy.reshape(-1, out_features)
+        dy2d = rows(dy, out_features)
         if qdy is not None:
             main_grad = _checks.main_grad(self.weight) if self.accumulate_into_main_grad else None
             # The parameter's dtype: under torch.autocast a float32 weight's gradient is the
             # scaled GEMM's float32 result, not a bf16 rounding of it.
             grads = {"weight": quantized_wgrad(saved, qdy, out_dtype=self.weight.dtype, main_grad=main_grad)}
         else:
-            x2d = saved.x.reshape(-1, in_features)
+            x2d = rows(saved.x, in_features)
             grads = {"weight": weight_grad(dy2d, x2d, self.weight, self.accumulate_into_main_grad)}
         if self.bias is not None:
             grads["bias"] = dbias if dbias is not None else dy2d.sum(0)

@@ -12,6 +12,7 @@ from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops import _autocast, _checks
 from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation, parameter
 from fuseops.ops.op import BasicOp
+from fuseops.ops.shape import rows, unrows
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class _Norm(BasicOp):
         return x.with_dtype(_autocast.norm_output_dtype(x.autocast, x.dtype, x.device.type, type(self).__name__))
 
     def _rows(self, t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(-1, self.normalized_shape).contiguous()
+        return rows(t, self.normalized_shape).contiguous()
 
     def _mixed(self, ctx: OpContext, x: torch.Tensor) -> bool:
         """Under ``torch.autocast`` with an input of another dtype than the parameters: the
@@ -67,7 +68,7 @@ class _Norm(BasicOp):
         return self._rows(x.float() if self._mixed(ctx, x) else x)
 
     def _output(self, ctx: OpContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        y = y.view(x.shape)
+        y = unrows(y, x.shape)
         if self._mixed(ctx, x):
             y = y.to(_autocast.norm_output_dtype(ctx.autocast, x.dtype, x.device.type,
                                                      type(self).__name__))
@@ -106,7 +107,7 @@ class LayerNorm(_Norm):
         launch = launcher(Kernel.LAYERNORM_BWD, x2d)
         dx, dw, db = launch(dy2d, x2d, s.weight, s.mean, s.rstd, self.zero_centered_gamma)
         params = {"weight": dw, "bias": db} if ctx.weight_requires_grad else {}
-        return OpGrads(dx.view(s.x.shape) if ctx.input_requires_grad else None, params)
+        return OpGrads(unrows(dx, s.x.shape) if ctx.input_requires_grad else None, params)
 
 
 class RMSNorm(_Norm):
@@ -134,4 +135,4 @@ class RMSNorm(_Norm):
         launch = launcher(Kernel.RMSNORM_BWD, x2d)
         dx, dw = launch(dy2d, x2d, s.weight, s.rstd, self.zero_centered_gamma)
         params = {"weight": dw} if ctx.weight_requires_grad else {}
-        return OpGrads(dx.view(s.x.shape) if ctx.input_requires_grad else None, params)
+        return OpGrads(unrows(dx, s.x.shape) if ctx.input_requires_grad else None, params)

@@ -1,4 +1,5 @@
-"""Ops that move no maths: Identity, Reshape, Dropout."""
+"""Ops that move no maths: Identity, Reshape, Dropout; and ``rows``/``unrows``, the reshapes
+the other ops do around their 2-D kernels."""
 
 from __future__ import annotations
 
@@ -11,6 +12,17 @@ import torch
 from fuseops.ops import _checks
 from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation, meta
 from fuseops.ops.op import BasicOp
+
+
+def rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """``t`` as [rows, n]: itself when it already is (a view costs about a microsecond of
+    host time, and the ops make several per call)."""
+    return t if t.dim() == 2 and t.shape[1] == n else t.reshape(-1, n)
+
+
+def unrows(t2d: torch.Tensor, shape: torch.Size | tuple[int, ...]) -> torch.Tensor:
+    """``t2d`` viewed as ``shape`` (itself when it has that shape already)."""
+    return t2d if t2d.shape == shape else t2d.view(shape)
 
 
 @dataclass(frozen=True)

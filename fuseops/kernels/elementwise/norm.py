@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, next_power_of_2
+from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2, num_sms
 from fuseops.kernels.elementwise.bias_grad import sum_partials
 from fuseops.kernels.launch import launch
 
@@ -54,8 +54,12 @@ def _pick(rows: int, n: int) -> NormConfig:
     return NormConfig(block_m, block_n, num_warps, one_block=n <= block_n)
 
 
-def _programs(t: torch.Tensor, rows: int, cfg: NormConfig) -> int:
-    return max(1, min(cdiv(rows, cfg.block_m), _configs()[2] * device_sms(t)))
+@functools.lru_cache(maxsize=1024)
+def _launch_shape(rows: int, n: int, device_index: int) -> tuple[NormConfig, int]:
+    """The config and the program count for a [rows, n] launch on a device (-1: CPU),
+    decided once per shape: a few microseconds of host time a launch otherwise."""
+    cfg = _pick(rows, n)
+    return cfg, max(1, min(cdiv(rows, cfg.block_m), _configs()[2] * num_sms(device_index)))
 
 
 @triton.jit
@@ -237,12 +241,11 @@ def norm_bwd_kernel(
 
 def _norm_fwd(x2d, weight, bias, eps, zero_centered_gamma, out, is_rms):
     M, N = x2d.shape
-    cfg = _pick(M, N)
+    cfg, programs = _launch_shape(M, N, x2d.get_device())
     y = out if out is not None else torch.empty_like(x2d)
     rstd = torch.empty(M, dtype=torch.float32, device=x2d.device)
     # RMSNorm stores no mean: rstd stands in for the unused pointer.
     mean = rstd if is_rms else torch.empty_like(rstd)
-    programs = _programs(x2d, M, cfg)
     launch(norm_fwd_kernel, (programs,),
         x2d, weight, bias if bias is not None else weight, y, mean, rstd,
         M, N, x2d.stride(0), y.stride(0), eps, programs,
@@ -254,12 +257,13 @@ def _norm_fwd(x2d, weight, bias, eps, zero_centered_gamma, out, is_rms):
 
 def _norm_bwd(dy2d, x2d, weight, mean, rstd, zero_centered_gamma, has_bias, is_rms):
     M, N = x2d.shape
-    cfg = _pick(M, N)
+    cfg, programs = _launch_shape(M, N, x2d.get_device())
     dx = torch.empty_like(x2d)
-    programs = _programs(x2d, M, cfg)
-    # Zeroed: programs with no rows, and the chunked path's in-memory sums, start from 0.
-    dw_partials = torch.zeros(programs, N, dtype=torch.float32, device=x2d.device)
-    db_partials = torch.zeros_like(dw_partials) if has_bias else dw_partials
+    # One block: every program stores its whole partial row (zeros when it had no rows), so
+    # no memset launch; the chunked path adds into its row in memory, which starts at 0.
+    alloc = torch.empty if cfg.one_block else torch.zeros
+    dw_partials = alloc(programs, N, dtype=torch.float32, device=x2d.device)
+    db_partials = alloc(programs, N, dtype=torch.float32, device=x2d.device) if has_bias else dw_partials
     launch(norm_bwd_kernel, (programs,),
         dy2d, x2d, weight, mean if mean is not None else rstd, rstd, dx, dw_partials, db_partials,
         M, N, dy2d.stride(0), x2d.stride(0), dx.stride(0), programs,

@@ -48,7 +48,8 @@ def _capability(device_index: int) -> tuple[int, int]:
 
 def on_sm90(t: torch.Tensor) -> bool:
     """Whether ``t`` lives on an sm_90 GPU, where these kernels run (not under the interpreter)."""
-    return not INTERPRET and t.is_cuda and _capability(t.device.index) == (9, 0)
+    # get_device(), not device.index: no torch.device made per launch.
+    return not INTERPRET and t.is_cuda and _capability(t.get_device()) == (9, 0)
 
 
 @gluon.jit

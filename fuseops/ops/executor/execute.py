@@ -18,14 +18,7 @@ import torch
 
 from fuseops.ops._autocast import autocast_dtype
 from fuseops.ops.contract import OpContext, OpGrads, TensorSpec
-from fuseops.ops.executor.function import (
-    Arg,
-    PlanFunction,
-    PlanFunctionForTransforms,
-    RunState,
-    autocast_off,
-    run_forward,
-)
+from fuseops.ops.executor.prepared import flat_parameters, prepare, run_prepared
 from fuseops.quant.autocast import current_recipe
 
 # A basic op (``fuseops.ops.op.BasicOp``); named by its base class here, which imports this
@@ -182,22 +175,6 @@ def make_contexts(
     return ctxs
 
 
-def unique_parameters(ops: Sequence[Op]) -> tuple[list[torch.nn.Parameter], list[dict[str, int]]]:
-    """Each parameter once (tied ones too), and per op where its parameters sit."""
-    params: list[torch.nn.Parameter] = []
-    position: dict[int, int] = {}
-    slots = []
-    for op in ops:
-        op_slots = {}
-        for name, p in op.own_parameters():
-            if id(p) not in position:
-                position[id(p)] = len(params)
-                params.append(p)
-            op_slots[name] = position[id(p)]
-        slots.append(op_slots)
-    return params, slots
-
-
 def execute(
     plan: Plan,
     ops: Sequence[Op],
@@ -205,39 +182,10 @@ def execute(
     x: torch.Tensor,
     extra_inputs: list[tuple[Any, ...]],
 ) -> Any:
-    """Run ``plan``; returns ``y`` or ``(y, *extra_outputs)``."""
-    n_extra_out = sum(op.num_extra_outputs for op in ops)
-    if not any(ctx.needs_backward for ctx in ctxs):
-        with autocast_off(x.device.type):
-            y, extra_outputs = run_forward(plan, ops, ctxs, x, extra_inputs)
-        flat = [t for outs in extra_outputs for t in outs]
-        return (y, *flat) if n_extra_out else y
-
-    params, slots = unique_parameters(ops)
-    # Each tensor passed once: dynamo cannot trace a Function given one tensor twice.
-    # Compared with ``is``, not by ``id()``: dynamo would guard on each tensor's identity.
-    inputs: list[torch.Tensor] = [x]
-    template = []
-    for extras in extra_inputs:
-        op_template = []
-        for e in extras:
-            if isinstance(e, torch.Tensor):
-                index = next((i for i, t in enumerate(inputs) if t is e), len(inputs))
-                if index == len(inputs):
-                    inputs.append(e)
-                e = Arg(index)
-            op_template.append(e)
-        template.append(tuple(op_template))
-    state = RunState(plan, ops, ctxs, template, tuple(t.dtype for t in inputs), params, slots)
-    # torch.func needs the setup_context form; torch.compile traces the other.
-    transforms = torch._C._are_functorch_transforms_active()
-    function = PlanFunctionForTransforms if transforms else PlanFunction
-    outputs = function.apply(state, *inputs, *params)
-    if transforms:
-        outputs = outputs[: state.num_outputs]
-    y = outputs[0]
-    state.output_shape, state.output_dtype, state.output_device = tuple(y.shape), y.dtype, y.device
-    return outputs if n_extra_out else y
+    """Run ``plan`` (prepared for this call alone); returns ``y`` or ``(y, *extra_outputs)``."""
+    flat = [e for extras in extra_inputs for e in extras]
+    params = flat_parameters(ops)
+    return run_prepared(prepare(plan, ops, ctxs, x, flat, params), ops, x, flat, params)
 
 
 def run_ops(ops: Sequence[Op], x: torch.Tensor, extra_inputs: Sequence[Any]) -> Any:

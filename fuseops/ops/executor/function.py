@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.nn.utils.stateless import _reparametrize_module
 
-from fuseops.ops.contract import OpContext, OpGrads, Role, Saved
+from fuseops.ops.contract import OpGrads, Role, Saved
 from fuseops.ops.executor.saved_state import pack_saved, unpack_saved
 
 
@@ -40,19 +40,14 @@ class Arg:
 
 @dataclass
 class RunState:
-    """What one call hands its Function: the plan, ops and contexts, and where each extra
-    input and parameter sits among the Function's inputs."""
+    """What one call hands its Function: its ``Prepared`` run (``prepared.py``; typed ``Any``
+    here, which that module imports), the ops, its extra inputs and its parameters."""
 
-    plan: Any
+    prep: Any
     ops: Sequence[torch.nn.Module]
-    ctxs: list[OpContext]
-    # Per op, its extra inputs with each tensor replaced by an ``Arg``.
-    extra_template: list[tuple[Any, ...]]
-    # Dtypes of the Function's tensor inputs (x first, each tensor once).
-    input_dtypes: tuple[torch.dtype, ...]
+    # The call's flat extra inputs, each tensor replaced by an ``Arg``.
+    extra_template: tuple[Any, ...]
     params: list[torch.nn.Parameter]
-    # Per op: parameter name -> position in ``params``, fixed when forward ran.
-    param_slots: list[dict[str, int]]
     output_shape: tuple[int, ...] = ()
     output_dtype: torch.dtype = torch.float32
     output_device: torch.device = torch.device("cpu")
@@ -60,10 +55,6 @@ class RunState:
     records: list[Saved | None] = field(default_factory=list)
     save_from: list[tuple[bool, int]] = field(default_factory=list)
     num_outputs: int = 0
-
-    @property
-    def num_inputs(self) -> int:
-        return len(self.input_dtypes)
 
 
 def autocast_off(device_type: str) -> Any:
@@ -102,6 +93,13 @@ def _non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> lis
     version counter, so an in-place change still trips the check of anything saved from it.
     An output aliasing an input stays a view: torch then refuses in-place ops on it, as the
     data really is the input's."""
+    if len(outputs) == 1:
+        # The common case, without the walk below: one output, an input or a view or new.
+        (t,) = outputs
+        if any(t is i for i in inputs):
+            return [t.view_as(t)]
+        if t._base is None or all(t._base is not _root(i) for i in inputs if isinstance(i, torch.Tensor)):
+            return [t] if t._base is None else [t.detach()]
     roots = [_root(t) for t in inputs if isinstance(t, torch.Tensor)]
     seen: list[torch.Tensor] = []
     out = []
@@ -123,7 +121,7 @@ def _checked_params(state: RunState, params: Sequence[torch.Tensor], records: Se
     """The parameters whose value backward reads (a ``Role.PARAMETER`` field of an op's
     record, named after the op's parameter): saved too, for torch's version check."""
     out: list[torch.Tensor] = []
-    for slots, record in zip(state.param_slots, records):
+    for slots, record in zip(state.prep.param_slots, records):
         if record is None:
             continue
         for name in record.fields_of(Role.PARAMETER):
@@ -137,21 +135,21 @@ def _checked_params(state: RunState, params: Sequence[torch.Tensor], records: Se
 
 def forward_body(state: RunState, inputs: Sequence[Any]) -> tuple[tuple, list[torch.Tensor], list]:
     """``(outputs, tensors to save, packed records)``; fills fresh op contexts."""
-    ctxs = [ctx.with_saved(None) for ctx in state.ctxs]
+    prep = state.prep
+    ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
     x = inputs[0]
-    extra_inputs = [tuple(inputs[e.index] if isinstance(e, Arg) else e for e in extras)
-                    for extras in state.extra_template]
-    with autocast_off(x.device.type):
-        y, extra_outputs = run_forward(state.plan, state.ops, ctxs, x, extra_inputs)
+    flat = [inputs[e.index] if isinstance(e, Arg) else e for e in state.extra_template]
+    extra_inputs = [tuple(flat[a:b]) for a, b in prep.extra_spans]
+    if prep.autocast:
+        with autocast_off(prep.device_type):
+            y, extra_outputs = run_forward(prep.plan, state.ops, ctxs, x, extra_inputs)
+    else:
+        y, extra_outputs = run_forward(prep.plan, state.ops, ctxs, x, extra_inputs)
     tensors, records = pack_saved(ctxs)
     # The parameters as this Function received them (under torch.func, unwrapped).
-    tensors += _checked_params(state, inputs[state.num_inputs:], records)
-    outputs = [y] + [t for outs in extra_outputs for t in outs]
+    tensors += _checked_params(state, inputs[prep.num_inputs:], records)
+    outputs = ([y] + [t for outs in extra_outputs for t in outs]) if prep.num_extra_outputs else [y]
     return tuple(_non_view_outputs(outputs, inputs)), tensors, records
-
-
-def _pad(grads: tuple, n: int) -> tuple:
-    return tuple(grads) + (None,) * (n - len(grads))
 
 
 def _cast(t: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | None:
@@ -159,36 +157,37 @@ def _cast(t: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | N
 
 
 def _run_backward(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
-    ops, plan = state.ops, state.plan
-    ctxs = [ctx.with_saved(saved) for ctx, saved in zip(state.ctxs, unpack_saved(records, saved_tensors))]
-    extra_output_grads, i = [], 0
-    for op in ops:
-        extra_output_grads.append(tuple(flat_extra_output_grads[i : i + op.num_extra_outputs]))
-        i += op.num_extra_outputs
+    ops, prep = state.ops, state.prep
+    plan = prep.plan
+    ctxs = [ctx.with_saved(saved) for ctx, saved in zip(prep.ctxs, unpack_saved(records, saved_tensors))]
+    if prep.num_extra_outputs:
+        extra_output_grads = [tuple(flat_extra_output_grads[a:b]) for a, b in prep.extra_output_spans]
+    else:
+        extra_output_grads = [()] * len(ops)
     if dy is None:
         dy = torch.zeros(state.output_shape, dtype=state.output_dtype, device=state.output_device)
     # Under autocast each gradient goes back in its tensor's dtype, as the gradient of
     # torch's cast does.
-    autocast = any(ctx.autocast is not None for ctx in ctxs)
+    autocast = prep.autocast
 
     grads: list[OpGrads] = [OpGrads(None)] * len(ops)
     for step in reversed(plan.backward_steps):
         # No gradient flows further: the ops before need no backward at all.
         if dy is None:
             break
-        span = slice(step.start, step.stop)
         if step.fusion is None:
             step_grads = [ops[step.start].op_backward(ctxs[step.start], dy, extra_output_grads[step.start])]
         else:
+            span = slice(step.start, step.stop)
             step_grads = step.fusion.fused_backward(ops[span], ctxs[span], dy, extra_output_grads[span])
-        grads[span] = step_grads
+        grads[step.start:step.stop] = step_grads
         dy = step_grads[0].dx
         if autocast:
             dy = _cast(dy, ctxs[step.start].input_dtype)
 
     # A parameter shared by several ops (tied weights) gets the sum of their grads.
     param_grads: list[torch.Tensor | None] = [None] * len(state.params)
-    for slots, g in zip(state.param_slots, grads):
+    for slots, g in zip(prep.param_slots, grads):
         for name, grad in g.params.items():
             if grad is not None:
                 i = slots[name]
@@ -196,15 +195,15 @@ def _run_backward(state: RunState, records, saved_tensors, dy, flat_extra_output
                     grad = _cast(grad, state.params[i].dtype)
                 param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
     # Gradients of the tensor inputs, each passed once (x may also be an extra input).
-    input_grads: list[torch.Tensor | None] = [dy] + [None] * (state.num_inputs - 1)
-    extra_grads = [eg for g, op in zip(grads, ops) for eg in _pad(g.extra_inputs, op.num_extra_inputs)]
-    flat_template = [e for extras in state.extra_template for e in extras]
-    for e, grad in zip(flat_template, extra_grads):
-        if isinstance(e, Arg) and grad is not None:
-            prev = input_grads[e.index]
-            input_grads[e.index] = grad if prev is None else prev + grad
+    input_grads: list[torch.Tensor | None] = [dy] + [None] * (prep.num_inputs - 1)
+    for (start, stop), g in zip(prep.extra_spans, grads):
+        for k, grad in zip(range(start, stop), g.extra_inputs):
+            arg = prep.extra_args[k]
+            if arg is not None and grad is not None:
+                prev = input_grads[arg.index]
+                input_grads[arg.index] = grad if prev is None else prev + grad
     if autocast:
-        input_grads = [_cast(g, dtype) for g, dtype in zip(input_grads, state.input_dtypes)]
+        input_grads = [_cast(g, dtype) for g, dtype in zip(input_grads, prep.input_dtypes)]
     return (None, *input_grads, *param_grads)
 
 
@@ -237,8 +236,12 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
         create_graph = False
     else:
         create_graph = torch.is_grad_enabled()
-    with torch.no_grad(), autocast_off(state.output_device.type):
-        grads = _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads)
+    with autocast_off(state.prep.device_type):
+        if not torch.is_grad_enabled():
+            # The engine runs backward with grad mode off unless create_graph is set.
+            return _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads)
+        with torch.no_grad():
+            grads = _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads)
     return _no_second_backward(grads) if create_graph else grads
 
 
@@ -271,9 +274,9 @@ class PlanFunctionForTransforms(torch.autograd.Function):
     def forward(state: RunState, *inputs: Any):
         # The ops read their parameters as module attributes: at this level those must be
         # the Function's own (unwrapped) parameter inputs, not the transform's wrappers.
-        params = inputs[state.num_inputs:]
+        params = inputs[state.prep.num_inputs:]
         with contextlib.ExitStack() as stack:
-            for op, slots in zip(state.ops, state.param_slots):
+            for op, slots in zip(state.ops, state.prep.param_slots):
                 if slots:
                     stack.enter_context(_reparametrize_module(op, {n: params[i] for n, i in slots.items()}))
             outputs, tensors, state.records = forward_body(state, inputs)

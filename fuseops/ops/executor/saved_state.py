@@ -6,8 +6,7 @@ plain references in the op's ``Saved`` record."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -30,8 +29,10 @@ def _pack(value: Any, tensors: list[torch.Tensor]) -> Any:
     return value
 
 
-@dataclass(frozen=True)
-class _Slot:
+class _Slot(NamedTuple):
+    """Where an activation went among the saved tensors (a named tuple: one is made per
+    saved tensor and call)."""
+
     positions: tuple[int, ...]
     storage: Any = None
 

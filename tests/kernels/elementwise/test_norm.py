@@ -129,3 +129,38 @@ def test_gpu_large_bf16(kind, shape):
     weight, bias = _params(shape[1], torch.bfloat16, kind, device)
     for zc in (False, True):
         _check(x, dy, weight, bias, kind, zc, torch.bfloat16)
+
+
+def _nan_filled(empty):
+    """``torch.empty`` whose float buffers come back NaN-filled."""
+
+    def nan_empty(*args, **kwargs):
+        t = empty(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    return nan_empty
+
+
+def test_backward_partial_sums_need_no_zeroed_buffer(monkeypatch):
+    """Every ``torch.empty`` comes back NaN-filled: a partial-sum row that some program left
+    unwritten (one-block rows are stored whole, without a memset first) would reach dweight."""
+    monkeypatch.setattr(torch, "empty", _nan_filled(torch.empty))
+    # (40, 6): more row blocks than programs; (0, 8): programs with no rows at all.
+    for rows, n in SHAPES + [(40, 6)]:
+        for kind in KINDS:
+            x = torch.randn(rows, n) * 2 + 0.5
+            weight, bias = _params(n, torch.float32, kind)
+            _check(x, torch.randn(rows, n), weight, bias, kind, False, torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", KINDS)
+def test_gpu_backward_partial_sums_need_no_zeroed_buffer(kind, monkeypatch):
+    device = cuda_or_skip()
+    monkeypatch.setattr(torch, "empty", _nan_filled(torch.empty))
+    # One block per row on the GPU up to 8192 features; (5000, 512) has more row blocks than
+    # programs, (0, 64) programs with no rows; (7, 9000) the chunked path.
+    for rows, n in [(0, 64), (3, 1024), (5000, 512), (7, 9000)]:
+        x = torch.randn(rows, n, device=device) * 2 + 0.5
+        weight, bias = _params(n, torch.float32, kind, device)
+        _check(x, torch.randn(rows, n, device=device), weight, bias, kind, False, torch.float32)

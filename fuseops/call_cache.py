@@ -1,0 +1,114 @@
+"""Per-call work decided once per call signature (issue 20: the host path).
+
+A ``Sequential`` call validates the chain, finds its plan, builds the op contexts and lays
+out the autograd Function's inputs; all of that follows from the call's *signature*: the
+input's shape, dtype, device and whether it needs grad; grad mode, the recipe, the autocast
+dtype, whether kernels run for the device; each op's training flag and each parameter's
+identity, dtype, device and ``requires_grad``; for each extra input, which earlier tensor it
+is (by identity) and its metadata, or, where the checks read values (a list of split sizes,
+an integer CPU tensor), the values themselves. A call whose signature was seen before skips
+straight to running (``fuseops.ops.executor.prepared``): its checks passed for that signature
+and would pass again, so errors still come before any launch.
+
+Calls with per-op module hooks, with an integer device tensor under ``FUSEOPS_DEBUG=1``
+(the checks then read its values), with an extra input of another kind, and calls while
+torch.compile traces take the full path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from fuseops.fuser import config_signature
+from fuseops.ops._checks import debug_checks_enabled
+from fuseops.ops.executor.prepared import Prepared
+
+# Signatures kept per Sequential: a changing row count makes one per count; past this many
+# the cache starts over (a miss costs the full path, no more).
+MAX_SIGNATURES = 64
+
+
+def _extra_key(e: Any, tensors: list[torch.Tensor]) -> Any:
+    """An extra input's part of the signature; None when it has none (the full path runs)."""
+    if isinstance(e, torch.Tensor):
+        same = -1
+        for i, t in enumerate(tensors):
+            if t is e:
+                same = i
+                break
+        else:
+            tensors.append(e)
+        # The checks and the plan read an integer CPU tensor's values (split sizes on the host).
+        values = None
+        if not e.is_floating_point():
+            if e.dim() != 1:
+                # Not a list of sizes: the full path says what is wrong.
+                return None
+            if e.is_cpu:
+                values = tuple(e.tolist())
+            elif debug_checks_enabled():
+                # FUSEOPS_DEBUG=1: the checks read device split sizes too (a host sync).
+                return None
+        return same, e.shape, e.dtype, e.device, e.requires_grad, values
+    if isinstance(e, (list, tuple)) and all(type(s) is int for s in e):
+        # Plain ints only: True == 1 and 1.0 == 1 as keys, but the checks refuse bools and
+        # floats (anything else takes the full path, which says what is wrong).
+        return tuple(e)
+    return None
+
+
+def call_signature(
+    ops: Sequence[torch.nn.Module], x: Any, extra_inputs: Sequence[Any], *, fuse: bool, grad_enabled: bool,
+    recipe: Any,
+) -> tuple[tuple | None, list[torch.nn.Parameter]]:
+    """``(signature, every op's own parameters in op order)``; the signature is None where
+    the call must take the full path (module docstring)."""
+    params: list[torch.nn.Parameter] = []
+    if not isinstance(x, torch.Tensor):
+        return None, params
+    per_op: list[Any] = []
+    for op in ops:
+        if op._forward_hooks or op._forward_pre_hooks or op._backward_hooks or op._backward_pre_hooks:
+            return None, params
+        per_op.append(op.training)
+        for p in op._parameters.values():
+            if p is not None:
+                params.append(p)
+                # The id tells which positions hold one (tied) parameter; no id is reused
+                # while both objects live, so equal ids mean the same sharing.
+                per_op.append((id(p), p.dtype, p.device, p.requires_grad))
+    tensors = [x]
+    extras = []
+    for e in extra_inputs:
+        key = _extra_key(e, tensors)
+        if key is None:
+            return None, params
+        extras.append(key)
+    signature = (
+        x.shape, x.dtype, x.device, x.requires_grad, fuse, config_signature(x, recipe, grad_enabled),
+        tuple(per_op), tuple(extras),
+    )
+    return signature, params
+
+
+class CallCache:
+    """``Prepared`` runs of one ``Sequential``, by call signature."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple, Prepared] = {}
+
+    def get(self, signature: tuple | None) -> Prepared | None:
+        return None if signature is None else self._runs.get(signature)
+
+    def put(self, signature: tuple | None, prepared: Prepared) -> None:
+        if signature is None:
+            return
+        if len(self._runs) >= MAX_SIGNATURES:
+            self._runs.clear()
+        self._runs[signature] = prepared
+
+    def clear(self) -> None:
+        self._runs.clear()

@@ -1,0 +1,144 @@
+"""What running a plan needs besides the call's tensors, decided once per call signature.
+
+A ``Prepared`` run holds the plan, the op contexts as templates, where each parameter and
+extra input sits among the autograd Function's inputs, and the bookkeeping backward reads.
+Everything in it follows from what ``fuseops.call_cache`` puts in a call's signature (shapes,
+dtypes, devices, which tensors need grad, which extra inputs are the same object, recipe,
+autocast, training flags), so ``Sequential`` keeps one per signature and a call that hits
+only gathers its tensors and runs (``run_prepared``). It holds no tensor and no value of an
+extra input: those come from each call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fuseops.ops.contract import OpContext
+from fuseops.ops.executor.function import (
+    Arg,
+    PlanFunction,
+    PlanFunctionForTransforms,
+    RunState,
+    autocast_off,
+    run_forward,
+)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    plan: Any
+    # Templates: every call runs on fresh copies (``OpContext.with_saved``).
+    ctxs: tuple[OpContext, ...]
+    needs_backward: bool
+    device_type: str
+    # Whether any op runs under torch.autocast (backward then casts each gradient back).
+    autocast: bool
+    # Per op, the slice of the call's flat extra inputs it takes, and of the Function's flat
+    # extra-output gradients its backward reads.
+    extra_spans: tuple[tuple[int, int], ...]
+    extra_output_spans: tuple[tuple[int, int], ...]
+    num_extra_outputs: int
+    # Per flat extra input: the Function input it is passed as (``Arg``), or None for a value
+    # that is not a tensor (each call hands its own).
+    extra_args: tuple[Arg | None, ...]
+    # Positions in the flat extra inputs of the tensors passed after x, each object once.
+    input_picks: tuple[int, ...]
+    input_dtypes: tuple[torch.dtype, ...]
+    num_inputs: int
+    # Positions in ``flat_parameters(ops)`` of the parameters passed (tied ones once), and per
+    # op, parameter name -> position among those passed.
+    param_picks: tuple[int, ...]
+    param_slots: tuple[dict[str, int], ...]
+
+
+def flat_parameters(ops: Sequence[torch.nn.Module]) -> list[torch.nn.Parameter]:
+    """Every op's own parameters in op order (a tied one once per op holding it)."""
+    return [p for op in ops for _, p in op.own_parameters()]
+
+
+def _spans(counts: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    out, start = [], 0
+    for n in counts:
+        out.append((start, start + n))
+        start += n
+    return tuple(out)
+
+
+def prepare(
+    plan: Any, ops: Sequence[torch.nn.Module], ctxs: Sequence[OpContext], x: torch.Tensor,
+    extra_inputs: Sequence[Any], params: Sequence[torch.nn.Parameter],
+) -> Prepared:
+    """The ``Prepared`` run of ``plan`` for a call like this one (``extra_inputs`` flat,
+    ``params`` from ``flat_parameters``)."""
+    # Each tensor passed once: dynamo cannot trace a Function given one tensor twice.
+    # Compared with ``is``, not by ``id()``: dynamo would guard on each tensor's identity.
+    inputs: list[torch.Tensor] = [x]
+    picks, args = [], []
+    for k, e in enumerate(extra_inputs):
+        if not isinstance(e, torch.Tensor):
+            args.append(None)
+            continue
+        index = next((i for i, t in enumerate(inputs) if t is e), len(inputs))
+        if index == len(inputs):
+            inputs.append(e)
+            picks.append(k)
+        args.append(Arg(index))
+    unique: list[torch.nn.Parameter] = []
+    param_picks, slots, flat = [], [], 0
+    for op in ops:
+        op_slots = {}
+        for name, p in op.own_parameters():
+            index = next((i for i, q in enumerate(unique) if q is p), len(unique))
+            if index == len(unique):
+                unique.append(p)
+                param_picks.append(flat)
+            op_slots[name] = index
+            flat += 1
+        slots.append(op_slots)
+    return Prepared(
+        plan=plan,
+        ctxs=tuple(ctxs),
+        needs_backward=any(ctx.needs_backward for ctx in ctxs),
+        device_type=x.device.type,
+        autocast=any(ctx.autocast is not None for ctx in ctxs),
+        extra_spans=_spans([op.num_extra_inputs for op in ops]),
+        extra_output_spans=_spans([op.num_extra_outputs for op in ops]),
+        num_extra_outputs=sum(op.num_extra_outputs for op in ops),
+        extra_args=tuple(args),
+        input_picks=tuple(picks),
+        input_dtypes=tuple(t.dtype for t in inputs),
+        num_inputs=len(inputs),
+        param_picks=tuple(param_picks),
+        param_slots=tuple(slots),
+    )
+
+
+def run_prepared(
+    prep: Prepared, ops: Sequence[torch.nn.Module], x: torch.Tensor, extra_inputs: Sequence[Any],
+    params: Sequence[torch.nn.Parameter],
+) -> Any:
+    """Run ``prep`` on this call's tensors; returns ``y`` or ``(y, *extra_outputs)``."""
+    if not prep.needs_backward:
+        per_op = [tuple(extra_inputs[a:b]) for a, b in prep.extra_spans]
+        ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
+        with autocast_off(prep.device_type):
+            y, extra_outputs = run_forward(prep.plan, ops, ctxs, x, per_op)
+        flat = [t for outs in extra_outputs for t in outs]
+        return (y, *flat) if prep.num_extra_outputs else y
+
+    template = tuple(e if a is None else a for e, a in zip(extra_inputs, prep.extra_args))
+    state = RunState(prep, ops, template, [params[i] for i in prep.param_picks])
+    inputs = [extra_inputs[i] for i in prep.input_picks]
+    # torch.func needs the setup_context form; torch.compile traces the other.
+    transforms = torch._C._are_functorch_transforms_active()
+    function = PlanFunctionForTransforms if transforms else PlanFunction
+    outputs = function.apply(state, x, *inputs, *state.params)
+    if transforms:
+        outputs = outputs[: state.num_outputs]
+    y = outputs[0]
+    state.output_shape, state.output_dtype, state.output_device = tuple(y.shape), y.dtype, y.device
+    return outputs if prep.num_extra_outputs else y

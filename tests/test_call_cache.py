@@ -1,0 +1,163 @@
+"""A call whose signature was seen before skips the checks, the planning and the context
+building (``fuseops/call_cache.py``): whatever changed between two calls must still be seen,
+and bad input must still raise before anything runs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import fuseops
+from fuseops import ops
+
+
+def _dense() -> fuseops.Sequential:
+    torch.manual_seed(0)
+    return fuseops.Sequential(ops.RMSNorm(8), ops.Linear(8, 16), ops.GELU(approximate="tanh"), ops.Linear(16, 8),
+                              ops.AddExtraInput())
+
+
+def _grouped() -> fuseops.Sequential:
+    torch.manual_seed(0)
+    return fuseops.Sequential(ops.GroupedLinear(3, 8, 32), ops.SwiGLU(), ops.GroupedLinear(3, 16, 8))
+
+
+def _grads(model: torch.nn.Module, x: torch.Tensor, *extras) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+    model.zero_grad(set_to_none=True)
+    x = x.detach().requires_grad_()
+    y = model(x, *extras)
+    y.backward(torch.cos(torch.arange(y.numel(), dtype=y.dtype)).view_as(y))
+    return y.detach(), [x.grad] + [p.grad for p in model.parameters()]
+
+
+def _same(a, b) -> None:
+    ya, ga = a
+    yb, gb = b
+    torch.testing.assert_close(ya, yb)
+    assert len(ga) == len(gb)
+    for u, v in zip(ga, gb):
+        assert (u is None) == (v is None)
+        if u is not None:
+            torch.testing.assert_close(u, v)
+
+
+def test_repeated_calls_match_a_fresh_model() -> None:
+    model, fresh = _dense(), _dense()
+    x = torch.randn(5, 8)
+    first = _grads(model, x, x)
+    for _ in range(3):
+        _same(_grads(model, x, x), first)
+    _same(_grads(fresh, x, x), first)
+
+
+def test_bad_input_still_raises_after_a_cached_call() -> None:
+    model = _dense()
+    x = torch.randn(5, 8)
+    model(x, x)
+    with pytest.raises(ValueError, match="expected shape"):
+        model(torch.randn(5, 7), torch.randn(5, 7))
+    with pytest.raises(TypeError, match="dtype"):
+        model(x.double().float().half(), x.half())
+    with pytest.raises(ValueError, match="extra input r"):
+        model(x, torch.randn(4, 8))
+    with pytest.raises(TypeError, match="extra input"):
+        model(x)
+
+
+def test_split_size_lists_are_read_each_call() -> None:
+    model = _grouped()
+    x = torch.randn(6, 8)
+    sizes = [2, 4, 0]
+    y1 = model(x, sizes, sizes)
+    # The same list object, changed in place: a cached call must not keep the old values.
+    sizes[:] = [0, 2, 4]
+    y2 = model(x, sizes, sizes)
+    torch.testing.assert_close(y2, _grouped()(x, [0, 2, 4], [0, 2, 4]))
+    assert not torch.allclose(y1, y2)
+    sizes[:] = [0, 2, 5]
+    with pytest.raises(ValueError, match="summing to the 6 input rows"):
+        model(x, sizes, sizes)
+    # Equal as Python values, refused by the checks: True == 1 and hash(True) == hash(1).
+    model(x, [1, 2, 3], [1, 2, 3])
+    with pytest.raises(TypeError, match="expected ints"):
+        model(x, [True, 2, 3], [True, 2, 3])
+
+
+def test_cpu_split_size_tensors_are_read_each_call() -> None:
+    model = _grouped()
+    x = torch.randn(6, 8)
+    sizes = torch.tensor([2, 4, 0])
+    model(x, sizes, sizes)
+    sizes.copy_(torch.tensor([3, 4, 0]))
+    with pytest.raises(ValueError, match="summing to the 6 input rows"):
+        model(x, sizes, sizes)
+
+
+def test_requires_grad_changes_are_seen() -> None:
+    model, reference = _dense(), _dense()
+    x = torch.randn(5, 8)
+    _grads(model, x, x)
+    assert ("BackwardLinearBiasActivation", (1, 2)) in model.plan.backward
+    # A frozen bias: that fusion's guard declines (it reduces the bias gradient).
+    model[1].bias.requires_grad_(False)
+    reference[1].bias.requires_grad_(False)
+    _same(_grads(model, x, x), _grads(reference, x, x))
+    assert ("BackwardLinearBiasActivation", (1, 2)) not in model.plan.backward
+    assert model[1].bias.grad is None
+
+
+def test_training_and_fuse_changes_are_seen() -> None:
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.Linear(8, 8), ops.Dropout(0.5))
+    x = torch.randn(5, 8)
+    model(x)
+    model.eval()
+    torch.testing.assert_close(model(x), torch.nn.functional.linear(x, model[0].weight, model[0].bias))
+    dense = _dense()
+    y = dense(x, x)
+    assert ("ForwardLinearBiasActivation", (1, 2)) in dense.plan.forward
+    dense.fuse = False
+    torch.testing.assert_close(dense(x, x), y)
+    assert [name for name, _ in dense.plan.forward] == ["RMSNorm", "Linear", "GELU", "Linear", "AddExtraInput"]
+
+
+def test_replaced_and_converted_parameters_are_seen() -> None:
+    model = _dense()
+    x = torch.randn(5, 8)
+    model(x, x)
+    new = torch.nn.Parameter(torch.randn(16, 8))
+    model[1].weight = new
+    reference = copy.deepcopy(model)
+    _same(_grads(model, x, x), _grads(reference, x, x))
+    assert new.grad is not None
+    model.double()
+    xd = x.double()
+    y = model(xd, xd)
+    assert y.dtype == torch.float64
+    with pytest.raises(TypeError, match="dtype"):
+        model(x, x)
+
+
+def test_hooks_added_after_cached_calls_fire() -> None:
+    model = _dense()
+    x = torch.randn(5, 8)
+    model(x, x)
+    seen = []
+    model[2].register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    model(x, x)
+    assert seen == [torch.Size([5, 16])]
+
+
+def test_tied_and_aliased_inputs_get_one_gradient_each() -> None:
+    model = _dense()
+    x = torch.randn(5, 8, requires_grad=True)
+    r = torch.randn(5, 8, requires_grad=True)
+    # x as its own residual, then a separate residual, then x again: three signatures.
+    for residual in (x, r, x):
+        model.zero_grad(set_to_none=True)
+        x.grad = r.grad = None
+        model(x, residual).sum().backward()
+        assert x.grad is not None
+        assert (r.grad is not None) == (residual is r)
