@@ -4,7 +4,7 @@ A ``Sequential`` call validates the chain, finds its plan, builds the op context
 out the autograd Function's inputs; all of that follows from the call's *signature*: the
 input's shape, dtype, device and whether it needs grad; grad mode, the recipe, the autocast
 dtype, whether kernels run for the device; each op's training flag and each parameter's
-identity, dtype, device and ``requires_grad``; for each extra input, which earlier tensor it
+identity, shape, dtype, device and ``requires_grad``; for each extra input, which earlier tensor it
 is (by identity) and its metadata, or, where the checks read values (a list of split sizes,
 an integer CPU tensor), the values themselves. A call whose signature was seen before skips
 straight to running (``fuseops.ops.executor.prepared``): its checks passed for that signature
@@ -78,8 +78,9 @@ def call_signature(
             if p is not None:
                 params.append(p)
                 # The id tells which positions hold one (tied) parameter; no id is reused
-                # while both objects live, so equal ids mean the same sharing.
-                per_op.append((id(p), p.dtype, p.device, p.requires_grad))
+                # while both objects live, so equal ids mean the same sharing. The shape:
+                # ``param.data = t`` may change it under the same id, and the checks read it.
+                per_op.append((id(p), p.shape, p.dtype, p.device, p.requires_grad))
     tensors = [x]
     extras = []
     for e in extra_inputs:

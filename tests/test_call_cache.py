@@ -161,3 +161,23 @@ def test_tied_and_aliased_inputs_get_one_gradient_each() -> None:
         model(x, residual).sum().backward()
         assert x.grad is not None
         assert (r.grad is not None) == (residual is r)
+
+
+def test_a_parameter_resized_in_place_is_checked_again() -> None:
+    """``param.data = t`` keeps the parameter's id and may change its shape: the checks see
+    it, as on a first call."""
+    model = _dense()
+    x = torch.randn(5, 8)
+    model(x, x)
+    model[1].weight.data = torch.randn(16, 4)
+    with pytest.raises(ValueError, match=r"Linear.weight: shape \(16, 4\)"):
+        model(x, x)
+
+
+def test_a_grouped_weight_resized_in_place_is_checked_again() -> None:
+    model = _grouped()
+    x, sizes = torch.randn(6, 8), [2, 1, 3]
+    model(x, sizes, sizes)
+    model[2].weight.data = torch.randn(3, 8, 8)
+    with pytest.raises(ValueError, match=r"GroupedLinear.weight: shape \(3, 8, 8\)"):
+        model(x, sizes, sizes)

@@ -87,6 +87,19 @@ def matches_parameters(op: torch.nn.Module, spec: TensorSpec, *, what: str = "in
             )
 
 
+def parameter_shapes(op: torch.nn.Module, expected: dict[str, tuple[int, ...]]) -> None:
+    """Each named parameter (when present) has the shape the op was built with: a
+    ``param.data = t`` of another shape keeps the parameter and would reach the kernels."""
+    name = type(op).__name__
+    for pname, shape in expected.items():
+        p = op._parameters.get(pname)
+        if p is not None and tuple(p.shape) != shape:
+            raise ValueError(
+                f"{name}.{pname}: shape {tuple(p.shape)} does not match the op's features; "
+                f"expected {shape}"
+            )
+
+
 def extra_tensor(
     op: str,
     name: str,

@@ -97,6 +97,8 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
         _checks.features("GroupedLinear", x, self.in_features)
         _checks.matches_parameters(self, x)
+        G, N = self.num_groups, self.out_features
+        _checks.parameter_shapes(self, {"weight": (G, N, self.in_features), "bias": (G, N)})
         _checks.split_sizes("GroupedLinear split_sizes", extra_inputs[0], self.num_groups, math.prod(x.shape[:-1]), x.device)
         out = x.with_shape(x.shape[:-1] + (self.out_features,))
         return out.with_dtype(compute_dtype(x))

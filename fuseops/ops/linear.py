@@ -142,6 +142,7 @@ class Linear(_autocast.AutocastParameters, BasicOp):
             return self.tensor_parallel.output_spec(x, self.in_features, self.out_features)
         _checks.features("Linear", x, self.in_features)
         _checks.matches_parameters(self, x)
+        _checks.parameter_shapes(self, {"weight": (self.out_features, self.in_features), "bias": (self.out_features,)})
         out = x.with_shape(x.shape[:-1] + (self.out_features,))
         return out.with_dtype(compute_dtype(x))
 
