@@ -43,6 +43,7 @@ from fuseops.offload import hooks as hooks_module
 from fuseops.offload import link as link_module
 from fuseops.offload import mark_not_offload, offload_activations
 from fuseops.offload import planner as planner_module
+from fuseops.offload import timing as timing_module
 from fuseops.offload.scheduler import Scheduler
 
 # The H100 benchmark's activation is 8192 x 4096 bf16 (64 MB); here 32 x 128 float32.
@@ -58,6 +59,8 @@ INNER = [(Scheduler, n) for n in ("_skip_reason", "_group_for_save", "_offload_g
 INNER += [(cls, n) for cls in (link_module.HostLink, link_module.CudaLink)
           for n in ("copy_out", "copy_in", "consume", "settle", "fence")]
 INNER += [(planner_module.Planner, n) for n in ("begin_step", "poll", "budget", "moved", "waiting")]
+INNER += [(timing_module.EventTimer, "mark"), (timing_module.EventTimer, "seconds"),
+          (timing_module.CopyMeter, "record"), (timing_module.CopyMeter, "bytes_per_s")]
 
 
 class HostMeter:

@@ -228,15 +228,20 @@ class Planner:
             # Nothing to learn from (no group, or a forward never ended): drop it.
             return [], [], 0.0
         ends = log.forward[1:] + [log.forward_end]
-        forward = [self.timer.seconds(a, b) for a, b in zip(log.forward, ends)]
+        # Polled at every group's start while the host runs ahead of the device: the
+        # first mark not yet passed ends the reading (each read is an event query or two).
+        forward: list[float] = []
+        for a, b in zip(log.forward, ends):
+            seconds = self.timer.seconds(a, b)
+            if seconds is None:
+                return None
+            forward.append(seconds)
         backward: list[float | None] = [None] * len(log.forward)
         for position in range(1, len(log.forward)):
             if position in log.backward and position - 1 in log.backward:
                 backward[position] = self.timer.seconds(log.backward[position], log.backward[position - 1])
                 if backward[position] is None:
                     return None
-        if any(t is None for t in forward):
-            return None
         stalled = 0.0
         for wait, done in log.stalls:
             seconds = self.timer.seconds(wait, done)
