@@ -38,7 +38,8 @@ def _stack() -> list[Any]:
 
 def innermost() -> Any:
     """The innermost active scope of this thread: a ``Scheduler``, a ``Disabled``, or None."""
-    stack = _stack()
+    # Every module call asks (the module hooks): no stack built for a thread that has none.
+    stack = getattr(_local, "stack", None)
     return stack[-1] if stack else None
 
 
@@ -69,16 +70,18 @@ def _pre_hook(module: torch.nn.Module, args: Any) -> None:
     scope = innermost()
     if not isinstance(scope, Scheduler):
         return
-    for buffer in module._buffers.values():
-        if buffer is not None:
-            scope.buffers.add(buffer)
+    buffers = module._buffers
+    if buffers:
+        for buffer in buffers.values():
+            if buffer is not None:
+                scope.buffers.add(buffer)
     if isinstance(module, _sequential_class()):
         scope.sequential_groups.append(scope.open_group())
 
 
 def _post_hook(module: torch.nn.Module, args: Any, output: Any) -> None:
     scope = innermost()
-    if isinstance(scope, Scheduler) and isinstance(module, _sequential_class()) and scope.sequential_groups:
+    if isinstance(scope, Scheduler) and scope.sequential_groups and isinstance(module, _sequential_class()):
         scope.close_group(scope.sequential_groups.pop())
 
 

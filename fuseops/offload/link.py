@@ -92,10 +92,11 @@ class CudaLink:
         stream = self.d2h
         stream.wait_event(after)
         blocks = [self.arena.take(src.numel()) for src in sources]
-        for block in blocks:
-            # The block's previous contents may still be on their way to a device.
-            if block.fence is not None:
-                stream.wait_event(block.fence)
+        # A block's previous contents may still be on their way to a device. Blocks come
+        # back in batches that share one fence (a reload's): each fence is waited on once.
+        fences = {id(b.fence): b.fence for b in blocks if b.fence is not None}
+        for fence in fences.values():
+            stream.wait_event(fence)
         # Recorded after every wait: the span to ``done`` is the copies alone.
         start = self.meter.timer.mark(stream)
         with torch.cuda.stream(stream):
@@ -147,6 +148,10 @@ _links: dict[torch.device, HostLink | CudaLink] = {}
 
 def link_for(device: torch.device) -> HostLink | CudaLink:
     """The link of ``device`` (streams are created on first use and kept)."""
+    # Called per saved tensor: the lookup first, the normalisation only when it misses.
+    link = _links.get(device)
+    if link is not None:
+        return link
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     if device not in _links:

@@ -51,6 +51,7 @@ tests/offload/_device_sim.py runs this planner and the scheduler on a simulated 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +114,15 @@ class Profile:
     backward: tuple[float | None, ...]
     steps: int
 
+    @functools.cached_property
+    def starts(self) -> tuple[float, ...]:
+        """Each group's forward start in seconds, and the forward's end: summed once per
+        profile, not at every group's budget and move (O(groups) each)."""
+        starts = [0.0]
+        for t in self.forward:
+            starts.append(starts[-1] + t)
+        return tuple(starts)
+
 
 class Planner:
     """Learns per-group timings of one device and plans budgets from them.
@@ -173,7 +183,7 @@ class Planner:
             log.diverged = log.diverged or (profile is not None and profile.steps >= self.learn_steps)
             return None
         n = len(profile.layout)
-        starts = self._starts(profile)
+        starts = profile.starts
         copy_window = starts[min(issued + 1 + SETTLE_LAG, n)] - max(starts[issued], log.link_free)
         window = max(0.0, copy_window)
         backward = profile.backward[position + 1] if position + 1 < n else None
@@ -194,7 +204,7 @@ class Planner:
             return
         log.moved += nbytes
         issued = min(position + log.keep_last, len(profile.layout) - 1)
-        start = max(self._starts(profile)[issued], log.link_free)
+        start = max(profile.starts[issued], log.link_free)
         log.link_free = start + nbytes / (log.bytes_per_s * log.efficiency * self.margin)
 
     def waiting(self, log: StepLog, done: Any) -> None:
@@ -204,14 +214,6 @@ class Planner:
             return
         log.waited.add(id(done))
         log.stalls.append((self.timer.mark(), done))
-
-    @staticmethod
-    def _starts(profile: Profile) -> list[float]:
-        """Each group's forward start in the profile's seconds, and the forward's end."""
-        starts = [0.0]
-        for t in profile.forward:
-            starts.append(starts[-1] + t)
-        return starts
 
     def poll(self) -> None:
         """Digest closed steps whose marks have all passed, oldest first; never waits."""
@@ -226,15 +228,20 @@ class Planner:
             # Nothing to learn from (no group, or a forward never ended): drop it.
             return [], [], 0.0
         ends = log.forward[1:] + [log.forward_end]
-        forward = [self.timer.seconds(a, b) for a, b in zip(log.forward, ends)]
+        # Polled at every group's start while the host runs ahead of the device: the
+        # first mark not yet passed ends the reading (each read is an event query or two).
+        forward: list[float] = []
+        for a, b in zip(log.forward, ends):
+            seconds = self.timer.seconds(a, b)
+            if seconds is None:
+                return None
+            forward.append(seconds)
         backward: list[float | None] = [None] * len(log.forward)
         for position in range(1, len(log.forward)):
             if position in log.backward and position - 1 in log.backward:
                 backward[position] = self.timer.seconds(log.backward[position], log.backward[position - 1])
                 if backward[position] is None:
                     return None
-        if any(t is None for t in forward):
-            return None
         stalled = 0.0
         for wait, done in log.stalls:
             seconds = self.timer.seconds(wait, done)

@@ -34,9 +34,13 @@ def new_stats() -> dict[str, int]:
     return stats
 
 
+# The stats key of each reason, built once: a skip is counted per saved tensor.
+_SKIP_KEYS = {s: f"skipped_{s.value}" for s in Skip}
+
+
 def count_skip(stats: dict[str, int], reason: Skip, n: int = 1) -> None:
     stats["tensors_skipped"] += n
-    stats[f"skipped_{reason.value}"] += n
+    stats[_SKIP_KEYS[reason]] += n
 
 
 class Where(enum.Enum):

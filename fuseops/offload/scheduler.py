@@ -192,8 +192,17 @@ class Scheduler:
     def _resident_bytes(self) -> int:
         """Saved bytes on the device now: records neither on the host nor consumed by
         backward (a consumed one is freed once its node has run)."""
-        records = sum(s.nbytes for g in self._groups for s in g.live() if s.where is not Where.HOST and not s.consumed)
-        return records + sum(n for g in self._groups for n in g.over_cap.values())
+        # Every record of the step, at each backward group's start: walked in place, no
+        # list of live records built per group.
+        total = 0
+        for g in self._groups:
+            for ref in g.records:
+                s = ref()
+                if s is not None and s.group is g and s.where is not Where.HOST and not s.consumed:
+                    total += s.nbytes
+            if g.over_cap:
+                total += sum(g.over_cap.values())
+        return total
 
     def _cap(self, group: Group) -> int | None:
         """The most bytes one storage of ``group`` may have and still move (``None``: no
@@ -214,7 +223,9 @@ class Scheduler:
         group.learning = budget is None
         group.budget_left = 0 if budget is None else budget
 
-    def _skip_reason(self, t: torch.Tensor) -> Skip | None:
+    def _skip_reason(self, t: torch.Tensor) -> Skip | torch.UntypedStorage:
+        """Why ``t`` stays where it is, or its storage when it may move (read once here:
+        every saved tensor comes through, and each storage call is a call into torch)."""
         # Exact type first: ``isinstance(t, Parameter)`` runs a Python metaclass check,
         # the most expensive line here, and a plain tensor is never a parameter.
         kind = type(t)
@@ -228,7 +239,8 @@ class Scheduler:
             base = t
         if base.requires_grad and base.is_leaf:
             return Skip.LEAF
-        if (t.device.type not in ("cpu", "cuda") or t.layout is not torch.strided or t.is_quantized
+        # ``is_cpu`` / ``is_cuda``: ``t.device`` builds a device object per saved tensor.
+        if (not (t.is_cuda or t.is_cpu) or t.layout is not torch.strided or t.is_quantized
                 or t.is_nested or t.is_conj() or t.is_neg()):
             return Skip.UNSUPPORTED
         storage = t.untyped_storage()
@@ -238,18 +250,20 @@ class Scheduler:
             return Skip.MARKED
         if storage.nbytes() < self._min_bytes:
             return Skip.SMALL
-        return None
+        return storage
 
     def pack(self, t: torch.Tensor) -> Any:
-        reason = self._skip_reason(t)
-        if reason is not None:
-            count_skip(self.stats, reason)
+        storage = self._skip_reason(t)
+        if type(storage) is Skip:
+            count_skip(self.stats, storage)
             return t
-        group = self._group_for_save(t.device)
-        storage = t.untyped_storage()
+        group = self._current
+        if group is None or group.index < 0:
+            group = self._group_for_save(t.device)
+        nbytes = storage.nbytes()
         # The layout the planner compares steps by: bytes of every eligible save, counted
         # the same whether the group keeps records or passes its tensors through.
-        group.eligible += storage.nbytes()
+        group.eligible += nbytes
         if group.passthrough:
             return self._pass(group, t)
         key = storage._cdata
@@ -262,7 +276,7 @@ class Scheduler:
             if passed is not None and passed.expired():
                 passed = None
             cap = self._cap(group) if passed is None else None
-            if passed is not None or (cap is not None and storage.nbytes() > cap):
+            if passed is not None or (cap is not None and nbytes > cap):
                 return self._pass_over_cap(group, t, storage, key)
         self._release_copied()
         self._forward_peak = max(self._forward_peak, self._held)
@@ -409,9 +423,11 @@ class Scheduler:
 
     def _offload(self, records: list[Stored], group: Group, after: dict | None) -> None:
         """Copy ``records`` out (those the marks and the budget let through)."""
-        chosen: dict[torch.device, list[Stored]] = {}
+        # Per storage: its record, and its storage (read once; records on the device).
+        chosen: dict[torch.device, list[tuple[Stored, torch.UntypedStorage]]] = {}
         for stored in records:
-            if is_marked(stored.storage()):
+            storage = stored.storage()
+            if is_marked(storage):
                 self._decide(stored, Skip.MARKED)
             elif group.budget_left is not None and stored.nbytes > group.budget_left:
                 self._decide(stored, Skip.LEARNING if group.learning else Skip.BUDGET)
@@ -419,39 +435,46 @@ class Scheduler:
                 if group.budget_left is not None:
                     group.budget_left -= stored.nbytes
                 self._decide(stored, None)
-                chosen.setdefault(stored.device, []).append(stored)
-        for device, batch in chosen.items():
+                chosen.setdefault(stored.device, []).append((stored, storage))
+        moved = 0
+        for device, pairs in chosen.items():
             link = link_for(device)
             fence = after.get(device) if after else None
             flats = []
-            for stored in batch:
+            for stored, storage in pairs:
                 # Copied after a later in-place write: unpack raises, as autograd would.
                 stored.modified = stored.alias._version != stored.version
-                flats.append(torch.empty(0, dtype=torch.uint8, device=device).set_(stored.storage()))
+                flats.append(torch.empty(0, dtype=torch.uint8, device=device).set_(storage))
             blocks, done = link.copy_out(flats, fence if fence is not None else link.fence())
-            for stored, block in zip(batch, blocks):
+            batch = []
+            for (stored, _), block in zip(pairs, blocks):
                 stored.host, stored.event, stored.where = block, done, Where.HOST
                 # A record that dies on the host (no backward) still returns its block.
                 stored.release = weakref.finalize(stored, link.arena.give, block, done)
                 stored.release.atexit = False
-                self.stats["bytes_offloaded"] += stored.nbytes
-                self.stats["storages_offloaded"] += 1
+                moved += stored.nbytes
+                batch.append(stored)
+            self.stats["storages_offloaded"] += len(batch)
             # The alias keeps the source alive until the copy is settled.
             self._unsettled.append((len(self._groups) - 1, device, done, batch, self._planned_log(group)))
         if chosen:
+            self.stats["bytes_offloaded"] += moved
             self._on_host.add(group.index)
-            self._report_moved(group, sum(s.nbytes for batch in chosen.values() for s in batch))
+            self._report_moved(group, moved)
 
     def _release_copied(self) -> None:
         """Release the sources of copies that have passed: nothing reads them any more,
-        so neither stream needs to wait (the query never blocks)."""
-        if self._unsettled and any(link_for(entry[1]).passed(entry[2]) for entry in self._unsettled):
-            pending = []
-            for entry in self._unsettled:
-                if link_for(entry[1]).passed(entry[2]):
-                    self._drop_sources(entry[3])
-                else:
-                    pending.append(entry)
+        so neither stream needs to wait (the query never blocks). Runs at every save that
+        keeps a record: each copy's event is queried once per call."""
+        if not self._unsettled:
+            return
+        pending = []
+        for entry in self._unsettled:
+            if link_for(entry[1]).passed(entry[2]):
+                self._drop_sources(entry[3])
+            else:
+                pending.append(entry)
+        if len(pending) != len(self._unsettled):
             self._unsettled = pending
 
     def _drop_sources(self, batch: list[Stored]) -> None:
@@ -542,17 +565,23 @@ class Scheduler:
                 group.prefetch = None
             return
         allowance = group.prefetch_room - group.prefetch_issued
-        pending = [s for s in reversed(target.live()) if s.where is Where.HOST]
-        batch = []
-        for stored in pending:
+        # Runs at every unpack while a prefetch is armed: the target's records on the host
+        # are walked lazily, last saved first, and only as far as the allowance reaches.
+        batch, issued, everything = [], 0, True
+        for ref in reversed(target.records):
+            stored = ref()
+            if stored is None or stored.group is not target or stored.where is not Where.HOST:
+                continue
             if not force and stored.nbytes > allowance:
+                everything = False
                 break
             batch.append(stored)
             allowance -= stored.nbytes
+            issued += stored.nbytes
         if batch:
-            group.prefetch_issued += sum(s.nbytes for s in batch)
+            group.prefetch_issued += issued
             self._reload(batch)
-        if len(batch) == len(pending):
+        if everything:
             self._on_host.discard(target.index)
             group.prefetch = None
 

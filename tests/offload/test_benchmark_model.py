@@ -42,3 +42,32 @@ def test_profile_counts_overlapping_kernels_once():
     # Busy time is the union of kernel intervals: overlaps and nesting count once.
     assert _union([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.2, 5.5)]) == 4.0
     assert _union([]) == 0.0
+
+
+def test_host_meter_counts_every_pack_and_restores_the_scheduler():
+    import contextlib
+
+    from benchmarks.offload import MLPLayer
+    from benchmarks.offload_host import HostMeter, install
+    from fuseops.offload import hooks, offload_activations
+    from fuseops.offload.scheduler import Scheduler
+
+    originals = dict(vars(Scheduler)), hooks._pre_hook, hooks._post_hook
+    layers = torch.nn.ModuleList(MLPLayer(32) for _ in range(3))
+    x = torch.randn(16, 32, requires_grad=True)
+    meter = HostMeter()
+    with contextlib.ExitStack() as patches:
+        install(meter, patches, breakdown=True)
+        with offload_activations(min_tensor_bytes=0, group_budget_bytes=None) as handle:
+            h = x
+            for layer in layers:
+                with handle.group():
+                    h = layer(h)
+        h.sum().backward()
+    stats = handle.stats
+    # Every saved tensor reaches pack once and is counted as offloaded or skipped.
+    assert meter.packs == stats["tensors_offloaded"] + stats["tensors_skipped"] > 0
+    assert meter.seconds > 0
+    assert meter.inner["Scheduler._offload"][1] == stats["groups"] - 1  # keep_last=1
+    assert meter.inner["HostLink.copy_out"][1] > 0
+    assert (dict(vars(Scheduler)), hooks._pre_hook, hooks._post_hook) == originals
