@@ -223,15 +223,19 @@ def dense_rows(device, dtype, Ts, Hs, reps, acts=("gelu", "swiglu"), save=None) 
 def moe_rows(device, dtype, Ts, shapes, reps, save=None) -> list[dict]:
     rows = []
     for name, (E, H, I, K) in shapes.items():
+        # One model per shape, every token count and routing through it (rows marked
+        # dynamic): the compiled variants trace once per shape, not once per cell.
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = FuseopsMoE(E, H, I).to(device, dtype)
+        reference = TorchMoE(model).to(device, dtype)
         for T in Ts:
             for skewed in (False, True):
-                torch._dynamo.reset()
-                torch.manual_seed(0)
-                model = FuseopsMoE(E, H, I).to(device, dtype)
-                reference = TorchMoE(model).to(device, dtype)
                 x = torch.randn(T, H, device=device, dtype=dtype, requires_grad=True)
                 ids, weights = routing(T, E, K, skewed, device)
                 weights = weights.to(dtype).requires_grad_()
+                for t in (x, ids, weights):
+                    torch._dynamo.mark_dynamic(t, 0)
                 # torch.compile of _grouped_mm traces only for bf16 operands.
                 row = measure(model, reference, (x, ids, weights), device, reps, compile_torch=dtype == torch.bfloat16)
                 rows.append({"part": "moe", "shape": name, "T": T, "routing": "skewed" if skewed else "uniform", **row})
