@@ -4,13 +4,17 @@ in torch eager: the executor's own Python, with the torch references in place of
 
 Rows: the dense block (RMSNorm, Linear+bias, GELU(tanh), Linear+bias, AddExtraInput) forward
 without grad, forward with grad, forward+backward; the grouped expert MLP (GroupedLinear,
-SwiGLU, GroupedLinear, split sizes as a tensor on the input's device) forward+backward.
-``--profile`` adds a cProfile of the fwd+bwd steps. ``--stub-kernels`` replaces every
+SwiGLU, GroupedLinear, split sizes as a tensor on the input's device) forward+backward; the
+MoE layer as users compose it (``benchmarks.sizes.FuseopsMoE``: ``rows`` tokens routed top-2
+over 4 experts, permute, the expert MLP with I = 2H, unpermute with router weights)
+forward+backward beside the plain torch layer (``TorchMoE``: argsort routing,
+``torch._grouped_mm``, index_add; never stubbed). ``--profile`` adds a cProfile of the
+fwd+bwd steps. ``--stub-kernels`` replaces every
 launcher of the dispatch table by a stub that hands back the outputs of its first call with
 the same arguments (tensors by shape): what is left is the host path alone (ours and torch's: the plain
 GEMMs of Linear stay), as ``host_costs``' rows without Triton launches on the GPU.
 
-    python -m benchmarks.host_cpu [--rows 16] [--H 32] [--profile dense|grouped] [--top 30] [--stub-kernels]
+    python -m benchmarks.host_cpu [--rows 16] [--H 32] [--profile dense|grouped|moe] [--top 30] [--stub-kernels]
 """
 
 from __future__ import annotations
@@ -70,6 +74,16 @@ def dense_block(H: int) -> tuple[fuseops.Sequential, torch.nn.Module]:
     return block, ref
 
 
+def moe_layer(T: int, H: int, E: int, I: int, K: int = 2
+              ) -> tuple[torch.nn.Module, torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """``benchmarks.sizes``' MoE layer and its plain-torch twin, with T tokens routed top-K."""
+    from benchmarks.sizes import FuseopsMoE, TorchMoE, routing
+    model = FuseopsMoE(E, H, I)
+    ids, weights = routing(T, E, K, False, "cpu")
+    x = torch.randn(T, H, requires_grad=True)
+    return model, TorchMoE(model), (x, ids, weights.requires_grad_())
+
+
 def step(model: Callable, params: list[torch.Tensor], *inputs: object) -> Callable[[], None]:
     def run() -> None:
         for p in params:
@@ -84,7 +98,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--H", type=int, default=32)
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--profile", choices=("dense", "grouped"), default=None)
+    parser.add_argument("--profile", choices=("dense", "grouped", "moe"), default=None)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--stub-kernels", action="store_true")
     args = parser.parse_args()
@@ -113,12 +127,16 @@ def main() -> None:
         rows["fuseops grouped fwd, no grad"] = host_us(lambda: experts(x, sizes, sizes), args.calls)
     rows["fuseops grouped fwd"] = host_us(lambda: experts(xg, sizes, sizes), args.calls)
     rows["fuseops grouped fwd+bwd"] = host_us(grouped_step, args.calls)
+    moe, moe_ref, moe_inputs = moe_layer(M, H, G, I)
+    moe_step = step(moe, list(moe.parameters()), *moe_inputs)
+    rows["fuseops MoE layer fwd+bwd"] = host_us(moe_step, args.calls)
+    rows["torch MoE layer fwd+bwd"] = host_us(step(moe_ref, list(moe_ref.parameters()), *moe_inputs), args.calls)
     stubbed = ", kernels stubbed" if args.stub_kernels else ""
     print(f"host us per call on CPU, rows={M}, H={H} (fastest batch of 100{stubbed})")
     for name, us in rows.items():
         print(f"  {name:36s} {us:8.1f}")
     if args.profile:
-        run = dense_step if args.profile == "dense" else grouped_step
+        run = {"dense": dense_step, "grouped": grouped_step, "moe": moe_step}[args.profile]
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(500):

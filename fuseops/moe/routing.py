@@ -65,7 +65,7 @@ def _check_range_on_host(name: str, t: torch.Tensor, bound: int, what: str) -> N
     debugging on request)."""
     if t.numel() == 0:
         return
-    lo, hi = int(t.min()), int(t.max())
+    lo, hi = (int(v) for v in torch.aminmax(t))  # one reduction for both ends
     if lo < 0 or hi >= bound:
         raise ValueError(f"{name}: expected values in [0, {bound}) ({what}), got values in [{lo}, {hi}]")
 

@@ -28,6 +28,7 @@ from fuseops.kernels.gemm.grouped import (
     _locate,
     _swizzle,
     epilogue,
+    per_group_matmul,
     persistent_programs,
     ragged_descriptor,
     ragged_load,
@@ -384,16 +385,6 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
 def gate_up(z: torch.Tensor, interleaved: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """z's gate and up columns, as strided views."""
     return (z[:, 0::2], z[:, 1::2]) if interleaved else z.chunk(2, dim=1)
-
-
-def per_group_matmul(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """``a[rows of g] @ b[g]`` for every group, in float32 (float64 for float64 inputs)."""
-    compute = torch.promote_types(a.dtype, torch.float32)
-    y = torch.zeros(a.shape[0], b.shape[2], dtype=compute, device=a.device)
-    bounds = offsets.tolist()
-    for g, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-        y[lo:hi] = a[lo:hi].to(compute) @ b[g].to(compute)
-    return y
 
 
 def reference_grouped_gemm_gated(

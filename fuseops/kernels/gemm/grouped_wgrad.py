@@ -29,7 +29,15 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, dot
-from fuseops.kernels.gemm.grouped import GemmConfig, persistent_programs, ragged_descriptor, ragged_load, tma_ok
+from fuseops.kernels.gemm.grouped import (
+    GemmConfig,
+    as_dtype,
+    persistent_programs,
+    ragged_descriptor,
+    ragged_load,
+    tma_ok,
+    torch_grouped_mm_serves,
+)
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
 from fuseops.kernels.launch import launch
 
@@ -249,18 +257,27 @@ def reference_grouped_gemm_wgrad(
     """
     if x_rows is not None:
         x = x.index_select(0, x_rows)
-    G, N, K = offsets.shape[0] - 1, dy.shape[1], x.shape[1]
+    G, x_dtype = offsets.shape[0] - 1, x.dtype
     compute = torch.promote_types(x.dtype, torch.float32)
-    dw = torch.zeros(G, N, K, dtype=compute, device=x.device)
-    bounds = offsets.tolist()
-    for g in range(G):
-        r = slice(bounds[g], bounds[g + 1])
-        dw[g] = dy[r].to(compute).T @ x[r].to(compute)
+    dy, x = as_dtype(dy, compute), as_dtype(x, compute)
+    if torch_grouped_mm_serves(x, dy.T):
+        dw = torch._grouped_mm(dy.T, x, offs=offsets[1:].to(torch.int32))
+    else:
+        dw = _wgrad_per_group(dy, x, offsets.tolist(), G)
     if main_grad is not None:
         return main_grad.add_(dw.to(main_grad.dtype))
     if out is not None:
         return out.copy_(dw)
-    return dw.to(out_dtype or x.dtype)
+    return dw.to(out_dtype or x_dtype)
+
+
+def _wgrad_per_group(dy: torch.Tensor, x: torch.Tensor, bounds: list[int], G: int) -> torch.Tensor:
+    dw = torch.zeros(G, dy.shape[1], x.shape[1], dtype=x.dtype, device=x.device)
+    for g in range(G):
+        r = slice(bounds[g], bounds[g + 1])
+        # In place (an empty group's product is zero): no temporary, no index-put per group.
+        torch.mm(dy[r].T, x[r], out=dw[g])
+    return dw
 
 
 def reference_grouped_bias_grad(dy: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
