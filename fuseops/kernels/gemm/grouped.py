@@ -459,7 +459,6 @@ def reference_grouped_gemm(
     ``y[r] = h * row_scale[r, None]`` (if given), cast to ``a``'s dtype; ``preact[r] = z``.
     """
     M, N = a.shape[0], b.shape[2]
-    y = out if out is not None else torch.empty(M, N, dtype=a.dtype, device=a.device)
     preact = torch.empty(M, N, dtype=a.dtype, device=a.device) if save_preact else None
     # The products per group, then the (row-wise) epilogue once over every grouped row: the
     # same arithmetic as group by group, a few torch calls instead of a few per group. Rows
@@ -477,5 +476,9 @@ def reference_grouped_gemm(
             preact[rows] = z
     if row_scale is not None:
         h = h * row_scale[rows].to(z.dtype)[:, None]
+    if out is None and end == M:
+        # Every row is a group's: h (a fresh tensor, the products' own) is y, in a's dtype.
+        return as_dtype(h, a.dtype), preact
+    y = out if out is not None else torch.empty(M, N, dtype=a.dtype, device=a.device)
     y[rows] = h
     return y, preact
