@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 
 import torch
 import triton
@@ -396,7 +397,7 @@ def products_per_group(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) 
     y = torch.zeros(a.shape[0], b.shape[2], dtype=compute, device=a.device)
     bounds = offsets.tolist()
     # Written in place (mm's out= a contiguous row slice): no temporary, no index-put per group.
-    for g, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+    for g, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         torch.mm(a[lo:hi], b[g], out=y[lo:hi])
     return y, bounds[-1]
 

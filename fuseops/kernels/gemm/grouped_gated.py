@@ -27,6 +27,7 @@ from fuseops.kernels.gemm.grouped import (
     _group_tiles,
     _locate,
     _swizzle,
+    as_dtype,
     epilogue,
     per_group_matmul,
     persistent_programs,
@@ -414,5 +415,5 @@ def reference_grouped_gemm_gated(
     h = reference_gated(*gate_up(z, interleaved), act, clamped, limit, alpha)
     if probs is not None:
         h = h * probs.to(h.dtype)[:, None]
-    h = out.copy_(h) if out is not None else h.to(a.dtype)
-    return h, z.to(a.dtype) if save_preact else None
+    h = out.copy_(h) if out is not None else as_dtype(h, a.dtype)
+    return h, as_dtype(z, a.dtype) if save_preact else None

@@ -35,6 +35,7 @@ from fuseops.kernels.gemm.grouped import (
     _group_tiles,
     _locate,
     _swizzle,
+    as_dtype,
     epilogue,
     persistent_programs,
     ragged_descriptor,
@@ -267,7 +268,7 @@ def reference_grouped_gemm_dgrad_gated(
     """
     dh = per_group_matmul(dy, b, offsets)
     z_a, z_b = gate_up(z, interleaved)
-    gate = reference_gated(z_a, z_b, act, clamped, limit, alpha).to(dh.dtype)
+    gate = as_dtype(reference_gated(z_a, z_b, act, clamped, limit, alpha), dh.dtype)
     dprobs = None
     if probs is not None:
         dprobs = (dh * gate).sum(1).to(probs.dtype)
@@ -275,5 +276,5 @@ def reference_grouped_gemm_dgrad_gated(
         dh, gate = dh * scale, gate * scale
     da, db = reference_gated_grad(z_a, z_b, dh, act, clamped, limit, alpha)
     dz = torch.stack((da, db), dim=-1).flatten(1) if interleaved else torch.cat((da, db), dim=1)
-    dz = out.copy_(dz) if out is not None else dz.to(z.dtype)
-    return dz, dprobs, gate.to(z.dtype) if want_h else None
+    dz = out.copy_(dz) if out is not None else as_dtype(dz, z.dtype)
+    return dz, dprobs, as_dtype(gate, z.dtype) if want_h else None

@@ -8,6 +8,8 @@ and ``reference_grouped_gemm`` must leave rows of ``out`` past the last group as
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -75,7 +77,7 @@ def test_reference_wgrad(split, dtype, path):
     dy, x = torch.randn(M, 16, dtype=dtype), torch.randn(M, 24, dtype=dtype)
     dw = reference_grouped_gemm_wgrad(dy, x, offsets)
     bounds = offsets.tolist()
-    expected = torch.stack([dy[lo:hi].double().T @ x[lo:hi].double() for lo, hi in zip(bounds, bounds[1:])])
+    expected = torch.stack([dy[lo:hi].double().T @ x[lo:hi].double() for lo, hi in itertools.pairwise(bounds)])
     assert dw.dtype == dtype
     assert_close_rel(dw, expected, dtype)
     for g, size in enumerate(SPLITS[split]):
