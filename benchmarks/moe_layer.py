@@ -411,7 +411,9 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--impls", nargs="*", default=list(IMPLS), choices=list(IMPLS),
+    # Liger only when named: on the H100 (session 14) its first call did not finish in 190-240 s
+    # at either shape, and a run that includes it prints nothing before its time limit.
+    parser.add_argument("--impls", nargs="*", default=[i for i in IMPLS if i != "liger"], choices=list(IMPLS),
                         help="implementations to time (torch, the reference, always runs)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per implementation")
     parser.add_argument("--timing", choices=("do_bench", "sustained"), default="do_bench",
