@@ -181,3 +181,29 @@ def test_a_grouped_weight_resized_in_place_is_checked_again() -> None:
     model[2].weight.data = torch.randn(3, 8, 8)
     with pytest.raises(ValueError, match=r"GroupedLinear.weight: shape \(3, 8, 8\)"):
         model(x, sizes, sizes)
+
+
+def test_torch_autocast_and_recipes_are_seen() -> None:
+    """The same shapes in and out of ``torch.autocast`` and a ``fuseops.autocast`` recipe:
+    each call computes what a fresh model computes under the same context."""
+    model = _dense()
+    x = torch.randn(5, 8)
+
+    def fresh(ctx):
+        with ctx():
+            return _grads(copy.deepcopy(model), x, x)
+
+    def cached(ctx):
+        with ctx():
+            return _grads(model, x, x)
+
+    contexts = [
+        lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+        lambda: fuseops.autocast(fuseops.recipes.FP8CurrentScaling()),
+        torch.enable_grad,
+    ]
+    for ctx in contexts + contexts[::-1]:
+        y, grads = cached(ctx)
+        y_ref, grads_ref = fresh(ctx)
+        assert y.dtype == y_ref.dtype
+        _same((y, grads), (y_ref, grads_ref))
