@@ -17,6 +17,9 @@ of the input (a leaf) set to None first, so no step adds into a gradient left by
 - ``ratio_bf16_input``: the same with a bf16 input: only the weights' dtype differs.
 - ``ratio_recast``: the weight cache cleared before each step, as after an optimizer step: what
   a training step with one micro-batch pays (the float32 -> bf16 cast of every weight).
+- ``ratio_same_input``: both models given the float32 input under autocast, so only the weights'
+  dtype differs and both pay the input's casts (a bf16-weight layer inside an autocast model
+  with a float32 residual stream).
 
     python -m benchmarks.autocast            # GPU
     python -m benchmarks.autocast --smoke    # CPU, tiny sizes, end to end
@@ -86,6 +89,7 @@ def compare(name: str, float32_model: torch.nn.Module, args: tuple, device: str,
         "bf16_input": autocast_step(float32_model, low_args, device, dtype),
         "recast": autocast_step(float32_model, args, device, dtype, recast=True),
         "low": step_fn(low, low_args, _grad_leaves(low, low_args)),
+        "low_float32_input": autocast_step(low, args, device, dtype),
     }
     # Interleaved rounds, the fastest median of each: clock and thermal drift between
     # variants measured one after the other would otherwise move the ratios.
@@ -94,10 +98,12 @@ def compare(name: str, float32_model: torch.nn.Module, args: tuple, device: str,
         for key, step in steps.items():
             best[key] = min(best[key], time_ms(step, device, reps))
     autocast_ms, bf16_input_ms, recast_ms, low_ms = best["autocast"], best["bf16_input"], best["recast"], best["low"]
+    low_float32_input_ms = best["low_float32_input"]
     return {"model": name, "autocast_float32_weights_ms": autocast_ms, "low_precision_weights_ms": low_ms,
             "ratio": low_ms / autocast_ms, "autocast_bf16_input_ms": bf16_input_ms,
             "ratio_bf16_input": low_ms / bf16_input_ms, "autocast_recast_ms": recast_ms,
-            "ratio_recast": low_ms / recast_ms, "relative_difference": error}
+            "ratio_recast": low_ms / recast_ms, "low_precision_weights_float32_input_ms": low_float32_input_ms,
+            "ratio_same_input": low_float32_input_ms / autocast_ms, "relative_difference": error}
 
 
 def main() -> None:
@@ -136,11 +142,12 @@ def main() -> None:
     out = args.out or Path(__file__).parent / "results" / f"autocast{'_smoke' if args.smoke else ''}.json"
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     method = (f"fastest of {args.rounds} interleaved medians of {reps} synchronised fwd+bwd steps; ratio = bf16-weights ms / autocast-float32-weights ms "
-              "(float32 input; ratio_bf16_input: bf16 input; ratio_recast: weight cache cleared every step)")
+              "(float32 input; ratio_bf16_input: bf16 input; ratio_recast: weight cache cleared every step; "
+              "ratio_same_input: both models given the float32 input under autocast)")
     out.write_text(json.dumps({"device": name, "torch": torch.__version__, "fuseops": fuseops.__version__, "T": T,
                                "method": method, "rows": rows}, indent=1))
     print(f"{'model':<22} {'autocast fp32 w (ms)':>20} {'bf16 w (ms)':>12} {'ratio':>6} {'bf16 x':>7} "
-          f"{'recast':>7} {'rel diff':>9}")
+          f"{'recast':>7} {'same x':>7} {'rel diff':>9}")
     for r in rows:
         print(f"{r['model']:<22} {r['autocast_float32_weights_ms']:>20.3f} {r['low_precision_weights_ms']:>12.3f} "
               f"{r['ratio']:>6.2f} {r['ratio_bf16_input']:>7.2f} {r['ratio_recast']:>7.2f} "
