@@ -112,13 +112,14 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; each variant's fastest median")
     parser.add_argument("--models", nargs="*", help="expert shapes to run (default: all) and 'dense'")
+    parser.add_argument("--T", type=int, default=4096, help="tokens (the expert MLP gets T * top_k rows)")
     parser.add_argument("--out", type=Path, help="JSON path (default results/autocast[_smoke].json)")
     args = parser.parse_args()
     if args.smoke:
         device, reps, T = "cpu", 3, 64
         shapes, dense_H = {"tiny": (4, 32, 48, 2)}, 32
     else:
-        device, reps, T = "cuda", args.reps, 4096
+        device, reps, T = "cuda", args.reps, args.T
         shapes, dense_H = EXPERT_SHAPES, 2048
     dtype = torch.bfloat16
     rows = []

@@ -71,9 +71,9 @@ class Backend(enum.Enum):
     TRITON = "triton"
     SM90 = "gluon sm_90"
 
-    # Identity hashes, in C: every launcher() call looks (kernel, backend) up, and Enum's
-    # own hash runs in Python.
-    __hash__ = object.__hash__
+    # No identity-hash override (``__hash__ = object.__hash__``) on these enums: torch 2.11's
+    # dynamo refuses to hash an enum with an overridden __hash__ (graph break, and an error
+    # under fullgraph=True) where launcher() runs inside the autograd Function.
 
 
 class Kernel(enum.Enum):
@@ -116,8 +116,6 @@ class Kernel(enum.Enum):
     PERMUTE = "permute"
     UNPERMUTE = "unpermute"
     UNPERMUTE_BWD = "unpermute_bwd"
-
-    __hash__ = object.__hash__
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.quant import recipes
 from tests.fusions.test_producer_quantize_linear import assert_same, step
 from tests.helpers import cuda_or_skip
+from tests.kernels.elementwise.test_gated_activation import assert_same_row_sums
 
 PER_TENSOR = [recipes.FP8CurrentScaling(), recipes.NVFP4()]
 IDS = [type(r).__name__ for r in PER_TENSOR]
@@ -144,7 +145,12 @@ def test_on_cuda_bitwise_the_unfused_ops(recipe, gate):
     extras = _extras(model, 2048, split, device)
     got, _ = step(model, x, extras, recipe)
     assert _fused(model)
-    assert_same(got, step(_unfused(model), x, extras, recipe)[0], gate)
+    want = step(_unfused(model), x, extras, recipe)[0]
+    if model[1].scaled:
+        # Index 2 is the probs' gradient: float32 row sums of the row-amax kernel variant,
+        # which on the GPU round differently from the plain kernel's (test_gated_activation).
+        assert_same_row_sums(got.pop(2), want.pop(2), f"{gate}: probs grad")
+    assert_same(got, want, gate)
 
 
 @pytest.mark.gpu
