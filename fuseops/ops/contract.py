@@ -24,9 +24,8 @@ class Role(enum.Enum):
     PARAMETER = "parameter"
     META = "meta"
 
-    # Members are singletons compared by identity: hashed by it too, in C (Enum's own hash
-    # hashes the name in Python, and the executor looks roles up per op and call).
-    __hash__ = object.__hash__
+    # Enum's own hash, not an identity override: torch 2.11's dynamo refuses to hash an enum
+    # whose __hash__ is overridden (fullgraph compile failed on the H100; test_compile.py).
 
 
 def activation(default: Any = None) -> Any:
