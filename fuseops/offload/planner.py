@@ -139,6 +139,11 @@ class Profile:
             starts.append(starts[-1] + t)
         return tuple(starts)
 
+    @functools.cached_property
+    def reload_windows(self) -> dict[int, float]:
+        """``first_reload`` by position, built once per profile, not per budget."""
+        return dict(self.first_reload)
+
 
 class Planner:
     """Learns per-group timings of one device and plans budgets from them.
@@ -207,7 +212,7 @@ class Planner:
         copy_window = starts[min(issued + 1 + SETTLE_LAG, n)] - max(starts[issued], log.link_free)
         window = max(0.0, copy_window)
         backward = profile.backward[position + 1] if position + 1 < n else None
-        measured = dict(profile.first_reload).get(position)
+        measured = profile.reload_windows.get(position)
         if measured is not None:
             window = min(window, RELOAD_WINDOW * measured)
         elif backward is not None:
