@@ -561,6 +561,10 @@ class Scheduler:
         target, force = group.prefetch, group.consumed >= group.prefetch_at
         if group.prefetch_room is None:
             if force:
+                log = self._planned_log(target)
+                if log is not None and log.first_reload is None:
+                    # Where the reload may start: the planner learns its window from here.
+                    log.first_reload = (self._planner.timer.mark(), target.position)
                 self._reload_group(target)
                 group.prefetch = None
             return

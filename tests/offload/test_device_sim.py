@@ -37,9 +37,12 @@ def test_auto_steps_wait_on_nothing_and_move_most_of_what_the_link_hides(monkeyp
     hideable = sim.forward_seconds(kind) * 7 / 8 * bytes_per_s
     for s in steps[STEADY]:
         assert sum(s.waited.values()) < 1e-9 and s.seconds == pytest.approx(none)
-        # Whole tensors, the margin and the reload windows leave some of the link unused:
-        # 0.80 (moe) to 0.94 (attn) of it in this model.
-        assert s.moved >= 0.75 * hideable
+        # The first planned step's budgets were provisional (the default bandwidth, the
+        # first reload's window guessed): planned afresh from what it measured, the mlp
+        # moves 0.93 / 0.94 of what the link hides at 45 / 50 GB/s (0.86 / 0.89 when those
+        # budgets only ever shrank). The moe's last offloaded group has 0.39 ms of the
+        # first backward group to reload in (measured): 0.88-0.89 there.
+        assert s.moved >= (0.85 if kind == "moe" else 0.9) * hideable
 
 
 @pytest.mark.parametrize("kind, budget", [("mlp", 165_375_414), ("moe", 51_076_885), ("moe", 255_384_429),

@@ -110,7 +110,9 @@ def test_storages_over_the_planned_budget_keep_no_records_and_move_the_same(time
     times = [[1e-3] * 4, [1.2e-3] * 4]
     layers, x = timed_layers(timer, times, 4), torch.randn(40, 32)
     config = dict(min_tensor_bytes=1024, group_budget_bytes="auto")
-    for _ in range(3):  # two learning steps, then the first planned one sets the caps
+    # Two learning steps, the first planned one (provisional: it plans before anything of
+    # the link was measured), then the step planned afresh from what it measured sets the caps.
+    for _ in range(4):
         run_step(layers, x, config)
     stored_count.clear()
     _passing_moves_what_records_move(layers, x, config, stored_count, monkeypatch)

@@ -98,11 +98,12 @@ def fullest(storages, left):
     return max(fill(storages, left), fill(sorted(storages, reverse=True), left))
 
 
-def expected_moved(layers, x, times, keep_last, rate=BYTES_PER_S):
+def expected_moved(layers, x, times, keep_last, rate=BYTES_PER_S, first_reload=()):
     """The planner's arithmetic, independently: the copies of group g are issued when
     group i = g + keep_last starts and queue on the link after those issued before; they
     must end by the start of group i + 2 (or the forward's end), and its reload must fit
-    in 0.9 of group g + 1's backward (a quarter when g + 1 runs its backward first)."""
+    in 0.9 of group g + 1's backward (a quarter when g + 1 runs its backward first, until
+    that first reload's window has been measured: ``first_reload``, (group, seconds))."""
     forward, backward = times
     groups = saved_storages_by_group(layers, x)
     n, rate = len(groups), rate * MARGIN
@@ -112,7 +113,9 @@ def expected_moved(layers, x, times, keep_last, rate=BYTES_PER_S):
         i = g + keep_last
         begin = max(starts[i], link_free)
         window = starts[min(i + 2, n)] - begin
-        if g + 1 < n:
+        if g in dict(first_reload):
+            window = min(window, 0.9 * dict(first_reload)[g])
+        elif g + 1 < n:
             window = min(window, (0.25 if g + 1 >= n - max(keep_last, 1) else 0.9) * backward[g + 1])
         group_moved = (fullest if keep_last else fill)(groups[g], int(max(0.0, window) * rate))
         if group_moved:
@@ -141,8 +144,18 @@ def test_learns_two_steps_then_plans_each_group_from_the_fastest_times(timer, ke
     times[:] = [[t / 10 for t in row] for row in warm_up]
     assert auto_step(layers, x, keep_last)["bytes_offloaded"] == 0
     assert learning["bytes_offloaded"] == 0 and learning["skipped_learning"] > 0
-    for _ in range(2):
+    stats = auto_step(layers, x, keep_last)
+    assert stats["bytes_offloaded"] == stats["bytes_reloaded"] == want
+    assert stats["skipped_learning"] == 0 and stats["skipped_budget"] > 0
+    # That step measured the first reload's window (from where the first backward group
+    # queued it to the reloaded group's backward): later steps plan it from that.
+    # (digested as the next step begins).
+    for i in range(2):
         stats = auto_step(layers, x, keep_last)
+        if i == 0:
+            first_reload = planner_module._planners[torch.device("cpu")].profile.first_reload
+            assert len(first_reload) == 1 and first_reload[0][1] > 0
+            want = expected_moved(layers, x, times, keep_last, first_reload=first_reload)
         assert stats["bytes_offloaded"] == stats["bytes_reloaded"] == want
         assert stats["skipped_learning"] == 0 and stats["skipped_budget"] > 0
 
