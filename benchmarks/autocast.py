@@ -3,7 +3,8 @@ same model with bfloat16 weights, forward+backward (issue 22's target: within 10
 
 Models: the expert MLP (GroupedLinear, SwiGLU, GroupedLinear) at the Qwen3-30B-A3B
 (E=128, H=2048, I=768, top-8) and Mixtral-8x7B (E=8, H=4096, I=14336, top-2) shapes with
-T=4096 tokens, and the dense stack (4 pre-norm MLP blocks, GELU, T=4096, H=2048). Each
+T=4096 tokens (``--T``), and the dense stack (4 pre-norm MLP blocks, GELU, T=4096, H=2048), also
+built from torch.nn (the same ratios for torch's own modules). Each
 autocast row also checks that its output is within bf16 rounding of the bf16-weight model's.
 
 What a step is, in both models: forward, ``.sum().backward()``, gradients of the parameters and
@@ -37,7 +38,7 @@ from pathlib import Path
 import torch
 
 import fuseops
-from benchmarks.sizes import fuseops_dense, routing, step_fn, time_ms
+from benchmarks.sizes import fuseops_dense, routing, step_fn, time_ms, torch_dense
 from fuseops import ops
 
 # name: (E, H, I, top_k)
@@ -140,6 +141,10 @@ def main() -> None:
         x = torch.randn(T, dense_H, device=device, requires_grad=True)
         rows.append(compare(f"dense H={dense_H}", stack, (x,), device, dtype, reps, args.rounds))
         print(rows[-1], flush=True)
+        # The same stack from torch.nn: what torch's own autocast costs on it (the ratios a
+        # user of torch.nn sees, beside ours).
+        rows.append(compare(f"torch.nn dense H={dense_H}", torch_dense(stack).to(device), (x,), device, dtype, reps, args.rounds))
+        print(rows[-1], flush=True)
     out = args.out or Path(__file__).parent / "results" / f"autocast{'_smoke' if args.smoke else ''}.json"
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     method = (f"fastest of {args.rounds} interleaved medians of {reps} synchronised fwd+bwd steps; ratio = bf16-weights ms / autocast-float32-weights ms "
@@ -147,10 +152,10 @@ def main() -> None:
               "ratio_same_input: both models given the float32 input under autocast)")
     out.write_text(json.dumps({"device": name, "torch": torch.__version__, "fuseops": fuseops.__version__, "T": T,
                                "method": method, "rows": rows}, indent=1))
-    print(f"{'model':<22} {'autocast fp32 w (ms)':>20} {'bf16 w (ms)':>12} {'ratio':>6} {'bf16 x':>7} "
+    print(f"{'model':<24} {'autocast fp32 w (ms)':>20} {'bf16 w (ms)':>12} {'ratio':>6} {'bf16 x':>7} "
           f"{'recast':>7} {'same x':>7} {'rel diff':>9}")
     for r in rows:
-        print(f"{r['model']:<22} {r['autocast_float32_weights_ms']:>20.3f} {r['low_precision_weights_ms']:>12.3f} "
+        print(f"{r['model']:<24} {r['autocast_float32_weights_ms']:>20.3f} {r['low_precision_weights_ms']:>12.3f} "
               f"{r['ratio']:>6.2f} {r['ratio_bf16_input']:>7.2f} {r['ratio_recast']:>7.2f} "
               f"{r['relative_difference']:>9.1e}")
 
