@@ -266,14 +266,18 @@ class Planner:
         # Polled at every group's start while the host runs ahead of the device: the marks
         # the step recorded last are queried first (one query while the step still runs),
         # and each mark once, though neighbouring spans share theirs.
-        marks = {id(m): m for p in spans for m in (log.backward[p - 1], log.backward[p])}
-        marks.update((id(m), m) for m in (log.forward_end, *reversed(log.forward)))
-        marks.update((id(m), m) for pair in log.stalls for m in pair)
+        used = sorted({q for p in spans for q in (p - 1, p)})
+        marks = [log.backward[q] for q in used]
+        marks.append(log.forward_end)
+        marks.extend(reversed(log.forward))
+        for pair in log.stalls:
+            marks.extend(pair)
         if reload is not None:
-            marks.update((id(m), m) for m in reload[1:])
-        for mark in marks.values():
-            if not timer.passed(mark):
-                return None
+            marks.append(reload[1])
+            if reload[0] not in used:
+                marks.append(reload[2])
+        if not all(map(timer.passed, marks)):
+            return None
         ends = log.forward[1:] + [log.forward_end]
         forward = [timer.elapsed(a, b) for a, b in zip(log.forward, ends)]
         backward: list[float | None] = [None] * n
