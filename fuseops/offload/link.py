@@ -79,6 +79,13 @@ class CudaLink:
         self.meter = CopyMeter(timer_for(device))
         self.d2h = torch.cuda.Stream(device)
         self.h2d = torch.cuda.Stream(device)
+        # ``consume`` runs at every unpack of a reloaded tensor; a reload's records share
+        # one event, and reload buffers are allocated on one stream in a training step:
+        # the last (event, stream) waited, and the stream every reload buffer so far was
+        # allocated on (``_mixed`` once a second one was seen).
+        self._last_wait: tuple[torch.cuda.Event, torch.cuda.Stream] | None = None
+        self._allocated_on: torch.cuda.Stream | None = None
+        self._mixed = False
 
     def fence(self) -> torch.cuda.Event:
         """An event on the current (producer) stream: everything queued so far."""
@@ -121,6 +128,10 @@ class CudaLink:
         # The destinations come from the compute stream's pool: their last users there
         # must be done before the copy writes them.
         outs = [torch.empty(n, dtype=torch.uint8, device=self.device) for n in sizes]
+        if self._allocated_on is None:
+            self._allocated_on = compute
+        elif not self._mixed and compute != self._allocated_on:
+            self._mixed = True
         stream = self.h2d
         stream.wait_stream(compute)
         for event in {id(e): e for e in after}.values():
@@ -139,8 +150,15 @@ class CudaLink:
         """Order the current stream after ``event``; keep ``data`` for its work if it is
         not the stream ``data`` was allocated on."""
         stream = torch.cuda.current_stream(self.device)
-        stream.wait_event(event)
-        data.record_stream(stream)
+        # Once a stream waited on an event (never recorded again: every mark is a new
+        # event), all it runs later is ordered after it.
+        last = self._last_wait
+        if last is None or last[0] is not event or last[1] != stream:
+            stream.wait_event(event)
+            self._last_wait = (event, stream)
+        # On the stream it was allocated on, record_stream is a no-op in the allocator.
+        if self._mixed or stream != self._allocated_on:
+            data.record_stream(stream)
 
 
 _links: dict[torch.device, HostLink | CudaLink] = {}

@@ -30,7 +30,7 @@ the mlp stack moved 0.86-0.89 of what the link hides, 0.91-0.94 planned afresh).
 
 The scheduler marks, per step, when each group starts its forward, when the forward
 ends and when each group starts its backward (``StepLog``). Marks are read only once
-they have passed (``Timer.seconds`` returns ``None`` before, it never waits), at the
+they have passed (``Timer.passed``; the host never waits on one), at the
 start of later groups: a step is digested a step or two after it ran (or more, when
 the host runs steps ahead of the device and never synchronises). The first
 ``learn_steps`` steps with a given layout (the eligible bytes of each group, which
@@ -255,36 +255,36 @@ class Planner:
         if log.forward_end is None or not log.forward:
             # Nothing to learn from (no group, or a forward never ended): drop it.
             return [], [], 0.0, None
-        ends = log.forward[1:] + [log.forward_end]
-        # Polled at every group's start while the host runs ahead of the device: the
-        # first mark not yet passed ends the reading (each read is an event query or two).
-        forward: list[float] = []
-        for a, b in zip(log.forward, ends):
-            seconds = self.timer.seconds(a, b)
-            if seconds is None:
-                return None
-            forward.append(seconds)
-        backward: list[float | None] = [None] * len(log.forward)
-        for position in range(1, len(log.forward)):
-            if position in log.backward and position - 1 in log.backward:
-                backward[position] = self.timer.seconds(log.backward[position], log.backward[position - 1])
-                if backward[position] is None:
-                    return None
-        stalled = 0.0
-        for wait, done in log.stalls:
-            seconds = self.timer.seconds(wait, done)
-            if seconds is None:
-                return None
-            stalled += max(0.0, seconds)
-        first_reload = None
+        timer, n = self.timer, len(log.forward)
+        spans = [p for p in range(1, n) if p in log.backward and p - 1 in log.backward]
+        reload = None
         if log.first_reload is not None:
             mark, position = log.first_reload
             end = log.backward.get(position)
             if end is not None:
-                seconds = self.timer.seconds(mark, end)
-                if seconds is None:
-                    return None
-                first_reload = (position, seconds)
+                reload = (position, mark, end)
+        # Polled at every group's start while the host runs ahead of the device: the marks
+        # the step recorded last are queried first (one query while the step still runs),
+        # and each mark once, though neighbouring spans share theirs.
+        used = sorted({q for p in spans for q in (p - 1, p)})
+        marks = [log.backward[q] for q in used]
+        marks.append(log.forward_end)
+        marks.extend(reversed(log.forward))
+        for pair in log.stalls:
+            marks.extend(pair)
+        if reload is not None:
+            marks.append(reload[1])
+            if reload[0] not in used:
+                marks.append(reload[2])
+        if not all(map(timer.passed, marks)):
+            return None
+        ends = log.forward[1:] + [log.forward_end]
+        forward = [timer.elapsed(a, b) for a, b in zip(log.forward, ends)]
+        backward: list[float | None] = [None] * n
+        for position in spans:
+            backward[position] = timer.elapsed(log.backward[position], log.backward[position - 1])
+        stalled = sum(max(0.0, timer.elapsed(wait, done)) for wait, done in log.stalls)
+        first_reload = None if reload is None else (reload[0], timer.elapsed(reload[1], reload[2]))
         return forward, backward, stalled, first_reload
 
     def _learn(self, log: StepLog, forward: list[float], backward: list[float | None], stalled: float,

@@ -169,3 +169,17 @@ class Group:
     def live(self) -> list[Stored]:
         """Records still alive that belong to this group (a record may have moved on)."""
         return [r for ref in self.records if (r := ref()) is not None and r.group is self]
+
+    # Walked at each group's backward start: no list of live records built first.
+    def on_host(self) -> list[Stored]:
+        """The live records of this group that are on the host."""
+        return [r for ref in self.records if (r := ref()) is not None and r.group is self and r.where is Where.HOST]
+
+    def live_bytes(self, on_host: bool = False) -> int:
+        """Bytes of the live records of this group (only those on the host: ``on_host``)."""
+        total = 0
+        for ref in self.records:
+            r = ref()
+            if r is not None and r.group is self and (not on_host or r.where is Where.HOST):
+                total += r.nbytes
+        return total

@@ -536,11 +536,11 @@ class Scheduler:
         if not group.offloading:
             self._keep(group)
         self._reload_group(group)
-        earlier = [i for i in self._on_host if i < group.index]
-        if earlier:
-            group.prefetch = self._groups[max(earlier)]
-            incoming = sum(s.nbytes for s in group.prefetch.live() if s.where is Where.HOST)
-            own = sum(s.nbytes for s in group.live()) + group.over_cap_bytes
+        earlier = max((i for i in self._on_host if i < group.index), default=None)
+        if earlier is not None:
+            group.prefetch = self._groups[earlier]
+            incoming = group.prefetch.live_bytes(on_host=True)
+            own = group.live_bytes() + group.over_cap_bytes
             group.prefetch_issued = 0
             if first:
                 group.prefetch_at, group.prefetch_room = int(FIRST_PREFETCH_AFTER * own), None
@@ -591,7 +591,7 @@ class Scheduler:
 
     def _reload_group(self, group: Group) -> None:
         self._on_host.discard(group.index)
-        self._reload([s for s in group.live() if s.where is Where.HOST])
+        self._reload(group.on_host())
 
     def _reload(self, records: list[Stored]) -> None:
         by_device: dict[torch.device, list[Stored]] = {}

@@ -3,9 +3,11 @@
 A timer's ``mark(stream)`` records a point in the work queued so far (a CUDA event on
 the current stream, or a host time where the device is the CPU and runs in host order);
 ``seconds(start, end)`` is the time between two marks once both have passed, else
-``None``: the host never waits on a mark. ``CopyMeter`` turns a link's copy marks into
-a measured bandwidth the same way. Tests stand in a deterministic timer with the same
-two methods.
+``None``: the host never waits on a mark. ``passed(mark)`` and ``elapsed(start, end)``
+split that in two, so that a reader of many marks that share ends (one step's chain of
+group starts) queries each mark once. ``CopyMeter`` turns a link's copy marks into a
+measured bandwidth the same way. Tests stand in a deterministic timer with the same
+methods.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ class Timer(Protocol):
     def seconds(self, start: Any, end: Any) -> float | None:
         """Seconds from ``start`` to ``end``; ``None`` while either has not passed."""
 
+    def passed(self, mark: Any) -> bool:
+        """Whether the device has reached ``mark`` (never waits)."""
+
+    def elapsed(self, start: Any, end: Any) -> float:
+        """Seconds from ``start`` to ``end``, both passed."""
+
 
 class HostTimer:
     """A CPU device runs its work in host order: the host's clock is the device's."""
@@ -32,6 +40,12 @@ class HostTimer:
         return time.perf_counter()
 
     def seconds(self, start: float, end: float) -> float | None:
+        return end - start
+
+    def passed(self, mark: float) -> bool:
+        return True
+
+    def elapsed(self, start: float, end: float) -> float:
         return end - start
 
 
@@ -47,8 +61,15 @@ class EventTimer:
         return event
 
     def seconds(self, start: torch.cuda.Event, end: torch.cuda.Event) -> float | None:
-        if not (start.query() and end.query()):
+        # The later mark first: while it has not passed, one query answers.
+        if not (end.query() and start.query()):
             return None
+        return start.elapsed_time(end) / 1e3
+
+    def passed(self, mark: torch.cuda.Event) -> bool:
+        return mark.query()
+
+    def elapsed(self, start: torch.cuda.Event, end: torch.cuda.Event) -> float:
         return start.elapsed_time(end) / 1e3
 
 

@@ -80,6 +80,12 @@ class SimTimer:
             return None
         return end.time - start.time
 
+    def passed(self, mark: Event) -> bool:
+        return mark.n <= self.device.passed
+
+    def elapsed(self, start: Event, end: Event) -> float:
+        return end.time - start.time
+
 
 class SimLink:
     """``CudaLink``'s calls on the simulated streams."""

@@ -127,6 +127,50 @@ def cuda_model(kind, n=6):
     return mlp_layers(n=n, width=512, hidden=2048, device="cuda", dtype=torch.bfloat16), True
 
 
+class FakeStream:
+    """A CUDA stream's waits, by name (equal when the names are, as streams by id)."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.waits = name, []
+
+    def wait_event(self, event) -> None:
+        self.waits.append(event)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, FakeStream) and other.name == self.name
+
+    __hash__ = None
+
+
+class FakeBuffer:
+    def __init__(self) -> None:
+        self.recorded = []
+
+    def record_stream(self, stream) -> None:
+        self.recorded.append(stream.name)
+
+
+def test_cuda_consume_waits_once_per_event_and_stream_and_records_only_off_the_allocation_stream(monkeypatch):
+    compute, side = FakeStream("compute"), FakeStream("side")
+    current = [compute]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[0])
+    link = object.__new__(CudaLink)  # no streams of its own: consume uses none
+    link.device, link._last_wait, link._allocated_on, link._mixed = "cuda", None, FakeStream("compute"), False
+    first, second, buffers = object(), object(), [FakeBuffer() for _ in range(6)]
+    link.consume(buffers[0], first)
+    link.consume(buffers[1], first)
+    link.consume(buffers[2], second)
+    assert compute.waits == [first, second] and not any(b.recorded for b in buffers[:3])
+    current[0] = side
+    link.consume(buffers[3], second)
+    link.consume(buffers[4], second)
+    assert side.waits == [second] and buffers[3].recorded == buffers[4].recorded == ["side"]
+    # Reload buffers allocated on two streams: every consumer records its stream.
+    current[0], link._mixed = compute, True
+    link.consume(buffers[5], first)
+    assert compute.waits == [first, second, first] and buffers[5].recorded == ["compute"]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
 @pytest.mark.parametrize("kind", ["torch", "fuseops"])

@@ -23,19 +23,25 @@ class FakeTimer:
     events the device has not reached) until ``release()``: ``seconds`` is then ``None``."""
 
     def __init__(self, lag: bool = False) -> None:
-        self.now, self.lag, self.marks, self.passed = 0.0, lag, 0, -1
+        self.now, self.lag, self.marks, self.reached = 0.0, lag, 0, -1
 
     def mark(self, stream=None):
         self.marks += 1
         return (self.marks, self.now)
 
     def seconds(self, start, end):
-        if self.lag and max(start[0], end[0]) > self.passed:
+        if not (self.passed(start) and self.passed(end)):
             return None
         return end[1] - start[1]
 
+    def passed(self, mark) -> bool:
+        return not self.lag or mark[0] <= self.reached
+
+    def elapsed(self, start, end):
+        return end[1] - start[1]
+
     def release(self):
-        self.passed = self.marks
+        self.reached = self.marks
 
 
 class Tick(torch.autograd.Function):
@@ -169,6 +175,42 @@ def test_marks_are_read_only_once_passed(monkeypatch):
         assert auto_step(layers, x, 1)["bytes_offloaded"] == 0
     timer.release()
     assert auto_step(layers, x, 1)["bytes_offloaded"] == expected_moved(layers, x, times, 1) > 0
+
+
+class CountingTimer(FakeTimer):
+    """A lagging fake clock that counts the queries of each mark."""
+
+    def __init__(self) -> None:
+        super().__init__(lag=True)
+        self.queries: dict[int, int] = {}
+
+    def passed(self, mark) -> bool:
+        self.queries[mark[0]] = self.queries.get(mark[0], 0) + 1
+        return super().passed(mark)
+
+
+def test_a_step_is_read_with_one_query_while_it_runs_and_one_per_mark_once_passed():
+    timer = CountingTimer()
+    planner = Planner(timer, bytes_per_s=BYTES_PER_S)
+    log = planner.begin_step(keep_last=1)
+    for _ in range(4):
+        log.forward.append(timer.mark())
+        timer.now += 1.0
+    log.forward_end = timer.mark()
+    for position in (3, 2, 1, 0):
+        log.backward[position] = timer.mark()
+        timer.now += 2.0
+    log.layout = [8, 8, 8, 8]
+    planner.begin_step(keep_last=1)
+    # The device is behind: the step's last mark answers alone.
+    assert timer.queries == {log.backward[0][0]: 1}
+    timer.queries.clear()
+    timer.release()
+    planner.poll()
+    # Neighbouring spans share marks: each is queried once.
+    assert sorted(timer.queries) == list(range(1, 10)) and set(timer.queries.values()) == {1}
+    assert planner.profile.forward == (1.0, 1.0, 1.0, 1.0)
+    assert planner.profile.backward == (None, 2.0, 2.0, 2.0)
 
 
 def test_a_change_of_shape_or_of_layers_is_learned_again(timer):
