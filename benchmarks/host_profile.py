@@ -108,6 +108,9 @@ def main() -> None:
         inputs = (x, ids, weights)
         profile("fuseops moe (OLMoE shape)", step_fn(model, inputs, list(model.parameters())), device,
                 args.steps, args.top)
+        if args.count_ops:
+            count_ops("fuseops moe", step_fn(model, inputs, list(model.parameters())))
+            count_ops("torch moe", step_fn(reference, inputs, list(reference.parameters())))
         profile("torch moe (OLMoE shape)", step_fn(reference, inputs, list(reference.parameters())), device,
                 args.steps, 10)
 
