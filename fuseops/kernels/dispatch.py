@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch._C._functorch import maybe_current_level
 
 from fuseops.kernels import dense_dispatch
 from fuseops.kernels._triton import runs_triton
@@ -235,7 +236,9 @@ _TRACED = {r.kernel: r.runs for r in TABLE if r.backend is Backend.TORCH} | {
 
 def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
     """What serves ``kernel`` for work on ``t``: call it with the launcher's arguments."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or maybe_current_level() is not None:
+        # Under torch.func transforms too: vmap runs the plan's Function on batched tensors
+        # (its generated vmap rule), which have no storage a Triton kernel could read.
         return _TRACED[kernel]
     return _callable(kernel, backend_of(t))
 

@@ -78,3 +78,22 @@ def test_cuda_backend():
     x = torch.randn(4, 8, device="cuda")
     expected = Backend.SM90 if torch.cuda.get_device_capability() == (9, 0) else Backend.TRITON
     assert backend_of(x) is expected
+
+
+def test_torch_func_transforms_get_the_references(monkeypatch):
+    """vmap runs the plan's Function on batched tensors (its generated vmap rule): they have no
+    storage for a Triton kernel, so under any torch.func transform the launcher is the torch
+    reference, whatever backend the tensor's device would pick (on CUDA the kernels failed
+    with 'Cannot access data pointer of Tensor that doesn't have storage')."""
+    monkeypatch.setattr(dispatch, "backend_of", lambda t: dispatch.Backend.TRITON)
+    outside = dispatch.launcher(dispatch.Kernel.ACTIVATION_FWD, torch.zeros(2))
+    assert outside is not dispatch._TRACED[dispatch.Kernel.ACTIVATION_FWD]
+    seen = []
+
+    def body(x):
+        seen.append(dispatch.launcher(dispatch.Kernel.ACTIVATION_FWD, x))
+        return x
+
+    torch.func.vmap(body)(torch.zeros(3, 2))
+    torch.func.grad(lambda x: body(x).sum())(torch.zeros(2))
+    assert seen == [dispatch._TRACED[dispatch.Kernel.ACTIVATION_FWD]] * 2
