@@ -7,8 +7,10 @@ to that kernel's launcher, tensors as their data pointers. What this skips of Tr
 ``JITFunction.run`` (12-60 us of host time a call on the H100 host, by the kernel's
 arguments): binding the arguments, its cache key built as a string, launch metadata for
 the (empty) hook chains, ``CudaLauncher.__call__``'s scratch closure, and in the C launcher
-a ``data_ptr()`` call and a ``cuPointerGetAttribute`` per tensor. What stays: this key, the
-descriptors' expansion (``fill_tma_descriptor`` per host descriptor) and ``cuLaunchKernelEx``.
+a ``data_ptr()`` call and a ``cuPointerGetAttribute`` per tensor, and for host tensor
+descriptors the ``CUtensorMap`` encoding when one of the same address, shape, strides and
+padding was encoded before (launch_descriptors.py). What stays: this key, the descriptors'
+expansion otherwise and ``cuLaunchKernelEx``.
 
 The key (``args_key``, ``kwargs_key``) determines Triton's specialization completely; it may
 be finer (two keys, one compiled kernel), never coarser:
@@ -16,8 +18,9 @@ be finer (two keys, one compiled kernel), never coarser:
 - per positional argument: tensors by dtype, 16-byte alignment of ``data_ptr()`` and
   ``is_cuda`` (a key with a CPU tensor is never stored: Triton's launch refuses it); ints
   by ``== 1``, ``% 16 == 0`` and range (int32 / int64 / uint64); floats, bools and None by
-  type; anything else (host TensorDescriptors, Gluon descriptors, tuples, other tensor
-  types) by Triton's own ``native_specialize_impl``. Parameters with flags (constexpr,
+  type; host TensorDescriptors over a tensor by the base's dtype and the block shape (all
+  that ``native_specialize_impl`` reads of them); anything else (Gluon descriptors, tuples,
+  other tensor types) by Triton's own ``native_specialize_impl``. Parameters with flags (constexpr,
   ``do_not_specialize``, ``do_not_specialize_on_alignment``, type annotations) are keyed by
   ``native_specialize_impl`` with their flags, constexprs by type and value;
 - every keyword (constexprs and options such as ``num_warps``) by name, type and value
@@ -37,8 +40,9 @@ need them.
 
 ``FUSEOPS_CHECK_LAUNCH=1`` (read at import; ``CHECK`` at run time) makes every fast call
 also run Triton's binder and check that Triton's cache key and compiled kernel are the ones
-stored for our key (``LaunchKeyMismatch`` otherwise), and counts the calls of each path in
-``counts``.
+stored for our key (``LaunchKeyMismatch`` otherwise), makes every kept ``CUtensorMap``
+compared byte for byte with a fresh one (``ExpansionMismatch``), and counts the calls of
+each path in ``counts``.
 """
 
 from __future__ import annotations
@@ -51,8 +55,10 @@ import triton.language as tl
 from triton import knobs
 from triton.knobs import HookChain
 from triton.runtime.jit import JITFunction, compute_cache_key
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels.launch_descriptors import DescriptorLaunch, descriptor_launch
 
 # Off under the interpreter (it has no compiled kernels); FUSEOPS_FAST_LAUNCH=0, or setting
 # this to False at run time (the host-cost benchmark does), sends every call through Triton.
@@ -70,11 +76,13 @@ class LaunchKeyMismatch(AssertionError):
 
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
+_TensorDescriptor = TensorDescriptor
 _NoneType = type(None)
 # Keyword values keyed by (type, value): equal values of these types compile alike.
 _BY_VALUE = frozenset({int, bool, str, _NoneType})
 # Keyword values keyed by repr as well: equal floats may print (and compile) differently.
 _BY_REPR = frozenset({float, tl.dtype})
+_TENSORS = frozenset({_Tensor, _Parameter})
 _I32 = 2**31
 _I64 = 2**63
 _U64 = 2**64
@@ -150,7 +158,11 @@ class _Entry:
             self.call = launcher
             self.head = (compiled.packed_metadata, None, None, None)
         else:
-            self.call = launcher.launch
+            # Triton's descriptor expansion with the encoded CUtensorMaps kept
+            # (launch_descriptors.py); the C launcher as it is for kernels without descriptors.
+            self.call = descriptor_launch(launcher.launch)
+            if self.call.__class__ is DescriptorLaunch:
+                self.call.verify = CHECK
             self.head = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
                          compiled.packed_metadata, None, None, None)
 
@@ -203,6 +215,13 @@ def args_key(state: _Kernel, device: int, args: tuple) -> tuple[tuple, tuple] | 
             launch_args[i] = ptr
         elif c is float or c is bool or x is None:
             append(c)
+        elif c is _TensorDescriptor and x.base.__class__ in _TENSORS:
+            # What native_specialize_impl reads of a host descriptor in Triton 3.6 (its
+            # "tensordesc<dtype[block]>"): the base's dtype and the block shape; a tuple
+            # after a dtype tells it from a tensor's int code.
+            block = x.block_shape
+            append(x.base.dtype)
+            append(block if block.__class__ is tuple else tuple(block))
         else:
             try:
                 append(_native_key(state, device, x))
@@ -365,6 +384,8 @@ def _store(state: _Kernel, key: tuple, kernel: JITFunction, grid: tuple, device:
 
 def _check(kernel: JITFunction, entry: _Entry, device: int, args: tuple, kw: dict):
     counts["fast"] += 1
+    if entry.call.__class__ is DescriptorLaunch:
+        entry.call.verify = True  # kept CUtensorMaps compared with fresh ones
     triton_key, bound_args, kernel_cache = _triton_key(kernel, device, args, kw)
     if triton_key != entry.triton_key or kernel_cache.get(triton_key) is not entry.compiled:
         raise LaunchKeyMismatch(

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv, device_sms
+from fuseops.kernels._triton import INTERPRET, cdiv, num_sms
 from fuseops.kernels.launch import launch
 
 
@@ -45,10 +45,18 @@ def _configs() -> ReduceConfig:
 def row_split(rows: int, cols: int, t: torch.Tensor, cfg: ReduceConfig) -> tuple[int, int]:
     """``(programs, rows_per_program)``: slabs of whole ``block_m`` tiles, enough slabs
     that (slabs x column blocks) fills the device; at least one slab, even for 0 rows."""
-    col_blocks = cdiv(cols, cfg.block_n)
-    wanted = max(1, cdiv(cfg.programs_per_sm * device_sms(t), col_blocks))
-    programs = max(1, min(wanted, cdiv(rows, cfg.block_m)))
-    rows_per_program = max(1, cdiv(cdiv(rows, programs), cfg.block_m)) * cfg.block_m
+    return _row_split(rows, cols, t.get_device(), cfg.block_m, cfg.block_n, cfg.programs_per_sm)
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_split(rows: int, cols: int, device_index: int, block_m: int, block_n: int,
+               programs_per_sm: int) -> tuple[int, int]:
+    """``row_split`` once per shape and device (-1: CPU), keyed by ints (a frozen
+    dataclass hashes through Python code)."""
+    col_blocks = cdiv(cols, block_n)
+    wanted = max(1, cdiv(programs_per_sm * num_sms(device_index), col_blocks))
+    programs = max(1, min(wanted, cdiv(rows, block_m)))
+    rows_per_program = max(1, cdiv(cdiv(rows, programs), block_m)) * block_m
     return max(1, cdiv(rows, rows_per_program)), rows_per_program
 
 

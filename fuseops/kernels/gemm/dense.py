@@ -273,7 +273,7 @@ def gemm(
 def launch_gemm(a, b, bias, act, alpha, save_preact, act_grad_input, residual, out,
                 cfg: GemmConfig | None):
     """``gemm`` with an explicit tile config (what the offline tuner passes), else the table's."""
-    M, K = a.shape
+    M = a.shape[0]
     N = b.shape[1]
     y = out if out is not None else torch.empty(M, N, dtype=a.dtype, device=a.device)
     preact = torch.empty(M, N, dtype=a.dtype, device=a.device) if save_preact else None
@@ -284,46 +284,73 @@ def launch_gemm(a, b, bias, act, alpha, save_preact, act_grad_input, residual, o
     act_grad_input = None if act_grad_input is None else act_grad_input.contiguous()
     residual = None if residual is None else residual.contiguous()
     plan = _plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg)
+    y_arg = y
+    preact_arg = y if preact is None else preact
+    agi_arg = y if act_grad_input is None else act_grad_input
+    residual_arg = y if residual is None else residual
     if plan.tma_load:
-        a_arg = unchecked_descriptor(a, plan.a_block)
-        b_arg = unchecked_descriptor(b.t() if plan.b_trans else b, plan.b_block)
+        # b's descriptor covers b.t() when K is contiguous: the same memory, with the
+        # plan's shape and strides (no view made).
+        a_arg, b_arg = plan.a_desc.over(a), plan.b_desc.over(b)
     else:
         a_arg, b_arg = a, b
     if plan.tma_epi:
-        block = plan.epi_block
-        y_arg = unchecked_descriptor(y, block)
-        preact_arg = y if preact is None else unchecked_descriptor(preact, block)
-        agi_arg = y if act_grad_input is None else unchecked_descriptor(act_grad_input, block)
-        residual_arg = y if residual is None else unchecked_descriptor(residual, block)
-    else:
-        y_arg = y
-        preact_arg = y if preact is None else preact
-        agi_arg = y if act_grad_input is None else act_grad_input
-        residual_arg = y if residual is None else residual
+        epi = plan.epi_desc
+        y_arg = epi.over(y)
+        if preact is not None:
+            preact_arg = plan.preact_desc.over(preact)
+        if act_grad_input is not None:
+            agi_arg = plan.agi_desc.over(act_grad_input)
+        if residual is not None:
+            residual_arg = plan.residual_desc.over(residual)
     launch(gemm_kernel, plan.grid,
         a_arg, b_arg, y_arg, preact_arg, y if bias is None else bias, agi_arg, residual_arg,
-        M, N, K, plan.grid[0],
-        a.stride(0), b.stride(0), b.stride(1), y.stride(0),
-        0 if preact is None else preact.stride(0),
-        0 if act_grad_input is None else act_grad_input.stride(0),
-        0 if residual is None else residual.stride(0),
-        float(alpha), **plan.constexprs,
+        *plan.ints, float(alpha), **plan.constexprs,
     )
     return y, preact
 
 
+class _Descriptor:
+    """A TensorDescriptor's shape, strides and block, fixed by a plan: ``over(t)`` makes the
+    descriptor with base ``t`` (``TensorDescriptor.from_tensor`` without its checks, which
+    the plan's ``tma_ok`` did, and without reading ``t``'s shape and strides, which the
+    plan's key holds)."""
+
+    __slots__ = ("shape", "strides", "block")
+
+    def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...], block: tuple[int, ...]):
+        self.shape, self.strides, self.block = shape, strides, block
+
+    def over(self, t: torch.Tensor) -> TensorDescriptor:
+        desc = _new(TensorDescriptor)
+        desc.base = t
+        desc.shape = self.shape
+        desc.strides = self.strides
+        desc.block_shape = self.block
+        desc.padding = "zero"
+        return desc
+
+
+_new = object.__new__
+
+
 @dataclasses.dataclass(frozen=True)
 class _GemmPlan:
-    """What ``launch_gemm`` decides from shapes, strides, dtypes and 16-byte alignment."""
+    """What ``launch_gemm`` decides from shapes, strides, dtypes and 16-byte alignment: the
+    grid, the int arguments (sizes, program count, strides), the constexprs and, on the TMA
+    paths, the descriptors' shapes, strides and blocks."""
 
     tma_load: bool
     tma_epi: bool
-    b_trans: bool
-    a_block: list[int]
-    b_block: list[int]
-    epi_block: list[int]
     grid: tuple[int]
+    ints: tuple[int, ...]
     constexprs: dict
+    a_desc: _Descriptor | None
+    b_desc: _Descriptor | None
+    epi_desc: _Descriptor | None
+    preact_desc: _Descriptor | None
+    agi_desc: _Descriptor | None
+    residual_desc: _Descriptor | None
 
 
 # Plans by call class; a new shape adds one (bounded: cleared when it grows past the limit).
@@ -333,17 +360,19 @@ _MAX_PLANS = 4096
 
 def _plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg) -> _GemmPlan:
     """The plan of one call, from the cache when its class was seen before. The class holds
-    everything ``tma_ok``, the config table and the grid read besides data pointers, and
-    whether those pointers are 16-byte aligned (two bits: the operands, the epilogue's)."""
+    everything ``tma_ok``, the config table, the grid and the descriptors read besides data
+    pointers (shapes and strides of every operand), and whether those pointers are 16-byte
+    aligned (two bits: the operands, the epilogue's). ``act`` is keyed as an int (an
+    IntEnum member hashes through Python code)."""
     load_aligned = not (a.data_ptr() | b.data_ptr()) & 15
     epi_ptrs = y.data_ptr()
     for t in (preact, act_grad_input, residual):
         if t is not None:
             epi_ptrs |= t.data_ptr()
-    key = (a.shape, a.stride(0), a.dtype, b.shape, b.stride(), b.dtype, y.stride(), y.dtype, a.get_device(),
-           bias is not None, act, preact is not None,
-           None if act_grad_input is None else (act_grad_input.dtype, act_grad_input.stride()),
-           None if residual is None else (residual.dtype, residual.stride()),
+    key = (a.shape, a.stride(0), a.dtype, b.shape, b.stride(), b.dtype, y.shape, y.stride(), y.dtype,
+           a.get_device(), bias is not None, int(act), preact is not None,
+           None if act_grad_input is None else (act_grad_input.dtype, act_grad_input.shape, act_grad_input.stride()),
+           None if residual is None else (residual.dtype, residual.shape, residual.stride()),
            cfg, load_aligned, not epi_ptrs & 15)
     plan = _plans.get(key)
     if plan is None:
@@ -371,16 +400,23 @@ def _new_plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg) -> _Gem
         SPLIT_EPILOGUE=cfg.split_epilogue, FLATTEN=not cfg.warp_specialize,
         WARP_SPECIALIZE=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    return _GemmPlan(tma_load, tma_epi, b_trans, [bm, bk], [bn, bk] if b_trans else [bk, bn],
-                     [bm, bn // 2 if cfg.split_epilogue else bn], (programs,), constexprs)
+    ints = (M, N, K, programs, a.stride(0), b.stride(0), b.stride(1), y.stride(0),
+            0 if preact is None else preact.stride(0),
+            0 if act_grad_input is None else act_grad_input.stride(0),
+            0 if residual is None else residual.stride(0))
+    a_desc = b_desc = None
+    if tma_load:
+        a_desc = _descriptor(a, (bm, bk))
+        b_desc = _descriptor(b.t(), (bn, bk)) if b_trans else _descriptor(b, (bk, bn))
+    epi = (None,) * 4
+    if tma_epi:
+        block = (bm, bn // 2 if cfg.split_epilogue else bn)
+        epi = tuple(None if t is None else _descriptor(t, block) for t in (y, preact, act_grad_input, residual))
+    return _GemmPlan(tma_load, tma_epi, (programs,), ints, constexprs, a_desc, b_desc, *epi)
 
 
-def unchecked_descriptor(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
-    """``TensorDescriptor.from_tensor(t, block)`` without its checks (a few microseconds a
-    descriptor): for tensors whose plan already passed ``tma_ok`` with this pointer alignment."""
-    desc = object.__new__(TensorDescriptor)
-    desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = t, t.shape, t.stride(), block, "zero"
-    return desc
+def _descriptor(t: torch.Tensor, block: tuple[int, int]) -> _Descriptor:
+    return _Descriptor(tuple(t.shape), t.stride(), block)
 
 
 def reference_gemm(
