@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import time
 from collections.abc import Callable, Iterator
 
 import torch
 
+from benchmarks.host_cpu import host_us
 from fuseops.kernels.elementwise import activation, bias_grad, gated_activation, norm
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.kernels.gemm import dense
@@ -103,17 +103,6 @@ def stubbed_below_launch() -> Iterator[None]:
         fl._kernels.clear()
 
 
-def host_us(fn: Callable[[], object], calls: int, batch: int = 100) -> float:
-    """Microseconds per call: the fastest batch (the host is shared and noisy)."""
-    for _ in range(50):
-        fn()
-    best = float("inf")
-    for _ in range(calls // batch):
-        start = time.perf_counter()
-        for _ in range(batch):
-            fn()
-        best = min(best, (time.perf_counter() - start) / batch * 1e6)
-    return best
 
 
 def launchers(M: int, H: int, dtype: torch.dtype) -> dict[str, Callable[[], object]]:
