@@ -29,8 +29,8 @@ from fuseops.kernels.quantization.formats import Element, Scaling, tensor_encode
 TENSORS = [("FC1 input x_sorted", 2048, Element.E4M3), ("FC2 input h", 768, Element.E4M3),
            ("FC2 grad dy_sorted", 2048, Element.E5M2), ("FC1 grad dz", 1536, Element.E5M2)]
 Q = kq.QuantizeConfig
-# sm_90a registers (ptxas, offline, grouped 128 experts; E4M3 / E5M2): the default 128x128 at 4
-# warps holds 16 rows a thread (K = 16): 178 / 255 with 36 bytes of spills, 2 programs an SM;
+# sm_90a registers (ptxas, offline, grouped 128 experts; E4M3 / E5M2): 128x128 at 4 warps (the
+# default until session 15) holds 16 rows a thread (K = 16): 178 / 255 with 36 bytes of spills, 2 programs an SM;
 # every K = 8 tile below: 78-102 / 130-138, no spills.
 CANDIDATES = [Q(128, 128, 4), Q(128, 128, 4, group_r=8), Q(128, 64, 4), Q(64, 128, 4), Q(128, 128, 8),
               Q(64, 256, 8), Q(32, 256, 4)]
