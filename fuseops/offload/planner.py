@@ -38,7 +38,13 @@ also fixes the group count) move nothing, so that they measure compute alone; la
 steps plan from the smallest time seen per group (warm-up and any stall only ever
 lengthen a time). A group's budget never grows once planned for a layout: the host
 blocks its copies took are then all a planned step needs, and no pinned memory is
-allocated once the plan has settled. A step whose layout departs from the profile's
+allocated once the plan has settled. Once planned afresh, steps plan from the timings
+and the bandwidth that plan was made from (only a first reload's window and the link
+efficiency still change, and both only shrink budgets): replanned from each step's new
+minima, the never-grow rule kept every group's lowest variant of a plan that noise
+reshuffles (whole tensors: a group that moves less leaves the next more link), and a
+GPU's step-to-step variation ratcheted the step down (simulator, +-2 % node times:
+mlp 0.81 of what the link hides, 0.93 held). A step whose layout departs from the profile's
 moves nothing from that group on, and its measurement starts a new profile: shapes or
 layers that change are learned again.
 
@@ -173,6 +179,10 @@ class Planner:
         # (the default bandwidth, the first reload's window guessed): the first planned
         # step digested plans afresh once, from what it measured (``_learn``).
         self.provisional = True
+        # Once planned afresh, the timings and the bandwidth that plan was made from: later
+        # steps plan from these, not from each step's new minima and meter reading (see
+        # ``_learn``), so that noise cannot ratchet the never-growing budgets down.
+        self._frozen_bytes_per_s: float | None = None
         self._logs: list[StepLog] = []
 
     def begin_step(self, keep_last: int) -> StepLog:
@@ -183,7 +193,7 @@ class Planner:
         log = StepLog(keep_last)
         log.learning = profile is None or profile.steps < self.learn_steps or profile.keep_last != keep_last
         log.efficiency = self.efficiency
-        log.bytes_per_s = self.bytes_per_s()
+        log.bytes_per_s = self._planning_bytes_per_s()
         self._logs.append(log)
         return log
 
@@ -193,9 +203,15 @@ class Planner:
         measured = link_for(self.device).meter.bytes_per_s() if self.device is not None else None
         return measured if measured is not None else PINNED_BYTES_PER_S
 
+    def _planning_bytes_per_s(self) -> float:
+        """The bandwidth steps plan with: the one measured when the plan was made afresh,
+        else the measurement now."""
+        frozen = self._frozen_bytes_per_s
+        return frozen if frozen is not None else self.bytes_per_s()
+
     def achieved_bytes_per_s(self) -> float:
         """What the plan counts on: the measured bandwidth times the calibrated efficiency."""
-        return self.bytes_per_s() * self.efficiency
+        return self._planning_bytes_per_s() * self.efficiency
 
     def budget(self, log: StepLog, position: int, layout: list[int]) -> int | None:
         """Bytes group ``position`` of ``log`` may move, given the eligible bytes of the
@@ -296,7 +312,17 @@ class Planner:
         if profile is None or profile.layout != layout or profile.keep_last != log.keep_last:
             self.profile = Profile(layout, log.keep_last, tuple(forward), tuple(backward), 1)
             self.planned, self.efficiency, self.provisional = {}, 1.0, True
+            self._frozen_bytes_per_s = None
             return
+        if not self.provisional:
+            # Planned afresh already: the timings stay those of that plan (a budget never
+            # grows, so budgets replanned from each step's jittered minima only ever took
+            # the lowest of every group's variants: a group that moved a 64 MB tensor
+            # rather than a 256 MB one left the next more link; simulator with +-2 % node
+            # times, mlp at 48 GB/s: 0.81 of what the link hides, 0.93 frozen). A first
+            # reload's window is still learned (a position that starts moving measures
+            # its own), and stalls still calibrate the efficiency: both only shrink budgets.
+            forward, backward = list(profile.forward), list(profile.backward)
         merged = tuple(b if a is None else a if b is None else min(a, b) for a, b in zip(profile.backward, backward))
         reloads = dict(profile.first_reload)
         if first_reload is not None:
@@ -311,6 +337,7 @@ class Planner:
             # window: plan once more from those (the host blocks its copies took stay
             # free in the arena, which lends a larger free block before allocating).
             self.provisional, self.planned = False, {}
+            self._frozen_bytes_per_s = self.bytes_per_s()
 
     def _calibrate(self, log: StepLog, stalled: float) -> None:
         """A planned step's compute waited ``stalled`` seconds for its copies: the link
@@ -327,7 +354,7 @@ class Planner:
             return
         planned = log.moved / (log.bytes_per_s * log.efficiency * self.margin)
         achieved = log.moved / (planned + stalled)
-        self.efficiency = min(self.efficiency, achieved / (self.bytes_per_s() * self.margin))
+        self.efficiency = min(self.efficiency, achieved / (self._planning_bytes_per_s() * self.margin))
 
 _planners: dict[torch.device, Planner] = {}
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import random
 from dataclasses import dataclass
 
 import torch
@@ -188,14 +189,18 @@ STACKS = {
 
 
 class Layer(nn.Module):
-    def __init__(self, sim: SimDevice, nodes: list) -> None:
+    """``jitter``: each node's times scaled by a factor drawn from ``rng`` in
+    [1 - jitter, 1 + jitter] at every call (kernel times on a GPU vary step to step)."""
+
+    def __init__(self, sim: SimDevice, nodes: list, jitter: float = 0.0, rng: random.Random | None = None) -> None:
         super().__init__()
-        self.sim, self.nodes = sim, nodes
+        self.sim, self.nodes, self.jitter, self.rng = sim, nodes, jitter, rng
 
     def forward(self, h):
         y = h
         for _, forward_ms, backward_ms, out_bytes, saves_input in self.nodes:
-            y = Node.apply(y, self.sim, forward_ms / 1e3, backward_ms / 1e3, out_bytes, saves_input)
+            f = self.rng.uniform(1 - self.jitter, 1 + self.jitter) if self.jitter else 1.0
+            y = Node.apply(y, self.sim, f * forward_ms / 1e3, f * backward_ms / 1e3, out_bytes, saves_input)
         return Residual.apply(h, y, self.sim)
 
 
@@ -218,12 +223,15 @@ def install(monkeypatch, bytes_per_s: float = 50e9) -> SimDevice:
     return sim
 
 
-def run(monkeypatch, kind: str, budget, steps: int = 6, layers: int = 8, bytes_per_s: float = 50e9) -> list[SimStep]:
+def run(monkeypatch, kind: str, budget, steps: int = 6, layers: int = 8, bytes_per_s: float = 50e9,
+        jitter: float = 0.0, seed: int = 0) -> list[SimStep]:
     """``steps`` training steps of the ``kind`` stack with ``budget`` ("none": no offload;
     an int in simulated bytes), one offload group per layer, keep_last=1, on a link of
-    ``bytes_per_s`` each way (50 GB/s: what the H100's copies achieve beside compute)."""
+    ``bytes_per_s`` each way (50 GB/s: what the H100's copies achieve beside compute);
+    node times varied by ``jitter`` (see ``Layer``), drawn from ``seed``."""
     sim = install(monkeypatch, bytes_per_s)
-    model = nn.ModuleList(Layer(sim, STACKS[kind]) for _ in range(layers))
+    rng = random.Random(seed)
+    model = nn.ModuleList(Layer(sim, STACKS[kind], jitter, rng) for _ in range(layers))
     x = torch.zeros(64 * MB // SCALE // 4, requires_grad=True)
     mark_not_offload(x)
     out = []

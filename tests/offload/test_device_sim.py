@@ -45,6 +45,21 @@ def test_auto_steps_wait_on_nothing_and_move_most_of_what_the_link_hides(monkeyp
         assert s.moved >= (0.85 if kind == "moe" else 0.9) * hideable
 
 
+@pytest.mark.parametrize("kind, bytes_per_s", [("mlp", 48e9), ("attn", 45e9), ("attn", 54e9)])
+def test_auto_holds_its_plan_when_node_times_vary_step_to_step(monkeypatch, kind, bytes_per_s):
+    # Node times +-2 % per call, as kernels vary on a GPU. Budgets never grow once
+    # planned: replanned from each step's new minima (and meter reading), every group kept
+    # the lowest of its variants (whole tensors: one step a group moves 256 MB, the next
+    # 2 x 64 and leaves the following group more link), and the step moved 0.81 (mlp,
+    # 48 GB/s) and 0.88 / 0.87 (attn) of what the link hides, against 0.93 / 0.94 / 0.93
+    # from the plan's own timings and bandwidth held (session 15's H100 mlp: 0.79).
+    steps = sim.run(monkeypatch, kind, "auto", steps=16, bytes_per_s=bytes_per_s, jitter=0.02)
+    hideable = sim.forward_seconds(kind) * 7 / 8 * bytes_per_s
+    for s in steps[4:]:
+        assert sum(s.waited.values()) < 1e-9
+        assert s.moved >= 0.9 * hideable, (s.moved / hideable)
+
+
 @pytest.mark.parametrize("kind, budget", [("mlp", 165_375_414), ("moe", 51_076_885), ("moe", 255_384_429),
                                           ("mlp", "auto"), ("attn", "auto"), ("moe", "auto")])
 def test_storages_over_the_cap_pass_through_with_the_record_paths_timeline(monkeypatch, kind, budget):
