@@ -118,13 +118,19 @@ def ragged_descriptor(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
 def tma_ok(*tensors: torch.Tensor | None) -> bool:
     """Whether every tensor can sit behind a TMA descriptor: 16-bit (float32 runs on the FMA
     units, where TMA's layouts cost more than they save), last dim contiguous, 16-B aligned."""
+    # Called several times per launch: one stride() per tensor, and with 2-byte elements a
+    # stride's 16 bytes are 8 elements (``s & 7``, also for negative strides).
     for t in tensors:
         if t is None:
             continue
-        if t.numel() == 0 or t.element_size() != 2 or t.stride(-1) != 1 or t.data_ptr() % 16:
+        if t.element_size() != 2 or t.data_ptr() & 15 or not t.numel():
             return False
-        if any(s * t.element_size() % 16 for s in t.stride()[:-1]):
+        *outer, last = t.stride()
+        if last != 1:
             return False
+        for s in outer:
+            if s & 7:
+                return False
     return True
 
 

@@ -293,6 +293,15 @@ def pair_views(t: torch.Tensor | None, interleaved: bool) -> tuple[torch.Tensor 
     return t[..., :F], t[..., F:]
 
 
+def pair_tma_ok(t: torch.Tensor | None, interleaved: bool) -> bool:
+    """``tma_ok(*pair_views(t, interleaved))`` without making the views: the second half starts
+    ``F`` elements on, with ``t``'s strides."""
+    if t is None or interleaved:
+        return tma_ok(t)
+    F = t.shape[-1] // 2
+    return F > 0 and not F * t.element_size() & 15 and tma_ok(t)
+
+
 def pair_args(t, interleaved, tma, block_m, block_n):
     """Kernel arguments for a [M, 2F] tensor: ragged descriptors (``store_pair``) or ``t``."""
     if not tma:
@@ -356,7 +365,7 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
     b_pair = pair_views(b, interleaved)
     b_mem = [t.transpose(1, 2) if b_trans else t for t in b_pair]
     tma_load = tma_ok(a, *b_mem)
-    tma_store = tma_ok(h, *pair_views(z, interleaved))
+    tma_store = tma_ok(h) and pair_tma_ok(z, interleaved)
     cfg = cfg or pick_config(_configs(), a.dtype, tma_load and tma_store, interleaved)
     tma_store = tma_store and cfg.tma_epilogue_stores
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k

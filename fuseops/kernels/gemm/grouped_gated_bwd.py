@@ -50,7 +50,7 @@ from fuseops.kernels.gemm.grouped_gated import (
     load_b,
     load_pair,
     pair_args,
-    pair_views,
+    pair_tma_ok,
     per_group_matmul,
     pick_config,
     store_pair,
@@ -207,8 +207,8 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
     b_trans = b.stride(2) != 1
     b_mem = b.transpose(1, 2) if b_trans else b
     tma_load = tma_ok(dy, b_mem)
-    tma_z = tma_ok(*pair_views(z, interleaved))
-    tma_store = tma_ok(h, *pair_views(dz, interleaved))
+    tma_z = pair_tma_ok(z, interleaved)
+    tma_store = tma_ok(h) and pair_tma_ok(dz, interleaved)
     cfg = cfg or pick_config(_configs(), dy.dtype, tma_load and tma_z and tma_store)
     tma_z = tma_z and cfg.tma_epilogue_loads
     tma_store = tma_store and cfg.tma_epilogue_stores

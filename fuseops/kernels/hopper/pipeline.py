@@ -233,10 +233,18 @@ def mma_layout(BN):
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
 
 
+@functools.cache
+def shared_layout(block: tuple[int, ...], dtype: torch.dtype) -> gl.NVMMASharedLayout:
+    """``NVMMASharedLayout.get_default_for(block, dtype)``, made once per (block, dtype): a pure
+    function of them whose result is a frozen dataclass, while each call of Triton's (a
+    constexpr function) unwraps its arguments and builds the layout again (~10 us a launch
+    over a launch's three descriptors)."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), GL_DTYPES[dtype])
+
+
 def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     """A descriptor with [rows, 128] boxes (128-byte swizzle for float8, as wgmma reads it)."""
-    layout = gl.NVMMASharedLayout.get_default_for([rows, BLOCK], GL_DTYPES[t.dtype])
-    return TensorDescriptor.from_tensor(t, [rows, BLOCK], layout)
+    return TensorDescriptor.from_tensor(t, [rows, BLOCK], shared_layout((rows, BLOCK), t.dtype))
 
 
 def dummy_or(t: torch.Tensor | None, dummy: torch.Tensor) -> torch.Tensor:

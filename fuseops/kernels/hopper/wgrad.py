@@ -43,7 +43,14 @@ from fuseops.kernels._triton import cdiv
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.grouped import RAGGED_ROWS, persistent_programs, ragged_geometry
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
-from fuseops.kernels.hopper.pipeline import CONSUMER_REGS, GL_DTYPES, PRODUCER_REGS, on_sm90, prefetch_tile, store_tile
+from fuseops.kernels.hopper.pipeline import (
+    CONSUMER_REGS,
+    PRODUCER_REGS,
+    on_sm90,
+    prefetch_tile,
+    shared_layout,
+    store_tile,
+)
 from fuseops.kernels.launch import launch
 
 BLOCK_N = 128  # dw rows per tile (dy's columns), as two consumer halves
@@ -189,8 +196,7 @@ def grouped_wgrad_kernel(dy_desc, x_desc, dw_desc, offsets, G, N, K, ACCUMULATE:
 
 def _ragged(t: torch.Tensor, cols: int) -> TensorDescriptor:
     """gemm/grouped.py's ragged descriptor over t's rows, with [BLOCK_R, cols] boxes."""
-    layout = gl.NVMMASharedLayout.get_default_for([1, 1, BLOCK_R, cols], GL_DTYPES[t.dtype])
-    return TensorDescriptor(t, *ragged_geometry(t), [1, 1, BLOCK_R, cols], layout)
+    return TensorDescriptor(t, *ragged_geometry(t), [1, 1, BLOCK_R, cols], shared_layout((1, 1, BLOCK_R, cols), t.dtype))
 
 
 def grouped_wgrad_hopper(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor,
@@ -208,8 +214,7 @@ def grouped_wgrad_hopper(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tenso
     # A float32 target takes the narrower tile: its staging is twice a 16-bit one's.
     float32_dw = dw.dtype == torch.float32
     bk = BLOCK_K[float32_dw]
-    layout = gl.NVMMASharedLayout.get_default_for([1, HALF, bk], GL_DTYPES[dw.dtype])
-    dw_desc = TensorDescriptor.from_tensor(dw, [1, HALF, bk], layout)
+    dw_desc = TensorDescriptor.from_tensor(dw, [1, HALF, bk], shared_layout((1, HALF, bk), dw.dtype))
     programs = persistent_programs(dw, G * cdiv(N, BLOCK_N) * cdiv(K, bk))
     if along_n is None:
         along_n = n_fastest(N, K, BLOCK_N, bk, programs)
