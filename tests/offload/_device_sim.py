@@ -9,6 +9,13 @@ stacks of ``benchmarks/offload.py``, 8k tokens, H=4096, bf16), saving what those
 save. Sizes are scaled down by ``SCALE`` (a simulated byte is ``SCALE`` real ones; the
 link's rate scaled alike), so the scheduler sees the real sizes' proportions.
 
+Memory: the device's bytes are the storages the nodes save (alive while the autograd
+graph, or the scheduler's record or copy in flight, holds them) and the buffers reloads
+make, sampled at every node's forward and backward with what that node holds besides
+(its output; the incoming gradient and the one it returns): ``SimStep.peak``, the
+step's highest sample. A node's gradients are its only transients, so the first
+backward's peak is where the step's is, as on the GPU.
+
 The host is infinitely fast and runs ahead: no copy is seen to pass within a step (as on
 a GPU behind its host); marks pass when the step ends (the benchmark synchronises). So a
 simulated step's time is what the plan costs the device: compute plus its waits on the
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from fuseops.offload import arena as arena_module
 from fuseops.offload import link as link_module
@@ -51,6 +59,22 @@ class SimDevice:
         self.t = {"compute": 0.0, "d2h": 0.0, "h2d": 0.0}
         self.n = self.passed = 0
         self.waited = {"settle": 0.0, "consume": 0.0, "guard": 0.0}
+        # Storages saved or reloaded (weakly, with their bytes), and the highest sample.
+        self.resident: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.peak = 0
+
+    def hold(self, t: torch.Tensor) -> None:
+        """Count ``t``'s storage as long as it lives."""
+        storage = t.untyped_storage()
+        self.resident[storage._cdata] = (StorageWeakRef(storage), storage.nbytes())
+
+    def sample(self, *transients: torch.Tensor) -> None:
+        """Resident bytes now, with ``transients`` (counted once each, and not again if
+        held): the peak's candidates."""
+        alive = {key: n for key, (ref, n) in self.resident.items() if not ref.expired()}
+        extra = {t.untyped_storage()._cdata: t.untyped_storage().nbytes() for t in transients}
+        total = sum(alive.values()) + sum(n for key, n in extra.items() if key not in alive)
+        self.peak = max(self.peak, total * SCALE)
 
     def event(self, stream: str = "compute") -> Event:
         self.n += 1
@@ -127,6 +151,8 @@ class SimLink:
             sim.wait("h2d", event)
         start = sim.event("h2d")
         outs = [block.data[:n].clone() for block, n in zip(blocks, sizes)]
+        for out in outs:
+            sim.hold(out)
         sim.t["h2d"] += sum(sizes) / sim.rate
         done = sim.event("h2d")
         self.meter.record(start, done, sum(sizes))
@@ -147,7 +173,10 @@ class Node(torch.autograd.Function):
         sim.t["compute"] += forward_s
         out = torch.zeros(max(1, out_bytes // SCALE // 4))
         ctx.sim, ctx.backward_s, ctx.shape = sim, backward_s, x.shape
-        ctx.save_for_backward(x if saves_input else out)
+        saved = x if saves_input else out
+        sim.hold(saved)
+        ctx.save_for_backward(saved)
+        sim.sample(out)
         return out
 
     @staticmethod
@@ -155,7 +184,9 @@ class Node(torch.autograd.Function):
         (saved,) = ctx.saved_tensors  # unpacked as a real node's backward does
         del saved
         ctx.sim.t["compute"] += ctx.backward_s
-        return torch.zeros(ctx.shape), None, None, None, None, None
+        dx = torch.zeros(ctx.shape)
+        ctx.sim.sample(dy, dx)
+        return dx, None, None, None, None, None
 
 
 class Residual(torch.autograd.Function):
@@ -209,6 +240,7 @@ class SimStep:
     seconds: float  # the compute stream's time for the step
     moved: int  # simulated bytes offloaded
     waited: dict[str, float]  # seconds compute waited on the link, by reason
+    peak: int  # simulated bytes resident at the step's highest sample (see the docstring)
 
 
 def install(monkeypatch, bytes_per_s: float = 50e9) -> SimDevice:
@@ -236,7 +268,7 @@ def run(monkeypatch, kind: str, budget, steps: int = 6, layers: int = 8, bytes_p
     mark_not_offload(x)
     out = []
     for _ in range(steps):
-        sim.waited = dict.fromkeys(sim.waited, 0.0)
+        sim.waited, sim.peak = dict.fromkeys(sim.waited, 0.0), 0
         start = sim.t["compute"]
         scope = contextlib.nullcontext() if budget == "none" else offload_activations(
             keep_last=1, min_tensor_bytes=2**18 // SCALE,
@@ -249,7 +281,7 @@ def run(monkeypatch, kind: str, budget, steps: int = 6, layers: int = 8, bytes_p
         h.sum().backward()
         sim.synchronize()
         moved = handle.stats["bytes_offloaded"] * SCALE if handle is not None else 0
-        out.append(SimStep(sim.t["compute"] - start, moved, dict(sim.waited)))
+        out.append(SimStep(sim.t["compute"] - start, moved, dict(sim.waited), sim.peak))
     return out
 
 
