@@ -262,6 +262,9 @@ def curve(kind, args, device, dtype, clock, bytes_per_s):
         if b == "auto":
             planner = planner_for(device)
             achieved, efficiency = planner.achieved_bytes_per_s(), planner.efficiency
+            # Per group, what auto planned (MiB), at the bandwidth it counts on: to set
+            # against tests/offload/_device_sim.py's plans for the same stack.
+            points[-1]["planned_mib"] = {pos: round(n / 2**20, 1) for pos, n in sorted(planner.planned.items())}
     base = points[0]
     for p in points:
         link_ms = p["bytes_offloaded"] / bytes_per_s * 1e3
@@ -297,6 +300,7 @@ def report(kind, result):
     auto = next(p for p in result["points"] if p["auto"])
     print(f"  auto: {auto['warm_up_steps']} steps before timing, plan settled {auto['plan_settled']}, "
           f"compute waited on the link {auto['stall_ms']:.2f} ms in the last planned step read")
+    print(f"  auto planned (MiB by group) {auto.get('planned_mib')} at {result['achieved_bytes_per_s'] / 1e9:.1f} GB/s")
     paired = result["auto_interleaved"]
     print(f"  auto against none in {paired['rounds']} interleaved rounds: {paired['auto_ms']:.1f} / "
           f"{paired['none_ms']:.1f} ms = {paired['ratio']:.3f}x")
