@@ -334,23 +334,34 @@ def plot(result, path):
     fig.savefig(path, dpi=120)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+def stack_arguments(description: str, steps: int, stacks: str) -> argparse.ArgumentParser:
+    """The stacks' shape and timing arguments, shared with ``offload_profile``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--hidden", type=int, default=4096)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--warm-up", type=int, default=4, help="steps before timing; >= 3 for auto to plan")
-    parser.add_argument("--stacks", default="mlp,attn,moe")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of none and auto, after the curve")
+    parser.add_argument("--stacks", default=stacks)
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, two steps")
-    args = parser.parse_args()
+    return parser
+
+
+def setup(args: argparse.Namespace) -> tuple[torch.device, torch.dtype, Clock]:
+    """Device, dtype and clock of a run (``--smoke``: CPU, float32, tiny sizes)."""
     if args.smoke:
         args.layers, args.tokens, args.hidden, args.steps = 3, 512, 128, 2
     device = torch.device("cpu" if args.smoke else "cuda")
     dtype = torch.float32 if args.smoke else torch.bfloat16
-    clock = Clock(device)
+    return device, dtype, Clock(device)
+
+
+def main():
+    parser = stack_arguments(__doc__.splitlines()[0], steps=10, stacks="mlp,attn,moe")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of none and auto, after the curve")
+    args = parser.parse_args()
+    device, dtype, clock = setup(args)
     bytes_per_s = pinned_bytes_per_s(device, clock, (1 << 20) if args.smoke else (256 << 20))
     print(f"pinned copy: {bytes_per_s / 1e9:.1f} GB/s")
     stacks = {}

@@ -21,12 +21,10 @@ kernels or more of them.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 from torch import nn
 
-from benchmarks.offload import STACKS, Clock, measure, step
+from benchmarks.offload import STACKS, measure, setup, stack_arguments, step
 from fuseops.offload import mark_not_offload
 
 
@@ -87,20 +85,8 @@ def run_stack(kind, args, device, dtype, clock) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--tokens", type=int, default=8192)
-    parser.add_argument("--hidden", type=int, default=4096)
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--warm-up", type=int, default=4)
-    parser.add_argument("--stacks", default="moe,mlp")
-    parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes")
-    args = parser.parse_args()
-    if args.smoke:
-        args.layers, args.tokens, args.hidden, args.steps = 3, 512, 128, 2
-    device = torch.device("cpu" if args.smoke else "cuda")
-    dtype = torch.float32 if args.smoke else torch.bfloat16
-    clock = Clock(device)
+    args = stack_arguments(__doc__.splitlines()[0], steps=6, stacks="moe,mlp").parse_args()
+    device, dtype, clock = setup(args)
     for kind in args.stacks.split(","):
         run_stack(kind, args, device, dtype, clock)
 
