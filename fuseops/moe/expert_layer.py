@@ -40,7 +40,7 @@ from fuseops.kernels import library
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.moe import memory_model
-from fuseops.moe.routing import check_routing, check_weights, permute_checked, unpermute
+from fuseops.moe.routing import check_routing, check_weights, permute_checked, permute_rows, unpermute
 from fuseops.ops import _checks
 from fuseops.ops.executor.saved_state import graph_freed_after_backward
 from fuseops.ops.gated import GatedActivation
@@ -85,7 +85,7 @@ class _ExpertLayer(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weights, w1, b1, w2, expert_ids, gate: _Gate, lean: bool, grad_enabled: bool):
         E = w1.shape[0]
-        x_sorted, split_sizes, row_map = launcher(Kernel.PERMUTE, x)(x, expert_ids, E)
+        x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, E)
         offsets = launcher(Kernel.GROUP_OFFSETS, split_sizes)(split_sizes)
         probs = None
         if weights is not None:

@@ -12,12 +12,15 @@ and capture in a CUDA graph. Out-of-range expert ids (``permute``) and rows (``u
 
 - CPU tensors (and CUDA with ``FUSEOPS_DEBUG=1``): a ``ValueError`` naming the argument, from
   a host check that reads the values back.
-- CUDA tensors: ``torch._assert_async`` on a device bool computed by torch ops, so nothing
-  syncs and the check captures in a CUDA graph. A bad value fails the stream as torch's own
-  indexing kernels do: the next synchronising call raises ``RuntimeError`` ("device-side
-  assert triggered"; the message names the argument and the range expected), and the CUDA
-  context is unusable from then on. The kernels still clamp ids into range, so nothing reads
-  or writes out of bounds before the assert is reported.
+- CUDA tensors: ``torch._assert_async`` on a device flag, so nothing syncs and the check
+  captures in a CUDA graph. The Triton kernels set the flag themselves (``permute``'s count
+  kernel, ``unpermute``'s gather: one assert launch per call rather than five torch ops);
+  under ``torch.compile`` and torch.func transforms torch ops compute it, which the compiler
+  fuses. A bad value fails the stream as torch's own indexing kernels do: the next
+  synchronising call raises ``RuntimeError`` ("device-side assert triggered"; the message
+  names the argument and the range expected), and the CUDA context is unusable from then on.
+  The kernels clamp ids and rows into range, so nothing reads or writes out of bounds before
+  the assert is reported.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import os
 
 import torch
+from torch._C._functorch import maybe_current_level
 from torch.autograd.function import once_differentiable
 
 from fuseops.kernels.dispatch import Kernel, launcher
@@ -70,6 +74,43 @@ def _check_range_on_host(name: str, t: torch.Tensor, bound: int, what: str) -> N
         raise ValueError(f"{name}: expected values in [0, {bound}) ({what}), got values in [{lo}, {hi}]")
 
 
+def _kernels_check(t: torch.Tensor) -> bool:
+    """Whether the range check runs inside the kernels, on a flag (CUDA, neither debugging nor
+    compiling nor under a torch.func transform: there the torch references run, module
+    docstring)."""
+    return (t.is_cuda and os.environ.get("FUSEOPS_DEBUG") != "1" and not torch.compiler.is_compiling()
+            and maybe_current_level() is None)
+
+
+# One flag per (check, CUDA device), kept: it is only ever written on a failure, which leaves
+# the CUDA context unusable, so a kept flag is 1 whenever it is read. Never kept on CPU (the
+# tests' interpreter path, where a failed assert raises and the process goes on) nor from
+# inside a CUDA graph capture (its fill would run only on replay).
+_FLAGS: dict[tuple[str, torch.device], torch.Tensor] = {}
+
+
+def _range_flag(name: str, device: torch.device) -> torch.Tensor:
+    flag = _FLAGS.get((name, device))
+    if flag is None:
+        flag = torch.ones(1, dtype=torch.int32, device=device)
+        if device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
+            _FLAGS[name, device] = flag
+    return flag
+
+
+def permute_rows(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``PERMUTE`` kernel of arguments ``check_routing`` passed; on CUDA the ids' range
+    check rides in its count kernel (``check_routing`` left it here)."""
+    launch = launcher(Kernel.PERMUTE, x)
+    if not _kernels_check(x):
+        return launch(x, expert_ids, num_experts)
+    ok = _range_flag("expert_ids", x.device)
+    out = launch(x, expert_ids, num_experts, ids_ok=ok)
+    torch._assert_async(ok, f"expert_ids: expected values in [0, num_experts={num_experts})")
+    return out
+
+
 def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -> None:
     """Device-side check of ``0 <= t < bound`` without a host sync (module docstring);
     ``upper`` names the bound in the message (a number there would pin a compiled graph to
@@ -81,8 +122,7 @@ def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -
 class _Permute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, expert_ids, num_experts):
-        launch = launcher(Kernel.PERMUTE, x)
-        x_sorted, split_sizes, row_map = launch(x, expert_ids, num_experts)
+        x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, num_experts)
         ctx.mark_non_differentiable(split_sizes, row_map)
         ctx.save_for_backward(row_map)
         return x_sorted, split_sizes, row_map
@@ -100,7 +140,12 @@ class _Unpermute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y_sorted, row_map, weights):
         launch = launcher(Kernel.UNPERMUTE, y_sorted)
-        y = launch(y_sorted, row_map, weights)
+        if _kernels_check(y_sorted):
+            ok = _range_flag("row_map", y_sorted.device)
+            y = launch(y_sorted, row_map, weights, rows_ok=ok)
+            torch._assert_async(ok, f"row_map: expected values in [0, {y_sorted.shape[0]}) (the rows of y_sorted)")
+        else:
+            y = launch(y_sorted, row_map, weights)
         # y_sorted is needed only for the weights' gradient.
         keep = y_sorted if ctx.needs_input_grad[2] else None
         ctx.save_for_backward(row_map, weights, keep)
@@ -117,7 +162,8 @@ class _Unpermute(torch.autograd.Function):
 
 def check_routing(x: object, expert_ids: object, num_experts: object) -> tuple[torch.Tensor, torch.Tensor]:
     """``permute``'s arguments checked (ids range-checked: module docstring); ``(x, expert_ids)``
-    contiguous."""
+    contiguous. On CUDA in eager mode the range check is left to the count kernel: permute
+    them through ``permute_rows``."""
     x = _float_2d("x", x, "[tokens, hidden]")
     expert_ids = _tensor("expert_ids", expert_ids)
     if expert_ids.dtype.is_floating_point or expert_ids.dtype.is_complex or expert_ids.dtype == torch.bool:
@@ -132,7 +178,7 @@ def check_routing(x: object, expert_ids: object, num_experts: object) -> tuple[t
         raise ValueError(f"num_experts: expected an int >= 1, got {num_experts!r}")
     if _host_check(x):
         _check_range_on_host("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
-    else:
+    elif not _kernels_check(x):
         _assert_in_range_async("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
     return x.contiguous(), expert_ids.contiguous()
 
@@ -205,7 +251,7 @@ def unpermute(
     _same_device("row_map", row_map, "y_sorted", y_sorted)
     if _host_check(y_sorted):
         _check_range_on_host("row_map", row_map, y_sorted.shape[0], "rows of y_sorted, as returned by permute")
-    else:
+    elif not _kernels_check(y_sorted):  # else the gather kernel flags it (_Unpermute)
         _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
     weights = check_weights(weights, row_map.shape, "row_map's", y_sorted, "y_sorted")
     return _Unpermute.apply(y_sorted.contiguous(), row_map.contiguous(), weights)

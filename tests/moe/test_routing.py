@@ -112,6 +112,52 @@ def test_out_of_range_ids_raise_on_cpu():
             moe.permute(x, ids, 4)
 
 
+@pytest.fixture
+def kernels_check(monkeypatch):
+    """The CUDA path's range checks on CPU: kernels through the interpreter set the flags,
+    ``torch._assert_async`` reads them (on CPU it raises at once), and the torch-op check
+    must not run beside them."""
+    from fuseops.moe import routing as r
+
+    monkeypatch.setattr(r, "_host_check", lambda t: False)
+    monkeypatch.setattr(r, "_kernels_check", lambda t: True)
+
+    def torch_ops_check(*args):
+        raise AssertionError("the torch-op range check ran beside the kernels' flag")
+    monkeypatch.setattr(r, "_assert_in_range_async", torch_ops_check)
+    with interpreted_kernels():
+        yield
+
+
+@interpreter_only
+@pytest.mark.parametrize("bad", [4, -1, 2**40])
+def test_kernels_flag_out_of_range_ids(kernels_check, bad):
+    ids = torch.tensor([[0, 1], [2, 3], [1, bad]])
+    with pytest.raises(RuntimeError, match=r"expert_ids: expected values in \[0, num_experts=4\)"):
+        moe.permute(torch.randn(3, 8), ids, 4)
+
+
+@interpreter_only
+@pytest.mark.parametrize("bad", [8, -1])
+def test_kernels_flag_out_of_range_rows(kernels_check, bad):
+    row_map = ROW_MAP.clone()
+    row_map[2, 1] = bad
+    with pytest.raises(RuntimeError, match=r"row_map: expected values in \[0, 8\) \(the rows of y_sorted\)"):
+        moe.unpermute(Y_SORTED, row_map, None)
+
+
+@interpreter_only
+def test_kernels_check_passes_good_routing_and_matches_the_host_path(kernels_check):
+    x, ids, w = torch.randn(9, 8, requires_grad=True), routing(9, 5, 2), torch.rand(9, 2)
+    x_sorted, sizes, row_map = moe.permute(x, ids, 5)
+    y = moe.unpermute(x_sorted * 2, row_map, w)
+    y.sum().backward()
+    ref_sorted, ref_sizes, ref_map = loop_permute(x.detach(), ids, 5)
+    assert torch.equal(sizes, ref_sizes) and torch.equal(row_map, ref_map)
+    assert_close_rel(y, loop_unpermute(ref_sorted * 2, ref_map, w), torch.float32)
+    assert_close_rel(x.grad, 2 * w.sum(1, keepdim=True).expand(9, 8), torch.float32)
+
+
 X, IDS = torch.randn(4, 8), torch.zeros(4, 2, dtype=torch.int64)
 ROW_MAP = torch.arange(8).view(4, 2)
 Y_SORTED = torch.randn(8, 8)
@@ -264,3 +310,14 @@ def test_gpu_range_checks_capture_in_a_cuda_graph():
     g.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(y, 2 * x)
+
+
+@interpreter_only
+@pytest.mark.parametrize("lean", [False, True])
+def test_expert_layer_kernels_flag_out_of_range_ids(kernels_check, lean):
+    from tests.moe.test_expert_layer import make_experts
+
+    experts = make_experts(3, 16, 8)
+    x, ids = torch.randn(5, 16), torch.tensor([[0, 1], [2, 0], [1, 3], [0, 2], [1, 1]])
+    with pytest.raises(RuntimeError, match=r"expert_ids: expected values in \[0, num_experts=3\)"):
+        moe.expert_layer(x, ids, torch.rand(5, 2), experts, lean=lean)

@@ -53,17 +53,31 @@ def _configs() -> PermuteConfig:
 
 @triton.jit
 def _expert(ids, offs, mask, E):
-    # Out-of-range ids fail loudly before this launch (moe/routing.py: a host check, or a
-    # device-side assert on CUDA); the clamp keeps every access in bounds until it reports.
-    e = tl.load(ids + offs, mask=mask, other=0).to(tl.int32)
-    return tl.minimum(tl.maximum(e, 0), E - 1)
+    # Out-of-range ids fail loudly (moe/routing.py: a host check, or a device-side assert on
+    # CUDA, on the flag the count kernel sets); the clamp keeps every access in bounds until
+    # it reports.
+    e = tl.load(ids + offs, mask=mask, other=0)
+    # Clamped in the ids' own dtype, then narrowed: an int64 id past 2**31 lands on E - 1 as
+    # in the reference, never wrapped into range.
+    return tl.minimum(tl.maximum(e, 0), E - 1).to(tl.int32)
 
 
 @triton.jit
-def permute_count_kernel(ids, counts, n, E, E_PAD: tl.constexpr, BLOCK: tl.constexpr):
+def _flag_out_of_range(values, mask, bound, ok):
+    # Any value outside [0, bound) under ``mask`` sets ``*ok`` to 0 (the caller asserts on it;
+    # compared in the values' own dtype, so an int64 id is never wrapped into range).
+    bad = tl.sum((((values < 0) | (values >= bound)) & mask).to(tl.int32), 0)
+    tl.store(ok, 0, mask=bad > 0)
+
+
+@triton.jit
+def permute_count_kernel(ids, counts, n, E, ids_ok, E_PAD: tl.constexpr, BLOCK: tl.constexpr,
+                         CHECK: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
+    if CHECK:
+        _flag_out_of_range(tl.load(ids + offs, mask=mask, other=0), mask, E, ids_ok)
     hist = tl.histogram(_expert(ids, offs, mask, E), E_PAD, mask=mask)
     offs_e = tl.arange(0, E_PAD)
     tl.store(counts + pid * E + offs_e, hist, mask=offs_e < E)
@@ -142,18 +156,25 @@ def scatter_rows_kernel(
 
 @triton.jit
 def gather_rows_kernel(
-    src, row_map, weights, dst, T, H, top_k,
-    HAS_WEIGHTS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
+    src, row_map, weights, dst, T, H, top_k, rows_ok,
+    HAS_WEIGHTS: tl.constexpr, CHECK: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
 ):
-    # dst[t] = sum_k weights[t, k] * src[row_map[t, k]], in float32.
+    # dst[t] = sum_k weights[t, k] * src[row_map[t, k]], in float32. Rows are clamped into
+    # src's T*K rows, so a bad row_map reads nothing out of bounds until its assert reports.
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     mask_t = offs_t < T
+    n_rows = T * top_k
+    if CHECK:
+        for k in range(top_k):
+            _flag_out_of_range(tl.load(row_map + offs_t * top_k + k, mask=mask_t, other=0), mask_t, n_rows,
+                               rows_ok)
     for h0 in range(0, H, BLOCK_H):
         offs_h = h0 + tl.arange(0, BLOCK_H)
         mask = mask_t[:, None] & (offs_h < H)[None, :]
         acc = tl.zeros((BLOCK_T, BLOCK_H), dtype=tl.float32)
         for k in range(top_k):
             rows = tl.load(row_map + offs_t * top_k + k, mask=mask_t, other=0)
+            rows = tl.minimum(tl.maximum(rows, 0), n_rows - 1)
             # [BLOCK_T, BLOCK_H]
             g = tl.load(src + rows[:, None] * H + offs_h[None, :], mask=mask, other=0.0).to(tl.float32)
             if HAS_WEIGHTS:
@@ -168,7 +189,8 @@ def _copy_grid(T: int, cfg: PermuteConfig) -> tuple[int]:
 
 
 def permute(
-    x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, *, out: torch.Tensor | None = None
+    x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, *, out: torch.Tensor | None = None,
+    ids_ok: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rows of ``x`` grouped by expert, stable, with the routing on the device.
 
@@ -178,6 +200,9 @@ def permute(
             checks; out-of-range ids are clamped here so nothing is accessed out of bounds).
         num_experts: E.
         out: [T*K, H] in ``x``'s dtype for ``x_sorted``, written and returned; else allocated.
+        ids_ok: a one-element int32 tensor on ``x``'s device, set to 0 when an id lies outside
+            [0, num_experts) and left as it is otherwise: the range check in the count kernel,
+            for the caller's ``torch._assert_async`` (moe/routing.py).
     Returns:
         ``(x_sorted, split_sizes, row_map)``: [T*K, H], [E] int64, [T, K] int64.
     """
@@ -193,7 +218,8 @@ def permute(
     row_map = torch.empty(T, top_k, dtype=torch.int64, device=x.device)
     x_sorted = out if out is not None else torch.empty(n, H, dtype=x.dtype, device=x.device)
     launch(permute_count_kernel, (blocks,),
-        ids, counts, n, num_experts, E_PAD=e_pad, BLOCK=cfg.block, num_warps=cfg.num_warps,
+        ids, counts, n, num_experts, ids_ok, E_PAD=e_pad, BLOCK=cfg.block, CHECK=ids_ok is not None,
+        num_warps=cfg.num_warps,
     )
     launch(permute_scan_kernel, (cdiv(num_experts, cfg.block_e),),
         counts, split_sizes, blocks, num_experts,
@@ -217,22 +243,26 @@ def unpermute(
     weights: torch.Tensor | None,
     *,
     out: torch.Tensor | None = None,
+    rows_ok: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The top-k rows of each token summed back, weighted, in float32.
 
     Args:
         y_sorted: [T*K, H] float, contiguous.
-        row_map: [T, K] int64 from ``permute``, contiguous.
+        row_map: [T, K] int64 from ``permute``, contiguous (rows are clamped into
+            [0, T*K), so a bad one reads nothing out of bounds).
         weights: [T, K] float (any float dtype), contiguous; None means all ones.
         out: [T, H] in ``y_sorted``'s dtype, written and returned; else allocated.
+        rows_ok: a one-element int32 tensor on the device, set to 0 when a row lies outside
+            [0, T*K) and left as it is otherwise (as ``permute``'s ``ids_ok``).
     """
     cfg = _configs()
     T, top_k = row_map.shape
     H = y_sorted.shape[1]
     y = out if out is not None else torch.empty(T, H, dtype=y_sorted.dtype, device=y_sorted.device)
     launch(gather_rows_kernel, _copy_grid(T, cfg),
-        y_sorted, row_map, weights, y, T, H, top_k,
-        HAS_WEIGHTS=weights is not None, BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h,
+        y_sorted, row_map, weights, y, T, H, top_k, rows_ok,
+        HAS_WEIGHTS=weights is not None, CHECK=rows_ok is not None, BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h,
         num_warps=cfg.num_warps,
     )
     return y
@@ -280,8 +310,14 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+def _flag_out_of_range_reference(values: torch.Tensor, bound: int, ok: torch.Tensor | None) -> None:
+    if ok is not None:
+        ok.mul_(((values >= 0) & (values < bound)).all())
+
+
 def reference_permute(
-    x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, *, out: torch.Tensor | None = None
+    x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, *, out: torch.Tensor | None = None,
+    ids_ok: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """With ``i = t*K + k`` the flat index of (token t, choice k) and ``e_i`` its expert
     (clamped into [0, E)):
@@ -291,6 +327,7 @@ def reference_permute(
     ``x_sorted[row_map[t, k]] = x[t]``. A stable argsort of the ids is the inverse of
     ``row_map``."""
     T, top_k = expert_ids.shape
+    _flag_out_of_range_reference(expert_ids, num_experts, ids_ok)
     flat = expert_ids.reshape(-1).long().clamp(0, num_experts - 1)
     order = torch.argsort(flat, stable=True)
     row_map = torch.empty_like(order)
@@ -308,12 +345,15 @@ def reference_unpermute(
     weights: torch.Tensor | None,
     *,
     out: torch.Tensor | None = None,
+    rows_ok: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``y[t] = sum_k weights[t, k] * y_sorted[row_map[t, k]]`` in float32 (float64 for
-    float64 inputs), cast to ``y_sorted``'s dtype; ``weights=None`` is all ones."""
+    float64 inputs), cast to ``y_sorted``'s dtype; ``weights=None`` is all ones; rows clamped
+    into [0, T*K) as the kernel's."""
     T, top_k = row_map.shape
     acc = _acc_dtype(y_sorted.dtype)
-    g = y_sorted.index_select(0, row_map.reshape(-1)).view(T, top_k, y_sorted.shape[1]).to(acc)
+    _flag_out_of_range_reference(row_map, T * top_k, rows_ok)
+    g = y_sorted.index_select(0, row_map.reshape(-1).clamp(0, T * top_k - 1)).view(T, top_k, y_sorted.shape[1]).to(acc)
     if weights is not None:
         g = g * weights.to(acc)[..., None]
     y = g.sum(1)

@@ -132,6 +132,52 @@ def test_out_of_range_ids_are_clamped_like_the_reference():
     assert sorted(got[1].tolist()) == [1, 2, 3] and int(got[1].sum()) == 6
 
 
+def _ids_with(bad_value: int, at: int, T: int = 40, K: int = 2, E: int = 3) -> torch.Tensor:
+    ids = routing(T, E, K)
+    ids.view(-1)[at] = bad_value
+    return ids
+
+
+# (ids, whether all lie in [0, 3)): a bad id in the first or a later 16-entry routing block,
+# below or above the range, and an int64 id that an int32 cast would wrap into range.
+RANGE_CASES = [
+    (lambda: routing(40, 3, 2), True),
+    (lambda: _ids_with(-1, 0), False),
+    (lambda: _ids_with(3, 70), False),
+    (lambda: _ids_with(2**32 + 1, 33), False),
+]
+
+
+@pytest.mark.parametrize("impl", ["kernel", "reference"])
+@pytest.mark.parametrize("case", range(len(RANGE_CASES)))
+def test_permute_flags_out_of_range_ids(impl, case):
+    make_ids, in_range = RANGE_CASES[case]
+    ids, x = make_ids(), torch.randn(40, 8)
+    run = kernels.permute if impl == "kernel" else kernels.reference_permute
+    flag = torch.ones(1, dtype=torch.int32)
+    got = run(x, ids, 3, ids_ok=flag)
+    assert int(flag) == int(in_range)
+    # The flag changes nothing else.
+    for a, b in zip(got, kernels.reference_permute(x, ids, 3)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("impl", ["kernel", "reference"])
+@pytest.mark.parametrize("bad", [None, -1, 40, 2**40])
+def test_unpermute_flags_out_of_range_rows_and_reads_in_bounds(impl, bad):
+    T, K, H = 20, 2, 8
+    y_sorted, row_map = torch.randn(T * K, H), torch.randperm(T * K).view(T, K)
+    if bad is not None:
+        row_map[13, 1] = bad
+    run = kernels.unpermute if impl == "kernel" else kernels.reference_unpermute
+    flag = torch.ones(1, dtype=torch.int32)
+    y = run(y_sorted, row_map, None, rows_ok=flag)
+    assert int(flag) == int(bad is None)
+    # Bad rows read a clamped row (never out of bounds) until the caller's assert reports.
+    clamped = row_map.clamp(0, T * K - 1)
+    assert_close_rel(y, loop_unpermute(y_sorted, clamped, None), torch.float32)
+
+
 @settings(max_examples=15)
 @given(
     T=st.integers(0, 40), K=st.integers(1, 4), E=st.integers(1, 20), H=st.integers(1, 40), seed=st.integers(0, 2**16)
