@@ -33,6 +33,7 @@ ahead (see ``_start_backward`` for when it fires).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
@@ -373,9 +374,7 @@ class Scheduler:
             if log is not None:
                 self._planner.waiting(log, stored.event)
             link_for(stored.device).consume(stored.data, stored.event)
-            if stored.release is not None:
-                stored.release.detach()
-                stored.release = None
+            stored.release = None
         out = torch.empty(0, dtype=packed.dtype, device=stored.device)
         return out.set_(stored.storage(), packed.offset, packed.size, packed.stride)
 
@@ -446,12 +445,12 @@ class Scheduler:
                 stored.modified = stored.alias._version != stored.version
                 flats.append(torch.empty(0, dtype=torch.uint8, device=device).set_(storage))
             blocks, done = link.copy_out(flats, fence if fence is not None else link.fence())
+            give = link.arena.give
             batch = []
             for (stored, _), block in zip(pairs, blocks):
                 stored.host, stored.event, stored.where = block, done, Where.HOST
                 # A record that dies on the host (no backward) still returns its block.
-                stored.release = weakref.finalize(stored, link.arena.give, block, done)
-                stored.release.atexit = False
+                stored.release = functools.partial(give, block, done)
                 moved += stored.nbytes
                 batch.append(stored)
             self.stats["storages_offloaded"] += len(batch)
@@ -599,13 +598,11 @@ class Scheduler:
             by_device.setdefault(stored.device, []).append(stored)
         for device, batch in by_device.items():
             for stored in batch:
-                stored.release.detach()
+                stored.release = None
             outs, done, guard = link_for(device).copy_in(
                 [s.host for s in batch], [s.nbytes for s in batch], [s.event for s in batch])
             for stored, out in zip(batch, outs):
                 stored.data, stored.host, stored.event, stored.where = out, None, done, Where.RELOADED
                 # Dropped before any consumer waited: the wait happens as it dies.
-                stored.release = weakref.finalize(stored, guard) if guard is not None else None
-                if stored.release is not None:
-                    stored.release.atexit = False
+                stored.release = guard
                 self.stats["bytes_reloaded"] += stored.nbytes
