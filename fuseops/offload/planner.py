@@ -265,7 +265,29 @@ class Planner:
             times = self._times(self._logs[0])
             if times is None:
                 return
-            self._learn(self._logs.pop(0), *times)
+            log = self._logs.pop(0)
+            self._learn(log, *times)
+            self._reuse_marks(log)
+
+    def _reuse_marks(self, log: StepLog) -> None:
+        """A digested step's own marks go back to the timer (where it takes them back):
+        all have passed, and only ``log`` held them. Not the copies' end marks in
+        ``stalls``: records and host blocks wait on those."""
+        reuse = getattr(self.timer, "reuse", None)
+        if reuse is None or log.forward_end is None or not log.forward:
+            return
+        # Only marks ``_times`` saw pass: a backward mark outside every span (a backward
+        # cut short, a single group) was never queried.
+        backward = log.backward
+        queried = {q for p in range(1, len(log.forward)) if p in backward and p - 1 in backward for q in (p - 1, p)}
+        marks = [*log.forward, log.forward_end, *(wait for wait, _ in log.stalls)]
+        if log.first_reload is not None and log.first_reload[1] in backward:
+            marks.append(log.first_reload[0])
+            queried.add(log.first_reload[1])
+        marks.extend(backward[q] for q in queried)
+        # Cleared so that nothing reads them through ``log`` once they are recorded again.
+        log.forward, log.forward_end, log.backward, log.stalls, log.first_reload = [], None, {}, [], None
+        reuse(marks)
 
     def _times(self, log: StepLog) -> tuple[list[float], list[float | None], float, tuple[int, float] | None] | None:
         if log.forward_end is None or not log.forward:
@@ -294,11 +316,18 @@ class Planner:
                 marks.append(reload[2])
         if not all(map(timer.passed, marks)):
             return None
-        ends = log.forward[1:] + [log.forward_end]
-        forward = [timer.elapsed(a, b) for a, b in zip(log.forward, ends)]
-        backward: list[float | None] = [None] * n
-        for position in spans:
-            backward[position] = timer.elapsed(log.backward[position], log.backward[position - 1])
+        profile = self.profile
+        if (not self.provisional and profile is not None and profile.layout == tuple(log.layout)
+                and profile.keep_last == log.keep_last and n == len(profile.forward)):
+            # Planned afresh: ``_learn`` keeps the profile's own timings for its layout, so
+            # the spans are not read (an ``elapsed_time`` call each, every step).
+            forward, backward = list(profile.forward), list(profile.backward)
+        else:
+            ends = log.forward[1:] + [log.forward_end]
+            forward = [timer.elapsed(a, b) for a, b in zip(log.forward, ends)]
+            backward = [None] * n
+            for position in spans:
+                backward[position] = timer.elapsed(log.backward[position], log.backward[position - 1])
         stalled = sum(max(0.0, timer.elapsed(wait, done)) for wait, done in log.stalls)
         first_reload = None if reload is None else (reload[0], timer.elapsed(reload[1], reload[2]))
         return forward, backward, stalled, first_reload

@@ -414,7 +414,9 @@ class Scheduler:
         records = [s for s in group.live() if not s.decided]
         if group.log is not None and not group.learning:
             records = _fullest_first(records, group.budget_left)
-        self._offload(records, group, after=group.fences)
+        fences, group.fences = group.fences, {}
+        # A fence serves one copy out (the link records it again afterwards).
+        self._offload(records, group, after=fences)
 
     def _report_moved(self, group: Group, nbytes: int) -> None:
         if group.log is not None and not group.learning and self._planner is not None:
