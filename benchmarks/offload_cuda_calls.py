@@ -4,8 +4,8 @@
 
 ``CudaLink`` and ``EventTimer`` run unchanged over a CPU device, with ``torch.cuda``'s
 event and stream classes, ``current_stream`` and the ``stream`` context replaced by
-counting stand-ins (the copies run at once on the host; every event has passed when it
-is queried, as after the benchmark's sync at each step's end). The stacks and sizes are
+counting stand-ins (the copies run at once on the host; an event passes once its step
+has ended, as on a device behind its host that the benchmark synchronises per step). The stacks and sizes are
 those of ``benchmarks/offload_host.py``. Printed per step (mean over ``--steps`` after
 ``--warm-up``): events created, recorded, queried, timed (``elapsed_time``) and
 destroyed, stream waits on events, copies issued on the copy streams, ``record_stream``
@@ -41,22 +41,27 @@ CPU = torch.device("cpu")
 COUNTS: collections.Counter[str] = collections.Counter()
 
 
+# Steps synchronised so far: an event passes once the step it was recorded in has ended
+# (a device behind its host, synchronised at each step's end, as in the benchmarks).
+SYNCED = [0]
+
+
 class FakeEvent:
     """A CUDA event's calls, counted; created on its first record, as torch's are."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
-        self.created, self.time = False, 0.0
+        self.created, self.time, self.step = False, 0.0, 0
 
     def record(self, stream=None) -> None:
         if not self.created:
             self.created = True
             COUNTS["event create"] += 1
         COUNTS["event record"] += 1
-        self.time = time.perf_counter()
+        self.time, self.step = time.perf_counter(), SYNCED[0]
 
     def query(self) -> bool:
         COUNTS["event query"] += 1
-        return True
+        return self.step < SYNCED[0]
 
     def elapsed_time(self, end: FakeEvent) -> float:
         COUNTS["event elapsed_time"] += 1
@@ -162,10 +167,12 @@ def main() -> None:
                 mark_not_offload(x)
                 for _ in range(args.warm_up):
                     step(layers, x, "fuseops", budgets[label])
+                    SYNCED[0] += 1
                 COUNTS.clear()
                 moved = 0
                 for _ in range(args.steps):
                     moved += step(layers, x, "fuseops", budgets[label])["tensors_offloaded"]
+                    SYNCED[0] += 1
             per = {k: COUNTS[k] / args.steps for k in keys}
             print(f"{kind:>6} {label:>7} {moved / args.steps:>6.0f} "
                   + " ".join(f"{per[k]:>{max(7, len(k))}.1f}" for k in keys))

@@ -251,13 +251,15 @@ class Planner:
         start = max(profile.starts[issued], log.link_free)
         log.link_free = start + nbytes / (log.bytes_per_s * log.efficiency * self.margin)
 
-    def waiting(self, log: StepLog, done: Any) -> None:
+    def waiting(self, log: StepLog, done: Any, at: Any = None) -> None:
         """The compute stream is about to wait for the copies that end at ``done``: mark it
-        there (once per ``done``), so that the wait is learned once both have passed."""
+        there (once per ``done``), so that the wait is learned once both have passed.
+        ``at``: a mark of ``log`` already at that point of the compute stream (no work
+        queued since), used rather than a new one."""
         if done is None or id(done) in log.waited:
             return
         log.waited.add(id(done))
-        log.stalls.append((self.timer.mark(), done))
+        log.stalls.append((at if at is not None else self.timer.mark(), done))
 
     def poll(self) -> None:
         """Digest closed steps whose marks have all passed, oldest first; never waits."""
@@ -285,6 +287,8 @@ class Planner:
             marks.append(log.first_reload[0])
             queried.add(log.first_reload[1])
         marks.extend(backward[q] for q in queried)
+        # A stall may share its mark with a group's start (``waiting``'s ``at``): each once.
+        marks = list({id(m): m for m in marks}.values())
         # Cleared so that nothing reads them through ``log`` once they are recorded again.
         log.forward, log.forward_end, log.backward, log.stalls, log.first_reload = [], None, {}, [], None
         reuse(marks)
@@ -314,7 +318,8 @@ class Planner:
             marks.append(reload[1])
             if reload[0] not in used:
                 marks.append(reload[2])
-        if not all(map(timer.passed, marks)):
+        passed_all = getattr(timer, "passed_all", None)
+        if not (passed_all(marks) if passed_all is not None else all(map(timer.passed, marks))):
             return None
         profile = self.profile
         if (not self.provisional and profile is not None and profile.layout == tuple(log.layout)

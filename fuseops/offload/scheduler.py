@@ -165,7 +165,9 @@ class Scheduler:
             self._groups.append(group)
             self.stats["groups"] += 1
             # Copies issued before the last (1 + lag) groups had their compute to finish in.
-            self._settle(group.index - self._settle_lag)
+            # With "auto", the group's start mark is where compute waits for them: nothing
+            # was queued between the two.
+            self._settle(group.index - self._settle_lag, at=group.log.forward[-1] if group.log is not None else None)
             older = group.index - self.keep_last
             if older >= 0:
                 self._offload_group(self._groups[older])
@@ -466,15 +468,22 @@ class Scheduler:
     def _release_copied(self) -> None:
         """Release the sources of copies that have passed: nothing reads them any more,
         so neither stream needs to wait (the query never blocks). Runs at every save that
-        keeps a record: each copy's event is queried once per call."""
+        keeps a record."""
         if not self._unsettled:
             return
-        pending = []
+        # A device's copies out run on one stream, in the order issued (the order of
+        # ``_unsettled``): once one has not passed, its later ones have not either, and
+        # are not queried (one query per device while the device is behind the host).
+        pending, behind = [], None
         for entry in self._unsettled:
-            if link_for(entry[1]).passed(entry[2]):
+            device = entry[1]
+            if behind is not None and device in behind:
+                pending.append(entry)
+            elif link_for(device).passed(entry[2]):
                 self._drop_sources(entry[3])
             else:
                 pending.append(entry)
+                behind = {device} if behind is None else behind | {device}
         if len(pending) != len(self._unsettled):
             self._unsettled = pending
 
@@ -484,9 +493,10 @@ class Scheduler:
             stored.alias = None
             self._held -= stored.nbytes
 
-    def _settle(self, before: int) -> None:
+    def _settle(self, before: int, at: Any = None) -> None:
         """Release the sources of copies issued while groups before ``before`` were
-        current: the compute stream waits for those copies, the host does not."""
+        current: the compute stream waits for those copies, the host does not. ``at``: a
+        mark of the step now running at this point of the compute stream."""
         pending = []
         for entry in self._unsettled:
             issued_in, device, done, batch, log = entry
@@ -494,7 +504,7 @@ class Scheduler:
                 pending.append(entry)
                 continue
             if log is not None:
-                self._planner.waiting(log, done)
+                self._planner.waiting(log, done, at if log is self._log else None)
             link_for(device).settle(done)
             self._drop_sources(batch)
         self._unsettled = pending
