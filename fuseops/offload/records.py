@@ -164,6 +164,9 @@ class Group:
         # (``None``: the whole group at ``prefetch_at``).
         self.prefetch_room: int | None = None
         self.prefetch_issued = 0
+        # Streamed prefetch: (records of the target not yet walked, counted from the
+        # start; the target's record count then), see ``Scheduler._advance_prefetch``.
+        self.prefetch_walk = (0, -1)
         self.budget_left: int | None = None
         # group_budget_bytes="auto": the step's marks, this group's place in the step,
         # the bytes it may move (its layout entry) and whether the planner is learning.

@@ -581,18 +581,26 @@ class Scheduler:
             return
         allowance = group.prefetch_room - group.prefetch_issued
         # Runs at every unpack while a prefetch is armed: the target's records on the host
-        # are walked lazily, last saved first, and only as far as the allowance reaches.
+        # are walked lazily, last saved first, and only as far as the allowance reaches;
+        # the walk resumes where the last one stopped (a record passed over is dead, moved
+        # to another group or off the host, and stays so in backward), unless records
+        # were added since.
+        records = target.records
+        if group.prefetch_walk[1] != len(records):
+            group.prefetch_walk = (len(records), len(records))
+        i = group.prefetch_walk[0]
         batch, issued, everything = [], 0, True
-        for ref in reversed(target.records):
-            stored = ref()
-            if stored is None or stored.group is not target or stored.where is not Where.HOST:
-                continue
-            if not force and stored.nbytes > allowance:
-                everything = False
-                break
-            batch.append(stored)
-            allowance -= stored.nbytes
-            issued += stored.nbytes
+        while i > 0:
+            stored = records[i - 1]()
+            if stored is not None and stored.group is target and stored.where is Where.HOST:
+                if not force and stored.nbytes > allowance:
+                    everything = False
+                    break
+                batch.append(stored)
+                allowance -= stored.nbytes
+                issued += stored.nbytes
+            i -= 1
+        group.prefetch_walk = (i, len(records))
         if batch:
             group.prefetch_issued += issued
             self._reload(batch)
