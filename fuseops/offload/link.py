@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from fuseops.offload.arena import HostArena, HostBlock, host_arena
-from fuseops.offload.streams import current_stream
+from fuseops.offload.streams import CopyStream, current_stream
 from fuseops.offload.timing import CopyMeter, timer_for
 
 
@@ -128,7 +128,7 @@ class CudaLink:
             stream.wait_event(fence)
         # Recorded after every wait: the span to ``done`` is the copies alone.
         start = self.meter.timer.mark(stream)
-        with torch.cuda.stream(stream):
+        with CopyStream(stream, self.device):
             for src, block in zip(sources, blocks):
                 block.data[: src.numel()].copy_(src, non_blocking=True)
         done = self.meter.timer.mark(stream)
@@ -161,7 +161,7 @@ class CudaLink:
         for event in {id(e): e for e in after}.values():
             stream.wait_event(event)
         start = self.meter.timer.mark(stream)
-        with torch.cuda.stream(stream):
+        with CopyStream(stream, self.device):
             for out, block, n in zip(outs, blocks, sizes):
                 out.copy_(block.data[:n], non_blocking=True)
         done = self.meter.timer.mark(stream)
