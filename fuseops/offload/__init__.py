@@ -3,7 +3,7 @@
 ``offload_activations`` (api.py) runs a ``Scheduler`` (scheduler.py: groups, what moves
 and when; records.py: what it keeps per tensor, storage and group) behind torch's
 saved-tensor hooks (hooks.py); copies go through a per-device link (link.py: streams
-and events) into a reused host arena (arena.py); ``mark_not_offload`` (marks.py) keeps
+and events; streams.py: the current stream, looked up cheaply) into a reused host arena (arena.py); ``mark_not_offload`` (marks.py) keeps
 chosen storages on the device. With ``group_budget_bytes="auto"`` (the default) a
 per-device planner (planner.py) sets each group's budget from step timings that the
 scheduler marks and a timer (timing.py: CUDA events, or the host clock) reads once passed.

@@ -22,12 +22,14 @@ only once they have passed): the planner's measured bandwidth.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from fuseops.offload.arena import HostArena, HostBlock, host_arena
+from fuseops.offload.streams import CopyStream, current_stream
 from fuseops.offload.timing import CopyMeter, timer_for
 
 
@@ -73,6 +75,9 @@ class HostLink:
 class CudaLink:
     """One CUDA device: a device-to-host stream and a host-to-device stream."""
 
+    # Fences kept for reuse at most (one per group in flight is used at a time).
+    MAX_FENCES = 64
+
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.arena: HostArena = host_arena(device)
@@ -86,11 +91,25 @@ class CudaLink:
         self._last_wait: tuple[torch.cuda.Event, torch.cuda.Stream] | None = None
         self._allocated_on: torch.cuda.Stream | None = None
         self._mixed = False
+        # ``copy_in`` orders its stream after compute with this one event, recorded anew
+        # each time (a stream wait takes the event's state as it is queued, so a later
+        # record cannot move it): ``wait_stream`` would create and destroy an event per call.
+        # Reloads can come from more than one thread (the autograd engine's): the record
+        # and the wait are one step.
+        self._compute_done = torch.cuda.Event()
+        self._order_lock = threading.Lock()
+        # Fences ``copy_out`` has waited on, recorded again by later ``fence`` calls.
+        self._fences: list[torch.cuda.Event] = []
 
     def fence(self) -> torch.cuda.Event:
-        """An event on the current (producer) stream: everything queued so far."""
-        event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(self.device))
+        """An event on the current (producer) stream: everything queued so far. Meant for
+        one ``copy_out``, which takes it back once its stream waits on it."""
+        # Popped from any thread: ``pop`` is atomic.
+        try:
+            event = self._fences.pop()
+        except IndexError:
+            event = torch.cuda.Event()
+        event.record(current_stream(self.device))
         return event
 
     def copy_out(
@@ -98,6 +117,9 @@ class CudaLink:
     ) -> tuple[list[HostBlock], torch.cuda.Event]:
         stream = self.d2h
         stream.wait_event(after)
+        # The wait holds the fence's state as queued: the event may be recorded again.
+        if len(self._fences) < self.MAX_FENCES:
+            self._fences.append(after)
         blocks = [self.arena.take(src.numel()) for src in sources]
         # A block's previous contents may still be on their way to a device. Blocks come
         # back in batches that share one fence (a reload's): each fence is waited on once.
@@ -106,7 +128,7 @@ class CudaLink:
             stream.wait_event(fence)
         # Recorded after every wait: the span to ``done`` is the copies alone.
         start = self.meter.timer.mark(stream)
-        with torch.cuda.stream(stream):
+        with CopyStream(stream, self.device):
             for src, block in zip(sources, blocks):
                 block.data[: src.numel()].copy_(src, non_blocking=True)
         done = self.meter.timer.mark(stream)
@@ -115,7 +137,7 @@ class CudaLink:
 
     def settle(self, done: torch.cuda.Event) -> None:
         """Order the current stream after the copies of ``done``: their sources may go."""
-        torch.cuda.current_stream(self.device).wait_event(done)
+        current_stream(self.device).wait_event(done)
 
     def passed(self, done: torch.cuda.Event) -> bool:
         """Whether the copies of ``done`` have finished; never waits."""
@@ -124,7 +146,7 @@ class CudaLink:
     def copy_in(
         self, blocks: Sequence[HostBlock], sizes: Sequence[int], after: Sequence[torch.cuda.Event]
     ) -> tuple[list[torch.Tensor], torch.cuda.Event, Callable[[], None]]:
-        compute = torch.cuda.current_stream(self.device)
+        compute = current_stream(self.device)
         # The destinations come from the compute stream's pool: their last users there
         # must be done before the copy writes them.
         outs = [torch.empty(n, dtype=torch.uint8, device=self.device) for n in sizes]
@@ -133,11 +155,13 @@ class CudaLink:
         elif not self._mixed and compute != self._allocated_on:
             self._mixed = True
         stream = self.h2d
-        stream.wait_stream(compute)
+        with self._order_lock:
+            self._compute_done.record(compute)
+            stream.wait_event(self._compute_done)
         for event in {id(e): e for e in after}.values():
             stream.wait_event(event)
         start = self.meter.timer.mark(stream)
-        with torch.cuda.stream(stream):
+        with CopyStream(stream, self.device):
             for out, block, n in zip(outs, blocks, sizes):
                 out.copy_(block.data[:n], non_blocking=True)
         done = self.meter.timer.mark(stream)
@@ -149,15 +173,16 @@ class CudaLink:
     def consume(self, data: torch.Tensor, event: torch.cuda.Event) -> None:
         """Order the current stream after ``event``; keep ``data`` for its work if it is
         not the stream ``data`` was allocated on."""
-        stream = torch.cuda.current_stream(self.device)
-        # Once a stream waited on an event (never recorded again: every mark is a new
-        # event), all it runs later is ordered after it.
+        stream = current_stream(self.device)
+        # Once a stream waited on an event (never recorded again: a copy's end mark is a
+        # new event; only the planner's own marks are reused), all it runs later is
+        # ordered after it. Streams come from one cache: identity answers first.
         last = self._last_wait
-        if last is None or last[0] is not event or last[1] != stream:
+        if last is None or last[0] is not event or (last[1] is not stream and last[1] != stream):
             stream.wait_event(event)
             self._last_wait = (event, stream)
         # On the stream it was allocated on, record_stream is a no-op in the allocator.
-        if self._mixed or stream != self._allocated_on:
+        if self._mixed or (stream is not self._allocated_on and stream != self._allocated_on):
             data.record_stream(stream)
 
 

@@ -251,13 +251,15 @@ class Planner:
         start = max(profile.starts[issued], log.link_free)
         log.link_free = start + nbytes / (log.bytes_per_s * log.efficiency * self.margin)
 
-    def waiting(self, log: StepLog, done: Any) -> None:
+    def waiting(self, log: StepLog, done: Any, at: Any = None) -> None:
         """The compute stream is about to wait for the copies that end at ``done``: mark it
-        there (once per ``done``), so that the wait is learned once both have passed."""
+        there (once per ``done``), so that the wait is learned once both have passed.
+        ``at``: a mark of ``log`` already at that point of the compute stream (no work
+        queued since), used rather than a new one."""
         if done is None or id(done) in log.waited:
             return
         log.waited.add(id(done))
-        log.stalls.append((self.timer.mark(), done))
+        log.stalls.append((at if at is not None else self.timer.mark(), done))
 
     def poll(self) -> None:
         """Digest closed steps whose marks have all passed, oldest first; never waits."""
@@ -265,7 +267,31 @@ class Planner:
             times = self._times(self._logs[0])
             if times is None:
                 return
-            self._learn(self._logs.pop(0), *times)
+            log = self._logs.pop(0)
+            self._learn(log, *times)
+            self._reuse_marks(log)
+
+    def _reuse_marks(self, log: StepLog) -> None:
+        """A digested step's own marks go back to the timer (where it takes them back):
+        all have passed, and only ``log`` held them. Not the copies' end marks in
+        ``stalls``: records and host blocks wait on those."""
+        reuse = getattr(self.timer, "reuse", None)
+        if reuse is None or log.forward_end is None or not log.forward:
+            return
+        # Only marks ``_times`` saw pass: a backward mark outside every span (a backward
+        # cut short, a single group) was never queried.
+        backward = log.backward
+        queried = {q for p in range(1, len(log.forward)) if p in backward and p - 1 in backward for q in (p - 1, p)}
+        marks = [*log.forward, log.forward_end, *(wait for wait, _ in log.stalls)]
+        if log.first_reload is not None and log.first_reload[1] in backward:
+            marks.append(log.first_reload[0])
+            queried.add(log.first_reload[1])
+        marks.extend(backward[q] for q in queried)
+        # A stall may share its mark with a group's start (``waiting``'s ``at``): each once.
+        marks = list({id(m): m for m in marks}.values())
+        # Cleared so that nothing reads them through ``log`` once they are recorded again.
+        log.forward, log.forward_end, log.backward, log.stalls, log.first_reload = [], None, {}, [], None
+        reuse(marks)
 
     def _times(self, log: StepLog) -> tuple[list[float], list[float | None], float, tuple[int, float] | None] | None:
         if log.forward_end is None or not log.forward:
@@ -292,13 +318,21 @@ class Planner:
             marks.append(reload[1])
             if reload[0] not in used:
                 marks.append(reload[2])
-        if not all(map(timer.passed, marks)):
+        passed_all = getattr(timer, "passed_all", None)
+        if not (passed_all(marks) if passed_all is not None else all(map(timer.passed, marks))):
             return None
-        ends = log.forward[1:] + [log.forward_end]
-        forward = [timer.elapsed(a, b) for a, b in zip(log.forward, ends)]
-        backward: list[float | None] = [None] * n
-        for position in spans:
-            backward[position] = timer.elapsed(log.backward[position], log.backward[position - 1])
+        profile = self.profile
+        if (not self.provisional and profile is not None and profile.layout == tuple(log.layout)
+                and profile.keep_last == log.keep_last and n == len(profile.forward)):
+            # Planned afresh: ``_learn`` keeps the profile's own timings for its layout, so
+            # the spans are not read (an ``elapsed_time`` call each, every step).
+            forward, backward = list(profile.forward), list(profile.backward)
+        else:
+            ends = log.forward[1:] + [log.forward_end]
+            forward = [timer.elapsed(a, b) for a, b in zip(log.forward, ends)]
+            backward = [None] * n
+            for position in spans:
+                backward[position] = timer.elapsed(log.backward[position], log.backward[position - 1])
         stalled = sum(max(0.0, timer.elapsed(wait, done)) for wait, done in log.stalls)
         first_reload = None if reload is None else (reload[0], timer.elapsed(reload[1], reload[2]))
         return forward, backward, stalled, first_reload

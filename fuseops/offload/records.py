@@ -4,7 +4,9 @@ and the stats they feed."""
 from __future__ import annotations
 
 import enum
+import sys
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -53,7 +55,11 @@ class Stored:
     """One storage saved in a group. On the device, ``alias`` (a detached alias of the
     first tensor saved from it: same storage, same version counter) holds it; on the
     host, ``host``; reloaded, ``data`` (a flat uint8 buffer). ``event`` orders the copy
-    that filled the current place; ``version`` is the version autograd saw."""
+    that filled the current place; ``version`` is the version autograd saw. ``release``:
+    what must run if the record dies where it is (its host block given back, or a wait
+    for its reload), called by ``__del__``; ``None`` once nothing is owed. A slot and
+    ``__del__`` rather than a ``weakref.finalize`` per copy: the host runs this per
+    storage moved, twice per step, and a finalizer costs a registry entry each time."""
 
     __slots__ = ("group", "device", "nbytes", "version", "ref", "alias", "data", "host", "event",
                  "where", "decided", "outcome", "handles", "modified", "consumed", "release",
@@ -75,7 +81,15 @@ class Stored:
         self.handles = 0
         self.modified = False
         self.consumed = False
-        self.release: weakref.finalize | None = None
+        self.release: Callable[[], Any] | None = None
+
+    def __del__(self) -> None:
+        release = self.release
+        if release is not None:
+            self.release = None
+            # At interpreter exit the arena and the device may be gone: nothing is owed.
+            if not sys.is_finalizing():
+                release()
 
     def storage(self) -> torch.UntypedStorage:
         return (self.alias if self.where is Where.DEVICE else self.data).untyped_storage()
@@ -150,6 +164,9 @@ class Group:
         # (``None``: the whole group at ``prefetch_at``).
         self.prefetch_room: int | None = None
         self.prefetch_issued = 0
+        # Streamed prefetch: (records of the target not yet walked, counted from the
+        # start; the target's record count then), see ``Scheduler._advance_prefetch``.
+        self.prefetch_walk = (0, -1)
         self.budget_left: int | None = None
         # group_budget_bytes="auto": the step's marks, this group's place in the step,
         # the bytes it may move (its layout entry) and whether the planner is learning.

@@ -33,6 +33,7 @@ ahead (see ``_start_backward`` for when it fires).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
@@ -164,7 +165,9 @@ class Scheduler:
             self._groups.append(group)
             self.stats["groups"] += 1
             # Copies issued before the last (1 + lag) groups had their compute to finish in.
-            self._settle(group.index - self._settle_lag)
+            # With "auto", the group's start mark is where compute waits for them: nothing
+            # was queued between the two.
+            self._settle(group.index - self._settle_lag, at=group.log.forward[-1] if group.log is not None else None)
             older = group.index - self.keep_last
             if older >= 0:
                 self._offload_group(self._groups[older])
@@ -373,9 +376,7 @@ class Scheduler:
             if log is not None:
                 self._planner.waiting(log, stored.event)
             link_for(stored.device).consume(stored.data, stored.event)
-            if stored.release is not None:
-                stored.release.detach()
-                stored.release = None
+            stored.release = None
         out = torch.empty(0, dtype=packed.dtype, device=stored.device)
         return out.set_(stored.storage(), packed.offset, packed.size, packed.stride)
 
@@ -415,7 +416,9 @@ class Scheduler:
         records = [s for s in group.live() if not s.decided]
         if group.log is not None and not group.learning:
             records = _fullest_first(records, group.budget_left)
-        self._offload(records, group, after=group.fences)
+        fences, group.fences = group.fences, {}
+        # A fence serves one copy out (the link records it again afterwards).
+        self._offload(records, group, after=fences)
 
     def _report_moved(self, group: Group, nbytes: int) -> None:
         if group.log is not None and not group.learning and self._planner is not None:
@@ -446,12 +449,12 @@ class Scheduler:
                 stored.modified = stored.alias._version != stored.version
                 flats.append(torch.empty(0, dtype=torch.uint8, device=device).set_(storage))
             blocks, done = link.copy_out(flats, fence if fence is not None else link.fence())
+            give = link.arena.give
             batch = []
             for (stored, _), block in zip(pairs, blocks):
                 stored.host, stored.event, stored.where = block, done, Where.HOST
                 # A record that dies on the host (no backward) still returns its block.
-                stored.release = weakref.finalize(stored, link.arena.give, block, done)
-                stored.release.atexit = False
+                stored.release = functools.partial(give, block, done)
                 moved += stored.nbytes
                 batch.append(stored)
             self.stats["storages_offloaded"] += len(batch)
@@ -465,15 +468,22 @@ class Scheduler:
     def _release_copied(self) -> None:
         """Release the sources of copies that have passed: nothing reads them any more,
         so neither stream needs to wait (the query never blocks). Runs at every save that
-        keeps a record: each copy's event is queried once per call."""
+        keeps a record."""
         if not self._unsettled:
             return
-        pending = []
+        # A device's copies out run on one stream, in the order issued (the order of
+        # ``_unsettled``): once one has not passed, its later ones have not either, and
+        # are not queried (one query per device while the device is behind the host).
+        pending, behind = [], None
         for entry in self._unsettled:
-            if link_for(entry[1]).passed(entry[2]):
+            device = entry[1]
+            if behind is not None and device in behind:
+                pending.append(entry)
+            elif link_for(device).passed(entry[2]):
                 self._drop_sources(entry[3])
             else:
                 pending.append(entry)
+                behind = {device} if behind is None else behind | {device}
         if len(pending) != len(self._unsettled):
             self._unsettled = pending
 
@@ -483,9 +493,10 @@ class Scheduler:
             stored.alias = None
             self._held -= stored.nbytes
 
-    def _settle(self, before: int) -> None:
+    def _settle(self, before: int, at: Any = None) -> None:
         """Release the sources of copies issued while groups before ``before`` were
-        current: the compute stream waits for those copies, the host does not."""
+        current: the compute stream waits for those copies, the host does not. ``at``: a
+        mark of the step now running at this point of the compute stream."""
         pending = []
         for entry in self._unsettled:
             issued_in, device, done, batch, log = entry
@@ -493,7 +504,7 @@ class Scheduler:
                 pending.append(entry)
                 continue
             if log is not None:
-                self._planner.waiting(log, done)
+                self._planner.waiting(log, done, at if log is self._log else None)
             link_for(device).settle(done)
             self._drop_sources(batch)
         self._unsettled = pending
@@ -570,18 +581,26 @@ class Scheduler:
             return
         allowance = group.prefetch_room - group.prefetch_issued
         # Runs at every unpack while a prefetch is armed: the target's records on the host
-        # are walked lazily, last saved first, and only as far as the allowance reaches.
+        # are walked lazily, last saved first, and only as far as the allowance reaches;
+        # the walk resumes where the last one stopped (a record passed over is dead, moved
+        # to another group or off the host, and stays so in backward), unless records
+        # were added since.
+        records = target.records
+        if group.prefetch_walk[1] != len(records):
+            group.prefetch_walk = (len(records), len(records))
+        i = group.prefetch_walk[0]
         batch, issued, everything = [], 0, True
-        for ref in reversed(target.records):
-            stored = ref()
-            if stored is None or stored.group is not target or stored.where is not Where.HOST:
-                continue
-            if not force and stored.nbytes > allowance:
-                everything = False
-                break
-            batch.append(stored)
-            allowance -= stored.nbytes
-            issued += stored.nbytes
+        while i > 0:
+            stored = records[i - 1]()
+            if stored is not None and stored.group is target and stored.where is Where.HOST:
+                if not force and stored.nbytes > allowance:
+                    everything = False
+                    break
+                batch.append(stored)
+                allowance -= stored.nbytes
+                issued += stored.nbytes
+            i -= 1
+        group.prefetch_walk = (i, len(records))
         if batch:
             group.prefetch_issued += issued
             self._reload(batch)
@@ -599,13 +618,11 @@ class Scheduler:
             by_device.setdefault(stored.device, []).append(stored)
         for device, batch in by_device.items():
             for stored in batch:
-                stored.release.detach()
+                stored.release = None
             outs, done, guard = link_for(device).copy_in(
                 [s.host for s in batch], [s.nbytes for s in batch], [s.event for s in batch])
             for stored, out in zip(batch, outs):
                 stored.data, stored.host, stored.event, stored.where = out, None, done, Where.RELOADED
                 # Dropped before any consumer waited: the wait happens as it dies.
-                stored.release = weakref.finalize(stored, guard) if guard is not None else None
-                if stored.release is not None:
-                    stored.release.atexit = False
+                stored.release = guard
                 self.stats["bytes_reloaded"] += stored.nbytes

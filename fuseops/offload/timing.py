@@ -5,18 +5,23 @@ the current stream, or a host time where the device is the CPU and runs in host 
 ``seconds(start, end)`` is the time between two marks once both have passed, else
 ``None``: the host never waits on a mark. ``passed(mark)`` and ``elapsed(start, end)``
 split that in two, so that a reader of many marks that share ends (one step's chain of
-group starts) queries each mark once. ``CopyMeter`` turns a link's copy marks into a
+group starts) queries each mark once, and ``EventTimer.passed_all(marks)`` only the last
+mark of each stream; ``reuse(marks)`` (``EventTimer`` only) takes back
+marks that have passed and are read no more. ``CopyMeter`` turns a link's copy marks into a
 measured bandwidth the same way. Tests stand in a deterministic timer with the same
 methods.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import Any, Protocol
 
 import torch
+
+from fuseops.offload.streams import current_stream
 
 
 class Timer(Protocol):
@@ -50,15 +55,55 @@ class HostTimer:
 
 
 class EventTimer:
-    """CUDA events with timing, read with ``query()`` (which never blocks)."""
+    """CUDA events with timing, read with ``query()`` (which never blocks). Marks that
+    their reader is done with come back through ``reuse`` and are recorded again: an
+    event created and destroyed per mark costs the host two more CUDA calls."""
+
+    # Events kept for reuse at most (a step's planner marks: a few per group).
+    MAX_FREE = 256
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self._free: list[torch.cuda.Event] = []
 
     def mark(self, stream: torch.cuda.Stream | None = None) -> torch.cuda.Event:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record(stream if stream is not None else torch.cuda.current_stream(self.device))
+        # Marks come from the forward thread and the autograd engine's: ``pop`` is atomic.
+        try:
+            event = self._free.pop()
+        except IndexError:
+            event = torch.cuda.Event(enable_timing=True)
+        if stream is None:
+            stream = current_stream(self.device)
+        event.record(stream)
+        # Where and when it was recorded (``passed_all``); the stream object is held, so
+        # no other stream can take its id while the mark lives.
+        event.offload_order = (stream, next(_order))
         return event
+
+    def passed_all(self, marks: list[torch.cuda.Event]) -> bool:
+        """Whether every one of ``marks`` has passed: a stream runs its work in order, so
+        only the last mark recorded on each stream is queried (the latest stream first:
+        one query while the device is still behind)."""
+        last: dict[int, tuple[int, torch.cuda.Event]] = {}
+        others = []
+        for mark in marks:
+            order = getattr(mark, "offload_order", None)
+            if order is None:
+                others.append(mark)
+                continue
+            stream, n = order
+            seen = last.get(id(stream))
+            if seen is None or n > seen[0]:
+                last[id(stream)] = (n, mark)
+        latest = sorted(last.values(), key=lambda item: -item[0])
+        return all(mark.query() for _, mark in latest) and all(mark.query() for mark in others)
+
+    def reuse(self, marks: list[torch.cuda.Event]) -> None:
+        """``marks`` have passed and nothing reads or waits on them any more: later
+        ``mark`` calls record them again (a record replaces the event's state)."""
+        room = self.MAX_FREE - len(self._free)
+        if room > 0:
+            self._free.extend(marks[:room])
 
     def seconds(self, start: torch.cuda.Event, end: torch.cuda.Event) -> float | None:
         # The later mark first: while it has not passed, one query answers.
@@ -71,6 +116,10 @@ class EventTimer:
 
     def elapsed(self, start: torch.cuda.Event, end: torch.cuda.Event) -> float:
         return start.elapsed_time(end) / 1e3
+
+
+# Marks of every ``EventTimer`` are numbered in the order they were recorded.
+_order = itertools.count()
 
 
 def timer_for(device: torch.device) -> HostTimer | EventTimer:
