@@ -57,12 +57,16 @@ class RunState:
     num_outputs: int = 0
 
 
+# Reusable: entering it does nothing.
+_NO_CONTEXT = contextlib.nullcontext()
+
+
 def autocast_off(device_type: str) -> Any:
     """Torch's autocast switched off while the ops run: they cast explicitly (so forward,
     backward, kernels and references agree), and a backward called inside an autocast
     block must not re-cast."""
     if device_type not in ("cpu", "cuda") or not torch.is_autocast_enabled(device_type):
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
     return torch.autocast(device_type, enabled=False)
 
 
