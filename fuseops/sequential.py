@@ -75,7 +75,8 @@ class Sequential(torch.nn.Module):
         return self._plan
 
     def forward(self, input: torch.Tensor, *extra_inputs: Any) -> Any:
-        ops = list(self)
+        # ``list(self)`` without the two Python calls of ``__iter__`` and ``__len__``.
+        ops: list[BasicOp] = list(self._modules.values())  # type: ignore[arg-type]
         grad_enabled = torch.is_grad_enabled()
         recipe = current_recipe()
         compiling = torch.compiler.is_compiling()

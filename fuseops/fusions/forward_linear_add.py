@@ -33,11 +33,12 @@ class ForwardLinearAddExtraInput(Fusion):
         linear, _ = ops
         (residual,) = extra_inputs[1]
         x = _autocast.cast_input(ctxs[0].autocast, x)
-        linear.save(ctxs[0], x)
+        weight = linear.compute_weight(ctxs[0])
+        linear.save(ctxs[0], x, weight)
         if ctxs[1].needs_backward:
             ctxs[1].saved = NothingSaved()
         x2d = rows(x, linear.in_features).contiguous()
         r2d = rows(residual, linear.out_features).contiguous()
         launch = launcher(Kernel.GEMM, x2d)
-        y, _ = launch(x2d, linear.compute_weight(ctxs[0]).t(), bias=linear.compute_bias(ctxs[0]), residual=r2d)
+        y, _ = launch(x2d, weight.t(), bias=linear.compute_bias(ctxs[0]), residual=r2d)
         return unrows(y, x.shape[:-1] + (linear.out_features,)), [(), ()]

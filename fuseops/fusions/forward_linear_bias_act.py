@@ -28,7 +28,7 @@ def _linear_act_forward(
     linear_ctx, act_ctx = ctxs[0], ctxs[-1]
     x = _autocast.cast_input(linear_ctx.autocast, x)
     weight = linear.compute_weight(linear_ctx)
-    linear.save(linear_ctx, x)
+    linear.save(linear_ctx, x, weight)
     x2d = rows(x, linear.in_features).contiguous()
     save_preact = act_ctx.needs_backward
     if isinstance(act_op, GatedActivation):

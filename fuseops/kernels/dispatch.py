@@ -214,8 +214,19 @@ def _first_serving(routes: tuple[Route, ...], *args: Any, **kwargs: Any) -> Any:
     raise LookupError(f"no route serves {routes[0].kernel} for these arguments")
 
 
-@functools.cache
+# What serves each (kernel, backend), keyed by the members' ids: an Enum member hashes
+# through Python code, and ``launcher`` runs several times a step.
+_SERVING: dict[tuple[int, int], Callable[..., Any]] = {}
+
+
 def _callable(kernel: Kernel, backend: Backend) -> Callable[..., Any]:
+    runs = _SERVING.get((id(kernel), id(backend)))
+    if runs is None:
+        runs = _SERVING[(id(kernel), id(backend))] = _serving(kernel, backend)
+    return runs
+
+
+def _serving(kernel: Kernel, backend: Backend) -> Callable[..., Any]:
     routes = _routes(kernel, backend)
     if not routes:
         raise LookupError(f"dispatch TABLE has no {backend.value} route for {kernel}")

@@ -9,7 +9,7 @@ import dataclasses
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -43,26 +43,52 @@ def meta(default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={"role": Role.META})
 
 
+class RoleFields(NamedTuple):
+    """A ``Saved`` class's field names by role, in ``Role``'s order. Attributes, not a dict
+    keyed by ``Role``: an Enum member hashes through Python code, and the executor reads
+    these per op and call."""
+
+    activation: tuple[str, ...]
+    parameter: tuple[str, ...]
+    meta: tuple[str, ...]
+
+
 # Per Saved class, the names of its fields of each role: read on every call by the executor,
 # built once in eager mode (while torch.compile traces, built afresh: no side effect to trace).
-_FIELDS_BY_ROLE: dict[type, dict[Role, tuple[str, ...]]] = {}
+_FIELDS_BY_ROLE: dict[type, RoleFields] = {}
 # A tuple, not the Enum class: dynamo cannot iterate an Enum class inside an autograd.Function's
 # forward (``mode="reduce-overhead"`` on CUDA failed on it).
 _ROLES: tuple[Role, ...] = tuple(Role)
 
 
-def _fields_by_role(record: Saved) -> dict[Role, tuple[str, ...]]:
-    def build() -> dict[Role, tuple[str, ...]]:
-        # dynamo traces dataclasses.fields of an instance, not of a class.
-        roles = [(f.name, f.metadata.get("role", Role.META)) for f in dataclasses.fields(record)]
-        return {role: tuple(name for name, r in roles if r is role) for role in _ROLES}
-
-    if torch.compiler.is_compiling():
-        return build()
-    names = _FIELDS_BY_ROLE.get(type(record))
-    if names is None:
-        names = _FIELDS_BY_ROLE[type(record)] = build()
+def role_fields(record: Saved, *, compiling: bool) -> RoleFields:
+    """Per role, the names of ``record``'s fields of that role. ``compiling`` is
+    ``torch.compiler.is_compiling()``, asked once by the caller (the executor asks once a
+    call, not once a record)."""
+    if not compiling:
+        names = _FIELDS_BY_ROLE.get(type(record))
+        if names is not None:
+            return names
+    # dynamo traces dataclasses.fields of an instance, not of a class.
+    roles = [(f.name, f.metadata.get("role", Role.META)) for f in dataclasses.fields(record)]
+    names = RoleFields(*[tuple(name for name, r in roles if r is role) for role in _ROLES])
+    if not compiling:
+        _FIELDS_BY_ROLE[type(record)] = names
     return names
+
+
+def replaced_fields(record: Saved, changes: dict[str, Any], *, compiling: bool) -> Saved:
+    """``record`` with ``changes``: ``dataclasses.replace`` without re-running ``__init__``
+    and its field walk in eager mode (records have no ``__post_init__``); the executor
+    makes two per op and call. ``compiling`` as for ``role_fields``."""
+    if not changes:
+        return record
+    if compiling:
+        return dataclasses.replace(record, **changes)
+    new = object.__new__(type(record))
+    new.__dict__.update(record.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 @dataclass(frozen=True)
@@ -71,25 +97,16 @@ class Saved:
 
     def fields_of(self, role: Role) -> tuple[str, ...]:
         """The names of this record's fields that hold ``role``."""
-        return _fields_by_role(self)[role]
+        return role_fields(self, compiling=torch.compiler.is_compiling())[_ROLES.index(role)]
 
     def fields_by_role(self) -> Iterator[tuple[str, Any, Role]]:
-        for role, names in _fields_by_role(self).items():
+        for role, names in zip(_ROLES, role_fields(self, compiling=torch.compiler.is_compiling())):
             for name in names:
                 yield name, getattr(self, name), role
 
     def replaced(self, changes: dict[str, Any]) -> Saved:
-        """A copy with ``changes``: ``dataclasses.replace`` without re-running ``__init__``
-        and its field walk in eager mode (records have no ``__post_init__``); the executor
-        makes two per op and call."""
-        if not changes:
-            return self
-        if torch.compiler.is_compiling():
-            return dataclasses.replace(self, **changes)
-        new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        new.__dict__.update(changes)
-        return new
+        """A copy with ``changes`` (``replaced_fields``)."""
+        return replaced_fields(self, changes, compiling=torch.compiler.is_compiling())
 
 
 @dataclass(frozen=True)

@@ -146,23 +146,24 @@ class Linear(_autocast.AutocastParameters, BasicOp):
         out = x.with_shape(x.shape[:-1] + (self.out_features,))
         return out.with_dtype(compute_dtype(x))
 
-    def save(self, ctx: OpContext, x: torch.Tensor) -> None:
-        """Keep what backward needs: ``x`` for the weight grad, the weight for ``dx``
-        (both as the GEMM reads them: cast, under ``torch.autocast``)."""
+    def save(self, ctx: OpContext, x: torch.Tensor, weight: torch.Tensor) -> None:
+        """Keep what backward needs: ``x`` for the weight grad, ``weight`` for ``dx``, both
+        as the GEMM reads them (``cast_input`` / ``compute_weight``: cast under
+        ``torch.autocast``; the caller has them already)."""
         if ctx.needs_backward:
             ctx.saved = LinearSaved(
-                x=_autocast.cast_input(ctx.autocast, x) if ctx.weight_requires_grad else None,
-                weight=self.compute_weight(ctx) if ctx.input_requires_grad else None,
+                x=x if ctx.weight_requires_grad else None,
+                weight=weight if ctx.input_requires_grad else None,
             )
 
     def op_forward(self, ctx: OpContext, x: Any, extra_inputs: tuple[Any, ...]):
         x = _autocast.cast_input(ctx.autocast, x)
+        weight, bias = self.compute_weight(ctx), self.compute_bias(ctx)
         if ctx.recipe is not None:
             gemm = functools.partial(self._quantized_gemm, ctx)
         else:
-            self.save(ctx, x)
+            self.save(ctx, x, weight)
             gemm = F.linear
-        weight, bias = self.compute_weight(ctx), self.compute_bias(ctx)
         if self.tensor_parallel is not None:
             # The collectives stay in x's dtype around the (quantized or not) local GEMM.
             return self.tensor_parallel.forward(x, weight, bias, gemm=gemm), ()

@@ -153,14 +153,17 @@ def activation_bwd_dbias(
     M, N = x2d.shape
     dx = out if out is not None else torch.empty_like(x2d)
     programs, rows_per_program = row_split(M, N, x2d, cfg)
-    # One slab needs no second stage: its sums go straight to the output.
-    stage_dtype = x2d.dtype if programs == 1 else torch.float32
-    stage = torch.empty(programs, N, dtype=stage_dtype, device=x2d.device)
+    # One slab needs no second stage: its sums go straight to the output, an [N] tensor
+    # (no [1, N] stage and a view of its row: one torch op less a call).
+    if programs == 1:
+        stage = torch.empty(N, dtype=x2d.dtype, device=x2d.device)
+    else:
+        stage = torch.empty(programs, N, dtype=torch.float32, device=x2d.device)
     launch(activation_bwd_dbias_kernel, (programs, cdiv(N, cfg.block_n)),
-        x2d, dy2d, dx, stage, M, N, stage.stride(0), rows_per_program, alpha,
+        x2d, dy2d, dx, stage, M, N, N, rows_per_program, alpha,
         ACT=int(act), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
     )
-    return dx, (stage[0] if programs == 1 else sum_partials(stage, x2d.dtype))
+    return dx, (stage if programs == 1 else sum_partials(stage, x2d.dtype))
 
 
 def reference_activation_fwd(

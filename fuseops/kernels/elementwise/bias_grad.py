@@ -104,16 +104,17 @@ def bias_grad(dy2d: torch.Tensor) -> torch.Tensor:
     cfg = _configs()
     M, N = dy2d.shape
     programs, rows_per_program = row_split(M, N, dy2d, cfg)
-    # One slab needs no second stage: its sums go straight to the output.
+    # One slab needs no second stage: its sums go straight to the output, an [N] tensor
+    # (no [1, N] stage and a view of its row: one torch op less a call).
     if programs == 1:
-        stage = torch.empty(1, N, dtype=dy2d.dtype, device=dy2d.device)
+        stage = torch.empty(N, dtype=dy2d.dtype, device=dy2d.device)
     else:
         stage = torch.empty(programs, N, dtype=torch.float32, device=dy2d.device)
     launch(column_sum_kernel, (programs, cdiv(N, cfg.block_n)),
-        dy2d, stage, M, N, dy2d.stride(0), stage.stride(0), rows_per_program,
+        dy2d, stage, M, N, dy2d.stride(0), N, rows_per_program,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
     )
-    return stage[0] if programs == 1 else sum_partials(stage, dy2d.dtype)
+    return stage if programs == 1 else sum_partials(stage, dy2d.dtype)
 
 
 def reference_bias_grad(dy2d: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.nn.utils.stateless import _reparametrize_module
 
-from fuseops.ops.contract import OpGrads, Role, Saved
+from fuseops.ops.contract import OpGrads, Saved, role_fields
 from fuseops.ops.executor.saved_state import pack_saved, unpack_saved
 
 
@@ -57,12 +57,16 @@ class RunState:
     num_outputs: int = 0
 
 
+# Reusable: entering it does nothing.
+_NO_CONTEXT = contextlib.nullcontext()
+
+
 def autocast_off(device_type: str) -> Any:
     """Torch's autocast switched off while the ops run: they cast explicitly (so forward,
     backward, kernels and references agree), and a backward called inside an autocast
     block must not re-cast."""
     if device_type not in ("cpu", "cuda") or not torch.is_autocast_enabled(device_type):
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
     return torch.autocast(device_type, enabled=False)
 
 
@@ -96,7 +100,8 @@ def _non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> lis
     if len(outputs) == 1:
         # The common case, without the walk below: one output, an input or a view or new.
         (t,) = outputs
-        if any(t is i for i in inputs):
+        # A list, not a generator: one call instead of one resume per input.
+        if any([t is i for i in inputs]):
             return [t.view_as(t)]
         if t._base is None or all(t._base is not _root(i) for i in inputs if isinstance(i, torch.Tensor)):
             return [t] if t._base is None else [t.detach()]
@@ -117,25 +122,28 @@ def _non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> lis
     return out
 
 
-def _checked_params(state: RunState, params: Sequence[torch.Tensor], records: Sequence[Saved | None]) -> list[torch.Tensor]:
+def _checked_params(
+    state: RunState, params: Sequence[torch.Tensor], records: Sequence[Saved | None], compiling: bool
+) -> list[torch.Tensor]:
     """The parameters whose value backward reads (a ``Role.PARAMETER`` field of an op's
     record, named after the op's parameter): saved too, for torch's version check."""
-    out: list[torch.Tensor] = []
+    # Positions among ``params``, each once (a tied parameter has one position: ``prepare``).
+    picked: list[int] = []
     for slots, record in zip(state.prep.param_slots, records):
-        if record is None:
+        if record is None or not slots:
             continue
-        for name in record.fields_of(Role.PARAMETER):
-            value = getattr(record, name)
-            if value is not None:
-                slot = slots.get(name, slots.get("weight"))
-                if slot is not None and all(p is not params[slot] for p in out):
-                    out.append(params[slot])
-    return out
+        for name in role_fields(record, compiling=compiling).parameter:
+            if getattr(record, name) is not None:
+                slot = slots[name] if name in slots else slots.get("weight")
+                if slot is not None and slot not in picked:
+                    picked.append(slot)
+    return [params[slot] for slot in picked]
 
 
 def forward_body(state: RunState, inputs: Sequence[Any]) -> tuple[tuple, list[torch.Tensor], list]:
     """``(outputs, tensors to save, packed records)``; fills fresh op contexts."""
     prep = state.prep
+    compiling = torch.compiler.is_compiling()
     ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
     x = inputs[0]
     flat = [inputs[e.index] if isinstance(e, Arg) else e for e in state.extra_template]
@@ -145,9 +153,9 @@ def forward_body(state: RunState, inputs: Sequence[Any]) -> tuple[tuple, list[to
             y, extra_outputs = run_forward(prep.plan, state.ops, ctxs, x, extra_inputs)
     else:
         y, extra_outputs = run_forward(prep.plan, state.ops, ctxs, x, extra_inputs)
-    tensors, records = pack_saved(ctxs)
+    tensors, records = pack_saved(ctxs, compiling=compiling)
     # The parameters as this Function received them (under torch.func, unwrapped).
-    tensors += _checked_params(state, inputs[prep.num_inputs:], records)
+    tensors += _checked_params(state, inputs[prep.num_inputs:], records, compiling)
     outputs = ([y] + [t for outs in extra_outputs for t in outs]) if prep.num_extra_outputs else [y]
     return tuple(_non_view_outputs(outputs, inputs)), tensors, records
 
@@ -156,14 +164,15 @@ def _cast(t: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | N
     return t if t is None or dtype is None or t.dtype == dtype else t.to(dtype)
 
 
-def _run_backward(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
+def _run_backward(state: RunState, records, saved_tensors, dy, flat_extra_output_grads, compiling: bool) -> tuple:
     ops, prep = state.ops, state.prep
     plan = prep.plan
-    ctxs = [ctx.with_saved(saved) for ctx, saved in zip(prep.ctxs, unpack_saved(records, saved_tensors))]
+    unpacked = unpack_saved(records, saved_tensors, compiling=compiling)
+    ctxs = [ctx.with_saved(saved) for ctx, saved in zip(prep.ctxs, unpacked)]
     if prep.num_extra_outputs:
         extra_output_grads = [tuple(flat_extra_output_grads[a:b]) for a, b in prep.extra_output_spans]
     else:
-        extra_output_grads = [()] * len(ops)
+        extra_output_grads = prep.no_extra_output_grads
     if dy is None:
         dy = torch.zeros(state.output_shape, dtype=state.output_dtype, device=state.output_device)
     # Under autocast each gradient goes back in its tensor's dtype, as the gradient of
@@ -196,8 +205,8 @@ def _run_backward(state: RunState, records, saved_tensors, dy, flat_extra_output
                 param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
     # Gradients of the tensor inputs, each passed once (x may also be an extra input).
     input_grads: list[torch.Tensor | None] = [dy] + [None] * (prep.num_inputs - 1)
-    for (start, stop), g in zip(prep.extra_spans, grads):
-        for k, grad in zip(range(start, stop), g.extra_inputs):
+    for i in prep.extra_takers:
+        for k, grad in zip(range(*prep.extra_spans[i]), grads[i].extra_inputs):
             arg = prep.extra_args[k]
             if arg is not None and grad is not None:
                 prev = input_grads[arg.index]
@@ -228,7 +237,8 @@ _DIFFERENTIATING = ("TransformType.Grad", "TransformType.Jvp")
 def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
     # Something will differentiate this backward again: under torch.func, a second grad /
     # jvp transform around the one running it; else create_graph=True (grad mode on).
-    stack = None if torch.compiler.is_compiling() else torch._C._functorch.get_interpreter_stack()
+    compiling = torch.compiler.is_compiling()
+    stack = None if compiling else torch._C._functorch.get_interpreter_stack()
     if stack:
         if sum(str(i.key()) in _DIFFERENTIATING for i in stack) > 1:
             raise RuntimeError("fuseops: higher-order derivatives through torch.func (grad of grad, hessian) "
@@ -239,9 +249,9 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
     with autocast_off(state.prep.device_type):
         if not torch.is_grad_enabled():
             # The engine runs backward with grad mode off unless create_graph is set.
-            return _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads)
+            return _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)
         with torch.no_grad():
-            grads = _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads)
+            grads = _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)
     return _no_second_backward(grads) if create_graph else grads
 
 

@@ -42,6 +42,9 @@ class Prepared:
     extra_spans: tuple[tuple[int, int], ...]
     extra_output_spans: tuple[tuple[int, int], ...]
     num_extra_outputs: int
+    # The ops that take extra inputs; per op, no extra-output gradients (when none has any).
+    extra_takers: tuple[int, ...]
+    no_extra_output_grads: tuple[tuple[()], ...]
     # Per flat extra input: the Function input it is passed as (``Arg``), or None for a value
     # that is not a tensor (each call hands its own).
     extra_args: tuple[Arg | None, ...]
@@ -108,6 +111,8 @@ def prepare(
         extra_spans=_spans([op.num_extra_inputs for op in ops]),
         extra_output_spans=_spans([op.num_extra_outputs for op in ops]),
         num_extra_outputs=sum(op.num_extra_outputs for op in ops),
+        extra_takers=tuple(i for i, op in enumerate(ops) if op.num_extra_inputs),
+        no_extra_output_grads=((),) * len(ops),
         extra_args=tuple(args),
         input_picks=tuple(picks),
         input_dtypes=tuple(t.dtype for t in inputs),
@@ -130,7 +135,7 @@ def run_prepared(
         flat = [t for outs in extra_outputs for t in outs]
         return (y, *flat) if prep.num_extra_outputs else y
 
-    template = tuple(e if a is None else a for e, a in zip(extra_inputs, prep.extra_args))
+    template = tuple([e if a is None else a for e, a in zip(extra_inputs, prep.extra_args)])
     state = RunState(prep, ops, template, [params[i] for i in prep.param_picks])
     inputs = [extra_inputs[i] for i in prep.input_picks]
     # torch.func needs the setup_context form; torch.compile traces the other.

@@ -10,15 +10,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from fuseops.ops.contract import OpContext, Role, Saved
+from fuseops.ops.contract import OpContext, Saved, replaced_fields, role_fields
 
 
-def _pack(value: Any, tensors: list[torch.Tensor]) -> Any:
-    """An activation field's value with its tensors replaced by their index in ``tensors``
-    (storages buffer by buffer)."""
-    if isinstance(value, torch.Tensor):
-        tensors.append(value)
-        return _Slot((len(tensors) - 1,))
+def _pack_storage(value: Any, tensors: list[torch.Tensor]) -> Any:
+    """An activation field's value that is no plain tensor (``pack_saved`` slots those): a
+    storage's buffers replaced by their indices in ``tensors``; anything else as it is."""
     if hasattr(value, "data_tensors"):
         buffers = value.data_tensors()
         tensors.extend(buffers)
@@ -30,8 +27,8 @@ def _pack(value: Any, tensors: list[torch.Tensor]) -> Any:
 
 
 class _Slot(NamedTuple):
-    """Where an activation went among the saved tensors (a named tuple: one is made per
-    saved tensor and call)."""
+    """Where an activation went among the saved tensors (a named tuple: cheap to make and
+    to read)."""
 
     positions: tuple[int, ...]
     storage: Any = None
@@ -42,36 +39,47 @@ class _Slot(NamedTuple):
         return self.storage.with_data_tensors([tensors[i] for i in self.positions])
 
 
-def pack_saved(ctxs: Sequence[OpContext]) -> tuple[list[torch.Tensor], list[Saved | None]]:
-    """The tensors for ``save_for_backward`` and each op's record with slots in their place."""
+# A plain tensor's slot depends only on its position: made once, shared by every call.
+_TENSOR_SLOTS = tuple(_Slot((i,)) for i in range(64))
+
+
+def pack_saved(ctxs: Sequence[OpContext], *, compiling: bool) -> tuple[list[torch.Tensor], list[Saved | None]]:
+    """The tensors for ``save_for_backward`` and each op's record with slots in their place
+    (``compiling``: ``torch.compiler.is_compiling()``, asked once by the caller)."""
     tensors: list[torch.Tensor] = []
     records: list[Saved | None] = []
     for ctx in ctxs:
         saved = ctx.saved
         if saved is not None:
             packed = {}
-            for name in saved.fields_of(Role.ACTIVATION):
+            for name in role_fields(saved, compiling=compiling).activation:
                 value = getattr(saved, name)
-                if value is not None:
-                    packed[name] = _pack(value, tensors)
-            saved = saved.replaced(packed)
+                if isinstance(value, torch.Tensor):
+                    n = len(tensors)
+                    packed[name] = _TENSOR_SLOTS[n] if n < len(_TENSOR_SLOTS) else _Slot((n,))
+                    tensors.append(value)
+                elif value is not None:
+                    packed[name] = _pack_storage(value, tensors)
+            saved = replaced_fields(saved, packed, compiling=compiling)
             # Drop the op's own reference so the packed copy is the only one.
             ctx.saved = None
         records.append(saved)
     return tensors, records
 
 
-def unpack_saved(records: Sequence[Saved | None], tensors: Sequence[torch.Tensor]) -> list[Saved | None]:
+def unpack_saved(
+    records: Sequence[Saved | None], tensors: Sequence[torch.Tensor], *, compiling: bool
+) -> list[Saved | None]:
     """Each op's record with its slots filled from ``tensors`` (``ctx.saved_tensors``)."""
     out = []
     for saved in records:
         if saved is not None:
             fields = {}
-            for name in saved.fields_of(Role.ACTIVATION):
+            for name in role_fields(saved, compiling=compiling).activation:
                 value = getattr(saved, name)
                 if isinstance(value, _Slot):
-                    fields[name] = value.unpack(tensors)
-            saved = saved.replaced(fields)
+                    fields[name] = tensors[value.positions[0]] if value.storage is None else value.unpack(tensors)
+            saved = replaced_fields(saved, fields, compiling=compiling)
         out.append(saved)
     return out
 
