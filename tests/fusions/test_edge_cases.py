@@ -178,7 +178,9 @@ def _check(pattern, case, data, device="cpu"):
             if a is not None and recipe is not None:
                 _compare(a, b.double(), dtype, recipe, "non_finite", f"{case} fuse={fuse} output/grad {i}")
         return
-    exact_extras = [e.double().cpu() if _is_float(e) else e for e in extras]
+    # Split sizes too: the float64 oracle runs on CPU, where a device tensor of sizes is refused.
+    exact_extras = [e.double().cpu() if _is_float(e) else e.cpu() if isinstance(e, torch.Tensor) else e
+                    for e in extras]
     exact_outs, exact_grads = _run(exact, x.double().cpu(), exact_extras, seed)
     as_nan = [None] * len(exact_outs + exact_grads)
     if case == "non_finite" and recipe is not None:
