@@ -25,9 +25,10 @@ from fuseops import ops
 from fuseops.ops.executor import function
 
 
-def timed_backward() -> dict[str, float]:
-    """Seconds spent inside ``PlanFunction.backward`` (our Python and its launches)."""
-    spent = {"ours": 0.0}
+def timed_backward(spent: dict[str, float]) -> None:
+    """``spent["ours"]`` accumulates the seconds spent inside ``PlanFunction.backward`` (our
+    Python and its launches)."""
+    spent["ours"] = 0.0
     inner = function.PlanFunction.backward
 
     def backward(ctx, *grads):
@@ -38,7 +39,6 @@ def timed_backward() -> dict[str, float]:
             spent["ours"] += time.perf_counter() - start
 
     function.PlanFunction.backward = staticmethod(backward)
-    return spent
 
 
 def split_step(model, inputs, steps: int, spent: dict[str, float] | None) -> tuple[float, float, float]:
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--part", choices=("dense", "moe"), default="dense")
     args = parser.parse_args()
     args.rows = args.rows or (64 if args.part == "dense" else 1024)
-    spent.update(timed_backward())
+    timed_backward(spent)
     models, inputs = (dense_models if args.part == "dense" else moe_models)(args)
     for name, model in models.items():
         split_step(model, inputs, 20, spent)
