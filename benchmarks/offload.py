@@ -265,6 +265,8 @@ def curve(kind, args, device, dtype, clock, bytes_per_s):
             # Per group, what auto planned (MiB), at the bandwidth it counts on: to set
             # against tests/offload/_device_sim.py's plans for the same stack.
             points[-1]["planned_mib"] = {pos: round(n / 2**20, 1) for pos, n in sorted(planner.planned.items())}
+            # And what the last planned step the planner digested moved of it, per group.
+            points[-1]["moved_mib"] = {pos: round(n / 2**20, 1) for pos, n in planner.last_moved.items()}
     base = points[0]
     for p in points:
         link_ms = p["bytes_offloaded"] / bytes_per_s * 1e3
@@ -301,6 +303,7 @@ def report(kind, result):
     print(f"  auto: {auto['warm_up_steps']} steps before timing, plan settled {auto['plan_settled']}, "
           f"compute waited on the link {auto['stall_ms']:.2f} ms in the last planned step read")
     print(f"  auto planned (MiB by group) {auto.get('planned_mib')} at {result['achieved_bytes_per_s'] / 1e9:.1f} GB/s")
+    print(f"  auto moved (MiB by group, the last planned step digested) {auto.get('moved_mib')}")
     paired = result["auto_interleaved"]
     print(f"  auto against none in {paired['rounds']} interleaved rounds: {paired['auto_ms']:.1f} / "
           f"{paired['none_ms']:.1f} ms = {paired['ratio']:.3f}x")

@@ -112,6 +112,8 @@ class StepLog:
     # group), and where compute waited for copies: (mark on the compute stream before
     # the wait, the copies' end mark).
     moved: int = 0
+    # The same by group position (a diagnostic: what the plan's budgets let through).
+    moved_by_group: dict[int, int] = field(default_factory=dict)
     bytes_per_s: float = PINNED_BYTES_PER_S
     efficiency: float = 1.0
     stalls: list[tuple[Any, Any]] = field(default_factory=list)
@@ -175,6 +177,9 @@ class Planner:
         # Seconds compute waited on the link in the last step digested (a diagnostic: a
         # step slower than its compute by much more than this is not waiting on copies).
         self.last_stall_s = 0.0
+        # Per group position, the bytes the last planned step digested moved (a diagnostic
+        # beside ``planned``: whole tensors leave part of a budget unused).
+        self.last_moved: dict[int, int] = {}
         # The budgets in ``planned`` were planned before anything of the link was measured
         # (the default bandwidth, the first reload's window guessed): the first planned
         # step digested plans afresh once, from what it measured (``_learn``).
@@ -247,6 +252,7 @@ class Planner:
         if nbytes <= 0 or profile is None:
             return
         log.moved += nbytes
+        log.moved_by_group[position] = log.moved_by_group.get(position, 0) + nbytes
         issued = min(position + log.keep_last, len(profile.layout) - 1)
         start = max(profile.starts[issued], log.link_free)
         log.link_free = start + nbytes / (log.bytes_per_s * log.efficiency * self.margin)
@@ -365,6 +371,8 @@ class Planner:
         self.profile = Profile(layout, log.keep_last, tuple(map(min, profile.forward, forward)), merged,
                                profile.steps + 1, tuple(sorted(reloads.items())))
         self.last_stall_s = stalled
+        if not log.learning:
+            self.last_moved = dict(sorted(log.moved_by_group.items()))
         self._calibrate(log, stalled)
         if self.provisional and not log.learning and log.moved > 0:
             # The first planned step measured the link's bandwidth and the first reload's

@@ -297,6 +297,14 @@ def test_whole_tensors_still_fill_what_the_link_hides(timer):
     stats = auto_step(layers, x, 1)
     hidden_by_link = sum(times[0][1:]) * BYTES_PER_S * MARGIN
     assert stats["bytes_offloaded"] == expected_moved(layers, x, times, 1)
+    # Digested as the next step begins: per group, what that step moved stays within its
+    # group's budget and sums to the step's bytes.
+    planner = planner_module.planner_for(torch.device("cpu"))
+    planned = dict(planner.planned)
+    auto_step(layers, x, 1)
+    moved_by_group = planner.last_moved
+    assert sum(moved_by_group.values()) == stats["bytes_offloaded"]
+    assert all(0 < n <= planned[g] for g, n in moved_by_group.items()), (moved_by_group, planned)
     assert stats["bytes_offloaded"] >= 0.9 * hidden_by_link, (stats["bytes_offloaded"], hidden_by_link)
 
 
