@@ -114,7 +114,7 @@ def install(patches: contextlib.ExitStack) -> None:
     """Counting stand-ins for torch.cuda's streams and events, a ``CudaLink`` and an
     event-timed planner for the CPU device (restored when ``patches`` closes)."""
     streams = Streams()
-    copy, record_stream = torch.Tensor.copy_, torch.Tensor.record_stream
+    copy = torch.Tensor.copy_
 
     def counted_copy(self, src, non_blocking=False):
         if streams.current is not streams.compute:

@@ -45,7 +45,7 @@ class CopyStream:
     """``with CopyStream(stream, device):`` runs the block on ``stream`` of ``device``,
     as ``with torch.cuda.stream(stream):`` would."""
 
-    __slots__ = ("stream", "device", "_previous", "_fallback")
+    __slots__ = ("_fallback", "_previous", "device", "stream")
 
     def __init__(self, stream: torch.cuda.Stream, device: torch.device) -> None:
         self.stream, self.device = stream, device

@@ -86,7 +86,7 @@ def test_the_planner_hands_back_only_its_own_passed_marks(monkeypatch):
     monkeypatch.setitem(planner_module._planners, torch.device("cpu"), planner)
     times = [[2e-3] * 3, [4e-3] * 3]
     layers, x = timed_layers(timer, times, 3), torch.randn(40, 32)
-    config = dict(min_tensor_bytes=1024, keep_last=1, group_budget_bytes="auto")
+    config = {"min_tensor_bytes": 1024, "keep_last": 1, "group_budget_bytes": "auto"}
     for _ in range(5):
         step = run_step(layers, x, config)
         timer.release()
@@ -119,7 +119,7 @@ def test_copies_still_running_cost_one_query_per_save(monkeypatch):
     link = QueryCountingLink(torch.device("cpu"))
     monkeypatch.setitem(link_module._links, torch.device("cpu"), link)
     layers, x = mlp_layers(n=6), torch.randn(40, 32)
-    step = run_step(layers, x, dict(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None))
+    step = run_step(layers, x, {"min_tensor_bytes": 0, "keep_last": 0, "group_budget_bytes": None})
     assert_bitwise(step, run_step(layers, x))
     # keep_last=0 copies each tensor as it is saved: a group's copies pile up until the
     # next group settles them, and each save that keeps a record asks once, for the oldest.

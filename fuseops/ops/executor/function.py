@@ -101,7 +101,7 @@ def _non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> lis
         # The common case, without the walk below: one output, an input or a view or new.
         (t,) = outputs
         # A list, not a generator: one call instead of one resume per input.
-        if any([t is i for i in inputs]):
+        if any([t is i for i in inputs]):  # noqa: C419
             return [t.view_as(t)]
         if t._base is None or all(t._base is not _root(i) for i in inputs if isinstance(i, torch.Tensor)):
             return [t] if t._base is None else [t.detach()]
