@@ -7,7 +7,8 @@
    device-to-device copy of the input. GB/s counts the input read once plus every buffer
    written; per-tensor formats (FP8 current scaling, NVFP4) also read the input in an amax
    pass first, which the figure does not count (``reads`` says how many passes; the amax
-   pass alone is its own row, bytes read over time). Each case is timed eagerly and replayed
+   pass alone is its own row, bytes read over time; so is the FP8 current-scaling cast
+   given the amax, what a producer that emits its output's amax leaves). Each case is timed eagerly and replayed
    from a CUDA graph (the GPU's time without Python and launch overhead, which a training
    step hides behind the GPU's queue).
 2. Grouped GEMMs at E=8, T=16384, H=4096, F=14336 (uniform routing): forward, dgrad and wgrad
@@ -138,6 +139,7 @@ def quantize_rows(x: torch.Tensor, offsets: torch.Tensor) -> list[dict]:
                      ratio_vs_copy=nbytes(x) / a_ms / 1e6 / copy_gbps, graph_ms=a_graph_ms,
                      graph_ratio_vs_copy=copy_graph_ms / (2 * a_graph_ms) if a_graph_ms and copy_graph_ms else None))
     print(rows[-1], flush=True)
+    rows += cast_given_amax_rows(x3, copy_gbps, copy_graph_ms)
     for name, recipe in RECIPES.items():
         for role in ("input", "weight") if name == "fp8_blockwise" else ("input",):
             for grouped in (False, True):
@@ -158,6 +160,27 @@ def quantize_rows(x: torch.Tensor, offsets: torch.Tensor) -> list[dict]:
                                      reads=2 if q.tensor_scale is not None else 1,
                                      ratio_vs_copy=gbps / copy_gbps, graph_ms=g_ms, graph_ratio_vs_copy=g_ratio))
                     print(rows[-1], flush=True)
+    return rows
+
+
+def cast_given_amax_rows(x3: torch.Tensor, copy_gbps: float, copy_graph_ms: float | None) -> list[dict]:
+    """The FP8 current-scaling cast alone, its encode scale computed beforehand: what a
+    producer that emits its output's amax leaves (issue 24's target: >= 0.85 of copy),
+    row-wise, and with the column-wise copy."""
+    fmt = RECIPES["fp8_current"].format("input")
+    enc = tensor_encode_scale(ka.amax(x3, None, 1), fmt.scaling, fmt.element)
+    rows = []
+    for columnwise in (False, True):
+        def fn(columnwise: bool = columnwise):
+            return kq.quantize(x3, None, enc, scaling=fmt.scaling, element=fmt.element, block_2d=False,
+                               rowwise=True, columnwise=columnwise)
+        moved = nbytes(x3) + nbytes(*[t for t in fn() if t is not None])
+        ms, g_ms = bench(fn), graph_ms(fn)
+        g_ratio = moved * copy_graph_ms / (2 * nbytes(x3) * g_ms) if g_ms and copy_graph_ms else None
+        rows.append({"case": f"fp8_current cast given amax{' +columnwise' if columnwise else ''}", "ms": ms,
+                     "gbps": moved / ms / 1e6, "reads": 1, "ratio_vs_copy": moved / ms / 1e6 / copy_gbps,
+                     "graph_ms": g_ms, "graph_ratio_vs_copy": g_ratio})
+        print(rows[-1], flush=True)
     return rows
 
 

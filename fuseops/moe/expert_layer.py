@@ -83,9 +83,9 @@ def _release(*tensors: torch.Tensor | None) -> None:
 
 class _ExpertLayer(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weights, w1, b1, w2, expert_ids, gate: _Gate, lean: bool, grad_enabled: bool):
+    def forward(ctx, x, weights, w1, b1, w2, expert_ids, gate: _Gate, lean: bool, grad_enabled: bool, check: str):
         E = w1.shape[0]
-        x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, E)
+        x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, E, check)
         offsets = launcher(Kernel.GROUP_OFFSETS, split_sizes)(split_sizes)
         probs = None
         if weights is not None:
@@ -165,7 +165,7 @@ class _ExpertLayer(torch.autograd.Function):
         dweights = None
         if need_weights:
             dweights = dprobs.index_select(0, row_map.reshape(-1)).view(row_map.shape)
-        return dx, dweights, dw1, db1, dw2, None, None, None, None
+        return dx, dweights, dw1, db1, dw2, None, None, None, None, None
 
 
 def _parts(experts: Any) -> tuple[GroupedLinear, Any, GroupedLinear]:
@@ -240,15 +240,15 @@ def expert_layer(
     """
     lean = _checks.flag("lean", lean)
     fc1, act, fc2 = _parts(experts)
-    x, expert_ids = check_routing(x, expert_ids, fc1.num_groups)
+    x, expert_ids, check = check_routing(x, expert_ids, fc1.num_groups)
     if x.shape[1] != fc1.in_features:
         raise ValueError(f"x: expected {fc1.in_features} features (the experts' in_features), got {x.shape[1]}")
     weights = check_weights(weights, expert_ids.shape, "expert_ids'", x, "x")
     if expert_layer_fallback(x, weights, experts) is None:
         gate = _Gate(act.act, act.kernel_args)
         return _ExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, lean,
-                                  torch.is_grad_enabled())
-    x_sorted, split_sizes, row_map = permute_checked(x, expert_ids, fc1.num_groups)
+                                  torch.is_grad_enabled(), check)
+    x_sorted, split_sizes, row_map = permute_checked(x, expert_ids, fc1.num_groups, check)
     if getattr(act, "scaled", False):
         w = weights if weights is not None else x.new_ones(expert_ids.shape)
         probs = w.new_empty(row_map.numel()).scatter(0, row_map.reshape(-1), w.reshape(-1))

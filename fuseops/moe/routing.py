@@ -56,12 +56,20 @@ def _same_device(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -
         raise ValueError(f"{name}: expected a tensor on {ref_name}'s device {ref.device}, got {t.device}")
 
 
-def _host_check(t: torch.Tensor) -> bool:
-    """Whether ids are range-checked on the host (CPU tensors, or CUDA with FUSEOPS_DEBUG=1)
-    rather than on the device; under torch.compile always on the device (values unknown)."""
+# Where the ids' and rows' range checks run (module docstring); decided once per public call.
+HOST = "host"  # read back to the host: a ValueError (CPU tensors, CUDA with FUSEOPS_DEBUG=1)
+KERNELS = "kernels"  # a flag the permute / gather kernels set, one torch._assert_async (CUDA)
+OPS = "ops"  # torch ops and torch._assert_async (compiling, torch.func: the references run)
+
+
+def range_check(t: torch.Tensor) -> str:
+    """``HOST``, ``KERNELS`` or ``OPS`` for tensors on ``t``'s device now; under torch.compile
+    always on the device (values unknown)."""
     if torch.compiler.is_compiling():
-        return False
-    return not t.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1"
+        return OPS
+    if not t.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1":
+        return HOST
+    return KERNELS if maybe_current_level() is None else OPS
 
 
 def _check_range_on_host(name: str, t: torch.Tensor, bound: int, what: str) -> None:
@@ -72,14 +80,6 @@ def _check_range_on_host(name: str, t: torch.Tensor, bound: int, what: str) -> N
     lo, hi = (int(v) for v in torch.aminmax(t))  # one reduction for both ends
     if lo < 0 or hi >= bound:
         raise ValueError(f"{name}: expected values in [0, {bound}) ({what}), got values in [{lo}, {hi}]")
-
-
-def _kernels_check(t: torch.Tensor) -> bool:
-    """Whether the range check runs inside the kernels, on a flag (CUDA, neither debugging nor
-    compiling nor under a torch.func transform: there the torch references run, module
-    docstring)."""
-    return (t.is_cuda and os.environ.get("FUSEOPS_DEBUG") != "1" and not torch.compiler.is_compiling()
-            and maybe_current_level() is None)
 
 
 # One flag per (check, CUDA device), kept: it is only ever written on a failure, which leaves
@@ -98,12 +98,12 @@ def _range_flag(name: str, device: torch.device) -> torch.Tensor:
     return flag
 
 
-def permute_rows(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int
+def permute_rows(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, check: str
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The ``PERMUTE`` kernel of arguments ``check_routing`` passed; on CUDA the ids' range
-    check rides in its count kernel (``check_routing`` left it here)."""
+    """The ``PERMUTE`` kernel of arguments ``check_routing`` passed, with the range check it
+    chose; ``KERNELS``: the ids' range check rides in the count kernel."""
     launch = launcher(Kernel.PERMUTE, x)
-    if not _kernels_check(x):
+    if check != KERNELS:
         return launch(x, expert_ids, num_experts)
     ok = _range_flag("expert_ids", x.device)
     out = launch(x, expert_ids, num_experts, ids_ok=ok)
@@ -121,8 +121,8 @@ def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -
 
 class _Permute(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, expert_ids, num_experts):
-        x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, num_experts)
+    def forward(ctx, x, expert_ids, num_experts, check):
+        x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, num_experts, check)
         ctx.mark_non_differentiable(split_sizes, row_map)
         ctx.save_for_backward(row_map)
         return x_sorted, split_sizes, row_map
@@ -133,14 +133,14 @@ class _Permute(torch.autograd.Function):
         (row_map,) = ctx.saved_tensors
         # Each token's gradient is the plain sum of its K rows' gradients.
         launch = launcher(Kernel.UNPERMUTE, dx_sorted)
-        return launch(dx_sorted.contiguous(), row_map, None), None, None
+        return launch(dx_sorted.contiguous(), row_map, None), None, None, None
 
 
 class _Unpermute(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, y_sorted, row_map, weights):
+    def forward(ctx, y_sorted, row_map, weights, check):
         launch = launcher(Kernel.UNPERMUTE, y_sorted)
-        if _kernels_check(y_sorted):
+        if check == KERNELS:
             ok = _range_flag("row_map", y_sorted.device)
             y = launch(y_sorted, row_map, weights, rows_ok=ok)
             torch._assert_async(ok, f"row_map: expected values in [0, {y_sorted.shape[0]}) (the rows of y_sorted)")
@@ -157,13 +157,13 @@ class _Unpermute(torch.autograd.Function):
         row_map, weights, y_sorted = ctx.saved_tensors
         launch = launcher(Kernel.UNPERMUTE_BWD, dy)
         dy_sorted, dweights = launch(dy.contiguous(), row_map, weights, y_sorted)
-        return (dy_sorted if ctx.needs_input_grad[0] else None), None, dweights
+        return (dy_sorted if ctx.needs_input_grad[0] else None), None, dweights, None
 
 
-def check_routing(x: object, expert_ids: object, num_experts: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """``permute``'s arguments checked (ids range-checked: module docstring); ``(x, expert_ids)``
-    contiguous. On CUDA in eager mode the range check is left to the count kernel: permute
-    them through ``permute_rows``."""
+def check_routing(x: object, expert_ids: object, num_experts: object) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """``permute``'s arguments checked (ids range-checked: module docstring); ``(x, expert_ids,
+    check)``, the tensors contiguous. With ``check == KERNELS`` the range check is left to the
+    count kernel: permute them through ``permute_rows`` with that ``check``."""
     x = _float_2d("x", x, "[tokens, hidden]")
     expert_ids = _tensor("expert_ids", expert_ids)
     if expert_ids.dtype.is_floating_point or expert_ids.dtype.is_complex or expert_ids.dtype == torch.bool:
@@ -176,11 +176,12 @@ def check_routing(x: object, expert_ids: object, num_experts: object) -> tuple[t
     _same_device("expert_ids", expert_ids, "x", x)
     if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 1:
         raise ValueError(f"num_experts: expected an int >= 1, got {num_experts!r}")
-    if _host_check(x):
+    check = range_check(x)
+    if check == HOST:
         _check_range_on_host("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
-    elif not _kernels_check(x):
+    elif check == OPS:
         _assert_in_range_async("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
-    return x.contiguous(), expert_ids.contiguous()
+    return x.contiguous(), expert_ids.contiguous(), check
 
 
 def check_weights(weights: object, shape: torch.Size, shape_of: str, rows: torch.Tensor, rows_name: str
@@ -214,14 +215,15 @@ def permute(
         ``row_map`` [T, K] int64: the row of ``x_sorted`` holding (t, k), for ``unpermute``.
         Differentiable in ``x``.
     """
-    x, expert_ids = check_routing(x, expert_ids, num_experts)
-    return permute_checked(x, expert_ids, num_experts)
+    x, expert_ids, check = check_routing(x, expert_ids, num_experts)
+    return permute_checked(x, expert_ids, num_experts, check)
 
 
-def permute_checked(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int
+def permute_checked(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, check: str
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``permute`` of arguments ``check_routing`` already passed (no second range check)."""
-    return _Permute.apply(x, expert_ids, num_experts)
+    """``permute`` of arguments ``check_routing`` already passed, with the ``check`` it returned
+    (no second range check)."""
+    return _Permute.apply(x, expert_ids, num_experts, check)
 
 
 def unpermute(
@@ -249,9 +251,10 @@ def unpermute(
             f"(the rows of y_sorted), got {list(row_map.shape)}"
         )
     _same_device("row_map", row_map, "y_sorted", y_sorted)
-    if _host_check(y_sorted):
+    check = range_check(y_sorted)
+    if check == HOST:
         _check_range_on_host("row_map", row_map, y_sorted.shape[0], "rows of y_sorted, as returned by permute")
-    elif not _kernels_check(y_sorted):  # else the gather kernel flags it (_Unpermute)
+    elif check == OPS:  # else the gather kernel flags it (_Unpermute)
         _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
     weights = check_weights(weights, row_map.shape, "row_map's", y_sorted, "y_sorted")
-    return _Unpermute.apply(y_sorted.contiguous(), row_map.contiguous(), weights)
+    return _Unpermute.apply(y_sorted.contiguous(), row_map.contiguous(), weights, check)
