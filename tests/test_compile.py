@@ -138,7 +138,7 @@ def test_export_of_a_grouped_model_equals_eager() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["dense", "grouped"])
+@pytest.mark.parametrize("kind", ["dense", "grouped", "moe"])
 def test_reduce_overhead_compile_on_cuda(kind: str) -> None:
     torch._dynamo.reset()
     torch.manual_seed(0)

@@ -32,6 +32,7 @@ from torch._C._functorch import maybe_current_level
 from torch.autograd.function import once_differentiable
 
 from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.moe import traceable
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -102,11 +103,10 @@ def permute_rows(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, ch
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The ``PERMUTE`` kernel of arguments ``check_routing`` passed, with the range check it
     chose; ``KERNELS``: the ids' range check rides in the count kernel."""
-    launch = launcher(Kernel.PERMUTE, x)
     if check != KERNELS:
-        return launch(x, expert_ids, num_experts)
+        return traceable.permute(x, expert_ids, num_experts)
     ok = _range_flag("expert_ids", x.device)
-    out = launch(x, expert_ids, num_experts, ids_ok=ok)
+    out = launcher(Kernel.PERMUTE, x)(x, expert_ids, num_experts, ids_ok=ok)
     torch._assert_async(ok, f"expert_ids: expected values in [0, num_experts={num_experts})")
     return out
 
@@ -132,20 +132,18 @@ class _Permute(torch.autograd.Function):
     def backward(ctx, dx_sorted, _split_sizes, _row_map):
         (row_map,) = ctx.saved_tensors
         # Each token's gradient is the plain sum of its K rows' gradients.
-        launch = launcher(Kernel.UNPERMUTE, dx_sorted)
-        return launch(dx_sorted.contiguous(), row_map, None), None, None, None
+        return traceable.unpermute(dx_sorted.contiguous(), row_map, None), None, None, None
 
 
 class _Unpermute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y_sorted, row_map, weights, check):
-        launch = launcher(Kernel.UNPERMUTE, y_sorted)
         if check == KERNELS:
             ok = _range_flag("row_map", y_sorted.device)
-            y = launch(y_sorted, row_map, weights, rows_ok=ok)
+            y = launcher(Kernel.UNPERMUTE, y_sorted)(y_sorted, row_map, weights, rows_ok=ok)
             torch._assert_async(ok, f"row_map: expected values in [0, {y_sorted.shape[0]}) (the rows of y_sorted)")
         else:
-            y = launch(y_sorted, row_map, weights)
+            y = traceable.unpermute(y_sorted, row_map, weights)
         # y_sorted is needed only for the weights' gradient.
         keep = y_sorted if ctx.needs_input_grad[2] else None
         ctx.save_for_backward(row_map, weights, keep)
@@ -155,8 +153,7 @@ class _Unpermute(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         row_map, weights, y_sorted = ctx.saved_tensors
-        launch = launcher(Kernel.UNPERMUTE_BWD, dy)
-        dy_sorted, dweights = launch(dy.contiguous(), row_map, weights, y_sorted)
+        dy_sorted, dweights = traceable.unpermute_bwd(dy.contiguous(), row_map, weights, y_sorted)
         return (dy_sorted if ctx.needs_input_grad[0] else None), None, dweights, None
 
 
