@@ -40,9 +40,11 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from fuseops.offload.choice import fullest_subset
 from fuseops.offload.link import link_for
 from fuseops.offload.marks import StorageSet, is_marked
-from fuseops.offload.planner import SETTLE_LAG, Planner, StepLog, planner_for
+from fuseops.offload.planner import Planner, StepLog, planner_for
+from fuseops.offload.queue_plan import SETTLE_LAG
 from fuseops.offload.records import Group, Passed, SavedTensor, Skip, Stored, Where, count_skip, new_stats
 
 # The share of its own saved bytes the first backward group consumes before the previous
@@ -50,23 +52,14 @@ from fuseops.offload.records import Group, Passed, SavedTensor, Skip, Stored, Wh
 FIRST_PREFETCH_AFTER = 0.75
 
 
-def _fill(records: list[Stored], budget: int) -> list[Stored]:
-    chosen = []
-    for stored in records:
-        if stored.nbytes <= budget:
-            chosen.append(stored)
-            budget -= stored.nbytes
-    return chosen
-
-
 def _fullest_first(records: list[Stored], budget: int) -> list[Stored]:
-    """``records`` reordered so that taking them in order while they fit fills the most
-    of ``budget``: in save order, or largest first when that fills more (whole tensors
-    against a planned budget: 64, 64, 256, 256 MB into 316 MB move 256, not 128)."""
-    in_order, largest = _fill(records, budget), _fill(sorted(records, key=lambda s: -s.nbytes), budget)
-    chosen = largest if sum(s.nbytes for s in largest) > sum(s.nbytes for s in in_order) else in_order
-    picked = {id(s) for s in chosen}
-    return chosen + [s for s in records if id(s) not in picked]
+    """``records`` reordered so that taking them in order while they fit moves the subset
+    that fills ``budget`` the most (choice.py), then the rest in save order: a planned
+    budget is the sum of the storages the step's plan chose for the group, and this
+    moves exactly that sum (64, 64, 256, 256 MB into 384 MB: 256 + 64 + 64)."""
+    chosen = fullest_subset([s.nbytes for s in records], budget)
+    picked = set(chosen)
+    return [records[i] for i in chosen] + [s for i, s in enumerate(records) if i not in picked]
 
 
 class Scheduler:
@@ -191,6 +184,7 @@ class Scheduler:
         if self._log is not None and self._log.forward_end is None:
             self._log.forward_end = self._planner.timer.mark()
             self._log.layout = [g.eligible for g in self._step_groups]
+            self._log.sizes = [tuple(g.sizes.values()) for g in self._step_groups]
 
     def _resident_bytes(self) -> int:
         """Saved bytes on the device now: records neither on the host nor consumed by
@@ -267,9 +261,12 @@ class Scheduler:
         # The layout the planner compares steps by: bytes of every eligible save, counted
         # the same whether the group keeps records or passes its tensors through.
         group.eligible += nbytes
+        key = storage._cdata
+        if group.log is not None and key not in group.sizes:
+            # Each storage once: the planner chooses whole storages (queue_plan.py).
+            group.sizes[key] = nbytes
         if group.passthrough:
             return self._pass(group, t)
-        key = storage._cdata
         ref = self._by_storage.get(key)
         stored = ref() if ref is not None else None
         if stored is not None and (stored.ref.expired() or stored.version != t._version):
