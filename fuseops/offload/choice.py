@@ -6,8 +6,8 @@ planner.py); ``fullest_subset`` picks the storages whose sum fills a cap the mos
 scheduler moves those, scheduler.py): with the cap the planner chose, exactly the sum
 it planned. A group saves a handful of storages, so the sums are few; past
 ``MAX_SUMS`` (many storages of unrelated sizes) sums closer than a step of the largest
-one to a kept sum are dropped, so every sum kept is still exact and at most that step
-is lost.
+one to a kept sum are dropped: every sum kept is still exact (the storages make it),
+and a budget loses little of its fill.
 """
 
 from __future__ import annotations

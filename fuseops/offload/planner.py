@@ -8,10 +8,21 @@ starts, or when the forward ends. So group ``g`` may move
 
     (min(start[i + 1 + SETTLE_LAG], forward end) - max(start[i], link free)) x bandwidth x margin
 
-where ``link free`` is when the copies of the step's earlier groups end, from what they
-really moved. Tensors move whole, so a group rarely fills its own forward: what it leaves
-on the link, later groups use (and a group that moved more than its own forward took
-some of the next one's), and the step moves close to what the link hides in total.
+where ``link free`` is when the copies of the step's earlier groups end. Tensors move
+whole: a group moves one of its subset sums of storages, rarely its whole window. What
+it leaves on the link, later groups use, so the choice is made over the whole step
+(queue_plan.py): the planner walks the step's groups with the queue and picks, per
+group, the subset sum that keeps every group within its window and moves the most bytes
+in all (a group may move less than it could so that a later one fits a whole storage
+more). For that the profile holds each group's storage sizes (``Profile.sizes``, which
+the scheduler records per storage, as it records the layout). Each group's budget is
+the sum chosen for it, and the scheduler moves the fullest subset of its storages under
+it (choice.py): that sum. So ``planned`` is what moves, not a window that whole
+storages fill in part (a byte budget per group, filled in order, left 20-45 % of the
+H100's budgets unused; the moe stack moved 0.80-0.83 of what the link hides). The plan
+is made once per profile and rate, not per step; a step whose earlier groups moved more
+than planned (storages not the profile's) clips the later budgets to the window its
+real queue leaves (``copy_limit``).
 The host-to-device copy of group ``g`` runs inside the backward of group ``g + 1``:
 over most of it (``RELOAD_WINDOW``; the scheduler prefetches as soon as memory freed by
 that backward, or left free by what earlier groups kept, lets it), but only over its tail
@@ -38,7 +49,9 @@ also fixes the group count) move nothing, so that they measure compute alone; la
 steps plan from the smallest time seen per group (warm-up and any stall only ever
 lengthen a time). A group's budget never grows once planned for a layout: the host
 blocks its copies took are then all a planned step needs, and no pinned memory is
-allocated once the plan has settled. Once planned afresh, steps plan from the timings
+allocated once the plan has settled; a plan made again (a lower efficiency, a first
+reload's window measured) chooses over the whole step under those budgets as caps.
+Once planned afresh, steps plan from the timings
 and the bandwidth that plan was made from (only a first reload's window and the link
 efficiency still change, and both only shrink budgets): replanned from each step's new
 minima, the never-grow rule kept every group's lowest variant of a plan that noise
@@ -155,8 +168,9 @@ class Planner:
         # steps plan from these, not from each step's new minima and meter reading (see
         # ``_learn``), so that noise cannot ratchet the never-growing budgets down.
         self._frozen_bytes_per_s: float | None = None
-        # The step plan ``planned`` holds, and what it was planned from (``_step_plan``).
-        self._plan: tuple[tuple, StepPlan] | None = None
+        # The step plan ``planned`` holds, and what it was planned from: the profile, the
+        # rate, the profile's contents (``_step_plan``).
+        self._plan: tuple[Profile, float, tuple, StepPlan] | None = None
         self._logs: list[StepLog] = []
 
     def begin_step(self, keep_last: int) -> StepLog:
@@ -193,14 +207,21 @@ class Planner:
 
     def _step_plan(self, log: StepLog, profile: Profile) -> StepPlan:
         """The whole step's choice (queue_plan.py) for ``profile`` at ``log``'s rate: made
-        again only when either changed (a replan under the caps it set chooses the same)."""
+        again only when either changed (a replan under the caps it set chooses the same).
+        Called per group: the profile object answers first, its contents once per new one."""
+        rate = self._rate(log)
+        cached = self._plan
+        if cached is not None and cached[0] is profile and cached[1] == rate:
+            return cached[3]
         key = (profile.layout, profile.keep_last, profile.forward, profile.backward, profile.first_reload,
-               profile.sizes, self._rate(log))
-        if self._plan is None or self._plan[0] != key:
-            plan = plan_step(profile, log.keep_last, self._rate(log), self.planned)
+               profile.sizes)
+        if cached is not None and cached[1] == rate and cached[2] == key:
+            plan = cached[3]
+        else:
+            plan = plan_step(profile, log.keep_last, rate, self.planned)
             self.planned.update(enumerate(plan.caps))
-            self._plan = (key, plan)
-        return self._plan[1]
+        self._plan = (profile, rate, key, plan)
+        return plan
 
     def budget(self, log: StepLog, position: int, layout: list[int]) -> int | None:
         """Bytes group ``position`` of ``log`` may move, given the eligible bytes of the

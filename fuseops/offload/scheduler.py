@@ -19,9 +19,11 @@ prefetches measure room (``_resident_bytes``).
 Groups follow the forward in order. A group is offloaded once ``keep_last`` later
 groups exist (so the last ``keep_last`` stay on the device; with ``keep_last=0`` each
 tensor is copied as it is saved), after the fence its producer recorded when the group
-closed; a byte budget per group keeps, in save order, what the link could not hide:
-a fixed int, or with ``"auto"`` planned per group from the run's own timings
-(planner.py; the scheduler records the marks, the planner reads them). The sources
+closed; a byte budget per group keeps what the link could not hide: a fixed int (what
+fits of it moves, in save order), or with ``"auto"`` the sum of the storages the
+step's plan chose for the group (planner.py, from the run's own timings and each
+group's storage sizes: the scheduler records the marks and the sizes, the planner reads
+them), which the fullest subset under it moves exactly (choice.py). The sources
 of those copies are released when the next group starts (the compute stream waits for
 the copies there, the host never does), so a copy has one group of compute to finish
 in (with "auto", when the group after it starts: the planner queues copies that may
@@ -261,12 +263,14 @@ class Scheduler:
         # The layout the planner compares steps by: bytes of every eligible save, counted
         # the same whether the group keeps records or passes its tensors through.
         group.eligible += nbytes
+        if group.passthrough:
+            if group.log is not None:
+                # Each storage once: the planner chooses whole storages (queue_plan.py).
+                group.sizes.setdefault(storage._cdata, nbytes)
+            return self._pass(group, t)
         key = storage._cdata
         if group.log is not None and key not in group.sizes:
-            # Each storage once: the planner chooses whole storages (queue_plan.py).
             group.sizes[key] = nbytes
-        if group.passthrough:
-            return self._pass(group, t)
         ref = self._by_storage.get(key)
         stored = ref() if ref is not None else None
         if stored is not None and (stored.ref.expired() or stored.version != t._version):
