@@ -12,10 +12,11 @@ and a budget loses little of its fill.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 # Distinct sums kept per group at most (see the docstring).
-MAX_SUMS = 512
+MAX_SUMS = 64
 
 
 def _thin(sums: list[int]) -> list[int]:
@@ -57,13 +58,15 @@ def subset_sums(sizes: Sequence[int], cap: int) -> list[int]:
     return [s for s in _thin(sorted(_reachable(sizes))) if s <= cap]
 
 
-def fullest_subset(sizes: Sequence[int], cap: int) -> list[int]:
+@functools.lru_cache(maxsize=256)
+def fullest_subset(sizes: tuple[int, ...], cap: int) -> tuple[int, ...]:
     """Indices into ``sizes``, ascending, of a subset whose sum is the largest up to
-    ``cap`` (of the exact sums kept: any sum ``subset_sums`` lists is filled exactly)."""
+    ``cap`` (of the exact sums kept: any sum ``subset_sums`` lists is filled exactly).
+    Cached: a group asks the same of every step once its plan has settled."""
     parent = _reachable(sizes)
     best = max(s for s in parent if s <= cap)
     chosen = []
     while parent[best] is not None:
         best, i = parent[best]
         chosen.append(i)
-    return sorted(chosen)
+    return tuple(sorted(chosen))

@@ -59,7 +59,7 @@ def _fullest_first(records: list[Stored], budget: int) -> list[Stored]:
     that fills ``budget`` the most (choice.py), then the rest in save order: a planned
     budget is the sum of the storages the step's plan chose for the group, and this
     moves exactly that sum (64, 64, 256, 256 MB into 384 MB: 256 + 64 + 64)."""
-    chosen = fullest_subset([s.nbytes for s in records], budget)
+    chosen = fullest_subset(tuple(s.nbytes for s in records), budget)
     picked = set(chosen)
     return [records[i] for i in chosen] + [s for i, s in enumerate(records) if i not in picked]
 
