@@ -79,7 +79,6 @@ tests/offload/_device_sim.py runs this planner and the scheduler on a simulated 
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,13 +151,14 @@ class Planner:
         # The share of the measured bandwidth that copies achieve beside compute: 1 until
         # a planned step stalls on the link (``_calibrate``); only ever lowered per profile.
         self.efficiency = 1.0
-        # Per group position, the budget last planned for the profile's layout.
+        # Per group position, the budget last planned for the profile's layout: the sum of
+        # the storages the step's plan chose for the group (``_step_plan``).
         self.planned: dict[int, int] = {}
         # Seconds compute waited on the link in the last step digested (a diagnostic: a
         # step slower than its compute by much more than this is not waiting on copies).
         self.last_stall_s = 0.0
         # Per group position, the bytes the last planned step digested moved (a diagnostic
-        # beside ``planned``: whole tensors leave part of a budget unused).
+        # beside ``planned``, which it equals where the step's storages were the profile's).
         self.last_moved: dict[int, int] = {}
         # The budgets in ``planned`` were planned before anything of the link was measured
         # (the default bandwidth, the first reload's window guessed): the first planned
