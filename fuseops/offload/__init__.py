@@ -6,7 +6,9 @@ saved-tensor hooks (hooks.py); copies go through a per-device link (link.py: str
 and events; streams.py: the current stream, looked up cheaply) into a reused host arena (arena.py); ``mark_not_offload`` (marks.py) keeps
 chosen storages on the device. With ``group_budget_bytes="auto"`` (the default) a
 per-device planner (planner.py) sets each group's budget from step timings that the
-scheduler marks and a timer (timing.py: CUDA events, or the host clock) reads once passed.
+scheduler marks and a timer (timing.py: CUDA events, or the host clock) reads once passed:
+the step's copies planned as one queue (queue_plan.py), over each group's storages
+(choice.py: which whole storages fill a budget).
 """
 
 from fuseops.offload.api import ActivationOffload, link_budget, offload_activations

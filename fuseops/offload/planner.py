@@ -8,10 +8,21 @@ starts, or when the forward ends. So group ``g`` may move
 
     (min(start[i + 1 + SETTLE_LAG], forward end) - max(start[i], link free)) x bandwidth x margin
 
-where ``link free`` is when the copies of the step's earlier groups end, from what they
-really moved. Tensors move whole, so a group rarely fills its own forward: what it leaves
-on the link, later groups use (and a group that moved more than its own forward took
-some of the next one's), and the step moves close to what the link hides in total.
+where ``link free`` is when the copies of the step's earlier groups end. Tensors move
+whole: a group moves one of its subset sums of storages, rarely its whole window. What
+it leaves on the link, later groups use, so the choice is made over the whole step
+(queue_plan.py): the planner walks the step's groups with the queue and picks, per
+group, the subset sum that keeps every group within its window and moves the most bytes
+in all (a group may move less than it could so that a later one fits a whole storage
+more). For that the profile holds each group's storage sizes (``Profile.sizes``, which
+the scheduler records per storage, as it records the layout). Each group's budget is
+the sum chosen for it, and the scheduler moves the fullest subset of its storages under
+it (choice.py): that sum. So ``planned`` is what moves, not a window that whole
+storages fill in part (a byte budget per group, filled in order, left 20-45 % of the
+H100's budgets unused; the moe stack moved 0.80-0.83 of what the link hides). The plan
+is made once per profile and rate, not per step; a step whose earlier groups moved more
+than planned (storages not the profile's) clips the later budgets to the window its
+real queue leaves (``copy_limit``).
 The host-to-device copy of group ``g`` runs inside the backward of group ``g + 1``:
 over most of it (``RELOAD_WINDOW``; the scheduler prefetches as soon as memory freed by
 that backward, or left free by what earlier groups kept, lets it), but only over its tail
@@ -38,7 +49,9 @@ also fixes the group count) move nothing, so that they measure compute alone; la
 steps plan from the smallest time seen per group (warm-up and any stall only ever
 lengthen a time). A group's budget never grows once planned for a layout: the host
 blocks its copies took are then all a planned step needs, and no pinned memory is
-allocated once the plan has settled. Once planned afresh, steps plan from the timings
+allocated once the plan has settled; a plan made again (a lower efficiency, a first
+reload's window measured) chooses over the whole step under those budgets as caps.
+Once planned afresh, steps plan from the timings
 and the bandwidth that plan was made from (only a first reload's window and the link
 efficiency still change, and both only shrink budgets): replanned from each step's new
 minima, the never-grow rule kept every group's lowest variant of a plan that noise
@@ -66,24 +79,17 @@ tests/offload/_device_sim.py runs this planner and the scheduler on a simulated 
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from fuseops.offload.link import link_for
+from fuseops.offload.queue_plan import Profile, StepPlan, copy_limit, plan_step
 from fuseops.offload.timing import Timer, timer_for
 
 # Pinned host<->device copies measured on the H100 machine: 53-55 GB/s each way.
 PINNED_BYTES_PER_S = 54e9
-# Groups whose copies may still run when the scheduler settles them (it waits for those
-# issued SETTLE_LAG + 1 groups back): the slack that lets a group spill into the next.
-SETTLE_LAG = 1
-# The fractions of group g + 1's backward that group g's reload hides behind: most of it,
-# or its tail when g + 1 is the first group to run its backward (see the docstring).
-RELOAD_WINDOW = 0.9
-FIRST_RELOAD_WINDOW = 0.25
 # Calibration: a planned step whose compute waited on the link (copies out at their
 # settle point, reloads where they are consumed) for more than this share of its compute
 # lowers the planner's link efficiency (see ``Planner._calibrate``).
@@ -100,6 +106,8 @@ class StepLog:
     forward_end: Any = None
     backward: dict[int, Any] = field(default_factory=dict)
     layout: list[int] = field(default_factory=list)
+    # Per group, the bytes of each storage that may move (``Profile.sizes``), filled alike.
+    sizes: list[tuple[int, ...]] = field(default_factory=list)
     diverged: bool = False
     closed: bool = False
     # The profile was not ready as the step began: the whole step measures, moving nothing
@@ -124,35 +132,6 @@ class StepLog:
     first_reload: tuple[Any, int] | None = None
 
 
-@dataclass(frozen=True)
-class Profile:
-    """Per group of a layout: forward seconds (start to the next group's start) and
-    backward seconds (start to the previous group's start; ``None`` where unseen)."""
-
-    layout: tuple[int, ...]
-    keep_last: int
-    forward: tuple[float, ...]
-    backward: tuple[float | None, ...]
-    steps: int
-    # The first reload's window, measured in planned steps: pairs of (position of the
-    # group it brings back, seconds from its start to that group's backward).
-    first_reload: tuple[tuple[int, float], ...] = ()
-
-    @functools.cached_property
-    def starts(self) -> tuple[float, ...]:
-        """Each group's forward start in seconds, and the forward's end: summed once per
-        profile, not at every group's budget and move (O(groups) each)."""
-        starts = [0.0]
-        for t in self.forward:
-            starts.append(starts[-1] + t)
-        return tuple(starts)
-
-    @functools.cached_property
-    def reload_windows(self) -> dict[int, float]:
-        """``first_reload`` by position, built once per profile, not per budget."""
-        return dict(self.first_reload)
-
-
 class Planner:
     """Learns per-group timings of one device and plans budgets from them.
 
@@ -172,13 +151,14 @@ class Planner:
         # The share of the measured bandwidth that copies achieve beside compute: 1 until
         # a planned step stalls on the link (``_calibrate``); only ever lowered per profile.
         self.efficiency = 1.0
-        # Per group position, the budget last planned for the profile's layout.
+        # Per group position, the budget last planned for the profile's layout: the sum of
+        # the storages the step's plan chose for the group (``_step_plan``).
         self.planned: dict[int, int] = {}
         # Seconds compute waited on the link in the last step digested (a diagnostic: a
         # step slower than its compute by much more than this is not waiting on copies).
         self.last_stall_s = 0.0
         # Per group position, the bytes the last planned step digested moved (a diagnostic
-        # beside ``planned``: whole tensors leave part of a budget unused).
+        # beside ``planned``, which it equals where the step's storages were the profile's).
         self.last_moved: dict[int, int] = {}
         # The budgets in ``planned`` were planned before anything of the link was measured
         # (the default bandwidth, the first reload's window guessed): the first planned
@@ -188,6 +168,9 @@ class Planner:
         # steps plan from these, not from each step's new minima and meter reading (see
         # ``_learn``), so that noise cannot ratchet the never-growing budgets down.
         self._frozen_bytes_per_s: float | None = None
+        # The step plan ``planned`` holds, and what it was planned from: the profile, the
+        # rate, the profile's contents (``_step_plan``).
+        self._plan: tuple[Profile, float, tuple, StepPlan] | None = None
         self._logs: list[StepLog] = []
 
     def begin_step(self, keep_last: int) -> StepLog:
@@ -218,9 +201,32 @@ class Planner:
         """What the plan counts on: the measured bandwidth times the calibrated efficiency."""
         return self._planning_bytes_per_s() * self.efficiency
 
+    def _rate(self, log: StepLog) -> float:
+        """Bytes per second the link is planned to move in ``log``'s step."""
+        return log.bytes_per_s * log.efficiency * self.margin
+
+    def _step_plan(self, log: StepLog, profile: Profile) -> StepPlan:
+        """The whole step's choice (queue_plan.py) for ``profile`` at ``log``'s rate: made
+        again only when either changed (a replan under the caps it set chooses the same).
+        Called per group: the profile object answers first, its contents once per new one."""
+        rate = self._rate(log)
+        cached = self._plan
+        if cached is not None and cached[0] is profile and cached[1] == rate:
+            return cached[3]
+        key = (profile.layout, profile.keep_last, profile.forward, profile.backward, profile.first_reload,
+               profile.sizes)
+        if cached is not None and cached[1] == rate and cached[2] == key:
+            plan = cached[3]
+        else:
+            plan = plan_step(profile, log.keep_last, rate, self.planned)
+            self.planned.update(enumerate(plan.caps))
+        self._plan = (profile, rate, key, plan)
+        return plan
+
     def budget(self, log: StepLog, position: int, layout: list[int]) -> int | None:
         """Bytes group ``position`` of ``log`` may move, given the eligible bytes of the
-        step's groups known so far; ``None`` while learning (it moves nothing)."""
+        step's groups known so far; ``None`` while learning (it moves nothing). Its
+        fullest subset of storages under it is what the step's plan chose for it."""
         profile = self.profile
         issued = position + log.keep_last
         if (log.learning or log.diverged or profile is None or profile.steps < self.learn_steps
@@ -228,18 +234,12 @@ class Planner:
                 or tuple(layout) != profile.layout[: len(layout)]):
             log.diverged = log.diverged or (profile is not None and profile.steps >= self.learn_steps)
             return None
-        n = len(profile.layout)
-        starts = profile.starts
-        copy_window = starts[min(issued + 1 + SETTLE_LAG, n)] - max(starts[issued], log.link_free)
-        window = max(0.0, copy_window)
-        backward = profile.backward[position + 1] if position + 1 < n else None
-        measured = profile.reload_windows.get(position)
-        if measured is not None:
-            window = min(window, RELOAD_WINDOW * measured)
-        elif backward is not None:
-            first = position + 1 >= n - max(log.keep_last, 1)
-            window = min(window, (FIRST_RELOAD_WINDOW if first else RELOAD_WINDOW) * backward)
-        budget = int(window * log.bytes_per_s * log.efficiency * self.margin)
+        plan = self._step_plan(log, profile)
+        budget = plan.caps[position]
+        if log.moved > plan.before[position]:
+            # Earlier groups moved more than planned for them (their storages were not the
+            # profile's, or the plan changed in the step): the link frees later than planned.
+            budget = min(budget, copy_limit(profile, position, log.keep_last, log.link_free, self._rate(log))[1])
         # Never more than planned before for this layout: no new host blocks once settled.
         budget = min(budget, self.planned.get(position, budget))
         self.planned[position] = budget
@@ -255,7 +255,7 @@ class Planner:
         log.moved_by_group[position] = log.moved_by_group.get(position, 0) + nbytes
         issued = min(position + log.keep_last, len(profile.layout) - 1)
         start = max(profile.starts[issued], log.link_free)
-        log.link_free = start + nbytes / (log.bytes_per_s * log.efficiency * self.margin)
+        log.link_free = start + nbytes / self._rate(log)
 
     def waiting(self, log: StepLog, done: Any, at: Any = None) -> None:
         """The compute stream is about to wait for the copies that end at ``done``: mark it
@@ -349,9 +349,10 @@ class Planner:
             return
         profile = self.profile
         layout = tuple(log.layout)
+        sizes = tuple(log.sizes) if len(log.sizes) == len(layout) else ()
         if profile is None or profile.layout != layout or profile.keep_last != log.keep_last:
-            self.profile = Profile(layout, log.keep_last, tuple(forward), tuple(backward), 1)
-            self.planned, self.efficiency, self.provisional = {}, 1.0, True
+            self.profile = Profile(layout, log.keep_last, tuple(forward), tuple(backward), 1, sizes=sizes)
+            self.planned, self._plan, self.efficiency, self.provisional = {}, None, 1.0, True
             self._frozen_bytes_per_s = None
             return
         if not self.provisional:
@@ -369,7 +370,7 @@ class Planner:
             position, seconds = first_reload
             reloads[position] = min(seconds, reloads.get(position, seconds))
         self.profile = Profile(layout, log.keep_last, tuple(map(min, profile.forward, forward)), merged,
-                               profile.steps + 1, tuple(sorted(reloads.items())))
+                               profile.steps + 1, tuple(sorted(reloads.items())), sizes or profile.sizes)
         self.last_stall_s = stalled
         if not log.learning:
             self.last_moved = dict(sorted(log.moved_by_group.items()))
@@ -378,7 +379,7 @@ class Planner:
             # The first planned step measured the link's bandwidth and the first reload's
             # window: plan once more from those (the host blocks its copies took stay
             # free in the arena, which lends a larger free block before allocating).
-            self.provisional, self.planned = False, {}
+            self.provisional, self.planned, self._plan = False, {}, None
             self._frozen_bytes_per_s = self.bytes_per_s()
 
     def _calibrate(self, log: StepLog, stalled: float) -> None:

@@ -173,6 +173,8 @@ class Group:
         self.log: Any = None
         self.position = 0
         self.eligible = 0
+        # Bytes of each storage saved that may move, by storage key, in save order.
+        self.sizes: dict[int, int] = {}
         self.learning = False
         # Moves nothing (see ``Scheduler._pass``): tensors passed through, not yet counted.
         self.passthrough = False

@@ -19,9 +19,11 @@ prefetches measure room (``_resident_bytes``).
 Groups follow the forward in order. A group is offloaded once ``keep_last`` later
 groups exist (so the last ``keep_last`` stay on the device; with ``keep_last=0`` each
 tensor is copied as it is saved), after the fence its producer recorded when the group
-closed; a byte budget per group keeps, in save order, what the link could not hide:
-a fixed int, or with ``"auto"`` planned per group from the run's own timings
-(planner.py; the scheduler records the marks, the planner reads them). The sources
+closed; a byte budget per group keeps what the link could not hide: a fixed int (what
+fits of it moves, in save order), or with ``"auto"`` the sum of the storages the
+step's plan chose for the group (planner.py, from the run's own timings and each
+group's storage sizes: the scheduler records the marks and the sizes, the planner reads
+them), which the fullest subset under it moves exactly (choice.py). The sources
 of those copies are released when the next group starts (the compute stream waits for
 the copies there, the host never does), so a copy has one group of compute to finish
 in (with "auto", when the group after it starts: the planner queues copies that may
@@ -40,9 +42,11 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from fuseops.offload.choice import fullest_subset
 from fuseops.offload.link import link_for
 from fuseops.offload.marks import StorageSet, is_marked
-from fuseops.offload.planner import SETTLE_LAG, Planner, StepLog, planner_for
+from fuseops.offload.planner import Planner, StepLog, planner_for
+from fuseops.offload.queue_plan import SETTLE_LAG
 from fuseops.offload.records import Group, Passed, SavedTensor, Skip, Stored, Where, count_skip, new_stats
 
 # The share of its own saved bytes the first backward group consumes before the previous
@@ -50,23 +54,14 @@ from fuseops.offload.records import Group, Passed, SavedTensor, Skip, Stored, Wh
 FIRST_PREFETCH_AFTER = 0.75
 
 
-def _fill(records: list[Stored], budget: int) -> list[Stored]:
-    chosen = []
-    for stored in records:
-        if stored.nbytes <= budget:
-            chosen.append(stored)
-            budget -= stored.nbytes
-    return chosen
-
-
 def _fullest_first(records: list[Stored], budget: int) -> list[Stored]:
-    """``records`` reordered so that taking them in order while they fit fills the most
-    of ``budget``: in save order, or largest first when that fills more (whole tensors
-    against a planned budget: 64, 64, 256, 256 MB into 316 MB move 256, not 128)."""
-    in_order, largest = _fill(records, budget), _fill(sorted(records, key=lambda s: -s.nbytes), budget)
-    chosen = largest if sum(s.nbytes for s in largest) > sum(s.nbytes for s in in_order) else in_order
-    picked = {id(s) for s in chosen}
-    return chosen + [s for s in records if id(s) not in picked]
+    """``records`` reordered so that taking them in order while they fit moves the subset
+    that fills ``budget`` the most (choice.py), then the rest in save order: a planned
+    budget is the sum of the storages the step's plan chose for the group, and this
+    moves exactly that sum (64, 64, 256, 256 MB into 384 MB: 256 + 64 + 64)."""
+    chosen = fullest_subset(tuple(s.nbytes for s in records), budget)
+    picked = set(chosen)
+    return [records[i] for i in chosen] + [s for i, s in enumerate(records) if i not in picked]
 
 
 class Scheduler:
@@ -191,6 +186,7 @@ class Scheduler:
         if self._log is not None and self._log.forward_end is None:
             self._log.forward_end = self._planner.timer.mark()
             self._log.layout = [g.eligible for g in self._step_groups]
+            self._log.sizes = [tuple(g.sizes.values()) for g in self._step_groups]
 
     def _resident_bytes(self) -> int:
         """Saved bytes on the device now: records neither on the host nor consumed by
@@ -268,8 +264,13 @@ class Scheduler:
         # the same whether the group keeps records or passes its tensors through.
         group.eligible += nbytes
         if group.passthrough:
+            if group.log is not None:
+                # Each storage once: the planner chooses whole storages (queue_plan.py).
+                group.sizes.setdefault(storage._cdata, nbytes)
             return self._pass(group, t)
         key = storage._cdata
+        if group.log is not None and key not in group.sizes:
+            group.sizes[key] = nbytes
         ref = self._by_storage.get(key)
         stored = ref() if ref is not None else None
         if stored is not None and (stored.ref.expired() or stored.version != t._version):

@@ -49,6 +49,21 @@ def test_auto_steps_wait_on_nothing_and_move_most_of_what_the_link_hides(monkeyp
         assert s.moved >= (0.85 if kind == "moe" else 0.9) * hideable
 
 
+@pytest.mark.parametrize("kind, bytes_per_s", [("mlp", 51.9e9), ("attn", 42.1e9), ("moe", 51.2e9)])
+def test_auto_moves_what_it_planned_at_the_h100_bandwidths(monkeypatch, kind, bytes_per_s):
+    # The bandwidths the H100 benchmark's copies achieved beside compute (session 16).
+    # Each group's budget is the sum of the storages the step's plan chose for it, so
+    # it moves all of it (a byte budget filled by whole storages left 20-45 % unused);
+    # chosen over the whole step, the moe moves 0.94 of what the link hides (0.92).
+    steps = sim.run(monkeypatch, kind, "auto", steps=6, bytes_per_s=bytes_per_s)
+    planner = sim.planner_module._planners[sim.CPU]
+    hideable = sim.forward_seconds(kind) * 7 / 8 * bytes_per_s
+    assert planner.last_moved == {g: n for g, n in planner.planned.items() if n > 0}
+    for s in steps[STEADY]:
+        assert sum(s.waited.values()) < 1e-9
+        assert s.moved >= (0.93 if kind == "moe" else 0.9) * hideable, s.moved / hideable
+
+
 @pytest.mark.parametrize("kind, bytes_per_s", [("mlp", 48e9), ("attn", 45e9), ("attn", 54e9)])
 def test_auto_holds_its_plan_when_node_times_vary_step_to_step(monkeypatch, kind, bytes_per_s):
     # Node times +-2 % per call, as kernels vary on a GPU. Budgets never grow once
