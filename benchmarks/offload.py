@@ -267,6 +267,15 @@ def curve(kind, args, device, dtype, clock, bytes_per_s):
             points[-1]["planned_mib"] = {pos: round(n / 2**20, 1) for pos, n in sorted(planner.planned.items())}
             # And what the last planned step the planner digested moved of it, per group.
             points[-1]["moved_mib"] = {pos: round(n / 2**20, 1) for pos, n in planner.last_moved.items()}
+            # The profile the plan came from: to replay queue_plan.plan_step offline.
+            prof = planner.profile
+            if prof is not None:
+                points[-1]["profile"] = {
+                    "forward_ms": [round(t * 1e3, 3) for t in prof.forward],
+                    "backward_ms": [None if t is None else round(t * 1e3, 3) for t in prof.backward],
+                    "first_reload": [(pos, round(t * 1e3, 3)) for pos, t in prof.first_reload],
+                    "sizes_mib": [[round(n / 2**20, 1) for n in g] for g in prof.sizes],
+                    "rate_gbps": planner._planning_bytes_per_s() * planner.margin / 1e9}
     base = points[0]
     for p in points:
         link_ms = p["bytes_offloaded"] / bytes_per_s * 1e3
@@ -303,6 +312,7 @@ def report(kind, result):
     print(f"  auto: {auto['warm_up_steps']} steps before timing, plan settled {auto['plan_settled']}, "
           f"compute waited on the link {auto['stall_ms']:.2f} ms in the last planned step read")
     print(f"  auto planned (MiB by group) {auto.get('planned_mib')} at {result['achieved_bytes_per_s'] / 1e9:.1f} GB/s")
+    print(f"  auto profile {auto.get('profile')}")
     print(f"  auto moved (MiB by group, the last planned step digested) {auto.get('moved_mib')}")
     paired = result["auto_interleaved"]
     print(f"  auto against none in {paired['rounds']} interleaved rounds: {paired['auto_ms']:.1f} / "
