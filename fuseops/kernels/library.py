@@ -14,14 +14,16 @@ makes the same choice at run time. Buffers a launcher would write in place (``ou
 ``main_grad=``) are functional under a trace: the op allocates, and the caller's buffer is
 updated by a traced ``copy_``/``add_``.
 
-Importing this module registers the ``fuseops::`` operators with ``torch.library``, as
-torch registers its own: no other side effect, and nothing is compiled or probed.
+Importing this module registers the ``fuseops::`` operators with ``torch.library``
+(``custom_op.py``: from a schema, with a plain implementation), as torch registers its own:
+no other side effect, and nothing is compiled or probed.
 """
 
 from __future__ import annotations
 
 import torch
 
+from fuseops.kernels.custom_op import fuseops_op
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.elementwise.activation_math import Activation
 
@@ -35,7 +37,8 @@ def _into(out: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
     return y if out is None else out.copy_(y)
 
 
-@torch.library.custom_op("fuseops::grouped_gemm", mutates_args=())
+@fuseops_op("grouped_gemm(Tensor a, Tensor b, Tensor offsets, Tensor? bias, Tensor? row_scale, int act, float alpha, "
+            "bool save_preact, Tensor? act_grad_input) -> (Tensor, Tensor)")
 def _grouped_gemm_op(
     a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None,
     row_scale: torch.Tensor | None, act: int, alpha: float, save_preact: bool,
@@ -47,7 +50,7 @@ def _grouped_gemm_op(
     return y, preact if preact is not None else _empty(a)
 
 
-@_grouped_gemm_op.register_fake
+@torch.library.register_fake("fuseops::grouped_gemm")
 def _(a, b, offsets, bias, row_scale, act, alpha, save_preact, act_grad_input):
     y = a.new_empty(a.shape[0], b.shape[2])
     return y, a.new_empty(a.shape[0], b.shape[2]) if save_preact else _empty(a)
@@ -68,7 +71,8 @@ def grouped_gemm(
     return _into(out, y), (preact if save_preact else None)
 
 
-@torch.library.custom_op("fuseops::grouped_gemm_gated", mutates_args=())
+@fuseops_op("grouped_gemm_gated(Tensor a, Tensor b, Tensor offsets, Tensor? bias, int act, bool interleaved, "
+            "bool clamped, float limit, float alpha, Tensor? probs, bool save_preact) -> (Tensor, Tensor)")
 def _grouped_gemm_gated_op(
     a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None, act: int,
     interleaved: bool, clamped: bool, limit: float, alpha: float, probs: torch.Tensor | None,
@@ -80,7 +84,7 @@ def _grouped_gemm_gated_op(
     return h, z if z is not None else _empty(a)
 
 
-@_grouped_gemm_gated_op.register_fake
+@torch.library.register_fake("fuseops::grouped_gemm_gated")
 def _(a, b, offsets, bias, act, interleaved, clamped, limit, alpha, probs, save_preact):
     h = a.new_empty(a.shape[0], b.shape[2] // 2)
     return h, a.new_empty(a.shape[0], b.shape[2]) if save_preact else _empty(a)
@@ -102,7 +106,8 @@ def grouped_gemm_gated(
     return _into(out, h), (z if save_preact else None)
 
 
-@torch.library.custom_op("fuseops::grouped_gemm_dgrad_gated", mutates_args=())
+@fuseops_op("grouped_gemm_dgrad_gated(Tensor dy, Tensor b, Tensor offsets, Tensor z, int act, bool interleaved, "
+            "bool clamped, float limit, float alpha, Tensor? probs, bool want_h) -> (Tensor, Tensor, Tensor)")
 def _dgrad_gated_op(
     dy: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, z: torch.Tensor, act: int,
     interleaved: bool, clamped: bool, limit: float, alpha: float, probs: torch.Tensor | None,
@@ -114,7 +119,7 @@ def _dgrad_gated_op(
     return dz, dprobs if dprobs is not None else _empty(dy), h if h is not None else _empty(dy)
 
 
-@_dgrad_gated_op.register_fake
+@torch.library.register_fake("fuseops::grouped_gemm_dgrad_gated")
 def _(dy, b, offsets, z, act, interleaved, clamped, limit, alpha, probs, want_h):
     dprobs = probs.new_empty(probs.shape) if probs is not None else _empty(dy)
     h = z.new_empty(z.shape[0], z.shape[1] // 2) if want_h else _empty(dy)
@@ -136,13 +141,13 @@ def grouped_gemm_dgrad_gated(
     return _into(out, dz), (dprobs if probs is not None else None), (h if want_h else None)
 
 
-@torch.library.custom_op("fuseops::grouped_gemm_wgrad", mutates_args=())
+@fuseops_op("grouped_gemm_wgrad(Tensor dy, Tensor x, Tensor offsets, ScalarType out_dtype, Tensor? x_rows) -> Tensor")
 def _wgrad_op(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, out_dtype: torch.dtype,
               x_rows: torch.Tensor | None) -> torch.Tensor:
     return launcher(Kernel.GROUPED_GEMM_WGRAD, dy)(dy, x, offsets, out_dtype=out_dtype, x_rows=x_rows)
 
 
-@_wgrad_op.register_fake
+@torch.library.register_fake("fuseops::grouped_gemm_wgrad")
 def _(dy, x, offsets, out_dtype, x_rows):
     return x.new_empty((offsets.shape[0] - 1, dy.shape[1], x.shape[1]), dtype=out_dtype)
 
@@ -163,12 +168,12 @@ def grouped_gemm_wgrad(
     return _into(out, _wgrad_op(dy, x, offsets, dtype, x_rows))
 
 
-@torch.library.custom_op("fuseops::grouped_bias_grad", mutates_args=())
+@fuseops_op("grouped_bias_grad(Tensor dy, Tensor offsets) -> Tensor")
 def _bias_grad_op(dy: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     return launcher(Kernel.GROUPED_BIAS_GRAD, dy)(dy, offsets)
 
 
-@_bias_grad_op.register_fake
+@torch.library.register_fake("fuseops::grouped_bias_grad")
 def _(dy, offsets):
     return dy.new_empty(offsets.shape[0] - 1, dy.shape[1])
 

@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import torch
 
+from fuseops.kernels.custom_op import fuseops_op
 from fuseops.kernels.dispatch import Kernel, launcher
 
 
-@torch.library.custom_op("fuseops::permute", mutates_args=())
+@fuseops_op("permute(Tensor x, Tensor expert_ids, int num_experts) -> (Tensor, Tensor, Tensor)")
 def _permute_op(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return launcher(Kernel.PERMUTE, x)(x, expert_ids, num_experts)
 
 
-@_permute_op.register_fake
+@torch.library.register_fake("fuseops::permute")
 def _(x, expert_ids, num_experts):
     T, top_k = expert_ids.shape
     return (x.new_empty(T * top_k, x.shape[1]), x.new_empty(num_experts, dtype=torch.int64),
@@ -42,12 +43,12 @@ def permute(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int
     return _permute_op(x, expert_ids, num_experts)
 
 
-@torch.library.custom_op("fuseops::unpermute", mutates_args=())
+@fuseops_op("unpermute(Tensor y_sorted, Tensor row_map, Tensor? weights) -> Tensor")
 def _unpermute_op(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
     return launcher(Kernel.UNPERMUTE, y_sorted)(y_sorted, row_map, weights)
 
 
-@_unpermute_op.register_fake
+@torch.library.register_fake("fuseops::unpermute")
 def _(y_sorted, row_map, weights):
     return y_sorted.new_empty(row_map.shape[0], y_sorted.shape[1])
 
@@ -59,7 +60,7 @@ def unpermute(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.Tens
     return _unpermute_op(y_sorted, row_map, weights)
 
 
-@torch.library.custom_op("fuseops::unpermute_bwd", mutates_args=())
+@fuseops_op("unpermute_bwd(Tensor dy, Tensor row_map, Tensor? weights, Tensor? y_sorted) -> (Tensor, Tensor)")
 def _unpermute_bwd_op(dy: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None,
                       y_sorted: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     dy_sorted, dweights = launcher(Kernel.UNPERMUTE_BWD, dy)(dy, row_map, weights, y_sorted)
@@ -67,7 +68,7 @@ def _unpermute_bwd_op(dy: torch.Tensor, row_map: torch.Tensor, weights: torch.Te
     return dy_sorted, dweights if dweights is not None else dy.new_empty(0)
 
 
-@_unpermute_bwd_op.register_fake
+@torch.library.register_fake("fuseops::unpermute_bwd")
 def _(dy, row_map, weights, y_sorted):
     dy_sorted = dy.new_empty(row_map.numel(), dy.shape[1])
     if y_sorted is None:
