@@ -22,6 +22,7 @@ import itertools
 import torch
 import triton
 import triton.language as tl
+from triton._utils import validate_block_shape
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot, next_power_of_2
@@ -110,9 +111,35 @@ def ragged_geometry(t: torch.Tensor) -> tuple[list[int], list[int]]:
     return [0x7FFF0000, 0x7FFF0000, RAGGED_ROWS, t.shape[1]], [2**34 - rows_stride, rows_stride, rows_stride, 1]
 
 
+@functools.cache
+def _checked_block(block: tuple[int, ...]) -> None:
+    """Triton's block-shape check, once per block shape (the configs' few)."""
+    validate_block_shape(list(block))
+
+
+def descriptor_of(t: torch.Tensor, shape, strides, block: list[int]) -> TensorDescriptor:
+    """``TensorDescriptor(t, shape, strides, block)`` without its per-call checks (~4 us each on
+    the CPU, up to six a launch): for tensors ``tma_ok`` accepted, which is what those checks
+    read of ``t`` (16-byte base and strides, last dim contiguous, no empty dim); the block is
+    checked once per shape."""
+    _checked_block(tuple(block))
+    desc = _new(TensorDescriptor)
+    desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = t, shape, strides, block, "zero"
+    return desc
+
+
+def tensor_descriptor(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
+    """``TensorDescriptor.from_tensor(t, block)`` for a tensor ``tma_ok`` accepted (``descriptor_of``)."""
+    return descriptor_of(t, t.shape, t.stride(), block)
+
+
 def ragged_descriptor(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
-    """A descriptor over the rows of a 2-D ``t`` for ``ragged_load`` / ``ragged_store``."""
-    return TensorDescriptor(t, *ragged_geometry(t), [1, 1, *block])
+    """A descriptor over the rows of a 2-D ``t`` (one ``tma_ok`` accepted) for ``ragged_load`` /
+    ``ragged_store``."""
+    return descriptor_of(t, *ragged_geometry(t), [1, 1, *block])
+
+
+_new = object.__new__
 
 
 def tma_ok(*tensors: torch.Tensor | None) -> bool:
@@ -353,8 +380,8 @@ def launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
     tma_store = tma_ok(y)
     a_arg, b_arg, y_arg = a, b, y
     if tma_load:
-        a_arg = TensorDescriptor.from_tensor(a, [bm, bk])
-        b_arg = TensorDescriptor.from_tensor(b_mem, [1, bn, bk] if b_trans else [1, bk, bn])
+        a_arg = tensor_descriptor(a, [bm, bk])
+        b_arg = tensor_descriptor(b_mem, [1, bn, bk] if b_trans else [1, bk, bn])
     if tma_store:
         y_arg = ragged_descriptor(y, [bm, bn // 2 if split else bn])
     dummy = y

@@ -19,7 +19,6 @@ import functools
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, cdiv, dot, next_power_of_2
 from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
@@ -34,6 +33,7 @@ from fuseops.kernels.gemm.grouped import (
     ragged_descriptor,
     ragged_load,
     ragged_store,
+    tensor_descriptor,
     tma_ok,
 )
 from fuseops.kernels.launch import launch
@@ -316,8 +316,7 @@ def b_args(b_pair, b_trans, tma, block_k, width):
     """Descriptors over the weight halves as they lie in memory, or the [G, K, F] views."""
     if not tma:
         return b_pair
-    return [TensorDescriptor.from_tensor(t, [1, width, block_k] if b_trans else [1, block_k, width])
-            for t in b_pair]
+    return [tensor_descriptor(t, [1, width, block_k] if b_trans else [1, block_k, width]) for t in b_pair]
 
 
 def grouped_gemm_gated(
@@ -370,7 +369,7 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
     tma_store = tma_store and cfg.tma_epilogue_stores
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     epi_n = bn // cfg.epilogue_parts
-    a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
+    a_arg = tensor_descriptor(a, [bm, bk]) if tma_load else a
     programs = persistent_programs(a, (cdiv(M, bm) + G) * cdiv(F, bn), cfg.programs_per_sm)
     launch(grouped_gemm_gated_fwd_kernel, (programs,),
         a_arg, *b_args(b_mem if tma_load else b_pair, b_trans, tma_load, bk, 2 * bn if interleaved else bn),

@@ -21,7 +21,6 @@ import functools
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, cdiv, dot, next_power_of_2
 from fuseops.kernels.elementwise.activation_math import (
@@ -39,6 +38,7 @@ from fuseops.kernels.gemm.grouped import (
     epilogue,
     persistent_programs,
     ragged_descriptor,
+    tensor_descriptor,
     tma_ok,
 )
 from fuseops.kernels.gemm.grouped_gated import (
@@ -222,7 +222,7 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
                                device=dy.device)
     programs = persistent_programs(dy, (cdiv(M, bm) + G) * tiles_n, cfg.programs_per_sm)
     launch(grouped_gemm_gated_bwd_kernel, (programs,),
-        TensorDescriptor.from_tensor(dy, [bm, bk]) if tma_load else dy,
+        tensor_descriptor(dy, [bm, bk]) if tma_load else dy,
         *b_args([b_mem if tma_load else b], b_trans, tma_load, bk, bn),
         *pair_args(z, interleaved, tma_z, bm, epi_n),
         *pair_args(dz, interleaved, tma_store, bm, epi_n),
