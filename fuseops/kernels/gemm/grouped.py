@@ -112,7 +112,7 @@ def ragged_geometry(t: torch.Tensor) -> tuple[list[int], list[int]]:
 
 
 @functools.cache
-def _checked_block(block: tuple[int, ...]) -> None:
+def checked_block(block: tuple[int, ...]) -> None:
     """Triton's block-shape check, once per block shape (the configs' few)."""
     validate_block_shape(list(block))
 
@@ -122,7 +122,7 @@ def descriptor_of(t: torch.Tensor, shape, strides, block: list[int]) -> TensorDe
     the CPU, up to six a launch): for tensors ``tma_ok`` accepted, which is what those checks
     read of ``t`` (16-byte base and strides, last dim contiguous, no empty dim); the block is
     checked once per shape."""
-    _checked_block(tuple(block))
+    checked_block(tuple(block))
     desc = _new(TensorDescriptor)
     desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = t, shape, strides, block, "zero"
     return desc
