@@ -253,8 +253,8 @@ class Planner:
             return
         log.moved += nbytes
         log.moved_by_group[position] = log.moved_by_group.get(position, 0) + nbytes
-        issued = min(position + log.keep_last, len(profile.layout) - 1)
-        start = max(profile.starts[issued], log.link_free)
+        # Issued as the group saves them (early.py): the queue model's start (queue_plan.py).
+        start = max(profile.starts[position], log.link_free)
         log.link_free = start + nbytes / self._rate(log)
 
     def waiting(self, log: StepLog, done: Any, at: Any = None) -> None:

@@ -80,12 +80,13 @@ class Profile:
 
 def copy_limit(profile: Profile, position: int, keep_last: int, link_free: float, rate: float) -> tuple[float, int]:
     """When group ``position``'s copies start, and the most bytes they may be at ``rate``
-    bytes per second, the link free from ``link_free`` (seconds, the profile's)."""
+    bytes per second, the link free from ``link_free`` (seconds, the profile's): from the
+    group's own start (its copies are issued as it saves them, early.py) to the start of
+    group ``position + keep_last + 1 + SETTLE_LAG``, where they are settled."""
     n = len(profile.layout)
-    issued = position + keep_last
     starts = profile.starts
-    start = max(starts[issued], link_free)
-    window = max(0.0, starts[min(issued + 1 + SETTLE_LAG, n)] - start)
+    start = max(starts[position], link_free)
+    window = max(0.0, starts[min(position + keep_last + 1 + SETTLE_LAG, n)] - start)
     backward = profile.backward[position + 1] if position + 1 < n else None
     measured = profile.reload_windows.get(position)
     if measured is not None:

@@ -43,6 +43,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from fuseops.offload.choice import fullest_subset
+from fuseops.offload.early import early_plan
 from fuseops.offload.link import link_for
 from fuseops.offload.marks import StorageSet, is_marked
 from fuseops.offload.planner import Planner, StepLog, planner_for
@@ -166,7 +167,17 @@ class Scheduler:
             older = group.index - self.keep_last
             if older >= 0:
                 self._offload_group(self._groups[older])
+            if self.keep_last > 0 and group.log is not None and not group.learning:
+                self._start_early(group)
         return group
+
+    def _start_early(self, group: Group) -> None:
+        """With a layout the planner knows, ``group`` moves as it saves (early.py)."""
+        layout = [g.eligible for g in self._step_groups[: group.position]]
+        plan = early_plan(self._planner, group.log, group.position, layout)
+        if plan is not None:
+            group.offloading = True
+            group.budget_left, group.picks = plan
 
     def _mark_forward(self, group: Group, device: torch.device) -> None:
         """Record the start of ``group``'s forward in the step's log (a new step once the
@@ -269,7 +280,9 @@ class Scheduler:
                 group.sizes.setdefault(storage._cdata, nbytes)
             return self._pass(group, t)
         key = storage._cdata
+        index = None
         if group.log is not None and key not in group.sizes:
+            index = len(group.sizes)
             group.sizes[key] = nbytes
         ref = self._by_storage.get(key)
         stored = ref() if ref is not None else None
@@ -306,7 +319,10 @@ class Scheduler:
         else:
             stored.handles += 1
             if group.offloading:
-                self._offload([stored], group, after=None)
+                if group.picks is not None and not group.picks.take(index, nbytes):
+                    self._decide(stored, Skip.BUDGET)
+                else:
+                    self._offload([stored], group, after=None)
         return handle
 
     def _pass(self, group: Group, t: torch.Tensor) -> Passed:
@@ -459,8 +475,11 @@ class Scheduler:
                 moved += stored.nbytes
                 batch.append(stored)
             self.stats["storages_offloaded"] += len(batch)
-            # The alias keeps the source alive until the copy is settled.
-            self._unsettled.append((len(self._groups) - 1, device, done, batch, self._planned_log(group)))
+            # The alias keeps the source alive until the copy is settled. A group copied
+            # early settles where it would have when issued as group index + keep_last
+            # started (early.py): only its copies' start moves.
+            issued_in = max(len(self._groups) - 1, group.index + self.keep_last)
+            self._unsettled.append((issued_in, device, done, batch, self._planned_log(group)))
         if chosen:
             self.stats["bytes_offloaded"] += moved
             self._on_host.add(group.index)
