@@ -35,7 +35,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from fuseops.offload.choice import MAX_SUMS, subset_sums
+from fuseops.offload.choice import MAX_SUMS, fullest_subset, subset_sums
 
 # Groups whose copies may still run when the scheduler settles them (it waits for those
 # issued SETTLE_LAG + 1 groups back): the slack that lets a group spill into the next.
@@ -62,6 +62,10 @@ class Profile:
     # Per group, the bytes of each storage it saved that may move, in save order (the
     # last step measured; ``()`` when unknown: the plan then counts bytes, not storages).
     sizes: tuple[tuple[int, ...], ...] = ()
+    # Per group, aligned with ``sizes``: seconds from the group's start to each storage's
+    # save (where its copy may start), measured in learning steps; ``()`` when unknown:
+    # every storage is then counted ready at its group's start.
+    ready: tuple[tuple[float, ...], ...] = ()
 
     @functools.cached_property
     def starts(self) -> tuple[float, ...]:
@@ -98,11 +102,29 @@ def copy_limit(profile: Profile, position: int, keep_last: int, link_free: float
 
 
 def _save_order_fill(sizes: tuple[int, ...], cap: int) -> int:
-    moved = 0
-    for n in sizes:
+    return sum(sizes[i] for i in _save_order_subset(sizes, cap))
+
+
+def _save_order_subset(sizes: tuple[int, ...], cap: int) -> list[int]:
+    chosen, moved = [], 0
+    for i, n in enumerate(sizes):
         if n <= cap - moved:
+            chosen.append(i)
             moved += n
-    return moved
+    return chosen
+
+
+def copies_end(profile: Profile, position: int, indices, link_free: float, rate: float) -> float:
+    """When the copies of group ``position``'s storages ``indices`` (save order) end: each
+    is issued as it is saved (``Profile.ready``) and queues on the link behind the ones
+    before it."""
+    start = profile.starts[position]
+    ready = profile.ready[position]
+    sizes = profile.sizes[position]
+    end = link_free
+    for i in indices:
+        end = max(end, start + ready[i]) + sizes[i] / rate
+    return end
 
 
 def _options(sizes: tuple[int, ...], keep_last: int) -> list[tuple[int, int]]:
@@ -152,10 +174,16 @@ def plan_step(profile: Profile, keep_last: int, rate: float, prior: dict[int, in
     most bytes in all at ``rate``, each at most its ``prior`` (see the docstring)."""
     n = len(profile.layout)
     known = len(profile.sizes) == n
+    timed = known and len(profile.ready) == n
     # (bytes moved so far, when the link frees, the chain of (cap, moves) chosen).
     points: list[tuple[int, float, tuple | None]] = [(0, 0.0, None)]
     for position in range(n - keep_last):
-        options = _options(profile.sizes[position], keep_last) if known else None
+        sizes = profile.sizes[position] if known else ()
+        options = _options(sizes, keep_last) if known else None
+        # Saves timed: an option's copies end when its storages' queue does (each from
+        # its save), which must be by the deadline (``copy_limit``'s start is the group's).
+        timed_here = timed and len(profile.ready[position]) == len(sizes)
+        deadline = profile.starts[min(position + keep_last + 1 + SETTLE_LAG, n)]
         cap_before = prior.get(position)
         grown = []
         for total, free, chain in points:
@@ -166,7 +194,14 @@ def plan_step(profile: Profile, keep_last: int, rate: float, prior: dict[int, in
             for cap, moves in options if options is not None else ((limit, limit),):
                 if cap > limit:
                     break
-                grown.append((total + moves, start + moves / rate if moves > 0 else free, (cap, moves, chain)))
+                end = start + moves / rate
+                if timed_here and moves > 0:
+                    moving = _save_order_subset(sizes, cap) if keep_last == 0 else fullest_subset(sizes, cap)
+                    end = copies_end(profile, position, moving, free, rate)
+                    if end > deadline:
+                        # A larger sum of storages saved earlier may still fit.
+                        continue
+                grown.append((total + moves, end if moves > 0 else free, (cap, moves, chain)))
         points = _frontier(grown)
     chain = points[0][2]
     chosen = []

@@ -177,6 +177,8 @@ class Group:
         self.eligible = 0
         # Bytes of each storage saved that may move, by storage key, in save order.
         self.sizes: dict[int, int] = {}
+        # A learning step's marks where each of those was saved (early.py).
+        self.saves: list[Any] = []
         self.learning = False
         # Moves nothing (see ``Scheduler._pass``): tensors passed through, not yet counted.
         self.passthrough = False

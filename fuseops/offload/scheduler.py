@@ -198,6 +198,7 @@ class Scheduler:
             self._log.forward_end = self._planner.timer.mark()
             self._log.layout = [g.eligible for g in self._step_groups]
             self._log.sizes = [tuple(g.sizes.values()) for g in self._step_groups]
+            self._log.saves = [g.saves for g in self._step_groups]
 
     def _resident_bytes(self) -> int:
         """Saved bytes on the device now: records neither on the host nor consumed by
@@ -275,9 +276,11 @@ class Scheduler:
         # the same whether the group keeps records or passes its tensors through.
         group.eligible += nbytes
         if group.passthrough:
-            if group.log is not None:
-                # Each storage once: the planner chooses whole storages (queue_plan.py).
-                group.sizes.setdefault(storage._cdata, nbytes)
+            if group.log is not None and storage._cdata not in group.sizes:
+                # Each storage once: the planner chooses whole storages (queue_plan.py),
+                # and counts each one's copy from where it is saved (early.py).
+                group.sizes[storage._cdata] = nbytes
+                group.saves.append(self._planner.timer.mark())
             return self._pass(group, t)
         key = storage._cdata
         index = None
