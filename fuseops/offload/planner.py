@@ -1,14 +1,17 @@
 """``group_budget_bytes="auto"``: per-group budgets learned from the run's own timings.
 
-The link is modelled as the device-to-host stream it is: one queue. Group ``g``'s copies
-are issued when group ``i = g + keep_last`` starts its forward (with ``keep_last=0``, as
-its tensors are saved) and start once the copies queued before them are done; the
+The link is modelled as the device-to-host stream it is: one queue. A planned group
+``g`` (not among the profile's last ``keep_last``) issues its copies as it saves its
+tensors (early.py; without a known layout they wait for group ``i = g + keep_last`` to
+start), each starting once it is saved and the copies queued before it are done; the
 scheduler settles them (the compute stream waits) when group ``i + 1 + SETTLE_LAG``
 starts, or when the forward ends. So group ``g`` may move
 
-    (min(start[i + 1 + SETTLE_LAG], forward end) - max(start[i], link free)) x bandwidth x margin
+    (min(start[i + 1 + SETTLE_LAG], forward end) - max(start[g], link free)) x bandwidth x margin
 
-where ``link free`` is when the copies of the step's earlier groups end. Tensors move
+where ``link free`` is when the copies of the step's earlier groups end, and the plan
+counts each storage's copy from its save (``Profile.ready``: where learning steps saw
+it saved, queue_plan.py). Tensors move
 whole: a group moves one of its subset sums of storages, rarely its whole window. What
 it leaves on the link, later groups use, so the choice is made over the whole step
 (queue_plan.py): the planner walks the step's groups with the queue and picks, per
@@ -40,7 +43,8 @@ bandwidth and a queue that ran on it stayed the minimum of both models (simulato
 the mlp stack moved 0.86-0.89 of what the link hides, 0.91-0.94 planned afresh).
 
 The scheduler marks, per step, when each group starts its forward, when the forward
-ends and when each group starts its backward (``StepLog``). Marks are read only once
+ends and when each group starts its backward (``StepLog``), and in learning steps where
+each storage that may move is saved (``StepLog.saves``). Marks are read only once
 they have passed (``Timer.passed``; the host never waits on one), at the
 start of later groups: a step is digested a step or two after it ran (or more, when
 the host runs steps ahead of the device and never synchronises). The first
@@ -255,7 +259,9 @@ class Planner:
             return
         log.moved += nbytes
         log.moved_by_group[position] = log.moved_by_group.get(position, 0) + nbytes
-        # Issued as the group saves them (early.py): the queue model's start (queue_plan.py).
+        # Issued as the group saves them (early.py), counted from the group's start, not
+        # each save: ``link_free`` only clips later budgets when a step's groups moved
+        # more than planned (``budget``), and an earlier start clips less there.
         start = max(profile.starts[position], log.link_free)
         log.link_free = start + nbytes / self._rate(log)
 

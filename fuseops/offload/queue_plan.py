@@ -1,11 +1,13 @@
 """One step's device-to-host queue, planned whole: which storages each group moves.
 
 The queue model (planner.py's docstring says where it comes from): group ``g``'s copies
-start when group ``i = g + keep_last`` starts its forward or when the copies queued
-before them end, whichever is later, and must end by the start of group
-``i + 1 + SETTLE_LAG`` (or the forward's end); its reload must fit in its window of
-group ``g + 1``'s backward. ``copy_limit`` is that: when a group's copies start and the
-most bytes they may be, given when the link frees.
+are issued as it saves them (early.py) and each starts when its storage has been saved
+(``Profile.ready``; at the group's start when unknown) or when the copies queued before
+it end, whichever is later; they must end by the start of group
+``g + keep_last + 1 + SETTLE_LAG`` (or the forward's end); its reload must fit in its
+window of group ``g + 1``'s backward. ``copy_limit`` is the bound in bytes from the
+group's start (when a group's copies may start and the most bytes they may be, given
+when the link frees); ``copies_end`` times a chosen set of storages from their saves.
 
 Storages move whole: a group moves one of its subset sums (choice.py), and a byte budget
 per group, planned in order and filled by the group (what a group left of its window
@@ -21,8 +23,8 @@ that. ``prior`` caps every group (budgets never grow once planned for a layout, 
 pinned memory is allocated once the plan has settled): no group's cap grows in a replan.
 
 The plan is the most this model lets move; what it leaves of what the link hides
-(compute x bandwidth) is the model's: copies start only once group ``keep_last``
-starts, run at the planner's margin of the rate, the last moving group's end with the
+(compute x bandwidth) is the model's: copies start only once their tensors are saved,
+run at the planner's margin of the rate, the last moving group's end with the
 forward, and each reload fits ``RELOAD_WINDOW`` of one backward (below about 44 GB/s
 the mlp's 256 MiB storages no longer fit one: its groups move 128 MiB). Fitted to the
 H100 benchmark's budgets, the mlp's per-group budgets already moved this optimum

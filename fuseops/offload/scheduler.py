@@ -19,7 +19,8 @@ prefetches measure room (``_resident_bytes``).
 Groups follow the forward in order. A group is offloaded once ``keep_last`` later
 groups exist (so the last ``keep_last`` stay on the device; with ``keep_last=0`` each
 tensor is copied as it is saved), after the fence its producer recorded when the group
-closed; a byte budget per group keeps what the link could not hide: a fixed int (what
+closed; with ``"auto"`` and a layout the planner knows, a group that is not among the
+profile's last ``keep_last`` copies each tensor as it is saved instead (early.py); a byte budget per group keeps what the link could not hide: a fixed int (what
 fits of it moves, in save order), or with ``"auto"`` the sum of the storages the
 step's plan chose for the group (planner.py, from the run's own timings and each
 group's storage sizes: the scheduler records the marks and the sizes, the planner reads
@@ -96,7 +97,8 @@ class Scheduler:
         self._log: StepLog | None = None
         self._step_groups: list[Group] = []
         # Copies issued while group i was current are settled when group i + 1 + lag
-        # starts: "auto" plans a queue that may spill one group (planner.py).
+        # starts: "auto" plans a queue that may spill one group (planner.py); a group
+        # copied early (early.py) counts as issued when group index + keep_last starts.
         self._settle_lag = SETTLE_LAG if group_budget_bytes == "auto" else 0
         # Saved bytes on the device when the forward ended (what backward's prefetches
         # may fill back up to), and whether a group's backward has started.

@@ -97,8 +97,13 @@ def test_auto_lowers_the_peak_by_what_it_moves(monkeypatch, kind, bytes_per_s, j
     # it only once past its own peak (scheduler.py): a reload queued before that lands
     # under the step's peak and adds its bytes to it (queued as that group's backward
     # starts, FIRST_PREFETCH_AFTER = 0: mlp 0.93-0.94, attn 0.84-0.86).
+    # The attn's peak is at the forward's end, where the sources of the last two moving
+    # groups' copies are still held (settled as the forward ends): what those groups
+    # move does not lower it. Copied as each group saves (early.py), the attn at 50 GB/s
+    # moves 2240 MiB (1984 before) and lowers the peak by 1984 MiB (1920): 0.886.
+    floor = 0.88 if kind == "attn" else 0.9
     none = sim.run(monkeypatch, kind, "none", steps=8, jitter=jitter)
     steps = sim.run(monkeypatch, kind, "auto", steps=8, bytes_per_s=bytes_per_s, jitter=jitter)
     for plain, s in zip(none[STEADY], steps[STEADY]):
         assert s.moved > 0
-        assert plain.peak - s.peak >= 0.9 * s.moved, ((plain.peak - s.peak) / s.moved)
+        assert plain.peak - s.peak >= floor * s.moved, ((plain.peak - s.peak) / s.moved)
