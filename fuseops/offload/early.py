@@ -19,16 +19,15 @@ moves 64). A storage of another size, or at another index, stays (a changed grou
 
 The copies are settled where they would be had they been issued at ``g + k`` (the
 scheduler settles them when group ``g + k + 1 + SETTLE_LAG`` starts), so only their
-start moves: the queue model (``copy_limit``) starts group ``g``'s copies at the
-group's start. A storage is produced during the group, not at its start; the model
-ignores that, and relies on three things instead: the link is usually still busy with
-earlier groups' copies when a group starts (only the first group, or one after the
-link went idle, starts its copies at its own start), a sum is reached first by the
-earliest-saved storages (choice.py: the ones produced first), and a copy that starts
-later than modelled and makes compute wait is learned by the planner's efficiency
-calibration (planner.py), which shrinks the plan. Modelling when each storage is
-produced would need a mark per save; the simulator (tests/offload/test_device_sim.py)
-shows no wait on the H100 stacks' timings without it.
+start moves. A storage is produced during its group, not at its start, and a copy
+cannot start before its storage is saved: the learning steps mark where each storage
+is saved (a mark per storage, in those steps only), the profile keeps each one's
+offset from its group's start (``Profile.ready``, the earliest seen), and the queue
+model counts each chosen storage's copy from there (queue_plan.py ``copies_end``).
+Counted from the group's start instead (where the offsets are unknown, the fallback),
+the moe stack's plan picked storages saved at its groups' ends (fc1's 176 MiB output)
+as if ready at their starts, and the simulator's compute waited 0.2-0.4 ms per step
+at 54-56 GB/s: under the calibration's tolerance (1 % of the step), so never learned.
 
 A step that departs from the profile (another group count or a changed group) is
 caught as the next group starts (the planner compares the layout so far) and moves

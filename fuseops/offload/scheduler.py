@@ -20,8 +20,9 @@ Groups follow the forward in order. A group is offloaded once ``keep_last`` late
 groups exist (so the last ``keep_last`` stay on the device; with ``keep_last=0`` each
 tensor is copied as it is saved), after the fence its producer recorded when the group
 closed; with ``"auto"`` and a layout the planner knows, a group that is not among the
-profile's last ``keep_last`` copies each tensor as it is saved instead (early.py); a byte budget per group keeps what the link could not hide: a fixed int (what
-fits of it moves, in save order), or with ``"auto"`` the sum of the storages the
+profile's last ``keep_last`` copies each tensor as it is saved instead (early.py). A
+byte budget per group keeps what the link could not hide: a fixed int (what fits of it
+moves, in save order), or with ``"auto"`` the sum of the storages the
 step's plan chose for the group (planner.py, from the run's own timings and each
 group's storage sizes: the scheduler records the marks and the sizes, the planner reads
 them), which the fullest subset under it moves exactly (choice.py). The sources
