@@ -275,6 +275,8 @@ def curve(kind, args, device, dtype, clock, bytes_per_s):
                     "backward_ms": [None if t is None else round(t * 1e3, 3) for t in prof.backward],
                     "first_reload": [(pos, round(t * 1e3, 3)) for pos, t in prof.first_reload],
                     "sizes_mib": [[round(n / 2**20, 1) for n in g] for g in prof.sizes],
+                    # Where each of those storages was saved, ms from its group's start.
+                    "ready_ms": [[round(t * 1e3, 3) for t in g] for g in prof.ready],
                     "rate_gbps": planner._planning_bytes_per_s() * planner.margin / 1e9}
     base = points[0]
     for p in points:

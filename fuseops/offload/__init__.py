@@ -8,7 +8,8 @@ chosen storages on the device. With ``group_budget_bytes="auto"`` (the default) 
 per-device planner (planner.py) sets each group's budget from step timings that the
 scheduler marks and a timer (timing.py: CUDA events, or the host clock) reads once passed:
 the step's copies planned as one queue (queue_plan.py), over each group's storages
-(choice.py: which whole storages fill a budget).
+(choice.py: which whole storages fill a budget), each group copying as it saves once
+the layout is known (early.py).
 """
 
 from fuseops.offload.api import ActivationOffload, link_budget, offload_activations

@@ -1,14 +1,17 @@
 """``group_budget_bytes="auto"``: per-group budgets learned from the run's own timings.
 
-The link is modelled as the device-to-host stream it is: one queue. Group ``g``'s copies
-are issued when group ``i = g + keep_last`` starts its forward (with ``keep_last=0``, as
-its tensors are saved) and start once the copies queued before them are done; the
+The link is modelled as the device-to-host stream it is: one queue. A planned group
+``g`` (not among the profile's last ``keep_last``) issues its copies as it saves its
+tensors (early.py; without a known layout they wait for group ``i = g + keep_last`` to
+start), each starting once it is saved and the copies queued before it are done; the
 scheduler settles them (the compute stream waits) when group ``i + 1 + SETTLE_LAG``
 starts, or when the forward ends. So group ``g`` may move
 
-    (min(start[i + 1 + SETTLE_LAG], forward end) - max(start[i], link free)) x bandwidth x margin
+    (min(start[i + 1 + SETTLE_LAG], forward end) - max(start[g], link free)) x bandwidth x margin
 
-where ``link free`` is when the copies of the step's earlier groups end. Tensors move
+where ``link free`` is when the copies of the step's earlier groups end, and the plan
+counts each storage's copy from its save (``Profile.ready``: where learning steps saw
+it saved, queue_plan.py). Tensors move
 whole: a group moves one of its subset sums of storages, rarely its whole window. What
 it leaves on the link, later groups use, so the choice is made over the whole step
 (queue_plan.py): the planner walks the step's groups with the queue and picks, per
@@ -40,7 +43,8 @@ bandwidth and a queue that ran on it stayed the minimum of both models (simulato
 the mlp stack moved 0.86-0.89 of what the link hides, 0.91-0.94 planned afresh).
 
 The scheduler marks, per step, when each group starts its forward, when the forward
-ends and when each group starts its backward (``StepLog``). Marks are read only once
+ends and when each group starts its backward (``StepLog``), and in learning steps where
+each storage that may move is saved (``StepLog.saves``). Marks are read only once
 they have passed (``Timer.passed``; the host never waits on one), at the
 start of later groups: a step is digested a step or two after it ran (or more, when
 the host runs steps ahead of the device and never synchronises). The first
@@ -108,6 +112,8 @@ class StepLog:
     layout: list[int] = field(default_factory=list)
     # Per group, the bytes of each storage that may move (``Profile.sizes``), filled alike.
     sizes: list[tuple[int, ...]] = field(default_factory=list)
+    # Learning steps: per group, the marks where those storages were saved (``Profile.ready``).
+    saves: list[list[Any]] = field(default_factory=list)
     diverged: bool = False
     closed: bool = False
     # The profile was not ready as the step began: the whole step measures, moving nothing
@@ -253,8 +259,10 @@ class Planner:
             return
         log.moved += nbytes
         log.moved_by_group[position] = log.moved_by_group.get(position, 0) + nbytes
-        issued = min(position + log.keep_last, len(profile.layout) - 1)
-        start = max(profile.starts[issued], log.link_free)
+        # Issued as the group saves them (early.py), counted from the group's start, not
+        # each save: ``link_free`` only clips later budgets when a step's groups moved
+        # more than planned (``budget``), and an earlier start clips less there.
+        start = max(profile.starts[position], log.link_free)
         log.link_free = start + nbytes / self._rate(log)
 
     def waiting(self, log: StepLog, done: Any, at: Any = None) -> None:
@@ -288,7 +296,7 @@ class Planner:
         # cut short, a single group) was never queried.
         backward = log.backward
         queried = {q for p in range(1, len(log.forward)) if p in backward and p - 1 in backward for q in (p - 1, p)}
-        marks = [*log.forward, log.forward_end, *(wait for wait, _ in log.stalls)]
+        marks = [*log.forward, log.forward_end, *(wait for wait, _ in log.stalls), *_save_marks(log)]
         if log.first_reload is not None and log.first_reload[1] in backward:
             marks.append(log.first_reload[0])
             queried.add(log.first_reload[1])
@@ -297,12 +305,14 @@ class Planner:
         marks = list({id(m): m for m in marks}.values())
         # Cleared so that nothing reads them through ``log`` once they are recorded again.
         log.forward, log.forward_end, log.backward, log.stalls, log.first_reload = [], None, {}, [], None
+        log.saves = []
         reuse(marks)
 
-    def _times(self, log: StepLog) -> tuple[list[float], list[float | None], float, tuple[int, float] | None] | None:
+    def _times(self, log: StepLog) -> tuple[list[float], list[float | None], float, tuple[int, float] | None,
+                                            list[tuple[float, ...]] | None] | None:
         if log.forward_end is None or not log.forward:
             # Nothing to learn from (no group, or a forward never ended): drop it.
-            return [], [], 0.0, None
+            return [], [], 0.0, None, None
         timer, n = self.timer, len(log.forward)
         spans = [p for p in range(1, n) if p in log.backward and p - 1 in log.backward]
         reload = None
@@ -324,6 +334,8 @@ class Planner:
             marks.append(reload[1])
             if reload[0] not in used:
                 marks.append(reload[2])
+        saves = _save_marks(log)
+        marks.extend(saves)
         passed_all = getattr(timer, "passed_all", None)
         if not (passed_all(marks) if passed_all is not None else all(map(timer.passed, marks))):
             return None
@@ -341,17 +353,24 @@ class Planner:
                 backward[position] = timer.elapsed(log.backward[position], log.backward[position - 1])
         stalled = sum(max(0.0, timer.elapsed(wait, done)) for wait, done in log.stalls)
         first_reload = None if reload is None else (reload[0], timer.elapsed(reload[1], reload[2]))
-        return forward, backward, stalled, first_reload
+        ready = None
+        if saves:
+            ready = [tuple(timer.elapsed(start, m) for m in group)
+                     for start, group in zip(log.forward, log.saves)]
+        return forward, backward, stalled, first_reload, ready
 
     def _learn(self, log: StepLog, forward: list[float], backward: list[float | None], stalled: float,
-               first_reload: tuple[int, float] | None) -> None:
+               first_reload: tuple[int, float] | None, ready: list[tuple[float, ...]] | None) -> None:
         if not forward or len(log.layout) != len(forward):
             return
         profile = self.profile
         layout = tuple(log.layout)
         sizes = tuple(log.sizes) if len(log.sizes) == len(layout) else ()
+        # Where each storage was saved, by group: kept only where it matches the sizes.
+        ready = tuple(ready) if ready is not None and sizes and all(
+            len(r) == len(s) for r, s in zip(ready, sizes)) and len(ready) == len(sizes) else ()
         if profile is None or profile.layout != layout or profile.keep_last != log.keep_last:
-            self.profile = Profile(layout, log.keep_last, tuple(forward), tuple(backward), 1, sizes=sizes)
+            self.profile = Profile(layout, log.keep_last, tuple(forward), tuple(backward), 1, sizes=sizes, ready=ready)
             self.planned, self._plan, self.efficiency, self.provisional = {}, None, 1.0, True
             self._frozen_bytes_per_s = None
             return
@@ -370,7 +389,8 @@ class Planner:
             position, seconds = first_reload
             reloads[position] = min(seconds, reloads.get(position, seconds))
         self.profile = Profile(layout, log.keep_last, tuple(map(min, profile.forward, forward)), merged,
-                               profile.steps + 1, tuple(sorted(reloads.items())), sizes or profile.sizes)
+                               profile.steps + 1, tuple(sorted(reloads.items())), sizes or profile.sizes,
+                               _earliest(profile.ready, ready))
         self.last_stall_s = stalled
         if not log.learning:
             self.last_moved = dict(sorted(log.moved_by_group.items()))
@@ -398,6 +418,23 @@ class Planner:
         planned = log.moved / (log.bytes_per_s * log.efficiency * self.margin)
         achieved = log.moved / (planned + stalled)
         self.efficiency = min(self.efficiency, achieved / (self._planning_bytes_per_s() * self.margin))
+
+def _save_marks(log: StepLog) -> list[Any]:
+    """``log``'s save marks, when it has them for every group (a learning step's)."""
+    if len(log.saves) != len(log.forward) or not any(log.saves):
+        return []
+    return [m for group in log.saves for m in group]
+
+
+def _earliest(old: tuple, new: tuple) -> tuple:
+    """Per storage, the earliest save seen (as times, warm-up and stalls only delay one),
+    where both steps saved the same storages; else the one known."""
+    if not old or not new:
+        return old or new
+    if [len(g) for g in old] != [len(g) for g in new]:
+        return new
+    return tuple(tuple(map(min, a, b)) for a, b in zip(old, new))
+
 
 _planners: dict[torch.device, Planner] = {}
 

@@ -1,11 +1,13 @@
 """One step's device-to-host queue, planned whole: which storages each group moves.
 
 The queue model (planner.py's docstring says where it comes from): group ``g``'s copies
-start when group ``i = g + keep_last`` starts its forward or when the copies queued
-before them end, whichever is later, and must end by the start of group
-``i + 1 + SETTLE_LAG`` (or the forward's end); its reload must fit in its window of
-group ``g + 1``'s backward. ``copy_limit`` is that: when a group's copies start and the
-most bytes they may be, given when the link frees.
+are issued as it saves them (early.py) and each starts when its storage has been saved
+(``Profile.ready``; at the group's start when unknown) or when the copies queued before
+it end, whichever is later; they must end by the start of group
+``g + keep_last + 1 + SETTLE_LAG`` (or the forward's end); its reload must fit in its
+window of group ``g + 1``'s backward. ``copy_limit`` is the bound in bytes from the
+group's start (when a group's copies may start and the most bytes they may be, given
+when the link frees); ``copies_end`` times a chosen set of storages from their saves.
 
 Storages move whole: a group moves one of its subset sums (choice.py), and a byte budget
 per group, planned in order and filled by the group (what a group left of its window
@@ -21,8 +23,8 @@ that. ``prior`` caps every group (budgets never grow once planned for a layout, 
 pinned memory is allocated once the plan has settled): no group's cap grows in a replan.
 
 The plan is the most this model lets move; what it leaves of what the link hides
-(compute x bandwidth) is the model's: copies start only once group ``keep_last``
-starts, run at the planner's margin of the rate, the last moving group's end with the
+(compute x bandwidth) is the model's: copies start only once their tensors are saved,
+run at the planner's margin of the rate, the last moving group's end with the
 forward, and each reload fits ``RELOAD_WINDOW`` of one backward (below about 44 GB/s
 the mlp's 256 MiB storages no longer fit one: its groups move 128 MiB). Fitted to the
 H100 benchmark's budgets, the mlp's per-group budgets already moved this optimum
@@ -35,7 +37,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from fuseops.offload.choice import MAX_SUMS, subset_sums
+from fuseops.offload.choice import MAX_SUMS, fullest_subset, subset_sums
 
 # Groups whose copies may still run when the scheduler settles them (it waits for those
 # issued SETTLE_LAG + 1 groups back): the slack that lets a group spill into the next.
@@ -62,6 +64,10 @@ class Profile:
     # Per group, the bytes of each storage it saved that may move, in save order (the
     # last step measured; ``()`` when unknown: the plan then counts bytes, not storages).
     sizes: tuple[tuple[int, ...], ...] = ()
+    # Per group, aligned with ``sizes``: seconds from the group's start to each storage's
+    # save (where its copy may start), measured in learning steps; ``()`` when unknown:
+    # every storage is then counted ready at its group's start.
+    ready: tuple[tuple[float, ...], ...] = ()
 
     @functools.cached_property
     def starts(self) -> tuple[float, ...]:
@@ -80,12 +86,13 @@ class Profile:
 
 def copy_limit(profile: Profile, position: int, keep_last: int, link_free: float, rate: float) -> tuple[float, int]:
     """When group ``position``'s copies start, and the most bytes they may be at ``rate``
-    bytes per second, the link free from ``link_free`` (seconds, the profile's)."""
+    bytes per second, the link free from ``link_free`` (seconds, the profile's): from the
+    group's own start (its copies are issued as it saves them, early.py) to the start of
+    group ``position + keep_last + 1 + SETTLE_LAG``, where they are settled."""
     n = len(profile.layout)
-    issued = position + keep_last
     starts = profile.starts
-    start = max(starts[issued], link_free)
-    window = max(0.0, starts[min(issued + 1 + SETTLE_LAG, n)] - start)
+    start = max(starts[position], link_free)
+    window = max(0.0, starts[min(position + keep_last + 1 + SETTLE_LAG, n)] - start)
     backward = profile.backward[position + 1] if position + 1 < n else None
     measured = profile.reload_windows.get(position)
     if measured is not None:
@@ -97,11 +104,29 @@ def copy_limit(profile: Profile, position: int, keep_last: int, link_free: float
 
 
 def _save_order_fill(sizes: tuple[int, ...], cap: int) -> int:
-    moved = 0
-    for n in sizes:
+    return sum(sizes[i] for i in _save_order_subset(sizes, cap))
+
+
+def _save_order_subset(sizes: tuple[int, ...], cap: int) -> list[int]:
+    chosen, moved = [], 0
+    for i, n in enumerate(sizes):
         if n <= cap - moved:
+            chosen.append(i)
             moved += n
-    return moved
+    return chosen
+
+
+def copies_end(profile: Profile, position: int, indices, link_free: float, rate: float) -> float:
+    """When the copies of group ``position``'s storages ``indices`` (save order) end: each
+    is issued as it is saved (``Profile.ready``) and queues on the link behind the ones
+    before it."""
+    start = profile.starts[position]
+    ready = profile.ready[position]
+    sizes = profile.sizes[position]
+    end = link_free
+    for i in indices:
+        end = max(end, start + ready[i]) + sizes[i] / rate
+    return end
 
 
 def _options(sizes: tuple[int, ...], keep_last: int) -> list[tuple[int, int]]:
@@ -151,10 +176,16 @@ def plan_step(profile: Profile, keep_last: int, rate: float, prior: dict[int, in
     most bytes in all at ``rate``, each at most its ``prior`` (see the docstring)."""
     n = len(profile.layout)
     known = len(profile.sizes) == n
+    timed = known and len(profile.ready) == n
     # (bytes moved so far, when the link frees, the chain of (cap, moves) chosen).
     points: list[tuple[int, float, tuple | None]] = [(0, 0.0, None)]
     for position in range(n - keep_last):
-        options = _options(profile.sizes[position], keep_last) if known else None
+        sizes = profile.sizes[position] if known else ()
+        options = _options(sizes, keep_last) if known else None
+        # Saves timed: an option's copies end when its storages' queue does (each from
+        # its save), which must be by the deadline (``copy_limit``'s start is the group's).
+        timed_here = timed and len(profile.ready[position]) == len(sizes)
+        deadline = profile.starts[min(position + keep_last + 1 + SETTLE_LAG, n)]
         cap_before = prior.get(position)
         grown = []
         for total, free, chain in points:
@@ -165,7 +196,14 @@ def plan_step(profile: Profile, keep_last: int, rate: float, prior: dict[int, in
             for cap, moves in options if options is not None else ((limit, limit),):
                 if cap > limit:
                     break
-                grown.append((total + moves, start + moves / rate if moves > 0 else free, (cap, moves, chain)))
+                end = start + moves / rate
+                if timed_here and moves > 0:
+                    moving = _save_order_subset(sizes, cap) if keep_last == 0 else fullest_subset(sizes, cap)
+                    end = copies_end(profile, position, moving, free, rate)
+                    if end > deadline:
+                        # A larger sum of storages saved earlier may still fit.
+                        continue
+                grown.append((total + moves, end if moves > 0 else free, (cap, moves, chain)))
         points = _frontier(grown)
     chain = points[0][2]
     chosen = []

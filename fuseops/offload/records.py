@@ -168,6 +168,8 @@ class Group:
         # start; the target's record count then), see ``Scheduler._advance_prefetch``.
         self.prefetch_walk = (0, -1)
         self.budget_left: int | None = None
+        # An "auto" group that moves as it saves: the storages its plan chose (early.py).
+        self.picks: Any = None
         # group_budget_bytes="auto": the step's marks, this group's place in the step,
         # the bytes it may move (its layout entry) and whether the planner is learning.
         self.log: Any = None
@@ -175,6 +177,8 @@ class Group:
         self.eligible = 0
         # Bytes of each storage saved that may move, by storage key, in save order.
         self.sizes: dict[int, int] = {}
+        # A learning step's marks where each of those was saved (early.py).
+        self.saves: list[Any] = []
         self.learning = False
         # Moves nothing (see ``Scheduler._pass``): tensors passed through, not yet counted.
         self.passthrough = False

@@ -19,8 +19,10 @@ prefetches measure room (``_resident_bytes``).
 Groups follow the forward in order. A group is offloaded once ``keep_last`` later
 groups exist (so the last ``keep_last`` stay on the device; with ``keep_last=0`` each
 tensor is copied as it is saved), after the fence its producer recorded when the group
-closed; a byte budget per group keeps what the link could not hide: a fixed int (what
-fits of it moves, in save order), or with ``"auto"`` the sum of the storages the
+closed; with ``"auto"`` and a layout the planner knows, a group that is not among the
+profile's last ``keep_last`` copies each tensor as it is saved instead (early.py). A
+byte budget per group keeps what the link could not hide: a fixed int (what fits of it
+moves, in save order), or with ``"auto"`` the sum of the storages the
 step's plan chose for the group (planner.py, from the run's own timings and each
 group's storage sizes: the scheduler records the marks and the sizes, the planner reads
 them), which the fullest subset under it moves exactly (choice.py). The sources
@@ -43,6 +45,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from fuseops.offload.choice import fullest_subset
+from fuseops.offload.early import early_plan
 from fuseops.offload.link import link_for
 from fuseops.offload.marks import StorageSet, is_marked
 from fuseops.offload.planner import Planner, StepLog, planner_for
@@ -95,7 +98,8 @@ class Scheduler:
         self._log: StepLog | None = None
         self._step_groups: list[Group] = []
         # Copies issued while group i was current are settled when group i + 1 + lag
-        # starts: "auto" plans a queue that may spill one group (planner.py).
+        # starts: "auto" plans a queue that may spill one group (planner.py); a group
+        # copied early (early.py) counts as issued when group index + keep_last starts.
         self._settle_lag = SETTLE_LAG if group_budget_bytes == "auto" else 0
         # Saved bytes on the device when the forward ended (what backward's prefetches
         # may fill back up to), and whether a group's backward has started.
@@ -166,7 +170,17 @@ class Scheduler:
             older = group.index - self.keep_last
             if older >= 0:
                 self._offload_group(self._groups[older])
+            if self.keep_last > 0 and group.log is not None and not group.learning:
+                self._start_early(group)
         return group
+
+    def _start_early(self, group: Group) -> None:
+        """With a layout the planner knows, ``group`` moves as it saves (early.py)."""
+        layout = [g.eligible for g in self._step_groups[: group.position]]
+        plan = early_plan(self._planner, group.log, group.position, layout)
+        if plan is not None:
+            group.offloading = True
+            group.budget_left, group.picks = plan
 
     def _mark_forward(self, group: Group, device: torch.device) -> None:
         """Record the start of ``group``'s forward in the step's log (a new step once the
@@ -187,6 +201,7 @@ class Scheduler:
             self._log.forward_end = self._planner.timer.mark()
             self._log.layout = [g.eligible for g in self._step_groups]
             self._log.sizes = [tuple(g.sizes.values()) for g in self._step_groups]
+            self._log.saves = [g.saves for g in self._step_groups]
 
     def _resident_bytes(self) -> int:
         """Saved bytes on the device now: records neither on the host nor consumed by
@@ -264,12 +279,16 @@ class Scheduler:
         # the same whether the group keeps records or passes its tensors through.
         group.eligible += nbytes
         if group.passthrough:
-            if group.log is not None:
-                # Each storage once: the planner chooses whole storages (queue_plan.py).
-                group.sizes.setdefault(storage._cdata, nbytes)
+            if group.log is not None and storage._cdata not in group.sizes:
+                # Each storage once: the planner chooses whole storages (queue_plan.py),
+                # and counts each one's copy from where it is saved (early.py).
+                group.sizes[storage._cdata] = nbytes
+                group.saves.append(self._planner.timer.mark())
             return self._pass(group, t)
         key = storage._cdata
+        index = None
         if group.log is not None and key not in group.sizes:
+            index = len(group.sizes)
             group.sizes[key] = nbytes
         ref = self._by_storage.get(key)
         stored = ref() if ref is not None else None
@@ -306,7 +325,10 @@ class Scheduler:
         else:
             stored.handles += 1
             if group.offloading:
-                self._offload([stored], group, after=None)
+                if group.picks is not None and not group.picks.take(index, nbytes):
+                    self._decide(stored, Skip.BUDGET)
+                else:
+                    self._offload([stored], group, after=None)
         return handle
 
     def _pass(self, group: Group, t: torch.Tensor) -> Passed:
@@ -459,8 +481,11 @@ class Scheduler:
                 moved += stored.nbytes
                 batch.append(stored)
             self.stats["storages_offloaded"] += len(batch)
-            # The alias keeps the source alive until the copy is settled.
-            self._unsettled.append((len(self._groups) - 1, device, done, batch, self._planned_log(group)))
+            # The alias keeps the source alive until the copy is settled. A group copied
+            # early settles where it would have when issued as group index + keep_last
+            # started (early.py): only its copies' start moves.
+            issued_in = max(len(self._groups) - 1, group.index + self.keep_last)
+            self._unsettled.append((issued_in, device, done, batch, self._planned_log(group)))
         if chosen:
             self.stats["bytes_offloaded"] += moved
             self._on_host.add(group.index)

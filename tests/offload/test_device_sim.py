@@ -39,14 +39,12 @@ def test_auto_steps_wait_on_nothing_and_move_most_of_what_the_link_hides(monkeyp
     for s in steps[STEADY]:
         assert sum(s.waited.values()) < 1e-9 and s.seconds == pytest.approx(none)
         # The first planned step's budgets were provisional (the default bandwidth, the
-        # first reload's window guessed): planned afresh from what it measured, the mlp
-        # moves 0.93 / 0.94 of what the link hides at 45 / 50 GB/s (0.86 / 0.89 when those
-        # budgets only ever shrank). The moe moves 0.88-0.89: its last offloaded group
-        # moves only 0.2 MB. Its reload window is short (0.39 ms: the first backward group
-        # queues it after its fc1), but a window of 4.1 ms (queued as fc1 unpacks) moves
-        # no more: the queue, planned at the margin's rate, leaves that group 1.2 ms of
-        # the last forward (53 MiB), under its smallest storage (64 MiB).
-        assert s.moved >= (0.85 if kind == "moe" else 0.9) * hideable
+        # first reload's window guessed): planned afresh from what it measured. Each
+        # group copying as it saves (early.py), the link also works through group 0's
+        # forward: mlp 0.97 / 0.99, attn 1.04 / 1.06, moe 0.99 / 0.99 of what the link
+        # hides at 45 / 50 GB/s (copies issued at group keep_last's start: 0.93 / 0.94,
+        # about 0.93, 0.88-0.89 with the session 16 stacks).
+        assert s.moved >= 0.95 * hideable, s.moved / hideable
 
 
 @pytest.mark.parametrize("kind, bytes_per_s", [("mlp", 51.9e9), ("attn", 42.1e9), ("moe", 51.2e9)])
@@ -54,14 +52,15 @@ def test_auto_moves_what_it_planned_at_the_h100_bandwidths(monkeypatch, kind, by
     # The bandwidths the H100 benchmark's copies achieved beside compute (session 16).
     # Each group's budget is the sum of the storages the step's plan chose for it, so
     # it moves all of it (a byte budget filled by whole storages left 20-45 % unused);
-    # chosen over the whole step, the moe moves 0.94 of what the link hides (0.92).
+    # chosen over the whole step, the moe moved 0.94 of what the link hides (0.92), and
+    # copied as each group saves (early.py) mlp / attn / moe move 1.01 / 0.97 / 1.06.
     steps = sim.run(monkeypatch, kind, "auto", steps=6, bytes_per_s=bytes_per_s)
     planner = sim.planner_module._planners[sim.CPU]
     hideable = sim.forward_seconds(kind) * 7 / 8 * bytes_per_s
     assert planner.last_moved == {g: n for g, n in planner.planned.items() if n > 0}
     for s in steps[STEADY]:
         assert sum(s.waited.values()) < 1e-9
-        assert s.moved >= (0.93 if kind == "moe" else 0.9) * hideable, s.moved / hideable
+        assert s.moved >= 0.95 * hideable, s.moved / hideable
 
 
 @pytest.mark.parametrize("kind, bytes_per_s", [("mlp", 48e9), ("attn", 45e9), ("attn", 54e9)])
@@ -97,8 +96,13 @@ def test_auto_lowers_the_peak_by_what_it_moves(monkeypatch, kind, bytes_per_s, j
     # it only once past its own peak (scheduler.py): a reload queued before that lands
     # under the step's peak and adds its bytes to it (queued as that group's backward
     # starts, FIRST_PREFETCH_AFTER = 0: mlp 0.93-0.94, attn 0.84-0.86).
+    # The attn's peak is at the forward's end, where the sources of the last two moving
+    # groups' copies are still held (settled as the forward ends): what those groups
+    # move does not lower it. Copied as each group saves (early.py), the attn at 50 GB/s
+    # moves 2240 MiB (1984 before) and lowers the peak by 1984 MiB (1920): 0.886.
+    floor = 0.88 if kind == "attn" else 0.9
     none = sim.run(monkeypatch, kind, "none", steps=8, jitter=jitter)
     steps = sim.run(monkeypatch, kind, "auto", steps=8, bytes_per_s=bytes_per_s, jitter=jitter)
     for plain, s in zip(none[STEADY], steps[STEADY]):
         assert s.moved > 0
-        assert plain.peak - s.peak >= 0.9 * s.moved, ((plain.peak - s.peak) / s.moved)
+        assert plain.peak - s.peak >= floor * s.moved, ((plain.peak - s.peak) / s.moved)

@@ -71,17 +71,18 @@ def test_moe_stack_with_the_default_budget_is_bitwise(monkeypatch, recipe):
     x = torch.randn(64, 64, dtype=torch.bfloat16)
     want, _ = moe_step(layers, x, recipe, None)
     moved = []
-    for _ in range(4):
+    for _ in range(5):
         got, stats = moe_step(layers, x, recipe, dict(min_tensor_bytes=0))
         assert_same(got, want)
         assert stats["bytes_offloaded"] == stats["bytes_reloaded"]
         moved.append((stats["bytes_offloaded"], stats["skipped_learning"]))
-    # Two steps learn; then what fits 3 ms x 10 MB/s x 0.9 per group moves, not all.
+    # Two steps learn; then what fits 3 ms x 10 MB/s x 0.9 per group moves, not all (the
+    # first planned step's budgets are provisional: planned afresh once it is digested).
     assert moved[0][0] == moved[1][0] == 0 and moved[0][1] > 0
-    assert moved[2] == moved[3] and moved[2][0] > 0 and moved[2][1] == 0
+    assert moved[3] == moved[4] and moved[2][0] > 0 and moved[2][1] == moved[3][1] == 0
     everything = moe_step(layers, x, recipe, dict(min_tensor_bytes=0, group_budget_bytes=None))
     assert_same(everything[0], want)
-    assert everything[1]["bytes_offloaded"] > moved[2][0]
+    assert everything[1]["bytes_offloaded"] > moved[3][0]
 
 
 @pytest.mark.gpu
