@@ -236,24 +236,20 @@ def _serving(kernel: Kernel, backend: Backend) -> Callable[..., Any]:
     return functools.partial(_first_serving, routes)
 
 
-# Under the torch.func transforms: the plain-torch references, which trace as they are
-# (vmap runs the plan's Function on batched tensors, which have no storage a Triton kernel
-# could read). The dense GEMMs take their product in bf16 / fp16 there (gemm/traced.py: the
-# references' float32 product made the compiled model 5x slower than eager).
+# Under torch.compile: the plain-torch references, which the compiler traces and fuses itself
+# (a Triton launcher's host code is not traceable; the grouped GEMMs, whose references walk
+# the offsets on the host, reach the compiler as custom ops through library.py instead).
+# The dense GEMMs take their product in bf16 / fp16 there (gemm/traced.py: the references'
+# float32 product made the compiled model 5x slower than eager).
 _TRACED = {r.kernel: r.runs for r in TABLE if r.backend is Backend.TORCH} | {
     Kernel.GEMM: traced.gemm, Kernel.GEMM_GATED: traced.gemm_gated}
-# Under torch.compile: the same, but for the dense GEMMs, which run as custom ops choosing
-# their kernel at run time as eager does (traced.py says why); the grouped GEMMs and the
-# routing, whose references walk offsets on the host, reach the compiler as custom ops through
-# library.py and moe/traceable.py instead (a Triton launcher's host code is not traceable).
-_COMPILED = _TRACED | {Kernel.GEMM: traced.gemm_op, Kernel.GEMM_GATED: traced.gemm_gated_op}
 
 
 def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
     """What serves ``kernel`` for work on ``t``: call it with the launcher's arguments."""
-    if torch.compiler.is_compiling():
-        return _COMPILED[kernel]
-    if maybe_current_level() is not None:
+    if torch.compiler.is_compiling() or maybe_current_level() is not None:
+        # Under torch.func transforms too: vmap runs the plan's Function on batched tensors
+        # (its generated vmap rule), which have no storage a Triton kernel could read.
         return _TRACED[kernel]
     return _callable(kernel, backend_of(t))
 

@@ -1,6 +1,5 @@
-"""What torch.compile and torch.func run for the dense GEMMs (gemm/traced.py): under compile
-the eager kernels as custom ops; traced, the product in the operands' bf16 / fp16 (never a
-float32 GEMM of half operands), the epilogue of the reference."""
+"""What torch.compile traces for the dense GEMMs (gemm/traced.py): the product in the
+operands' bf16 / fp16 (never a float32 GEMM of half operands), the epilogue of the reference."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from torch._dynamo.testing import AotEagerAndRecordGraphs
 
 import fuseops
 from fuseops import ops
-from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.kernels.gemm import dense, dense_gated, traced
 
@@ -90,51 +88,3 @@ def test_a_compiled_bf16_model_multiplies_in_bf16(act: str) -> None:
     compiled(x).float().sum().backward()
     assert backend.fw_graphs and backend.bw_graphs
     assert _float32_products(backend.fw_graphs + backend.bw_graphs) == []
-
-
-@pytest.mark.parametrize("epilogue", ["bias+gelu", "residual", "act_grad", "preact", "empty"])
-def test_gemm_op_passes_opcheck(epilogue: str) -> None:
-    a, b, bias = _operands()
-    act_grad = residual = None
-    if epilogue == "residual":
-        residual = torch.randn(24, 32).bfloat16()
-    elif epilogue == "act_grad":
-        act_grad = torch.randn(24, 32).bfloat16()
-    elif epilogue == "empty":
-        a = a[:0]
-    args = (a, b, bias, int(Activation.GELU_TANH), 1.0, epilogue == "preact", act_grad, residual)
-    torch.library.opcheck(traced._gemm_op, args)
-    y, pre = traced.gemm_op(a, b, bias=bias, act=Activation.GELU_TANH, save_preact=epilogue == "preact",
-                            act_grad_input=act_grad, residual=residual)
-    y_eager, pre_eager = launcher(Kernel.GEMM, a)(a, b, bias=bias, act=Activation.GELU_TANH, save_preact=epilogue == "preact",
-                                    act_grad_input=act_grad, residual=residual)
-    assert torch.equal(y, y_eager) and (pre is None) == (pre_eager is None)
-
-
-@pytest.mark.parametrize("interleaved", [False, True])
-@pytest.mark.parametrize("save_preact", [False, True])
-def test_gemm_gated_op_passes_opcheck(interleaved: bool, save_preact: bool) -> None:
-    a, b, bias = _operands(N=64)
-    torch.library.opcheck(traced._gemm_gated_op, (a, b, bias, int(Activation.SILU), interleaved, False, 7.0, 1.0,
-                                                  save_preact))
-    y, pre = traced.gemm_gated_op(a, b, bias=bias, act=Activation.SILU, interleaved=interleaved,
-                                  save_preact=save_preact)
-    y_eager, _ = launcher(Kernel.GEMM_GATED, a)(a, b, bias=bias, act=Activation.SILU, interleaved=interleaved,
-                                        save_preact=save_preact)
-    assert torch.equal(y, y_eager) and (pre is not None) == save_preact
-
-
-def test_compiled_forward_runs_the_eager_gemm_kernels() -> None:
-    """Under torch.compile the fused forward GEMMs are the ``fuseops::gemm`` op (the kernels
-    eager runs), not an inductor product and epilogue."""
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    model = fuseops.Sequential(ops.RMSNorm(32), ops.Linear(32, 128), ops.GELU(approximate="tanh"),
-                               ops.Linear(128, 32), ops.AddExtraInput()).bfloat16()
-    x = torch.randn(16, 32, dtype=torch.bfloat16, requires_grad=True)
-    backend = AotEagerAndRecordGraphs()
-    y = torch.compile(lambda t: model(t, t), backend=backend, fullgraph=True)(x)
-    targets = [str(n.target) for g in backend.fw_graphs for n in g.graph.nodes if n.op == "call_function"]
-    assert targets.count("fuseops.gemm.default") == 2, targets
-    assert not any(t.startswith(("aten.mm", "aten.addmm")) for t in targets), targets
-    torch.testing.assert_close(y, model(x, x), rtol=0, atol=0)
