@@ -237,8 +237,9 @@ def _serving(kernel: Kernel, backend: Backend) -> Callable[..., Any]:
 
 
 # Under torch.compile: the plain-torch references, which the compiler traces and fuses itself
-# (a Triton launcher's host code is not traceable; the grouped GEMMs, whose references walk
-# the offsets on the host, reach the compiler as custom ops through library.py instead).
+# (a Triton launcher's host code is not traceable; the grouped GEMMs and the MoE routing,
+# whose references walk offsets on the host or cost more than the kernels, reach the
+# compiler as custom ops through library.py and moe/traceable.py instead).
 # The dense GEMMs take their product in bf16 / fp16 there (gemm/traced.py: the references'
 # float32 product made the compiled model 5x slower than eager).
 _TRACED = {r.kernel: r.runs for r in TABLE if r.backend is Backend.TORCH} | {

@@ -8,6 +8,14 @@ float32 GEMM: the 4-block GELU stack at T=16384, H=4096 took 411 ms compiled aga
 eager on an H100 (``benchmarks/sizes.py``, session 14). Here the epilogue reads the product
 rounded once to the operands' dtype, as the unfused ops (Linear, then the activation or the
 residual add) compute it; other dtypes go to the references unchanged.
+
+Tried and measured slower (session 17, H100, one machine, ``results/session17/call10/``): the
+dense GEMMs as custom ops running the eager kernels under compile. Against these traced
+references, the 4-block stacks compiled took 4.14 / 2.91 ms (GELU H=1024 T=1024), 7.11 /
+2.69 (SwiGLU H=1024 T=1024), 8.84 / 7.34 (SwiGLU H=1024 T=16384), and won only at GELU
+H=2048 T=16384 (22.69 / 23.52): each op's dispatch and launcher Python costs more than
+inductor's wrapper where the host bounds the step, and inductor fuses the gated epilogue
+with its neighbours.
 """
 
 from __future__ import annotations
