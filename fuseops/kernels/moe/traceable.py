@@ -3,8 +3,9 @@ layer runs the same permute and unpermute kernels as an eager one.
 
 Their torch references (a stable sort, index_put, index_add, a float32 gather-sum) are
 traceable, but compiled they cost what the kernels save: on the H100 the compiled OLMoE /
-Qwen3 layers ran 23-50 % slower than the eager ones at every token count (session 17's
-sizes table), and every reference op is one more kernel a host-bound step launches. Output
+Qwen3 layers ran 22-59 % slower than the eager ones at every token count with them (session
+17, ``results/session17/call3/``), 0.97-1.21x eager with these ops at T=4096 and 16384 (calls
+6 and 7, other machines), and every reference op is one more kernel a host-bound step launches. Output
 shapes follow from input shapes alone (no split size is read), so each op's fake
 implementation is exact and row counts stay dynamic.
 
