@@ -16,6 +16,7 @@ from fuseops.offload import offload_activations
 from fuseops.offload import scheduler as scheduler_module
 from fuseops.offload.records import Stored
 from fuseops.ops.executor import save_notice
+from tests.offload.test_moe import assert_same, moe_stack, moe_step
 
 
 class NoticedThenSaved(torch.autograd.Function):
@@ -179,3 +180,33 @@ def test_the_receiver_is_registered_only_while_a_context_is_active():
         with offload_activations(enabled=False):
             assert save_notice.current_receiver() is not None
     assert save_notice.current_receiver() is None
+
+
+def test_a_moe_stack_copies_its_experts_saves_at_their_notices_with_bitwise_gradients(monkeypatch):
+    # The fused expert MLP notices x_sorted before its GEMMs and z between them; every
+    # group moving as it saves (keep_last=0), their copies are issued from those notices.
+    inside, depth = [], [0]
+    real_notice, real_offload = scheduler_module.Scheduler.notice, scheduler_module.Scheduler._offload
+
+    def notice(self, tensors):
+        depth[0] += 1
+        try:
+            return real_notice(self, tensors)
+        finally:
+            depth[0] -= 1
+
+    def offload(self, records, group, after):
+        if records and depth[0]:
+            inside.append(sum(s.nbytes for s in records))
+        return real_offload(self, records, group, after)
+
+    monkeypatch.setattr(scheduler_module.Scheduler, "notice", notice)
+    monkeypatch.setattr(scheduler_module.Scheduler, "_offload", offload)
+    layers = moe_stack(2, 64, 48, 4, 2)
+    x = torch.randn(64, 64, dtype=torch.bfloat16)
+    want, _ = moe_step(layers, x, None, None)
+    got, stats = moe_step(layers, x, None, dict(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None))
+    assert_same(got, want)
+    # Per layer, x_sorted (64 rows x top-2 x 64, bf16) and z (128 x 96, bf16).
+    assert sorted(inside) == sorted([128 * 64 * 2, 128 * 96 * 2] * 2)
+    assert stats["bytes_offloaded"] == stats["bytes_reloaded"] > sum(inside)

@@ -150,6 +150,17 @@ def _checked_params(
     return [params[slot] for slot in picked]
 
 
+def _run_forward_noticing(prep, ops, ctxs, x, extra_inputs, receiver: Receiver):
+    """``run_forward`` telling ``receiver`` of each step's saves, and letting fused steps
+    notice sooner (``save_notice.notice_early``) while it runs."""
+    previous = noticing(receiver)
+    try:
+        with autocast_off(prep.device_type):
+            return run_forward(prep.plan, ops, ctxs, x, extra_inputs, receiver)
+    finally:
+        noticing(previous)
+
+
 def forward_body(state: RunState, inputs: Sequence[Any], *, notice: bool = False) -> tuple[tuple, list[torch.Tensor], list]:
     """``(outputs, tensors to save, packed records)``; fills fresh op contexts. ``notice``:
     the caller saves the tensors through ``save_for_backward`` (``PlanFunction``), so a
@@ -163,13 +174,7 @@ def forward_body(state: RunState, inputs: Sequence[Any], *, notice: bool = False
     flat = [inputs[e.index] if isinstance(e, Arg) else e for e in state.extra_template]
     extra_inputs = [tuple(flat[a:b]) for a, b in prep.extra_spans]
     if receiver is not None:
-        # Fused steps may notice sooner (``save_notice.notice_early``).
-        previous = noticing(receiver)
-        try:
-            with autocast_off(prep.device_type):
-                y, extra_outputs = run_forward(prep.plan, state.ops, ctxs, x, extra_inputs, receiver)
-        finally:
-            noticing(previous)
+        y, extra_outputs = _run_forward_noticing(prep, state.ops, ctxs, x, extra_inputs, receiver)
     elif prep.autocast:
         with autocast_off(prep.device_type):
             y, extra_outputs = run_forward(prep.plan, state.ops, ctxs, x, extra_inputs)
