@@ -6,8 +6,10 @@ The real ``Scheduler`` and ``Planner`` run unchanged on top: ``SimLink`` stands 
 planner reads ``SimTimer`` marks, and layers of ``Node``s advance the compute stream by
 the time each forward and backward node takes on an H100 (``STACKS``: the MLP and MoE
 stacks of ``benchmarks/offload.py``, 8k tokens, H=4096, bf16), saving what those layers
-save. Sizes are scaled down by ``SCALE`` (a simulated byte is ``SCALE`` real ones; the
-link's rate scaled alike), so the scheduler sees the real sizes' proportions.
+save ("moe" saves x_sorted as permute makes it; "moe_plan" as fuseops runs the experts,
+one Function saving x_sorted and z as it ends, and noticing them as it makes them:
+``Experts``). Sizes are scaled down by ``SCALE`` (a simulated byte is ``SCALE`` real
+ones; the link's rate scaled alike), so the scheduler sees the real sizes' proportions.
 
 Memory: the device's bytes are the storages the nodes save (alive while the autograd
 graph, or the scheduler's record or copy in flight, holds them) and the buffers reloads

@@ -161,7 +161,9 @@ def _run_forward_noticing(prep, ops, ctxs, x, extra_inputs, receiver: Receiver):
         noticing(previous)
 
 
-def forward_body(state: RunState, inputs: Sequence[Any], *, notice: bool = False) -> tuple[tuple, list[torch.Tensor], list]:
+def forward_body(
+    state: RunState, inputs: Sequence[Any], *, notice: bool = False
+) -> tuple[tuple, list[torch.Tensor], list]:
     """``(outputs, tensors to save, packed records)``; fills fresh op contexts. ``notice``:
     the caller saves the tensors through ``save_for_backward`` (``PlanFunction``), so a
     registered receiver hears of each step's as it is produced (``save_notice.py``),
