@@ -12,6 +12,7 @@ import torch._dynamo
 
 import fuseops
 from fuseops import ops
+from fuseops.ops.executor import save_notice
 
 
 def _dense() -> fuseops.Sequential:
@@ -106,6 +107,25 @@ def test_inference_compiles_fullgraph(kind: str) -> None:
         for rows in (10, 13):
             args = _inputs(kind, rows, seed=rows)
             torch.testing.assert_close(compiled(*args), _call(kind, model, args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["dense", "grouped"])
+def test_the_save_notice_is_not_traced(monkeypatch, kind: str) -> None:
+    # A receiver registered (as offload_activations registers one): the compiled forward
+    # neither calls it nor breaks its graph for it (ops/executor/save_notice.py).
+    heard = []
+    monkeypatch.setattr(save_notice, "_receiver", heard.append)
+    torch._dynamo.reset()
+    model = _model(kind)
+    compiled = torch.compile(lambda *a: _call(kind, model, a), backend="aot_eager", fullgraph=True)
+    args = _inputs(kind, 12, seed=3)
+    y, grads = _run(kind, model, compiled, args)
+    assert heard == []
+    y_ref, grads_ref = _run(kind, model, lambda *a: _call(kind, model, a), args)
+    assert heard  # the same model, eager: noticed
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    for g, g_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-5)
 
 
 def test_explain_finds_no_break_in_a_grouped_sequential() -> None:

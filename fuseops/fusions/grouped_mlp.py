@@ -32,6 +32,7 @@ from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.ops import _autocast
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.contract import OpContext, OpGrads
+from fuseops.ops.executor.save_notice import notice_early
 from fuseops.ops.executor.saved_state import graph_freed_after_backward
 from fuseops.ops.gated import GatedActivation, GatedSaved
 from fuseops.ops.grouped_linear import GroupedLinear, GroupedLinearSaved, device_offsets
@@ -77,18 +78,22 @@ class GroupedMLP(Fusion):
         gemm = library.grouped_gemm
         # z also feeds the recompute of h for FC2's weight gradient.
         keep_z = ctxs[1].needs_backward or ctxs[2].weight_requires_grad
+        # Saved as they are made, each noticed before the GEMM after it: an offload copy
+        # of x may run beside both GEMMs, and one of z beside FC2 (save_notice.py).
+        fc1.save(ctxs[0], x, offsets)
+        notice_early(ctxs[:1])
         if isinstance(act_op, GatedActivation):
             h, z = library.grouped_gemm_gated(x2d, w1.transpose(1, 2), offsets, bias=b1, act=act_op.act,
                           probs=probs, save_preact=keep_z, **act_op.kernel_args)
         else:
             h, z = gemm(x2d, w1.transpose(1, 2), offsets, bias=b1, act=act_op.act,
                         alpha=act_op.alpha, save_preact=keep_z)
-        y, _ = gemm(h, w2.transpose(1, 2), offsets, bias=b2)
-
-        fc1.save(ctxs[0], x, offsets)
         if keep_z:
             record = GatedSaved(x=z, probs=probs) if isinstance(act_op, GatedActivation) else ActivationSaved(x=z)
             ctxs[1].saved = record
+            notice_early(ctxs[1:2])
+        y, _ = gemm(h, w2.transpose(1, 2), offsets, bias=b2)
+
         if ctxs[2].needs_backward:
             # h is recomputed from z in backward (module docstring).
             ctxs[2].saved = GroupedLinearSaved(

@@ -7,7 +7,9 @@ door). Module hooks, installed process-wide only while some context is active on
 thread, do two things for the innermost context of the calling thread: each top-level
 ``fuseops.Sequential`` call becomes a group, and the buffers of every module called are
 remembered, so that a buffer saved by autograd stays where it is (a parameter is
-recognised from the tensor itself).
+recognised from the tensor itself). While some context is active, the executor's save
+notices (``ops/executor/save_notice.py``) go to the innermost context of the calling
+thread too, when its hooks are the ones its saves will reach.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch.nn.modules import module as nn_module
 
 from fuseops.offload.records import Skip, count_skip
 from fuseops.offload.scheduler import Scheduler
+from fuseops.ops.executor.save_notice import set_receiver
 
 _local = threading.local()
 _install_lock = threading.Lock()
@@ -85,6 +88,18 @@ def _post_hook(module: torch.nn.Module, args: Any, output: Any) -> None:
         scope.close_group(scope.sequential_groups.pop())
 
 
+def _notice(tensors: list[torch.Tensor]) -> None:
+    """The executor's notice of saves to come (``save_notice.py``), for the innermost
+    context of the calling thread, when torch's innermost saved-tensor hooks are that
+    context's own (a checkpoint, or the caller's own hooks, inside the context takes the
+    saves elsewhere: a notice there would make records no save ever reaches)."""
+    scope = innermost()
+    if isinstance(scope, Scheduler):
+        top = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        if top is not None and top[0] == scope.pack:
+            scope.notice(tensors)
+
+
 def _install() -> None:
     global _users
     with _install_lock:
@@ -93,6 +108,7 @@ def _install() -> None:
             _installed.append(nn_module.register_module_forward_pre_hook(_pre_hook))
             # always_call: a forward that raises still closes its group.
             _installed.append(nn_module.register_module_forward_hook(_post_hook, always_call=True))
+            set_receiver(_notice)
 
 
 def _uninstall() -> None:
@@ -100,6 +116,7 @@ def _uninstall() -> None:
     with _install_lock:
         _users -= 1
         if _users == 0:
+            set_receiver(None)
             while _installed:
                 _installed.pop().remove()
 

@@ -2,9 +2,15 @@
 
 Every tensor saved for backward inside the context reaches ``pack`` (torch's
 saved-tensor hooks; fuseops' fuser saves activations, one plain buffer at a time,
-through the same door). What is kept where it is, and why, is decided in ``pack``:
-parameters and their views, other leaves that require grad, module buffers, marked
-storages, small storages and tensors that are not plain strided CPU/CUDA tensors.
+through the same door). fuseops' plan Function saves all its activations as its
+forward ends, so the executor also hands each to ``notice`` as soon as it is made
+(``ops/executor/save_notice.py``; hooks.py passes it on): its record is made there,
+as a save would make it, so its copy may start then, and the save that follows finds
+it by storage and version (one changed in place in between is saved afresh; one whose
+save never comes is dropped as its group ends, ``_abandon``). What is kept where it
+is, and why, is decided in ``pack``: parameters and their views, other leaves that
+require grad, module buffers, marked storages, small storages and tensors that are not
+plain strided CPU/CUDA tensors.
 Everything else becomes a ``SavedTensor`` handle on a ``Stored`` record (records.py),
 one per storage (at one version): views share their storage's record and are rebuilt
 with their exact size, stride and offset. A group that can move nothing (an int budget
@@ -114,6 +120,10 @@ class Scheduler:
         # group that saves one again passes it too (as a record would stay where its first
         # group decided it).
         self._over_cap: dict[int, StorageWeakRef] = {}
+        # Records made by a notice (``notice``) whose save has not come yet, by storage:
+        # held here until it comes (its handle holds the record from then on), or until
+        # the group ends or backward starts without it (``_abandon``).
+        self._noticed: dict[int, Stored] = {}
 
     def open_group(self) -> Group | None:
         """Start a group; ``None`` when one is already open (groups do not nest)."""
@@ -128,6 +138,8 @@ class Scheduler:
             self._close_current()
 
     def _close_current(self) -> None:
+        if self._noticed:
+            self._abandon_noticed()
         group, self._current, self._current_explicit = self._current, None, False
         if group is not None and group.index >= 0:
             group.fences = {d: link_for(d).fence() for d in group.devices}
@@ -294,6 +306,12 @@ class Scheduler:
         stored = ref() if ref is not None else None
         if stored is not None and (stored.ref.expired() or stored.version != t._version):
             stored = None
+        if self._noticed:
+            noticed = self._noticed.pop(key, None)
+            if noticed is not None and noticed is not stored:
+                # Changed in place since its notice: the record (and any copy it started)
+                # holds the old value; this save is recorded afresh below.
+                self._abandon(key, noticed)
         if stored is None:
             passed = self._over_cap.get(key)
             if passed is not None and passed.expired():
@@ -330,6 +348,77 @@ class Scheduler:
                 else:
                     self._offload([stored], group, after=None)
         return handle
+
+    def notice(self, tensors: list[torch.Tensor]) -> None:
+        """Tensors the executor will save once its forward ends (``save_notice.py``),
+        each treated as saved now: its storage's size and save mark (a learning step's)
+        and its record are made here, so that its copy may start now when the group
+        moves as it saves (the same choice as at a save: the plan's picks by save index,
+        or the budget in save order), and the planner counts its copy from here. The
+        save that follows finds the record by storage and version (``pack``) and adds
+        its handle; one changed in place meanwhile is saved afresh. Nothing is counted
+        in the stats here: the save counts each tensor."""
+        for t in tensors:
+            storage = self._skip_reason(t)
+            if type(storage) is Skip:
+                continue
+            group = self._current
+            if group is None or group.index < 0:
+                group = self._group_for_save(t.device)
+            key, nbytes = storage._cdata, storage.nbytes()
+            index = None
+            if group.log is not None and key not in group.sizes:
+                index = len(group.sizes)
+                group.sizes[key] = nbytes
+                if group.passthrough:
+                    group.saves.append(self._planner.timer.mark())
+            if group.passthrough:
+                continue
+            ref = self._by_storage.get(key)
+            stored = ref() if ref is not None else None
+            if stored is not None and not stored.ref.expired() and stored.version == t._version:
+                # Recorded already at this version (noticed, or saved before): the save
+                # decides what becomes of it, as for a second save.
+                continue
+            passed = self._over_cap.get(key)
+            if passed is not None and not passed.expired():
+                continue
+            cap = self._cap(group)
+            if cap is not None and nbytes > cap:
+                continue
+            self._release_copied()
+            self._forward_peak = max(self._forward_peak, self._held)
+            stored = Stored(group, t, storage)
+            self._held += stored.nbytes
+            self._by_storage[key] = weakref.ref(stored)
+            group.records.append(self._by_storage[key])
+            group.devices.add(stored.device)
+            self._noticed[key] = stored
+            if group.offloading:
+                if group.picks is not None and not group.picks.take(index, nbytes):
+                    self._decide(stored, Skip.BUDGET)
+                else:
+                    self._offload([stored], group, after=None)
+
+    def _abandon(self, key: int, stored: Stored) -> None:
+        """A noticed record whose save did not come (the forward raised, the saves went
+        to other hooks) or came at another version: out of its group, its bytes no
+        longer held; it dies once nothing holds it (a copy it started settles first,
+        then its host block goes back)."""
+        ref = self._by_storage.get(key)
+        if ref is not None and ref() is stored:
+            del self._by_storage[key]
+        if stored.where is Where.DEVICE:
+            # A copy in flight is still held: ``_drop_sources`` counts it off as it settles.
+            self._held -= stored.nbytes
+            stored.alias = None
+        stored.group = None
+        stored.decided = True
+
+    def _abandon_noticed(self) -> None:
+        noticed, self._noticed = self._noticed, {}
+        for key, stored in noticed.items():
+            self._abandon(key, stored)
 
     def _pass(self, group: Group, t: torch.Tensor) -> Passed:
         """A tensor of a group that moves nothing: kept as it is, counted by the group
@@ -563,6 +652,8 @@ class Scheduler:
         first = not self._backward_seen
         if first:
             self._backward_seen = True
+            if self._noticed:
+                self._abandon_noticed()
             self._resident_at_forward_end = self._resident_bytes()
             self._forward_peak = max(self._forward_peak, self._held)
         self._settle(len(self._groups))

@@ -6,8 +6,10 @@ The real ``Scheduler`` and ``Planner`` run unchanged on top: ``SimLink`` stands 
 planner reads ``SimTimer`` marks, and layers of ``Node``s advance the compute stream by
 the time each forward and backward node takes on an H100 (``STACKS``: the MLP and MoE
 stacks of ``benchmarks/offload.py``, 8k tokens, H=4096, bf16), saving what those layers
-save. Sizes are scaled down by ``SCALE`` (a simulated byte is ``SCALE`` real ones; the
-link's rate scaled alike), so the scheduler sees the real sizes' proportions.
+save ("moe" saves x_sorted as permute makes it; "moe_plan" as fuseops runs the experts,
+one Function saving x_sorted and z as it ends, and noticing them as it makes them:
+``Experts``). Sizes are scaled down by ``SCALE`` (a simulated byte is ``SCALE`` real
+ones; the link's rate scaled alike), so the scheduler sees the real sizes' proportions.
 
 Memory: the device's bytes are the storages the nodes save (alive while the autograd
 graph, or the scheduler's record or copy in flight, holds them) and the buffers reloads
@@ -39,6 +41,7 @@ from fuseops.offload import mark_not_offload, offload_activations
 from fuseops.offload import planner as planner_module
 from fuseops.offload.planner import Planner
 from fuseops.offload.timing import CopyMeter
+from fuseops.ops.executor import save_notice
 
 SCALE = 1024
 MB = 2**20
@@ -173,20 +176,60 @@ class Node(torch.autograd.Function):
         sim.t["compute"] += forward_s
         out = torch.zeros(max(1, out_bytes // SCALE // 4))
         ctx.sim, ctx.backward_s, ctx.shape = sim, backward_s, x.shape
-        saved = x if saves_input else out
-        sim.hold(saved)
-        ctx.save_for_backward(saved)
+        if saves_input is None:  # saves nothing that may move (permute: its row map)
+            ctx.save_for_backward()
+        else:
+            saved = x if saves_input else out
+            sim.hold(saved)
+            ctx.save_for_backward(saved)
         sim.sample(out)
         return out
 
     @staticmethod
     def backward(ctx, dy):
-        (saved,) = ctx.saved_tensors  # unpacked as a real node's backward does
+        saved = ctx.saved_tensors  # unpacked as a real node's backward does
         del saved
         ctx.sim.t["compute"] += ctx.backward_s
         dx = torch.zeros(ctx.shape)
         ctx.sim.sample(dy, dx)
         return dx, None, None, None, None, None
+
+
+class Experts(torch.autograd.Function):
+    """The MoE expert MLP as fuseops runs it (``fusions/grouped_mlp.py``): one plan
+    Function whose one fused step runs FC1's GEMM (``fc1_s``, its pre-activation ``z``
+    of ``z_bytes``) then FC2's (``fc2_s``), saving its input ``x`` and ``z`` as the
+    Function's forward ends. With ``notice``, each is handed to the executor's save
+    notice receiver (``save_notice.py``) where the fused step notices it: ``x`` before
+    FC1's GEMM, ``z`` between the two; without, the scheduler learns of both only at
+    the save (before issue 23's notice)."""
+
+    @staticmethod
+    def forward(ctx, x, sim, fc1_s, fc2_s, backward_s, z_bytes, out_bytes, notice):
+        receiver = save_notice.current_receiver() if notice else None
+        if receiver is not None:
+            receiver([x])
+        sim.t["compute"] += fc1_s
+        z = torch.zeros(max(1, z_bytes // SCALE // 4))
+        sim.hold(z)
+        if receiver is not None:
+            receiver([z])
+        sim.t["compute"] += fc2_s
+        out = torch.zeros(max(1, out_bytes // SCALE // 4))
+        ctx.sim, ctx.backward_s, ctx.shape = sim, backward_s, x.shape
+        sim.hold(x)
+        ctx.save_for_backward(x, z)
+        sim.sample(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        saved = ctx.saved_tensors
+        del saved
+        ctx.sim.t["compute"] += ctx.backward_s
+        dx = torch.zeros(ctx.shape)
+        ctx.sim.sample(dy, dx)
+        return dx, None, None, None, None, None, None, None
 
 
 class Residual(torch.autograd.Function):
@@ -217,6 +260,12 @@ STACKS = {
     "moe": [("router", .06, .12, 256 * 1024, True), ("softmax", .02, .02, 256 * 1024, False),
             ("permute", .15, .2, 128 * MB, False), ("fc1", 1.5, 3.7, 176 * MB, True),
             ("fc2", 0.0, 0.0, 128 * MB, True), ("unpermute", .15, .2, 64 * MB, True)],
+    # As fuseops runs it: permute saves no activation; the experts are one Function
+    # (``Experts``: FC1 1.0 ms, its output z 176 MB, then FC2 0.5 ms, the GEMMs' FLOPs
+    # 2 : 1) saving x_sorted and z as it ends; unpermute saves y_sorted.
+    "moe_plan": [("router", .06, .12, 256 * 1024, True), ("softmax", .02, .02, 256 * 1024, False),
+                 ("permute", .15, .2, 128 * MB, None), ("experts", (1.0, .5), 3.7, (176 * MB, 128 * MB), None),
+                 ("unpermute", .15, .2, 64 * MB, True)],
 }
 
 
@@ -224,14 +273,20 @@ class Layer(nn.Module):
     """``jitter``: each node's times scaled by a factor drawn from ``rng`` in
     [1 - jitter, 1 + jitter] at every call (kernel times on a GPU vary step to step)."""
 
-    def __init__(self, sim: SimDevice, nodes: list, jitter: float = 0.0, rng: random.Random | None = None) -> None:
+    def __init__(self, sim: SimDevice, nodes: list, jitter: float = 0.0, rng: random.Random | None = None,
+                 notice: bool = True) -> None:
         super().__init__()
-        self.sim, self.nodes, self.jitter, self.rng = sim, nodes, jitter, rng
+        self.sim, self.nodes, self.jitter, self.rng, self.notice = sim, nodes, jitter, rng, notice
 
     def forward(self, h):
         y = h
-        for _, forward_ms, backward_ms, out_bytes, saves_input in self.nodes:
+        for name, forward_ms, backward_ms, out_bytes, saves_input in self.nodes:
             f = self.rng.uniform(1 - self.jitter, 1 + self.jitter) if self.jitter else 1.0
+            if name == "experts":
+                (fc1_ms, fc2_ms), (z_bytes, y_bytes) = forward_ms, out_bytes
+                y = Experts.apply(y, self.sim, f * fc1_ms / 1e3, f * fc2_ms / 1e3, f * backward_ms / 1e3, z_bytes,
+                                  y_bytes, self.notice)
+                continue
             y = Node.apply(y, self.sim, f * forward_ms / 1e3, f * backward_ms / 1e3, out_bytes, saves_input)
         return Residual.apply(h, y, self.sim)
 
@@ -257,14 +312,15 @@ def install(monkeypatch, bytes_per_s: float = 50e9) -> SimDevice:
 
 
 def run(monkeypatch, kind: str, budget, steps: int = 6, layers: int = 8, bytes_per_s: float = 50e9,
-        jitter: float = 0.0, seed: int = 0) -> list[SimStep]:
+        jitter: float = 0.0, seed: int = 0, notice: bool = True) -> list[SimStep]:
     """``steps`` training steps of the ``kind`` stack with ``budget`` ("none": no offload;
     an int in simulated bytes), one offload group per layer, keep_last=1, on a link of
     ``bytes_per_s`` each way (50 GB/s: what the H100's copies achieve beside compute);
-    node times varied by ``jitter`` (see ``Layer``), drawn from ``seed``."""
+    node times varied by ``jitter`` (see ``Layer``), drawn from ``seed``; ``notice``:
+    whether a plan Function's saves are noticed as produced (``Experts``)."""
     sim = install(monkeypatch, bytes_per_s)
     rng = random.Random(seed)
-    model = nn.ModuleList(Layer(sim, STACKS[kind], jitter, rng) for _ in range(layers))
+    model = nn.ModuleList(Layer(sim, STACKS[kind], jitter, rng, notice) for _ in range(layers))
     x = torch.zeros(64 * MB // SCALE // 4, requires_grad=True)
     mark_not_offload(x)
     out = []
@@ -287,4 +343,5 @@ def run(monkeypatch, kind: str, budget, steps: int = 6, layers: int = 8, bytes_p
 
 
 def forward_seconds(kind: str, layers: int = 8) -> float:
-    return layers * (sum(node[1] for node in STACKS[kind]) + 0.07) / 1e3
+    per_layer = sum(sum(n[1]) if isinstance(n[1], tuple) else n[1] for n in STACKS[kind])
+    return layers * (per_layer + 0.07) / 1e3

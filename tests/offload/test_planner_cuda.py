@@ -10,6 +10,7 @@ from fuseops.offload import planner as planner_module
 from fuseops.offload.planner import planner_for
 from fuseops.offload.timing import timer_for
 from tests.offload._models import assert_bitwise, fuseops_layers, mlp_layers, run_step
+from tests.offload.test_moe import moe_stack
 
 AUTO = dict(group_budget_bytes="auto")
 
@@ -19,11 +20,15 @@ def model(kind):
     # layer's ~0.1 ms hides ~5 MB, less than its smallest saved tensor: nothing may move).
     if kind == "fuseops":
         return fuseops_layers(n=4, width=4096, hidden=16384, device="cuda", dtype=torch.bfloat16), False
+    if kind == "moe":
+        # The experts' copies start at their save notices, inside the fused expert MLP's
+        # forward (ops/executor/save_notice.py), between its GEMMs.
+        return moe_stack(4, 4096, 2816, 8, 2, device="cuda"), True
     return mlp_layers(n=4, width=4096, hidden=16384, device="cuda", dtype=torch.bfloat16), True
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["torch", "fuseops"])
+@pytest.mark.parametrize("kind", ["torch", "fuseops", "moe"])
 def test_planned_steps_make_no_host_sync_and_no_pinned_allocation(kind):
     layers, groups = model(kind)
     x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)

@@ -5,7 +5,10 @@ and each plain buffer of a quantized storage, go through ``save_for_backward``; 
 parameters whose value backward reads, so an in-place change before backward raises
 torch's own error. Outputs are never views of internal buffers (in-place ops on them work,
 and bump the version counter of anything saved from them). Backward is once-differentiable:
-a second backward through it raises rather than returning wrong gradients.
+a second backward through it raises rather than returning wrong gradients. The
+``PlanFunction`` form, run eagerly, also announces each step's activations to a
+registered receiver as soon as they are made (``save_notice.py``: the offload scheduler
+may start their copies before the save).
 
 Under ``torch.autocast`` the ops run with torch's autocast off and cast as their torch
 counterparts would (``ops/_autocast.py``); each gradient goes back in its tensor's dtype.
@@ -28,7 +31,8 @@ import torch
 from torch.nn.utils.stateless import _reparametrize_module
 
 from fuseops.ops.contract import OpGrads, Saved, role_fields
-from fuseops.ops.executor.saved_state import pack_saved, unpack_saved
+from fuseops.ops.executor.save_notice import Receiver, current_receiver, noticing
+from fuseops.ops.executor.saved_state import activation_tensors, pack_saved, unpack_saved
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,9 @@ def autocast_off(device_type: str) -> Any:
     return torch.autocast(device_type, enabled=False)
 
 
-def run_forward(plan, ops, ctxs, x, extra_inputs):
+def run_forward(plan, ops, ctxs, x, extra_inputs, notice: Receiver | None = None):
+    """Run the plan's forward steps; ``notice``: handed each step's to-be-saved
+    activations as soon as the step has run (``save_notice.py``)."""
     extra_outputs: list[tuple[torch.Tensor, ...]] = [()] * len(ops)
     for step in plan.forward_steps:
         if step.fusion is None:
@@ -81,6 +87,10 @@ def run_forward(plan, ops, ctxs, x, extra_inputs):
             span = slice(step.start, step.stop)
             x, outs = step.fusion.fused_forward(ops[span], ctxs[span], x, extra_inputs[span])
             extra_outputs[span] = [tuple(o) for o in outs]
+        if notice is not None:
+            tensors = activation_tensors(ctxs[step.start:step.stop])
+            if tensors:
+                notice(tensors)
     return x, extra_outputs
 
 
@@ -140,15 +150,34 @@ def _checked_params(
     return [params[slot] for slot in picked]
 
 
-def forward_body(state: RunState, inputs: Sequence[Any]) -> tuple[tuple, list[torch.Tensor], list]:
-    """``(outputs, tensors to save, packed records)``; fills fresh op contexts."""
+def _run_forward_noticing(prep, ops, ctxs, x, extra_inputs, receiver: Receiver):
+    """``run_forward`` telling ``receiver`` of each step's saves, and letting fused steps
+    notice sooner (``save_notice.notice_early``) while it runs."""
+    previous = noticing(receiver)
+    try:
+        with autocast_off(prep.device_type):
+            return run_forward(prep.plan, ops, ctxs, x, extra_inputs, receiver)
+    finally:
+        noticing(previous)
+
+
+def forward_body(
+    state: RunState, inputs: Sequence[Any], *, notice: bool = False
+) -> tuple[tuple, list[torch.Tensor], list]:
+    """``(outputs, tensors to save, packed records)``; fills fresh op contexts. ``notice``:
+    the caller saves the tensors through ``save_for_backward`` (``PlanFunction``), so a
+    registered receiver hears of each step's as it is produced (``save_notice.py``),
+    unless this forward is being traced."""
     prep = state.prep
     compiling = torch.compiler.is_compiling()
+    receiver = current_receiver() if notice and not compiling else None
     ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
     x = inputs[0]
     flat = [inputs[e.index] if isinstance(e, Arg) else e for e in state.extra_template]
     extra_inputs = [tuple(flat[a:b]) for a, b in prep.extra_spans]
-    if prep.autocast:
+    if receiver is not None:
+        y, extra_outputs = _run_forward_noticing(prep, state.ops, ctxs, x, extra_inputs, receiver)
+    elif prep.autocast:
         with autocast_off(prep.device_type):
             y, extra_outputs = run_forward(prep.plan, state.ops, ctxs, x, extra_inputs)
     else:
@@ -259,7 +288,7 @@ class PlanFunction(torch.autograd.Function):
     @staticmethod
     def forward(autograd_ctx, state: RunState, *inputs: Any):
         autograd_ctx.set_materialize_grads(False)
-        outputs, tensors, records = forward_body(state, inputs)
+        outputs, tensors, records = forward_body(state, inputs, notice=True)
         autograd_ctx.save_for_backward(*tensors)
         autograd_ctx.state = state
         autograd_ctx.records = records

@@ -67,6 +67,24 @@ def pack_saved(ctxs: Sequence[OpContext], *, compiling: bool) -> tuple[list[torc
     return tensors, records
 
 
+def activation_tensors(ctxs: Sequence[OpContext]) -> list[torch.Tensor]:
+    """The tensors ``pack_saved`` would put in ``save_for_backward`` for these contexts'
+    records, in its order (eager only: the save notice, ``save_notice.py``); reads the
+    records without changing them."""
+    tensors: list[torch.Tensor] = []
+    for ctx in ctxs:
+        saved = ctx.saved
+        if saved is None:
+            continue
+        for name in role_fields(saved, compiling=False).activation:
+            value = getattr(saved, name)
+            if isinstance(value, torch.Tensor):
+                tensors.append(value)
+            elif value is not None and hasattr(value, "data_tensors"):
+                tensors.extend(value.data_tensors())
+    return tensors
+
+
 def unpack_saved(
     records: Sequence[Saved | None], tensors: Sequence[torch.Tensor], *, compiling: bool
 ) -> list[Saved | None]:
