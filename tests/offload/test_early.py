@@ -76,9 +76,9 @@ def test_auto_copies_a_group_as_it_saves_once_the_layout_is_known(timer, monkeyp
 def test_int_and_none_budgets_copy_a_group_when_the_next_starts(timer, monkeypatch, budget):
     layers, x = timed_layers(timer, TIMES, 4), torch.randn(40, 32)
     issues = Issues(monkeypatch, timer)
+    options = {"min_tensor_bytes": 1024, "keep_last": 1, "group_budget_bytes": budget}
     for _ in range(3):
-        step = issues.step(lambda: run_step(layers, x, dict(min_tensor_bytes=1024, keep_last=1,
-                                                            group_budget_bytes=budget)))
+        step = issues.step(lambda: run_step(layers, x, options))
         assert_bitwise(step, run_step(layers, x))
         assert issues.calls and {t for t, _ in issues.calls} <= set(STARTS[1:])
         assert sum(n for _, n in issues.calls) == step.offload.stats["bytes_offloaded"] > 0

@@ -92,8 +92,8 @@ def per_group_budget(p, keep_last, rate):
 
 # The H100 MoE stack's groups (64, 128, 176 and 128 MiB storages and the router's 0.25),
 # at its 51.2 GB/s: timings fitted to the per-group budgets the H100 benchmark printed.
-MOE = dict(forward_ms=[2.1] * 7 + [1.9], backward_ms=[4.29] * 8,
-           sizes_mib=[(0.25, 128, 176, 128)] + [(64, 0.25, 128, 176, 128)] * 7, first_reload=((6, 0.21e-3),))
+MOE = {"forward_ms": [2.1] * 7 + [1.9], "backward_ms": [4.29] * 8,
+       "sizes_mib": [(0.25, 128, 176, 128)] + [(64, 0.25, 128, 176, 128)] * 7, "first_reload": ((6, 0.21e-3),)}
 
 
 def test_the_h100_moe_step_moves_whole_storages_the_budgets_left_unused():

@@ -42,7 +42,7 @@ class NoticedThenSaved(torch.autograd.Function):
 
 def _step(between, offload=True, **config):
     x = torch.arange(64 * 32, dtype=torch.float32).reshape(64, 32).div(100).requires_grad_()
-    config = dict(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None) | config
+    config = {"min_tensor_bytes": 0, "keep_last": 0, "group_budget_bytes": None} | config
     handle = None
     if offload:
         with offload_activations(**config) as handle:
@@ -205,7 +205,7 @@ def test_a_moe_stack_copies_its_experts_saves_at_their_notices_with_bitwise_grad
     layers = moe_stack(2, 64, 48, 4, 2)
     x = torch.randn(64, 64, dtype=torch.bfloat16)
     want, _ = moe_step(layers, x, None, None)
-    got, stats = moe_step(layers, x, None, dict(min_tensor_bytes=0, keep_last=0, group_budget_bytes=None))
+    got, stats = moe_step(layers, x, None, {"min_tensor_bytes": 0, "keep_last": 0, "group_budget_bytes": None})
     assert_same(got, want)
     # Per layer, x_sorted (64 rows x top-2 x 64, bf16) and z (128 x 96, bf16).
     assert sorted(inside) == sorted([128 * 64 * 2, 128 * 96 * 2] * 2)
