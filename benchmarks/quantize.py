@@ -8,9 +8,9 @@
    written; per-tensor formats (FP8 current scaling, NVFP4) also read the input in an amax
    pass first, which the figure does not count (``reads`` says how many passes; the amax
    pass alone is its own row, bytes read over time; so is the FP8 current-scaling cast
-   given the amax, what a producer that emits its output's amax leaves). Each case is timed eagerly and replayed
-   from a CUDA graph (the GPU's time without Python and launch overhead, which a training
-   step hides behind the GPU's queue).
+   given the amax, what a producer that emits its output's amax leaves). Each case is
+   timed eagerly and replayed from a CUDA graph (the GPU's time without Python and launch
+   overhead, which a training step hides behind the GPU's queue).
 2. Grouped GEMMs at E=8, T=16384, H=4096, F=14336 (uniform routing): forward, dgrad and wgrad
    under FP8 current scaling against ``torch._scaled_grouped_mm`` with row-wise scales (and
    our kernel with the same row-wise operands), plus FP8 blockwise and the emulated MXFP8 /
