@@ -283,25 +283,14 @@ class Scheduler:
         if type(storage) is Skip:
             count_skip(self.stats, storage)
             return t
-        group = self._current
-        if group is None or group.index < 0:
-            group = self._group_for_save(t.device)
-        nbytes = storage.nbytes()
+        group = self._saving_group(t)
+        key, nbytes = storage._cdata, storage.nbytes()
         # The layout the planner compares steps by: bytes of every eligible save, counted
         # the same whether the group keeps records or passes its tensors through.
         group.eligible += nbytes
+        index = self._first_save(group, key, nbytes)
         if group.passthrough:
-            if group.log is not None and storage._cdata not in group.sizes:
-                # Each storage once: the planner chooses whole storages (queue_plan.py),
-                # and counts each one's copy from where it is saved (early.py).
-                group.sizes[storage._cdata] = nbytes
-                group.saves.append(self._planner.timer.mark())
             return self._pass(group, t)
-        key = storage._cdata
-        index = None
-        if group.log is not None and key not in group.sizes:
-            index = len(group.sizes)
-            group.sizes[key] = nbytes
         ref = self._by_storage.get(key)
         stored = ref() if ref is not None else None
         if stored is not None and (stored.ref.expired() or stored.version != t._version):
@@ -332,22 +321,50 @@ class Scheduler:
                 # so this group's own prefetch brings it back.
                 stored = None
         if stored is None:
-            stored = Stored(group, t, storage)
-            self._held += stored.nbytes
-            ref = self._by_storage[key] = weakref.ref(stored)
-            group.records.append(ref)
-            group.devices.add(stored.device)
+            stored = self._new_record(group, t, storage, key)
         handle = SavedTensor(stored, group.index, t)
         if stored.decided:
             self._count(stored, 1)
         else:
             stored.handles += 1
-            if group.offloading:
-                if group.picks is not None and not group.picks.take(index, nbytes):
-                    self._decide(stored, Skip.BUDGET)
-                else:
-                    self._offload([stored], group, after=None)
+            self._move_if_chosen(group, stored, index)
         return handle
+
+    def _saving_group(self, t: torch.Tensor) -> Group:
+        """The group a save (or a notice) of ``t`` belongs to."""
+        group = self._current
+        if group is None or group.index < 0:
+            group = self._group_for_save(t.device)
+        return group
+
+    def _first_save(self, group: Group, key: int, nbytes: int) -> int | None:
+        """The storage's index among ``group``'s saves the first time the group saves it
+        (``None`` after that, or when the step keeps no log): the planner chooses whole
+        storages by these sizes (queue_plan.py), and a learning group also marks where each
+        is saved, to count its copy from there (early.py)."""
+        if group.log is None or key in group.sizes:
+            return None
+        group.sizes[key] = nbytes
+        if group.passthrough:
+            group.saves.append(self._planner.timer.mark())
+        return len(group.sizes) - 1
+
+    def _new_record(self, group: Group, t: torch.Tensor, storage: Any, key: int) -> Stored:
+        stored = Stored(group, t, storage)
+        self._held += stored.nbytes
+        ref = self._by_storage[key] = weakref.ref(stored)
+        group.records.append(ref)
+        group.devices.add(stored.device)
+        return stored
+
+    def _move_if_chosen(self, group: Group, stored: Stored, index: int | None) -> None:
+        """A new record of a group that moves as it saves: its copy now if the plan picked
+        it (by save index and size), else kept (over budget)."""
+        if group.offloading:
+            if group.picks is not None and not group.picks.take(index, stored.nbytes):
+                self._decide(stored, Skip.BUDGET)
+            else:
+                self._offload([stored], group, after=None)
 
     def notice(self, tensors: list[torch.Tensor]) -> None:
         """Tensors the executor will save once its forward ends (``save_notice.py``),
@@ -362,16 +379,9 @@ class Scheduler:
             storage = self._skip_reason(t)
             if type(storage) is Skip:
                 continue
-            group = self._current
-            if group is None or group.index < 0:
-                group = self._group_for_save(t.device)
+            group = self._saving_group(t)
             key, nbytes = storage._cdata, storage.nbytes()
-            index = None
-            if group.log is not None and key not in group.sizes:
-                index = len(group.sizes)
-                group.sizes[key] = nbytes
-                if group.passthrough:
-                    group.saves.append(self._planner.timer.mark())
+            index = self._first_save(group, key, nbytes)
             if group.passthrough:
                 continue
             ref = self._by_storage.get(key)
@@ -388,17 +398,8 @@ class Scheduler:
                 continue
             self._release_copied()
             self._forward_peak = max(self._forward_peak, self._held)
-            stored = Stored(group, t, storage)
-            self._held += stored.nbytes
-            self._by_storage[key] = weakref.ref(stored)
-            group.records.append(self._by_storage[key])
-            group.devices.add(stored.device)
-            self._noticed[key] = stored
-            if group.offloading:
-                if group.picks is not None and not group.picks.take(index, nbytes):
-                    self._decide(stored, Skip.BUDGET)
-                else:
-                    self._offload([stored], group, after=None)
+            stored = self._noticed[key] = self._new_record(group, t, storage, key)
+            self._move_if_chosen(group, stored, index)
 
     def _abandon(self, key: int, stored: Stored) -> None:
         """A noticed record whose save did not come (the forward raised, the saves went
