@@ -186,7 +186,26 @@ def triton_wgrad_launch(sink, *, accumulate=False, out_dtype=None):
         mod.grouped_gemm_wgrad(dz, x, offsets, main_grad=main_grad, out_dtype=out_dtype)
 
 
-CASES = {"gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
+def quantize_launch(sink, *, scaling="BLOCK", columnwise=True, rowwise=True, cfg=None, grouped=False, maxnreg=None):
+    """The quantize kernel on bf16 [16384, 4096] (``benchmarks.quantize``'s shape) in
+    ``scaling`` (a ``Scaling`` name) with its E4M3 codes, in the tiling the library picks or
+    ``cfg`` (a ``QuantizeConfig``); ``grouped``: 8 equal row groups."""
+    from fuseops.kernels.quantization import quantize as mod
+    from fuseops.kernels.quantization.formats import Element, Scaling
+
+    scaling = Scaling[scaling]
+    x = torch.empty(1, 16384, 4096, dtype=torch.bfloat16)
+    offsets = torch.arange(0, 16384 + 1, 16384 // 8, dtype=torch.int64) if grouped else None
+    encode = torch.ones(8 if grouped else 1) if scaling in (Scaling.TENSOR, Scaling.NVFP4) else None
+    element = Element.E2M1 if scaling == Scaling.NVFP4 else Element.E4M3
+    cfg = cfg or mod._configs()[scaling, columnwise]
+    with caught(mod, "quantize_kernel", sink):
+        mod.launch_quantize(x, offsets, encode, scaling, element, False, rowwise, columnwise, None, cfg)
+    if maxnreg:
+        sink[-1][3]["maxnreg"] = maxnreg
+
+
+CASES = {"quantize": quantize_launch, "gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
          "blockwise_fwd": blockwise_fwd_launch, "blockwise_wgrad": blockwise_wgrad_launch,
          "bf16_wgrad": bf16_wgrad_launch, "triton_wgrad": triton_wgrad_launch}
 
@@ -203,8 +222,9 @@ def main() -> None:
     sink: list = []
     from fuseops.kernels.gemm.grouped import GemmConfig
     from fuseops.kernels.gemm.grouped_gated import GatedGemmConfig
+    from fuseops.kernels.quantization.quantize import QuantizeConfig
 
-    names = dict(torch=torch, GemmConfig=GemmConfig, GatedGemmConfig=GatedGemmConfig)
+    names = dict(torch=torch, GemmConfig=GemmConfig, GatedGemmConfig=GatedGemmConfig, QuantizeConfig=QuantizeConfig)
     CASES[args.case](sink, **{k: eval(v, names) for k, v in (kv.split("=", 1) for kv in args.set)})
     kernel, grid, kargs, kwargs = sink[0]
     compiled = compile_sm90(kernel, kargs, dict(kwargs))
