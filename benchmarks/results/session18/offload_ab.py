@@ -1,0 +1,94 @@
+"""Session 18 diagnostic (issue 23): where the mlp stack's 3-4 % under "auto" goes.
+
+Interleaved rounds of none against each variant, forward and backward timed apart, with the
+caching allocator's device allocations and the planner's stall counted:
+  auto        the default
+  auto_late   "auto" with early copies off (copies start when group g + keep_last starts)
+  int         the auto plan's largest group budget as an int (no early copies)
+    python benchmarks/results/session18/offload_ab.py --stacks mlp moe
+"""
+import argparse
+import statistics
+import sys
+
+import torch
+from torch import nn
+
+sys.path.insert(0, ".")
+from benchmarks import offload as bo  # noqa: E402
+from fuseops.offload import mark_not_offload  # noqa: E402
+from fuseops.offload.planner import planner_for  # noqa: E402
+from fuseops.offload.scheduler import Scheduler  # noqa: E402
+
+_early = Scheduler._start_early
+
+
+def timed(layers, x, name, budget):
+    torch.cuda.synchronize()
+    s0 = torch.cuda.memory_stats()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    for p in layers.parameters():
+        if p.grad is not None:
+            p.grad.zero_()
+    ev[0].record()
+    with bo.scheme_context(name, budget) as handle:
+        h = x
+        for layer in layers:
+            with handle.group() if name.startswith("fuseops") else bo.contextlib.nullcontext():
+                h = layer(h)
+        loss = h.float().square().mean()
+        ev[1].record()
+        loss.backward()
+    ev[2].record()
+    torch.cuda.synchronize()
+    s1 = torch.cuda.memory_stats()
+    allocs = s1.get("num_device_alloc", 0) - s0.get("num_device_alloc", 0)
+    return ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2]), allocs
+
+
+def run(layers, x, variant, budget, steps):
+    Scheduler._start_early = _early if variant != "auto_late" else (lambda self, group: None)
+    name = "none" if variant == "none" else "fuseops"
+    rows = [timed(layers, x, name, budget) for _ in range(steps)]
+    f = statistics.median(r[0] for r in rows)
+    b = statistics.median(r[1] for r in rows)
+    return f, b, sum(r[2] for r in rows)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--stacks", nargs="*", default=["mlp"])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=6)
+    a = p.parse_args()
+    dev, dt = torch.device("cuda"), torch.bfloat16
+    for kind in a.stacks:
+        torch.manual_seed(0)
+        layers = nn.ModuleList(bo.STACKS[kind](4096) for _ in range(8)).to(dev, dt)
+        x = torch.randn(1, 8192, 4096, device=dev, dtype=dt)
+        mark_not_offload(x)
+        for _ in range(3):
+            timed(layers, x, "none", None)
+        # learn and settle the auto plan
+        for _ in range(12):
+            timed(layers, x, "fuseops", "auto")
+        planned = dict(planner_for(dev).planned)
+        cap = int(max(planned.values())) if planned else 0
+        print(f"{kind}: auto planned MiB {({g: round(v / 2**20, 1) for g, v in planned.items()})}, int cap {cap / 2**20:.1f} MiB")
+        variants = [("none", None), ("auto", "auto"), ("auto_late", "auto"), ("int", cap)]
+        best = {v: (1e9, 1e9, 0) for v, _ in variants}
+        for r in range(a.rounds):
+            for v, budget in variants:
+                f, b, al = run(layers, x, v, budget, a.steps)
+                if f + b < sum(best[v][:2]):
+                    best[v] = (f, b, al)
+        Scheduler._start_early = _early
+        n = best["none"]
+        for v, _ in variants:
+            f, b, al = best[v]
+            print(f"  {kind:4} {v:10} fwd {f:7.2f} ({f / n[0]:.3f})  bwd {b:7.2f} ({b / n[1]:.3f})  step {f + b:7.2f} "
+                  f"({(f + b) / (n[0] + n[1]):.3f})  device allocs in {a.steps} steps: {al}  stall ms {planner_for(dev).last_stall_s * 1e3:.2f}")
+
+
+if __name__ == "__main__":
+    main()
