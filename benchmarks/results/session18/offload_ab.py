@@ -8,6 +8,9 @@ caching allocator's device allocations and the planner's stall counted:
     python benchmarks/results/session18/offload_ab.py --stacks mlp moe
 """
 import argparse
+import cProfile
+import pstats
+import time
 import statistics
 import sys
 
@@ -31,6 +34,7 @@ def timed(layers, x, name, budget):
         if p.grad is not None:
             p.grad.zero_()
     ev[0].record()
+    t0 = time.perf_counter()
     with bo.scheme_context(name, budget) as handle:
         h = x
         for layer in layers:
@@ -38,12 +42,14 @@ def timed(layers, x, name, budget):
                 h = layer(h)
         loss = h.float().square().mean()
         ev[1].record()
+        t1 = time.perf_counter()
         loss.backward()
     ev[2].record()
+    t2 = time.perf_counter()
     torch.cuda.synchronize()
     s1 = torch.cuda.memory_stats()
     allocs = s1.get("num_device_alloc", 0) - s0.get("num_device_alloc", 0)
-    return ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2]), allocs
+    return ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2]), allocs, (t1 - t0) * 1e3, (t2 - t1) * 1e3
 
 
 def run(layers, x, variant, budget, steps):
@@ -52,7 +58,7 @@ def run(layers, x, variant, budget, steps):
     rows = [timed(layers, x, name, budget) for _ in range(steps)]
     f = statistics.median(r[0] for r in rows)
     b = statistics.median(r[1] for r in rows)
-    return f, b, sum(r[2] for r in rows)
+    return f, b, sum(r[2] for r in rows), statistics.median(r[3] for r in rows), statistics.median(r[4] for r in rows)
 
 
 def main():
@@ -60,6 +66,8 @@ def main():
     p.add_argument("--stacks", nargs="*", default=["mlp"])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--profile", action="store_true", help="cProfile of none and auto after the rounds")
+    p.add_argument("--variants", nargs="*", default=["none", "auto", "auto_late", "int"])
     a = p.parse_args()
     dev, dt = torch.device("cuda"), torch.bfloat16
     for kind in a.stacks:
@@ -75,19 +83,28 @@ def main():
         planned = dict(planner_for(dev).planned)
         cap = int(max(planned.values())) if planned else 0
         print(f"{kind}: auto planned MiB {({g: round(v / 2**20, 1) for g, v in planned.items()})}, int cap {cap / 2**20:.1f} MiB")
-        variants = [("none", None), ("auto", "auto"), ("auto_late", "auto"), ("int", cap)]
-        best = {v: (1e9, 1e9, 0) for v, _ in variants}
+        variants = [(v, b) for v, b in (("none", None), ("auto", "auto"), ("auto_late", "auto"), ("int", cap))
+                    if v in a.variants]
+        best = {v: (1e9, 1e9, 0, 0, 0) for v, _ in variants}
         for r in range(a.rounds):
             for v, budget in variants:
-                f, b, al = run(layers, x, v, budget, a.steps)
-                if f + b < sum(best[v][:2]):
-                    best[v] = (f, b, al)
+                got = run(layers, x, v, budget, a.steps)
+                if got[0] + got[1] < sum(best[v][:2]):
+                    best[v] = got
         Scheduler._start_early = _early
         n = best["none"]
         for v, _ in variants:
-            f, b, al = best[v]
-            print(f"  {kind:4} {v:10} fwd {f:7.2f} ({f / n[0]:.3f})  bwd {b:7.2f} ({b / n[1]:.3f})  step {f + b:7.2f} "
-                  f"({(f + b) / (n[0] + n[1]):.3f})  device allocs in {a.steps} steps: {al}  stall ms {planner_for(dev).last_stall_s * 1e3:.2f}")
+            f, b, al, hf, hb = best[v]
+            print(f"  {kind:4} {v:10} fwd {f:7.2f} ({f / n[0]:.3f}, host {hf:6.2f})  bwd {b:7.2f} ({b / n[1]:.3f}, host {hb:6.2f})  "
+                  f"step {f + b:7.2f} ({(f + b) / (n[0] + n[1]):.3f})  device allocs: {al}")
+        if a.profile:
+            for v, budget in variants[:2]:
+                prof = cProfile.Profile()
+                prof.enable()
+                run(layers, x, v, budget, a.steps)
+                prof.disable()
+                print(f"== cProfile {kind} {v}, {a.steps} steps (tottime)")
+                pstats.Stats(prof).sort_stats("tottime").print_stats(18)
 
 
 if __name__ == "__main__":
