@@ -24,6 +24,7 @@ from fuseops.offload.planner import planner_for  # noqa: E402
 from fuseops.offload.scheduler import Scheduler  # noqa: E402
 
 _early = Scheduler._start_early
+_notice = Scheduler.notice
 
 
 def timed(layers, x, name, budget):
@@ -37,9 +38,12 @@ def timed(layers, x, name, budget):
     t0 = time.perf_counter()
     with bo.scheme_context(name, budget) as handle:
         h = x
+        marks = []
         for layer in layers:
             with handle.group() if name.startswith("fuseops") else bo.contextlib.nullcontext():
                 h = layer(h)
+            marks.append(torch.cuda.Event(enable_timing=True))
+            marks[-1].record()
         loss = h.float().square().mean()
         ev[1].record()
         t1 = time.perf_counter()
@@ -49,16 +53,20 @@ def timed(layers, x, name, budget):
     torch.cuda.synchronize()
     s1 = torch.cuda.memory_stats()
     allocs = s1.get("num_device_alloc", 0) - s0.get("num_device_alloc", 0)
-    return ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2]), allocs, (t1 - t0) * 1e3, (t2 - t1) * 1e3
+    layer_ms = [a.elapsed_time(b) for a, b in zip([ev[0]] + marks, marks)]
+    return ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2]), allocs, (t1 - t0) * 1e3, (t2 - t1) * 1e3, layer_ms
 
 
 def run(layers, x, variant, budget, steps):
     Scheduler._start_early = _early if variant != "auto_late" else (lambda self, group: None)
+    Scheduler.notice = _notice if variant != "auto_nonotice" else (lambda self, tensors: None)
     name = "none" if variant == "none" else "fuseops"
     rows = [timed(layers, x, name, budget) for _ in range(steps)]
     f = statistics.median(r[0] for r in rows)
     b = statistics.median(r[1] for r in rows)
-    return f, b, sum(r[2] for r in rows), statistics.median(r[3] for r in rows), statistics.median(r[4] for r in rows)
+    layer_ms = [statistics.median(r[5][i] for r in rows) for i in range(len(rows[0][5]))]
+    return (f, b, sum(r[2] for r in rows), statistics.median(r[3] for r in rows), statistics.median(r[4] for r in rows),
+            layer_ms)
 
 
 def main():
@@ -83,20 +91,22 @@ def main():
         planned = dict(planner_for(dev).planned)
         cap = int(max(planned.values())) if planned else 0
         print(f"{kind}: auto planned MiB {({g: round(v / 2**20, 1) for g, v in planned.items()})}, int cap {cap / 2**20:.1f} MiB")
-        variants = [(v, b) for v, b in (("none", None), ("auto", "auto"), ("auto_late", "auto"), ("int", cap))
+        variants = [(v, b) for v, b in (("none", None), ("auto", "auto"), ("auto_nonotice", "auto"), ("auto_late", "auto"),
+                                             ("int", cap))
                     if v in a.variants]
-        best = {v: (1e9, 1e9, 0, 0, 0) for v, _ in variants}
+        best = {v: (1e9, 1e9, 0, 0, 0, []) for v, _ in variants}
         for r in range(a.rounds):
             for v, budget in variants:
                 got = run(layers, x, v, budget, a.steps)
                 if got[0] + got[1] < sum(best[v][:2]):
                     best[v] = got
-        Scheduler._start_early = _early
+        Scheduler._start_early, Scheduler.notice = _early, _notice
         n = best["none"]
         for v, _ in variants:
-            f, b, al, hf, hb = best[v]
+            f, b, al, hf, hb, layer_ms = best[v]
             print(f"  {kind:4} {v:10} fwd {f:7.2f} ({f / n[0]:.3f}, host {hf:6.2f})  bwd {b:7.2f} ({b / n[1]:.3f}, host {hb:6.2f})  "
                   f"step {f + b:7.2f} ({(f + b) / (n[0] + n[1]):.3f})  device allocs: {al}")
+            print(f"       layer ms {[round(t, 2) for t in layer_ms]}")
         if a.profile:
             for v, budget in variants[:2]:
                 prof = cProfile.Profile()
