@@ -115,6 +115,8 @@ def main():
                 prof.disable()
                 print(f"== cProfile {kind} {v}, {a.steps} steps (tottime)")
                 pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+                print(f"== cProfile {kind} {v}, {a.steps} steps (cumulative, fuseops/offload and the hooks)")
+                pstats.Stats(prof).sort_stats("cumulative").print_stats("offload/|save_notice|torch/cuda/streams|graph.py", 40)
 
 
 if __name__ == "__main__":
