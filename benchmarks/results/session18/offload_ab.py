@@ -8,6 +8,7 @@ caching allocator's device allocations and the planner's stall counted:
     python benchmarks/results/session18/offload_ab.py --stacks mlp moe
 """
 import argparse
+import collections
 import cProfile
 import pstats
 import time
@@ -69,11 +70,42 @@ def run(layers, x, variant, budget, steps):
             layer_ms)
 
 
+def host_breakdown(layers, x, steps):
+    """Host microseconds a step in the scheduler's entry points (inclusive; pack includes
+    _offload etc.), group 0 apart from the rest."""
+    names = ["__init__", "pack", "notice", "_mark_forward", "_start_early", "_offload", "_settle", "finish",
+             "open_group", "close_group", "unpack"]
+    acc = collections.defaultdict(float)
+    saved = {n: getattr(Scheduler, n) for n in names}
+
+    def wrap(n, fn):
+        def timed_fn(self, *args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                g = self._current.index if getattr(self, "_current", None) is not None else -9
+                acc[(n, "group0" if g <= 0 else "rest")] += time.perf_counter() - t
+        return timed_fn
+
+    for n, fn in saved.items():
+        setattr(Scheduler, n, wrap(n, fn))
+    try:
+        for _ in range(steps):
+            timed(layers, x, "fuseops", "auto")
+    finally:
+        for n, fn in saved.items():
+            setattr(Scheduler, n, fn)
+    for (n, where), t in sorted(acc.items(), key=lambda kv: -kv[1]):
+        print(f"    {n:14} {where:7} {t / steps * 1e6:9.1f} us a step")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--stacks", nargs="*", default=["mlp"])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--host-breakdown", action="store_true")
     p.add_argument("--profile", action="store_true", help="cProfile of none and auto after the rounds")
     p.add_argument("--variants", nargs="*", default=["none", "auto", "auto_late", "int"])
     a = p.parse_args()
@@ -107,6 +139,9 @@ def main():
             print(f"  {kind:4} {v:10} fwd {f:7.2f} ({f / n[0]:.3f}, host {hf:6.2f})  bwd {b:7.2f} ({b / n[1]:.3f}, host {hb:6.2f})  "
                   f"step {f + b:7.2f} ({(f + b) / (n[0] + n[1]):.3f})  device allocs: {al}")
             print(f"       layer ms {[round(t, 2) for t in layer_ms]}")
+        if a.host_breakdown:
+            print(f"== host breakdown {kind} auto")
+            host_breakdown(layers, x, a.steps)
         if a.profile:
             for v, budget in variants[:2]:
                 prof = cProfile.Profile()
