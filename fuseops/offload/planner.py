@@ -182,7 +182,8 @@ class Planner:
     def begin_step(self, keep_last: int) -> StepLog:
         for log in self._logs:
             log.closed = True
-        self.poll()
+        if not self._steady(keep_last):
+            self.poll()
         profile = self.profile
         log = StepLog(keep_last)
         log.learning = profile is None or profile.steps < self.learn_steps or profile.keep_last != keep_last
@@ -190,6 +191,22 @@ class Planner:
         log.bytes_per_s = self._planning_bytes_per_s()
         self._logs.append(log)
         return log
+
+    def _steady(self, keep_last: int) -> bool:
+        """Whether the last steps are digested at the new step's second group rather than
+        as it begins: once planned afresh for this layout, with every step since of that
+        layout, a step's budgets come from the frozen plan and a digest only calibrates the
+        efficiency and the first reload's window, which only shrink budgets, from the next
+        group on (``budget`` caps a group by what earlier ones moved). The digest reads the
+        step's marks and builds the profile anew (~250 us of Python on the H100 hosts):
+        as the step begins, the device has nothing queued to hide it behind (a loop that
+        synchronises to read its loss), and the step's first group took that much longer."""
+        profile = self.profile
+        if profile is None or self.provisional or profile.steps < self.learn_steps or profile.keep_last != keep_last:
+            return False
+        # One step deferred at most: a step of one group never reaches a second one.
+        logs = self._logs
+        return len(logs) == 1 and not logs[0].diverged and logs[0].layout == list(profile.layout)
 
     def bytes_per_s(self) -> float:
         if self.fixed_bytes_per_s is not None:

@@ -11,9 +11,9 @@ import argparse
 import collections
 import cProfile
 import pstats
-import time
 import statistics
 import sys
+import time
 
 import torch
 from torch import nn
@@ -21,11 +21,12 @@ from torch import nn
 sys.path.insert(0, ".")
 from benchmarks import offload as bo  # noqa: E402
 from fuseops.offload import mark_not_offload  # noqa: E402
-from fuseops.offload.planner import planner_for  # noqa: E402
+from fuseops.offload.planner import Planner, planner_for  # noqa: E402
 from fuseops.offload.scheduler import Scheduler  # noqa: E402
 
 _early = Scheduler._start_early
 _notice = Scheduler.notice
+_steady = getattr(Planner, "_steady", None)
 
 
 def timed(layers, x, name, budget):
@@ -61,6 +62,8 @@ def timed(layers, x, name, budget):
 def run(layers, x, variant, budget, steps):
     Scheduler._start_early = _early if variant != "auto_late" else (lambda self, group: None)
     Scheduler.notice = _notice if variant != "auto_nonotice" else (lambda self, tensors: None)
+    if _steady is not None:
+        Planner._steady = _steady if variant != "auto_nodefer" else (lambda self, keep_last: False)
     name = "none" if variant == "none" else "fuseops"
     rows = [timed(layers, x, name, budget) for _ in range(steps)]
     f = statistics.median(r[0] for r in rows)
@@ -123,7 +126,7 @@ def main():
         planned = dict(planner_for(dev).planned)
         cap = int(max(planned.values())) if planned else 0
         print(f"{kind}: auto planned MiB {({g: round(v / 2**20, 1) for g, v in planned.items()})}, int cap {cap / 2**20:.1f} MiB")
-        variants = [(v, b) for v, b in (("none", None), ("auto", "auto"), ("auto_nonotice", "auto"), ("auto_late", "auto"),
+        variants = [(v, b) for v, b in (("none", None), ("auto", "auto"), ("auto_nonotice", "auto"), ("auto_nodefer", "auto"), ("auto_late", "auto"),
                                              ("int", cap))
                     if v in a.variants]
         best = {v: (1e9, 1e9, 0, 0, 0, []) for v, _ in variants}
@@ -133,6 +136,8 @@ def main():
                 if got[0] + got[1] < sum(best[v][:2]):
                     best[v] = got
         Scheduler._start_early, Scheduler.notice = _early, _notice
+        if _steady is not None:
+            Planner._steady = _steady
         n = best["none"]
         for v, _ in variants:
             f, b, al, hf, hb, layer_ms = best[v]
