@@ -132,6 +132,10 @@ class StepLog:
     efficiency: float = 1.0
     stalls: list[tuple[Any, Any]] = field(default_factory=list)
     waited: set[int] = field(default_factory=set)
+    # The profile the step plans with, as it began: a digest later in the step (of the
+    # step before, at the second group once settled) plans the next step, not this one,
+    # whose groups would otherwise follow two plans (and cap later groups by the first).
+    profile: Any = None
     # Where the first group to run its backward queued the reload of the group before it
     # (a mark on the compute stream: the reload's copies wait for compute queued so far),
     # and that group's position: the reload has until that group's backward starts.
@@ -189,6 +193,7 @@ class Planner:
         log.learning = profile is None or profile.steps < self.learn_steps or profile.keep_last != keep_last
         log.efficiency = self.efficiency
         log.bytes_per_s = self._planning_bytes_per_s()
+        log.profile = profile
         self._logs.append(log)
         return log
 
@@ -250,7 +255,7 @@ class Planner:
         """Bytes group ``position`` of ``log`` may move, given the eligible bytes of the
         step's groups known so far; ``None`` while learning (it moves nothing). Its
         fullest subset of storages under it is what the step's plan chose for it."""
-        profile = self.profile
+        profile = log.profile
         issued = position + log.keep_last
         if (log.learning or log.diverged or profile is None or profile.steps < self.learn_steps
                 or profile.keep_last != log.keep_last or issued >= len(profile.layout)
@@ -271,7 +276,7 @@ class Planner:
     def moved(self, log: StepLog, position: int, nbytes: int) -> None:
         """Group ``position`` of ``log`` issued copies of ``nbytes``: the link is busy
         that much longer (its budget was planned, so the profile is ``log``'s)."""
-        profile = self.profile
+        profile = log.profile
         if nbytes <= 0 or profile is None:
             return
         log.moved += nbytes

@@ -125,3 +125,15 @@ def test_auto_lowers_the_peak_by_what_it_moves(monkeypatch, kind, bytes_per_s, j
     for plain, s in zip(none[STEADY], steps[STEADY]):
         assert s.moved > 0
         assert plain.peak - s.peak >= floor * s.moved, ((plain.peak - s.peak) / s.moved)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("kind", ["mlp", "attn", "moe_plan"])
+def test_settled_steps_move_the_same_bytes_with_jittered_times(monkeypatch, kind, seed):
+    # Once settled, a step digests the one before at its second group (planner.py): each
+    # step keeps the plan it began with, so a digest that changes the profile mid-step
+    # (a jittered first reload's window) cannot leave the step's later groups capped by
+    # what its first group moved under the old plan, and budgets never ratchet down.
+    steps = sim.run(monkeypatch, kind, "auto", steps=12, bytes_per_s=50e9, jitter=0.02, seed=seed)
+    settled = [s.moved for s in steps[4:]]
+    assert settled[0] > 0 and settled == [settled[0]] * len(settled), settled

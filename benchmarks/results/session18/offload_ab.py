@@ -21,6 +21,7 @@ from torch import nn
 sys.path.insert(0, ".")
 from benchmarks import offload as bo  # noqa: E402
 from fuseops.offload import mark_not_offload  # noqa: E402
+from fuseops.offload import planner as planner_module  # noqa: E402
 from fuseops.offload.planner import Planner, planner_for  # noqa: E402
 from fuseops.offload.scheduler import Scheduler  # noqa: E402
 
@@ -109,6 +110,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--host-breakdown", action="store_true")
+    p.add_argument("--settle-both", action="store_true", help="settle from a fresh planner without and with the deferred digest")
     p.add_argument("--profile", action="store_true", help="cProfile of none and auto after the rounds")
     p.add_argument("--variants", nargs="*", default=["none", "auto", "auto_late", "int"])
     a = p.parse_args()
@@ -120,9 +122,15 @@ def main():
         mark_not_offload(x)
         for _ in range(3):
             timed(layers, x, "none", None)
-        # learn and settle the auto plan
-        for _ in range(12):
-            timed(layers, x, "fuseops", "auto")
+        # learn and settle the auto plan, from a fresh planner, with each variant of the
+        # digest's place (the last one's plan stays for the rounds below)
+        for variant in ("auto_nodefer", "auto") if a.settle_both else ("auto",):
+            planner_module._planners.clear()
+            run(layers, x, variant, "auto", 12)
+            pl = planner_for(dev)
+            print(f"{kind}: settled under {variant}: planned MiB {({g: round(v / 2**20, 1) for g, v in pl.planned.items()})}, "
+                  f"efficiency {pl.efficiency:.3f}, last stall {pl.last_stall_s * 1e3:.2f} ms, rate "
+                  f"{pl.achieved_bytes_per_s() / 1e9:.1f} GB/s, provisional {pl.provisional}, steps {pl.profile.steps}")
         planned = dict(planner_for(dev).planned)
         cap = int(max(planned.values())) if planned else 0
         print(f"{kind}: auto planned MiB {({g: round(v / 2**20, 1) for g, v in planned.items()})}, int cap {cap / 2**20:.1f} MiB")
