@@ -44,18 +44,19 @@ from fuseops.offload import link as link_module
 from fuseops.offload import mark_not_offload, offload_activations
 from fuseops.offload import planner as planner_module
 from fuseops.offload import timing as timing_module
+from fuseops.offload.backward import BackwardPath
 from fuseops.offload.scheduler import Scheduler
 
 # The H100 benchmark's activation is 8192 x 4096 bf16 (64 MB); here 32 x 128 float32.
 TOKENS, HIDDEN = 32, 128
 SCALE = (8192 * 4096 * 2) // (TOKENS * HIDDEN * 4)
 
-ENTRY_POINTS = [(Scheduler, "pack"), (Scheduler, "unpack"), (Scheduler, "open_group"), (Scheduler, "close_group"),
+ENTRY_POINTS = [(Scheduler, "pack"), (BackwardPath, "unpack"), (Scheduler, "open_group"), (Scheduler, "close_group"),
                 (Scheduler, "finish"), (Scheduler, "__init__"), (hooks_module, "_pre_hook"),
                 (hooks_module, "_post_hook")]
 INNER = [(Scheduler, n) for n in ("_skip_reason", "_group_for_save", "_offload_group", "_offload", "_pass",
-                                  "_pass_over_cap", "_release_copied", "_start_backward", "_resident_bytes",
-                                  "_advance_prefetch", "_reload", "_settle", "_mark_forward")]
+                                  "_pass_over_cap", "_release_copied", "_resident_bytes", "_settle", "_mark_forward")]
+INNER += [(BackwardPath, n) for n in ("_start_backward", "_advance_prefetch", "_reload")]
 INNER += [(cls, n) for cls in (link_module.HostLink, link_module.CudaLink)
           for n in ("copy_out", "copy_in", "consume", "settle", "fence")]
 INNER += [(planner_module.Planner, n) for n in ("begin_step", "poll", "budget", "moved", "waiting")]

@@ -165,7 +165,7 @@ class Group:
         self.prefetch_room: int | None = None
         self.prefetch_issued = 0
         # Streamed prefetch: (records of the target not yet walked, counted from the
-        # start; the target's record count then), see ``Scheduler._advance_prefetch``.
+        # start; the target's record count then), see ``BackwardPath._advance_prefetch`` (backward.py).
         self.prefetch_walk = (0, -1)
         self.budget_left: int | None = None
         # An "auto" group that moves as it saves: the storages its plan chose (early.py).

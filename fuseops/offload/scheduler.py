@@ -38,7 +38,7 @@ in (with "auto", when the group after it starts: the planner queues copies that 
 spill into the next group's compute); or sooner, at any later save, once the copy has passed (a non-blocking query): a
 group in flight stays on the device only as long as its copies run. In backward, the first unpack of a group reloads it if its
 prefetch did not, and arms the prefetch of the previous group on the host, one group
-ahead (see ``_start_backward`` for when it fires).
+ahead (backward.py; ``_start_backward`` says when it fires).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from fuseops.offload.backward import BackwardPath
 from fuseops.offload.choice import fullest_subset
 from fuseops.offload.early import early_plan
 from fuseops.offload.link import link_for
@@ -57,10 +58,6 @@ from fuseops.offload.marks import StorageSet, is_marked
 from fuseops.offload.planner import Planner, StepLog, planner_for
 from fuseops.offload.queue_plan import SETTLE_LAG
 from fuseops.offload.records import Group, Passed, SavedTensor, Skip, Stored, Where, count_skip, new_stats
-
-# The share of its own saved bytes the first backward group consumes before the previous
-# group's prefetch starts (see ``Scheduler._start_backward``).
-FIRST_PREFETCH_AFTER = 0.75
 
 
 def _fullest_first(records: list[Stored], budget: int) -> list[Stored]:
@@ -73,8 +70,9 @@ def _fullest_first(records: list[Stored], budget: int) -> list[Stored]:
     return [records[i] for i in chosen] + [s for i, s in enumerate(records) if i not in picked]
 
 
-class Scheduler:
-    """Offload state of one ``offload_activations`` context (see the module docstring)."""
+class Scheduler(BackwardPath):
+    """Offload state of one ``offload_activations`` context (see the module docstring; its
+    backward half, unpack, reloads and prefetches, is ``BackwardPath`` in backward.py)."""
 
     def __init__(self, *, keep_last: int, min_tensor_bytes: int, group_budget_bytes: int | str | None) -> None:
         self.keep_last = keep_last
@@ -455,44 +453,6 @@ class Scheduler:
     def _pass_reason(self) -> Skip:
         return Skip.LEARNING if self.group_budget_bytes == "auto" else Skip.BUDGET
 
-    def unpack(self, packed: Any) -> torch.Tensor:
-        if type(packed) is Passed:
-            group = packed.group
-            if not group.backward_started:
-                self._start_backward(group)
-            if packed.key is not None:
-                # As for a record: checked before counting this unpack.
-                if group.prefetch is not None:
-                    self._advance_prefetch(group)
-                nbytes = group.over_cap.pop(packed.key, None)
-                if nbytes is not None:
-                    group.consumed += nbytes
-            packed.check_version()
-            return packed.tensor
-        if isinstance(packed, torch.Tensor):
-            return packed
-        group = self._groups[packed.group]
-        if not group.backward_started:
-            self._start_backward(group)
-        # Checked before counting this unpack: what earlier unpacks consumed is free by now.
-        if group.prefetch is not None:
-            self._advance_prefetch(group)
-        stored = packed.stored
-        if not stored.consumed:
-            stored.consumed = True
-            group.consumed += stored.nbytes
-        stored.check_version()
-        if stored.where is Where.HOST:
-            self._reload([stored])
-        if stored.where is Where.RELOADED:
-            log = self._planned_log(group)
-            if log is not None:
-                self._planner.waiting(log, stored.event)
-            link_for(stored.device).consume(stored.data, stored.event)
-            stored.release = None
-        out = torch.empty(0, dtype=packed.dtype, device=stored.device)
-        return out.set_(stored.storage(), packed.offset, packed.size, packed.stride)
-
     def _count(self, stored: Stored, n: int) -> None:
         if stored.outcome is None:
             self.stats["tensors_offloaded"] += n
@@ -629,118 +589,3 @@ class Scheduler:
         """The log that learns how long compute waits for ``group``'s copies: its step's,
         when "auto" planned the group (learning steps move nothing)."""
         return group.log if group.log is not None and not group.learning else None
-
-    def _start_backward(self, group: Group) -> None:
-        """Reload ``group`` if its prefetch did not (on demand), and plan the prefetch of
-        the previous group on the host, so that the copy does not raise the peak:
-
-        - in the first group to run its backward (the step's peak is inside it: the
-          forward's saved bytes and this backward's own gradients), once it has consumed
-          ``FIRST_PREFETCH_AFTER`` of its own bytes: past the nodes that make that peak.
-          Bytes consumed are no room there: without offloading they are freed just the
-          same, and the gradients of the nodes after them fill them (a fused node consumes
-          all it saved as it starts, and its gradients come before it frees them);
-        - in later groups, as soon as there is room for it under the saved bytes the
-          forward held on the device (in host order: kept records, and the sources of
-          copies out the host had not yet seen pass, at their peak; or at the forward's
-          end, if more), and no later than half of this group's bytes, so the copy keeps
-          half of this backward to hide behind. When the link is behind compute (more
-          moves than the forward hides), the forward held the groups in flight, so the
-          prefetch starts with this group's backward and the link is not left idle while
-          this group consumes half its bytes; the backward still holds no more saved
-          bytes than the forward did."""
-        group.backward_started = True
-        first = not self._backward_seen
-        if first:
-            self._backward_seen = True
-            if self._noticed:
-                self._abandon_noticed()
-            self._resident_at_forward_end = self._resident_bytes()
-            self._forward_peak = max(self._forward_peak, self._held)
-        self._settle(len(self._groups))
-        if group.log is not None:
-            if group.log is self._log:
-                self._end_forward()
-            group.log.backward.setdefault(group.position, self._planner.timer.mark())
-        if not group.offloading:
-            self._keep(group)
-        self._reload_group(group)
-        earlier = max((i for i in self._on_host if i < group.index), default=None)
-        if earlier is not None:
-            group.prefetch = self._groups[earlier]
-            incoming = group.prefetch.live_bytes(on_host=True)
-            own = group.live_bytes() + group.over_cap_bytes
-            group.prefetch_issued = 0
-            if first:
-                group.prefetch_at, group.prefetch_room = int(FIRST_PREFETCH_AFTER * own), None
-            else:
-                ceiling = max(self._resident_at_forward_end, self._forward_peak)
-                room = max(0, ceiling - self._resident_bytes())
-                group.prefetch_at, group.prefetch_room = max(0, min(incoming, own // 2) - room), room
-            self._advance_prefetch(group)
-
-    def _advance_prefetch(self, group: Group) -> None:
-        """Issue what ``group``'s prefetch may bring back now. The first backward group
-        brings the whole previous group at once; later ones stream it, storage by storage
-        in the order its backward needs them, into the room that the groups consumed so
-        far left (their saved bytes less what came back), so the link starts early; all
-        that is left goes at ``prefetch_at``. Bytes this group consumed are no room: its
-        later nodes' gradients fill them, as without offloading (a CPU test shows a
-        streamed copy that used them raising the peak by a storage)."""
-        target, force = group.prefetch, group.consumed >= group.prefetch_at
-        if group.prefetch_room is None:
-            if force:
-                log = self._planned_log(target)
-                if log is not None and log.first_reload is None:
-                    # Where the reload may start: the planner learns its window from here.
-                    log.first_reload = (self._planner.timer.mark(), target.position)
-                self._reload_group(target)
-                group.prefetch = None
-            return
-        allowance = group.prefetch_room - group.prefetch_issued
-        # Runs at every unpack while a prefetch is armed: the target's records on the host
-        # are walked lazily, last saved first, and only as far as the allowance reaches;
-        # the walk resumes where the last one stopped (a record passed over is dead, moved
-        # to another group or off the host, and stays so in backward), unless records
-        # were added since.
-        records = target.records
-        if group.prefetch_walk[1] != len(records):
-            group.prefetch_walk = (len(records), len(records))
-        i = group.prefetch_walk[0]
-        batch, issued, everything = [], 0, True
-        while i > 0:
-            stored = records[i - 1]()
-            if stored is not None and stored.group is target and stored.where is Where.HOST:
-                if not force and stored.nbytes > allowance:
-                    everything = False
-                    break
-                batch.append(stored)
-                allowance -= stored.nbytes
-                issued += stored.nbytes
-            i -= 1
-        group.prefetch_walk = (i, len(records))
-        if batch:
-            group.prefetch_issued += issued
-            self._reload(batch)
-        if everything:
-            self._on_host.discard(target.index)
-            group.prefetch = None
-
-    def _reload_group(self, group: Group) -> None:
-        self._on_host.discard(group.index)
-        self._reload(group.on_host())
-
-    def _reload(self, records: list[Stored]) -> None:
-        by_device: dict[torch.device, list[Stored]] = {}
-        for stored in records:
-            by_device.setdefault(stored.device, []).append(stored)
-        for device, batch in by_device.items():
-            for stored in batch:
-                stored.release = None
-            outs, done, guard = link_for(device).copy_in(
-                [s.host for s in batch], [s.nbytes for s in batch], [s.event for s in batch])
-            for stored, out in zip(batch, outs):
-                stored.data, stored.host, stored.event, stored.where = out, None, done, Where.RELOADED
-                # Dropped before any consumer waited: the wait happens as it dies.
-                stored.release = guard
-                self.stats["bytes_reloaded"] += stored.nbytes
