@@ -62,7 +62,7 @@ def early_plan(planner: Planner, log: StepLog, position: int, layout: list[int])
     storage sizes: it then fills its budget in save order); ``None`` when it may not
     move yet: the step learns, or the group may be among the last ``keep_last``, or the
     layout so far departs from the profile's (the planner then marks the step diverged)."""
-    profile = log.profile
+    profile = planner.profile
     if log.learning or profile is None or position + log.keep_last >= len(profile.layout):
         return None
     budget = planner.budget(log, position, layout)

@@ -132,10 +132,6 @@ class StepLog:
     efficiency: float = 1.0
     stalls: list[tuple[Any, Any]] = field(default_factory=list)
     waited: set[int] = field(default_factory=set)
-    # The profile the step plans with, as it began: a digest later in the step (of the
-    # step before, at the second group once settled) plans the next step, not this one,
-    # whose groups would otherwise follow two plans (and cap later groups by the first).
-    profile: Any = None
     # Where the first group to run its backward queued the reload of the group before it
     # (a mark on the compute stream: the reload's copies wait for compute queued so far),
     # and that group's position: the reload has until that group's backward starts.
@@ -186,32 +182,14 @@ class Planner:
     def begin_step(self, keep_last: int) -> StepLog:
         for log in self._logs:
             log.closed = True
-        if not self._steady(keep_last):
-            self.poll()
+        self.poll()
         profile = self.profile
         log = StepLog(keep_last)
         log.learning = profile is None or profile.steps < self.learn_steps or profile.keep_last != keep_last
         log.efficiency = self.efficiency
         log.bytes_per_s = self._planning_bytes_per_s()
-        log.profile = profile
         self._logs.append(log)
         return log
-
-    def _steady(self, keep_last: int) -> bool:
-        """Whether the last steps are digested at the new step's second group rather than
-        as it begins: once planned afresh for this layout, with every step since of that
-        layout, a step's budgets come from the frozen plan and a digest only calibrates the
-        efficiency and the first reload's window, which only shrink budgets, from the next
-        group on (``budget`` caps a group by what earlier ones moved). The digest reads the
-        step's marks and builds the profile anew (~250 us of Python on the H100 hosts):
-        as the step begins, the device has nothing queued to hide it behind (a loop that
-        synchronises to read its loss), and the step's first group took that much longer."""
-        profile = self.profile
-        if profile is None or self.provisional or profile.steps < self.learn_steps or profile.keep_last != keep_last:
-            return False
-        # One step deferred at most: a step of one group never reaches a second one.
-        logs = self._logs
-        return len(logs) == 1 and not logs[0].diverged and logs[0].layout == list(profile.layout)
 
     def bytes_per_s(self) -> float:
         if self.fixed_bytes_per_s is not None:
@@ -255,7 +233,7 @@ class Planner:
         """Bytes group ``position`` of ``log`` may move, given the eligible bytes of the
         step's groups known so far; ``None`` while learning (it moves nothing). Its
         fullest subset of storages under it is what the step's plan chose for it."""
-        profile = log.profile
+        profile = self.profile
         issued = position + log.keep_last
         if (log.learning or log.diverged or profile is None or profile.steps < self.learn_steps
                 or profile.keep_last != log.keep_last or issued >= len(profile.layout)
@@ -276,7 +254,7 @@ class Planner:
     def moved(self, log: StepLog, position: int, nbytes: int) -> None:
         """Group ``position`` of ``log`` issued copies of ``nbytes``: the link is busy
         that much longer (its budget was planned, so the profile is ``log``'s)."""
-        profile = log.profile
+        profile = self.profile
         if nbytes <= 0 or profile is None:
             return
         log.moved += nbytes

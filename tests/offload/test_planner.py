@@ -403,57 +403,6 @@ def test_a_settled_plan_planned_again_never_grows_a_budget(timer, efficiency):
     assert arena.allocations == allocations
 
 
-def _digest_positions(monkeypatch):
-    """Per digested step, how many groups of the step now running had started (None: as
-    the step began)."""
-    positions, learn = [], Planner._learn
-
-    def spy(self, log, *times):
-        positions.append(len(self._logs[-1].forward) if self._logs else None)
-        return learn(self, log, *times)
-
-    monkeypatch.setattr(Planner, "_learn", spy)
-    return positions
-
-
-def test_a_settled_step_is_digested_at_the_next_steps_second_group(timer, monkeypatch):
-    # As a step begins, a loop that synchronised to read its loss has nothing queued on the
-    # device to hide the digest's Python behind (the H100 benchmark's first group took
-    # 0.7-0.8 ms longer than the others): once the plan is settled, it waits for the
-    # step's second group. Learning and the provisional plan still digest as a step begins.
-    times = [[2e-3] * 4, [8e-3] * 4]
-    layers, x = timed_layers(timer, times, 4), torch.randn(40, 32)
-    positions = _digest_positions(monkeypatch)
-    moved = [auto_step(layers, x, 1)["bytes_offloaded"] for _ in range(7)]
-    assert positions == [None, None, None, 1, 1, 1]
-    assert moved[:2] == [0, 0] and moved[3] == moved[4] == moved[5] == moved[6] > 0
-
-
-def test_a_step_of_another_layout_is_digested_as_the_next_begins(timer, monkeypatch):
-    # The step after a change of layers learns afresh from its first group on (nothing
-    # moves), as without the wait.
-    times = [[2e-3] * 4, [8e-3] * 4]
-    layers, x = timed_layers(timer, times, 4), torch.randn(40, 32)
-    for _ in range(5):
-        auto_step(layers, x, 1)
-    positions = _digest_positions(monkeypatch)
-    three = nn.ModuleList(layers[:3])
-    auto_step(three, x, 1)
-    assert auto_step(three, x, 1)["bytes_offloaded"] == 0
-    assert positions == [1, None]
-
-
-def test_steps_of_one_group_leave_at_most_one_step_undigested(timer):
-    # No second group ever comes: the next step's start digests the one waiting.
-    times = [[2e-3], [8e-3]]
-    layers, x = timed_layers(timer, times, 1), torch.randn(40, 32)
-    planner = planner_module._planners[torch.device("cpu")]
-    for _ in range(8):
-        auto_step(layers, x, 0)
-        assert len(planner._logs) <= 2
-    assert planner.profile.steps >= 6
-
-
 def test_no_host_block_is_allocated_once_the_plan_has_settled(timer, monkeypatch):
     # The measured bandwidth rises step after step (as a meter's sum does when its first
     # copies were slow): a budget that followed it would move more and take new blocks.
