@@ -38,14 +38,19 @@ def dtype_max(ptr):
 
 
 @triton.jit
-def fit_source(q, v, mult, src_max):
-    """Float8 codes ``q`` of the finite ``v * mult`` (``mult`` a power of two) stepped one code
-    toward zero where ``q / mult`` would pass ``src_max``, the source dtype's maximum: a value
-    within half an FP8 step of it rounds up past it, and would dequantize to inf."""
-    bits = q.to(tl.uint8, bitcast=True)
-    over = (tl.abs(q.to(tl.float32)) > src_max * mult) & (tl.abs(v) <= _FP32_MAX)
-    # Sign-magnitude codes: one less is the next value toward zero.
-    return tl.where(over, bits - 1, bits).to(q.dtype, bitcast=True)
+def fit_limit(mult, src_max, ELEM: tl.constexpr):
+    """The largest E4M3 (ELEM 0) or E5M2 value ``L`` with ``L / mult <= src_max`` (``mult`` a
+    power of two, ``src_max`` the source dtype's maximum): a value within half an FP8 step of
+    the maximum would round up past it and dequantize to inf, so the casts clamp the finite
+    ``v * mult`` to [-L, L] (``cast_fp8_within``). That is the reference's step of such a code one
+    value toward zero (``reference_fit_source``): ``|v * mult| <= src_max * mult`` rounds to L or
+    the next value up."""
+    FMAX: tl.constexpr = 448.0 if ELEM == 0 else 57344.0
+    DROP: tl.constexpr = 20 if ELEM == 0 else 21
+    # At least the block's amax * mult (> FMAX / 2 unless the amax is 0 or tiny, then more),
+    # a normal FP8 value: dropping the mantissa bits that FP8 lacks rounds it down to the grid.
+    lim = tl.minimum(src_max * mult, FMAX)
+    return ((lim.to(tl.int32, bitcast=True) >> DROP) << DROP).to(tl.float32, bitcast=True)
 
 
 def reference_finite_abs(v: torch.Tensor) -> torch.Tensor:
@@ -55,8 +60,8 @@ def reference_finite_abs(v: torch.Tensor) -> torch.Tensor:
 
 
 def reference_fit_source(q: torch.Tensor, v: torch.Tensor, mult: torch.Tensor, src_max: float) -> torch.Tensor:
-    """``fit_source`` in torch: codes whose value over ``mult`` passes ``src_max`` one step
-    toward zero (finite ``v`` only)."""
+    """Float8 codes ``q`` of the finite ``v * mult`` stepped one code toward zero where ``q /
+    mult`` would pass ``src_max`` (the kernels clamp to ``fit_limit`` instead, the same codes)."""
     bits = q.view(torch.uint8)
     over = (q.float().abs() > src_max * mult) & (v.float().abs() <= FP32_MAX)
     return torch.where(over, bits - 1, bits).view(q.dtype)

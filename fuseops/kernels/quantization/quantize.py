@@ -35,13 +35,14 @@ import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2
 from fuseops.kernels.launch import launch
-from fuseops.kernels.quantization.finite import dtype_max, fit_source, reference_finite_abs, reference_fit_source
+from fuseops.kernels.quantization.finite import dtype_max, fit_limit, reference_finite_abs, reference_fit_source
 from fuseops.kernels.quantization.formats import (
     BLOCK_SIZE,
     STORAGE_DTYPE,
     Element,
     Scaling,
     cast_fp8,
+    cast_fp8_within,
     exp2i,
     finite_amax,
     group_of_positions,
@@ -169,9 +170,10 @@ def quantize_kernel(
                 tl.store(scale + pid_b * stride_sb + pid_r * stride_sr + pid_c, exp2i(k), mask=inside)
             if COLUMNWISE:
                 tl.store(scale_t + pid_b * stride_ub + pid_c * stride_uc + pid_r, exp2i(k), mask=inside)
-        q = cast_fp8(tile * mult, ELEM)
         if BLOCK_2D:
-            q = fit_source(q, tile, mult, dtype_max(x))
+            q = cast_fp8_within(tile * mult, fit_limit(mult, dtype_max(x), ELEM), ELEM)
+        else:
+            q = cast_fp8(tile * mult, ELEM)
         # Not staged: Triton would move the transpose onto the input tile (twice the bytes
         # through shared memory, in up to 18 rounds with barriers).
         if ROWWISE:

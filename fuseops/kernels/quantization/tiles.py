@@ -8,15 +8,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from fuseops.kernels.quantization.finite import any_non_finite, fit_source
+from fuseops.kernels.quantization.finite import any_non_finite, fit_limit
 from fuseops.kernels.quantization.formats import (
     block_scales,
-    cast_fp8,
+    cast_fp8_within,
     e2m1_bits,
     e2m1_encode,
     finite_amax,
     pack_e2m1,
-    to_fp8,
 )
 
 
@@ -31,7 +30,7 @@ def quantize_blocks(t, enc, src_max, SCALING: tl.constexpr, ELEM: tl.constexpr, 
     if SCALING == 3:
         q = e2m1_encode(tb * mult[:, :, None])
     else:
-        q = fit_source(to_fp8(tb * mult[:, :, None], ELEM), tb, mult[:, :, None], src_max)
+        q = cast_fp8_within(tb * mult[:, :, None], fit_limit(mult, src_max, ELEM)[:, :, None], ELEM)
     return tl.reshape(q, [ROWS, COLS]), s
 
 
@@ -87,7 +86,7 @@ def store_blocks(tile, enc, src_max, data, scale, lines, mask_l, stride_d, strid
     """Quantize the chunked ``tile`` [NC, NR, K, V] in blocks of BLOCK along its rows
     (ALONG_ROWS) or its columns and store codes and scales (``store_chunks``'s arguments;
     ``length`` counts elements along a line, ``stored_length`` stored codes; ``src_max`` the
-    source dtype's maximum, ``fit_source``)."""
+    source dtype's maximum, ``fit_limit``)."""
     NC: tl.constexpr = tile.shape[0]
     NR: tl.constexpr = tile.shape[1]
     K: tl.constexpr = tile.shape[2]
@@ -112,8 +111,9 @@ def store_blocks(tile, enc, src_max, data, scale, lines, mask_l, stride_d, strid
         q = e2m1_bits(v)
     else:
         # Scaled by the block's power of two, finite values fit the format; non-finite ones
-        # keep their element (cast_fp8).
-        q = fit_source(cast_fp8(v, ELEM), t, mult_t, src_max)
+        # keep their element.
+        lim = tl.expand_dims(tl.expand_dims(fit_limit(mult, src_max, ELEM), ACROSS), IN)
+        q = cast_fp8_within(v, lim, ELEM)
     # Scales [NC // (BLOCK // V), NR, K, 1] along rows, [NC, NR // (BLOCK // K), 1, V] along columns.
     offs_s += start // BLOCK
     tl.store(scale + lines * stride_s + offs_s, tl.expand_dims(s, IN - 1),
