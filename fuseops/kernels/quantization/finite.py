@@ -8,8 +8,12 @@ import torch
 import triton
 import triton.language as tl
 
+from fuseops.kernels._triton import INTERPRET
+
 FP32_MAX = torch.finfo(torch.float32).max
 _FP32_MAX = tl.constexpr(FP32_MAX)
+# The interpreter runs a reduction's combine function in Python, element by element.
+_COMBINE_NAN_MAX = tl.constexpr(not INTERPRET)
 
 
 @triton.jit
@@ -34,6 +38,39 @@ def dtype_max(ptr):
         m = 65504.0
     elif ptr.dtype.element_ty == tl.bfloat16:
         m = 3.3895313892515355e38
+    return m
+
+
+@triton.jit
+def _maximum_with_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def max_with_nan(a, axis):
+    """``max`` of float32 ``a`` along ``axis``, NaN where one is NaN (``tl.max`` skips NaN)."""
+    if _COMBINE_NAN_MAX:
+        m = tl.reduce(a, axis, _maximum_with_nan)
+    else:
+        # The same values from the interpreter's vectorized reductions.
+        m = tl.where(tl.max(tl.where(a != a, 1, 0), axis) != 0, float("nan"), tl.max(a, axis))  # noqa: PLR0124
+    return m
+
+
+@triton.jit
+def plain_limit(ptr, SCALING: tl.constexpr):
+    """A tile of ``ptr``'s element type whose block maxima are all <= this (so none is NaN or
+    inf) needs none of the rules here: its values cast to the same codes without them. For
+    BLOCK and MX, below the largest power of two P <= the dtype's maximum: a value <= amax < P,
+    times the block's power of two ``mult``, rounds to at most P * mult (an FP8 value, or past
+    the format's maximum, where satfinite stops first), so no code passes the dtype's maximum
+    (``fit_limit``). NVFP4 has no such step: any finite maximum."""
+    m = _FP32_MAX
+    if SCALING != 3:
+        # The float32 just below P: 2**127 (float32, bfloat16) or 2**15 (float16).
+        m = 1.7014117331926443e38
+        if ptr.dtype.element_ty == tl.float16:
+            m = 32767.998046875
     return m
 
 
