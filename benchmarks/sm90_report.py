@@ -87,14 +87,30 @@ def report(compiled, sass_path: Path | None = None) -> dict:
     # "/*0840*/  @!P3 MUFU.RCP R6, R6 ;" -> MUFU
     opcode = re.compile(r"/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]+)")
     ops = collections.Counter(m.group(1) for m in opcode.finditer(sass))
+    # ptxas -v has a line of spills per function: the kernel's, and each called one's (a
+    # noinline @triton.jit function, CUDA's division slow path) in the registers the kernel has.
+    spills = re.findall(r"Function properties for (\S+)\n\s+\d+ bytes stack frame, (\d+) bytes spill stores, "
+                        r"(\d+) bytes spill loads", info)
+    # SASS lines by function: each starts at its ".type NAME,@function".
+    parts = re.split(r"^\s+\.type\s+(\S+),@function$", sass, flags=re.MULTILINE)
+    lines = {name: len(opcode.findall(body)) for name, body in zip(parts[1::2], parts[2::2])}
+    functions = {_short(name): {"spill_stores": int(st), "spill_loads": int(ld),
+                                "sass_lines": next((n for k, n in lines.items() if k.endswith(name)), None)}
+                 for name, st, ld in spills}
     return dict(
         registers=int(re.search(r"Used (\d+) registers", info).group(1)),
-        spill_stores=int(re.search(r"(\d+) bytes spill stores", info).group(1)),
-        spill_loads=int(re.search(r"(\d+) bytes spill loads", info).group(1)),
+        spill_stores=sum(f["spill_stores"] for f in functions.values()),
+        spill_loads=sum(f["spill_loads"] for f in functions.values()),
         shared=compiled.metadata.shared,
         sass_lines=sum(ops.values()),
         top_ops=ops.most_common(25),
+        functions=functions,
     )
+
+
+def _short(name: str) -> str:
+    """A function's name without Triton's module path and specialization suffix."""
+    return re.sub(r"__P.*$", "", name).split("_$_")[-1]
 
 
 def gated_dgrad_launch(sink, *, want_h=True, cfg=None):
@@ -186,15 +202,16 @@ def triton_wgrad_launch(sink, *, accumulate=False, out_dtype=None):
         mod.grouped_gemm_wgrad(dz, x, offsets, main_grad=main_grad, out_dtype=out_dtype)
 
 
-def quantize_launch(sink, *, scaling="BLOCK", columnwise=True, rowwise=True, cfg=None, grouped=False, maxnreg=None):
-    """The quantize kernel on bf16 [16384, 4096] (``benchmarks.quantize``'s shape) in
-    ``scaling`` (a ``Scaling`` name) with its E4M3 codes, in the tiling the library picks or
-    ``cfg`` (a ``QuantizeConfig``); ``grouped``: 8 equal row groups."""
+def quantize_launch(sink, *, scaling="BLOCK", columnwise=True, rowwise=True, cfg=None, grouped=False, maxnreg=None,
+                    dtype="bfloat16"):
+    """The quantize kernel on [16384, 4096] (``benchmarks.quantize``'s shape) of ``dtype`` (a
+    torch dtype's name) in ``scaling`` (a ``Scaling`` name) with its E4M3 codes, in the tiling
+    the library picks or ``cfg`` (a ``QuantizeConfig``); ``grouped``: 8 equal row groups."""
     from fuseops.kernels.quantization import quantize as mod
     from fuseops.kernels.quantization.formats import Element, Scaling
 
     scaling = Scaling[scaling]
-    x = torch.empty(1, 16384, 4096, dtype=torch.bfloat16)
+    x = torch.empty(1, 16384, 4096, dtype=getattr(torch, dtype))
     offsets = torch.arange(0, 16384 + 1, 16384 // 8, dtype=torch.int64) if grouped else None
     encode = torch.ones(8 if grouped else 1) if scaling in (Scaling.TENSOR, Scaling.NVFP4) else None
     element = Element.E2M1 if scaling == Scaling.NVFP4 else Element.E4M3

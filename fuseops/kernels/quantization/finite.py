@@ -8,8 +8,12 @@ import torch
 import triton
 import triton.language as tl
 
+from fuseops.kernels._triton import INTERPRET
+
 FP32_MAX = torch.finfo(torch.float32).max
 _FP32_MAX = tl.constexpr(FP32_MAX)
+# The interpreter runs a reduction's combine function in Python, element by element.
+_COMBINE_NAN_MAX = tl.constexpr(not INTERPRET)
 
 
 @triton.jit
@@ -38,14 +42,52 @@ def dtype_max(ptr):
 
 
 @triton.jit
-def fit_source(q, v, mult, src_max):
-    """Float8 codes ``q`` of the finite ``v * mult`` (``mult`` a power of two) stepped one code
-    toward zero where ``q / mult`` would pass ``src_max``, the source dtype's maximum: a value
-    within half an FP8 step of it rounds up past it, and would dequantize to inf."""
-    bits = q.to(tl.uint8, bitcast=True)
-    over = (tl.abs(q.to(tl.float32)) > src_max * mult) & (tl.abs(v) <= _FP32_MAX)
-    # Sign-magnitude codes: one less is the next value toward zero.
-    return tl.where(over, bits - 1, bits).to(q.dtype, bitcast=True)
+def _maximum_with_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def max_with_nan(a, axis):
+    """``max`` of float32 ``a`` along ``axis``, NaN where one is NaN (``tl.max`` skips NaN)."""
+    if _COMBINE_NAN_MAX:
+        m = tl.reduce(a, axis, _maximum_with_nan)
+    else:
+        # The same values from the interpreter's vectorized reductions.
+        m = tl.where(tl.max(tl.where(a != a, 1, 0), axis) != 0, float("nan"), tl.max(a, axis))  # noqa: PLR0124
+    return m
+
+
+@triton.jit
+def plain_limit(ptr, SCALING: tl.constexpr):
+    """A tile of ``ptr``'s element type whose block maxima are all <= this (so none is NaN or
+    inf) needs none of the rules here: its values cast to the same codes without them. For
+    BLOCK and MX, below the largest power of two P <= the dtype's maximum: a value <= amax < P,
+    times the block's power of two ``mult``, rounds to at most P * mult (an FP8 value, or past
+    the format's maximum, where satfinite stops first), so no code passes the dtype's maximum
+    (``fit_limit``). NVFP4 has no such step: any finite maximum."""
+    m = _FP32_MAX
+    if SCALING != 3:
+        # The float32 just below P: 2**127 (float32, bfloat16) or 2**15 (float16).
+        m = 1.7014117331926443e38
+        if ptr.dtype.element_ty == tl.float16:
+            m = 32767.998046875
+    return m
+
+
+@triton.jit
+def fit_limit(mult, src_max, ELEM: tl.constexpr):
+    """The largest E4M3 (ELEM 0) or E5M2 value ``L`` with ``L / mult <= src_max`` (``mult`` a
+    power of two, ``src_max`` the source dtype's maximum): a value within half an FP8 step of
+    the maximum would round up past it and dequantize to inf, so the casts clamp the finite
+    ``v * mult`` to [-L, L] (``cast_fp8_within``). That is the reference's step of such a code one
+    value toward zero (``reference_fit_source``): ``|v * mult| <= src_max * mult`` rounds to L or
+    the next value up."""
+    FMAX: tl.constexpr = 448.0 if ELEM == 0 else 57344.0
+    DROP: tl.constexpr = 20 if ELEM == 0 else 21
+    # At least the block's amax * mult (> FMAX / 2 unless the amax is 0 or tiny, then more),
+    # a normal FP8 value: dropping the mantissa bits that FP8 lacks rounds it down to the grid.
+    lim = tl.minimum(src_max * mult, FMAX)
+    return ((lim.to(tl.int32, bitcast=True) >> DROP) << DROP).to(tl.float32, bitcast=True)
 
 
 def reference_finite_abs(v: torch.Tensor) -> torch.Tensor:
@@ -55,8 +97,8 @@ def reference_finite_abs(v: torch.Tensor) -> torch.Tensor:
 
 
 def reference_fit_source(q: torch.Tensor, v: torch.Tensor, mult: torch.Tensor, src_max: float) -> torch.Tensor:
-    """``fit_source`` in torch: codes whose value over ``mult`` passes ``src_max`` one step
-    toward zero (finite ``v`` only)."""
+    """Float8 codes ``q`` of the finite ``v * mult`` stepped one code toward zero where ``q /
+    mult`` would pass ``src_max`` (the kernels clamp to ``fit_limit`` instead, the same codes)."""
     bits = q.view(torch.uint8)
     over = (q.float().abs() > src_max * mult) & (v.float().abs() <= FP32_MAX)
     return torch.where(over, bits - 1, bits).view(q.dtype)

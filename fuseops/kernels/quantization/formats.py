@@ -14,7 +14,7 @@ the spec; the quantize kernels (quantization/quantize.py) and the scaled GEMMs (
 - Near the source dtype's maximum (BLOCK, MX and 128x128 tiles): a power-of-two scale keeps the
   block maximum within the element's range, but a value within half an FP8 step of the
   dtype's maximum would round up past it and dequantize to inf; such a code is stepped one
-  value toward zero (``fit_source``), so every finite input dequantizes to a finite value.
+  value toward zero (``fit_limit``), so every finite input dequantizes to a finite value.
 - ``Scaling.TENSOR``: one float32 scale per tensor (per group of a grouped tensor):
   ``encode = max_q / amax`` (1 when amax is 0), ``q = x * encode``, stored ``s = 1 / encode``.
 - ``Scaling.BLOCK`` and ``Scaling.MX``: one power-of-two scale per block, the smallest with
@@ -123,10 +123,11 @@ def _round_to_fp8_grid(v, ELEM: tl.constexpr):
 
 
 @triton.jit
-def cast_fp8(v, ELEM: tl.constexpr):
-    """float32 ``v`` cast to E4M3 (ELEM 0) or E5M2 (ELEM 1): nearest-even; the GPU's
-    ``cvt.rn.satfinite`` saturates out-of-range values and infinities at the maximum and keeps
-    NaN (the interpreter clamps first). For values that need no clamp (``to_fp8`` has one)."""
+def convert_fp8(v, ELEM: tl.constexpr):
+    """float32 ``v`` converted to E4M3 (ELEM 0) or E5M2 (ELEM 1): nearest-even; the GPU's
+    ``cvt.rn.satfinite`` saturates out-of-range values and infinities at the maximum (the
+    interpreter clamps first). Exact for finite values in the format's range; ``cast_fp8``
+    keeps non-finite ones."""
     r = v
     if _EMULATE_FP8_CAST:
         FMAX: tl.constexpr = 448.0 if ELEM == 0 else 57344.0
@@ -135,8 +136,13 @@ def cast_fp8(v, ELEM: tl.constexpr):
         q = r.to(tl.float8e4nv)
     else:
         q = r.to(tl.float8e5)
-    # satfinite would turn an infinity into the maximum: non-finite values keep their element
-    # instead (E4M3 has no infinity: NaN; E5M2: NaN and signed infinities).
+    return q
+
+
+@triton.jit
+def keep_non_finite(q, v, ELEM: tl.constexpr):
+    """Codes ``q`` of float32 ``v`` with those of NaN and infinities put back: satfinite would
+    turn an infinity into the maximum (E4M3 has no infinity: NaN; E5M2: NaN and signed infinities)."""
     bits = q.to(tl.uint8, bitcast=True)
     if ELEM == 0:
         special = tl.full(bits.shape, 0x7F, tl.uint8)
@@ -145,6 +151,21 @@ def cast_fp8(v, ELEM: tl.constexpr):
         special = tl.where(v > 0, 0x7C, tl.where(v < 0, 0xFC, 0x7F)).to(tl.uint8)
     bits = tl.where(tl.abs(v) <= _FP32_MAX, bits, special)
     return bits.to(q.dtype, bitcast=True)
+
+
+@triton.jit
+def cast_fp8(v, ELEM: tl.constexpr):
+    """float32 ``v`` cast to E4M3 (ELEM 0) or E5M2 (ELEM 1): nearest-even, NaN and infinities
+    kept at their element; for values that need no clamp (``to_fp8`` has one)."""
+    return keep_non_finite(convert_fp8(v, ELEM), v, ELEM)
+
+
+@triton.jit
+def cast_fp8_within(v, limit, ELEM: tl.constexpr):
+    """``cast_fp8`` of float32 ``v`` whose finite values are first clamped to [-limit, limit]
+    (``limit`` an element value, ``fit_limit``); NaN and infinities keep their element."""
+    # The clamp turns NaN and infinities into +-limit: keep_non_finite looks at v.
+    return keep_non_finite(convert_fp8(tl.minimum(tl.maximum(v, -limit), limit), ELEM), v, ELEM)
 
 
 @triton.jit

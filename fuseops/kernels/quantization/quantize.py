@@ -35,13 +35,20 @@ import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2
 from fuseops.kernels.launch import launch
-from fuseops.kernels.quantization.finite import dtype_max, fit_source, reference_finite_abs, reference_fit_source
+from fuseops.kernels.quantization.finite import (
+    dtype_max,
+    fit_limit,
+    plain_limit,
+    reference_finite_abs,
+    reference_fit_source,
+)
 from fuseops.kernels.quantization.formats import (
     BLOCK_SIZE,
     STORAGE_DTYPE,
     Element,
     Scaling,
     cast_fp8,
+    cast_fp8_within,
     exp2i,
     finite_amax,
     group_of_positions,
@@ -55,7 +62,7 @@ from fuseops.kernels.quantization.formats import (
     reference_to_fp8,
     tile_rows,
 )
-from fuseops.kernels.quantization.tiles import chunk_offsets, store_blocks, store_chunks
+from fuseops.kernels.quantization.tiles import block_peaks, chunk_offsets, store_blocks, store_chunks
 
 
 class Buffers(NamedTuple):
@@ -78,6 +85,10 @@ class QuantizeConfig(NamedTuple):
         sharing a 32-byte sector of row-wise scales run tens of MB of traffic apart and the
         sector may leave L2 half written; else groups of ``group_r`` row tiles cross all column
         tiles in turn, filling the sectors of either copy's scales within a group.
+    maxnreg: a register cap for ptxas (0: its own choice), which otherwise sizes the kernel for
+        the rare path of the 1D-block formats (``_quantize_tile_whole_rules``) and spends
+        registers on the plain one that it does not need: under the cap the plain path keeps
+        the same instructions and does not spill.
     """
 
     block_r: int
@@ -85,6 +96,7 @@ class QuantizeConfig(NamedTuple):
     num_warps: int
     staged: bool = False
     group_r: int = 0
+    maxnreg: int = 0
 
 
 @functools.cache
@@ -103,18 +115,26 @@ def _configs() -> dict[tuple[Scaling, bool], QuantizeConfig]:
     call 5), the four grouped casts of a Qwen3-30B-A3B FP8 step, buffers bit for bit equal
     across tilings: 128x64 3.37 ms against 3.97 (E5M2 gradients 1.16 / 0.89 ms against
     1.49 / 1.12, E4M3 inputs 0.96 / 0.37 against 0.99 / 0.37).
+
+    Since the non-finite rules moved to a rare path (``quantize_kernel``; not yet timed on the
+    GPU, ``python -m benchmarks.sm90_report quantize``, bf16): uncapped, ptxas sized the staged
+    column-wise tiles for the rare path, BLOCK 167 registers (one 256-thread program per SM),
+    NVFP4 144, MX 94; capped at 128 / 80 / 64 (two, three and four programs per SM, as before
+    those rules) the plain path does not spill (the rare path: 8, 192 and 0 bytes). BLOCK
+    row-wise: 8 warps (64 values a thread, 71 registers, 627 SASS lines) for 4 (128 values,
+    154 registers, 1131 lines; capped at 128 the plain path spills).
     """
     if INTERPRET:
         # Staged and grouped, so the tests cover both (the plain path: test_every_chunk_height).
         return {(s, c): QuantizeConfig(128, 128, 4, staged=True, group_r=2) for s in Scaling for c in (False, True)}
     return {
         (Scaling.TENSOR, False): QuantizeConfig(32, 256, 4), (Scaling.TENSOR, True): QuantizeConfig(128, 64, 4),
-        (Scaling.BLOCK, False): QuantizeConfig(128, 128, 4, group_r=8),
-        (Scaling.BLOCK, True): QuantizeConfig(128, 128, 8, staged=True, group_r=8),
+        (Scaling.BLOCK, False): QuantizeConfig(128, 128, 8, group_r=8),
+        (Scaling.BLOCK, True): QuantizeConfig(128, 128, 8, staged=True, group_r=8, maxnreg=128),
         (Scaling.MX, False): QuantizeConfig(32, 256, 4, group_r=8),
-        (Scaling.MX, True): QuantizeConfig(128, 64, 8, staged=True, group_r=8),
+        (Scaling.MX, True): QuantizeConfig(128, 64, 8, staged=True, group_r=8, maxnreg=64),
         (Scaling.NVFP4, False): QuantizeConfig(32, 128, 4),
-        (Scaling.NVFP4, True): QuantizeConfig(128, 64, 8, staged=True, group_r=8),
+        (Scaling.NVFP4, True): QuantizeConfig(128, 64, 8, staged=True, group_r=8, maxnreg=80),
     }
 
 
@@ -169,9 +189,10 @@ def quantize_kernel(
                 tl.store(scale + pid_b * stride_sb + pid_r * stride_sr + pid_c, exp2i(k), mask=inside)
             if COLUMNWISE:
                 tl.store(scale_t + pid_b * stride_ub + pid_c * stride_uc + pid_r, exp2i(k), mask=inside)
-        q = cast_fp8(tile * mult, ELEM)
         if BLOCK_2D:
-            q = fit_source(q, tile, mult, dtype_max(x))
+            q = cast_fp8_within(tile * mult, fit_limit(mult, dtype_max(x), ELEM), ELEM)
+        else:
+            q = cast_fp8(tile * mult, ELEM)
         # Not staged: Triton would move the transpose onto the input tile (twice the bytes
         # through shared memory, in up to 18 rounds with barriers).
         if ROWWISE:
@@ -179,13 +200,53 @@ def quantize_kernel(
         if COLUMNWISE:
             store_chunks(data_t, q, cols, mask_c, stride_tc, pid_r * BLOCK_R, RP, False, False, False)
     else:
-        # The row-wise copy is stored before the column-wise one is computed (fewer live registers).
+        # Every tile takes the plain path, which assumes no NaN or infinity and no value that
+        # rounds past the source dtype's maximum (the per-element work of the formats without
+        # those rules). Its block maxima tell whether the tile is such a one (``plain_limit``);
+        # a tile that is not (rare) is quantized again by the whole rules, overwriting both
+        # copies, in a function of its own. (A branch between the two paths, each from the
+        # loaded tile, would keep its 16-bit and float32 values live together.)
+        peak = block_peaks(tile, ROWWISE, BLOCK)
         if ROWWISE:
-            store_blocks(tile, enc, dtype_max(x), data, scale + pid_b * stride_sb, rows, mask_r, stride_dr, stride_sr,
-                          pid_c * BLOCK_C, C, C_STORED, True, SCALING, ELEM, BLOCK, STAGED)
+            store_blocks(tile, peak, enc, dtype_max(x), data, scale + pid_b * stride_sb, rows, mask_r, stride_dr,
+                         stride_sr, pid_c * BLOCK_C, C, C_STORED, True, True, SCALING, ELEM, BLOCK, STAGED)
         if COLUMNWISE:
-            store_blocks(tile, enc, dtype_max(x), data_t, scale_t + pid_b * stride_ub, cols, mask_c, stride_tc, stride_uc,
-                          pid_r * BLOCK_R, RP, RP_STORED, False, SCALING, ELEM, BLOCK, STAGED)
+            peak_t = block_peaks(tile, False, BLOCK) if ROWWISE else peak
+            store_blocks(tile, peak_t, enc, dtype_max(x), data_t, scale_t + pid_b * stride_ub, cols, mask_c,
+                         stride_tc, stride_uc, pid_r * BLOCK_R, RP, RP_STORED, True, False, SCALING, ELEM, BLOCK,
+                         STAGED)
+        if tl.max(tl.where(peak <= plain_limit(x, SCALING), 0, 1)) != 0:
+            # Every plain store of the tile (and its use of shared memory) before the rewrite,
+            # whichever thread made it.
+            tl.debug_barrier()
+            _quantize_tile_whole_rules(
+                x + pid_b * stride_xb, enc, data, scale + pid_b * stride_sb, data_t, scale_t + pid_b * stride_ub,
+                row0, nrows, pid_r, pid_c, C, RP, C_STORED, RP_STORED, stride_xr, stride_dr, stride_sr, stride_tc,
+                stride_uc, ROWWISE, COLUMNWISE, SCALING, ELEM, BLOCK, BLOCK_R, BLOCK_C, K, V, STAGED)
+
+
+@triton.jit(noinline=True)
+def _quantize_tile_whole_rules(x, enc, data, scale, data_t, scale_t, row0, nrows, pid_r, pid_c, C, RP, C_STORED,
+                               RP_STORED, stride_xr, stride_dr, stride_sr, stride_tc, stride_uc,
+                               ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, SCALING: tl.constexpr,
+                               ELEM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_R: tl.constexpr,
+                               BLOCK_C: tl.constexpr, K: tl.constexpr, V: tl.constexpr, STAGED: tl.constexpr):
+    """``quantize_kernel``'s 1D-block copies of the tile at (``row0``, column tile ``pid_c``;
+    ``nrows`` valid rows from there) by the whole rules: for tiles that hold NaN, infinities or
+    values near the source dtype's maximum. Not inlined, so that its registers (the tile
+    loaded again, the addresses computed again) are not held through the plain path."""
+    offs_r, offs_c = chunk_offsets(BLOCK_C // V, BLOCK_R // K, K, V)
+    rows = row0 + offs_r
+    cols = pid_c * BLOCK_C + offs_c
+    mask_r = offs_r < nrows
+    mask_c = cols < C
+    tile = tl.load(x + rows * stride_xr + cols, mask=mask_r & mask_c, other=0.0).to(tl.float32)
+    if ROWWISE:
+        store_blocks(tile, None, enc, dtype_max(x), data, scale, rows, mask_r, stride_dr, stride_sr, pid_c * BLOCK_C, C,
+                     C_STORED, False, True, SCALING, ELEM, BLOCK, STAGED)
+    if COLUMNWISE:
+        store_blocks(tile, None, enc, dtype_max(x), data_t, scale_t, cols, mask_c, stride_tc, stride_uc,
+                     pid_r * BLOCK_R, RP, RP_STORED, False, False, SCALING, ELEM, BLOCK, STAGED)
 
 
 def allocate(shape: tuple[int, int, int], groups: int | None, *, scaling: Scaling, element: Element,
@@ -272,7 +333,9 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
     if C == 0 or rp == 0 or B == 0:
         return bufs
     x = x if x.stride(2) == 1 else x.contiguous()
-    br, bc, warps, staged, group_r = QuantizeConfig(*cfg)
+    br, bc, warps, staged, group_r, maxnreg = QuantizeConfig(*cfg)
+    # Triton's default is no cap (None).
+    options = {"maxnreg": maxnreg} if maxnreg else {}
     # Chunks of one 16-byte load per row, K rows: what the tile leaves per thread, at least a
     # pair (E2M1) and at most 16 (the shortest block along rows).
     v = 16 // x.element_size()
@@ -305,7 +368,7 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
             SCALING=int(scaling), ELEM=int(element), BLOCK=BLOCK_SIZE[scaling] or 1, BLOCK_2D=block_2d,
             ROWWISE=copies[0], COLUMNWISE=copies[1], GROUPED=offsets is not None,
             BLOCK_R=br, BLOCK_C=bc, BLOCK_G=max(16, next_power_of_2(groups or 1)), K=k, V=v,
-            STAGED=staged, GROUP_R=group_r, num_warps=warps,
+            STAGED=staged, GROUP_R=group_r, num_warps=warps, **options,
         )
     return bufs
 

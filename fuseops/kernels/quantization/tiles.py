@@ -8,15 +8,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from fuseops.kernels.quantization.finite import any_non_finite, fit_source
+from fuseops.kernels.quantization.finite import any_non_finite, fit_limit, max_with_nan
 from fuseops.kernels.quantization.formats import (
     block_scales,
-    cast_fp8,
+    cast_fp8_within,
+    convert_fp8,
     e2m1_bits,
     e2m1_encode,
     finite_amax,
     pack_e2m1,
-    to_fp8,
 )
 
 
@@ -31,7 +31,7 @@ def quantize_blocks(t, enc, src_max, SCALING: tl.constexpr, ELEM: tl.constexpr, 
     if SCALING == 3:
         q = e2m1_encode(tb * mult[:, :, None])
     else:
-        q = fit_source(to_fp8(tb * mult[:, :, None], ELEM), tb, mult[:, :, None], src_max)
+        q = cast_fp8_within(tb * mult[:, :, None], fit_limit(mult, src_max, ELEM)[:, :, None], ELEM)
     return tl.reshape(q, [ROWS, COLS]), s
 
 
@@ -81,39 +81,71 @@ def store_chunks(ptr, q, lines, mask_l, stride_l, start, length, PACKED: tl.cons
 
 
 @triton.jit
-def store_blocks(tile, enc, src_max, data, scale, lines, mask_l, stride_d, stride_s, start, length, stored_length,
-                 ALONG_ROWS: tl.constexpr, SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr,
-                 STAGED: tl.constexpr):
-    """Quantize the chunked ``tile`` [NC, NR, K, V] in blocks of BLOCK along its rows
-    (ALONG_ROWS) or its columns and store codes and scales (``store_chunks``'s arguments;
-    ``length`` counts elements along a line, ``stored_length`` stored codes; ``src_max`` the
-    source dtype's maximum, ``fit_source``)."""
+def _blocked(tile, ALONG_ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """The chunked ``tile`` [NC, NR, K, V] as blocks of BLOCK along its rows (ALONG_ROWS) or its
+    columns: a block's values sit in axis IN (4 along rows, else 3) of BLOCK // V threads of V
+    columns (along rows) or of BLOCK // K threads of K rows, axis ACROSS (1, else 2): a
+    reduction in registers, then warp shuffles."""
     NC: tl.constexpr = tile.shape[0]
     NR: tl.constexpr = tile.shape[1]
     K: tl.constexpr = tile.shape[2]
     V: tl.constexpr = tile.shape[3]
-    # A block's values sit in axis IN of BLOCK // V threads of V columns (along rows) or of
-    # BLOCK // K threads of K rows, axis ACROSS: a reduction in registers, then warp shuffles.
     if ALONG_ROWS:
         t = tl.reshape(tile, [NC // (BLOCK // V), BLOCK // V, NR, K, V])
-        IN: tl.constexpr = 4
-        ACROSS: tl.constexpr = 1
-        offs_s = tl.arange(0, NC // (BLOCK // V))[:, None, None, None]
     else:
         t = tl.reshape(tile, [NC, NR // (BLOCK // K), BLOCK // K, K, V])
-        IN: tl.constexpr = 3
-        ACROSS: tl.constexpr = 2
+    return t
+
+
+@triton.jit
+def block_peaks(tile, ALONG_ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """``max |t|`` of each block of the chunked ``tile`` (``store_blocks``'s layout), NaN where
+    the block holds a NaN: one max per element gives both the plain path's block maxima and
+    its test (``plain_limit``)."""
+    IN: tl.constexpr = 4 if ALONG_ROWS else 3
+    ACROSS: tl.constexpr = 1 if ALONG_ROWS else 2
+    a = tl.abs(_blocked(tile, ALONG_ROWS, BLOCK))
+    return max_with_nan(max_with_nan(a, IN), ACROSS)
+
+
+@triton.jit
+def store_blocks(tile, peak, enc, src_max, data, scale, lines, mask_l, stride_d, stride_s, start, length,
+                 stored_length, PLAIN: tl.constexpr, ALONG_ROWS: tl.constexpr, SCALING: tl.constexpr,
+                 ELEM: tl.constexpr, BLOCK: tl.constexpr, STAGED: tl.constexpr):
+    """Quantize the chunked ``tile`` [NC, NR, K, V] in blocks of BLOCK along its rows
+    (ALONG_ROWS) or its columns and store codes and scales (``store_chunks``'s arguments;
+    ``length`` counts elements along a line, ``stored_length`` stored codes; ``src_max`` the
+    source dtype's maximum, ``fit_limit``). PLAIN: ``peak`` holds the tile's ``block_peaks``
+    (None otherwise), and the tile is taken to have passed ``plain_limit``: every value finite
+    and none rounding past ``src_max``, so that the cast needs neither rule (the same codes);
+    else the whole rules (a tile that fails the test gets both after a plain pass)."""
+    NC: tl.constexpr = tile.shape[0]
+    NR: tl.constexpr = tile.shape[1]
+    K: tl.constexpr = tile.shape[2]
+    V: tl.constexpr = tile.shape[3]
+    IN: tl.constexpr = 4 if ALONG_ROWS else 3
+    ACROSS: tl.constexpr = 1 if ALONG_ROWS else 2
+    t = _blocked(tile, ALONG_ROWS, BLOCK)
+    if ALONG_ROWS:
+        offs_s = tl.arange(0, NC // (BLOCK // V))[:, None, None, None]
+    else:
         offs_s = tl.arange(0, NR // (BLOCK // K))[None, :, None, None]
-    bad = tl.max(any_non_finite(t, IN), ACROSS)
-    mult, s = block_scales(tl.max(finite_amax(t, IN), ACROSS), bad, enc, SCALING, ELEM)
+    if PLAIN:
+        mult, s = block_scales(peak, tl.zeros(peak.shape, tl.int32), enc, SCALING, ELEM)
+    else:
+        bad = tl.max(any_non_finite(t, IN), ACROSS)
+        mult, s = block_scales(tl.max(finite_amax(t, IN), ACROSS), bad, enc, SCALING, ELEM)
     mult_t = tl.expand_dims(tl.expand_dims(mult, ACROSS), IN)
     v = t * mult_t
     if SCALING == 3:
         q = e2m1_bits(v)
+    elif PLAIN:
+        q = convert_fp8(v, ELEM)
     else:
         # Scaled by the block's power of two, finite values fit the format; non-finite ones
-        # keep their element (cast_fp8).
-        q = fit_source(cast_fp8(v, ELEM), t, mult_t, src_max)
+        # keep their element.
+        lim = tl.expand_dims(tl.expand_dims(fit_limit(mult, src_max, ELEM), ACROSS), IN)
+        q = cast_fp8_within(v, lim, ELEM)
     # Scales [NC // (BLOCK // V), NR, K, 1] along rows, [NC, NR // (BLOCK // K), 1, V] along columns.
     offs_s += start // BLOCK
     tl.store(scale + lines * stride_s + offs_s, tl.expand_dims(s, IN - 1),

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fuseops.kernels.quantization import formats as qf
+from fuseops.kernels.quantization.finite import fit_limit, reference_fit_source
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FP8 = [qf.Element.E4M3, qf.Element.E5M2]
@@ -185,3 +186,43 @@ def test_group_positions_padded_layout():
     blocks = [set((p // 128).tolist()) for p in (pos[:5], pos[5:300], pos[300:])]
     assert all(a.isdisjoint(b) for i, a in enumerate(blocks) for b in blocks[i + 1:])
     assert qf.group_of_positions(offsets, qf.padded_rows(301, 4))[pos].tolist() == [0] * 5 + [2] * 295 + [3]
+
+
+@triton.jit
+def _fit_kernel(v, mult, out, src_max, N: tl.constexpr, ELEM: tl.constexpr):
+    offs = tl.arange(0, N)
+    m = tl.load(mult + offs)
+    tl.store(out + offs, qf.cast_fp8_within(tl.load(v + offs) * m, fit_limit(m, src_max, ELEM), ELEM))
+
+
+def near_max_pairs(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(v, amax) float32: every value of ``dtype`` from half its maximum up, either sign,
+    against block maxima among them (every one for bfloat16, a spread and the top 64 for
+    float16) that are at least |v|."""
+    bits = torch.arange(0, 1 << (8 * dtype.itemsize - 1), dtype=torch.int32)
+    values = bits.to(torch.int16 if dtype.itemsize == 2 else torch.int32).view(dtype).float()
+    fmax = torch.finfo(dtype).max
+    top = values[(values >= fmax / 2) & (values <= fmax)]
+    maxima = top if top.numel() <= 256 else torch.cat([top[::16], top[-64:]])
+    v, amax = torch.cat([top, -top])[:, None], maxima[None, :]
+    keep = v.abs() <= amax
+    return v.expand_as(keep)[keep], amax.expand_as(keep)[keep]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("element", FP8)
+def test_fit_limit_clamp_is_the_reference_step(dtype, element):
+    """The kernels clamp v * mult to the largest FP8 value whose quotient by mult stays within
+    the dtype's maximum; the reference rounds and steps a code past it one toward zero: the
+    same codes, for every value near the maximum against every block maximum above it."""
+    v, amax = near_max_pairs(dtype)
+    mult = qf.reference_exp2i(-qf.reference_pow2_exponent(amax, element))
+    src_max = torch.finfo(dtype).max
+    n = triton.next_power_of_2(v.numel())
+    v, mult = (torch.nn.functional.pad(t, (0, n - t.numel()), value=1.0).to(DEVICE) for t in (v, mult))
+    got = torch.empty(n, dtype=qf.STORAGE_DTYPE[element], device=DEVICE)
+    _fit_kernel[(1,)](v, mult, got, src_max, N=n, ELEM=int(element))
+    ref = reference_fit_source(qf.reference_to_fp8(v * mult, element), v, mult, src_max)
+    assert torch.equal(got.view(torch.uint8), ref.view(torch.uint8))
+    # The range holds codes that the step moves (the test's point).
+    assert (ref.view(torch.uint8) != qf.reference_to_fp8(v * mult, element).view(torch.uint8)).any()

@@ -6,6 +6,8 @@ and the padding of the grouped column-wise layout. Outputs are poisoned first.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -144,6 +146,51 @@ def test_huge_values_stay_finite_an_inf_keeps_its_element_and_zero_blocks_stay_f
 def test_gpu_huge_values_stay_finite_an_inf_keeps_its_element_and_zero_blocks_stay_finite(fmt):
     """The GPU's satfinite conversions would saturate infinities: cast_fp8 puts them back."""
     check_huge_values_and_zero_blocks(fmt)
+
+
+def plain_and_whole_rule_tiles(dtype: torch.dtype) -> torch.Tensor:
+    """[1, 256, 384]: 128x128 tiles (the interpreter's), one clean, one with an inf, one with a
+    NaN, one with the dtype's maximum, one with -P and one with the value just below P, P the
+    largest power of two <= the maximum: the plain path (finite, below P) next to tiles of the
+    whole rules, and both sides of its test."""
+    fmax = torch.finfo(dtype).max
+    p = 2.0 ** math.floor(math.log2(fmax))
+    below_p = torch.tensor(p, dtype=dtype).view(torch.int16 if dtype.itemsize == 2 else torch.int32) - 1
+    x = (torch.randn(1, 256, 384) * 3).to(dtype)
+    x[0, 5, 130] = float("inf")
+    x[0, 200, 10] = float("nan")
+    x[0, 7, 300] = fmax
+    x[0, 9, 301] = -fmax * 0.999
+    x[0, 140, 140] = -p
+    x[0, 141, 300] = below_p.view(dtype)
+    x[0, 170, 301] = -below_p.view(dtype)
+    return x.to(DEVICE)
+
+
+def check_plain_and_whole_rule_tiles(fmt):
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        x = plain_and_whole_rule_tiles(dtype)
+        for rowwise, columnwise in ((True, True), (True, False), (False, True)):
+            got, ref = run(x, None, 1, FORMATS[fmt], rowwise=rowwise, columnwise=columnwise)
+            assert_same(got, ref, f"{fmt} {dtype} rowwise={rowwise} columnwise={columnwise}")
+
+
+# Infinities and the dtype's maximum overflow the reference's float32 maths on the way.
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("fmt", ["block_1x128", "mx_e4m3", "mx_e5m2", "nvfp4"])
+def test_plain_tiles_beside_tiles_of_the_whole_rules(fmt):
+    """Each tile of the 1D-block formats is first quantized without the non-finite and
+    dtype-maximum rules, then again with them if its block maxima are not all finite and below
+    P (quantize_kernel): bit for bit the reference either way, for every tile."""
+    check_plain_and_whole_rule_tiles(fmt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["block_1x128", "mx_e4m3", "mx_e5m2", "nvfp4"])
+def test_gpu_plain_tiles_beside_tiles_of_the_whole_rules(fmt):
+    """The GPU's tilings, register caps and the rewrite of a tile after a barrier."""
+    check_plain_and_whole_rule_tiles(fmt)
 
 
 def test_zero_rows_and_empty_groups():
