@@ -4,6 +4,7 @@ with D2H copies of N bytes (pinned, 64 MiB pieces) issued on a side stream at th
 start (and H2D copies at the backward's start), interleaved rounds, the fastest of each.
     python benchmarks/results/session18/copy_interference.py
 """
+import functools
 import statistics
 import sys
 
@@ -11,9 +12,35 @@ import torch
 from torch import nn
 
 sys.path.insert(0, ".")
-from benchmarks import offload as bo  # noqa: E402
+from benchmarks import offload as bo
 
 PIECE = 64 * 2**20
+
+
+def copy_on_side(side, pairs):
+    """``dst.copy_(src)`` for each (dst, src) on ``side``, after the work queued so far."""
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for dst, src in pairs:
+            dst.copy_(src, non_blocking=True)
+
+
+def step_ms(layers, x, side, pairs, copies):
+    """Forward and backward ms of one step; with ``copies``, the (device, pinned) ``pairs``
+    copied to the host on ``side`` as the forward starts and back as the backward starts."""
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    torch.cuda.synchronize()
+    ev[0].record()
+    if copies:
+        copy_on_side(side, [(pinned, dev) for dev, pinned in pairs])
+    loss = bo._forward(layers, x)
+    ev[1].record()
+    if copies:
+        copy_on_side(side, pairs)
+    loss.backward()
+    ev[2].record()
+    torch.cuda.synchronize()
+    return ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2])
 
 
 def main():
@@ -27,27 +54,8 @@ def main():
         srcs = [torch.empty(PIECE, dtype=torch.uint8, device=dev) for _ in range(n)]
         dsts = [torch.empty(PIECE, dtype=torch.uint8, pin_memory=True) for _ in range(n)]
 
-        def one(copies):
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
-            torch.cuda.synchronize()
-            ev[0].record()
-            if copies:
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for s, d in zip(srcs, dsts):
-                        d.copy_(s, non_blocking=True)
-            loss = bo._forward(layers, x)
-            ev[1].record()
-            if copies:
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for s, d in zip(srcs, dsts):
-                        s.copy_(d, non_blocking=True)
-            loss.backward()
-            ev[2].record()
-            torch.cuda.synchronize()
-            return ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2])
-
+        pairs = list(zip(srcs, dsts))
+        one = functools.partial(step_ms, layers, x, side, pairs)
         for _ in range(3):
             one(False), one(True)
         best = {False: (1e9, 1e9), True: (1e9, 1e9)}

@@ -19,11 +19,11 @@ import torch
 from torch import nn
 
 sys.path.insert(0, ".")
-from benchmarks import offload as bo  # noqa: E402
-from fuseops.offload import mark_not_offload  # noqa: E402
-from fuseops.offload import planner as planner_module  # noqa: E402
-from fuseops.offload.planner import Planner, planner_for  # noqa: E402
-from fuseops.offload.scheduler import Scheduler  # noqa: E402
+from benchmarks import offload as bo
+from fuseops.offload import mark_not_offload
+from fuseops.offload import planner as planner_module
+from fuseops.offload.planner import Planner, planner_for
+from fuseops.offload.scheduler import Scheduler
 
 _early = Scheduler._start_early
 _notice = Scheduler.notice

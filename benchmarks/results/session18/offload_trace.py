@@ -6,6 +6,7 @@ loss's first backward kernel, by the step's events), and the top kernels by adde
 """
 import argparse
 import collections
+import itertools
 import sys
 
 import torch
@@ -13,8 +14,8 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, ".")
-from benchmarks import offload as bo  # noqa: E402
-from fuseops.offload import mark_not_offload  # noqa: E402
+from benchmarks import offload as bo
+from fuseops.offload import mark_not_offload
 
 
 def main():
@@ -48,10 +49,9 @@ def main():
         compute = max(by_stream, key=lambda s: streams[s][0])
         ev = sorted(by_stream[compute], key=lambda e: e.time_range.start)
         busy = sum(e.time_range.end - e.time_range.start for e in ev) / 1e3 / 3
-        span_steps = []
         gaps = 0.0
         big_gaps = collections.Counter()
-        for prev, cur in zip(ev, ev[1:]):
+        for prev, cur in itertools.pairwise(ev):
             g = cur.time_range.start - prev.time_range.end
             if 0 < g < 5000:  # inside a step (steps are synchronised apart)
                 gaps += g
