@@ -130,8 +130,8 @@ def test_auto_lowers_the_peak_by_what_it_moves(monkeypatch, kind, bytes_per_s, j
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("kind", ["mlp", "attn", "moe_plan"])
 def test_settled_steps_move_the_same_bytes_with_jittered_times(monkeypatch, kind, seed):
-    # Each step keeps the plan it began with (planner.py): budgets settle and stay, with
-    # node times jittered step to step.
+    # A settled plan's budgets never grow and its timings are frozen (planner.py): with node
+    # times jittered step to step, every settled step moves the same bytes.
     steps = sim.run(monkeypatch, kind, "auto", steps=12, bytes_per_s=50e9, jitter=0.02, seed=seed)
     settled = [s.moved for s in steps[4:]]
     assert settled[0] > 0 and settled == [settled[0]] * len(settled), settled
