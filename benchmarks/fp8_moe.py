@@ -153,6 +153,9 @@ def bitwise_check(case: Case, recipe_names: list[str]) -> dict[str, bool]:
 
 def run(args) -> tuple[list[dict], dict]:
     shapes = SMOKE_SHAPES if args.smoke else {name: SHAPES[name] for name in args.shapes}
+    if args.tokens:
+        # The small and medium sizes a user starts at: each shape at each token count.
+        shapes = {f"{name} T={t}": dict(shape, T=t) for name, shape in shapes.items() for t in args.tokens}
     device = "cpu" if args.smoke else "cuda"
     rows, extra = [], {}
     for shape_name, shape in shapes.items():
@@ -191,6 +194,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, one round: checks it runs")
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--tokens", nargs="*", type=int, help="token counts per micro-batch (default: the shape's)")
     parser.add_argument("--recipes", nargs="*", default=list(RECIPES), choices=list(RECIPES))
     parser.add_argument("--cadences", nargs="*", type=int, default=list(CADENCES),
                         help="micro-batches per optimizer step")
