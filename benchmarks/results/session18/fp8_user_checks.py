@@ -3,7 +3,9 @@ the FP8 MoE layer (permute, GroupedLinear, scaled SwiGLU, GroupedLinear, unpermu
 float32 weights under torch.autocast(bfloat16) and fuseops.autocast(recipe), eager and under
 torch.compile, at small token counts: outputs and gradients finite, compiled equal to eager,
 and the relative error against the same layer in float64 (no recipe).
-    python benchmarks/results/session18/fp8_user_checks.py
+    python benchmarks/results/session18/fp8_user_checks.py eager|compile none,current,blockwise 256,1024
+(call 16 ran an earlier form, eager then compiled in one process: the compiled FP8 current
+scaling layer hit a device-side assert in an inductor kernel; call 17 splits the cases)
 """
 import sys
 
@@ -31,26 +33,35 @@ def rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
+RECIPES = {"current": fuseops.recipes.FP8CurrentScaling, "blockwise": fuseops.recipes.FP8Blockwise, "none": lambda: None}
+
+
+def cases(T):
+    case = make_case(E=16, T=T, H=512, I=256, K=4, dtype=torch.float32)
+    ref_case = make_case(E=16, T=T, H=512, I=256, K=4, dtype=torch.float64)
+    with torch.no_grad():
+        for name in ("x", "ids", "weights", "dy", "w1", "w2"):
+            getattr(ref_case, name).copy_(getattr(case, name))
+    y64 = composed_layer(ref_case)()
+    (y64 * ref_case.dy).sum().backward()
+    return case, y64, grads(ref_case)
+
+
 def main():
-    for T in (256, 1024):
-        case = make_case(E=16, T=T, H=512, I=256, K=4, dtype=torch.float32)
-        ref_case = make_case(E=16, T=T, H=512, I=256, K=4, dtype=torch.float64)
-        with torch.no_grad():
-            for name in ("x", "ids", "weights", "dy", "w1", "w2"):
-                getattr(ref_case, name).copy_(getattr(case, name))
-        ref_layer = composed_layer(ref_case)
-        y64 = ref_layer()
-        (y64 * ref_case.dy).sum().backward()
-        g64 = grads(ref_case)
+    # eager: every case; compile: one case a process (a device-side assert ends the process).
+    mode, names, tokens = sys.argv[1], sys.argv[2].split(","), [int(t) for t in sys.argv[3].split(",")]
+    for T in tokens:
+        case, y64, g64 = cases(T)
         layer = composed_layer(case)
-        for name, recipe in (("current", fuseops.recipes.FP8CurrentScaling()), ("blockwise", fuseops.recipes.FP8Blockwise())):
+        for name in names:
+            recipe = RECIPES[name]()
+            if mode == "compile":
+                torch._dynamo.reset()
+                layer = torch.compile(composed_layer(case))
             y, g = step(case, layer, recipe)
-            compiled = torch.compile(layer)
-            yc, gc = step(case, compiled, recipe)
-            finite = all(torch.isfinite(t).all().item() for t in (y, *g, yc, *gc))
-            print(f"T={T} {name:9}: finite {finite}, compiled == eager: out {torch.equal(y, yc)}, "
-                  f"grads {all(torch.equal(a, b) for a, b in zip(g, gc))}; rel err vs float64: out {rel(y, y64):.3f}, "
-                  f"dx {rel(g[0], g64[0]):.3f}, dw1 {rel(g[1], g64[1]):.3f}, dw2 {rel(g[2], g64[2]):.3f}", flush=True)
+            finite = all(torch.isfinite(t).all().item() for t in (y, *g))
+            print(f"T={T} {mode} {name:9}: finite {finite}; rel err vs float64: out {rel(y, y64):.4f}, "
+                  f"dx {rel(g[0], g64[0]):.4f}, dw1 {rel(g[1], g64[1]):.4f}, dw2 {rel(g[2], g64[2]):.4f}", flush=True)
 
 
 if __name__ == "__main__":
