@@ -4,9 +4,11 @@ float32 weights under torch.autocast(bfloat16) and fuseops.autocast(recipe), eag
 torch.compile, at small token counts: outputs and gradients finite, compiled equal to eager,
 and the relative error against the same layer in float64 (no recipe).
     python benchmarks/results/session18/fp8_user_checks.py eager|compile none,current,blockwise 256,1024
+(CHECK_BACKEND=aot_eager: the compiled graph without inductor's code generation.)
 (call 16 ran an earlier form, eager then compiled in one process: the compiled FP8 current
 scaling layer hit a device-side assert in an inductor kernel; call 17 splits the cases)
 """
+import os
 import sys
 
 import torch
@@ -57,7 +59,7 @@ def main():
             recipe = RECIPES[name]()
             if mode == "compile":
                 torch._dynamo.reset()
-                layer = torch.compile(composed_layer(case))
+                layer = torch.compile(composed_layer(case), backend=os.environ.get("CHECK_BACKEND", "inductor"))
             y, g = step(case, layer, recipe)
             finite = all(torch.isfinite(t).all().item() for t in (y, *g))
             print(f"T={T} {mode} {name:9}: finite {finite}; rel err vs float64: out {rel(y, y64):.4f}, "
