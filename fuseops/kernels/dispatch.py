@@ -16,7 +16,9 @@ Where a tensor's work runs (``backend_of``):
   format), then the ``TRITON`` rows.
 
 Under ``torch.compile`` every kernel is served by its torch reference, which the compiler
-traces and fuses; the grouped GEMMs are ``torch.library`` custom ops (``library.py``).
+traces and fuses; the grouped GEMMs are ``torch.library`` custom ops (``library.py``). The
+quantized kernels are not traced for GPU work (``refuses_traced_quantized``): they raise, so
+that dynamo runs them eagerly.
 
 Dense GEMMs without an epilogue (``Linear``'s forward, dgrad and wgrad) are cuBLAS through
 ``torch`` on every backend; they have no row here. The dense forward GEMM with an epilogue
@@ -246,9 +248,42 @@ _TRACED = {r.kernel: r.runs for r in TABLE if r.backend is Backend.TORCH} | {
     Kernel.GEMM: traced.gemm, Kernel.GEMM_GATED: traced.gemm_gated}
 
 
+# The quantize kernels and the GEMMs on quantized operands.
+QUANTIZED = frozenset({
+    Kernel.ACTIVATION_QUANTIZE_FWD, Kernel.GATED_QUANTIZE_FWD, Kernel.LAYERNORM_QUANTIZE_FWD,
+    Kernel.RMSNORM_QUANTIZE_FWD, Kernel.GEMM_SCALED, Kernel.GROUPED_GEMM_SCALED, Kernel.GROUPED_GEMM_SCALED_ACT,
+    Kernel.GROUPED_GEMM_SCALED_WGRAD, Kernel.GROUPED_GEMM_SCALED_DGRAD_GATED, Kernel.AMAX, Kernel.TENSOR_SCALES,
+    Kernel.QUANTIZE})
+
+
+class QuantizedNotTraced(RuntimeError):
+    """A quantized kernel reached while torch.compile traces work on a GPU (``launcher``)."""
+
+
+def refuses_traced_quantized(t: torch.Tensor) -> bool:
+    """Whether the quantized kernels' torch references may not be traced for work on ``t``:
+    on CUDA, the compiled FP8 MoE layer (float32 weights under autocast, the H100, session 18:
+    ``benchmarks/results/session18/fp8_user_checks.py``) gave weight gradients off by 100 %
+    under FP8 blockwise and a device-side assert in an inductor kernel under FP8 current
+    scaling, where eager was right and the compiled CPU layer equals eager bit for bit. Until
+    the quantized GEMMs reach the compiler as custom ops, such work stays eager (a graph break)."""
+    return t.is_cuda
+
+
 def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
-    """What serves ``kernel`` for work on ``t``: call it with the launcher's arguments."""
+    """What serves ``kernel`` for work on ``t``: call it with the launcher's arguments.
+
+    Raises:
+        QuantizedNotTraced: ``kernel`` is quantized, torch.compile is tracing and ``t`` is on a
+            GPU (``refuses_traced_quantized``). Dynamo breaks the graph there and runs the
+            quantized op eagerly; under ``fullgraph=True`` the error reaches the caller."""
     if torch.compiler.is_compiling() or maybe_current_level() is not None:
+        if kernel in QUANTIZED and torch.compiler.is_compiling() and refuses_traced_quantized(t):
+            raise QuantizedNotTraced(
+                f"{kernel.value}: quantized kernels are not traced by torch.compile for {t.device} tensors "
+                "(their traced references gave wrong weight gradients there; see "
+                "fuseops.kernels.dispatch.refuses_traced_quantized); run the quantized layers outside "
+                "torch.compile, or without fullgraph=True, where they run eagerly")
         # Under torch.func transforms too: vmap runs the plan's Function on batched tensors
         # (its generated vmap rule), which have no storage a Triton kernel could read.
         return _TRACED[kernel]
