@@ -27,22 +27,25 @@ for name, (K, N) in {"fc1": (H, 2 * I), "fc2": (I, H)}.items():
     xq = quantize(x, recipe, offsets=offsets)
     wq = quantize(w, recipe, role="weight", columnwise=True)
     cases[f"{name} fwd"] = (lambda xq=xq, wq=wq: linear_forward(xq, wq), 2.0 * T * K * N)
-    if name == "fc1":
+    if True:
         dy = torch.randn(T, N, device=dev, dtype=bf16)
         dyq = quantize(dy, recipe, role="grad", offsets=offsets)
         cases[f"{name} dgrad"] = (lambda dyq=dyq, wq=wq: linear_dgrad(dyq, wq), 2.0 * T * K * N)
 base = {}
-for stages, group_m in [(4, 8), (5, 8), (3, 8), (4, 16), (5, 16), (4, 4)]:
+CONFIGS = [(4, 8), (5, 8), (3, 8), (4, 16), (5, 16), (4, 4)]
+if len(sys.argv) > 1:  # e.g. "4,8 3,8 4,8 3,8": repeats to tell a change from noise
+    CONFIGS = [tuple(int(v) for v in c.split(",")) for c in sys.argv[1:]]
+for stages, group_m in CONFIGS:
     blockwise.STAGES, blockwise.GROUP_M = stages, group_m
     row = []
     for case, (fn, flops) in cases.items():
         try:
             out = fn()
-            if (stages, group_m) == (4, 8):
+            if case not in base:
                 base[case] = out
             else:
                 assert torch.equal(out, base[case]), f"{case}: differs from STAGES=4 GROUP_M=8"
-            ms = triton.testing.do_bench(fn, rep=200)
+            ms = triton.testing.do_bench(fn, rep=400)
             row.append(f"{case} {ms:.3f} ms {flops / ms / 1e9:.0f} TF/s")
         except Exception as exc:
             row.append(f"{case} error {repr(exc)[:120]}")
