@@ -30,8 +30,10 @@ from collections.abc import Sequence
 from fuseops.fusions._producer_quantize import local_gemm
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, measured_slower, quantized
 from fuseops.fusions.grouped_mlp import one_expert_mlp
-from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels import library
+from fuseops.kernels.dispatch import Kernel
 from fuseops.kernels.quantization.formats import BLOCK_SIZE, Scaling
+from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.ops import _checks
 from fuseops.ops._quantized import quantize_grad, quantized_wgrad
 from fuseops.ops.contract import OpContext, OpGrads
@@ -80,7 +82,7 @@ class BackwardQuantizedGatedMLP(Fusion):
             main_grad = _checks.main_grad(fc2.weight) if fc2.accumulate_into_main_grad else None
             fc2_params["weight"] = quantized_wgrad(s2, qdy, out_dtype=fc2.weight.dtype, main_grad=main_grad)
             if fc2.bias is not None:
-                fc2_params["bias"] = launcher(Kernel.GROUPED_BIAS_GRAD, dy2d)(dy2d, s2.offsets)
+                fc2_params["bias"] = library.grouped_bias_grad(dy2d, s2.offsets)
         if not need_dz:
             return [OpGrads(None), OpGrads(None), OpGrads(None, fc2_params, (None,))]
 
@@ -92,7 +94,7 @@ class BackwardQuantizedGatedMLP(Fusion):
         # FC1's bias gradient sums dz in high precision: then dz itself is written too.
         fc1_bias_grad = fc1.bias is not None and fc1_ctx.weight_requires_grad
         a = qdy.rowwise_operand()
-        launch = launcher(Kernel.GROUPED_GEMM_SCALED_DGRAD_GATED, a.data)
+        launch = quantized_launcher(Kernel.GROUPED_GEMM_SCALED_DGRAD_GATED, a.data)
         emitted, dprobs = launch(a, s2.weight.columnwise_operand(), s2.offsets, z2d, scaling=qdy.format.scaling,
                                  act=act_op.act, probs=probs, grad_scaling=emit["scaling"], element=emit["element"],
                                  store_y=emit["store_y"] or fc1_bias_grad, out_dtype=dy2d.dtype,
@@ -109,7 +111,7 @@ class BackwardQuantizedGatedMLP(Fusion):
                 fc1_params["weight"] = quantized_wgrad(s1, qdz, out_dtype=fc1.weight.dtype, main_grad=main_grad)
             if fc1_bias_grad:
                 dz2d = emitted.y
-                fc1_params["bias"] = launcher(Kernel.GROUPED_BIAS_GRAD, dz2d)(dz2d, s1.offsets)
+                fc1_params["bias"] = library.grouped_bias_grad(dz2d, s1.offsets)
         return [
             OpGrads(dx, fc1_params, (None,)),
             OpGrads(None, {}, act_extras),

@@ -12,8 +12,9 @@ import torch
 
 from fuseops.fusions._producer_quantize import CONSUMER, ProducerQuantizeLinear
 from fuseops.fusions.fusion import match
-from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.dispatch import Kernel
 from fuseops.kernels.quantization.epilogue import Emitted
+from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.contract import OpContext
 from fuseops.ops.gated import GatedActivation, GatedSaved
@@ -29,9 +30,9 @@ class ForwardActivationQuantizeLinear(ProducerQuantizeLinear):
             probs = extra_inputs[0] if op.scaled else None
             if ctx.needs_backward:
                 ctx.saved = GatedSaved(x=x, probs=probs)
-            launch = launcher(Kernel.GATED_QUANTIZE_FWD, x2d)
+            launch = quantized_launcher(Kernel.GATED_QUANTIZE_FWD, x2d)
             return launch(x2d, op.act, probs=probs, **op.kernel_args, **plan.kernel_args)
         if ctx.needs_backward:
             ctx.saved = ActivationSaved(x=x)
-        launch = launcher(Kernel.ACTIVATION_QUANTIZE_FWD, x2d)
+        launch = quantized_launcher(Kernel.ACTIVATION_QUANTIZE_FWD, x2d)
         return launch(x2d, op.act, op.alpha, **plan.kernel_args)

@@ -12,8 +12,9 @@ import torch
 
 from fuseops.fusions._producer_quantize import CONSUMER, ProducerQuantizeLinear
 from fuseops.fusions.fusion import match
-from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.dispatch import Kernel
 from fuseops.kernels.quantization.epilogue import Emitted
+from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.ops.contract import OpContext
 from fuseops.ops.norm import LayerNorm, NormSaved, RMSNorm
 from fuseops.quant.emit import EmitPlan
@@ -26,10 +27,10 @@ class ForwardNormQuantizeLinear(ProducerQuantizeLinear):
         x2d = x.reshape(-1, op.normalized_shape).contiguous()
         mean = None
         if isinstance(op, LayerNorm):
-            launch = launcher(Kernel.LAYERNORM_QUANTIZE_FWD, x2d)
+            launch = quantized_launcher(Kernel.LAYERNORM_QUANTIZE_FWD, x2d)
             emitted, mean, rstd = launch(x2d, op.weight, op.bias, op.eps, op.zero_centered_gamma, **plan.kernel_args)
         else:
-            launch = launcher(Kernel.RMSNORM_QUANTIZE_FWD, x2d)
+            launch = quantized_launcher(Kernel.RMSNORM_QUANTIZE_FWD, x2d)
             emitted, rstd = launch(x2d, op.weight, op.eps, op.zero_centered_gamma, **plan.kernel_args)
         if ctx.needs_backward:
             ctx.saved = NormSaved(x=x, mean=mean, rstd=rstd, weight=op.weight)

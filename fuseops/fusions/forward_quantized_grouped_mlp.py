@@ -27,8 +27,9 @@ from typing import Any
 from fuseops.fusions._producer_quantize import local_gemm, under_torch_autocast
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, measured_slower, quantized
 from fuseops.fusions.grouped_mlp import one_expert_mlp
-from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.dispatch import Kernel
 from fuseops.kernels.quantization.formats import Scaling
+from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.ops._quantized import quantized_operands
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.contract import OpContext
@@ -74,7 +75,7 @@ class ForwardQuantizedGroupedMLP(Fusion):
         probs = extra_inputs[1][0] if is_gated and act_op.scaled else None
         gate = dict(gated=True, probs=probs, **act_op.kernel_args) if is_gated else dict(alpha=act_op.alpha)
         a = qx.rowwise_operand()
-        launch = launcher(Kernel.GROUPED_GEMM_SCALED_ACT, a.data)
+        launch = quantized_launcher(Kernel.GROUPED_GEMM_SCALED_ACT, a.data)
         emitted, z = launch(a, qw.rowwise_operand(), offsets, act=act_op.act, bias=fc1.bias,
                             save_preact=act_ctx.needs_backward, out_dtype=fc1.weight.dtype,
                             **gate, **plan.kernel_args)

@@ -11,8 +11,11 @@ modules, recipes or fusions.
 | ``moe/`` | MoE routing: permute token rows by expert, unpermute and combine |
 
 ``dispatch.py`` is the one table that decides which implementation serves each operation
-(``python -m fuseops.kernels`` prints it); ``_triton.py`` holds the helpers every
-kernel shares and is the only module that reads ``TRITON_INTERPRET``; every launcher
+(``python -m fuseops.kernels`` prints it); under torch.compile the grouped GEMMs
+(``library.py``), the routing (``moe/traceable.py``) and the quantized kernels
+(``quantized_ops/``) are ``torch.library`` custom ops that run it at run time;
+``_triton.py`` holds the helpers every kernel shares and is the only module that reads
+``TRITON_INTERPRET``; every launcher
 starts its kernels through ``launch.py`` (``launch(kernel, grid, *args, **kw)``, Triton's
 ``kernel[grid](...)`` without its per-call binding once a specialization was seen). Each family's
 docstring has a table of its kernels.

@@ -16,9 +16,10 @@ Where a tensor's work runs (``backend_of``):
   format), then the ``TRITON`` rows.
 
 Under ``torch.compile`` every kernel is served by its torch reference, which the compiler
-traces and fuses; the grouped GEMMs are ``torch.library`` custom ops (``library.py``). The
-quantized kernels are not traced for GPU work (``refuses_traced_quantized``): they raise, so
-that dynamo runs them eagerly.
+traces and fuses, but for those that reach the compiler as ``torch.library`` custom ops whose
+implementation asks this table at run time: the grouped GEMMs (``library.py``), the MoE
+routing (``moe/traceable.py``) and every ``QUANTIZED`` kernel (``quantized_ops/``, through
+``quantized_launcher``; asking ``launcher`` for one while tracing is an error).
 
 Dense GEMMs without an epilogue (``Linear``'s forward, dgrad and wgrad) are cuBLAS through
 ``torch`` on every backend; they have no row here. The dense forward GEMM with an epilogue
@@ -248,7 +249,7 @@ _TRACED = {r.kernel: r.runs for r in TABLE if r.backend is Backend.TORCH} | {
     Kernel.GEMM: traced.gemm, Kernel.GEMM_GATED: traced.gemm_gated}
 
 
-# The quantize kernels and the GEMMs on quantized operands.
+# The quantize kernels and the GEMMs on quantized operands: custom ops under torch.compile.
 QUANTIZED = frozenset({
     Kernel.ACTIVATION_QUANTIZE_FWD, Kernel.GATED_QUANTIZE_FWD, Kernel.LAYERNORM_QUANTIZE_FWD,
     Kernel.RMSNORM_QUANTIZE_FWD, Kernel.GEMM_SCALED, Kernel.GROUPED_GEMM_SCALED, Kernel.GROUPED_GEMM_SCALED_ACT,
@@ -256,36 +257,28 @@ QUANTIZED = frozenset({
     Kernel.QUANTIZE})
 
 
-class QuantizedNotTraced(RuntimeError):
-    """A quantized kernel reached while torch.compile traces work on a GPU (``launcher``)."""
-
-
-def refuses_traced_quantized(t: torch.Tensor) -> bool:
-    """Whether the quantized kernels' torch references may not be traced for work on ``t``:
-    on CUDA, the compiled FP8 MoE layer (float32 weights under autocast, the H100, session 18:
-    ``benchmarks/results/session18/fp8_user_checks.py``) gave weight gradients off by 100 %
-    under FP8 blockwise and a device-side assert in an inductor kernel under FP8 current
-    scaling, where eager was right and the compiled CPU layer equals eager bit for bit. Until
-    the quantized GEMMs reach the compiler as custom ops, such work stays eager (a graph break)."""
-    return t.is_cuda
-
-
 def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
     """What serves ``kernel`` for work on ``t``: call it with the launcher's arguments.
 
     Raises:
-        QuantizedNotTraced: ``kernel`` is quantized, torch.compile is tracing and ``t`` is on a
-            GPU (``refuses_traced_quantized``). Dynamo breaks the graph there and runs the
-            quantized op eagerly; under ``fullgraph=True`` the error reaches the caller."""
+        LookupError: ``kernel`` is quantized and torch.compile is tracing: those kernels reach
+            the compiler as custom ops (``fuseops.kernels.quantized_ops.quantized_launcher``);
+            their traced references gave wrong weight gradients on the H100 (session 18)."""
     if torch.compiler.is_compiling() or maybe_current_level() is not None:
-        if kernel in QUANTIZED and torch.compiler.is_compiling() and refuses_traced_quantized(t):
-            raise QuantizedNotTraced(
-                f"{kernel.value}: quantized kernels are not traced by torch.compile for {t.device} tensors "
-                "(their traced references gave wrong weight gradients there; see "
-                "fuseops.kernels.dispatch.refuses_traced_quantized); run the quantized layers outside "
-                "torch.compile, or without fullgraph=True, where they run eagerly")
+        if kernel in QUANTIZED and torch.compiler.is_compiling():
+            raise LookupError(f"{kernel.value}: a quantized kernel is not traced; ask "
+                              "fuseops.kernels.quantized_ops.quantized_launcher, which serves its custom op")
         # Under torch.func transforms too: vmap runs the plan's Function on batched tensors
         # (its generated vmap rule), which have no storage a Triton kernel could read.
+        return _TRACED[kernel]
+    return _callable(kernel, backend_of(t))
+
+
+def untraced_launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
+    """``launcher`` for a caller that found torch.compile not tracing
+    (``quantized_ops.quantized_launcher``): the same answer without a second
+    ``torch.compiler.is_compiling()``, which costs ~150 ns a call on the CPU machine."""
+    if maybe_current_level() is not None:
         return _TRACED[kernel]
     return _callable(kernel, backend_of(t))
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
-from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.dispatch import Kernel
 from fuseops.kernels.quantization.epilogue import Emitted, blocks_in_epilogue
 from fuseops.kernels.quantization.formats import tensor_qmax
+from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.quant.recipes import QuantFormat, Recipe, TensorRole
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 
@@ -63,7 +64,7 @@ def _tensor_amax(row_amax: torch.Tensor, offsets: torch.Tensor | None) -> torch.
     """
     tensors = 1 if offsets is None else offsets.shape[0] - 1
     rows = row_amax.reshape(1, -1, 1)
-    return launcher(Kernel.AMAX, rows)(rows, offsets, tensors)
+    return quantized_launcher(Kernel.AMAX, rows)(rows, offsets, tensors)
 
 
 def emitted_storage(plan: EmitPlan, emitted: Emitted, *, dtype: torch.dtype,
@@ -89,11 +90,11 @@ def emitted_storage(plan: EmitPlan, emitted: Emitted, *, dtype: torch.dtype,
         y3 = emitted.y[None]
         encode = None
         if emitted.row_amax is not None:
-            scales = launcher(Kernel.TENSOR_SCALES, y3)
+            scales = quantized_launcher(Kernel.TENSOR_SCALES, y3)
             encode, tensor_scale = scales(_tensor_amax(emitted.row_amax, offsets), tensor_qmax(fmt.scaling, fmt.element))
         # The block formats' row-wise copy is already written; the cast adds what is missing.
         rowwise = emitted.data is None
-        bufs = launcher(Kernel.QUANTIZE, y3)(
+        bufs = quantized_launcher(Kernel.QUANTIZE, y3)(
             y3, offsets, encode, scaling=fmt.scaling, element=fmt.element, block_2d=False,
             rowwise=rowwise, columnwise=plan.columnwise)
         if rowwise:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.dispatch import Kernel
+from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 
 
@@ -46,8 +47,8 @@ def _rows_times_weight(a_q: QuantizedTensor, w_q: QuantizedTensor, names: tuple[
     a, b = a_q.rowwise_operand(), (w_q.columnwise_operand() if columnwise else w_q.rowwise_operand())
     kwargs = {"scaling": a_q.format.scaling, "out_dtype": out_dtype or a_q.dtype, "bias": bias}
     if _grouped(a_q, w_q, ", ".join(names)):
-        return launcher(Kernel.GROUPED_GEMM_SCALED, a.data)(a, b, a_q.offsets, **kwargs)
-    y = launcher(Kernel.GEMM_SCALED, a.data)(a, b, **kwargs)
+        return quantized_launcher(Kernel.GROUPED_GEMM_SCALED, a.data)(a, b, a_q.offsets, **kwargs)
+    y = quantized_launcher(Kernel.GEMM_SCALED, a.data)(a, b, **kwargs)
     return y.view(*a_q.shape[:-1], y.shape[-1])
 
 
@@ -100,7 +101,7 @@ def linear_wgrad(dy: QuantizedTensor, x: QuantizedTensor, *, out_dtype: torch.dt
     a, b = dy.columnwise_operand(), x.columnwise_operand()
     scaling = dy.format.scaling
     if isinstance(dy, GroupedQuantizedTensor):
-        launch = launcher(Kernel.GROUPED_GEMM_SCALED_WGRAD, a.data)
+        launch = quantized_launcher(Kernel.GROUPED_GEMM_SCALED_WGRAD, a.data)
         return launch(a, b, dy.offsets, scaling=scaling, out_dtype=out_dtype, main_grad=main_grad)
-    launch = launcher(Kernel.GEMM_SCALED, a.data)
+    launch = quantized_launcher(Kernel.GEMM_SCALED, a.data)
     return launch(a, b, scaling=scaling, out_dtype=out_dtype, main_grad=main_grad)

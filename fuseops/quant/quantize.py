@@ -13,8 +13,9 @@ import math
 
 import torch
 
-from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.dispatch import Kernel
 from fuseops.kernels.quantization.formats import Scaling, tensor_qmax
+from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.quant.recipes import QuantFormat, Recipe, TensorRole, as_role, check_recipe
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 
@@ -49,11 +50,12 @@ def _check(x: object, fmt: QuantFormat, offsets: torch.Tensor | None, rowwise: b
 
 def _check_offsets_fit(offsets: torch.Tensor, rows: int) -> None:
     """Offsets must start at 0, never decrease and end at ``rows``. On CPU a ValueError naming
-    them; on a device, ``torch._assert_async`` (no host sync: it fails the stream as an
-    out-of-range index does, raising at the next synchronisation)."""
+    them; on a device, and under torch.compile (which reads no data on the host),
+    ``torch._assert_async`` (no host sync: it fails the stream as an out-of-range index does,
+    raising at the next synchronisation; on CPU at once)."""
     o = offsets.to(torch.int64)
     fits = (o[0] == 0) & (o[-1] == rows) & (o[1:] >= o[:-1]).all()
-    if o.device.type == "cpu":
+    if o.device.type == "cpu" and not torch.compiler.is_compiling():
         if not bool(fits):
             raise ValueError(f"offsets: expected non-decreasing row offsets from 0 to {rows} (x's rows), "
                              f"got {o.tolist()}")
@@ -105,15 +107,15 @@ def quantize(
         x3, tensors = x.reshape(1, math.prod(x.shape[:-1]), C), 1
     encode = tensor_scale = None
     if fmt.scaling in (Scaling.TENSOR, Scaling.NVFP4):
-        amax = launcher(Kernel.AMAX, x3)(x3, offsets, tensors)
-        scales = launcher(Kernel.TENSOR_SCALES, x3)
+        amax = quantized_launcher(Kernel.AMAX, x3)(x3, offsets, tensors)
+        scales = quantized_launcher(Kernel.TENSOR_SCALES, x3)
         encode, tensor_scale = scales(amax, tensor_qmax(fmt.scaling, fmt.element))
     # Row-wise blocks never cross rows, so without the column-wise copy (whose layout is per
     # group) a block format's grouped rows quantize as plain rows: the dense kernel's tiles
     # need not stop at group edges (H100, bf16 [16384, 4096] in 8 groups, of copy bandwidth: FP8
     # blockwise 0.73 -> 0.89, MXFP8 0.83 -> 0.92).
     kernel_offsets = None if fmt.scaling in (Scaling.BLOCK, Scaling.MX) and not columnwise else offsets
-    launch = launcher(Kernel.QUANTIZE, x3)
+    launch = quantized_launcher(Kernel.QUANTIZE, x3)
     bufs = launch(x3, kernel_offsets, encode, scaling=fmt.scaling, element=fmt.element, block_2d=fmt.block_2d,
                   rowwise=rowwise, columnwise=columnwise)
     common = {"format": fmt, "shape": x.shape, "dtype": x.dtype, "tensor_scale": tensor_scale}

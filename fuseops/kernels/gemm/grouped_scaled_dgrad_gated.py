@@ -140,7 +140,7 @@ def grouped_gemm_scaled_dgrad_gated_kernel(
                   GRAD_SCALING, ELEM, QBLOCK, STORE_Y, INTERLEAVED, BLOCK_M, BLOCK_N)
 
 
-def _check_split(F: int, grad_scaling: Scaling, interleaved: bool) -> None:
+def check_split(F: int, grad_scaling: Scaling, interleaved: bool) -> None:
     block = BLOCK_SIZE[grad_scaling] or 1
     if not interleaved and F % block:
         raise ValueError(f"F: expected a multiple of the gradient format's block {block} when z's halves are "
@@ -181,7 +181,7 @@ def grouped_gemm_scaled_dgrad_gated(
         ``(emitted, dprobs)``: dz's ``Emitted`` [M, 2F]; ``dprobs`` [M] in ``probs``' dtype or None.
     """
     M, G, F = a.data.shape[0], b.data.shape[0], b.data.shape[1]
-    _check_split(F, grad_scaling, interleaved)
+    check_split(F, grad_scaling, interleaved)
     device = a.data.device
     out = qe.allocate(M, 2 * F, z.dtype, device, scaling=grad_scaling, element=element, store_y=store_y)
     cfg = _config(scaling)
@@ -247,7 +247,7 @@ def reference_grouped_gemm_scaled_dgrad_gated(
     ``out_dtype``; ``dz, dprobs = reference_gated_bwd(z, dh, ..., probs=probs)``; then
     ``quant_epilogue.reference_emit(dz)`` in the gradient format."""
     F = b.data.shape[1]
-    _check_split(F, grad_scaling, interleaved)
+    check_split(F, grad_scaling, interleaved)
     dh = reference_grouped_gemm_scaled(a, b, offsets, scaling=scaling, out_dtype=out_dtype)
     dz, dprobs = reference_gated_bwd(z.reshape(-1, 2 * F), dh, act, interleaved=interleaved, clamped=clamped,
                                      limit=limit, alpha=alpha, probs=probs)

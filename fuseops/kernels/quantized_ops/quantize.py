@@ -1,0 +1,73 @@
+"""The per-tensor amax, the tensor scales and the quantize cast (quantization/amax.py,
+quantization/quantize.py) as ``fuseops::`` custom ops; each wrapper has its launcher's signature."""
+
+from __future__ import annotations
+
+import torch
+
+from fuseops.kernels.custom_op import fuseops_op
+from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.quantization.formats import Element, Scaling
+from fuseops.kernels.quantization.quantize import Buffers, allocate
+from fuseops.kernels.quantized_ops._args import filled, into, kept, owned
+
+
+@fuseops_op("amax(Tensor x, Tensor? offsets, int num_groups) -> Tensor")
+def _amax_op(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int) -> torch.Tensor:
+    return launcher(Kernel.AMAX, x)(x, offsets, num_groups)
+
+
+@torch.library.register_fake("fuseops::amax")
+def _(x, offsets, num_groups):
+    return x.new_empty(num_groups, dtype=torch.float32)
+
+
+def amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int) -> torch.Tensor:
+    """``amax.amax`` (or its reference) through ``fuseops::amax``."""
+    return _amax_op(x, offsets, num_groups)
+
+
+@fuseops_op("tensor_scales(Tensor amax, float qmax) -> (Tensor, Tensor)")
+def _tensor_scales_op(amax: torch.Tensor, qmax: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return owned(launcher(Kernel.TENSOR_SCALES, amax)(amax, qmax), (amax,))
+
+
+@torch.library.register_fake("fuseops::tensor_scales")
+def _(amax, qmax):
+    return amax.new_empty(amax.shape, dtype=torch.float32), amax.new_empty(amax.shape, dtype=torch.float32)
+
+
+def tensor_scales(amax: torch.Tensor, qmax: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``amax.tensor_scales`` (or its reference) through ``fuseops::tensor_scales``."""
+    return _tensor_scales_op(amax, float(qmax))
+
+
+@fuseops_op("quantize(Tensor x, Tensor? offsets, Tensor? encode, int scaling, int element, bool block_2d, "
+            "bool rowwise, bool columnwise) -> (Tensor, Tensor, Tensor, Tensor)")
+def _quantize_op(x: torch.Tensor, offsets: torch.Tensor | None, encode: torch.Tensor | None, scaling: int,
+                 element: int, block_2d: bool, rowwise: bool, columnwise: bool) -> tuple[torch.Tensor, ...]:
+    bufs = launcher(Kernel.QUANTIZE, x)(x, offsets, encode, scaling=Scaling(scaling), element=Element(element),
+                                        block_2d=block_2d, rowwise=rowwise, columnwise=columnwise)
+    return filled(bufs, x)
+
+
+@torch.library.register_fake("fuseops::quantize")
+def _(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise):
+    groups = offsets.shape[0] - 1 if offsets is not None else None
+    bufs = allocate(tuple(x.shape), groups, scaling=Scaling(scaling), element=Element(element), block_2d=block_2d,
+                    rowwise=rowwise, columnwise=columnwise, device=x.device)
+    return filled(bufs, x)
+
+
+def _present(scaling: Scaling, block_2d: bool, rowwise: bool, columnwise: bool) -> Buffers:
+    """Which buffers ``allocate`` makes: TENSOR keeps no block scales."""
+    scales = block_2d or scaling != Scaling.TENSOR
+    return Buffers(rowwise, rowwise and scales, columnwise, columnwise and scales)
+
+
+def quantize(x: torch.Tensor, offsets: torch.Tensor | None, encode: torch.Tensor | None, *, scaling: Scaling,
+             element: Element, block_2d: bool = False, rowwise: bool = True, columnwise: bool = False,
+             out: Buffers | None = None) -> Buffers:
+    """``quantize.quantize`` (or its reference) through ``fuseops::quantize``."""
+    bufs = _quantize_op(x, offsets, encode, int(scaling), int(element), block_2d, rowwise, columnwise)
+    return Buffers(*into(out, kept(bufs, _present(scaling, block_2d, rowwise, columnwise))))
