@@ -87,7 +87,7 @@ def test_torch_func_transforms_get_the_references(monkeypatch):
     with 'Cannot access data pointer of Tensor that doesn't have storage')."""
     monkeypatch.setattr(dispatch, "backend_of", lambda t: dispatch.Backend.TRITON)
     outside = dispatch.launcher(dispatch.Kernel.ACTIVATION_FWD, torch.zeros(2))
-    assert outside is not dispatch._TRACED[dispatch.Kernel.ACTIVATION_FWD]
+    assert outside is not dispatch._TRACED[dispatch.Kernel.ACTIVATION_FWD.value]
     seen = []
 
     def body(x):
@@ -96,4 +96,4 @@ def test_torch_func_transforms_get_the_references(monkeypatch):
 
     torch.func.vmap(body)(torch.zeros(3, 2))
     torch.func.grad(lambda x: body(x).sum())(torch.zeros(2))
-    assert seen == [dispatch._TRACED[dispatch.Kernel.ACTIVATION_FWD]] * 2
+    assert seen == [dispatch._TRACED[dispatch.Kernel.ACTIVATION_FWD.value]] * 2
