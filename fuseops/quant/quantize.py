@@ -60,7 +60,10 @@ def _check_offsets_fit(offsets: torch.Tensor, rows: int) -> None:
             raise ValueError(f"offsets: expected non-decreasing row offsets from 0 to {rows} (x's rows), "
                              f"got {o.tolist()}")
     else:
-        torch._assert_async(fits, f"offsets: expected non-decreasing row offsets from 0 to {rows} (x's rows)")
+        # The message names no row count: formatting a traced (symbolic) one makes the compiler
+        # specialize the graph to it (a recompile per row count, and torch 2.11's
+        # autograd.Function capture then fails on the specialized size, session 19 call 7).
+        torch._assert_async(fits, "offsets: expected non-decreasing row offsets from 0 to x's row count")
 
 
 def quantize(

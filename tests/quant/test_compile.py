@@ -102,11 +102,17 @@ def test_compiled_fp8_moe_layer_under_autocast_is_eager(recipe, backend):
     layer = moe_layer(experts)
     torch._dynamo.reset()
     compiled = torch.compile(layer, backend=backend, fullgraph=True)
-    for T in (64, 40):
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    for T in (64, 40, 56):
         x, ids, dy = moe_inputs(T, "cpu")
         want = step(lambda x, ids=ids: layer(x, ids), params, x, dy, recipe, autocast=True)
         got = step(lambda x, ids=ids: compiled(x, ids), params, x, dy, recipe, autocast=True)
         assert_same(got, want, f"T={T}")
+    # The second row count marks it dynamic and the third reuses that graph: nothing in the
+    # quantized path pins a traced size (session 19: an assert message formatting the row
+    # count did, a recompile per row count, and torch 2.11 then failed to capture the layer).
+    assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=name)
