@@ -32,10 +32,21 @@ class HostBlock:
 
     data: torch.Tensor
     fence: Any = None
+    # The last ``head`` asked for: (size, view). A block comes back for the same storage
+    # size step after step, and each copy out and in reads it: a slice is a call into
+    # torch and a new tensor, per storage moved, both ways.
+    _head: tuple[int, torch.Tensor] | None = None
 
     @property
     def capacity(self) -> int:
         return self.data.numel()
+
+    def head(self, nbytes: int) -> torch.Tensor:
+        """``data[:nbytes]``: the bytes a storage of ``nbytes`` occupies."""
+        head = self._head
+        if head is None or head[0] != nbytes:
+            head = self._head = (nbytes, self.data[:nbytes])
+        return head[1]
 
 
 class HostArena:

@@ -45,11 +45,15 @@ class HostLink:
         return None
 
     def copy_out(self, sources: Sequence[torch.Tensor], after: Any) -> tuple[list[HostBlock], Any]:
-        blocks = [self.arena.take(src.numel()) for src in sources]
+        take = self.arena.take
+        blocks = [take(src.numel()) for src in sources]
         start = self.meter.timer.mark()
+        total = 0
         for src, block in zip(sources, blocks):
-            block.data[: src.numel()].copy_(src)
-        self.meter.record(start, self.meter.timer.mark(), sum(s.numel() for s in sources))
+            n = src.numel()
+            block.head(n).copy_(src)
+            total += n
+        self.meter.record(start, self.meter.timer.mark(), total)
         return blocks, None
 
     def settle(self, done: Any) -> None:
@@ -64,7 +68,7 @@ class HostLink:
     ) -> tuple[list[torch.Tensor], Any, Callable[[], None] | None]:
         outs = []
         for block, n in zip(blocks, sizes):
-            outs.append(block.data[:n].clone())
+            outs.append(block.head(n).clone())
             self.arena.give(block)
         return outs, None, None
 
@@ -120,7 +124,8 @@ class CudaLink:
         # The wait holds the fence's state as queued: the event may be recorded again.
         if len(self._fences) < self.MAX_FENCES:
             self._fences.append(after)
-        blocks = [self.arena.take(src.numel()) for src in sources]
+        take = self.arena.take
+        blocks = [take(src.numel()) for src in sources]
         # A block's previous contents may still be on their way to a device. Blocks come
         # back in batches that share one fence (a reload's): each fence is waited on once.
         fences = {id(b.fence): b.fence for b in blocks if b.fence is not None}
@@ -128,11 +133,14 @@ class CudaLink:
             stream.wait_event(fence)
         # Recorded after every wait: the span to ``done`` is the copies alone.
         start = self.meter.timer.mark(stream)
+        total = 0
         with CopyStream(stream, self.device):
             for src, block in zip(sources, blocks):
-                block.data[: src.numel()].copy_(src, non_blocking=True)
+                n = src.numel()
+                block.head(n).copy_(src, non_blocking=True)
+                total += n
         done = self.meter.timer.mark(stream)
-        self.meter.record(start, done, sum(s.numel() for s in sources))
+        self.meter.record(start, done, total)
         return blocks, done
 
     def settle(self, done: torch.cuda.Event) -> None:
@@ -163,7 +171,7 @@ class CudaLink:
         start = self.meter.timer.mark(stream)
         with CopyStream(stream, self.device):
             for out, block, n in zip(outs, blocks, sizes):
-                out.copy_(block.data[:n], non_blocking=True)
+                out.copy_(block.head(n), non_blocking=True)
         done = self.meter.timer.mark(stream)
         self.meter.record(start, done, sum(sizes))
         for block in blocks:
@@ -184,6 +192,19 @@ class CudaLink:
         # On the stream it was allocated on, record_stream is a no-op in the allocator.
         if self._mixed or (stream is not self._allocated_on and stream != self._allocated_on):
             data.record_stream(stream)
+
+
+# An empty uint8 tensor per device: ``new_empty`` from it skips parsing the dtype and
+# device arguments of ``torch.empty``, once per storage moved.
+_empty_bytes: dict[torch.device, torch.Tensor] = {}
+
+
+def whole_storage(storage: torch.UntypedStorage, device: torch.device) -> torch.Tensor:
+    """A flat uint8 tensor over all of ``storage`` (on ``device``): a copy's source."""
+    empty = _empty_bytes.get(device)
+    if empty is None:
+        empty = _empty_bytes[device] = torch.empty(0, dtype=torch.uint8, device=device)
+    return empty.new_empty(0).set_(storage)
 
 
 _links: dict[torch.device, HostLink | CudaLink] = {}
