@@ -81,6 +81,8 @@ class CudaLink:
 
     # Fences kept for reuse at most (one per group in flight is used at a time).
     MAX_FENCES = 64
+    # Block fences remembered as waited on (a step's reloads: one per group, or a few).
+    MAX_BLOCK_FENCES = 16
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -104,6 +106,13 @@ class CudaLink:
         self._order_lock = threading.Lock()
         # Fences ``copy_out`` has waited on, recorded again by later ``fence`` calls.
         self._fences: list[torch.cuda.Event] = []
+        # Host blocks' fences (a reload's end mark) the copy-out stream has waited on,
+        # latest last. A reload's blocks come back with one fence and are taken again one
+        # copy out after another (one per storage, where groups move as they save); a
+        # stream that waited on an event is ordered after it for good, and a copy's end
+        # mark is never recorded again, so each is waited on once. Held (a few): an
+        # event compared by identity must not be freed and its address reused.
+        self._block_fences: list[torch.cuda.Event] = []
 
     def fence(self) -> torch.cuda.Event:
         """An event on the current (producer) stream: everything queued so far. Meant for
@@ -128,9 +137,14 @@ class CudaLink:
         blocks = [take(src.numel()) for src in sources]
         # A block's previous contents may still be on their way to a device. Blocks come
         # back in batches that share one fence (a reload's): each fence is waited on once.
-        fences = {id(b.fence): b.fence for b in blocks if b.fence is not None}
-        for fence in fences.values():
-            stream.wait_event(fence)
+        waited = self._block_fences
+        for block in blocks:
+            fence = block.fence
+            if fence is not None and not any(fence is w for w in waited):
+                stream.wait_event(fence)
+                waited.append(fence)
+                if len(waited) > self.MAX_BLOCK_FENCES:
+                    del waited[0]
         # Recorded after every wait: the span to ``done`` is the copies alone.
         start = self.meter.timer.mark(stream)
         total = 0
@@ -183,8 +197,9 @@ class CudaLink:
         not the stream ``data`` was allocated on."""
         stream = current_stream(self.device)
         # Once a stream waited on an event (never recorded again: a copy's end mark is a
-        # new event; only the planner's own marks are reused), all it runs later is
-        # ordered after it. Streams come from one cache: identity answers first.
+        # new event; only the planner's own marks and the copies' start marks, which no
+        # stream waits on, are reused), all it runs later is ordered after it. Streams
+        # come from one cache: identity answers first.
         last = self._last_wait
         if last is None or last[0] is not event or (last[1] is not stream and last[1] != stream):
             stream.wait_event(event)
