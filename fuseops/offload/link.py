@@ -110,9 +110,9 @@ class CudaLink:
         # latest last. A reload's blocks come back with one fence and are taken again one
         # copy out after another (one per storage, where groups move as they save); a
         # stream that waited on an event is ordered after it for good, and a copy's end
-        # mark is never recorded again, so each is waited on once. Held (a few): an
-        # event compared by identity must not be freed and its address reused.
-        self._block_fences: list[torch.cuda.Event] = []
+        # mark is never recorded again, so each is waited on once. By ``id``, held (a
+        # few, oldest first): an event known by its address must not be freed meanwhile.
+        self._block_fences: dict[int, torch.cuda.Event] = {}
 
     def fence(self) -> torch.cuda.Event:
         """An event on the current (producer) stream: everything queued so far. Meant for
@@ -140,11 +140,11 @@ class CudaLink:
         waited = self._block_fences
         for block in blocks:
             fence = block.fence
-            if fence is not None and not any(fence is w for w in waited):
+            if fence is not None and id(fence) not in waited:
                 stream.wait_event(fence)
-                waited.append(fence)
+                waited[id(fence)] = fence
                 if len(waited) > self.MAX_BLOCK_FENCES:
-                    del waited[0]
+                    del waited[next(iter(waited))]
         # Recorded after every wait: the span to ``done`` is the copies alone.
         start = self.meter.timer.mark(stream)
         total = 0
@@ -209,17 +209,22 @@ class CudaLink:
             data.record_stream(stream)
 
 
-# An empty uint8 tensor per device: ``new_empty`` from it skips parsing the dtype and
-# device arguments of ``torch.empty``, once per storage moved.
-_empty_bytes: dict[torch.device, torch.Tensor] = {}
+# An empty tensor per device and dtype: ``new_empty`` from it skips parsing the dtype
+# and device arguments of ``torch.empty``, once per storage moved and per tensor unpacked.
+_empties: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def empty_tensor(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``torch.empty(0, dtype=dtype, device=device)``: a tensor to ``set_`` a storage into."""
+    empty = _empties.get((device, dtype))
+    if empty is None:
+        empty = _empties[(device, dtype)] = torch.empty(0, dtype=dtype, device=device)
+    return empty.new_empty(0)
 
 
 def whole_storage(storage: torch.UntypedStorage, device: torch.device) -> torch.Tensor:
     """A flat uint8 tensor over all of ``storage`` (on ``device``): a copy's source."""
-    empty = _empty_bytes.get(device)
-    if empty is None:
-        empty = _empty_bytes[device] = torch.empty(0, dtype=torch.uint8, device=device)
-    return empty.new_empty(0).set_(storage)
+    return empty_tensor(device, torch.uint8).set_(storage)
 
 
 _links: dict[torch.device, HostLink | CudaLink] = {}

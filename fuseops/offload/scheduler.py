@@ -96,6 +96,8 @@ class Scheduler(NoticePath, BackwardPath):
         # Copies out not yet settled: (group current when issued, device, event, records,
         # the planned step's log the wait is reported to, or None).
         self._unsettled: list[tuple[int, torch.device, Any, list[Stored], StepLog | None]] = []
+        # Every device copies out were issued on (``_release_copied``: when all are behind).
+        self._copy_devices: set[torch.device] = set()
         # Groups opened by the fuseops.Sequential calls now running (None: nested call).
         self.sequential_groups: list[Group | None] = []
         # group_budget_bytes="auto": the planner of the first device seen, the step now
@@ -492,6 +494,7 @@ class Scheduler(NoticePath, BackwardPath):
                 moved += stored.nbytes
             self.stats["storages_offloaded"] += len(batch)
             self._unsettled.append((issued_in, device, done, batch, log))
+            self._copy_devices.add(device)
         self.stats["bytes_offloaded"] += moved
         self._on_host.add(group.index)
         if log is not None and self._planner is not None:
@@ -501,22 +504,32 @@ class Scheduler(NoticePath, BackwardPath):
         """Release the sources of copies that have passed: nothing reads them any more,
         so neither stream needs to wait (the query never blocks). Runs at every save that
         keeps a record."""
-        if not self._unsettled:
+        unsettled = self._unsettled
+        if not unsettled:
             return
         # A device's copies out run on one stream, in the order issued (the order of
         # ``_unsettled``): once one has not passed, its later ones have not either, and
-        # are not queried (one query per device while the device is behind the host).
-        pending, behind = [], None
-        for entry in self._unsettled:
+        # are not queried (one query per device while the device is behind the host);
+        # once every device with copies is behind, the rest is not walked either.
+        pending, behind = None, None
+        for i, entry in enumerate(unsettled):
             device = entry[1]
             if behind is not None and device in behind:
-                pending.append(entry)
+                if pending is not None:
+                    pending.append(entry)
             elif link_for(device).passed(entry[2]):
+                if pending is None:
+                    pending = unsettled[:i]
                 self._drop_sources(entry[3])
             else:
-                pending.append(entry)
                 behind = {device} if behind is None else behind | {device}
-        if len(pending) != len(self._unsettled):
+                if len(behind) == len(self._copy_devices):
+                    if pending is not None:
+                        pending += unsettled[i:]
+                    break
+                if pending is not None:
+                    pending.append(entry)
+        if pending is not None:
             self._unsettled = pending
 
     def _drop_sources(self, batch: list[Stored]) -> None:

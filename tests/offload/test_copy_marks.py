@@ -80,7 +80,7 @@ def test_copy_out_waits_once_on_each_block_fence(events, monkeypatch):
     monkeypatch.setattr(link_module, "CopyStream", lambda stream, device: contextlib.nullcontext())
     link = object.__new__(CudaLink)  # streams and events stood in: only copy_out runs
     link.device, link.d2h, link.arena = CPU, WaitLog(), HostArena(pinned=False)
-    link.meter, link._fences, link._block_fences = CopyMeter(EventTimer(CPU)), [], []
+    link.meter, link._fences, link._block_fences = CopyMeter(EventTimer(CPU)), [], {}
     reload_a, reload_b = events(), events()
     # Blocks given back by two reloads, each batch with its reload's end mark.
     blocks = [link.arena.take(4096) for _ in range(4)]
