@@ -106,12 +106,12 @@ class CudaLink:
         self._order_lock = threading.Lock()
         # Fences ``copy_out`` has waited on, recorded again by later ``fence`` calls.
         self._fences: list[torch.cuda.Event] = []
-        # Host blocks' fences (a reload's end mark) the copy-out stream has waited on,
-        # latest last. A reload's blocks come back with one fence and are taken again one
-        # copy out after another (one per storage, where groups move as they save); a
-        # stream that waited on an event is ordered after it for good, and a copy's end
-        # mark is never recorded again, so each is waited on once. By ``id``, held (a
-        # few, oldest first): an event known by its address must not be freed meanwhile.
+        # Host blocks' fences (a reload's end mark) the copy-out stream has waited on. A
+        # reload's blocks come back with one fence and are taken again one copy out after
+        # another (one per storage, where groups move as they save); a stream that waited
+        # on an event is ordered after it for good, and a copy's end mark is never
+        # recorded again, so each is waited on once. By ``id``, oldest first, and held
+        # (a few): an event known by its address must not be freed meanwhile.
         self._block_fences: dict[int, torch.cuda.Event] = {}
 
     def fence(self) -> torch.cuda.Event:

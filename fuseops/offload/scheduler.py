@@ -7,10 +7,10 @@ forward ends, so the executor also hands each to ``notice`` as soon as it is mad
 (``ops/executor/save_notice.py``; hooks.py passes it on, notice.py takes it): its
 record is made there, as a save would make it, so its copy may start then, and the
 save that follows finds it by storage and version (one changed in place in between is
-saved afresh; one whose save never comes is dropped as its group ends, ``_abandon``). What is kept where it
-is, and why, is decided in ``pack``: parameters and their views, other leaves that
-require grad, module buffers, marked storages, small storages and tensors that are not
-plain strided CPU/CUDA tensors.
+saved afresh; one whose save never comes is dropped as its group ends, ``_abandon``).
+What is kept where it is, and why, is decided in ``pack``: parameters and their views,
+other leaves that require grad, module buffers, marked storages, small storages and
+tensors that are not plain strided CPU/CUDA tensors.
 Everything else becomes a ``SavedTensor`` handle on a ``Stored`` record (records.py),
 one per storage (at one version): views share their storage's record and are rebuilt
 with their exact size, stride and offset. A group that can move nothing (an int budget
