@@ -32,6 +32,8 @@ class NoticePath:
         its handle; one changed in place meanwhile is saved afresh. Nothing is counted
         in the stats here: the save counts each tensor."""
         for t in tensors:
+            if self._noticed and self._noticed_again(t):
+                continue
             storage = self._skip_reason(t)
             if type(storage) is Skip:
                 continue
@@ -58,6 +60,22 @@ class NoticePath:
             # The tensor too: its save is known by identity (``_pack_noticed``).
             self._noticed[key] = (t, stored)
             self._move_if_chosen(group, stored, index)
+
+    def _noticed_again(self, t: torch.Tensor) -> bool:
+        """Whether ``t``'s storage has a noticed record, alive at ``t``'s version, in the
+        group open now, which counted its size: ``notice`` would pass over it whatever it
+        found (a reason to keep it, or the record), changing nothing. A fused step's
+        early notice is followed by its step's own, naming the same tensors again."""
+        key = t.untyped_storage()._cdata
+        entry = self._noticed.get(key)
+        if entry is None:
+            return False
+        stored = entry[1]
+        group = stored.group
+        if group is None or group is not self._current or stored.version != t._version or stored.ref.expired():
+            return False
+        ref = self._by_storage.get(key)
+        return ref is not None and ref() is stored and (group.log is None or key in group.sizes)
 
     def _pack_noticed(self, t: torch.Tensor) -> SavedTensor | None:
         """The save of a noticed tensor: its handle on the record its notice made, or
