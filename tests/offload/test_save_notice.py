@@ -263,3 +263,23 @@ def test_another_tensor_on_a_noticed_storage_is_decided_afresh_at_its_save():
     got, stats = _step_as(lambda t: None, torch._neg_view)
     assert torch.equal(got, want)
     assert stats["skipped_unsupported"] == stats["tensors_skipped"] == 1 and stats["tensors_offloaded"] == 0
+
+
+def test_a_tensor_noticed_again_after_a_change_in_place_is_recorded_again_at_that_notice(monkeypatch):
+    # Noticed early, changed, noticed again (a fused step's notices): the second notice
+    # sees another version and records it afresh, its copy issued there, not at the save.
+    events = _spy(monkeypatch, "notice")
+    monkeypatch.setattr(scheduler_module.Scheduler, "_offload", _logged(events, scheduler_module.Scheduler._offload))
+    monkeypatch.setattr(scheduler_module.Scheduler, "pack", _logged(events, scheduler_module.Scheduler.pack, "pack"))
+
+    def change_and_notice_again(t):
+        t.add_(1)
+        save_notice.current_receiver()([t])
+
+    want, _ = _step_as(lambda t: t.add_(1), lambda t: t, offload=False)
+    events.clear()
+    got, stats = _step_as(change_and_notice_again, lambda t: t)
+    assert torch.equal(got, want)
+    assert events == ["notice", "_offload", "notice", "_offload", "pack"]
+    nbytes = 64 * 32 * 4
+    assert stats["bytes_offloaded"] == 2 * nbytes and stats["bytes_reloaded"] == nbytes
