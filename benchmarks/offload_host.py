@@ -7,8 +7,8 @@
 
 On an H100 the offload hooks add host time to every step (benchmarks/offload.py's "host
 ms"), and a step whose host is behind its device costs that 1:1. Timed here: every call
-into the scheduler (the saved-tensor hooks, the module hooks, groups opening and
-closing, the context's end), summed per step; the median over ``--steps`` is printed
+into the scheduler (the saved-tensor hooks, the module hooks, the executor's save
+notices, groups opening and closing, the context's end), summed per step; the median over ``--steps`` is printed
 with the count of tensors that reached ``pack`` and the time per packed tensor. Points
 as in the benchmark: no offload, budget 0 (the hooks alone: groups pass tensors
 through), a tenth of a group (records, little moves), "auto" and everything.
@@ -45,6 +45,7 @@ from fuseops.offload import mark_not_offload, offload_activations
 from fuseops.offload import planner as planner_module
 from fuseops.offload import timing as timing_module
 from fuseops.offload.backward import BackwardPath
+from fuseops.offload.notice import NoticePath
 from fuseops.offload.scheduler import Scheduler
 
 # The H100 benchmark's activation is 8192 x 4096 bf16 (64 MB); here 32 x 128 float32.
@@ -53,9 +54,10 @@ SCALE = (8192 * 4096 * 2) // (TOKENS * HIDDEN * 4)
 
 ENTRY_POINTS = [(Scheduler, "pack"), (BackwardPath, "unpack"), (Scheduler, "open_group"), (Scheduler, "close_group"),
                 (Scheduler, "finish"), (Scheduler, "__init__"), (hooks_module, "_pre_hook"),
-                (hooks_module, "_post_hook")]
+                (hooks_module, "_post_hook"), (hooks_module, "_notice")]
 INNER = [(Scheduler, n) for n in ("_skip_reason", "_group_for_save", "_offload_group", "_offload", "_pass",
                                   "_pass_over_cap", "_release_copied", "_resident_bytes", "_settle", "_mark_forward")]
+INNER += [(NoticePath, n) for n in ("notice", "_pack_noticed")]
 INNER += [(BackwardPath, n) for n in ("_start_backward", "_advance_prefetch", "_reload")]
 INNER += [(cls, n) for cls in (link_module.HostLink, link_module.CudaLink)
           for n in ("copy_out", "copy_in", "consume", "settle", "fence")]

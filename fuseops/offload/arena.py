@@ -11,7 +11,7 @@ that reads it; the next user's copy stream waits on that event, never the host.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -32,10 +32,22 @@ class HostBlock:
 
     data: torch.Tensor
     fence: Any = None
+    # The last ``head`` asked for: (size, view). A block comes back for the same storage
+    # size step after step, and each copy out and in reads it: a slice is a call into
+    # torch and a new tensor, per storage moved, both ways.
+    _head: tuple[int, torch.Tensor] | None = field(default=None, repr=False)
+    # ``data.numel()``, read once (the arena reads it per take and give).
+    capacity: int = field(init=False)
 
-    @property
-    def capacity(self) -> int:
-        return self.data.numel()
+    def __post_init__(self) -> None:
+        self.capacity = self.data.numel()
+
+    def head(self, nbytes: int) -> torch.Tensor:
+        """``data[:nbytes]``: the bytes a storage of ``nbytes`` occupies."""
+        head = self._head
+        if head is None or head[0] != nbytes:
+            head = self._head = (nbytes, self.data[:nbytes])
+        return head[1]
 
 
 class HostArena:

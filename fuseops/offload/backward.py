@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from fuseops.offload.link import link_for
+from fuseops.offload.link import empty_tensor, link_for
 from fuseops.offload.records import Group, Passed, Stored, Where
 
 # The share of its own saved bytes the first backward group consumes before the previous
@@ -56,7 +56,7 @@ class BackwardPath:
                 self._planner.waiting(log, stored.event)
             link_for(stored.device).consume(stored.data, stored.event)
             stored.release = None
-        out = torch.empty(0, dtype=packed.dtype, device=stored.device)
+        out = empty_tensor(stored.device, packed.dtype)
         return out.set_(stored.storage(), packed.offset, packed.size, packed.stride)
 
     def _start_backward(self, group: Group) -> None:

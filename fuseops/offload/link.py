@@ -45,11 +45,15 @@ class HostLink:
         return None
 
     def copy_out(self, sources: Sequence[torch.Tensor], after: Any) -> tuple[list[HostBlock], Any]:
-        blocks = [self.arena.take(src.numel()) for src in sources]
+        take = self.arena.take
+        blocks = [take(src.numel()) for src in sources]
         start = self.meter.timer.mark()
+        total = 0
         for src, block in zip(sources, blocks):
-            block.data[: src.numel()].copy_(src)
-        self.meter.record(start, self.meter.timer.mark(), sum(s.numel() for s in sources))
+            n = src.numel()
+            block.head(n).copy_(src)
+            total += n
+        self.meter.record(start, self.meter.timer.mark(), total)
         return blocks, None
 
     def settle(self, done: Any) -> None:
@@ -64,7 +68,7 @@ class HostLink:
     ) -> tuple[list[torch.Tensor], Any, Callable[[], None] | None]:
         outs = []
         for block, n in zip(blocks, sizes):
-            outs.append(block.data[:n].clone())
+            outs.append(block.head(n).clone())
             self.arena.give(block)
         return outs, None, None
 
@@ -77,6 +81,8 @@ class CudaLink:
 
     # Fences kept for reuse at most (one per group in flight is used at a time).
     MAX_FENCES = 64
+    # Block fences remembered as waited on (a step's reloads: one per group, or a few).
+    MAX_BLOCK_FENCES = 16
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -100,6 +106,13 @@ class CudaLink:
         self._order_lock = threading.Lock()
         # Fences ``copy_out`` has waited on, recorded again by later ``fence`` calls.
         self._fences: list[torch.cuda.Event] = []
+        # Host blocks' fences (a reload's end mark) the copy-out stream has waited on. A
+        # reload's blocks come back with one fence and are taken again one copy out after
+        # another (one per storage, where groups move as they save); a stream that waited
+        # on an event is ordered after it for good, and a copy's end mark is never
+        # recorded again, so each is waited on once. By ``id``, oldest first, and held
+        # (a few): an event known by its address must not be freed meanwhile.
+        self._block_fences: dict[int, torch.cuda.Event] = {}
 
     def fence(self) -> torch.cuda.Event:
         """An event on the current (producer) stream: everything queued so far. Meant for
@@ -120,19 +133,28 @@ class CudaLink:
         # The wait holds the fence's state as queued: the event may be recorded again.
         if len(self._fences) < self.MAX_FENCES:
             self._fences.append(after)
-        blocks = [self.arena.take(src.numel()) for src in sources]
+        take = self.arena.take
+        blocks = [take(src.numel()) for src in sources]
         # A block's previous contents may still be on their way to a device. Blocks come
         # back in batches that share one fence (a reload's): each fence is waited on once.
-        fences = {id(b.fence): b.fence for b in blocks if b.fence is not None}
-        for fence in fences.values():
-            stream.wait_event(fence)
+        waited = self._block_fences
+        for block in blocks:
+            fence = block.fence
+            if fence is not None and id(fence) not in waited:
+                stream.wait_event(fence)
+                waited[id(fence)] = fence
+                if len(waited) > self.MAX_BLOCK_FENCES:
+                    del waited[next(iter(waited))]
         # Recorded after every wait: the span to ``done`` is the copies alone.
         start = self.meter.timer.mark(stream)
+        total = 0
         with CopyStream(stream, self.device):
             for src, block in zip(sources, blocks):
-                block.data[: src.numel()].copy_(src, non_blocking=True)
+                n = src.numel()
+                block.head(n).copy_(src, non_blocking=True)
+                total += n
         done = self.meter.timer.mark(stream)
-        self.meter.record(start, done, sum(s.numel() for s in sources))
+        self.meter.record(start, done, total)
         return blocks, done
 
     def settle(self, done: torch.cuda.Event) -> None:
@@ -163,7 +185,7 @@ class CudaLink:
         start = self.meter.timer.mark(stream)
         with CopyStream(stream, self.device):
             for out, block, n in zip(outs, blocks, sizes):
-                out.copy_(block.data[:n], non_blocking=True)
+                out.copy_(block.head(n), non_blocking=True)
         done = self.meter.timer.mark(stream)
         self.meter.record(start, done, sum(sizes))
         for block in blocks:
@@ -175,8 +197,9 @@ class CudaLink:
         not the stream ``data`` was allocated on."""
         stream = current_stream(self.device)
         # Once a stream waited on an event (never recorded again: a copy's end mark is a
-        # new event; only the planner's own marks are reused), all it runs later is
-        # ordered after it. Streams come from one cache: identity answers first.
+        # new event; only the planner's own marks and the copies' start marks, which no
+        # stream waits on, are reused), all it runs later is ordered after it. Streams
+        # come from one cache: identity answers first.
         last = self._last_wait
         if last is None or last[0] is not event or (last[1] is not stream and last[1] != stream):
             stream.wait_event(event)
@@ -184,6 +207,24 @@ class CudaLink:
         # On the stream it was allocated on, record_stream is a no-op in the allocator.
         if self._mixed or (stream is not self._allocated_on and stream != self._allocated_on):
             data.record_stream(stream)
+
+
+# An empty tensor per device and dtype: ``new_empty`` from it skips parsing the dtype
+# and device arguments of ``torch.empty``, once per storage moved and per tensor unpacked.
+_empties: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def empty_tensor(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``torch.empty(0, dtype=dtype, device=device)``: a tensor to ``set_`` a storage into."""
+    empty = _empties.get((device, dtype))
+    if empty is None:
+        empty = _empties[(device, dtype)] = torch.empty(0, dtype=dtype, device=device)
+    return empty.new_empty(0)
+
+
+def whole_storage(storage: torch.UntypedStorage, device: torch.device) -> torch.Tensor:
+    """A flat uint8 tensor over all of ``storage`` (on ``device``): a copy's source."""
+    return empty_tensor(device, torch.uint8).set_(storage)
 
 
 _links: dict[torch.device, HostLink | CudaLink] = {}

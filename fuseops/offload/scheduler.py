@@ -4,13 +4,13 @@ Every tensor saved for backward inside the context reaches ``pack`` (torch's
 saved-tensor hooks; fuseops' fuser saves activations, one plain buffer at a time,
 through the same door). fuseops' plan Function saves all its activations as its
 forward ends, so the executor also hands each to ``notice`` as soon as it is made
-(``ops/executor/save_notice.py``; hooks.py passes it on): its record is made there,
-as a save would make it, so its copy may start then, and the save that follows finds
-it by storage and version (one changed in place in between is saved afresh; one whose
-save never comes is dropped as its group ends, ``_abandon``). What is kept where it
-is, and why, is decided in ``pack``: parameters and their views, other leaves that
-require grad, module buffers, marked storages, small storages and tensors that are not
-plain strided CPU/CUDA tensors.
+(``ops/executor/save_notice.py``; hooks.py passes it on, notice.py takes it): its
+record is made there, as a save would make it, so its copy may start then, and the
+save that follows finds it by storage and version (one changed in place in between is
+saved afresh; one whose save never comes is dropped as its group ends, ``_abandon``).
+What is kept where it is, and why, is decided in ``pack``: parameters and their views,
+other leaves that require grad, module buffers, marked storages, small storages and
+tensors that are not plain strided CPU/CUDA tensors.
 Everything else becomes a ``SavedTensor`` handle on a ``Stored`` record (records.py),
 one per storage (at one version): views share their storage's record and are rebuilt
 with their exact size, stride and offset. A group that can move nothing (an int budget
@@ -53,8 +53,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from fuseops.offload.backward import BackwardPath
 from fuseops.offload.choice import fullest_subset
 from fuseops.offload.early import early_plan
-from fuseops.offload.link import link_for
+from fuseops.offload.link import link_for, whole_storage
 from fuseops.offload.marks import StorageSet, is_marked
+from fuseops.offload.notice import NoticePath
 from fuseops.offload.planner import Planner, StepLog, planner_for
 from fuseops.offload.queue_plan import SETTLE_LAG
 from fuseops.offload.records import Group, Passed, SavedTensor, Skip, Stored, Where, count_skip, new_stats
@@ -70,9 +71,10 @@ def _fullest_first(records: list[Stored], budget: int) -> list[Stored]:
     return [records[i] for i in chosen] + [s for i, s in enumerate(records) if i not in picked]
 
 
-class Scheduler(BackwardPath):
+class Scheduler(NoticePath, BackwardPath):
     """Offload state of one ``offload_activations`` context (see the module docstring; its
-    backward half, unpack, reloads and prefetches, is ``BackwardPath`` in backward.py)."""
+    save notices are ``NoticePath`` in notice.py, its backward half, unpack, reloads and
+    prefetches, ``BackwardPath`` in backward.py)."""
 
     def __init__(self, *, keep_last: int, min_tensor_bytes: int, group_budget_bytes: int | str | None) -> None:
         self.keep_last = keep_last
@@ -94,6 +96,8 @@ class Scheduler(BackwardPath):
         # Copies out not yet settled: (group current when issued, device, event, records,
         # the planned step's log the wait is reported to, or None).
         self._unsettled: list[tuple[int, torch.device, Any, list[Stored], StepLog | None]] = []
+        # Every device copies out were issued on (``_release_copied``: when all are behind).
+        self._copy_devices: set[torch.device] = set()
         # Groups opened by the fuseops.Sequential calls now running (None: nested call).
         self.sequential_groups: list[Group | None] = []
         # group_budget_bytes="auto": the planner of the first device seen, the step now
@@ -118,10 +122,10 @@ class Scheduler(BackwardPath):
         # group that saves one again passes it too (as a record would stay where its first
         # group decided it).
         self._over_cap: dict[int, StorageWeakRef] = {}
-        # Records made by a notice (``notice``) whose save has not come yet, by storage:
-        # held here until it comes (its handle holds the record from then on), or until
-        # the group ends or backward starts without it (``_abandon``).
-        self._noticed: dict[int, Stored] = {}
+        # Records made by a notice (``notice``) whose save has not come yet, by storage,
+        # with the tensor noticed: held here until it comes (its handle holds the record
+        # from then on), or until the group ends or backward starts without it (``_abandon``).
+        self._noticed: dict[int, tuple[torch.Tensor, Stored]] = {}
 
     def open_group(self) -> Group | None:
         """Start a group; ``None`` when one is already open (groups do not nest)."""
@@ -277,6 +281,10 @@ class Scheduler(BackwardPath):
         return storage
 
     def pack(self, t: torch.Tensor) -> Any:
+        if self._noticed:
+            handle = self._pack_noticed(t)
+            if handle is not None:
+                return handle
         storage = self._skip_reason(t)
         if type(storage) is Skip:
             count_skip(self.stats, storage)
@@ -294,7 +302,7 @@ class Scheduler(BackwardPath):
         if stored is not None and (stored.ref.expired() or stored.version != t._version):
             stored = None
         if self._noticed:
-            noticed = self._noticed.pop(key, None)
+            noticed = self._noticed.pop(key, (None, None))[1]
             if noticed is not None and noticed is not stored:
                 # Changed in place since its notice: the record (and any copy it started)
                 # holds the old value; this save is recorded afresh below.
@@ -363,61 +371,6 @@ class Scheduler(BackwardPath):
                 self._decide(stored, Skip.BUDGET)
             else:
                 self._offload([stored], group, after=None)
-
-    def notice(self, tensors: list[torch.Tensor]) -> None:
-        """Tensors the executor will save once its forward ends (``save_notice.py``),
-        each treated as saved now: its storage's size and save mark (a learning step's)
-        and its record are made here, so that its copy may start now when the group
-        moves as it saves (the same choice as at a save: the plan's picks by save index,
-        or the budget in save order), and the planner counts its copy from here. The
-        save that follows finds the record by storage and version (``pack``) and adds
-        its handle; one changed in place meanwhile is saved afresh. Nothing is counted
-        in the stats here: the save counts each tensor."""
-        for t in tensors:
-            storage = self._skip_reason(t)
-            if type(storage) is Skip:
-                continue
-            group = self._saving_group(t)
-            key, nbytes = storage._cdata, storage.nbytes()
-            index = self._first_save(group, key, nbytes)
-            if group.passthrough:
-                continue
-            ref = self._by_storage.get(key)
-            stored = ref() if ref is not None else None
-            if stored is not None and not stored.ref.expired() and stored.version == t._version:
-                # Recorded already at this version (noticed, or saved before): the save
-                # decides what becomes of it, as for a second save.
-                continue
-            passed = self._over_cap.get(key)
-            if passed is not None and not passed.expired():
-                continue
-            cap = self._cap(group)
-            if cap is not None and nbytes > cap:
-                continue
-            self._release_copied()
-            self._forward_peak = max(self._forward_peak, self._held)
-            stored = self._noticed[key] = self._new_record(group, t, storage, key)
-            self._move_if_chosen(group, stored, index)
-
-    def _abandon(self, key: int, stored: Stored) -> None:
-        """A noticed record whose save did not come (the forward raised, the saves went
-        to other hooks) or came at another version: out of its group, its bytes no
-        longer held; it dies once nothing holds it (a copy it started settles first,
-        then its host block goes back)."""
-        ref = self._by_storage.get(key)
-        if ref is not None and ref() is stored:
-            del self._by_storage[key]
-        if stored.where is Where.DEVICE:
-            # A copy in flight is still held: ``_drop_sources`` counts it off as it settles.
-            self._held -= stored.nbytes
-            stored.alias = None
-        stored.group = None
-        stored.decided = True
-
-    def _abandon_noticed(self) -> None:
-        noticed, self._noticed = self._noticed, {}
-        for key, stored in noticed.items():
-            self._abandon(key, stored)
 
     def _pass(self, group: Group, t: torch.Tensor) -> Passed:
         """A tensor of a group that moves nothing: kept as it is, counted by the group
@@ -493,26 +446,36 @@ class Scheduler(BackwardPath):
         # A fence serves one copy out (the link records it again afterwards).
         self._offload(records, group, after=fences)
 
-    def _report_moved(self, group: Group, nbytes: int) -> None:
-        if group.log is not None and not group.learning and self._planner is not None:
-            self._planner.moved(group.log, group.position, nbytes)
-
     def _offload(self, records: list[Stored], group: Group, after: dict | None) -> None:
         """Copy ``records`` out (those the marks and the budget let through)."""
-        # Per storage: its record, and its storage (read once; records on the device).
+        # Per device: its records and their storages (read once; records on the device).
+        # Runs per storage moved where groups move as they save (one record a call).
         chosen: dict[torch.device, list[tuple[Stored, torch.UntypedStorage]]] = {}
+        budget = group.budget_left
         for stored in records:
             storage = stored.storage()
             if is_marked(storage):
                 self._decide(stored, Skip.MARKED)
-            elif group.budget_left is not None and stored.nbytes > group.budget_left:
+            elif budget is not None and stored.nbytes > budget:
                 self._decide(stored, Skip.LEARNING if group.learning else Skip.BUDGET)
             else:
-                if group.budget_left is not None:
-                    group.budget_left -= stored.nbytes
+                if budget is not None:
+                    budget -= stored.nbytes
                 self._decide(stored, None)
-                chosen.setdefault(stored.device, []).append((stored, storage))
+                pairs = chosen.get(stored.device)
+                if pairs is None:
+                    chosen[stored.device] = [(stored, storage)]
+                else:
+                    pairs.append((stored, storage))
+        group.budget_left = budget
+        if not chosen:
+            return
         moved = 0
+        # The alias keeps the source alive until the copy is settled. A group copied
+        # early settles where it would have when issued as group index + keep_last
+        # started (early.py): only its copies' start moves.
+        issued_in = max(len(self._groups) - 1, group.index + self.keep_last)
+        log = self._planned_log(group)
         for device, pairs in chosen.items():
             link = link_for(device)
             fence = after.get(device) if after else None
@@ -520,47 +483,53 @@ class Scheduler(BackwardPath):
             for stored, storage in pairs:
                 # Copied after a later in-place write: unpack raises, as autograd would.
                 stored.modified = stored.alias._version != stored.version
-                flats.append(torch.empty(0, dtype=torch.uint8, device=device).set_(storage))
+                flats.append(whole_storage(storage, device))
             blocks, done = link.copy_out(flats, fence if fence is not None else link.fence())
             give = link.arena.give
-            batch = []
-            for (stored, _), block in zip(pairs, blocks):
+            batch = [stored for stored, _ in pairs]
+            for stored, block in zip(batch, blocks):
                 stored.host, stored.event, stored.where = block, done, Where.HOST
                 # A record that dies on the host (no backward) still returns its block.
                 stored.release = functools.partial(give, block, done)
                 moved += stored.nbytes
-                batch.append(stored)
             self.stats["storages_offloaded"] += len(batch)
-            # The alias keeps the source alive until the copy is settled. A group copied
-            # early settles where it would have when issued as group index + keep_last
-            # started (early.py): only its copies' start moves.
-            issued_in = max(len(self._groups) - 1, group.index + self.keep_last)
-            self._unsettled.append((issued_in, device, done, batch, self._planned_log(group)))
-        if chosen:
-            self.stats["bytes_offloaded"] += moved
-            self._on_host.add(group.index)
-            self._report_moved(group, moved)
+            self._unsettled.append((issued_in, device, done, batch, log))
+            self._copy_devices.add(device)
+        self.stats["bytes_offloaded"] += moved
+        self._on_host.add(group.index)
+        if log is not None and self._planner is not None:
+            self._planner.moved(log, group.position, moved)
 
     def _release_copied(self) -> None:
         """Release the sources of copies that have passed: nothing reads them any more,
         so neither stream needs to wait (the query never blocks). Runs at every save that
         keeps a record."""
-        if not self._unsettled:
+        unsettled = self._unsettled
+        if not unsettled:
             return
         # A device's copies out run on one stream, in the order issued (the order of
         # ``_unsettled``): once one has not passed, its later ones have not either, and
-        # are not queried (one query per device while the device is behind the host).
-        pending, behind = [], None
-        for entry in self._unsettled:
+        # are not queried (one query per device while the device is behind the host);
+        # once every device with copies is behind, the rest is not walked either.
+        pending, behind = None, None
+        for i, entry in enumerate(unsettled):
             device = entry[1]
             if behind is not None and device in behind:
-                pending.append(entry)
+                if pending is not None:
+                    pending.append(entry)
             elif link_for(device).passed(entry[2]):
+                if pending is None:
+                    pending = unsettled[:i]
                 self._drop_sources(entry[3])
             else:
-                pending.append(entry)
                 behind = {device} if behind is None else behind | {device}
-        if len(pending) != len(self._unsettled):
+                if len(behind) == len(self._copy_devices):
+                    if pending is not None:
+                        pending += unsettled[i:]
+                    break
+                if pending is not None:
+                    pending.append(entry)
+        if pending is not None:
             self._unsettled = pending
 
     def _drop_sources(self, batch: list[Stored]) -> None:

@@ -99,8 +99,9 @@ class EventTimer:
         return all(mark.query() for _, mark in latest) and all(mark.query() for mark in others)
 
     def reuse(self, marks: list[torch.cuda.Event]) -> None:
-        """``marks`` have passed and nothing reads or waits on them any more: later
-        ``mark`` calls record them again (a record replaces the event's state)."""
+        """Nothing reads or waits on ``marks`` any more (the planner's have passed; a
+        copy's start mark may not have, but only its meter ever read it): later ``mark``
+        calls record them again (a record replaces the event's state)."""
         room = self.MAX_FREE - len(self._free)
         if room > 0:
             self._free.extend(marks[:room])
@@ -141,22 +142,38 @@ class CopyMeter:
         self._pending: list[tuple[Any, Any, int]] = []
         # Copies are recorded from the forward thread and the autograd engine's threads.
         self._lock = threading.Lock()
+        # A copy's start mark is read by this meter alone (its end mark orders records,
+        # host blocks and the compute stream): once read, or dropped unread, it goes back
+        # to the timer to be recorded again (``EventTimer.reuse``; nothing waits on it,
+        # so a record over one not yet passed is harmless). Without this every copy
+        # creates and destroys a CUDA event more, and the planner stops reading the
+        # meter once its plan is made, so the dropped ones are most of them.
+        self._reuse = getattr(timer, "reuse", None)
 
     def record(self, start: Any, end: Any, nbytes: int) -> None:
         with self._lock:
-            self._pending.append((start, end, nbytes))
-            del self._pending[: -self.MAX_PENDING]
+            pending = self._pending
+            pending.append((start, end, nbytes))
+            if len(pending) > self.MAX_PENDING:
+                dropped = pending[: -self.MAX_PENDING]
+                del pending[: -self.MAX_PENDING]
+                if self._reuse is not None:
+                    self._reuse([s for s, _, _ in dropped])
 
     def bytes_per_s(self) -> float | None:
         """Measured so far, reading only copies that have finished; ``None`` before any."""
         with self._lock:
-            waiting = []
+            waiting, read = [], []
             for start, end, nbytes in self._pending:
                 seconds = self.timer.seconds(start, end)
                 if seconds is None:
                     waiting.append((start, end, nbytes))
-                elif seconds > 0:
+                    continue
+                read.append(start)
+                if seconds > 0:
                     self.bytes += nbytes
                     self.seconds += seconds
             self._pending = waiting
+            if read and self._reuse is not None:
+                self._reuse(read)
             return self.bytes / self.seconds if self.seconds > 0 else None

@@ -210,3 +210,76 @@ def test_a_moe_stack_copies_its_experts_saves_at_their_notices_with_bitwise_grad
     # Per layer, x_sorted (64 rows x top-2 x 64, bf16) and z (128 x 96, bf16).
     assert sorted(inside) == sorted([128 * 64 * 2, 128 * 96 * 2] * 2)
     assert stats["bytes_offloaded"] == stats["bytes_reloaded"] > sum(inside)
+
+
+
+class NoticedThenSavedAs(torch.autograd.Function):
+    """As ``NoticedThenSaved``, saving ``as_saved(t)`` (``t`` itself, or another tensor
+    object on its storage) after ``between(t)``; backward returns ``dy * saved``."""
+
+    @staticmethod
+    def forward(ctx, x, between, as_saved):
+        t = x * 3
+        receiver = save_notice.current_receiver()
+        if receiver is not None:
+            receiver([t])
+        between(t)
+        ctx.save_for_backward(as_saved(t))
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, dy):
+        (saved,) = ctx.saved_tensors
+        return dy * saved, None, None
+
+
+def _step_as(between, as_saved, offload=True):
+    x = torch.arange(64 * 32, dtype=torch.float32).reshape(64, 32).div(100).requires_grad_()
+    config = {"min_tensor_bytes": 0, "keep_last": 0, "group_budget_bytes": None}
+    with offload_activations(**config, enabled=offload) as handle:
+        y = NoticedThenSavedAs.apply(x, between, as_saved)
+    y.sum().backward()
+    return x.grad, handle.stats
+
+
+def test_a_storage_marked_between_notice_and_save_stays_where_it_is():
+    # The save of the very tensor noticed re-reads the storage's marks: marked after
+    # its notice (whose copy has started), it is kept, as a save without a notice is.
+    def mark(t):
+        fuseops.offload.mark_not_offload(t)
+
+    want, _ = _step_as(mark, lambda t: t, offload=False)
+    got, stats = _step_as(mark, lambda t: t)
+    assert torch.equal(got, want)
+    assert stats["skipped_marked"] == stats["tensors_skipped"] == 1 and stats["tensors_offloaded"] == 0
+    # The notice's copy was issued; nothing came back.
+    assert stats["bytes_offloaded"] == 64 * 32 * 4 and stats["bytes_reloaded"] == 0
+
+
+def test_another_tensor_on_a_noticed_storage_is_decided_afresh_at_its_save():
+    # Saved as a negative view of the noticed tensor: not the object noticed, so its
+    # save is checked in full (a negative view stays: not a plain tensor to rebuild).
+    want, _ = _step_as(lambda t: None, torch._neg_view, offload=False)
+    got, stats = _step_as(lambda t: None, torch._neg_view)
+    assert torch.equal(got, want)
+    assert stats["skipped_unsupported"] == stats["tensors_skipped"] == 1 and stats["tensors_offloaded"] == 0
+
+
+def test_a_tensor_noticed_again_after_a_change_in_place_is_recorded_again_at_that_notice(monkeypatch):
+    # Noticed early, changed, noticed again (a fused step's notices): the second notice
+    # sees another version and records it afresh, its copy issued there, not at the save.
+    events = _spy(monkeypatch, "notice")
+    monkeypatch.setattr(scheduler_module.Scheduler, "_offload", _logged(events, scheduler_module.Scheduler._offload))
+    monkeypatch.setattr(scheduler_module.Scheduler, "pack", _logged(events, scheduler_module.Scheduler.pack, "pack"))
+
+    def change_and_notice_again(t):
+        t.add_(1)
+        save_notice.current_receiver()([t])
+
+    want, _ = _step_as(lambda t: t.add_(1), lambda t: t, offload=False)
+    events.clear()
+    got, stats = _step_as(change_and_notice_again, lambda t: t)
+    assert torch.equal(got, want)
+    assert events == ["notice", "_offload", "notice", "_offload", "pack"]
+    nbytes = 64 * 32 * 4
+    assert stats["bytes_offloaded"] == 2 * nbytes and stats["bytes_reloaded"] == nbytes
