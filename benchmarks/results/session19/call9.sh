@@ -1,0 +1,14 @@
+# Session 19, device call 9 (issue 23): A/B of the offload host trims on one machine, moe stack:
+# the scheduler before them (base_offload/, fuseops/offload at 3fc6e5b, in a copy of the tree)
+# against the merged one, alternating, each the benchmark's curve and 4 interleaved rounds.
+export PYTHONUNBUFFERED=1
+rm -rf /tmp/base && mkdir /tmp/base && cp -r fuseops benchmarks /tmp/base/ && rm -rf /tmp/base/fuseops/offload \
+  && cp -r benchmarks/results/session19/base_offload /tmp/base/fuseops/offload
+here=$PWD
+for r in 1 2; do
+  for v in base new; do
+    d=$here; [ $v = base ] && d=/tmp/base
+    (cd $d && PYTHONPATH=$d timeout 140 python3 -m benchmarks.offload --stacks moe --steps 6 --rounds 4 --out $OUT/$v$r > $OUT/$v$r.log 2>&1)
+    echo "$v round $r rc=$?: $(grep -E '^\s+(none|\* auto) ' $OUT/$v$r.log | awk '{print $1,$2,$3,"host",$5}' | tr '\n' ' ') $(grep 'interleaved' $OUT/$v$r.log | sed 's/.*rounds: //')"
+  done
+done
