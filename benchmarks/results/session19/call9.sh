@@ -9,6 +9,6 @@ for r in 1 2; do
   for v in base new; do
     d=$here; [ $v = base ] && d=/tmp/base
     (cd $d && PYTHONPATH=$d timeout 140 python3 -m benchmarks.offload --stacks moe --steps 6 --rounds 4 --out $OUT/$v$r > $OUT/$v$r.log 2>&1)
-    echo "$v round $r rc=$?: $(grep -E '^\s+(none|\* auto) ' $OUT/$v$r.log | awk '{print $1,$2,$3,"host",$5}' | tr '\n' ' ') $(grep 'interleaved' $OUT/$v$r.log | sed 's/.*rounds: //')"
+    echo "$v round $r rc=$?"; grep -E '^ +(none|\* auto) |interleaved' $OUT/$v$r.log | cut -c1-120
   done
 done
