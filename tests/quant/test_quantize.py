@@ -276,8 +276,9 @@ def test_gpu_offsets_that_do_not_fit_fail_on_the_stream_without_a_sync():
     out = run_device_assert(
         "import torch; from fuseops.quant import quantize, recipes\n"
         "x = torch.randn(4, 32, device='cuda')\n"
+        "offsets = torch.tensor([0, 2, 5], device='cuda')\n"
         "torch.cuda.set_sync_debug_mode('error')\n"
-        "quantize(x, recipes.MXFP8(), offsets=torch.tensor([0, 2, 5], device='cuda'), columnwise=True)\n"
+        "quantize(x, recipes.MXFP8(), offsets=offsets, columnwise=True)\n"
         "torch.cuda.set_sync_debug_mode('default')\n"
         "torch.cuda.synchronize()\n")
     # The assert fires on the device and surfaces at the next CUDA call: on the H100 that can
