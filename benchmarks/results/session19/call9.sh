@@ -2,6 +2,7 @@
 # the scheduler before them (base_offload/, fuseops/offload at 3fc6e5b, in a copy of the tree)
 # against the merged one, alternating, each the benchmark's curve and 4 interleaved rounds.
 export PYTHONUNBUFFERED=1
+# base_offload/ (not kept): `git archive 3fc6e5b fuseops/offload | tar -x -C /tmp`, its files copied there.
 rm -rf /tmp/base && mkdir /tmp/base && cp -r $(ls -A | grep -v "^.git$") /tmp/base/ && rm -rf /tmp/base/fuseops/offload \
   && cp -r benchmarks/results/session19/base_offload /tmp/base/fuseops/offload
 here=$PWD
