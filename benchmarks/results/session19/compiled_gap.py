@@ -11,7 +11,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, ".")
-from benchmarks.sizes import fuseops_dense, torch_dense  # noqa: E402
+from benchmarks.sizes import fuseops_dense, torch_dense
 
 
 def step(model, x, params):
@@ -46,7 +46,7 @@ def main():
                 walls.append(time.perf_counter() - t)
                 fwd.append(f)
                 bwd.append(b)
-            med = lambda v: sorted(v)[len(v) // 2] * 1e3  # noqa: E731
+            med = lambda v: sorted(v)[len(v) // 2] * 1e3
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 for _ in range(5):
                     step(compiled, x, params)

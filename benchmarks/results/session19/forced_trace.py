@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, ".")
 sys.path.insert(0, "benchmarks/results/session18")
-from fuseops.kernels import dispatch  # noqa: E402
+from fuseops.kernels import dispatch
 
 only = os.environ.get("TRACE_ONLY")
 if only:
@@ -19,6 +19,6 @@ if only:
 else:
     dispatch.refuses_traced_quantized = lambda t: False
 
-import fp8_user_checks  # noqa: E402
+import fp8_user_checks
 
 fp8_user_checks.main()

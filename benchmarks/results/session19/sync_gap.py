@@ -13,7 +13,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, ".")
-from benchmarks.sizes import fuseops_dense, torch_dense  # noqa: E402
+from benchmarks.sizes import fuseops_dense, torch_dense
 
 
 def sync():
@@ -44,7 +44,7 @@ def timings(model, x, params, reps=20):
         walls.append(time.perf_counter() - t)
         fwd.append(f)
         bwd.append(b)
-    med = lambda v: sorted(v)[len(v) // 2] * 1e3  # noqa: E731
+    med = lambda v: sorted(v)[len(v) // 2] * 1e3
     return med(walls), med(fwd), med(bwd)
 
 
