@@ -114,13 +114,7 @@ class NoticePath:
         group.eligible += nbytes
         self._release_copied()
         self._forward_peak = max(self._forward_peak, self._held)
-        handle = SavedTensor(stored, group.index, t)
-        if stored.decided:
-            self._count(stored, 1)
-        else:
-            stored.handles += 1
-            self._move_if_chosen(group, stored, None)
-        return handle
+        return self._handle(group, stored, t, None)
 
     def _abandon(self, key: int, stored: Stored) -> None:
         """A noticed record whose save did not come (the forward raised, the saves went

@@ -328,6 +328,11 @@ class Scheduler(NoticePath, BackwardPath):
                 stored = None
         if stored is None:
             stored = self._new_record(group, t, storage, key)
+        return self._handle(group, stored, t, index)
+
+    def _handle(self, group: Group, stored: Stored, t: torch.Tensor, index: int | None) -> SavedTensor:
+        """The saved handle of ``t`` on ``stored``: counted if its fate is decided, else
+        one handle more, and its copy started now if the plan picked it (``index``)."""
         handle = SavedTensor(stored, group.index, t)
         if stored.decided:
             self._count(stored, 1)
