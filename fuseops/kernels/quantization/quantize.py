@@ -250,6 +250,15 @@ def _quantize_tile_whole_rules(x, enc, data, scale, data_t, scale_t, row0, nrows
                      pid_r * BLOCK_R, RP, RP_STORED, False, False, SCALING, ELEM, BLOCK, STAGED)
 
 
+def written(scaling: Scaling, block_2d: bool, rowwise: bool, columnwise: bool) -> Buffers:
+    """Which of ``quantize``'s buffers a call writes, as ``allocate`` makes them (each copy
+    asked for, with its block scales unless the format has only a tensor scale): for callers
+    that get the buffers back without their Nones (the custom op). ``allocate`` keeps its own
+    branches, on the eager hot path; a test checks that the two agree."""
+    scales = block_2d or scaling != Scaling.TENSOR
+    return Buffers(rowwise, rowwise and scales, columnwise, columnwise and scales)
+
+
 def allocate(shape: tuple[int, int, int], groups: int | None, *, scaling: Scaling, element: Element,
              block_2d: bool, rowwise: bool, columnwise: bool, device: torch.device) -> Buffers:
     """Uninitialised buffers of ``quantize``'s outputs for ``x`` of ``shape`` [B, R, C];

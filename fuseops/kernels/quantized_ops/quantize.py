@@ -8,7 +8,7 @@ import torch
 from fuseops.kernels.custom_op import fuseops_op
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.quantization.formats import Element, Scaling
-from fuseops.kernels.quantization.quantize import Buffers, allocate
+from fuseops.kernels.quantization.quantize import Buffers, allocate, written
 from fuseops.kernels.quantized_ops._args import filled, into, kept, owned
 
 
@@ -59,15 +59,9 @@ def _(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise):
     return filled(bufs, x)
 
 
-def _present(scaling: Scaling, block_2d: bool, rowwise: bool, columnwise: bool) -> Buffers:
-    """Which buffers ``allocate`` makes: TENSOR keeps no block scales."""
-    scales = block_2d or scaling != Scaling.TENSOR
-    return Buffers(rowwise, rowwise and scales, columnwise, columnwise and scales)
-
-
 def quantize(x: torch.Tensor, offsets: torch.Tensor | None, encode: torch.Tensor | None, *, scaling: Scaling,
              element: Element, block_2d: bool = False, rowwise: bool = True, columnwise: bool = False,
              out: Buffers | None = None) -> Buffers:
     """``quantize.quantize`` (or its reference) through ``fuseops::quantize``."""
     bufs = _quantize_op(x, offsets, encode, int(scaling), int(element), block_2d, rowwise, columnwise)
-    return Buffers(*into(out, kept(bufs, _present(scaling, block_2d, rowwise, columnwise))))
+    return Buffers(*into(out, kept(bufs, written(scaling, block_2d, rowwise, columnwise))))

@@ -292,3 +292,13 @@ def test_gpu_large(fmt, dtype):
             continue
         got, ref = run(x, offs, n, FORMATS[fmt])
         assert_same(got, ref, f"{fmt} grouped={offs is not None}")
+
+
+@pytest.mark.parametrize("scaling", list(Scaling))
+@pytest.mark.parametrize("block_2d", [False, True])
+@pytest.mark.parametrize("rowwise, columnwise", [(True, False), (False, True), (True, True)])
+def test_written_names_the_buffers_allocate_makes(scaling, block_2d, rowwise, columnwise):
+    bufs = kq.allocate((1, 4, 256), None, scaling=scaling, element=Element.E4M3, block_2d=block_2d,
+                       rowwise=rowwise, columnwise=columnwise, device="cpu")
+    made = kq.Buffers(*(t is not None for t in bufs))
+    assert kq.written(scaling, block_2d, rowwise, columnwise) == made
