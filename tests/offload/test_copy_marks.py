@@ -11,7 +11,7 @@ from fuseops.offload import link as link_module
 from fuseops.offload.arena import HostArena
 from fuseops.offload.link import CudaLink
 from fuseops.offload.timing import CopyMeter, EventTimer
-from tests.offload.test_cuda_calls import StandInEvent
+from tests.offload.test_cuda_calls import StandInEvent, install_events
 
 CPU = torch.device("cpu")
 
@@ -25,10 +25,7 @@ class TimedEvent(StandInEvent):
 
 @pytest.fixture
 def events(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "Event", TimedEvent)
-    monkeypatch.setattr(StandInEvent, "reached", 0)
-    monkeypatch.setattr(StandInEvent, "records", 0)
-    return StandInEvent
+    return install_events(monkeypatch, TimedEvent)
 
 
 def _meter():

@@ -32,12 +32,17 @@ class StandInEvent:
         return self.record_n <= StandInEvent.reached
 
 
-@pytest.fixture
-def events(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "Event", StandInEvent)
+def install_events(monkeypatch, event_class=StandInEvent):
+    """``torch.cuda.Event`` replaced by ``event_class`` (a ``StandInEvent``), counts reset."""
+    monkeypatch.setattr(torch.cuda, "Event", event_class)
     monkeypatch.setattr(StandInEvent, "reached", 0)
     monkeypatch.setattr(StandInEvent, "records", 0)
     return StandInEvent
+
+
+@pytest.fixture
+def events(monkeypatch):
+    return install_events(monkeypatch)
 
 
 def test_passed_all_queries_the_last_mark_of_each_stream(events):
