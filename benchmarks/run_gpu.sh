@@ -9,7 +9,9 @@
 #   bash benchmarks/run_gpu.sh rest [pytest args]       # everything else but the property suite (over 9 min
 #                                                         # in session 11: too long for one call; its two parts:)
 #   bash benchmarks/run_gpu.sh models [pytest args]     # fusions, integrations, offload (not yet timed)
-#   bash benchmarks/run_gpu.sh layers [pytest args]     # ops, quant, top-level tests (not yet timed)
+#   bash benchmarks/run_gpu.sh layers [pytest args]     # ops, quant, top-level tests (over 9 min in session 20: its two parts:)
+#   bash benchmarks/run_gpu.sh ops [pytest args]        # tests/moe and tests/ops (~7.5 min)
+#   bash benchmarks/run_gpu.sh top [pytest args]        # tests/quant and the top-level tests
 #   bash benchmarks/run_gpu.sh props "GroupedMLP or Backward"   # CUDA property suite, some fusions
 #   bash benchmarks/run_gpu.sh bench linear moe_layer   # benchmarks; results.tar comes back
 set -uo pipefail
@@ -37,6 +39,8 @@ case "$part" in
       --ignore=tests/fusions/test_fusion_properties.py "$@" ;;
   layers) pytest_part tests --ignore=tests/kernels --ignore=tests/distributed --ignore=tests/fusions \
       --ignore=tests/integrations --ignore=tests/offload "$@" ;;
+  ops) pytest_part tests/moe tests/ops "$@" ;;
+  top) pytest_part tests/quant tests/test_*.py "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
   bench)
     for name in "$@"; do

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pytest
@@ -24,6 +25,23 @@ def cuda_or_skip() -> torch.device:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     return torch.device("cuda")
+
+
+@contextlib.contextmanager
+def kernels_on(kernels: str) -> Iterator[torch.device]:
+    """The device a test's ``kernels`` variant runs on: "reference" runs the torch references
+    on CPU; "triton" runs the Triton kernels, on the GPU where there is one and through the
+    interpreter on CPU-only machines (the interpreter cannot start once triton is imported
+    without it)."""
+    if kernels == "reference":
+        yield torch.device("cpu")
+    elif torch.cuda.is_available():
+        yield torch.device("cuda")
+    else:
+        from fuseops.kernels._triton import interpreted_kernels
+
+        with interpreted_kernels():
+            yield torch.device("cpu")
 
 
 def is_sm90() -> bool:

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from fuseops import ops
-from tests.helpers import DTYPES
+from tests.helpers import DTYPES, kernels_on
 from tests.ops.harness import check_op_against_float64, devices
 
 CASES = [
@@ -32,20 +32,18 @@ def test_unknown_approximate_is_rejected():
 @pytest.mark.parametrize("cls, kwargs, fn", CASES, ids=lambda c: getattr(c, "__name__", None))
 def test_non_finite_inputs_placed_as_torch_places_them(kernels, cls, kwargs, fn):
     # torch.relu passes the gradient at a NaN input (threshold_backward zeroes x <= 0 only).
-    from contextlib import nullcontext
-
     import fuseops
-    from fuseops.kernels._triton import interpreted_kernels
 
-    x = torch.tensor([[float("nan"), float("inf"), -float("inf"), 0.0, 1.5, -2.0]], requires_grad=True)
-    dy = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]])
-    with interpreted_kernels() if kernels == "triton" else nullcontext():
+    with kernels_on(kernels) as device:
+        x = torch.tensor([[float("nan"), float("inf"), -float("inf"), 0.0, 1.5, -2.0]], device=device,
+                         requires_grad=True)
+        dy = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]], device=device)
         y = fuseops.Sequential(cls(**kwargs))(x)
         y.backward(dy)
-    x64 = x.detach().double().requires_grad_()
-    fn(x64).backward(dy.double())
+    x64 = x.detach().cpu().double().requires_grad_()
+    fn(x64).backward(dy.cpu().double())
     y64 = fn(x64.detach())
-    for out, ref in ((y.detach(), y64), (x.grad, x64.grad)):
+    for out, ref in ((y.detach().cpu(), y64), (x.grad.cpu(), x64.grad)):
         assert torch.equal(out.isnan(), ref.isnan()), (out, ref)
         assert torch.equal(out.isinf(), ref.isinf()), (out, ref)
         ok = torch.isfinite(ref)

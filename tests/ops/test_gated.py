@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import fuseops
 from fuseops import ops
-from tests.helpers import DTYPES
+from tests.helpers import DTYPES, kernels_on
 from tests.ops.harness import check_op_against_float64, devices
 
 
@@ -74,14 +74,10 @@ def _all_gated():
 @pytest.mark.parametrize("cls, kwargs, fn, interleaved, scaled", list(_all_gated()))
 def test_zero_rows_forward_and_backward(kernels, cls, kwargs, fn, interleaved, scaled):
     # An expert-parallel rank that receives no tokens runs its MLP on [0, 2F].
-    from contextlib import nullcontext
-
-    from fuseops.kernels._triton import interpreted_kernels
-
-    model = fuseops.Sequential(cls(**kwargs, interleaved=interleaved, scaled=scaled))
-    x = torch.randn(0, 8, requires_grad=True)
-    extras = [torch.rand(0, requires_grad=True)] if scaled else []
-    with interpreted_kernels() if kernels == "triton" else nullcontext():
+    with kernels_on(kernels) as device:
+        model = fuseops.Sequential(cls(**kwargs, interleaved=interleaved, scaled=scaled)).to(device)
+        x = torch.randn(0, 8, device=device, requires_grad=True)
+        extras = [torch.rand(0, device=device, requires_grad=True)] if scaled else []
         y = model(x, *extras)
         y.sum().backward()
     assert y.shape == (0, 4)
@@ -93,21 +89,17 @@ def test_zero_rows_forward_and_backward(kernels, cls, kwargs, fn, interleaved, s
 @pytest.mark.parametrize("kernels", ["reference", "triton"])
 @pytest.mark.parametrize("cls, kwargs, fn", CASES, ids=lambda c: getattr(c, "__name__", None))
 def test_non_finite_inputs_placed_as_torch_places_them(kernels, cls, kwargs, fn):
-    from contextlib import nullcontext
-
-    from fuseops.kernels._triton import interpreted_kernels
-
     x = torch.randn(4, 8)
     x[0, 1], x[1, 5], x[2, 2], x[3, 6] = float("nan"), float("nan"), float("inf"), -float("inf")
-    x = x.requires_grad_()
     dy = torch.randn(4, 4)
-    with interpreted_kernels() if kernels == "triton" else nullcontext():
-        y = fuseops.Sequential(cls(**kwargs))(x)
-        y.backward(dy)
-    x64 = x.detach().double().requires_grad_()
+    with kernels_on(kernels) as device:
+        xd = x.to(device, copy=True).requires_grad_()
+        y = fuseops.Sequential(cls(**kwargs))(xd)
+        y.backward(dy.to(device))
+    x64 = x.double().requires_grad_()
     y64 = fn(*x64.chunk(2, -1))
     y64.backward(dy.double())
-    for out, ref in ((y.detach(), y64.detach()), (x.grad, x64.grad)):
+    for out, ref in ((y.detach().cpu(), y64.detach()), (xd.grad.cpu(), x64.grad)):
         assert torch.equal(out.isnan(), ref.isnan())
         assert torch.equal(out.isinf(), ref.isinf())
         ok = torch.isfinite(ref)
