@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.quantization.formats import group_positions, reference_dequantize
 from fuseops.kernels.quantization.operand import Operand
 from fuseops.quant.recipes import QuantFormat
@@ -136,7 +137,7 @@ class QuantizedTensor:
         else:
             R = self.shape[-2] if self.stacked else self.shape.numel() // max(C, 1)
             v = self._values(self.data_t, self.scale_t, R).transpose(-1, -2)
-        return self._tensor_scale(v).reshape(self.shape).to(dtype)
+        return as_dtype(self._tensor_scale(v).reshape(self.shape), dtype)
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,4 +168,4 @@ class GroupedQuantizedTensor(QuantizedTensor):
             v = padded[:, group_positions(self.offsets, M)].T
         if self.tensor_scale is not None:
             v = v * self._row_tensor_scale()[:, None]
-        return v.to(dtype)
+        return as_dtype(v, dtype)

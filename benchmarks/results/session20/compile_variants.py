@@ -7,6 +7,7 @@ import torch
 
 sys.path.insert(0, ".")
 import importlib
+
 from fuseops.kernels import library
 from fuseops.kernels.moe import traceable
 from fuseops.moe import expert_layer

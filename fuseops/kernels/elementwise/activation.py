@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     activation,
@@ -172,7 +173,7 @@ def reference_activation_fwd(
     """``y = act(x)``, evaluated in float32 (formulas in ``_activations``), cast to ``x``'s
     dtype (or written into ``out``)."""
     y = reference_activation(x, act, alpha)
-    return out.copy_(y) if out is not None else y.to(x.dtype)
+    return out.copy_(y) if out is not None else as_dtype(y, x.dtype)
 
 
 def reference_activation_bwd(
@@ -185,7 +186,7 @@ def reference_activation_bwd(
 ) -> torch.Tensor:
     """``dx = dy * act'(x)`` in float32, cast to ``x``'s dtype (or written into ``out``)."""
     dx = reference_chain_grad(dy.float(), x, act, alpha)
-    return out.copy_(dx) if out is not None else dx.to(x.dtype)
+    return out.copy_(dx) if out is not None else as_dtype(dx, x.dtype)
 
 
 def reference_activation_bwd_dbias(
@@ -199,5 +200,5 @@ def reference_activation_bwd_dbias(
     """``dx = dy * act'(x)`` and ``dbias[n] = sum_r dx[r, n]``, both from the float32
     ``dx`` (before rounding), cast to ``x2d``'s dtype; ``dx`` into ``out`` when given."""
     dx = reference_chain_grad(dy2d.float(), x2d, act, alpha)
-    dbias = dx.sum(0).to(x2d.dtype)
-    return (out.copy_(dx) if out is not None else dx.to(x2d.dtype)), dbias
+    dbias = as_dtype(dx.sum(0), x2d.dtype)
+    return (out.copy_(dx) if out is not None else as_dtype(dx, x2d.dtype)), dbias

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, num_sms
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.launch import launch
 
 
@@ -121,4 +122,4 @@ def reference_bias_grad(dy2d: torch.Tensor) -> torch.Tensor:
     """``db[n] = sum_r dy2d[r, n]``, summed in float32 (float64 for float64), cast to
     ``dy2d``'s dtype; zeros when there are no rows."""
     compute = torch.promote_types(dy2d.dtype, torch.float32)
-    return dy2d.to(compute).sum(0).to(dy2d.dtype)
+    return as_dtype(dy2d.to(compute).sum(0), dy2d.dtype)

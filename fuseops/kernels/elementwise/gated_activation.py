@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     gated,
@@ -237,7 +238,7 @@ def reference_gated_fwd(
     y = reference_gated(a, b, act, clamped, limit, alpha)
     if probs is not None:
         y = y * probs.float()[:, None]
-    return out.copy_(y) if out is not None else y.to(x2d.dtype)
+    return out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)
 
 
 def reference_gated_bwd(
@@ -263,14 +264,14 @@ def reference_gated_bwd(
     dy = dy2d.float()
     dprobs = None
     if probs is not None:
-        dprobs = (dy * reference_gated(a, b, act, clamped, limit, alpha)).sum(1).to(probs.dtype)
+        dprobs = as_dtype((dy * reference_gated(a, b, act, clamped, limit, alpha)).sum(1), probs.dtype)
         dy = dy * probs.float()[:, None]
     da, db = reference_gated_grad(a, b, dy, act, clamped, limit, alpha)
     if interleaved:
         dx = torch.stack((da, db), dim=-1).reshape(x2d.shape)
     else:
         dx = torch.cat((da, db), dim=1)
-    dx = out.copy_(dx) if out is not None else dx.to(x2d.dtype)
+    dx = out.copy_(dx) if out is not None else as_dtype(dx, x2d.dtype)
     if row_amax is not None and dx.numel():
         torch.maximum(row_amax, reference_finite_abs(dx).amax(1), out=row_amax)
     return dx, dprobs

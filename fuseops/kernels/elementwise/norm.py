@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2, num_sms
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.bias_grad import sum_partials
 from fuseops.kernels.launch import launch
 
@@ -368,7 +369,7 @@ def reference_layernorm_fwd(
     y = xc * rstd[:, None] * _gamma(weight, zero_centered_gamma, c)
     if bias is not None:
         y = y + bias.to(c)
-    return (out.copy_(y) if out is not None else y.to(x2d.dtype)), mean, rstd
+    return (out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)), mean, rstd
 
 
 def reference_layernorm_bwd(
@@ -384,8 +385,8 @@ def reference_layernorm_bwd(
     xhat = (x2d.to(c) - mean.to(c)[:, None]) * rstd.to(c)[:, None]
     wdy = dy * _gamma(weight, zero_centered_gamma, c)
     dx = (wdy - xhat * (xhat * wdy).mean(1, keepdim=True) - wdy.mean(1, keepdim=True)) * rstd.to(c)[:, None]
-    dbias = dy.sum(0).to(weight.dtype) if has_bias else None
-    return dx.to(x2d.dtype), (dy * xhat).sum(0).to(weight.dtype), dbias
+    dbias = as_dtype(dy.sum(0), weight.dtype) if has_bias else None
+    return as_dtype(dx, x2d.dtype), as_dtype((dy * xhat).sum(0), weight.dtype), dbias
 
 
 def reference_rmsnorm_fwd(
@@ -399,7 +400,7 @@ def reference_rmsnorm_fwd(
     xf = x2d.to(c)
     rstd = torch.rsqrt(xf.square().mean(1) + eps)
     y = xf * rstd[:, None] * _gamma(weight, zero_centered_gamma, c)
-    return (out.copy_(y) if out is not None else y.to(x2d.dtype)), rstd
+    return (out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)), rstd
 
 
 def reference_rmsnorm_bwd(
@@ -414,4 +415,4 @@ def reference_rmsnorm_bwd(
     xhat = x2d.to(c) * rstd.to(c)[:, None]
     wdy = dy * _gamma(weight, zero_centered_gamma, c)
     dx = (wdy - xhat * (xhat * wdy).mean(1, keepdim=True)) * rstd.to(c)[:, None]
-    return dx.to(x2d.dtype), (dy * xhat).sum(0).to(weight.dtype)
+    return as_dtype(dx, x2d.dtype), as_dtype((dy * xhat).sum(0), weight.dtype)

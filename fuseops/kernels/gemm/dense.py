@@ -23,6 +23,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     activation,
@@ -469,5 +470,5 @@ def reference_gemm_epilogue(
         h = reference_activation(z, act, alpha)
     if residual is not None:
         h = h + residual.to(compute)
-    y = h.to(dtype) if out is None else out.copy_(h)
-    return y, z.to(dtype) if save_preact else None
+    y = as_dtype(h, dtype) if out is None else out.copy_(h)
+    return y, as_dtype(z, dtype) if save_preact else None

@@ -20,6 +20,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
 from fuseops.kernels.gemm.dense import (
     GemmConfig,
@@ -248,5 +249,5 @@ def reference_gated_epilogue(
     z = z.to(torch.promote_types(z.dtype, torch.float32))
     z_a, z_b = (z[:, 0::2], z[:, 1::2]) if interleaved else z.chunk(2, dim=1)
     h = reference_gated(z_a, z_b, act, clamped, limit, alpha)
-    y = h.to(dtype) if out is None else out.copy_(h)
-    return y, z.to(dtype) if save_preact else None
+    y = as_dtype(h, dtype) if out is None else out.copy_(h)
+    return y, as_dtype(z, dtype) if save_preact else None

@@ -34,6 +34,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.gemm.dense import swizzle, tma_ok
 from fuseops.kernels.gemm.grouped import GemmConfig
 from fuseops.kernels.launch import launch
@@ -278,4 +279,4 @@ def reference_gemm_scaled(
         return main_grad.add_(y)
     if out is not None:
         return out.copy_(y)
-    return y.to(out_dtype)
+    return as_dtype(y, out_dtype)

@@ -26,6 +26,7 @@ from triton._utils import validate_block_shape
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot, next_power_of_2
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     activation,
@@ -433,11 +434,6 @@ def products_per_group(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) 
     for g, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         torch.mm(a[lo:hi], b[g], out=y[lo:hi])
     return y, bounds[-1]
-
-
-def as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``t.to(dtype)`` without the call when it is one already (a no-op ``to`` costs ~1 us)."""
-    return t if t.dtype == dtype else t.to(dtype)
 
 
 def torch_grouped_mm_serves(*operands: torch.Tensor) -> bool:

@@ -21,12 +21,12 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, dot, next_power_of_2
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
 from fuseops.kernels.gemm.grouped import (
     _group_tiles,
     _locate,
     _swizzle,
-    as_dtype,
     epilogue,
     per_group_matmul,
     persistent_programs,

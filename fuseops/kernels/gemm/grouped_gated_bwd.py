@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, dot, next_power_of_2
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
     gated_and_grad,
@@ -34,7 +35,6 @@ from fuseops.kernels.gemm.grouped import (
     _group_tiles,
     _locate,
     _swizzle,
-    as_dtype,
     epilogue,
     persistent_programs,
     ragged_descriptor,
@@ -271,7 +271,7 @@ def reference_grouped_gemm_dgrad_gated(
     gate = as_dtype(reference_gated(z_a, z_b, act, clamped, limit, alpha), dh.dtype)
     dprobs = None
     if probs is not None:
-        dprobs = (dh * gate).sum(1).to(probs.dtype)
+        dprobs = as_dtype((dh * gate).sum(1), probs.dtype)
         scale = probs.to(dh.dtype)[:, None]
         dh, gate = dh * scale, gate * scale
     da, db = reference_gated_grad(z_a, z_b, dh, act, clamped, limit, alpha)

@@ -24,6 +24,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import cdiv, next_power_of_2
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.dense_scaled import (
     Operand,
@@ -228,4 +229,4 @@ def reference_grouped_gemm_scaled(
             y[r] *= (a.outer[r] if a.outer_per_row else a.outer[g]).float().reshape(-1, 1)
         if bias is not None:
             y[r] += bias[g].float()
-    return out.copy_(y) if out is not None else y.to(out_dtype)
+    return out.copy_(y) if out is not None else as_dtype(y, out_dtype)

@@ -27,6 +27,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import Activation, gated_and_grad
 from fuseops.kernels.elementwise.bias_grad import sum_partials
 from fuseops.kernels.elementwise.gated_activation import reference_gated_bwd
@@ -221,7 +222,7 @@ def grouped_gemm_scaled_dgrad_gated(
         )
     dprobs = None
     if partials is not None:
-        dprobs = partials.sum(0).to(probs.dtype) if M == 0 or F == 0 else sum_partials(partials, probs.dtype)
+        dprobs = as_dtype(partials.sum(0), probs.dtype) if M == 0 or F == 0 else sum_partials(partials, probs.dtype)
     return out, dprobs
 
 

@@ -23,6 +23,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, cdiv
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.dense_scaled import accumulate, dequantize_tile, load_raw, reference_operand
 from fuseops.kernels.gemm.grouped import GemmConfig, persistent_programs
@@ -196,4 +197,4 @@ def reference_grouped_gemm_scaled_wgrad(
             dw[g] *= a.outer[g].float() * b.outer[g].float()
     if main_grad is not None:
         return main_grad.add_(dw)
-    return out.copy_(dw) if out is not None else dw.to(out_dtype)
+    return out.copy_(dw) if out is not None else as_dtype(dw, out_dtype)

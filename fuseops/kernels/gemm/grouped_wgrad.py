@@ -29,9 +29,9 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, dot
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.gemm.grouped import (
     GemmConfig,
-    as_dtype,
     persistent_programs,
     ragged_descriptor,
     ragged_load,
@@ -268,7 +268,7 @@ def reference_grouped_gemm_wgrad(
         return main_grad.add_(dw.to(main_grad.dtype))
     if out is not None:
         return out.copy_(dw)
-    return dw.to(out_dtype or x_dtype)
+    return as_dtype(dw, out_dtype or x_dtype)
 
 
 def _wgrad_per_group(dy: torch.Tensor, x: torch.Tensor, bounds: list[int], G: int) -> torch.Tensor:
@@ -285,4 +285,4 @@ def reference_grouped_bias_grad(dy: torch.Tensor, offsets: torch.Tensor) -> torc
     compute = torch.promote_types(dy.dtype, torch.float32)
     bounds = offsets.tolist()
     sums = [dy[bounds[g] : bounds[g + 1]].to(compute).sum(0) for g in range(offsets.shape[0] - 1)]
-    return torch.stack(sums).to(dy.dtype)
+    return as_dtype(torch.stack(sums), dy.dtype)

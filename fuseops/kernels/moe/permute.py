@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2
+from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.launch import launch
 
 
@@ -357,7 +358,7 @@ def reference_unpermute(
     if weights is not None:
         g = g * weights.to(acc)[..., None]
     y = g.sum(1)
-    return out.copy_(y) if out is not None else y.to(y_sorted.dtype)
+    return out.copy_(y) if out is not None else as_dtype(y, y_sorted.dtype)
 
 
 def reference_unpermute_bwd(
@@ -382,5 +383,5 @@ def reference_unpermute_bwd(
     dweights = None
     if y_sorted is not None:
         ys = y_sorted.index_select(0, flat).view(T, top_k, H).to(acc)
-        dweights = (dyf * ys).sum(-1).to(weights.dtype if weights is not None else dy.dtype)
+        dweights = as_dtype((dyf * ys).sum(-1), weights.dtype if weights is not None else dy.dtype)
     return dy_sorted, dweights
