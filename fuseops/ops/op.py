@@ -18,7 +18,6 @@ import torch
 from fuseops.ops.contract import OpContext, OpGrads, TensorSpec
 from fuseops.ops.executor.execute import run_ops
 
-
 # Every op class, at the position its ``class_code`` says (set when the class is defined). The
 # fuser matches op types by these ints under torch.compile: reading the classes themselves in
 # a trace costs guards on every call (``fuseops.fuser``).

@@ -97,8 +97,9 @@ def frame_locals(fn, model, args) -> dict:
     return dict(zip(code.co_varnames[: code.co_argcount], (model, *args)))
 
 
-def check_us(manager, f_locals, reps: int = 2000) -> float:
-    """Median microseconds of one guard check, over ``reps`` checks in blocks of 100."""
+def check_us(manager, f_locals, reps: int = 5000) -> float:
+    """Fastest microseconds of one guard check, over ``reps`` checks in blocks of 100 (the
+    fastest block: this machine's other load only ever adds)."""
     assert manager.check(f_locals), "the guards fail on the frame's own locals"
     times = []
     for _ in range(reps // 100):
@@ -106,7 +107,7 @@ def check_us(manager, f_locals, reps: int = 2000) -> float:
         for _ in range(100):
             manager.check(f_locals)
         times.append((time.perf_counter() - t) / 100 * 1e6)
-    return sorted(times)[len(times) // 2]
+    return min(times)
 
 
 def models():
