@@ -4,12 +4,14 @@ the time of one guard check (the frame's guard manager run on the frame's locals
 and the leaf guards grouped by where their source lies (module tree, fuser, dispatch, ...).
     python benchmarks/results/session20/guard_count.py [--backend aot_eager|inductor] [--top N]
     python benchmarks/results/session20/guard_count.py --dump dense   # the whole guard tree
+    FUSEOPS_ROOT=build/base python benchmarks/results/session20/guard_count.py   # another tree's fuseops
 Reads Dynamo's cache entries (``torch._dynamo.eval_frame._debug_get_cache_entry_list``) and the
 guard manager's printed tree (the lines ``torch._logging`` ``guards`` prints), present on 2.11-2.13.
 """
 import argparse
 import gc
 import inspect
+import os
 import re
 import sys
 import time
@@ -21,6 +23,9 @@ import torch._dynamo
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
 sys.path.insert(0, ".")
+# FUSEOPS_ROOT: a directory holding another version's ``fuseops`` package (an A/B on one machine).
+sys.path.insert(0, os.environ.get("FUSEOPS_ROOT", "."))
+import fuseops
 from benchmarks.sizes import FuseopsMoE, TorchMoE, fuseops_dense, routing, torch_dense
 
 _MANAGER = re.compile(r"\+- (?:\w*GuardManager|KeyManager|ValueManager|KeyValueManager)")
@@ -54,7 +59,7 @@ def category(source: str) -> str:
             return "module tree: parameters"
         if re.search(r"\]\.(training|fuse)$", source):
             return "module tree: training/fuse flags"
-        if source.endswith("__dict__") or source.endswith("_modules") or source.endswith("_buffers"):
+        if source.endswith(("__dict__", "_modules", "_buffers")):
             return "module tree: dicts (attribute absent, keys)"
         if re.search(r"\._modules\['\w+'\]$", source) or source.startswith("list(dict.keys"):
             return "module tree: submodules (type, key)"
@@ -67,7 +72,7 @@ def category(source: str) -> str:
         return "dispatch tables"
     if "__code__" in source or "__defaults__" in source or "__kwdefaults__" in source:
         return "globals: functions"
-    if source.startswith("G[") or source.startswith("dict(") or source.startswith("type("):
+    if source.startswith(("G[", "dict(", "type(")):
         return "globals: other"
     return "global state (grad mode, autocast, ...)"
 
@@ -130,7 +135,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=0, help="also print the N sources with most guards")
     parser.add_argument("--dump", help="print the whole guard tree of the model whose name contains this")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, backend {args.backend}")
+    print(f"torch {torch.__version__}, backend {args.backend}, fuseops from {fuseops.__file__}")
     for name, model, inputs in models():
         torch._dynamo.reset()
         counters = torch._dynamo.utils.counters
