@@ -38,8 +38,10 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls.class_code = len(OP_CLASSES)
+        # Appended first, then found: two classes defined at once in two threads cannot share
+        # a code (``append`` is atomic; a length read before it is not).
         OP_CLASSES.append(cls)
+        cls.class_code = OP_CLASSES.index(cls)
 
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
         """Validate the input (and extra inputs) and return the output's spec.
