@@ -8,6 +8,7 @@ per (recipe, dtypes, device, which inputs need grad).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +19,7 @@ from fuseops.fusions import REGISTRY
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, measured_declines_are_ignored, same_extra_input
 from fuseops.kernels._triton import runs_triton
 from fuseops.ops.executor.execute import Plan, Step, current_autocast
-from fuseops.ops.op import BasicOp
+from fuseops.ops.op import OP_CLASSES, BasicOp
 
 logger = logging.getLogger("fuseops")
 _warned: set[tuple[str, str]] = set()
@@ -50,49 +51,96 @@ def config_signature(x: torch.Tensor, recipe: Any, grad_enabled: bool) -> tuple:
     return (recipe, grad_enabled, runs_triton(x), current_autocast(x), measured_declines_are_ignored())
 
 
-def _match_at(
-    ops: Sequence[BasicOp], i: int, cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]],
-    candidates: Sequence[Fusion], declined: list, hooked: frozenset[int] = frozenset(),
-) -> Step | None:
-    for fusion in candidates:
-        stop = i + len(fusion.pattern)
-        if not fusion.matches(ops[i:stop]):
-            continue
-        reason = fusion.guard(ops[i:stop], cfg, extra_inputs[i:stop])
-        with_hooks = [j for j in range(i, stop) if j in hooked]
-        if reason is None and with_hooks:
-            # A hooked op is a boundary: it runs as a module so its hooks see its own tensors.
-            j = with_hooks[0]
-            reason = f"op {j} ({type(ops[j]).__name__}) has module hooks: it runs alone so they fire"
-            warn_once((fusion.name, type(ops[j]).__name__), f"fuseops: {fusion.name} declined: {reason}")
-        if reason is None:
-            return Step(i, stop, fusion)
-        entry = (fusion.name, tuple(range(i, stop)), reason)
-        if entry not in declined:
-            declined.append(entry)
-    return None
+@torch.compiler.assume_constant_result
+def _registry_view(op_codes: tuple[int, ...], *fusion_types: type[Fusion]) -> tuple:
+    """What matching reads of the fusions for ops of these classes (``BasicOp.class_code``),
+    as ints and strings: per fusion its name, pattern length and the pattern elements with a
+    ``where`` predicate; then for each planning pass, per op position, the fusions whose
+    pattern types match there, longest pattern first (registry order among equals).
+
+    Under torch.compile this is called once per trace and its result is a constant: dynamo
+    guards its arguments (each op's class code, the registry's length and each fusion's type;
+    ``pattern`` and ``stage`` are class attributes) instead of every pattern's contents, which
+    cost hundreds of guards checked on every call. Nothing in the result is an object the trace
+    also reaches another way (dynamo would guard that the two are the same)."""
+    return _view_of(op_codes, fusion_types)
 
 
-def _partition(
-    ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]],
-    candidates: Sequence[Fusion], fixed: Sequence[Step], declined: list,
-    hooked: frozenset[int] = frozenset(),
-) -> tuple[Step, ...]:
-    """Left to right, longest pattern first; ``fixed`` steps are kept where they are."""
-    candidates = sorted(candidates, key=lambda f: -len(f.pattern))
-    fixed_at = {s.start: s for s in fixed}
-    steps, i = [], 0
-    while i < len(ops):
-        step = fixed_at.get(i)
-        if step is None:
-            # A fusion may not reach into a fixed step (no ``min(default=)``: dynamo cannot
-            # trace that keyword).
-            limit = min([s.start for s in fixed if s.start > i] + [len(ops)])
-            fitting = [f for f in candidates if i + len(f.pattern) <= limit]
-            step = _match_at(ops, i, cfg, extra_inputs, fitting, declined, hooked) or Step(i, i + 1)
-        steps.append(step)
-        i = step.stop
-    return tuple(steps)
+@functools.cache
+def _view_of(op_codes: tuple[int, ...], fusion_types: tuple[type[Fusion], ...]) -> tuple:
+    classes = [OP_CLASSES[c] for c in op_codes]
+    names = tuple(f.__name__ for f in fusion_types)
+    lengths = tuple(len(f.pattern) for f in fusion_types)
+    wheres = tuple(tuple(j for j, m in enumerate(f.pattern) if m.where is not None) for f in fusion_types)
+
+    def types_match(k: int, i: int) -> bool:
+        window = classes[i:i + lengths[k]]
+        pattern = fusion_types[k].pattern
+        return len(window) == len(pattern) and all(issubclass(c, m.types) for c, m in zip(window, pattern))
+
+    def candidates(keep) -> tuple[tuple[int, ...], ...]:
+        picked = sorted((k for k, f in enumerate(fusion_types) if keep(f.stage)), key=lambda k: -lengths[k])
+        return tuple(tuple(k for k in picked if types_match(k, i)) for i in range(len(classes)))
+
+    both = candidates(lambda s: s == Stage.BOTH)
+    forward_only = candidates(lambda s: bool(s & Stage.FORWARD) and s != Stage.BOTH)
+    # Without a backward, a both-stage fusion runs its forward alone.
+    forward_any = candidates(lambda s: bool(s & Stage.FORWARD))
+    backward_only = candidates(lambda s: s == Stage.BACKWARD)
+    return names, lengths, wheres, both, forward_only, forward_any, backward_only
+
+
+class _Matcher:
+    """Matches the fusions of one ``build_plan`` call at op positions; records declines."""
+
+    def __init__(
+        self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]],
+        fusions: Sequence[Fusion], view: tuple, hooked: frozenset[int],
+    ) -> None:
+        self.ops, self.cfg, self.extra_inputs, self.fusions, self.hooked = ops, cfg, extra_inputs, fusions, hooked
+        self.names, self.lengths, self.wheres = view[:3]
+        self.declined: list = []
+
+    def at(self, i: int, limit: int, candidates: Sequence[int]) -> Step | None:
+        """The first of ``candidates`` (positions of fusions whose types match at op ``i``)
+        that fits within ``limit``, whose predicates hold and whose guard accepts, as a step."""
+        for k in candidates:
+            stop = i + self.lengths[k]
+            if stop > limit:
+                continue
+            window = self.ops[i:stop]
+            fusion = self.fusions[k]
+            if not all(fusion.pattern[j].where(window[j]) for j in self.wheres[k]):
+                continue
+            reason = fusion.guard(window, self.cfg, self.extra_inputs[i:stop])
+            with_hooks = [j for j in range(i, stop) if j in self.hooked]
+            if reason is None and with_hooks:
+                # A hooked op is a boundary: it runs as a module so its hooks see its own tensors.
+                j = with_hooks[0]
+                reason = f"op {j} ({type(self.ops[j]).__name__}) has module hooks: it runs alone so they fire"
+                warn_once((self.names[k], type(self.ops[j]).__name__), f"fuseops: {self.names[k]} declined: {reason}")
+            if reason is None:
+                return Step(i, stop, fusion)
+            entry = (self.names[k], tuple(range(i, stop)), reason)
+            if entry not in self.declined:
+                self.declined.append(entry)
+        return None
+
+    def partition(self, candidates: Sequence[Sequence[int]], fixed: Sequence[Step]) -> tuple[Step, ...]:
+        """Left to right, at each op its ``candidates`` in order (longest pattern first);
+        ``fixed`` steps are kept where they are."""
+        fixed_at = {s.start: s for s in fixed}
+        steps, i = [], 0
+        while i < len(self.ops):
+            step = fixed_at.get(i)
+            if step is None:
+                # A fusion may not reach into a fixed step (no ``min(default=)``: dynamo cannot
+                # trace that keyword).
+                limit = min([s.start for s in fixed if s.start > i] + [len(self.ops)])
+                step = self.at(i, limit, candidates[i]) or Step(i, i + 1)
+            steps.append(step)
+            i = step.stop
+        return tuple(steps)
 
 
 def build_plan(
@@ -106,22 +154,22 @@ def build_plan(
     the rest of each direction independently. An op in ``hooked`` (module hooks) is a
     boundary: no fusion covers it, and ``declined`` says so.
     """
-    declined: list = []
-    both = [f for f in fusions if f.stage == Stage.BOTH] if cfg.grad_enabled else []
-    fixed = [s for s in _partition(ops, cfg, extra_inputs, both, (), declined, hooked) if s.fusion is not None]
-    forward_only = [f for f in fusions if f.stage & Stage.FORWARD and f.stage != Stage.BOTH]
-    if not cfg.grad_enabled:
-        # Without a backward, a both-stage fusion runs its forward alone.
-        forward_only = [f for f in fusions if f.stage & Stage.FORWARD]
-    forward = _partition(ops, cfg, extra_inputs, forward_only, fixed, declined, hooked)
+    view = _registry_view(tuple([op.class_code for op in ops]), *[type(f) for f in fusions])
+    both, forward_only, forward_any, backward_only = view[3:]
+    matcher = _Matcher(ops, cfg, extra_inputs, fusions, view, hooked)
+    fixed = [s for s in matcher.partition(both, ()) if s.fusion is not None] if cfg.grad_enabled else []
+    forward = matcher.partition(forward_only if cfg.grad_enabled else forward_any, fixed)
     if cfg.grad_enabled:
-        backward_only = [f for f in fusions if f.stage == Stage.BACKWARD]
-        backward = _partition(ops, cfg, extra_inputs, backward_only, fixed, declined, hooked)
+        backward = matcher.partition(backward_only, fixed)
     else:
-        backward = Plan.unfused(ops).backward_steps
-    plan = Plan(tuple(type(op).__name__ for op in ops), forward, backward, tuple(declined))
+        backward = tuple(Step(i, i + 1) for i in range(len(ops)))
+    compiling = torch.compiler.is_compiling()
+    # The op names only label a plan for display, and a plan made while tracing is never
+    # shown (``type(op).__name__`` would cost guards on every op's type name).
+    names = () if compiling else tuple(type(op).__name__ for op in ops)
+    plan = Plan(names, forward, backward, tuple(matcher.declined))
     # Under torch.compile the plan is rebuilt per trace, and logging is a side effect.
-    if not torch.compiler.is_compiling() and logger.isEnabledFor(logging.DEBUG):
+    if not compiling and logger.isEnabledFor(logging.DEBUG):
         logger.debug("fuseops plan for %s under %s: forward %s, backward %s, declined %s",
                      plan.op_names, cfg, plan.forward, plan.backward, plan.declined)
     return plan

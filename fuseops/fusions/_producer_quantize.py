@@ -32,7 +32,9 @@ def local_gemm(op: BasicOp) -> bool:
     """Whether ``op``'s GEMM runs on its input as given. Tensor-parallel Linears quantize their
     input after the collectives (column parallel with SP gathers it in high precision first):
     they are left to their basic op."""
-    return getattr(op, "local_gemm", True)
+    # Not ``getattr(op, "local_gemm", True)``: under torch.compile that guards on the attribute's
+    # absence from a GroupedLinear, a call of ``nn.Module.__getattr__`` raising at every check.
+    return op.local_gemm if isinstance(op, Linear) else True
 
 
 CONSUMER = match(Linear, GroupedLinear, where=local_gemm)

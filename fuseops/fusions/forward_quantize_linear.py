@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from fuseops.fusions._producer_quantize import local_gemm
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, quantized
 from fuseops.ops.grouped_linear import GroupedLinear, device_offsets
 from fuseops.ops.linear import Linear
@@ -19,7 +20,7 @@ from fuseops.quant.recipes import TensorRole
 class ForwardQuantizeLinear(Fusion):
     pattern = (
         match(Quantize, where=lambda op: op.quantize_forward),
-        match(Linear, GroupedLinear, where=lambda op: getattr(op, "local_gemm", True)),
+        match(Linear, GroupedLinear, where=local_gemm),
     )
     stage = Stage.FORWARD
 

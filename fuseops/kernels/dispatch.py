@@ -258,7 +258,9 @@ QUANTIZED = frozenset({
     Kernel.RMSNORM_QUANTIZE_FWD, Kernel.GEMM_SCALED, Kernel.GROUPED_GEMM_SCALED, Kernel.GROUPED_GEMM_SCALED_ACT,
     Kernel.GROUPED_GEMM_SCALED_WGRAD, Kernel.GROUPED_GEMM_SCALED_DGRAD_GATED, Kernel.AMAX, Kernel.TENSOR_SCALES,
     Kernel.QUANTIZE})
-_QUANTIZED_VALUES = frozenset(k.value for k in QUANTIZED)
+# What a torch.compile trace may run: ``_TRACED`` less the quantized kernels. A lookup that
+# misses is a quantized kernel; a membership test of a set would guard the whole set's value.
+_COMPILABLE = {value: runs for value, runs in _TRACED.items() if value not in {k.value for k in QUANTIZED}}
 
 
 def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
@@ -268,12 +270,15 @@ def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
         LookupError: ``kernel`` is quantized and torch.compile is tracing: those kernels reach
             the compiler as custom ops (``fuseops.kernels.quantized_ops.quantized_launcher``);
             their traced references gave wrong weight gradients on the H100 (session 18)."""
-    if torch.compiler.is_compiling() or maybe_current_level() is not None:
-        if kernel.value in _QUANTIZED_VALUES and torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
+        runs = _COMPILABLE.get(kernel.value)
+        if runs is None:
             raise LookupError(f"{kernel.value}: a quantized kernel is not traced; ask "
                               "fuseops.kernels.quantized_ops.quantized_launcher, which serves its custom op")
-        # Under torch.func transforms too: vmap runs the plan's Function on batched tensors
-        # (its generated vmap rule), which have no storage a Triton kernel could read.
+        return runs
+    if maybe_current_level() is not None:
+        # Under torch.func transforms: vmap runs the plan's Function on batched tensors (its
+        # generated vmap rule), which have no storage a Triton kernel could read.
         return _TRACED[kernel.value]
     return _callable(kernel, backend_of(t))
 

@@ -57,30 +57,38 @@ def same_device(a: torch.device, b: torch.device) -> bool:
     return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
 
 
-def features(op: str, spec: TensorSpec, expected: int, *, what: str = "input") -> None:
-    """The last dim of the input must be ``expected``."""
+def features(op: str | torch.nn.Module, spec: TensorSpec, expected: int, *, what: str = "input") -> None:
+    """The last dim of the input must be ``expected``; ``op``: its name, or the op (named by
+    its class)."""
     if len(spec.shape) == 0 or spec.shape[-1] != expected:
         raise ValueError(
-            f"{op} {what}: expected shape [..., {expected}], got {list(spec.shape)}"
+            f"{_name(op)} {what}: expected shape [..., {expected}], got {list(spec.shape)}"
         )
+
+
+def _name(op: str | torch.nn.Module) -> str:
+    # Only on the way to an error: read in a torch.compile trace, each op's class name costs
+    # guards (the same class reached from several ops) on every call.
+    return op if isinstance(op, str) else type(op).__name__
 
 
 def matches_parameters(op: torch.nn.Module, spec: TensorSpec, *, what: str = "input") -> None:
     """The input must have the dtype and device of the op's parameters; under
     ``torch.autocast`` any of float32/float16/bfloat16 meets any of them (the op casts)."""
-    name = type(op).__name__
     eligible = (torch.float32, torch.float16, torch.bfloat16)
     for pname, p in op._parameters.items():
         if p is None:
             continue
         autocast_casts = spec.autocast is not None and p.dtype in eligible and spec.dtype in eligible
         if p.dtype != spec.dtype and not autocast_casts:
+            name = _name(op)
             raise TypeError(
                 f"{name} {what}: dtype {spec.dtype} does not match {name}.{pname} ({p.dtype}); "
                 f"expected {p.dtype} (convert the model with .to(dtype) or the input, or run "
                 f"under torch.autocast)"
             )
         if not same_device(p.device, spec.device):
+            name = _name(op)
             raise ValueError(
                 f"{name} {what}: device {spec.device} does not match {name}.{pname} "
                 f"({p.device}); expected a tensor on {p.device}"
@@ -90,12 +98,11 @@ def matches_parameters(op: torch.nn.Module, spec: TensorSpec, *, what: str = "in
 def parameter_shapes(op: torch.nn.Module, expected: dict[str, tuple[int, ...]]) -> None:
     """Each named parameter (when present) has the shape the op was built with: a
     ``param.data = t`` of another shape keeps the parameter and would reach the kernels."""
-    name = type(op).__name__
     for pname, shape in expected.items():
         p = op._parameters.get(pname)
         if p is not None and tuple(p.shape) != shape:
             raise ValueError(
-                f"{name}.{pname}: shape {tuple(p.shape)} does not match the op's features; "
+                f"{_name(op)}.{pname}: shape {tuple(p.shape)} does not match the op's features; "
                 f"expected {shape}"
             )
 

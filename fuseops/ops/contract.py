@@ -65,16 +65,28 @@ def role_fields(record: Saved, *, compiling: bool) -> RoleFields:
     """Per role, the names of ``record``'s fields of that role. ``compiling`` is
     ``torch.compiler.is_compiling()``, asked once by the caller (the executor asks once a
     call, not once a record)."""
-    if not compiling:
-        names = _FIELDS_BY_ROLE.get(type(record))
-        if names is not None:
-            return names
-    # dynamo traces dataclasses.fields of an instance, not of a class.
-    roles = [(f.name, f.metadata.get("role", Role.META)) for f in dataclasses.fields(record)]
-    names = RoleFields(*[tuple(name for name, r in roles if r is role) for role in _ROLES])
-    if not compiling:
-        _FIELDS_BY_ROLE[type(record)] = names
+    if compiling:
+        return RoleFields(*_traced_field_names(type(record))[:3])
+    names = _FIELDS_BY_ROLE.get(type(record))
+    if names is None:
+        names = _FIELDS_BY_ROLE[type(record)] = RoleFields(*_field_names(type(record))[:3])
     return names
+
+
+def _field_names(cls: type) -> tuple[tuple[str, ...], ...]:
+    """A ``Saved`` class's field names of each role (``_ROLES``' order), then those its
+    ``__init__`` takes."""
+    fields = dataclasses.fields(cls)
+    roles = [(f.name, f.metadata.get("role", Role.META)) for f in fields]
+    by_role = tuple(tuple(name for name, r in roles if r is role) for role in _ROLES)
+    return (*by_role, tuple(f.name for f in fields if f.init))
+
+
+@torch.compiler.assume_constant_result
+def _traced_field_names(cls: type) -> tuple[tuple[str, ...], ...]:
+    """``_field_names`` as a constant of the trace: walked by dynamo, a record's fields cost
+    guards on every field's metadata (and on the dataclass machinery) at every call."""
+    return _field_names(cls)
 
 
 def replaced_fields(record: Saved, changes: dict[str, Any], *, compiling: bool) -> Saved:
@@ -84,7 +96,9 @@ def replaced_fields(record: Saved, changes: dict[str, Any], *, compiling: bool) 
     if not changes:
         return record
     if compiling:
-        return dataclasses.replace(record, **changes)
+        # ``dataclasses.replace`` by hand, over field names dynamo takes as a constant.
+        names = _traced_field_names(type(record))[3]
+        return type(record)(**{n: changes[n] if n in changes else getattr(record, n) for n in names})
     new = object.__new__(type(record))
     new.__dict__.update(record.__dict__)
     new.__dict__.update(changes)
@@ -123,11 +137,13 @@ class TensorSpec:
     def of(cls, t: torch.Tensor, autocast: torch.dtype | None = None) -> TensorSpec:
         return cls(tuple(t.shape), t.dtype, t.device, autocast)
 
+    # Constructor calls, not ``dataclasses.replace``: traced by torch.compile, that walks the
+    # class's fields and guards on each at every call.
     def with_dtype(self, dtype: torch.dtype) -> TensorSpec:
-        return dataclasses.replace(self, dtype=dtype)
+        return TensorSpec(self.shape, dtype, self.device, self.autocast)
 
     def with_shape(self, shape: tuple[int, ...]) -> TensorSpec:
-        return dataclasses.replace(self, shape=tuple(shape))
+        return TensorSpec(tuple(shape), self.dtype, self.device, self.autocast)
 
 
 @dataclass

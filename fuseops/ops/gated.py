@@ -50,12 +50,11 @@ class GatedActivation(BasicOp):
         return dict(interleaved=self.interleaved, clamped=self.clamped, limit=self.limit, alpha=self.alpha)
 
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
-        name = type(self).__name__
         if len(x.shape) == 0 or x.shape[-1] % 2:
-            raise ValueError(f"{name} input: expected shape [..., 2 * F] (an even last dim), got {list(x.shape)}")
+            raise ValueError(f"{type(self).__name__} input: expected shape [..., 2 * F] (an even last dim), got {list(x.shape)}")
         if self.scaled:
             rows = math.prod(x.shape[:-1])
-            _checks.extra_tensor(name, "probs", extra_inputs[0], x, (rows,), dtypes=(x.dtype, torch.float32))
+            _checks.extra_tensor(type(self).__name__, "probs", extra_inputs[0], x, (rows,), dtypes=(x.dtype, torch.float32))
         return x.with_shape(x.shape[:-1] + (x.shape[-1] // 2,))
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):

@@ -52,9 +52,15 @@ class _Norm(BasicOp):
         return f"{self.normalized_shape}, eps={self.eps}, zero_centered_gamma={self.zero_centered_gamma}"
 
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
-        _checks.features(type(self).__name__, x, self.normalized_shape)
+        _checks.features(self, x, self.normalized_shape)
         _checks.matches_parameters(self, x)
-        return x.with_dtype(_autocast.norm_output_dtype(x.autocast, x.dtype, x.device.type, type(self).__name__))
+        return x.with_dtype(self._output_dtype(x.autocast, x.dtype, x.device.type))
+
+    def _output_dtype(self, autocast: torch.dtype | None, x_dtype: torch.dtype, device_type: str) -> torch.dtype:
+        # The class name only under autocast: read in a torch.compile trace, it costs guards.
+        if autocast is None:
+            return x_dtype
+        return _autocast.norm_output_dtype(autocast, x_dtype, device_type, type(self).__name__)
 
     def _rows(self, t: torch.Tensor) -> torch.Tensor:
         return rows(t, self.normalized_shape).contiguous()
@@ -70,8 +76,7 @@ class _Norm(BasicOp):
     def _output(self, ctx: OpContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         y = unrows(y, x.shape)
         if self._mixed(ctx, x):
-            y = y.to(_autocast.norm_output_dtype(ctx.autocast, x.dtype, x.device.type,
-                                                     type(self).__name__))
+            y = y.to(self._output_dtype(ctx.autocast, x.dtype, x.device.type))
         return y
 
     def _backward_rows(self, s: NormSaved, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,6 +18,11 @@ import torch
 from fuseops.ops.contract import OpContext, OpGrads, TensorSpec
 from fuseops.ops.executor.execute import run_ops
 
+# Every op class, at the position its ``class_code`` says (set when the class is defined). The
+# fuser matches op types by these ints under torch.compile: reading the classes themselves in
+# a trace costs guards on every call (``fuseops.fuser``).
+OP_CLASSES: list[type[BasicOp]] = []
+
 
 class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
     """Base class of every basic op.
@@ -29,6 +34,14 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
 
     num_extra_inputs: ClassVar[int] = 0
     num_extra_outputs: ClassVar[int] = 0
+    class_code: ClassVar[int]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Appended first, then found: two classes defined at once in two threads cannot share
+        # a code (``append`` is atomic; a length read before it is not).
+        OP_CLASSES.append(cls)
+        cls.class_code = OP_CLASSES.index(cls)
 
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
         """Validate the input (and extra inputs) and return the output's spec.

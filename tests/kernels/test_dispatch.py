@@ -97,3 +97,18 @@ def test_torch_func_transforms_get_the_references(monkeypatch):
     torch.func.vmap(body)(torch.zeros(3, 2))
     torch.func.grad(lambda x: body(x).sum())(torch.zeros(2))
     assert seen == [dispatch._TRACED[dispatch.Kernel.ACTIVATION_FWD.value]] * 2
+
+
+def test_a_quantized_kernel_is_refused_while_torch_compile_traces():
+    # The traced table leaves the quantized kernels out (they reach the compiler as custom ops).
+    def ask(x):
+        try:
+            dispatch.launcher(dispatch.Kernel.QUANTIZE, x)
+        except LookupError:
+            return x + 1
+        return x
+
+    torch._dynamo.reset()
+    x = torch.zeros(3)
+    torch.testing.assert_close(torch.compile(ask, backend="eager", fullgraph=True)(x), x + 1)
+    assert dispatch.launcher(dispatch.Kernel.GEMM, x) is not None

@@ -56,7 +56,10 @@ def pack_saved(ctxs: Sequence[OpContext], *, compiling: bool) -> tuple[list[torc
                 value = getattr(saved, name)
                 if isinstance(value, torch.Tensor):
                     n = len(tensors)
-                    packed[name] = _TENSOR_SLOTS[n] if n < len(_TENSOR_SLOTS) else _Slot((n,))
+                    # While tracing, a fresh slot: read from the shared table, each slot would
+                    # cost guards on its fields at every call.
+                    shared = not compiling and n < len(_TENSOR_SLOTS)
+                    packed[name] = _TENSOR_SLOTS[n] if shared else _Slot((n,))
                     tensors.append(value)
                 elif value is not None:
                     packed[name] = _pack_storage(value, tensors)
