@@ -1,7 +1,7 @@
-# Session 20 (issue 20): the compiled dense stack's step and guard time, base 7ef3466 against this
+# Session 20 (issue 20): the compiled dense stack's step and guard time, base (main before the merge) against this
 # branch on one machine (A then B, REPS times); guard counts under the device's torch; the compile
 # tests, GPU and CPU (the CPU ones check torch 2.11's handling of assume_constant_result).
-# Before the run, here: mkdir -p build/base && git archive 7ef3466 fuseops | tar -x -C build/base
+# Before the run, here: mkdir -p build/base && git archive e4234c5b8d0097eeec815afd5ad86f9f6138bd09 fuseops | tar -x -C build/base
 # and carry build/base.
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 S=$SECONDS
