@@ -26,7 +26,11 @@ _warned: set[tuple[str, str]] = set()
 
 
 def warn_once(key: tuple[str, str], message: str) -> None:
-    """A fallback, logged once per ``key`` at WARNING."""
+    """A fallback, logged once per ``key`` at WARNING; not while torch.compile traces (a log
+    call breaks the graph, and ``fullgraph=True`` raises): ``plan.declined`` records it there
+    too, and an eager call logs it."""
+    if torch.compiler.is_compiling():
+        return
     if key not in _warned:
         _warned.add(key)
         logger.warning(message)

@@ -128,6 +128,25 @@ def test_the_save_notice_is_not_traced(monkeypatch, kind: str) -> None:
         torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-5)
 
 
+def test_a_hooked_op_compiles_fullgraph_and_its_hook_fires() -> None:
+    # The hook makes Linear + GELU decline their fusion; the decline is logged eagerly, not in
+    # the trace (a log call there broke the graph: fullgraph=True raised).
+    torch._dynamo.reset()
+    model = _model("dense")
+    seen = []
+    model[2].register_forward_hook(lambda module, args, out: seen.append(tuple(out.shape)))
+    compiled = torch.compile(lambda *a: _call("dense", model, a), backend="aot_eager", fullgraph=True)
+    args = _inputs("dense", 12, seed=5)
+    y, grads = _run("dense", model, compiled, args)
+    assert seen == [(12, 32)]
+    y_ref, grads_ref = _run("dense", model, lambda *a: _call("dense", model, a), args)
+    assert seen == [(12, 32), (12, 32)]
+    assert any("module hooks" in reason for _, _, reason in model.plan.declined)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    for g, g_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-5)
+
+
 def test_explain_finds_no_break_in_a_grouped_sequential() -> None:
     torch._dynamo.reset()
     model = _model("grouped")
