@@ -63,7 +63,8 @@ class Reshape(BasicOp):
 
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
         numel = math.prod(x.shape)
-        known = math.prod(d for d in self.shape if d != -1)
+        # A list, not a generator: torch.compile cannot trace math.prod of a generator.
+        known = math.prod([d for d in self.shape if d != -1])
         ok = numel % known == 0 if -1 in self.shape else numel == known
         if not ok:
             raise ValueError(f"Reshape input: shape {list(x.shape)} cannot be reshaped to {list(self.shape)}")
