@@ -11,7 +11,10 @@
 #   bash benchmarks/run_gpu.sh models [pytest args]     # fusions, integrations, offload (not yet timed)
 #   bash benchmarks/run_gpu.sh layers [pytest args]     # ops, quant, top-level tests (over 9 min in session 20: its two parts:)
 #   bash benchmarks/run_gpu.sh ops [pytest args]        # tests/moe and tests/ops (~7.5 min)
-#   bash benchmarks/run_gpu.sh top [pytest args]        # tests/quant and the top-level tests
+#   bash benchmarks/run_gpu.sh quant [pytest args]      # tests/quant/test_quantize.py (27 % in 8.5 min in
+#                                                         # session 20: run it by -k slices)
+#   bash benchmarks/run_gpu.sh top [pytest args]        # tests/quant but test_quantize.py, the top-level tests
+#                                                         # (~5 min: session 20 calls 3-5)
 #   bash benchmarks/run_gpu.sh props "GroupedMLP or Backward"   # CUDA property suite, some fusions
 #   bash benchmarks/run_gpu.sh bench linear moe_layer   # benchmarks; results.tar comes back
 set -uo pipefail
@@ -40,7 +43,8 @@ case "$part" in
   layers) pytest_part tests --ignore=tests/kernels --ignore=tests/distributed --ignore=tests/fusions \
       --ignore=tests/integrations --ignore=tests/offload "$@" ;;
   ops) pytest_part tests/moe tests/ops "$@" ;;
-  top) pytest_part tests/quant tests/test_*.py "$@" ;;
+  quant) pytest_part tests/quant/test_quantize.py "$@" ;;
+  top) pytest_part tests/quant --ignore=tests/quant/test_quantize.py tests/test_*.py "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
   bench)
     for name in "$@"; do
