@@ -52,12 +52,17 @@ class _DoublingIdentities(Fusion):
         return x * 2, [(), ()]
 
 
-def test_a_fusion_added_to_the_registry_after_compiling_is_planned() -> None:
+def _compiled_identities() -> tuple:
+    """Two Identity ops compiled (fullgraph), an input, and the first call's check: x back."""
     torch._dynamo.reset()
-    model = fuseops.Sequential(ops.Identity(), ops.Identity())
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    compiled = torch.compile(fuseops.Sequential(ops.Identity(), ops.Identity()), backend="aot_eager", fullgraph=True)
     x = torch.randn(4, 8)
     torch.testing.assert_close(compiled(x), x)
+    return compiled, x
+
+
+def test_a_fusion_added_to_the_registry_after_compiling_is_planned() -> None:
+    compiled, x = _compiled_identities()
     REGISTRY.append(_DoublingIdentities())
     try:
         torch.testing.assert_close(compiled(x), 2 * x)
@@ -67,11 +72,7 @@ def test_a_fusion_added_to_the_registry_after_compiling_is_planned() -> None:
 
 
 def test_a_registry_entry_replaced_by_another_fusion_is_planned() -> None:
-    torch._dynamo.reset()
-    model = fuseops.Sequential(ops.Identity(), ops.Identity())
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-    x = torch.randn(4, 8)
-    torch.testing.assert_close(compiled(x), x)
+    compiled, x = _compiled_identities()
     # Same length, another fusion at one position: the registry's entry types are guarded.
     first = REGISTRY[0]
     REGISTRY[0] = _DoublingIdentities()
