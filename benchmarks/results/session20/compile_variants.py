@@ -63,7 +63,7 @@ class MinimalOp(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        a, b, offsets = ctx.saved_tensors
+        a, b, offsets = ctx.saved_tensors  # noqa: RUF059
         return dy @ b[0].T, None, None
 
 
@@ -80,7 +80,7 @@ for cls in (MinimalOp, MinimalTorch):
     offsets = torch.tensor([0, 4, 8])
     for backend in ("eager", "aot_eager"):
         torch._dynamo.reset()
-        f = torch.compile(lambda a: cls.apply(a, b, offsets), backend=backend, fullgraph=True)
+        f = torch.compile(lambda a: cls.apply(a, b, offsets), backend=backend, fullgraph=True)  # noqa: B023 (called in this iteration)
         a.grad = None
         y = f(a)
         y.backward(torch.ones_like(y))
