@@ -122,9 +122,6 @@ class Fusion:
     def name(self) -> str:
         return type(self).__name__
 
-    def matches(self, ops: Sequence[BasicOp]) -> bool:
-        return len(ops) == len(self.pattern) and all(m.matches(op) for m, op in zip(self.pattern, ops))
-
     def guard(
         self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs: Sequence[tuple[Any, ...]]
     ) -> str | None:
