@@ -9,7 +9,7 @@ import time
 import torch
 
 sys.path.insert(0, ".")
-from benchmarks.sizes import fuseops_dense, torch_dense  # noqa: E402
+from benchmarks.sizes import fuseops_dense, torch_dense
 
 T, H = 16, 32
 
