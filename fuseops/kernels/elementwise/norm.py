@@ -94,6 +94,15 @@ def _store(ptr, tile, offs_m, offs_n, mask_m, mask_n, stride):
 
 
 @triton.jit
+def _row_mean(row_sums, N):
+    """``row_sums / N``, correctly rounded: Triton's ``/`` on float32 is an approximate
+    division on the GPU (up to 2 ulp), so a row of one value, or of equal values, came out
+    centred to +-1 ulp instead of 0, which rstd (up to 1/sqrt(eps)) amplified: LayerNorm(1)
+    gave gradients of ~1e-5 where torch's are exactly 0 (the CUDA edge-case suite)."""
+    return tl.div_rn(row_sums, tl.full(row_sums.shape, N, tl.float32))
+
+
+@triton.jit
 def centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS: tl.constexpr,
                        BLOCK_M: tl.constexpr):
     """Rows that fit one [BLOCK_M, BLOCK_N] tile: (x - mean with zeros past N, mean, rstd) in
@@ -101,9 +110,9 @@ def centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_R
     xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
     mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
     if not IS_RMS:
-        mean = tl.sum(xt, 1) / N
+        mean = _row_mean(tl.sum(xt, 1), N)
     xc = tl.where(mask_n[None, :], xt - mean[:, None], 0.0)
-    return xc, mean, 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
+    return xc, mean, 1.0 / tl.sqrt(_row_mean(tl.sum(xc * xc, 1), N) + eps)
 
 
 @triton.jit
@@ -116,7 +125,7 @@ def row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS: tl.constexpr, BLOCK_M
         for n0 in range(0, N, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
             acc += _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)
-        mean = tl.sum(acc, 1) / N
+        mean = _row_mean(tl.sum(acc, 1), N)
     # Squared deviations from the mean (not E[x^2] - mean^2, which cancels).
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for n0 in range(0, N, BLOCK_N):
@@ -124,7 +133,7 @@ def row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS: tl.constexpr, BLOCK_M
         mask_n = offs_n < N
         xc = tl.where(mask_n[None, :], _load(x, offs_m, offs_n, mask_m, mask_n, stride_x) - mean[:, None], 0.0)
         acc += xc * xc
-    return mean, 1.0 / tl.sqrt(tl.sum(acc, 1) / N + eps)
+    return mean, 1.0 / tl.sqrt(_row_mean(tl.sum(acc, 1), N) + eps)
 
 
 @triton.jit
@@ -195,10 +204,10 @@ def norm_bwd_kernel(
             mean = tl.load(mean_ptr + offs_m, mask=mask_m, other=0.0)
         if ONE_BLOCK:
             dyt, xhat, wdy = _bwd_chunk(dy, x, g, offs_m, offs_n, mask_m, mask_n, mean, rstd, stride_dy, stride_x)
-            c1 = tl.sum(xhat * wdy, 1) / N
+            c1 = _row_mean(tl.sum(xhat * wdy, 1), N)
             c2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
             if not IS_RMS:
-                c2 = tl.sum(wdy, 1) / N
+                c2 = _row_mean(tl.sum(wdy, 1), N)
             dxt = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
             _store(dx, dxt, offs_m, offs_n, mask_m, mask_n, stride_dx)
             dw_acc += tl.sum(dyt * xhat, 0)
@@ -214,10 +223,10 @@ def norm_bwd_kernel(
                 dyt, xhat, wdy = _bwd_chunk(dy, x, g, offs_m, offs_n, mask_m, mask_n, mean, rstd, stride_dy, stride_x)
                 c1_acc += xhat * wdy
                 c2_acc += wdy
-            c1 = tl.sum(c1_acc, 1) / N
+            c1 = _row_mean(tl.sum(c1_acc, 1), N)
             c2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
             if not IS_RMS:
-                c2 = tl.sum(c2_acc, 1) / N
+                c2 = _row_mean(tl.sum(c2_acc, 1), N)
             for n0 in range(0, N, BLOCK_N):
                 offs_n = n0 + tl.arange(0, BLOCK_N)
                 mask_n = offs_n < N

@@ -99,14 +99,29 @@ def test_against_torch_in_low_precision():
     assert_close_rel(y, F.layer_norm(x.double(), (130,), weight.double(), bias.double(), EPS), torch.bfloat16)
 
 
-def test_constant_rows_and_one_feature():
-    # Zero variance: rstd = 1 / sqrt(eps), y = bias, dx finite.
-    x = torch.full((5, 1), 3.0)
-    weight, bias = _params(1, torch.float32, "layernorm")
+def _one_feature_is_exact(device, dtype):
+    # One feature: x - mean is exactly 0, so y is the bias and dx is 0, exactly (as torch's
+    # LayerNorm gives). A mean off by an ulp, times rstd = 1 / sqrt(eps), was not (the GPU's
+    # approximate float32 division: dx ~1e-5).
+    x = (torch.randn(6, 1, device=device) * 3 + 0.7).to(dtype)
+    weight, bias = _params(1, dtype, "layernorm", device)
     y, mean, rstd = kernels.layernorm_fwd(x, weight, bias, EPS)
-    assert torch.allclose(y, bias.expand(5, 1)) and torch.allclose(mean, torch.full((5,), 3.0))
-    dx, dw, db = kernels.layernorm_bwd(torch.ones_like(x), x, weight, mean, rstd)
-    assert torch.isfinite(dx).all() and torch.allclose(db, torch.tensor([5.0]))
+    assert torch.equal(y, bias.expand(6, 1)) and torch.equal(mean, x[:, 0].float())
+    assert torch.allclose(rstd, torch.full_like(rstd, 1 / EPS**0.5))
+    dy = torch.randn(6, 1, device=device).to(dtype)
+    dx, dw, db = kernels.layernorm_bwd(dy, x, weight, mean, rstd)
+    assert torch.equal(dx, torch.zeros_like(dx)) and torch.equal(dw, torch.zeros_like(dw))
+    assert_close_rel(db, dy.double().sum(0), dtype)
+
+
+def test_constant_rows_and_one_feature():
+    _one_feature_is_exact(torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_one_feature_is_exact(dtype):
+    _one_feature_is_exact(cuda_or_skip(), dtype)
 
 
 def test_parameter_grads_are_deterministic():
