@@ -190,12 +190,32 @@ def _plan_state(device):
             dict(planner.planned), planner.efficiency)
 
 
-def measure(layers, x, clock, budget, steps, warm_up, settle_max=12):
+def record_calibrations(planner) -> list[dict]:
+    """Every planned step the planner digests from now on: the seconds its compute waited on
+    the link, the bytes it moved and the link efficiency before and after (``_calibrate``
+    cuts it where a wait exceeds its tolerance): which step cut the auto point's plan."""
+    seen: list[dict] = []
+    calibrate = planner._calibrate
+
+    def recording(log, stalled):
+        before = planner.efficiency
+        calibrate(log, stalled)
+        seen.append(dict(stalled_ms=round(stalled * 1e3, 3), moved_mb=round(log.moved / 1e6, 1),
+                         efficiency=(round(before, 3), round(planner.efficiency, 3))))
+
+    planner._calibrate = recording
+    return seen
+
+
+def measure(layers, x, clock, budget, steps, warm_up, settle_max=12, retime_max=2):
     """Steps after ``warm_up`` (each synchronised, as a training loop reading its loss:
     "auto" learns from events once passed); for "auto", more until its plan has settled
     (budgets and link efficiency unchanged over a step, at most ``settle_max`` more), so
-    the timed steps are planned ones, not the learning or calibrating ones."""
+    the timed steps are planned ones, not the learning or calibrating ones; timed again
+    (at most ``retime_max`` times) where the plan changed while they ran."""
     name = "none" if budget == "none" else "fuseops"
+    planner = planner_for(x.device)
+    calibrations = record_calibrations(planner) if budget == "auto" else None
     warmed = 0
     for _ in range(warm_up):
         step(layers, x, name, budget)
@@ -212,8 +232,16 @@ def measure(layers, x, clock, budget, steps, warm_up, settle_max=12):
                 break
             before = after
     timed = [clock.times_ms(lambda: step(layers, x, name, budget)) for _ in range(steps)]
-    times, host = [t for t, _ in timed], [h for _, h in timed]
     settled = budget != "auto" or _plan_state(x.device) == before
+    for _ in range(retime_max if budget == "auto" else 0):
+        if settled:
+            break
+        # The plan changed under the timed steps (a wait on the link cut the efficiency):
+        # time the plan it settled on, not a mix of two.
+        before = _plan_state(x.device)
+        timed = [clock.times_ms(lambda: step(layers, x, name, budget)) for _ in range(steps)]
+        settled = _plan_state(x.device) == before
+    times, host = [t for t, _ in timed], [h for _, h in timed]
     clock.sync()
     peak = None
     if clock.cuda:
@@ -223,11 +251,13 @@ def measure(layers, x, clock, budget, steps, warm_up, settle_max=12):
     clock.sync()
     if clock.cuda:
         peak = (torch.cuda.max_memory_allocated() - base) / 1e9
-    planner = planner_for(x.device)
+    if calibrations is not None:
+        del planner._calibrate
     return dict(budget=budget, auto=budget == "auto", step_ms=statistics.median(times), peak_gb=peak,
                 host_ms=statistics.median(host), warm_up_steps=warmed, plan_settled=settled,
                 stall_ms=planner.last_stall_s * 1e3 if budget == "auto" else None,
-                bytes_offloaded=stats["bytes_offloaded"] if stats else 0, stats=stats)
+                bytes_offloaded=stats["bytes_offloaded"] if stats else 0, stats=stats,
+                calibrations=[c for c in calibrations or () if c["moved_mb"] > 0])
 
 
 def interleaved(layers, x, clock, steps, rounds):
@@ -319,6 +349,8 @@ def report(kind, result):
     print(f"  auto planned (MiB by group) {auto.get('planned_mib')} at {result['achieved_bytes_per_s'] / 1e9:.1f} GB/s")
     print(f"  auto profile {auto.get('profile')}")
     print(f"  auto moved (MiB by group, the last planned step digested) {auto.get('moved_mib')}")
+    print(f"  auto's planned steps digested (compute's wait on the link, moved, efficiency before/after): "
+          f"{auto['calibrations']}")
     paired = result["auto_interleaved"]
     print(f"  auto against none in {paired['rounds']} interleaved rounds: {paired['auto_ms']:.1f} / "
           f"{paired['none_ms']:.1f} ms = {paired['ratio']:.3f}x (the hooks alone: {paired['hooks_ms']:.1f} ms = "

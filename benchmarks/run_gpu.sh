@@ -16,6 +16,10 @@
 #   bash benchmarks/run_gpu.sh top [pytest args]        # tests/quant but test_quantize.py, the top-level tests
 #                                                         # (~5 min: session 20 calls 3-5)
 #   bash benchmarks/run_gpu.sh props "GroupedMLP or Backward"   # CUDA property suite, some fusions
+#   bash benchmarks/run_gpu.sh edge "LayerNorm or RMSNorm"      # CUDA edge cases, some subjects (session 21,
+#                                                         # torch 2.11: ~7 s a case for elementwise ops,
+#                                                         # ~13-22 s dense fusions, ~90 s GroupedMLP,
+#                                                         # ~50 s quantized subjects)
 #   bash benchmarks/run_gpu.sh bench linear moe_layer   # benchmarks; results.tar comes back
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-dev}
@@ -46,6 +50,7 @@ case "$part" in
   quant) pytest_part tests/quant/test_quantize.py "$@" ;;
   top) pytest_part tests/quant --ignore=tests/quant/test_quantize.py tests/test_*.py "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
+  edge) pytest_part tests/fusions/test_edge_cases.py -k "test_edge_case_on_cuda and (${1:-not nothing})" ;;
   bench)
     for name in "$@"; do
       echo "== $name"

@@ -95,10 +95,11 @@ def _store(ptr, tile, offs_m, offs_n, mask_m, mask_n, stride):
 
 @triton.jit
 def _row_mean(row_sums, N):
-    """``row_sums / N``, correctly rounded: Triton's ``/`` on float32 is an approximate
-    division on the GPU (up to 2 ulp), so a row of one value, or of equal values, came out
-    centred to +-1 ulp instead of 0, which rstd (up to 1/sqrt(eps)) amplified: LayerNorm(1)
-    gave gradients of ~1e-5 where torch's are exactly 0 (the CUDA edge-case suite)."""
+    """``row_sums / N``, correctly rounded, as torch divides. Triton's ``/`` on float32 is an
+    approximate division on the GPU (up to 2 ulp): a row of one value came out centred to
+    +-1 ulp instead of exactly 0, which rstd (up to 1/sqrt(eps)) amplified, and LayerNorm(1)
+    gave gradients of ~1e-5 where torch's are 0 (the CUDA edge-case suite). One division per
+    row: no cost that shows."""
     return tl.div_rn(row_sums, tl.full(row_sums.shape, N, tl.float32))
 
 
