@@ -94,7 +94,8 @@ def offload_activations(
             bandwidth, each reload within 0.9 of the next group's backward (a quarter
             behind the first backward group, whose prefetch waits past its peak; see
             planner.py), times the share of the bandwidth that planned steps achieved
-            (where compute waited on the link for > 1% of a step, the plan shrinks),
+            (where compute waited on the link for > 1% of a step, the plan shrinks; the
+            first such cut is tried again once, after three steps that waited on nothing),
             from forward and backward
             times measured per group (CUDA events, read once passed: no host sync in a
             step) and the measured bandwidth of the link's own copies. The first two

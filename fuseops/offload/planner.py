@@ -51,14 +51,15 @@ the host runs steps ahead of the device and never synchronises). The first
 ``learn_steps`` steps with a given layout (the eligible bytes of each group, which
 also fixes the group count) move nothing, so that they measure compute alone; later
 steps plan from the smallest time seen per group (warm-up and any stall only ever
-lengthen a time). A group's budget never grows once planned for a layout: the host
-blocks its copies took are then all a planned step needs, and no pinned memory is
-allocated once the plan has settled; a plan made again (a lower efficiency, a first
-reload's window measured) chooses over the whole step under those budgets as caps.
-Once planned afresh, steps plan from the timings
-and the bandwidth that plan was made from (only a first reload's window and the link
-efficiency still change, and both only shrink budgets): replanned from each step's new
-minima, the never-grow rule kept every group's lowest variant of a plan that noise
+lengthen a time). A group's budget never grows once planned for a layout (but where the
+profile's first efficiency cut is tried again, below, and the budgets from before it
+return): the host blocks its copies took are then all a planned step needs, and no pinned
+memory is allocated once the plan has settled; a plan made again (a lower efficiency, a
+first reload's window measured) chooses over the whole step under those budgets as caps.
+Once planned afresh, steps plan from the timings and the bandwidth that plan was made
+from (only a first reload's window and the link efficiency still change, and both only
+shrink budgets, but for a retried cut): replanned from each step's new minima, the
+never-grow rule kept every group's lowest variant of a plan that noise
 reshuffles (whole tensors: a group that moves less leaves the next more link), and a
 GPU's step-to-step variation ratcheted the step down (simulator, +-2 % node times:
 mlp 0.81 of what the link hides, 0.93 held). A step whose layout departs from the profile's
@@ -76,7 +77,10 @@ the bandwidth measured now that this rate is (``_calibrate``: a wait that the me
 bandwidth already explains, as the first planned step's at the default bandwidth, cuts
 nothing). So the plan follows what the scheduler really overlaps (copies that share
 the device's memory with compute, a reload that starts late), not the bandwidth of a
-copy alone; the efficiency only falls, and starts afresh with a new profile.
+copy alone. The efficiency falls, but the profile's first cut is tried again once, with the
+budgets from before it, after ``RESTORE_AFTER`` planned steps that waited on nothing (a single
+wait may be a hiccup, not the link); a cut after that stands. It starts afresh with a new
+profile.
 Steps that learn move nothing and keep no records: their groups pass tensors through.
 tests/offload/_device_sim.py runs this planner and the scheduler on a simulated device.
 """
@@ -98,6 +102,9 @@ PINNED_BYTES_PER_S = 54e9
 # settle point, reloads where they are consumed) for more than this share of its compute
 # lowers the planner's link efficiency (see ``Planner._calibrate``).
 STALL_TOLERANCE = 0.01
+# A cut efficiency is tried again once, with the budgets from before the cut, after this many
+# planned steps in a row that waited on nothing (``Planner._calibrate``).
+RESTORE_AFTER = 3
 
 
 @dataclass(eq=False)
@@ -177,6 +184,12 @@ class Planner:
         # The step plan ``planned`` holds, and what it was planned from: the profile, the
         # rate, the profile's contents (``_step_plan``).
         self._plan: tuple[Profile, float, tuple, StepPlan] | None = None
+        # The efficiency and budgets before the profile's first cut, until they are tried
+        # again (``_calibrate``); planned steps since the last wait; whether the profile
+        # has tried them again already (once: a second cut stands).
+        self._before_cut: tuple[float, dict[int, int]] | None = None
+        self._clean_steps = 0
+        self._restored = False
         self._logs: list[StepLog] = []
 
     def begin_step(self, keep_last: int) -> StepLog:
@@ -373,6 +386,7 @@ class Planner:
             self.profile = Profile(layout, log.keep_last, tuple(forward), tuple(backward), 1, sizes=sizes, ready=ready)
             self.planned, self._plan, self.efficiency, self.provisional = {}, None, 1.0, True
             self._frozen_bytes_per_s = None
+            self._before_cut, self._clean_steps, self._restored = None, 0, False
             return
         if not self.provisional:
             # Planned afresh already: the timings stay those of that plan (a budget never
@@ -410,14 +424,34 @@ class Planner:
         now: a wait that the measurement already explains (the first planned step plans
         at ``PINNED_BYTES_PER_S``, before any copy was measured) cuts nothing, and steps
         planned before an update do not cut twice. Waits under ``STALL_TOLERANCE`` of the
-        step's compute are noise the margin covers."""
+        step's compute are noise the margin covers.
+
+        A single wait may be a hiccup rather than the link (the H100 moe stack, session 21:
+        a wait in a timed step cut the efficiency to 0.895 for good, and the steps moved 0.72
+        of what the link hides; the plan without the cut moves 0.92, replayed offline from
+        that run's profile). So the profile's first
+        cut is tried again once: after ``RESTORE_AFTER`` planned steps in a row that waited
+        on nothing, the efficiency and budgets from before it return (their host blocks are
+        held: no pinned memory is allocated). A cut after that stands."""
         profile = self.profile
         compute = sum(profile.forward) + sum(t for t in profile.backward if t is not None)
-        if log.moved <= 0 or stalled <= STALL_TOLERANCE * compute:
+        if log.moved <= 0:
             return
+        if stalled <= STALL_TOLERANCE * compute:
+            # Steps planned before the efficiency changed say nothing of the current plan.
+            if log.efficiency == self.efficiency:
+                self._clean_steps += 1
+            if self._before_cut is not None and self._clean_steps >= RESTORE_AFTER:
+                self.efficiency, planned = self._before_cut
+                self.planned, self._plan, self._before_cut, self._restored = dict(planned), None, None, True
+            return
+        self._clean_steps = 0
         planned = log.moved / (log.bytes_per_s * log.efficiency * self.margin)
         achieved = log.moved / (planned + stalled)
-        self.efficiency = min(self.efficiency, achieved / (self._planning_bytes_per_s() * self.margin))
+        cut = achieved / (self._planning_bytes_per_s() * self.margin)
+        if cut < self.efficiency and not self.provisional and not self._restored and self._before_cut is None:
+            self._before_cut = (self.efficiency, dict(self.planned))
+        self.efficiency = min(self.efficiency, cut)
 
 def _save_marks(log: StepLog) -> list[Any]:
     """``log``'s save marks, when it has them for every group (a learning step's)."""

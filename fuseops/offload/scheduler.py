@@ -18,9 +18,9 @@ under ``min_tensor_bytes``, or an "auto" step that is learning) skips all of tha
 tensors pass through in a ``Passed`` handle that only marks the group's backward, so
 that offloading costs the host next to nothing where nothing moves. So does a storage
 larger than any budget its group can have (``_cap``: the int budget, or the budget
-"auto" last planned for the group's place, which never grows): it could never move,
-and a record would only cost the host; its bytes still count where the backward's
-prefetches measure room (``_resident_bytes``).
+"auto" last planned for the group's place, which grows only back to a budget planned
+before): it could not move in this step, and a record would only cost the host; its
+bytes still count where the backward's prefetches measure room (``_resident_bytes``).
 
 Groups follow the forward in order. A group is offloaded once ``keep_last`` later
 groups exist (so the last ``keep_last`` stay on the device; with ``keep_last=0`` each
@@ -235,7 +235,7 @@ class Scheduler(NoticePath, BackwardPath):
     def _cap(self, group: Group) -> int | None:
         """The most bytes one storage of ``group`` may have and still move (``None``: no
         bound known): an int budget, or what "auto" last planned for the group's place
-        (budgets never grow once planned, planner.py)."""
+        (it changes only as a step begins, planner.py)."""
         if isinstance(self.group_budget_bytes, int):
             return self.group_budget_bytes
         if group.log is not None and not group.learning:

@@ -312,19 +312,24 @@ def install(monkeypatch, bytes_per_s: float = 50e9) -> SimDevice:
 
 
 def run(monkeypatch, kind: str, budget, steps: int = 6, layers: int = 8, bytes_per_s: float = 50e9,
-        jitter: float = 0.0, seed: int = 0, notice: bool = True) -> list[SimStep]:
+        jitter: float = 0.0, seed: int = 0, notice: bool = True,
+        slow: dict[int, float] | None = None) -> list[SimStep]:
     """``steps`` training steps of the ``kind`` stack with ``budget`` ("none": no offload;
     an int in simulated bytes), one offload group per layer, keep_last=1, on a link of
     ``bytes_per_s`` each way (50 GB/s: what the H100's copies achieve beside compute);
     node times varied by ``jitter`` (see ``Layer``), drawn from ``seed``; ``notice``:
-    whether a plan Function's saves are noticed as produced (``Experts``)."""
+    whether a plan Function's saves are noticed as produced (``Experts``); ``slow``: per
+    step index, a factor on the link's rate in that step (copies slower beside compute in
+    that step only)."""
     sim = install(monkeypatch, bytes_per_s)
     rng = random.Random(seed)
     model = nn.ModuleList(Layer(sim, STACKS[kind], jitter, rng, notice) for _ in range(layers))
     x = torch.zeros(64 * MB // SCALE // 4, requires_grad=True)
     mark_not_offload(x)
     out = []
-    for _ in range(steps):
+    rate = sim.rate
+    for index in range(steps):
+        sim.rate = rate * (slow or {}).get(index, 1.0)
         sim.waited, sim.peak = dict.fromkeys(sim.waited, 0.0), 0
         start = sim.t["compute"]
         scope = contextlib.nullcontext() if budget == "none" else offload_activations(
