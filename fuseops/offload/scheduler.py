@@ -235,7 +235,7 @@ class Scheduler(NoticePath, BackwardPath):
     def _cap(self, group: Group) -> int | None:
         """The most bytes one storage of ``group`` may have and still move (``None``: no
         bound known): an int budget, or what "auto" last planned for the group's place
-        (it changes only as a step begins, planner.py)."""
+        (see planner.py for when it changes)."""
         if isinstance(self.group_budget_bytes, int):
             return self.group_budget_bytes
         if group.log is not None and not group.learning:
