@@ -429,10 +429,10 @@ class Planner:
         A single wait may be a hiccup rather than the link (the H100 moe stack, session 21:
         a wait in a timed step cut the efficiency to 0.895 for good, and the steps moved 0.72
         of what the link hides; the plan without the cut moves 0.92, replayed offline from
-        that run's profile). So the profile's first
-        cut is tried again once: after ``RESTORE_AFTER`` planned steps in a row that waited
-        on nothing, the efficiency and budgets from before it return (their host blocks are
-        held: no pinned memory is allocated). A cut after that stands."""
+        that run's profile). So the profile's first cut is tried again once: after
+        ``RESTORE_AFTER`` planned steps in a row that waited on nothing, the efficiency and
+        budgets from before it return (their host blocks are held: no pinned memory is
+        allocated). A cut after that stands."""
         profile = self.profile
         compute = sum(profile.forward) + sum(t for t in profile.backward if t is not None)
         if log.moved <= 0:
