@@ -95,12 +95,17 @@ def _store(ptr, tile, offs_m, offs_n, mask_m, mask_n, stride):
 
 @triton.jit
 def _row_mean(row_sums, N):
-    """``row_sums / N``, correctly rounded, as torch divides. Triton's ``/`` on float32 is an
-    approximate division on the GPU (up to 2 ulp): a row of one value came out centred to
-    +-1 ulp instead of exactly 0, which rstd (up to 1/sqrt(eps)) amplified, and LayerNorm(1)
-    gave gradients of ~1e-5 where torch's are 0 (the CUDA edge-case suite). One division per
-    row against N loads (not timed on the GPU yet)."""
-    return tl.div_rn(row_sums, tl.full(row_sums.shape, N, tl.float32))
+    """``row_sums / N`` as ``row_sums * (1 / N)``, the reciprocal correctly rounded once per
+    program: exact for one value per row (and any power of two), within about an ulp
+    elsewhere. Triton's ``/`` on float32 is ``div.full`` on the GPU (up to 2 ulp, and not
+    exact even for N = 1): a row of one value came out centred to +-1 ulp instead of exactly
+    0, which rstd (up to 1/sqrt(eps)) amplified, and LayerNorm(1) gave gradients of ~1e-5
+    where torch's are 0 (the CUDA edge-case suite). A correctly rounded division per row
+    (``tl.div_rn``) fixed that but made the one-block backward 15-27 % slower on the H100
+    (register spills, session 22). The backward launches without FMA contraction, which
+    would otherwise fold the product ``dy * w`` unrounded into ``wdy - mean(wdy)``."""
+    inverse = tl.div_rn(tl.full((), 1.0, tl.float32), tl.full((), N, tl.float32))
+    return row_sums * inverse
 
 
 @triton.jit
@@ -280,6 +285,10 @@ def _norm_bwd(dy2d, x2d, weight, mean, rstd, zero_centered_gamma, has_bias, is_r
         M, N, dy2d.stride(0), x2d.stride(0), dx.stride(0), programs,
         IS_RMS=is_rms, HAS_BIAS=has_bias, ZERO_CENTERED=zero_centered_gamma,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ONE_BLOCK=cfg.one_block, num_warps=cfg.num_warps,
+        # No FMA contraction: with one value per row, mean(wdy) is wdy, and a contracted
+        # ``... - mean(wdy)`` subtracted the unrounded product dy * w from its rounded self
+        # (dx ~1e-5 instead of 0; offline PTX for sm_90a, session 22).
+        enable_fp_fusion=False,
     )
     dw = sum_partials(dw_partials, weight.dtype)
     return dx, dw, (sum_partials(db_partials, weight.dtype) if has_bias else None)
