@@ -112,7 +112,7 @@ class Sequential(torch.nn.Module):
             return execute(plan, ops, ctxs, input, per_op)
         if signature is None:
             params = flat_parameters(ops)
-        prepared = prepare(plan, ops, ctxs, input, extra_inputs, params)
+        prepared = prepare(plan, ops, ctxs, input, extra_inputs, params, kept=signature is not None)
         self._calls.put(signature, prepared)
         return run_prepared(prepared, ops, input, extra_inputs, params)
 

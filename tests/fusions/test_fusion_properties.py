@@ -18,7 +18,7 @@ from fuseops.fusions.fusion import measured_declines_ignored
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.quant import recipes
 from tests.fusions.op_strategies import op_chain
-from tests.helpers import REL_TOL, rel_err
+from tests.helpers import REL_TOL, assert_bitwise, rel_err
 
 DTYPES = st.sampled_from([torch.float32, torch.float16, torch.bfloat16])
 QUANTIZED = [recipes.FP8CurrentScaling(), recipes.FP8Blockwise(), recipes.MXFP8(), recipes.NVFP4()]
@@ -117,6 +117,22 @@ def _check_fusion(fusion: Fusion, data, device: str) -> None:
     )
     for i, (a, b, c) in enumerate(zip(fused_outs + fused_grads, unfused_outs + unfused_grads, exact_outs + exact_grads)):
         _close_enough(a, b, None if c is None else c.to(device), dtype, f"{fusion.name} output/grad {i}")
+    if recipe is None:
+        _replay_equals_recording(fused, x, extras, requires_grad, seed, fusion.name)
+
+
+def _replay_equals_recording(model, x, extras, requires_grad, seed, what):
+    """A Sequential records the second call of a layout and replays the third
+    (``fuseops/ops/executor/replay.py``; quantized recipes never replay): the replayed call's
+    outputs and gradients are the recorded call's, bit for bit."""
+    runs = []
+    for _ in range(2):
+        for p in model.parameters():
+            p.grad = None
+        outs, grads = _forward_backward(model, x, extras, requires_grad, seed)
+        runs.append(outs + grads)
+    for i, (recorded, replayed) in enumerate(zip(*runs)):
+        assert_bitwise(replayed, recorded, f"{what} replayed output/grad {i}")
 
 
 @pytest.mark.parametrize("fusion", REGISTRY, ids=lambda f: f.name)

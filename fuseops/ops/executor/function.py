@@ -31,8 +31,17 @@ import torch
 from torch.nn.utils.stateless import _reparametrize_module
 
 from fuseops.ops.contract import OpGrads, Saved, role_fields
+from fuseops.ops.executor import replay
 from fuseops.ops.executor.save_notice import Receiver, current_receiver, noticing
-from fuseops.ops.executor.saved_state import activation_tensors, pack_saved, unpack_saved
+from fuseops.ops.executor.saved_state import (
+    activation_tensors,
+    fill_records,
+    graph_freed_after_backward,
+    pack_saved,
+    record_templates,
+    record_tensor_fields,
+    unpack_saved,
+)
 
 
 @dataclass(frozen=True)
@@ -161,16 +170,10 @@ def _run_forward_noticing(prep, ops, ctxs, x, extra_inputs, receiver: Receiver):
         noticing(previous)
 
 
-def forward_body(
-    state: RunState, inputs: Sequence[Any], *, notice: bool = False
-) -> tuple[tuple, list[torch.Tensor], list]:
-    """``(outputs, tensors to save, packed records)``; fills fresh op contexts. ``notice``:
-    the caller saves the tensors through ``save_for_backward`` (``PlanFunction``), so a
-    registered receiver hears of each step's as it is produced (``save_notice.py``),
-    unless this forward is being traced."""
+def _forward_ops(state: RunState, inputs: Sequence[Any], receiver: Receiver | None, compiling: bool
+                 ) -> tuple[list[torch.Tensor], list[torch.Tensor], list]:
+    """Run the plan's forward: ``(outputs, activation tensors to save, packed records)``."""
     prep = state.prep
-    compiling = torch.compiler.is_compiling()
-    receiver = current_receiver() if notice and not compiling else None
     ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
     x = inputs[0]
     flat = [inputs[e.index] if isinstance(e, Arg) else e for e in state.extra_template]
@@ -183,9 +186,57 @@ def forward_body(
     else:
         y, extra_outputs = run_forward(prep.plan, state.ops, ctxs, x, extra_inputs)
     tensors, records = pack_saved(ctxs, compiling=compiling)
+    outputs = ([y] + [t for outs in extra_outputs for t in outs]) if prep.num_extra_outputs else [y]
+    return outputs, tensors, records
+
+
+def _forward_results(outputs: list, tensors: list, records: list) -> list[torch.Tensor]:
+    """What a recorded forward returns: the outputs, the activations to save, then the
+    records' own tensors (``record_tensor_fields``)."""
+    return [*outputs, *tensors, *[getattr(records[i], name) for i, name in record_tensor_fields(records)]]
+
+
+def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found: Any
+                      ) -> tuple[list[torch.Tensor], list[torch.Tensor], list]:
+    """``_forward_ops`` through the layout's recorded program, or recording it (``found``
+    True; ``replay.py``)."""
+    table = state.prep.layouts.forward
+    if found is True:
+        (outputs, tensors, records), program = replay.record(
+            inputs, lambda: _forward_ops(state, inputs, None, False),
+            lambda out: _forward_results(*out), host_readable=replay.host_readable(inputs))
+        if isinstance(program, replay.Program):
+            program.meta = (len(outputs), len(tensors), record_templates(records, len(outputs) + len(tensors)))
+        table[key] = program
+        return outputs, tensors, records
+    values = found.run(*inputs)
+    num_outputs, num_saved, templates = found.meta
+    replay.Layouts.count_replay()
+    return (list(values[:num_outputs]), list(values[num_outputs:num_outputs + num_saved]),
+            fill_records(templates, values))
+
+
+def forward_body(
+    state: RunState, inputs: Sequence[Any], *, notice: bool = False
+) -> tuple[tuple, list[torch.Tensor], list]:
+    """``(outputs, tensors to save, packed records)``; fills fresh op contexts. ``notice``:
+    the caller saves the tensors through ``save_for_backward`` (``PlanFunction``), so a
+    registered receiver hears of each step's as it is produced (``save_notice.py``),
+    unless this forward is being traced. A ``PlanFunction`` forward nobody notices runs a
+    recorded program where its layout has one (``replay.py``)."""
+    prep = state.prep
+    compiling = torch.compiler.is_compiling()
+    receiver = current_receiver() if notice and not compiling else None
+    found = False
+    if notice and receiver is None and not compiling and prep.layouts is not None and replay.enabled_now():
+        key = replay.layout_key(inputs)
+        found = replay.Layouts.lookup(prep.layouts.forward, key)
+    if found is False or found.__class__ is replay.Refusal:
+        outputs, tensors, records = _forward_ops(state, inputs, receiver, compiling)
+    else:
+        outputs, tensors, records = _forward_recorded(state, inputs, key, found)
     # The parameters as this Function received them (under torch.func, unwrapped).
     tensors += _checked_params(state, inputs[prep.num_inputs:], records, compiling)
-    outputs = ([y] + [t for outs in extra_outputs for t in outs]) if prep.num_extra_outputs else [y]
     return tuple(_non_view_outputs(outputs, inputs)), tensors, records
 
 
@@ -263,6 +314,37 @@ def _no_second_backward(grads: tuple) -> tuple:
 _DIFFERENTIATING = ("TransformType.Grad", "TransformType.Jvp")
 
 
+def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple | None:
+    """``_run_backward``'s gradients through the layout's recorded program, or recording it
+    (``replay.py``); None where this call takes the full path."""
+    table = state.prep.layouts.backward
+    inputs = [*saved_tensors, dy, *flat_extra_output_grads, *state.params]
+    key = (*replay.layout_key(inputs), graph_freed_after_backward())
+    found = replay.Layouts.lookup(table, key)
+    if found is False or found.__class__ is replay.Refusal:
+        return None
+    if found is True:
+        try:
+            fields = record_tensor_fields(records)
+        except replay.NotRecordable as why:
+            table[key] = replay.refuse(str(why))
+            return None
+        # The records' own tensors (parameters, meta) are inputs too, after the others.
+        inputs += [getattr(records[i], name) for i, name in fields]
+        grads, program = replay.record(
+            inputs, lambda: _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, False),
+            list)
+        if isinstance(program, replay.Program):
+            program.meta = fields
+        table[key] = program
+        return grads
+    values = [getattr(records[i], name) for i, name in found.meta]
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        return None
+    replay.Layouts.count_replay()
+    return found.run(*inputs, *values)
+
+
 def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
     # Something will differentiate this backward again: under torch.func, a second grad /
     # jvp transform around the one running it; else create_graph=True (grad mode on).
@@ -278,6 +360,10 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
     with autocast_off(state.prep.device_type):
         if not torch.is_grad_enabled():
             # The engine runs backward with grad mode off unless create_graph is set.
+            if not compiling and not stack and state.prep.layouts is not None and replay.enabled_now():
+                grads = _backward_recorded(state, records, saved_tensors, dy, flat_extra_output_grads)
+                if grads is not None:
+                    return grads
             return _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)
         with torch.no_grad():
             grads = _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)

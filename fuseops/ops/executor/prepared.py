@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from fuseops.ops.contract import OpContext
+from fuseops.ops.executor import replay
 from fuseops.ops.executor.function import (
     Arg,
     PlanFunction,
@@ -26,6 +27,7 @@ from fuseops.ops.executor.function import (
     autocast_off,
     run_forward,
 )
+from fuseops.ops.executor.replay import Layouts
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ class Prepared:
     # op, parameter name -> position among those passed.
     param_picks: tuple[int, ...]
     param_slots: tuple[dict[str, int], ...]
+    # The recorded programs of this run by input layout (``replay.py``), for the runs a
+    # ``Sequential`` keeps; None for one-off runs and under quantized recipes.
+    layouts: Layouts | None = None
 
 
 def flat_parameters(ops: Sequence[torch.nn.Module]) -> list[torch.nn.Parameter]:
@@ -73,10 +78,12 @@ def _spans(counts: Sequence[int]) -> tuple[tuple[int, int], ...]:
 
 def prepare(
     plan: Any, ops: Sequence[torch.nn.Module], ctxs: Sequence[OpContext], x: torch.Tensor,
-    extra_inputs: Sequence[Any], params: Sequence[torch.nn.Parameter],
+    extra_inputs: Sequence[Any], params: Sequence[torch.nn.Parameter], *, kept: bool = False,
 ) -> Prepared:
     """The ``Prepared`` run of ``plan`` for a call like this one (``extra_inputs`` flat,
-    ``params`` from ``flat_parameters``)."""
+    ``params`` from ``flat_parameters``); ``kept``: the caller keeps it for later calls of
+    this signature, which may then replay (quantized recipes never do: their scaling state
+    lives in Python)."""
     # Each tensor passed once: dynamo cannot trace a Function given one tensor twice.
     # Compared with ``is``, not by ``id()``: dynamo would guard on each tensor's identity.
     inputs: list[torch.Tensor] = [x]
@@ -119,7 +126,35 @@ def prepare(
         num_inputs=len(inputs),
         param_picks=tuple(param_picks),
         param_slots=tuple(slots),
+        layouts=Layouts() if kept and all(ctx.recipe is None for ctx in ctxs) else None,
     )
+
+
+def _forward_without_grad(prep: Prepared, ops: Sequence[torch.nn.Module], x: torch.Tensor,
+                          extra_inputs: Sequence[Any], params: Sequence[torch.nn.Parameter]) -> list[torch.Tensor]:
+    """``[y, *extra outputs]`` of a call that needs no backward (no autograd Function), through
+    the layout's recorded program where it has one (``replay.py``)."""
+    def run() -> list[torch.Tensor]:
+        per_op = [tuple(extra_inputs[a:b]) for a, b in prep.extra_spans]
+        ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
+        with autocast_off(prep.device_type):
+            y, extra_outputs = run_forward(prep.plan, ops, ctxs, x, per_op)
+        return [y, *[t for outs in extra_outputs for t in outs]]
+
+    if prep.layouts is None or not replay.enabled_now():
+        return run()
+    # The tensors as the autograd Function would take them: x, the extra inputs, the parameters.
+    inputs = [x, *[extra_inputs[i] for i in prep.input_picks], *[params[i] for i in prep.param_picks]]
+    key = replay.layout_key(inputs)
+    found = replay.Layouts.lookup(prep.layouts.forward, key)
+    if found is False or found.__class__ is replay.Refusal:
+        return run()
+    if found is True:
+        outputs, program = replay.record(inputs, run, list, host_readable=replay.host_readable(inputs))
+        prep.layouts.forward[key] = program
+        return outputs
+    replay.Layouts.count_replay()
+    return list(found.run(*inputs))
 
 
 def run_prepared(
@@ -128,12 +163,8 @@ def run_prepared(
 ) -> Any:
     """Run ``prep`` on this call's tensors; returns ``y`` or ``(y, *extra_outputs)``."""
     if not prep.needs_backward:
-        per_op = [tuple(extra_inputs[a:b]) for a, b in prep.extra_spans]
-        ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
-        with autocast_off(prep.device_type):
-            y, extra_outputs = run_forward(prep.plan, ops, ctxs, x, per_op)
-        flat = [t for outs in extra_outputs for t in outs]
-        return (y, *flat) if prep.num_extra_outputs else y
+        flat = _forward_without_grad(prep, ops, x, extra_inputs, params)
+        return (*flat,) if prep.num_extra_outputs else flat[0]
 
     template = tuple([e if a is None else a for e, a in zip(extra_inputs, prep.extra_args)])
     state = RunState(prep, ops, template, [params[i] for i in prep.param_picks])

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import torch
 
 from fuseops.ops.contract import OpContext, Saved, replaced_fields, role_fields
+from fuseops.ops.executor.replay import NotRecordable
 
 
 def _pack_storage(value: Any, tensors: list[torch.Tensor]) -> Any:
@@ -114,3 +115,48 @@ def graph_freed_after_backward() -> bool:
         return False
     probe = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
     return probe is not None and not probe()
+
+
+def _holds_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor) or hasattr(value, "data_tensors"):
+        return True
+    return isinstance(value, (tuple, list)) and any(_holds_tensor(v) for v in value)
+
+
+def record_tensor_fields(records: Sequence[Saved | None]) -> list[tuple[int, str]]:
+    """``(op, field)`` of every packed record's field that holds a tensor itself (a parameter,
+    a meta tensor: not an activation, which has a slot), for a recorded program to name
+    (``replay.py``). Raises ``NotRecordable`` for a field holding tensors in another form."""
+    fields = []
+    for i, saved in enumerate(records):
+        if saved is None:
+            continue
+        for name, value in saved.__dict__.items():
+            if isinstance(value, torch.Tensor):
+                fields.append((i, name))
+            elif not isinstance(value, _Slot) and _holds_tensor(value):
+                raise NotRecordable(f"a saved field ({type(saved).__name__}.{name}) holding tensors in a "
+                                    f"{type(value).__name__}")
+    return fields
+
+
+def record_templates(records: Sequence[Saved | None], first: int) -> list[tuple[Saved | None, tuple]]:
+    """Per packed record: the record with its tensor fields emptied (held across calls, it
+    must not keep them alive) and ``(field, position)`` of each among a recorded program's
+    results, numbered from ``first`` in ``record_tensor_fields``' order."""
+    by_op: dict[int, list[tuple[str, int]]] = {}
+    for k, (i, name) in enumerate(record_tensor_fields(records)):
+        by_op.setdefault(i, []).append((name, first + k))
+    out = []
+    for i, saved in enumerate(records):
+        fields = tuple(by_op.get(i, ()))
+        if fields:
+            saved = replaced_fields(saved, {name: None for name, _ in fields}, compiling=False)
+        out.append((saved, fields))
+    return out
+
+
+def fill_records(templates: Sequence[tuple[Saved | None, tuple]], values: Sequence[Any]) -> list[Saved | None]:
+    """``record_templates``' records with this call's tensors from a program's ``values``."""
+    return [saved if not fields else replaced_fields(saved, {name: values[k] for name, k in fields}, compiling=False)
+            for saved, fields in templates]

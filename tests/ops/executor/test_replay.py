@@ -1,0 +1,217 @@
+"""Recorded plan runs (``fuseops/ops/executor/replay.py``): a ``Sequential`` records the second
+call of an input layout and replays the later ones, with the results of the full path, bit for
+bit; where replaying could differ, the recording is refused and the full path runs. The fusion
+property suite checks a replayed call of every registered fusion; these tests pin the rules."""
+
+from __future__ import annotations
+
+import weakref
+
+import pytest
+import torch
+
+import fuseops
+from fuseops import ops
+from fuseops.ops.executor import replay
+from tests.helpers import assert_bitwise, kernels_on
+
+H = 16
+
+
+def _dense(norm=ops.RMSNorm, gated=False):
+    """A pre-norm MLP block with its residual add."""
+    act, inner = (ops.SwiGLU(), 2 * H) if gated else (ops.GELU(approximate="tanh"), 4 * H)
+    return fuseops.Sequential(norm(H), ops.Linear(H, 4 * H), act, ops.Linear(inner, H), ops.AddExtraInput())
+
+
+MODELS = {
+    "dense_gelu": lambda: _dense(),
+    "dense_swiglu_layernorm": lambda: _dense(norm=ops.LayerNorm, gated=True),
+    "residual_branch": lambda: fuseops.Sequential(ops.MakeExtraOutput(), ops.RMSNorm(H), ops.Linear(H, H)),
+    "grouped": lambda: fuseops.Sequential(ops.GroupedLinear(4, H, 2 * H), ops.SwiGLU(), ops.GroupedLinear(4, H, H)),
+}
+
+
+def _inputs(name, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(8, H, generator=g).to(device)
+    if name.startswith("dense"):
+        return [x, torch.randn(8, H, generator=g).to(device)]
+    if name == "grouped":
+        sizes = torch.tensor([2, 4, 0, 2], device=device)
+        return [x, sizes, sizes]
+    return [x]
+
+
+def _step(model, inputs):
+    for p in model.parameters():
+        p.grad = None
+    inputs = [t.detach().clone().requires_grad_() if t.is_floating_point() else t for t in inputs]
+    out = model(*inputs)
+    outs = out if isinstance(out, tuple) else (out,)
+    sum(((o.double() * (i + 1)) ** 2).sum() for i, o in enumerate(outs)).backward()
+    return [o.detach() for o in outs] + [t.grad for t in inputs if t.is_floating_point()] + [
+        p.grad for p in model.parameters()]
+
+
+def _full_then_replayed(model, calls, monkeypatch):
+    """Each call's results on the full path, then with replay on (the second call of the
+    layout records, the later ones replay); the counts' change over the latter."""
+    monkeypatch.setattr(replay, "ENABLED", False)
+    full = [_step(model, inputs) for inputs in calls]
+    monkeypatch.setattr(replay, "ENABLED", True)
+    before = dict(replay.counts)
+    replayed = [_step(model, inputs) for inputs in calls]
+    for i, (a, b) in enumerate(zip(full, replayed)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert_bitwise(y, x, f"call {i} output/grad {j}")
+    return {k: replay.counts[k] - before[k] for k in before}
+
+
+@pytest.mark.parametrize("kernels", ["reference", "triton"])
+@pytest.mark.parametrize("name", MODELS)
+def test_replay_equals_the_full_path(name, kernels, monkeypatch):
+    with kernels_on(kernels) as device:
+        torch.manual_seed(0)
+        model = MODELS[name]().to(device)
+        delta = _full_then_replayed(model, [_inputs(name, device, s) for s in range(4)], monkeypatch)
+    if name == "grouped" and kernels == "reference":
+        # The grouped references read split offsets they computed on the host: never replayed.
+        assert delta["replayed"] == 0 and delta["refused"] > 0
+    else:
+        # The second call records forward and backward, the third and fourth replay both.
+        assert delta == {"recorded": 2, "replayed": 4, "refused": 0}
+
+
+def test_a_new_input_layout_records_its_own_program(monkeypatch):
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H))
+    contiguous = [[torch.randn(8, H)] for _ in range(3)]
+    # Same shape, dtype and signature; other strides.
+    transposed = [[torch.randn(H, 8).t()] for _ in range(3)]
+    delta = _full_then_replayed(model, contiguous + transposed, monkeypatch)
+    assert delta == {"recorded": 4, "replayed": 4, "refused": 0}
+
+
+class _HostRead(ops.Identity):
+    """Reads a value of its input on the host (and ignores it)."""
+
+    def op_forward(self, ctx, x, extra_inputs):
+        bool((x > 0).any())
+        return super().op_forward(ctx, x, extra_inputs)
+
+
+class _DataDependentShape(ops.Identity):
+    """Runs an op whose output shape depends on the data (and ignores it)."""
+
+    def op_forward(self, ctx, x, extra_inputs):
+        torch.nonzero(x)
+        return super().op_forward(ctx, x, extra_inputs)
+
+
+@pytest.mark.parametrize("op, reason", [(_HostRead, "host read"), (_DataDependentShape, "data-dependent")])
+def test_what_replaying_could_get_wrong_keeps_the_full_path(op, reason, monkeypatch):
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.Linear(H, H), op(), ops.Linear(H, H))
+    replay.refusals.clear()
+    delta = _full_then_replayed(model, [[torch.randn(8, H)] for _ in range(4)], monkeypatch)
+    # The forward is refused; the backward, which reads nothing on the host, replays.
+    assert delta == {"recorded": 1, "replayed": 2, "refused": 1}
+    assert any(reason in why for why in replay.refusals), replay.refusals
+
+
+def test_a_tensor_made_before_the_call_keeps_the_full_path(monkeypatch):
+    cached = torch.randn(H)
+
+    class _Cached(ops.Identity):
+        def op_forward(self, ctx, x, extra_inputs):
+            y, outs = super().op_forward(ctx, x, extra_inputs)
+            return y + cached, outs
+
+    model = fuseops.Sequential(ops.Linear(H, H), _Cached())
+    replay.refusals.clear()
+    delta = _full_then_replayed(model, [[torch.randn(8, H)] for _ in range(4)], monkeypatch)
+    assert delta["refused"] == 1
+    assert any("outside the call" in why for why in replay.refusals), replay.refusals
+
+
+def test_autocast_with_float32_weights_equals_the_full_path(monkeypatch):
+    torch.manual_seed(0)
+    model = _dense()
+    calls = [_inputs("dense_gelu", "cpu", s) for s in range(4)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        delta = _full_then_replayed(model, calls, monkeypatch)
+    assert delta["recorded"] + delta["refused"] >= 1
+
+
+def test_the_recording_frees_what_the_call_frees():
+    freed = []
+
+    def body(x):
+        scratch = x * 2
+        seen = weakref.ref(scratch)
+        out = scratch + 1
+        del scratch
+        freed.append(seen() is None)
+        return out
+
+    x = torch.randn(4)
+    out, program = replay.record([x], lambda: body(x), lambda out: [out])
+    assert freed == [True]
+    assert isinstance(program, replay.Program)
+    (again,) = program.run(x)
+    assert_bitwise(again, out)
+
+
+def test_a_saved_input_changed_in_place_before_a_replayed_backward_raises(monkeypatch):
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H))
+    for _ in range(3):
+        _step(model, [torch.randn(8, H)])
+    before = replay.counts["replayed"]
+    x = torch.randn(8, H, requires_grad=True)
+    y = model(x * 1)
+    assert replay.counts["replayed"] == before + 1
+    weight = model[1].weight
+    with torch.no_grad():
+        weight.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_a_hook_added_after_replays_runs():
+    torch.manual_seed(0)
+    model = _dense()
+    for s in range(3):
+        _step(model, _inputs("dense_gelu", "cpu", s))
+    seen = []
+    model[2].register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    _step(model, _inputs("dense_gelu", "cpu", 3))
+    assert seen == [torch.Size([8, 4 * H])]
+
+
+def test_replay_off(monkeypatch):
+    monkeypatch.setattr(replay, "ENABLED", False)
+    model = _dense()
+    before = dict(replay.counts)
+    for s in range(4):
+        _step(model, _inputs("dense_gelu", "cpu", s))
+    assert replay.counts == before
+
+
+@pytest.mark.parametrize("kernels", ["reference", "triton"])
+def test_inference_without_grad_replays(kernels, monkeypatch):
+    with kernels_on(kernels) as device:
+        torch.manual_seed(0)
+        model = MODELS["residual_branch"]().to(device)
+        calls = [_inputs("residual_branch", device, s) for s in range(4)]
+        with torch.no_grad():
+            monkeypatch.setattr(replay, "ENABLED", False)
+            full = [model(*inputs) for inputs in calls]
+            monkeypatch.setattr(replay, "ENABLED", True)
+            before = dict(replay.counts)
+            replayed = [model(*inputs) for inputs in calls]
+    assert {k: replay.counts[k] - before[k] for k in before} == {"recorded": 1, "replayed": 2, "refused": 0}
+    for a, b in zip(full, replayed):
+        for x, y in zip(a, b):
+            assert_bitwise(y, x)
