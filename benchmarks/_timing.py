@@ -1,7 +1,10 @@
-"""Timing and CUDA-graph capture shared by the benchmarks."""
+"""Timing, profiles and CUDA-graph capture shared by the benchmarks."""
 
 from __future__ import annotations
 
+import cProfile
+import io
+import pstats
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -69,3 +72,21 @@ def capture_cuda_graph(step: Callable[[], T], warmup: int = 2) -> tuple[torch.cu
     with torch.cuda.graph(graph):
         out = step()
     return graph, out
+
+
+def profiled(fn: Callable[[], object], calls: int) -> cProfile.Profile:
+    """A cProfile of ``calls`` calls of ``fn``."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    return prof
+
+
+def profile_table(prof: cProfile.Profile, key: str, top: int) -> str:
+    """The ``top`` rows of a cProfile by ``key`` ("tottime", "cumulative"), from its header on."""
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats(key).print_stats(top)
+    body = text.getvalue()
+    return body[body.find("   ncalls"):].rstrip()

@@ -20,16 +20,14 @@ GEMMs of Linear stay), as ``host_costs``' rows without Triton launches on the GP
 from __future__ import annotations
 
 import argparse
-import cProfile
 import functools
-import io
-import pstats
 import time
 from collections.abc import Callable
 
 import torch
 
 import fuseops
+from benchmarks._timing import profile_table, profiled
 from fuseops import ops
 
 
@@ -137,16 +135,9 @@ def main() -> None:
         print(f"  {name:36s} {us:8.1f}")
     if args.profile:
         run = {"dense": dense_step, "grouped": grouped_step, "moe": moe_step}[args.profile]
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(500):
-            run()
-        prof.disable()
+        prof = profiled(run, 500)
         for key in ("tottime", "cumulative"):
-            text = io.StringIO()
-            pstats.Stats(prof, stream=text).sort_stats(key).print_stats(args.top)
-            body = text.getvalue()
-            print(body[body.find("   ncalls"):].rstrip())
+            print(profile_table(prof, key, args.top))
 
 
 if __name__ == "__main__":

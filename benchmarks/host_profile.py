@@ -10,13 +10,11 @@ most own time and the most cumulative time (issue 20: measure the host path firs
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
-import pstats
 import time
 
 import torch
 
+from benchmarks._timing import profile_table, profiled
 from benchmarks.sizes import FuseopsMoE, TorchMoE, fuseops_dense, routing, step_fn, torch_dense
 
 
@@ -34,18 +32,11 @@ def profile(name: str, step, device: str, steps: int, top: int) -> None:
         step()
     enqueue = (time.perf_counter() - start) * 1e3 / steps
     _sync(device)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(steps):
-        step()
-    prof.disable()
+    prof = profiled(step, steps)
     _sync(device)
     print(f"\n==== {name}: {enqueue:.3f} ms of host time per step (enqueue, {steps} steps)")
     for key in ("tottime", "cumulative"):
-        text = io.StringIO()
-        pstats.Stats(prof, stream=text).sort_stats(key).print_stats(top)
-        body = text.getvalue()
-        print(body[body.find("   ncalls"):].rstrip())
+        print(profile_table(prof, key, top))
 
 
 def count_ops(name: str, step) -> None:

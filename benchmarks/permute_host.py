@@ -11,12 +11,10 @@ put ``_Permute``'s own Python at ~220 us a step on the H100 host, where
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
-import pstats
 
 import torch
 
+from benchmarks._timing import profile_table, profiled
 from benchmarks.host_costs import host_us
 from benchmarks.sizes import routing
 from fuseops import moe
@@ -47,17 +45,10 @@ def main() -> None:
     for name, fn in rows.items():
         print(f"{name:36s} {host_us(fn, 1000):8.1f} us")
     launch.counts.update(fast=0, triton=0)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(500):
-        moe.permute(x, ids, E)
-    prof.disable()
+    prof = profiled(lambda: moe.permute(x, ids, E), 500)
     torch.cuda.synchronize()
     print(f"fast launch counts over 500 permutes (FUSEOPS_CHECK_LAUNCH=1 counts them): {launch.counts}")
-    text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(args.top)
-    body = text.getvalue()
-    print(body[body.find("   ncalls"):].rstrip())
+    print(profile_table(prof, "tottime", args.top))
 
 
 if __name__ == "__main__":
