@@ -8,7 +8,9 @@ identity, shape, dtype, device and ``requires_grad``; for each extra input, whic
 is (by identity) and its metadata, or, where the checks read values (a list of split sizes,
 an integer CPU tensor), the values themselves. A call whose signature was seen before skips
 straight to running (``fuseops.ops.executor.prepared``): its checks passed for that signature
-and would pass again, so errors still come before any launch.
+and would pass again, so errors still come before any launch. From the second call of an input
+layout on, running is a recorded program's replay where one could be recorded
+(``fuseops.ops.executor.replay``).
 
 Calls with per-op module hooks, with an integer device tensor under ``FUSEOPS_DEBUG=1``
 (the checks then read its values), with an extra input of another kind, and calls while

@@ -141,7 +141,9 @@ def _forward_without_grad(prep: Prepared, ops: Sequence[torch.nn.Module], x: tor
             y, extra_outputs = run_forward(prep.plan, ops, ctxs, x, per_op)
         return [y, *[t for outs in extra_outputs for t in outs]]
 
-    if prep.layouts is None or not replay.enabled_now():
+    # Under torch.func the tensors are a transform's wrappers (vmap's batched ones look like one
+    # sample): never recorded.
+    if prep.layouts is None or not replay.enabled_now() or torch._C._are_functorch_transforms_active():
         return run()
     # The tensors as the autograd Function would take them: x, the extra inputs, the parameters.
     inputs = [x, *[extra_inputs[i] for i in prep.input_picks], *[params[i] for i in prep.param_picks]]

@@ -215,3 +215,17 @@ def test_inference_without_grad_replays(kernels, monkeypatch):
     for a, b in zip(full, replayed):
         for x, y in zip(a, b):
             assert_bitwise(y, x)
+
+
+def test_vmap_without_grad_is_never_recorded():
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.Linear(H, H))
+    batch = torch.randn(3, 8, H)
+    before = dict(replay.counts)
+    with torch.no_grad():
+        for _ in range(3):
+            out = torch.func.vmap(model)(batch)
+        for _ in range(3):
+            single = model(batch[0])
+    assert replay.counts["recorded"] - before["recorded"] == 1  # the unbatched calls' only
+    assert_bitwise(single, out[0])
