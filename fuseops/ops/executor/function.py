@@ -209,9 +209,8 @@ def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found:
             program.meta = (len(outputs), len(tensors), record_templates(records, len(outputs) + len(tensors)))
         table[key] = program
         return outputs, tensors, records
-    values = found.run(*inputs)
+    values = replay.replayed(found, *inputs)
     num_outputs, num_saved, templates = found.meta
-    replay.Layouts.count_replay()
     return (list(values[:num_outputs]), list(values[num_outputs:num_outputs + num_saved]),
             fill_records(templates, values))
 
@@ -230,7 +229,7 @@ def forward_body(
     found = False
     if notice and receiver is None and not compiling and prep.layouts is not None and replay.enabled_now():
         key = replay.layout_key(inputs)
-        found = replay.Layouts.lookup(prep.layouts.forward, key)
+        found = replay.lookup(prep.layouts.forward, key)
     if found is False or found.__class__ is replay.Refusal:
         outputs, tensors, records = _forward_ops(state, inputs, receiver, compiling)
     else:
@@ -320,7 +319,7 @@ def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_o
     table = state.prep.layouts.backward
     inputs = [*saved_tensors, dy, *flat_extra_output_grads, *state.params]
     key = (*replay.layout_key(inputs), graph_freed_after_backward())
-    found = replay.Layouts.lookup(table, key)
+    found = replay.lookup(table, key)
     if found is False or found.__class__ is replay.Refusal:
         return None
     if found is True:
@@ -341,8 +340,7 @@ def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_o
     values = [getattr(records[i], name) for i, name in found.meta]
     if not all(isinstance(v, torch.Tensor) for v in values):
         return None
-    replay.Layouts.count_replay()
-    return found.run(*inputs, *values)
+    return replay.replayed(found, *inputs, *values)
 
 
 def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:

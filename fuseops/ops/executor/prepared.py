@@ -148,15 +148,14 @@ def _forward_without_grad(prep: Prepared, ops: Sequence[torch.nn.Module], x: tor
     # The tensors as the autograd Function would take them: x, the extra inputs, the parameters.
     inputs = [x, *[extra_inputs[i] for i in prep.input_picks], *[params[i] for i in prep.param_picks]]
     key = replay.layout_key(inputs)
-    found = replay.Layouts.lookup(prep.layouts.forward, key)
+    found = replay.lookup(prep.layouts.forward, key)
     if found is False or found.__class__ is replay.Refusal:
         return run()
     if found is True:
         outputs, program = replay.record(inputs, run, list, host_readable=replay.host_readable(inputs))
         prep.layouts.forward[key] = program
         return outputs
-    replay.Layouts.count_replay()
-    return list(found.run(*inputs))
+    return list(replay.replayed(found, *inputs))
 
 
 def run_prepared(

@@ -431,17 +431,21 @@ class Layouts:
         self.forward: dict[tuple, Program | Refusal | None] = {}
         self.backward: dict[tuple, Program | Refusal | None] = {}
 
-    @staticmethod
-    def lookup(table: dict, key: tuple) -> Program | Refusal | bool:
-        """The program for ``key``; True where this call should record it (its second), False
-        where it should run the full path (the first, or past ``MAX_LAYOUTS``)."""
-        found = table.get(key, False)
-        if found is False:
-            if len(table) < MAX_LAYOUTS:
-                table[key] = None
-            return False
-        return True if found is None else found
 
-    @staticmethod
-    def count_replay() -> None:
-        counts["replayed"] += 1
+
+def lookup(table: dict, key: tuple) -> Program | Refusal | bool:
+    """The program for ``key`` in one of a ``Layouts``' tables; True where this call should
+    record it (its second), False where it should run the full path (the first, or past
+    ``MAX_LAYOUTS``)."""
+    found = table.get(key, False)
+    if found is False:
+        if len(table) < MAX_LAYOUTS:
+            table[key] = None
+        return False
+    return True if found is None else found
+
+
+def replayed(program: Program, *inputs: Any) -> tuple:
+    """``program``'s results on ``inputs``, counted."""
+    counts["replayed"] += 1
+    return program.run(*inputs)
