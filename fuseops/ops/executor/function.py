@@ -196,20 +196,20 @@ def _forward_results(outputs: list, tensors: list, records: list) -> list[torch.
     return [*outputs, *tensors, *[getattr(records[i], name) for i, name in record_tensor_fields(records)]]
 
 
-def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found: Any
+def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found: Any, receiver: Receiver | None
                       ) -> tuple[list[torch.Tensor], list[torch.Tensor], list]:
     """``_forward_ops`` through the layout's recorded program, or recording it (``found``
-    True; ``replay.py``)."""
+    True; ``replay.py``); a save receiver hears of the same tensors at the same points."""
     table = state.prep.layouts.forward
     if found is True:
         (outputs, tensors, records), program = replay.record(
-            inputs, lambda: _forward_ops(state, inputs, None, False),
-            lambda out: _forward_results(*out), host_readable=replay.host_readable(inputs))
+            inputs, lambda notice: _forward_ops(state, inputs, notice, False),
+            lambda out: _forward_results(*out), host_readable=replay.host_readable(inputs), receiver=receiver)
         if isinstance(program, replay.Program):
             program.meta = (len(outputs), len(tensors), record_templates(records, len(outputs) + len(tensors)))
         table[key] = program
         return outputs, tensors, records
-    values = replay.replayed(found, *inputs)
+    values = replay.replayed(found, *inputs, notice=receiver)
     num_outputs, num_saved, templates = found.meta
     return (list(values[:num_outputs]), list(values[num_outputs:num_outputs + num_saved]),
             fill_records(templates, values))
@@ -221,19 +221,19 @@ def forward_body(
     """``(outputs, tensors to save, packed records)``; fills fresh op contexts. ``notice``:
     the caller saves the tensors through ``save_for_backward`` (``PlanFunction``), so a
     registered receiver hears of each step's as it is produced (``save_notice.py``),
-    unless this forward is being traced. A ``PlanFunction`` forward nobody notices runs a
-    recorded program where its layout has one (``replay.py``)."""
+    unless this forward is being traced. A ``PlanFunction`` forward runs a recorded program
+    where its layout (with or without a receiver) has one (``replay.py``)."""
     prep = state.prep
     compiling = torch.compiler.is_compiling()
     receiver = current_receiver() if notice and not compiling else None
     found = False
-    if notice and receiver is None and not compiling and prep.layouts is not None and replay.enabled_now():
-        key = replay.layout_key(inputs)
+    if notice and not compiling and prep.layouts is not None and replay.enabled_now():
+        key = (*replay.layout_key(inputs), receiver is not None)
         found = replay.lookup(prep.layouts.forward, key)
     if found is False or found.__class__ is replay.Refusal:
         outputs, tensors, records = _forward_ops(state, inputs, receiver, compiling)
     else:
-        outputs, tensors, records = _forward_recorded(state, inputs, key, found)
+        outputs, tensors, records = _forward_recorded(state, inputs, key, found, receiver)
     # The parameters as this Function received them (under torch.func, unwrapped).
     tensors += _checked_params(state, inputs[prep.num_inputs:], records, compiling)
     return tuple(_non_view_outputs(outputs, inputs)), tensors, records
@@ -331,7 +331,7 @@ def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_o
         # The records' own tensors (parameters, meta) are inputs too, after the others.
         inputs += [getattr(records[i], name) for i, name in fields]
         grads, program = replay.record(
-            inputs, lambda: _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, False),
+            inputs, lambda _: _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, False),
             list)
         if isinstance(program, replay.Program):
             program.meta = fields

@@ -30,10 +30,14 @@ from running the ops:
   ``float``) of any tensor but an integer CPU input, whose values the signature holds;
 - an argument the record cannot hold as a constant (a stream, an object of another kind).
 
+Under a registered save receiver (offload's early notice, ``save_notice.py``) the recorded
+call hands the receiver its notices as usual, and the program repeats each as a call of its
+``notice`` argument, with this call's tensors: whether a receiver listens is part of the layout.
+
 Not recorded at all (the full path runs): quantized recipes (their scaling state lives in
-Python), a registered save receiver (offload's early notice), torch.compile tracing,
-``torch.func`` transforms, a backward that will be differentiated again, hooks (the signature
-already sends those to the full path), ``FUSEOPS_DEBUG=1`` and ``FUSEOPS_REPLAY=0``.
+Python), torch.compile tracing, ``torch.func`` transforms, a backward that will be
+differentiated again, hooks (the signature already sends those to the full path),
+``FUSEOPS_DEBUG=1`` and ``FUSEOPS_REPLAY=0``.
 """
 
 from __future__ import annotations
@@ -327,6 +331,32 @@ class _LaunchRecorder:
             n.lines.append(line if direct is None else n.direct_launch(direct, grid, args))
 
 
+class _NoticeRecorder:
+    """What the ops notice through while a call records under a save receiver: the notice
+    becomes a line of the program, and the receiver runs with the recorders off (its copies
+    and events are its own, made again at every call)."""
+
+    def __init__(self, names: _Names, receiver: Callable[[list], None]) -> None:
+        self.n = names
+        self.receiver = receiver
+
+    def __call__(self, tensors: list[torch.Tensor]) -> None:
+        n = self.n
+        if n.refused is None and not n.inside_op:
+            try:
+                n.lines.append(f"notice([{', '.join(n.expr(t) for t in tensors)}])")
+            except NotRecordable as why:
+                n.refused = str(why)
+        previous, kernel_launch.recording = kernel_launch.recording, None
+        n.inside_op += 1
+        try:
+            with torch._C.DisableTorchFunction(), _disable_current_modes():
+                self.receiver(tensors)
+        finally:
+            n.inside_op -= 1
+            kernel_launch.recording = previous
+
+
 class Program:
     """A recorded run as a function of the call's tensor inputs (``run``); returns the tensors
     ``results`` listed at recording time, in that order. ``meta``: the caller's, to read them."""
@@ -346,13 +376,16 @@ class Refusal:
         self.reason = reason
 
 
-def record(inputs: Sequence[torch.Tensor | None], body: Callable[[], Any],
+def record(inputs: Sequence[torch.Tensor | None], body: Callable[[Any], Any],
            results: Callable[[Any], Sequence[torch.Tensor | None]],
-           host_readable: Sequence[torch.Tensor] = ()) -> tuple[Any, Program | Refusal]:
-    """Run ``body()`` (the ops on ``inputs``) while recording it; ``results(out)`` lists the
-    tensors (or None) the program must return. Returns ``body``'s result, unchanged (the
+           host_readable: Sequence[torch.Tensor] = (), receiver: Callable[[list], None] | None = None,
+           ) -> tuple[Any, Program | Refusal]:
+    """Run ``body(notice)`` (the ops on ``inputs``) while recording it; ``results(out)`` lists
+    the tensors (or None) the program must return. Returns ``body``'s result, unchanged (the
     call's own result: a refused recording still ran the ops), and the program or why not.
-    ``host_readable``: inputs whose values the signature holds."""
+    ``host_readable``: inputs whose values the signature holds. ``receiver``: a save receiver
+    (``save_notice.py``); ``notice`` is then what the ops must call in its place: it calls the
+    receiver and records the call, which the program repeats with its ``notice`` argument."""
     n = _Names()
     params = []
     for i, t in enumerate(inputs):
@@ -360,11 +393,12 @@ def record(inputs: Sequence[torch.Tensor | None], body: Callable[[], Any],
             n.bind(t, f"a{i}")
         params.append(f"a{i}")
     n.host_readable = {id(t) for t in host_readable}
+    notice = None if receiver is None else _NoticeRecorder(n, receiver)
     previous = kernel_launch.recording
     kernel_launch.recording = _LaunchRecorder(n)
     try:
         with _HostReadRecorder(n), _AtenRecorder(n):
-            out = body()
+            out = body(notice)
     finally:
         kernel_launch.recording = previous
     with _disable_current_modes():
@@ -401,7 +435,8 @@ def _finish(n: _Names, params: list[str], results: Sequence[torch.Tensor | None]
     except NotRecordable as why:
         return refuse(str(why))
     body = "\n".join(f"    {line}" for line in n.lines)
-    source = f"def program({', '.join(params)}):\n{body}\n    return ({returned}{',' if results else ''})\n"
+    source = (f"def program({', '.join([*params, '*', 'notice=None'])}):\n{body}\n"
+              f"    return ({returned}{',' if results else ''})\n")
     code = compile(source, "<fuseops replay>", "exec")
     namespace = dict(n.namespace)
     exec(code, namespace)  # noqa: S102 - our own generated source, from recorded ops only
@@ -445,7 +480,8 @@ def lookup(table: dict, key: tuple) -> Program | Refusal | bool:
     return True if found is None else found
 
 
-def replayed(program: Program, *inputs: Any) -> tuple:
-    """``program``'s results on ``inputs``, counted."""
+def replayed(program: Program, *inputs: Any, notice: Callable[[list], None] | None = None) -> tuple:
+    """``program``'s results on ``inputs``, counted; ``notice``: the save receiver, for a
+    program recorded under one."""
     counts["replayed"] += 1
-    return program.run(*inputs)
+    return program.run(*inputs, notice=notice)

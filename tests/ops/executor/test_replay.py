@@ -156,7 +156,7 @@ def test_the_recording_frees_what_the_call_frees():
         return out
 
     x = torch.randn(4)
-    out, program = replay.record([x], lambda: body(x), lambda out: [out])
+    out, program = replay.record([x], lambda _: body(x), lambda out: [out])
     assert freed == [True]
     assert isinstance(program, replay.Program)
     (again,) = program.run(x)
@@ -229,3 +229,39 @@ def test_vmap_without_grad_is_never_recorded():
             single = model(batch[0])
     assert replay.counts["recorded"] - before["recorded"] == 1  # the unbatched calls' only
     assert_bitwise(single, out[0])
+
+
+@pytest.mark.parametrize("kernels", ["reference", "triton"])
+@pytest.mark.parametrize("name", ["dense_gelu", "grouped"])
+def test_a_save_receiver_hears_of_the_same_tensors_in_a_replay(name, kernels, monkeypatch):
+    """Offload's early notice (``save_notice.py``): a replayed forward hands the receiver the
+    tensors it then saves, at the same points and in the same order as the full path."""
+    from fuseops.ops.executor.save_notice import set_receiver
+
+    def noticed_and_saved(model, inputs):
+        heard, saved = [], []
+        previous = set_receiver(lambda tensors: heard.append([id(t) for t in tensors]))
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(id(t)) or t, lambda t: t):
+                out = _step(model, inputs)
+        finally:
+            set_receiver(previous)
+        return heard, set(saved), out
+
+    with kernels_on(kernels) as device:
+        torch.manual_seed(0)
+        model = MODELS[name]().to(device)
+        calls = [_inputs(name, device, s) for s in range(4)]
+        monkeypatch.setattr(replay, "ENABLED", False)
+        full = [noticed_and_saved(model, inputs) for inputs in calls]
+        monkeypatch.setattr(replay, "ENABLED", True)
+        before = dict(replay.counts)
+        replayed = [noticed_and_saved(model, inputs) for inputs in calls]
+    delta = {k: replay.counts[k] - before[k] for k in before}
+    if not (name == "grouped" and kernels == "reference"):
+        assert delta["replayed"] >= 2 and delta["refused"] == 0, delta
+    for (heard_full, _, out_full), (heard, saved, out) in zip(full, replayed):
+        assert [len(h) for h in heard] == [len(h) for h in heard_full]
+        assert all(i in saved for h in heard for i in h)
+        for a, b in zip(out_full, out):
+            assert_bitwise(b, a)
