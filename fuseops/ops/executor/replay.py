@@ -9,13 +9,15 @@ a layout is *recorded*: every aten op (through a ``TorchDispatchMode``) and ever
 where it came from: a Function input (the input, an extra input, a parameter, a saved
 activation, a gradient) or an earlier op's output. The record becomes one straight-line Python
 function (as ``torch.fx`` generates code): later calls of that layout run it, re-issuing the
-same ops and launches on their own tensors. Launches still go through ``launch`` (which keys
-Triton's specialization on the new pointers), outputs are fresh tensors each call, saved
-activations still cross ``save_for_backward`` (version checks, saved-tensor hooks and offload
-see them as before).
+same ops and launches on their own tensors: aten ops through torch's own Python bindings (where
+a meta probe shows they dispatch the same overload), launches whose Triton specialization the
+layout fixes straight into the stored C entry point (``launch.bound``), the others through
+``launch``. Outputs are fresh tensors each call; saved activations still cross
+``save_for_backward`` (version checks, saved-tensor hooks and offload see them as before).
 
 A layout is the call's signature (the ``Prepared`` run) plus every input tensor's strides and
-16-byte alignment, and ``torch.are_deterministic_algorithms_enabled()``; for backward also
+16-byte alignment, ``torch.are_deterministic_algorithms_enabled()`` and the launch state
+(``launch.direct_state``: fast launches, checks, hooks, the current device); for backward also
 which gradients are None and whether the graph is freed after it
 (``saved_state.graph_freed_after_backward``).
 
@@ -370,6 +372,8 @@ class Program:
 
 
 class Refusal:
+    """A layout whose recording was refused, and why: its calls take the full path."""
+
     __slots__ = ("reason",)
 
     def __init__(self, reason: str) -> None:

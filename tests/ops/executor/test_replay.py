@@ -265,3 +265,29 @@ def test_a_save_receiver_hears_of_the_same_tensors_in_a_replay(name, kernels, mo
         assert all(i in saved for h in heard for i in h)
         for a, b in zip(out_full, out):
             assert_bitwise(b, a)
+
+
+def test_dropout_draws_a_fresh_mask_in_every_replay(monkeypatch):
+    """A replay runs the random ops again: the same generator state gives the full path's mask,
+    and the next state another mask (never a mask frozen at recording time)."""
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.Linear(H, H), ops.Dropout(0.5))
+    x = torch.randn(8, H)
+
+    def seeded_steps():
+        out = []
+        for seed in range(4):
+            torch.manual_seed(100 + seed)
+            out.append(_step(model, [x]))
+        return out
+
+    monkeypatch.setattr(replay, "ENABLED", False)
+    full = seeded_steps()
+    monkeypatch.setattr(replay, "ENABLED", True)
+    before = replay.counts["replayed"]
+    replayed = seeded_steps()
+    assert replay.counts["replayed"] - before == 4
+    for a, b in zip(full, replayed):
+        for t, u in zip(a, b):
+            assert_bitwise(u, t)
+    assert not torch.equal(replayed[2][0], replayed[3][0])
