@@ -25,6 +25,7 @@ import torch
 
 import fuseops
 from fuseops import ops
+from fuseops.ops.executor import replay
 
 DENSE_T = (1024, 4096, 16384)
 DENSE_H = (1024, 2048, 4096)
@@ -190,8 +191,12 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
     if compile_torch:
         variants["torch_compiled"] = step_fn(torch.compile(torch_model), args, tparams)
     for name, step in variants.items():
+        before = dict(replay.counts)
         row[f"{name}_ms"] = time_ms(step, device, reps)
         row[f"{name}_enqueue_ms"] = enqueue_ms(step, device, reps)
+        if name == "fuseops":
+            # Recorded runs (fuseops/ops/executor/replay.py): how the eager steps ran.
+            row["fuseops_replay_counts"] = {k: replay.counts[k] - before[k] for k in before}
     row["torch_graphed_ms"] = graphed_ms(torch_model, args, device, reps)
     best_torch = min(row["torch_ms"], row.get("torch_compiled_ms") or float("inf"))
     row["speedup"] = best_torch / row["fuseops_ms"]
