@@ -27,7 +27,6 @@ from fuseops.ops.executor.function import (
     autocast_off,
     run_forward,
 )
-from fuseops.ops.executor.replay import Layouts
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ class Prepared:
     param_slots: tuple[dict[str, int], ...]
     # The recorded programs of this run by input layout (``replay.py``), for the runs a
     # ``Sequential`` keeps; None for one-off runs and under quantized recipes.
-    layouts: Layouts | None = None
+    layouts: replay.Layouts | None = None
 
 
 def flat_parameters(ops: Sequence[torch.nn.Module]) -> list[torch.nn.Parameter]:
@@ -126,7 +125,7 @@ def prepare(
         num_inputs=len(inputs),
         param_picks=tuple(param_picks),
         param_slots=tuple(slots),
-        layouts=Layouts() if kept and all(ctx.recipe is None for ctx in ctxs) else None,
+        layouts=replay.Layouts() if kept and all(ctx.recipe is None for ctx in ctxs) else None,
     )
 
 

@@ -83,10 +83,12 @@ class NotRecordable(Exception):
     """What a call did that a recorded program cannot repeat (the module docstring)."""
 
 
-def _holds_tensor(value: Any) -> bool:
-    if isinstance(value, torch.Tensor):
+def holds_tensors(value: Any) -> bool:
+    """Whether ``value`` is or holds a tensor: itself, a quantized storage (``data_tensors``),
+    or a tuple or list of them, at any depth."""
+    if isinstance(value, torch.Tensor) or hasattr(value, "data_tensors"):
         return True
-    return isinstance(value, (tuple, list)) and any(_holds_tensor(v) for v in value)
+    return isinstance(value, (tuple, list)) and any(holds_tensors(v) for v in value)
 
 
 class _Kernel:
@@ -149,7 +151,7 @@ class _Names:
         if isinstance(value, _CONSTANT_LEAVES):
             return self.constant(value)
         if isinstance(value, (tuple, list)):
-            if not _holds_tensor(value):
+            if not holds_tensors(value):
                 return self.constant(value)
             if value.__class__ not in (tuple, list):
                 raise NotRecordable(f"a {type(value).__name__} holding tensors")
@@ -271,7 +273,7 @@ class _AtenRecorder(TorchDispatchMode):
         finally:
             n.inside_op -= 1
         if line is not None and n.refused is None and not isinstance(out, (torch.Tensor, tuple, list)) \
-                and out is not None and not _holds_tensor((args, list(kwargs.values()))):
+                and out is not None and not holds_tensors((args, list(kwargs.values()))):
             # A function of constants only (``promote_types``): its value is the same every call.
             return out
         if line is not None and n.refused is None:

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import torch
 
 from fuseops.ops.contract import OpContext, Saved, replaced_fields, role_fields
-from fuseops.ops.executor.replay import NotRecordable
+from fuseops.ops.executor.replay import NotRecordable, holds_tensors
 
 
 def _pack_storage(value: Any, tensors: list[torch.Tensor]) -> Any:
@@ -117,12 +117,6 @@ def graph_freed_after_backward() -> bool:
     return probe is not None and not probe()
 
 
-def _holds_tensor(value: Any) -> bool:
-    if isinstance(value, torch.Tensor) or hasattr(value, "data_tensors"):
-        return True
-    return isinstance(value, (tuple, list)) and any(_holds_tensor(v) for v in value)
-
-
 def record_tensor_fields(records: Sequence[Saved | None]) -> list[tuple[int, str]]:
     """``(op, field)`` of every packed record's field that holds a tensor itself (a parameter,
     a meta tensor: not an activation, which has a slot), for a recorded program to name
@@ -134,7 +128,7 @@ def record_tensor_fields(records: Sequence[Saved | None]) -> list[tuple[int, str
         for name, value in saved.__dict__.items():
             if isinstance(value, torch.Tensor):
                 fields.append((i, name))
-            elif not isinstance(value, _Slot) and _holds_tensor(value):
+            elif not isinstance(value, _Slot) and holds_tensors(value):
                 raise NotRecordable(f"a saved field ({type(saved).__name__}.{name}) holding tensors in a "
                                     f"{type(value).__name__}")
     return fields
