@@ -39,11 +39,12 @@ def main():
             if prep.layouts is None:
                 continue
             for direction, table in (("forward", prep.layouts.forward), ("backward", prep.layouts.backward)):
+                if table is None:
+                    print(f"== {cell} {direction} refused (replay.refusals: {replay.refusals})")
+                    continue
                 for program in table.values():
-                    if isinstance(program, replay.Program):
+                    if program is not None:
                         print(f"== {cell} {direction}\n{program.source}")
-                    elif program is not None:
-                        print(f"== {cell} {direction} refused: {program.reason}")
         before = replay.counts["replayed"]
         prof = profiled(step, a.steps)
         torch.cuda.synchronize()

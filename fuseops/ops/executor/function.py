@@ -200,14 +200,13 @@ def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found:
                       ) -> tuple[list[torch.Tensor], list[torch.Tensor], list]:
     """``_forward_ops`` through the layout's recorded program, or recording it (``found``
     True; ``replay.py``); a save receiver hears of the same tensors at the same points."""
-    table = state.prep.layouts.forward
     if found is True:
         (outputs, tensors, records), program = replay.record(
             inputs, lambda notice: _forward_ops(state, inputs, notice, False),
             lambda out: _forward_results(*out), host_readable=replay.host_readable(inputs), receiver=receiver)
         if isinstance(program, replay.Program):
             program.meta = (len(outputs), len(tensors), record_templates(records, len(outputs) + len(tensors)))
-        table[key] = program
+        replay.keep(state.prep.layouts, "forward", key, program)
         return outputs, tensors, records
     values = replay.replayed(found, *inputs, notice=receiver)
     num_outputs, num_saved, templates = found.meta
@@ -227,10 +226,11 @@ def forward_body(
     compiling = torch.compiler.is_compiling()
     receiver = current_receiver() if notice and not compiling else None
     found = False
-    if notice and not compiling and prep.layouts is not None and replay.enabled_now():
+    if (notice and not compiling and prep.layouts is not None and prep.layouts.forward is not None
+            and replay.enabled_now()):
         key = (*replay.layout_key(inputs), receiver is not None)
         found = replay.lookup(prep.layouts.forward, key)
-    if found is False or found.__class__ is replay.Refusal:
+    if found is False:
         outputs, tensors, records = _forward_ops(state, inputs, receiver, compiling)
     else:
         outputs, tensors, records = _forward_recorded(state, inputs, key, found, receiver)
@@ -316,17 +316,17 @@ _DIFFERENTIATING = ("TransformType.Grad", "TransformType.Jvp")
 def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple | None:
     """``_run_backward``'s gradients through the layout's recorded program, or recording it
     (``replay.py``); None where this call takes the full path."""
-    table = state.prep.layouts.backward
+    layouts = state.prep.layouts
     inputs = [*saved_tensors, dy, *flat_extra_output_grads, *state.params]
     key = (*replay.layout_key(inputs), graph_freed_after_backward())
-    found = replay.lookup(table, key)
-    if found is False or found.__class__ is replay.Refusal:
+    found = replay.lookup(layouts.backward, key)
+    if found is False:
         return None
     if found is True:
         try:
             fields = record_tensor_fields(records)
         except replay.NotRecordable as why:
-            table[key] = replay.refuse(str(why))
+            replay.keep(layouts, "backward", key, replay.refuse(str(why)))
             return None
         # The records' own tensors (parameters, meta) are inputs too, after the others.
         inputs += [getattr(records[i], name) for i, name in fields]
@@ -335,7 +335,7 @@ def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_o
             list)
         if isinstance(program, replay.Program):
             program.meta = fields
-        table[key] = program
+        replay.keep(layouts, "backward", key, program)
         return grads
     values = [getattr(records[i], name) for i, name in found.meta]
     if not all(isinstance(v, torch.Tensor) for v in values):
@@ -358,7 +358,9 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
     with autocast_off(state.prep.device_type):
         if not torch.is_grad_enabled():
             # The engine runs backward with grad mode off unless create_graph is set.
-            if not compiling and not stack and state.prep.layouts is not None and replay.enabled_now():
+            layouts = state.prep.layouts
+            if (not compiling and not stack and layouts is not None and layouts.backward is not None
+                    and replay.enabled_now()):
                 grads = _backward_recorded(state, records, saved_tensors, dy, flat_extra_output_grads)
                 if grads is not None:
                     return grads

@@ -142,17 +142,18 @@ def _forward_without_grad(prep: Prepared, ops: Sequence[torch.nn.Module], x: tor
 
     # Under torch.func the tensors are a transform's wrappers (vmap's batched ones look like one
     # sample): never recorded.
-    if prep.layouts is None or not replay.enabled_now() or torch._C._are_functorch_transforms_active():
+    if (prep.layouts is None or prep.layouts.forward is None or not replay.enabled_now()
+            or torch._C._are_functorch_transforms_active()):
         return run()
     # The tensors as the autograd Function would take them: x, the extra inputs, the parameters.
     inputs = [x, *[extra_inputs[i] for i in prep.input_picks], *[params[i] for i in prep.param_picks]]
     key = replay.layout_key(inputs)
     found = replay.lookup(prep.layouts.forward, key)
-    if found is False or found.__class__ is replay.Refusal:
+    if found is False:
         return run()
     if found is True:
         outputs, program = replay.record(inputs, lambda _: run(), list, host_readable=replay.host_readable(inputs))
-        prep.layouts.forward[key] = program
+        replay.keep(prep.layouts, "forward", key, program)
         return outputs
     return list(replay.replayed(found, *inputs))
 

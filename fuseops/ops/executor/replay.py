@@ -21,8 +21,9 @@ A layout is the call's signature (the ``Prepared`` run) plus every input tensor'
 which gradients are None and whether the graph is freed after it
 (``saved_state.graph_freed_after_backward``).
 
-A recording is refused, and that layout keeps the full path, where replaying could differ
-from running the ops:
+A recording is refused where replaying could differ from running the ops; that direction
+(forward or backward) of the ``Prepared`` run then keeps the full path, for every layout (what
+refuses is what the ops do, not the layout):
 
 - an op reads a tensor made outside the call (a cached cast weight under autocast, a main-grad
   buffer, a cached constant): the record cannot name it;
@@ -463,18 +464,19 @@ def enabled_now() -> bool:
 
 
 class Layouts:
-    """A ``Prepared`` run's programs, by direction and layout: seen once (None), recorded
-    (``Program``) or refused (``Refusal``)."""
+    """A ``Prepared`` run's programs, by direction and input layout: seen once (None) or
+    recorded (``Program``). A direction whose recording was refused becomes None: refusals come
+    from what the ops do (a host read, a tensor made outside the call), not from the layout, so
+    its later calls take the full path without computing a layout key."""
 
     __slots__ = ("backward", "forward")
 
     def __init__(self) -> None:
-        self.forward: dict[tuple, Program | Refusal | None] = {}
-        self.backward: dict[tuple, Program | Refusal | None] = {}
+        self.forward: dict[tuple, Program | None] | None = {}
+        self.backward: dict[tuple, Program | None] | None = {}
 
 
-
-def lookup(table: dict, key: tuple) -> Program | Refusal | bool:
+def lookup(table: dict, key: tuple) -> Program | bool:
     """The program for ``key`` in one of a ``Layouts``' tables; True where this call should
     record it (its second), False where it should run the full path (the first, or past
     ``MAX_LAYOUTS``)."""
@@ -484,6 +486,15 @@ def lookup(table: dict, key: tuple) -> Program | Refusal | bool:
             table[key] = None
         return False
     return True if found is None else found
+
+
+def keep(layouts: Layouts, direction: str, key: tuple, program: Program | Refusal) -> None:
+    """A recording's outcome for ``key`` in ``layouts``' ``direction`` ("forward" or
+    "backward"): the program, or a refusal, which closes the direction."""
+    if program.__class__ is Refusal:
+        setattr(layouts, direction, None)
+    else:
+        getattr(layouts, direction)[key] = program
 
 
 def replayed(program: Program, *inputs: Any, notice: Callable[[list], None] | None = None) -> tuple:

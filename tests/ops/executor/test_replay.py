@@ -118,6 +118,9 @@ def test_what_replaying_could_get_wrong_keeps_the_full_path(op, reason, monkeypa
     # The forward is refused; the backward, which reads nothing on the host, replays.
     assert delta == {"recorded": 1, "replayed": 2, "refused": 1}
     assert any(reason in why for why in replay.refusals), replay.refusals
+    # The refusal closes the forward for every layout: later calls compute no layout key.
+    (prepared,) = model._calls._runs.values()
+    assert prepared.layouts.forward is None and prepared.layouts.backward
 
 
 def test_a_tensor_made_before_the_call_keeps_the_full_path(monkeypatch):
