@@ -405,9 +405,9 @@ class Bound:
     """A launch a recorded program may repeat without ``launch``'s key: the stored launch's
     C entry point and what it takes around the positional arguments (``bound``)."""
 
-    __slots__ = ("call", "device", "function", "head", "tail", "tensors")
+    __slots__ = ("call", "device", "function", "guards", "head", "tail", "tensors")
 
-    def __init__(self, entry: _Entry, device: int, tensors: tuple[int, ...]):
+    def __init__(self, entry: _Entry, device: int, tensors: tuple[int, ...], guards: tuple = ()):
         self.call = entry.call
         self.function = entry.function
         self.head = entry.head
@@ -415,6 +415,10 @@ class Bound:
         self.device = device
         # Positions of the tensor arguments, which the launcher takes as data pointers.
         self.tensors = tensors
+        # (module globals, name, object): the immutable globals the kernel read at compile
+        # time. A program calls the entry point only while each name is still bound to its
+        # object; otherwise it calls ``launch`` (Triton's path then raises, as it would).
+        self.guards = guards
 
 
 def bound(kernel: Any, grid: Any, args: tuple, kw: dict) -> Bound | None:
@@ -426,9 +430,15 @@ def bound(kernel: Any, grid: Any, args: tuple, kw: dict) -> Bound | None:
     if not direct_state()[0] or grid.__class__ is not tuple or not isinstance(kernel, JITFunction):
         return None
     state = _kernels.get(id(kernel))
-    # Kernels that read globals keep ``launch``, which checks them for changes every call.
-    if state is None or kernel.pre_run_hooks or kernel.used_global_vals or not state.plain_upto(len(args)):
+    if state is None or kernel.pre_run_hooks or not state.plain_upto(len(args)):
         return None
+    guards = ()
+    if kernel.used_global_vals:
+        # Globals bound to immutable objects (constexpr flags and limits) become the Bound's
+        # guards; a kernel reading a mutable global keeps ``launch``, which compares values.
+        if not _globals_unchanged(state, kernel) or state.globals_live is None:
+            return None
+        guards = tuple({(id(d), name): (d, name, obj) for d, name, obj in state.globals_live}.values())
     device = _current_device()
     kw_key = kwargs_key(kw) if kw else ()
     keyed = args_key(state, device, args) if kw_key is not None else None
@@ -438,7 +448,7 @@ def bound(kernel: Any, grid: Any, args: tuple, kw: dict) -> Bound | None:
     entry = state.entries.get((device, rt.debug, knobs.compilation.instrumentation_mode, kw_key, keyed[0]))
     if entry is None:
         return None
-    return Bound(entry, device, tuple(i for i, x in enumerate(args) if x.__class__ in _TENSORS))
+    return Bound(entry, device, tuple(i for i, x in enumerate(args) if x.__class__ in _TENSORS), guards)
 
 
 def direct_state() -> tuple:

@@ -325,6 +325,44 @@ def test_hooks_changed_globals_and_unkeyed_calls_take_tritons_path(fake_kernel, 
     assert len(fake_kernel.triton_launches) == 8
 
 
+def test_a_recorded_launch_calls_the_stored_entry_while_the_kernels_globals_are_unchanged(fake_kernel,
+                                                                                          monkeypatch):
+    from fuseops.ops.executor import replay
+    monkeypatch.setattr(fl, "CHECK", False)  # check mode sends every launch through the key
+    limit = tl.constexpr(1)
+    namespace = {"LIMIT": limit, "TABLE": [1]}
+    monkeypatch.setattr(fake_kernel, "used_global_vals", {("LIMIT", id(namespace)): (limit, namespace)})
+
+    def program_of(y):
+        fl.launch(fake_kernel, (3,), y, y, 16, 0.5, True, BLOCK=64)  # stored: later calls are fast
+        _, program = replay.record([y], lambda notice: fl.launch(fake_kernel, (3,), y, y, 16, 0.5, True, BLOCK=64),
+                                   lambda out: [])
+        return program
+
+    program = program_of(torch.zeros(64))
+    (compiled,) = fake_kernel.device_caches[0][0].values()
+    assert "LIMIT" in program.source
+    z = torch.ones(64)
+    triton_before, direct_before = len(fake_kernel.triton_launches), len(compiled.run.launches)
+    program.run(z)
+    assert len(fake_kernel.triton_launches) == triton_before
+    assert compiled.run.launches[direct_before:] == [
+        (3, 1, 1, 1234, 77, False, True, None, None, (4, 1, 0), None, None, None,
+         z.data_ptr(), z.data_ptr(), 16, 0.5, True, 64, 0)]
+    # The global rebound: the program's line goes through ``launch``, which takes Triton's path.
+    namespace["LIMIT"] = tl.constexpr(2)
+    program.run(z)
+    assert len(fake_kernel.triton_launches) == triton_before + 1
+    # A kernel reading a mutable global is never called directly: ``launch`` compares values.
+    namespace["LIMIT"] = limit
+    monkeypatch.setattr(fake_kernel, "used_global_vals", {("TABLE", id(namespace)): ([1], namespace)})
+    program = program_of(torch.zeros(64))
+    assert program.source.count("launch(") == 1 and "TABLE" not in program.source
+    direct_before = len(compiled.run.launches)
+    program.run(z)
+    assert len(compiled.run.launches) == direct_before + 1  # through ``launch``'s fast path
+
+
 @pytest.mark.skipif(not INTERPRET, reason="the interpreter runs on CPU-only machines")
 def test_interpreter_path_is_triton_unchanged():
     from fuseops.kernels._triton import interpreted_kernels

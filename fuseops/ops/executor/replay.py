@@ -173,14 +173,20 @@ class _Names:
         parts = [self.expr(a) for a in args] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
         return f"{target}({', '.join(parts)})"
 
-    def direct_launch(self, b: Any, grid: tuple, args: tuple) -> str:
-        """A ``launch`` as a call of its stored C entry point (``launch.bound``): tensors as
-        their data pointers, the stream read at the call."""
+    def direct_launch(self, b: Any, grid: tuple, args: tuple, line: str) -> str:
+        """A ``launch`` (``line``) as a call of its stored C entry point (``launch.bound``):
+        tensors as their data pointers, the stream read at the call; where the kernel read
+        globals, only while each is still the object it was (``line`` otherwise)."""
         dims = (*grid, 1, 1)[:3]
         parts = [f"{self.expr(a)}.data_ptr()" if i in b.tensors else self.expr(a) for i, a in enumerate(args)]
         head, tail = self.constant(b.head), self.constant(b.tail)
-        return (f"{self.constant(b.call)}({', '.join(map(repr, dims))}, stream({b.device}), "
-                f"{self.constant(b.function)}, *{head}, {', '.join(parts)}{', ' if parts else ''}*{tail})")
+        direct = (f"{self.constant(b.call)}({', '.join(map(repr, dims))}, stream({b.device}), "
+                  f"{self.constant(b.function)}, *{head}, {', '.join(parts)}{', ' if parts else ''}*{tail})")
+        if not b.guards:
+            return direct
+        unchanged = " and ".join(f"{self.constant(d)}.get({name!r}) is {self.constant(obj)}"
+                                 for d, name, obj in b.guards)
+        return f"{direct} if {unchanged} else {line}"
 
     def outputs(self, out: Any) -> str:
         """The assignment target for ``out``, naming its new tensors."""
@@ -333,7 +339,7 @@ class _LaunchRecorder:
             n.inside_op -= 1
             kernel_launch.recording = self
         if line is not None and n.refused is None:
-            n.lines.append(line if direct is None else n.direct_launch(direct, grid, args))
+            n.lines.append(line if direct is None else n.direct_launch(direct, grid, args, line))
 
 
 class _NoticeRecorder:
