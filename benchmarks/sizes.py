@@ -3,10 +3,11 @@ expert layer (Qwen3, OLMoE, Mixtral shapes, uniform and skewed routing), forward
 fuseops eager and compiled against torch eager and ``torch.compile`` of the same model built
 from torch.nn, plus torch under ``make_graphed_callables`` (a cell is host-bound when torch
 eager is more than 1.3x slower than graphed) and the host time per step on its own (enqueue
-time: wall time of issuing one step without synchronising).
+time: wall time of issuing one step without synchronising). Each cell keeps the fastest of
+``--rounds`` interleaved rounds of its variants.
 
-    python -m benchmarks.sizes --part dense      # GPU, about 6 minutes
-    python -m benchmarks.sizes --part moe        # GPU
+    python -m benchmarks.sizes --part dense      # GPU (session 23, one round: ~6.5 minutes)
+    python -m benchmarks.sizes --part moe        # GPU (session 23, one round of 10 reps: 2 minutes)
     python -m benchmarks.sizes --smoke           # CPU, tiny sizes, end to end
 
 Writes ``benchmarks/results/sizes_<part>.json`` and ``.png``; prints a table last.
@@ -33,6 +34,8 @@ MOE_T = (1024, 4096, 16384)
 # name: (E, H, I, top_k)
 MOE_SHAPES = {"qwen3": (128, 2048, 768, 8), "olmoe": (64, 2048, 1024, 8), "mixtral": (8, 4096, 14336, 2)}
 HOST_BOUND = 1.3
+# Interleaved rounds per cell (``measure``).
+ROUNDS = 2
 
 
 def fuseops_dense(H: int, act: str, depth: int = 4) -> torch.nn.Module:
@@ -180,7 +183,11 @@ def graphed_ms(model: torch.nn.Module, args: tuple[torch.Tensor, ...], device: s
     return time_ms(step_fn(graphed, args, list(copy.parameters())), device, reps)
 
 
-def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch: bool = True) -> dict:
+def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch: bool = True,
+            rounds: int = ROUNDS) -> dict:
+    """One cell: each variant's step and enqueue ms, the fastest of ``rounds`` interleaved rounds
+    (every variant once per round, so that each meets the GPU in the same state: on the H100 a
+    GPU-bound step runs at the power cap, ~1.5 GHz against 1.98 GHz boost, session 23)."""
     row: dict = {}
     fparams, tparams = list(fuse_model.parameters()), list(torch_model.parameters())
     variants = {
@@ -190,13 +197,17 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
     }
     if compile_torch:
         variants["torch_compiled"] = step_fn(torch.compile(torch_model), args, tparams)
-    for name, step in variants.items():
-        before = dict(replay.counts)
-        row[f"{name}_ms"] = time_ms(step, device, reps)
-        row[f"{name}_enqueue_ms"] = enqueue_ms(step, device, reps)
-        if name == "fuseops":
-            # Recorded runs (fuseops/ops/executor/replay.py): how the eager steps ran.
-            row["fuseops_replay_counts"] = {k: replay.counts[k] - before[k] for k in before}
+    for _ in range(rounds):
+        for name, step in variants.items():
+            before = dict(replay.counts)
+            step_ms, host_ms = time_ms(step, device, reps), enqueue_ms(step, device, reps)
+            row[f"{name}_ms"] = min(step_ms, row.get(f"{name}_ms", step_ms))
+            row[f"{name}_enqueue_ms"] = min(host_ms, row.get(f"{name}_enqueue_ms", host_ms))
+            if name == "fuseops":
+                # Recorded runs (fuseops/ops/executor/replay.py): how the eager steps ran.
+                counts = row.setdefault("fuseops_replay_counts", dict.fromkeys(before, 0))
+                for k, v in before.items():
+                    counts[k] += replay.counts[k] - v
     row["torch_graphed_ms"] = graphed_ms(torch_model, args, device, reps)
     best_torch = min(row["torch_ms"], row.get("torch_compiled_ms") or float("inf"))
     row["speedup"] = best_torch / row["fuseops_ms"]
@@ -204,7 +215,7 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
     return row
 
 
-def dense_rows(device, dtype, Ts, Hs, reps, acts=("gelu", "swiglu"), save=None) -> list[dict]:
+def dense_rows(device, dtype, Ts, Hs, reps, acts=("gelu", "swiglu"), save=None, rounds=ROUNDS) -> list[dict]:
     rows = []
     for act in acts:
         for H in Hs:
@@ -218,14 +229,14 @@ def dense_rows(device, dtype, Ts, Hs, reps, acts=("gelu", "swiglu"), save=None) 
                 x = torch.randn(T, H, device=device, dtype=dtype, requires_grad=True)
                 torch._dynamo.mark_dynamic(x, 0)
                 rows.append({"part": "dense", "act": act, "T": T, "H": H,
-                             **measure(model, reference, (x,), device, reps)})
+                             **measure(model, reference, (x,), device, reps, rounds=rounds)})
                 print(rows[-1], flush=True)
                 if save:
                     save(rows)
     return rows
 
 
-def moe_rows(device, dtype, Ts, shapes, reps, save=None) -> list[dict]:
+def moe_rows(device, dtype, Ts, shapes, reps, save=None, rounds=ROUNDS) -> list[dict]:
     rows = []
     for name, (E, H, I, K) in shapes.items():
         # One model per shape, every token count and routing through it (rows marked
@@ -242,7 +253,8 @@ def moe_rows(device, dtype, Ts, shapes, reps, save=None) -> list[dict]:
                 for t in (x, ids, weights):
                     torch._dynamo.mark_dynamic(t, 0)
                 # torch.compile of _grouped_mm traces only for bf16 operands.
-                row = measure(model, reference, (x, ids, weights), device, reps, compile_torch=dtype == torch.bfloat16)
+                row = measure(model, reference, (x, ids, weights), device, reps, compile_torch=dtype == torch.bfloat16,
+                              rounds=rounds)
                 rows.append({"part": "moe", "shape": name, "T": T, "routing": "skewed" if skewed else "uniform", **row})
                 print(rows[-1], flush=True)
                 if save:
@@ -286,6 +298,7 @@ def main() -> None:
     parser.add_argument("--part", choices=("dense", "moe", "all"), default="all")
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: checks the script end to end")
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds per cell (the fastest is kept)")
     parser.add_argument("--acts", nargs="*", default=["gelu", "swiglu"], choices=["gelu", "swiglu"])
     parser.add_argument("--T", nargs="*", type=int, help="token counts (default: the issue's)")
     parser.add_argument("--H", nargs="*", type=int, help="dense widths (default: the issue's)")
@@ -310,10 +323,10 @@ def main() -> None:
 
     rows = []
     if args.part in ("dense", "all"):
-        rows += dense_rows(device, dtype, *dense, reps, acts=args.acts, save=save)
+        rows += dense_rows(device, dtype, *dense, reps, acts=args.acts, save=save, rounds=args.rounds)
         done.extend(rows)
     if args.part in ("moe", "all"):
-        rows += moe_rows(device, dtype, *moe, reps, save=save)
+        rows += moe_rows(device, dtype, *moe, reps, save=save, rounds=args.rounds)
     save(rows[len(done):])
     plot(rows, out.with_suffix(".png"))
     print_table(rows)
