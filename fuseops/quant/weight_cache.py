@@ -60,6 +60,10 @@ class _Entry:
 
 
 _entries: WeakIdKeyDictionary = WeakIdKeyDictionary()
+# While a plan run records (``fuseops.ops.executor.replay``): called as
+# ``recording(param, kind, build, enabled)`` in place of ``derived``, which it notes and
+# performs (a recorded program asks for the copy again at every call).
+recording: Any = None
 # Bumped by every optimizer step: entries made before it are stale.
 _generation = 0
 
@@ -129,6 +133,13 @@ def derived(param: torch.Tensor, kind: Hashable, build: Callable[[torch.Tensor],
         enabled: ``False`` builds every time and leaves the cache untouched (a recipe's
             ``cache_weights=False``).
     """
+    if recording is not None:
+        return recording(param, kind, build, enabled)
+    return cached_copy(param, kind, build, enabled)
+
+
+def cached_copy(param: torch.Tensor, kind: Hashable, build: Callable[[torch.Tensor], T], enabled: bool) -> T:
+    """``derived`` without the recording hook (what a recording performs)."""
     if not enabled or _bypass(param):
         with torch.no_grad():
             return build(param)

@@ -208,7 +208,9 @@ def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found:
             program.meta = (len(outputs), len(tensors), record_templates(records, len(outputs) + len(tensors)))
         replay.keep(state.prep.layouts, "forward", key, program)
         return outputs, tensors, records
-    values = replay.replayed(found, *inputs, notice=receiver)
+    # The ops ran with torch's autocast off when recorded (``_forward_ops``): so does their replay.
+    with autocast_off(state.prep.device_type):
+        values = replay.replayed(found, *inputs, notice=receiver)
     num_outputs, num_saved, templates = found.meta
     return (list(values[:num_outputs]), list(values[num_outputs:num_outputs + num_saved]),
             fill_records(templates, values))

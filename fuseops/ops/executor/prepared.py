@@ -155,7 +155,9 @@ def _forward_without_grad(prep: Prepared, ops: Sequence[torch.nn.Module], x: tor
         outputs, program = replay.record(inputs, lambda _: run(), list, host_readable=replay.host_readable(inputs))
         replay.keep(prep.layouts, "forward", key, program)
         return outputs
-    return list(replay.replayed(found, *inputs))
+    # The ops ran with torch's autocast off when recorded: so does their replay.
+    with autocast_off(prep.device_type):
+        return list(replay.replayed(found, *inputs))
 
 
 def run_prepared(

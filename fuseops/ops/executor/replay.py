@@ -15,6 +15,9 @@ layout fixes straight into the stored C entry point (``launch.bound``), the othe
 ``launch``. Outputs are fresh tensors each call; saved activations still cross
 ``save_for_backward`` (version checks, saved-tensor hooks and offload see them as before).
 
+The executor runs a program with torch's autocast off, as its ops ran when recorded (their casts
+are explicit; under the caller's autocast torch would cast its aten ops again).
+
 A layout is the call's signature (the ``Prepared`` run) plus every input tensor's strides and
 16-byte alignment, ``torch.are_deterministic_algorithms_enabled()`` and the launch state
 (``launch.direct_state``: fast launches, checks, hooks, the current device); for backward also
@@ -25,8 +28,10 @@ A recording is refused where replaying could differ from running the ops; that d
 (forward or backward) of the ``Prepared`` run then keeps the full path, for every layout (what
 refuses is what the ops do, not the layout):
 
-- an op reads a tensor made outside the call (a cached cast weight under autocast, a main-grad
-  buffer, a cached constant): the record cannot name it;
+- an op reads a tensor made outside the call (a main-grad buffer, a cached constant): the
+  record cannot name it. Copies from the weight cache (``fuseops.quant.weight_cache.derived``:
+  a float32 weight's cast under autocast) are the exception: the program asks the cache again at
+  every call (``_DerivedRecorder``), which remakes a copy whose weight changed;
 - an op's output shape or a Python value depends on tensor data: aten ops tagged
   ``dynamic_output_shape`` or ``data_dependent_output`` (``nonzero``, ``bincount``, ``.item()``),
   indexing by a boolean mask, or a host read (``tolist``, ``numpy``, ``bool``, ``int``,
@@ -59,6 +64,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from fuseops.kernels import launch as kernel_launch
 from fuseops.ops._checks import debug_checks_enabled
+from fuseops.quant import weight_cache
 
 ENABLED: bool = os.environ.get("FUSEOPS_REPLAY", "1") != "0"
 # Calls of each kind, and why recordings were refused (the tests read them).
@@ -342,6 +348,43 @@ class _LaunchRecorder:
             n.lines.append(line if direct is None else n.direct_launch(direct, grid, args, line))
 
 
+class _DerivedRecorder:
+    """``fuseops.quant.weight_cache.recording`` while a call records: a parameter's cached copy
+    (its cast under autocast) comes from an earlier call, so the program asks the cache for it
+    at every call (``derived``: the kept copy while the weight is unchanged, a new one after an
+    optimizer step, ``param.data = ...`` or a load)."""
+
+    def __init__(self, names: _Names) -> None:
+        self.n = names
+        self.thread = threading.get_ident()
+
+    def __call__(self, param: torch.Tensor, kind: Any, build: Callable, enabled: bool) -> Any:
+        if threading.get_ident() != self.thread:
+            return weight_cache.cached_copy(param, kind, build, enabled)  # another thread's, not the call's
+        n = self.n
+        line = None
+        if n.refused is None and not n.inside_op:
+            try:
+                line = (f"{n.constant(weight_cache.derived)}({n.expr(param)}, {n.constant(kind)}, "
+                        f"{n.constant(build)}, enabled={enabled!r})")
+            except NotRecordable as why:
+                n.refused = str(why)
+        n.inside_op += 1
+        try:
+            # A copy built now is the cache's work, not the call's (the program's line builds
+            # it again where the cache no longer holds it).
+            with torch._C.DisableTorchFunction(), _disable_current_modes():
+                out = weight_cache.cached_copy(param, kind, build, enabled)
+        finally:
+            n.inside_op -= 1
+        if line is not None and n.refused is None:
+            try:
+                n.lines.append(f"{n.outputs(out)} = {line}")
+            except NotRecordable as why:
+                n.refused = f"{why} (a cached copy of a parameter)"
+        return out
+
+
 class _NoticeRecorder:
     """What the ops notice through while a call records under a save receiver: the notice
     becomes a line of the program, and the receiver runs with the recorders off (its copies
@@ -407,13 +450,13 @@ def record(inputs: Sequence[torch.Tensor | None], body: Callable[[Any], Any],
         params.append(f"a{i}")
     n.host_readable = {id(t) for t in host_readable}
     notice = None if receiver is None else _NoticeRecorder(n, receiver)
-    previous = kernel_launch.recording
-    kernel_launch.recording = _LaunchRecorder(n)
+    previous = kernel_launch.recording, weight_cache.recording
+    kernel_launch.recording, weight_cache.recording = _LaunchRecorder(n), _DerivedRecorder(n)
     try:
         with _HostReadRecorder(n), _AtenRecorder(n):
             out = body(notice)
     finally:
-        kernel_launch.recording = previous
+        kernel_launch.recording, weight_cache.recording = previous
     with _disable_current_modes():
         try:
             listed = results(out)
