@@ -141,12 +141,10 @@ def _non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> lis
     return out
 
 
-def _checked_params(
-    state: RunState, params: Sequence[torch.Tensor], records: Sequence[Saved | None], compiling: bool
-) -> list[torch.Tensor]:
-    """The parameters whose value backward reads (a ``Role.PARAMETER`` field of an op's
-    record, named after the op's parameter): saved too, for torch's version check."""
-    # Positions among ``params``, each once (a tied parameter has one position: ``prepare``).
+def _checked_param_slots(state: RunState, records: Sequence[Saved | None], compiling: bool) -> list[int]:
+    """Positions among the Function's parameters of those whose value backward reads (a
+    ``Role.PARAMETER`` field of an op's record, named after the op's parameter): saved too,
+    for torch's version check. Each once (a tied parameter has one position: ``prepare``)."""
     picked: list[int] = []
     for slots, record in zip(state.prep.param_slots, records):
         if record is None or not slots:
@@ -156,7 +154,7 @@ def _checked_params(
                 slot = slots[name] if name in slots else slots.get("weight")
                 if slot is not None and slot not in picked:
                     picked.append(slot)
-    return [params[slot] for slot in picked]
+    return picked
 
 
 def _run_forward_noticing(prep, ops, ctxs, x, extra_inputs, receiver: Receiver):
@@ -197,23 +195,25 @@ def _forward_results(outputs: list, tensors: list, records: list) -> list[torch.
 
 
 def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found: Any, receiver: Receiver | None
-                      ) -> tuple[list[torch.Tensor], list[torch.Tensor], list]:
+                      ) -> tuple[list[torch.Tensor], list[torch.Tensor], list, list[int]]:
     """``_forward_ops`` through the layout's recorded program, or recording it (``found``
-    True; ``replay.py``); a save receiver hears of the same tensors at the same points."""
+    True; ``replay.py``), with ``_checked_param_slots`` (a program's are those of its
+    recording); a save receiver hears of the same tensors at the same points."""
     if found is True:
         (outputs, tensors, records), program = replay.record(
             inputs, lambda notice: _forward_ops(state, inputs, notice, False),
             lambda out: _forward_results(*out), host_readable=replay.host_readable(inputs), receiver=receiver)
+        slots = _checked_param_slots(state, records, False)
         if isinstance(program, replay.Program):
-            program.meta = (len(outputs), len(tensors), record_templates(records, len(outputs) + len(tensors)))
+            program.meta = (len(outputs), len(tensors), record_templates(records, len(outputs) + len(tensors)), slots)
         replay.keep(state.prep.layouts, "forward", key, program)
-        return outputs, tensors, records
+        return outputs, tensors, records, slots
     # The ops ran with torch's autocast off when recorded (``_forward_ops``): so does their replay.
     with autocast_off(state.prep.device_type):
         values = replay.replayed(found, *inputs, notice=receiver)
-    num_outputs, num_saved, templates = found.meta
+    num_outputs, num_saved, templates, slots = found.meta
     return (list(values[:num_outputs]), list(values[num_outputs:num_outputs + num_saved]),
-            fill_records(templates, values))
+            fill_records(templates, values), slots)
 
 
 def forward_body(
@@ -234,10 +234,12 @@ def forward_body(
         found = replay.lookup(prep.layouts.forward, key)
     if found is False:
         outputs, tensors, records = _forward_ops(state, inputs, receiver, compiling)
+        slots = _checked_param_slots(state, records, compiling)
     else:
-        outputs, tensors, records = _forward_recorded(state, inputs, key, found, receiver)
+        outputs, tensors, records, slots = _forward_recorded(state, inputs, key, found, receiver)
     # The parameters as this Function received them (under torch.func, unwrapped).
-    tensors += _checked_params(state, inputs[prep.num_inputs:], records, compiling)
+    params = inputs[prep.num_inputs:]
+    tensors += [params[slot] for slot in slots]
     return tuple(_non_view_outputs(outputs, inputs)), tensors, records
 
 
