@@ -290,11 +290,13 @@ def test_vmap_without_grad_is_never_recorded():
     assert_bitwise(single, out[0])
 
 
+@pytest.mark.parametrize("autocast", [False, True])
 @pytest.mark.parametrize("kernels", ["reference", "triton"])
 @pytest.mark.parametrize("name", ["dense_gelu", "grouped"])
-def test_a_save_receiver_hears_of_the_same_tensors_in_a_replay(name, kernels, monkeypatch):
+def test_a_save_receiver_hears_of_the_same_tensors_in_a_replay(name, kernels, autocast, monkeypatch):
     """Offload's early notice (``save_notice.py``): a replayed forward hands the receiver the
-    tensors it then saves, at the same points and in the same order as the full path."""
+    tensors it then saves, at the same points and in the same order as the full path (also
+    under autocast with float32 weights, whose casts the program asks the weight cache for)."""
     from fuseops.ops.executor.save_notice import set_receiver
 
     def noticed_and_saved(model, inputs):
@@ -311,11 +313,12 @@ def test_a_save_receiver_hears_of_the_same_tensors_in_a_replay(name, kernels, mo
         torch.manual_seed(0)
         model = MODELS[name]().to(device)
         calls = [_inputs(name, device, s) for s in range(4)]
-        monkeypatch.setattr(replay, "ENABLED", False)
-        full = [noticed_and_saved(model, inputs) for inputs in calls]
-        monkeypatch.setattr(replay, "ENABLED", True)
-        before = dict(replay.counts)
-        replayed = [noticed_and_saved(model, inputs) for inputs in calls]
+        with torch.autocast(device.type, dtype=_autocast_dtype(device), enabled=autocast):
+            monkeypatch.setattr(replay, "ENABLED", False)
+            full = [noticed_and_saved(model, inputs) for inputs in calls]
+            monkeypatch.setattr(replay, "ENABLED", True)
+            before = dict(replay.counts)
+            replayed = [noticed_and_saved(model, inputs) for inputs in calls]
     delta = {k: replay.counts[k] - before[k] for k in before}
     if not (name == "grouped" and kernels == "reference"):
         assert delta["replayed"] >= 2 and delta["refused"] == 0, delta
