@@ -26,7 +26,7 @@ import torch
 
 import fuseops
 from fuseops import ops
-from fuseops.ops.executor import replay
+from fuseops.ops.executor import graphed, replay
 
 DENSE_T = (1024, 4096, 16384)
 DENSE_H = (1024, 2048, 4096)
@@ -330,6 +330,8 @@ def main() -> None:
     save(rows[len(done):])
     plot(rows, out.with_suffix(".png"))
     print_table(rows)
+    print(f"CUDA-graph replays (FUSEOPS_CUDA_GRAPHS={int(graphed.ENABLED)}): {graphed.counts}; not graphed: "
+          f"{graphed.refusals}")
 
 
 if __name__ == "__main__":

@@ -116,8 +116,10 @@ def assert_bitwise(out: torch.Tensor | None, ref: torch.Tensor | None, what: str
     if out is None:
         return
     assert out.shape == ref.shape and out.dtype == ref.dtype, f"{what}: {out.shape} {out.dtype} vs {ref.shape} {ref.dtype}"
-    ob = out.view(torch.uint8) if out.element_size() == 1 else out
-    rb = ref.view(torch.uint8) if ref.element_size() == 1 else ref
+    # As integers of the element's size: NaN has bits too (and equals itself here).
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    ob = out.view(ints[out.element_size()]) if out.is_floating_point() or out.element_size() == 1 else out
+    rb = ref.view(ints[ref.element_size()]) if ref.is_floating_point() or ref.element_size() == 1 else ref
     bad = (ob != rb).sum().item()
     assert bad == 0, f"{what}: {bad} of {out.numel()} differ"
 

@@ -64,6 +64,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from fuseops.kernels import launch as kernel_launch
 from fuseops.ops._checks import debug_checks_enabled
+from fuseops.ops.executor import graphed
 from fuseops.quant import weight_cache
 
 ENABLED: bool = os.environ.get("FUSEOPS_REPLAY", "1") != "0"
@@ -125,6 +126,10 @@ class _Names:
         self.inside_op = 0
         # The tensor the last recorded op allocated (``_ALLOCATING``), if it did.
         self.fresh: int | None = None
+        # For CUDA-graph replay (``graphed.py``): the lines that ask the weight cache (their
+        # positions in ``lines`` and output names), and why a graph could not repeat the call.
+        self.derived: list[tuple[int, str]] = []
+        self.not_graphable: str | None = None
 
     def bind(self, t: torch.Tensor, name: str) -> None:
         if self.name(t) is None:
@@ -276,6 +281,8 @@ class _AtenRecorder(TorchDispatchMode):
                         isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]):
                     raise NotRecordable("indexing by a boolean mask")
                 line = n.call(n.constant(_callable(func, args, kwargs)), args, kwargs)
+                if n.not_graphable is None:
+                    n.not_graphable = _not_graphable(n, func, args, kwargs)
             except NotRecordable as why:
                 n.refused = str(why)
         # What runs inside the op (a custom op's launches and host reads) is the op's own:
@@ -379,7 +386,12 @@ class _DerivedRecorder:
             n.inside_op -= 1
         if line is not None and n.refused is None:
             try:
-                n.lines.append(f"{n.outputs(out)} = {line}")
+                target = n.outputs(out)
+                n.lines.append(f"{target} = {line}")
+                if isinstance(out, torch.Tensor):
+                    n.derived.append((len(n.lines) - 1, target))
+                else:
+                    n.not_graphable = n.not_graphable or "a cached copy that is not one tensor"
             except NotRecordable as why:
                 n.refused = f"{why} (a cached copy of a parameter)"
         return out
@@ -399,6 +411,7 @@ class _NoticeRecorder:
         if n.refused is None and not n.inside_op:
             try:
                 n.lines.append(f"notice([{', '.join(n.expr(t) for t in tensors)}])")
+                n.not_graphable = n.not_graphable or "a save receiver's notices"
             except NotRecordable as why:
                 n.refused = str(why)
         previous, kernel_launch.recording = kernel_launch.recording, None
@@ -411,16 +424,34 @@ class _NoticeRecorder:
             kernel_launch.recording = previous
 
 
+def _not_graphable(n: _Names, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+    """Why a CUDA graph could not repeat the aten op ``func`` (``graphed.py``), or None: a
+    random op (a graph would repeat its draws) or one that writes into a call input (a graph
+    writes into its own copy of the input)."""
+    if torch.Tag.nondeterministic_seeded in func.tags:
+        return f"a random op ({func})"
+    schema = func._schema.arguments
+    for arg, value in [*zip(schema, args), *[(a, kwargs[a.name]) for a in schema if a.name in kwargs]]:
+        info = arg.alias_info
+        if info is not None and info.is_write and isinstance(value, torch.Tensor):
+            name = n.name(value)
+            if name is not None and name.startswith("a"):
+                return f"an op writing into an input ({func})"
+    return None
+
+
 class Program:
     """A recorded run as a function of the call's tensor inputs (``run``); returns the tensors
-    ``results`` listed at recording time, in that order. ``meta``: the caller's, to read them."""
+    ``results`` listed at recording time, in that order. ``meta``: the caller's, to read them.
+    ``graph``: its CUDA-graph replay (``graphed.GraphedProgram``), where one may pay."""
 
-    __slots__ = ("meta", "run", "source")
+    __slots__ = ("graph", "meta", "run", "source")
 
     def __init__(self, run: Callable[..., tuple], source: str) -> None:
         self.run = run
         self.source = source
         self.meta: Any = None
+        self.graph: graphed.GraphedProgram | None = None
 
 
 class Refusal:
@@ -466,6 +497,7 @@ def record(inputs: Sequence[torch.Tensor | None], body: Callable[[Any], Any],
         program = _finish(n, params, listed)
     if not isinstance(program, Refusal):
         counts["recorded"] += 1
+        program.graph = graphed.for_program(program, inputs, n.not_graphable, lambda: _graph_parts(n, params, listed))
     return out, program
 
 
@@ -493,10 +525,31 @@ def _finish(n: _Names, params: list[str], results: Sequence[torch.Tensor | None]
     body = "\n".join(f"    {line}" for line in n.lines)
     source = (f"def program({', '.join([*params, '*', 'notice=None'])}):\n{body}\n"
               f"    return ({returned}{',' if results else ''})\n")
-    code = compile(source, "<fuseops replay>", "exec")
+    return Program(_compiled(n, source)["program"], source)
+
+
+def _compiled(n: _Names, source: str) -> dict[str, Any]:
     namespace = dict(n.namespace)
-    exec(code, namespace)  # noqa: S102 - our own generated source, from recorded ops only
-    return Program(namespace["program"], source)
+    exec(compile(source, "<fuseops replay>", "exec"), namespace)  # noqa: S102 - our own source, from recorded ops only
+    return namespace
+
+
+def _graph_parts(n: _Names, params: list[str], results: Sequence[torch.Tensor | None]) -> graphed.Parts | None:
+    """The program as a CUDA graph runs it (``graphed.Parts``), or None where it has nothing
+    to split: every line is then the graph's. Copies from the weight cache are made before
+    the graph (``prologue``) and enter it as inputs (``body``'s last arguments)."""
+    if not n.derived:
+        return None
+    skipped = {i for i, _ in n.derived}
+    names = list(dict.fromkeys(name for _, name in n.derived))  # a copy asked for twice is one input
+    returned = ", ".join(n.expr(t) for t in results)
+    prologue = "\n".join(f"    {n.lines[i]}" for i, _ in n.derived)
+    body = "\n".join(f"    {line}" for i, line in enumerate(n.lines) if i not in skipped)
+    source = (f"def prologue({', '.join(params)}):\n{prologue}\n    return ({', '.join(names)},)\n\n"
+              f"def body({', '.join([*params, *names])}):\n{body}\n"
+              f"    return ({returned}{',' if results else ''})\n")
+    namespace = _compiled(n, source)
+    return graphed.Parts(namespace["prologue"], namespace["body"], len(names), source)
 
 
 def layout_key(tensors: Sequence[Any]) -> tuple:
@@ -548,6 +601,8 @@ def keep(layouts: Layouts, direction: str, key: tuple, program: Program | Refusa
 
 def replayed(program: Program, *inputs: Any, notice: Callable[[list], None] | None = None) -> tuple:
     """``program``'s results on ``inputs``, counted; ``notice``: the save receiver, for a
-    program recorded under one."""
+    program recorded under one. Through its CUDA graph where it has one (``graphed.py``)."""
     counts["replayed"] += 1
+    if program.graph is not None:
+        return program.graph.run(inputs)
     return program.run(*inputs, notice=notice)

@@ -1,0 +1,388 @@
+"""CUDA-graph replay of recorded programs, where a program's host work outlasts its GPU work (issue 20).
+
+A recorded program (``replay.py``) is straight-line Python with fixed shapes. Where its host
+path is the bottleneck (the GPU idles between its kernels: small and medium layers), one graph
+launch replaces its launches: captured once per program (one input layout), replayed per call.
+
+What a call does, keeping what eager calls guarantee:
+
+- **Inputs.** A slot that held one tensor, at one address, over the measured calls (a
+  parameter) is read in place by the graph: *pinned*. A later call that brings another address there
+  (``param.data = ...``, ``.to()``) drops the graph and measures the program again. Every other
+  slot (activations, gradients, saved tensors) has the graph's own buffer, into which each
+  call's tensor is copied (the storage range it covers, so any strides copy). Copies from the
+  weight cache (a float32 weight's cast under autocast) are asked for before the graph, as a
+  replay asks (``replay._DerivedRecorder``), and copied in only when the cache hands out
+  another tensor (after the weight changed).
+- **Outputs.** A result that is an input, or a view of one, is the call's own input, or the
+  same view of it. Every other result is cloned out of the graph's memory, so each call's
+  outputs and saved activations are its own tensors (version counters, offload, outputs held
+  across calls all behave as in an eager call).
+- **Memory.** Each graph has its own private memory pool (its intermediates and outputs,
+  held while the graph lives). One pool shared by all graphs would hold only the largest, but
+  a pool outlives its graphs only through a live graph: capturing into a shared pool whose
+  graphs were all freed fails in ``capture_begin``, after torch has marked its random
+  generator as capturing (every later random op on the device then raises; session 24 met it).
+
+When a program is graphed is decided per program, by measurement (never by a size rule), with
+no host synchronisation on the way:
+
+1. Its first ``MEASURED_CALLS`` replays run as before, each timed on the host (enqueue time)
+   and between two CUDA events, read once complete (``Event.query``). A program whose GPU span
+   exceeds its enqueue time by ``GPU_BOUND`` stays eager: its host work is hidden already, and
+   a graph would only add copies.
+2. Otherwise the next call captures. It runs eagerly (its result is the call's), checks that
+   the eager run left its copied inputs unchanged (a kernel writing into an input would write
+   into the graph's copy instead), captures on copies of its inputs, replays once and checks
+   the graph's results equal the eager ones bit for bit. These checks read the device (one
+   host synchronisation each), once per program.
+3. ``MEASURED_CALLS`` graph replays are timed the same way. The graph is kept where both its
+   enqueue time and its GPU span (copies and clones included) are under ``KEEP`` of the eager
+   program's: where the eager span was the GPU's own work (not its wait for the host), the
+   copies make the graph's longer, and it is freed.
+
+Never graphed: programs recorded under a save receiver (offload), with random ops (a graph would
+repeat their draws), writing into an input, or with inputs off the GPU. Calls made while the
+stream is being captured (the caller's own CUDA graph, ``make_graphed_callables``) run the
+program eagerly. ``FUSEOPS_CUDA_GRAPHS=0`` turns graphs off.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+ENABLED: bool = os.environ.get("FUSEOPS_CUDA_GRAPHS", "1") != "0"
+MEASURED_CALLS = 3
+GPU_BOUND = 1.25
+KEEP = 0.9
+# A program whose pinned inputs moved this many times stays eager (its addresses never settle).
+MAX_CAPTURES = 3
+
+# What happened, counted (the tests and benchmarks read them).
+counts: dict[str, int] = {"captured": 0, "kept": 0, "graph_replays": 0, "stayed_eager": 0, "dropped": 0}
+refusals: dict[str, int] = {}
+
+_MEASURING, _TRIAL, _GRAPHED, _EAGER = "measuring", "trial", "graphed", "eager"
+# Integer dtypes of each element size: results and inputs are compared by their bits (a NaN
+# equals itself there).
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_side_streams: dict[int, torch.cuda.Stream] = {}
+
+
+class Parts:
+    """A program split for a graph: ``prologue(*inputs)`` asks the weight cache for its copies
+    (``num_derived`` tensors), ``body(*inputs, *copies)`` is every other line."""
+
+    __slots__ = ("body", "num_derived", "prologue", "source")
+
+    def __init__(self, prologue: Callable[..., tuple], body: Callable[..., tuple], num_derived: int,
+                 source: str) -> None:
+        self.prologue, self.body, self.num_derived, self.source = prologue, body, num_derived, source
+
+
+def refuse(reason: str) -> None:
+    refusals[reason] = refusals.get(reason, 0) + 1
+
+
+def for_program(program: Any, inputs: Sequence[torch.Tensor | None], not_graphable: str | None,
+                parts: Callable[[], Parts | None]) -> GraphedProgram | None:
+    """The graph state of a just-recorded ``program`` (``replay.Program``), or None where it
+    is never graphed (the module docstring). ``parts``: makes the program's split, if it has one."""
+    if not ENABLED:
+        return None
+    if not_graphable is not None:
+        refuse(not_graphable)
+        return None
+    devices = {t.device for t in inputs if t is not None}
+    if len(devices) != 1 or next(iter(devices)).type != "cuda":
+        return None
+    return GraphedProgram(program.run, parts(), next(iter(devices)))
+
+
+def decision(eager: Sequence[tuple[float, float]], graphed: Sequence[tuple[float, float]] | None) -> str:
+    """From ``(enqueue s, GPU span s)`` samples: after the eager ones alone, "capture" or
+    "eager"; with the graph's too, "keep" or "drop" (the module docstring's steps 1 and 3)."""
+    host = statistics.median(h for h, _ in eager)
+    gpu = min(g for _, g in eager)
+    if graphed is None:
+        return "eager" if gpu > GPU_BOUND * host else "capture"
+    # Both must shrink: the graph's copies lengthen the GPU span, which pays only where the eager
+    # span was the host's (the GPU waiting for launches).
+    graph_host, graph_gpu = statistics.median(h for h, _ in graphed), min(g for _, g in graphed)
+    return "keep" if graph_host < KEEP * host and graph_gpu < KEEP * gpu else "drop"
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(_BITS[t.element_size()]) if t.is_floating_point() or t.is_complex() else t
+
+
+def same_bits(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """Whether ``a`` and ``b`` hold the same bits (a host read of the device)."""
+    if a is None or b is None:
+        return a is b
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements of storage from ``t``'s first element to its last."""
+    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+
+
+def _covering(t: torch.Tensor) -> torch.Tensor:
+    """The contiguous run of ``t``'s storage that holds its elements, as a 1-D tensor."""
+    return torch.as_strided(t, (_span(t),), (1,), t.storage_offset())
+
+
+def _identities(inputs: Sequence[Any]) -> tuple:
+    """Each input tensor (a weak reference: an ``id`` is reused once its object is freed) and its
+    address: a slot that keeps both over the measured calls (a parameter, an input the caller
+    passes again) is pinned. A fresh tensor at a reused address (an activation in the
+    allocator's freed block) is not."""
+    return tuple((weakref.ref(t), t.data_ptr()) if isinstance(t, torch.Tensor) else None for t in inputs)
+
+
+def _kept(seen: tuple | None, t: Any) -> bool:
+    return seen is not None and seen[0]() is t and seen[1] == t.data_ptr()
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    if device.index not in _side_streams:
+        _side_streams[device.index] = torch.cuda.Stream(device)
+    return _side_streams[device.index]
+
+
+class _Timed:
+    """One timed run: its enqueue time and the CUDA events around it."""
+
+    __slots__ = ("end", "host", "start")
+
+    def __init__(self) -> None:
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+        self.start.record()
+        self.host = time.perf_counter()
+
+    def stop(self) -> _Timed:
+        self.host = time.perf_counter() - self.host
+        self.end.record()
+        return self
+
+    def sample(self) -> tuple[float, float]:
+        return self.host, self.start.elapsed_time(self.end) / 1e3
+
+
+class GraphedProgram:
+    """A recorded program's graph state: measuring, on trial, graphed or eager (the module
+    docstring). ``run(inputs)`` is the program's result on ``inputs``."""
+
+    def __init__(self, run: Callable[..., tuple], parts: Parts | None, device: torch.device) -> None:
+        self.eager_run = run
+        self.parts = parts
+        self.body = run if parts is None else parts.body
+        self.device = device
+        self.phase = _MEASURING
+        self.timed: list[_Timed] = []
+        self.eager_samples: list[tuple[float, float]] = []
+        self.addresses: list[tuple] = []
+        self.captures = 0
+        self._free()
+
+    def _free(self) -> None:
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: list[torch.Tensor | None] = []
+        self.buffers: dict[int, torch.Tensor] = {}  # copied slot -> its covering buffer
+        self.pinned: list[tuple[int, int]] = []  # (slot, address)
+        self.derived_last: dict[int, tuple[weakref.ref, int]] = {}
+        self.pool_results: list[torch.Tensor] = []
+        self.plan: list[tuple] = []
+
+    def run(self, inputs: Sequence[Any]) -> tuple:
+        if self.phase is _EAGER or not ENABLED or torch.cuda.is_current_stream_capturing():
+            return self.eager_run(*inputs)
+        if self.phase is not _MEASURING:
+            out = self._replay(inputs)
+            if out is not None:
+                return out
+        return self._measure(inputs)
+
+    # -- measuring the eager program, then capturing
+
+    def _complete(self) -> list[tuple[float, float]] | None:
+        """The timed runs' samples once all are complete (None before), and a fresh start."""
+        if len(self.timed) < MEASURED_CALLS or not self.timed[-1].end.query():
+            return None
+        samples = [t.sample() for t in self.timed]
+        self.timed = []
+        return samples
+
+    def _measure(self, inputs: Sequence[Any]) -> tuple:
+        samples = self._complete()
+        if samples is not None:
+            if decision(samples, None) == "eager":
+                counts["stayed_eager"] += 1
+                self.phase = _EAGER
+                return self.eager_run(*inputs)
+            self.eager_samples = samples
+            return self._capture(inputs)
+        self.addresses.append(_identities(inputs))
+        timed = _Timed()
+        out = self.eager_run(*inputs)
+        self.timed.append(timed.stop())
+        return out
+
+    def _stay_eager(self, reason: str) -> None:
+        refuse(reason)
+        counts["stayed_eager"] += 1
+        self.phase = _EAGER
+        self._free()
+
+    def _capture(self, inputs: Sequence[Any]) -> tuple:
+        """This call's result, run eagerly; the graph captured beside it where its checks pass."""
+        self.captures += 1
+        pinned = {i for i, t in enumerate(inputs) if all(_kept(seen[i], t) for seen in self.addresses)}
+        copied = [i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and i not in pinned]
+        before = {i: _covering(inputs[i]).clone() for i in copied}
+        out = self.eager_run(*inputs)
+        if not all(same_bits(before[i], _covering(inputs[i])) for i in copied):
+            self._stay_eager("a kernel writing into an input")
+            return out
+        derived = self.parts.prologue(*inputs) if self.parts is not None else ()
+        everything = (*inputs, *derived)
+        for i, t in enumerate(everything):
+            if t is None:
+                self.static.append(None)
+            elif i in pinned:
+                self.static.append(t.detach())
+                self.pinned.append((i, t.data_ptr()))
+            else:
+                buffer = torch.empty(_span(t), dtype=t.dtype, device=t.device)
+                buffer.copy_(_covering(t))
+                self.buffers[i] = buffer
+                self.static.append(buffer.as_strided(t.shape, t.stride(), 0))
+                if i >= len(inputs):
+                    self.derived_last[i] = (weakref.ref(t), t._version)
+        current, side = torch.cuda.current_stream(self.device), _side_stream(self.device)
+        side.wait_stream(current)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.stream(side):
+                self.body(*self.static)  # warm-up off the capture: lazy initialisations happen here
+                graph.capture_begin(capture_error_mode="thread_local")
+                try:
+                    results = self.body(*self.static)
+                finally:
+                    graph.capture_end()
+        except RuntimeError as why:
+            current.wait_stream(side)
+            self._stay_eager(f"the capture failed ({type(why).__name__}: {str(why)[:120]})")
+            return out
+        current.wait_stream(side)
+        self.graph = graph
+        if not self._plan(results):
+            return out
+        graph.replay()
+        for k, (a, b) in enumerate(zip(self._outputs(inputs, everything), out)):
+            if not same_bits(a, b):
+                self._stay_eager(f"the graph's result {k} differs from the eager run's")
+                return out
+        counts["captured"] += 1
+        self.phase = _TRIAL
+        return out
+
+    def _plan(self, results: Sequence[torch.Tensor | None]) -> bool:
+        """How each result is handed out: None, an input, a view of an input, or a clone of
+        graph memory. False (eager from now on) where two results share graph memory."""
+        storages = {t.untyped_storage().data_ptr(): i for i, t in enumerate(self.static) if t is not None}
+        cloned: dict[int, int] = {}
+        for r in results:
+            if r is None:
+                self.plan.append(("none",))
+                continue
+            slot = next((i for i, t in enumerate(self.static) if t is r), None)
+            if slot is not None:
+                self.plan.append(("input", slot))
+                continue
+            storage = r.untyped_storage().data_ptr()
+            if storage in storages:
+                slot = storages[storage]
+                delta = r.storage_offset() - self.static[slot].storage_offset()
+                self.plan.append(("view", slot, tuple(r.shape), r.stride(), delta))
+                continue
+            if id(r) not in cloned:
+                if any(p.untyped_storage().data_ptr() == storage for p in self.pool_results):
+                    self._stay_eager("two results sharing graph memory")
+                    return False
+                cloned[id(r)] = len(self.pool_results)
+                self.pool_results.append(r)
+            self.plan.append(("clone", cloned[id(r)]))
+        return True
+
+    def _outputs(self, inputs: Sequence[Any], everything: Sequence[Any]) -> tuple:
+        clones = [t.clone() for t in self.pool_results]
+        out = []
+        for entry in self.plan:
+            kind = entry[0]
+            if kind == "clone":
+                out.append(clones[entry[1]])
+            elif kind == "input":
+                out.append(everything[entry[1]])
+            elif kind == "view":
+                _, slot, shape, stride, delta = entry
+                base = everything[slot]
+                out.append(torch.as_strided(base, shape, stride, base.storage_offset() + delta))
+            else:
+                out.append(None)
+        return tuple(out)
+
+    # -- replaying the graph
+
+    def _replay(self, inputs: Sequence[Any]) -> tuple | None:
+        """The graph's results on ``inputs``; None where a pinned input moved (the graph is then
+        freed, and the program measured again)."""
+        derived = self.parts.prologue(*inputs) if self.parts is not None else ()
+        everything = (*inputs, *derived) if derived else inputs
+        for slot, address in self.pinned:
+            if everything[slot].data_ptr() != address:
+                counts["dropped"] += 1
+                self.phase = _MEASURING if self.captures < MAX_CAPTURES else _EAGER
+                self.eager_samples, self.addresses = [], []
+                self._free()
+                return None
+        if self.phase is _TRIAL:
+            self._judge()
+        timed = _Timed() if self.phase is _TRIAL else None
+        for slot, buffer in self.buffers.items():
+            t = everything[slot]
+            last = self.derived_last.get(slot)
+            if last is not None:
+                if last[0]() is t and last[1] == t._version:
+                    continue
+                self.derived_last[slot] = (weakref.ref(t), t._version)
+            buffer.copy_(_covering(t))
+        self.graph.replay()
+        out = self._outputs(inputs, everything)
+        counts["graph_replays"] += 1
+        if timed is not None:
+            self.timed.append(timed.stop())
+        return out
+
+    def _judge(self) -> None:
+        """Keep or free the graph once its timed replays are complete (step 3)."""
+        samples = self._complete()
+        if samples is None:
+            return
+        if decision(self.eager_samples, samples) == "keep":
+            counts["kept"] += 1
+            self.phase = _GRAPHED
+        else:
+            counts["dropped"] += 1
+            counts["stayed_eager"] += 1
+            self.phase = _EAGER
+            self._free()

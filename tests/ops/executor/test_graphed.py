@@ -1,0 +1,227 @@
+"""CUDA-graph replay of recorded programs (``fuseops/ops/executor/graphed.py``): where a program
+is graphed, every call's outputs and gradients equal the full path's bit for bit, across
+optimizer steps, replaced parameters, autocast's weight casts, NaNs and empty inputs; version
+checks and an outer capture behave as without graphs. The GPU tests force the decision
+(``GPU_BOUND`` and ``KEEP`` set to infinity) so that every graphable program is graphed; the
+CPU tests pin the decision rule and the program's split around the weight cache."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import fuseops
+from fuseops import ops
+from fuseops.ops.executor import graphed, replay
+from tests.helpers import assert_bitwise, cuda_or_skip
+from tests.ops.executor.test_replay import MODELS, H, _inputs, _step
+
+CALLS = 12  # 1 full, 1 recorded, 3 measured, 1 capturing, 3 on trial, then graphed
+# Programs graphed per model, forward and backward: the grouped backward writes the gated
+# gradient over a saved activation (an input of its program), which a graph would write into
+# its own copy of it: that program stays eager (``graphed.py``'s check).
+_GRAPHED = {"dense_gelu": 2, "dense_swiglu_layernorm": 2, "residual_branch": 2, "grouped": 1}
+
+
+@pytest.fixture
+def always_graph(monkeypatch):
+    monkeypatch.setattr(graphed, "ENABLED", True)
+    monkeypatch.setattr(replay, "ENABLED", True)
+    monkeypatch.setattr(graphed, "GPU_BOUND", float("inf"))
+    monkeypatch.setattr(graphed, "KEEP", float("inf"))
+
+
+def _calls(name, device, dtype, kind):
+    calls = []
+    for seed in range(CALLS):
+        inputs = [t.to(dtype) if t.is_floating_point() else t for t in _inputs(name, device, seed)]
+        if kind == "nan" and seed % 2:
+            inputs[0][1, 3] = float("nan")
+            inputs[0][2, 0] = float("inf")
+        calls.append(inputs)
+    return calls
+
+
+def _synced_steps(model, calls, change=None):
+    """``_step`` on each call (synchronised, so the graph's timing events complete between
+    calls); ``change(model, i)`` before call ``i``."""
+    out = []
+    for i, inputs in enumerate(calls):
+        if change is not None:
+            change(model, i)
+        out.append(_step(model, inputs))
+        torch.cuda.synchronize()
+    return out
+
+
+def _compare(model, calls, monkeypatch, change=None):
+    """The calls on a copy of ``model`` with replay off, then on ``model`` with graphs; every
+    output and gradient equal bit for bit. Returns the graph counts' change."""
+    full_model = copy.deepcopy(model)
+    monkeypatch.setattr(replay, "ENABLED", False)
+    full = _synced_steps(full_model, calls, change)
+    monkeypatch.setattr(replay, "ENABLED", True)
+    before = dict(graphed.counts)
+    got = _synced_steps(model, calls, change)
+    for i, (a, b) in enumerate(zip(full, got)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert_bitwise(y, x, f"call {i} output/grad {j}")
+    return {k: graphed.counts[k] - before[k] for k in before} | {"refusals": dict(graphed.refusals)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["plain", "nan"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", MODELS)
+def test_a_graphed_replay_equals_the_full_path(name, dtype, kind, always_graph, monkeypatch):
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    model = MODELS[name]().to(device, dtype)
+    delta = _compare(model, _calls(name, device, dtype, kind), monkeypatch)
+    # Forward and backward each: captured once, replayed from then on.
+    assert delta["captured"] == _GRAPHED[name] and delta["kept"] == _GRAPHED[name], str(delta)
+    assert delta["graph_replays"] >= 4 * _GRAPHED[name], str(delta)
+
+
+@pytest.mark.gpu
+def test_empty_inputs_are_graphed_too(always_graph, monkeypatch):
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    model = MODELS["dense_gelu"]().to(device)
+    calls = [[torch.randn(0, H, device=device), torch.randn(0, H, device=device)] for _ in range(CALLS)]
+    delta = _compare(model, calls, monkeypatch)
+    assert delta["captured"] == 2, str(delta)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("change", ["optimizer_step", "data_replaced"])
+def test_graphs_follow_the_parameters(change, always_graph, monkeypatch):
+    """Parameters are read in place: an optimizer's step reaches the next replay; a parameter
+    given new storage (``param.data = ...``) drops the graph, which is measured and captured
+    again."""
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    model = MODELS["dense_gelu"]().to(device)
+
+    def step(m, i):
+        if change == "optimizer_step" or i == CALLS // 2:
+            with torch.no_grad():
+                for p in m.parameters():
+                    if change == "optimizer_step":
+                        p.add_(p * 0.01 + 0.001 * i)
+                    else:
+                        p.data = p.data * 0.5 + 0.25
+
+    delta = _compare(model, _calls("dense_gelu", device, torch.float32, "plain") * 2, monkeypatch, step)
+    if change == "data_replaced":
+        assert delta["dropped"] >= 2 and delta["captured"] >= 4, str(delta)
+    else:
+        assert delta["kept"] == 2, str(delta)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["dense_gelu", "grouped"])
+def test_autocast_casts_follow_the_weights(name, always_graph, monkeypatch):
+    """Float32 weights under autocast: the weight cache's casts enter the graph as inputs,
+    copied in only when the cache hands out a new cast (after each optimizer step here)."""
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    model = MODELS[name]().to(device)
+
+    def step(m, i):
+        if i % 3 == 0:
+            with torch.no_grad():
+                for p in m.parameters():
+                    p.mul_(0.99)
+
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        delta = _compare(model, _calls(name, device, torch.float32, "plain"), monkeypatch, step)
+    assert delta["captured"] == _GRAPHED[name] and delta["kept"] == _GRAPHED[name], str(delta)
+
+
+@pytest.mark.gpu
+def test_a_saved_input_changed_in_place_before_a_graphed_backward_raises(always_graph):
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H)).to(device)
+    _synced_steps(model, [[torch.randn(8, H, device=device)] for _ in range(CALLS)])
+    before = graphed.counts["graph_replays"]
+    y = model(torch.randn(8, H, device=device, requires_grad=True) * 1)
+    assert graphed.counts["graph_replays"] == before + 1
+    with torch.no_grad():
+        model[1].weight.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+@pytest.mark.gpu
+def test_an_outer_capture_runs_the_programs_eagerly(always_graph):
+    """``make_graphed_callables`` over a model whose programs are graphed: its capture runs them
+    eagerly (no graph inside a graph), and the caller's graph gives the eager results."""
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    model = MODELS["dense_gelu"]().to(device)
+    calls = _calls("dense_gelu", device, torch.float32, "plain")
+    before = graphed.counts["kept"]
+    _synced_steps(model, calls)
+    assert graphed.counts["kept"] == before + 2
+    sample = [t.detach().clone().requires_grad_() for t in calls[0]]
+    outer = torch.cuda.make_graphed_callables(model, tuple(sample))
+    x = [t.detach().clone().requires_grad_() for t in calls[1]]
+    y = outer(*x)
+    y.square().sum().backward()
+    ref_x = [t.detach().clone().requires_grad_() for t in calls[1]]
+    ref = model(*ref_x)
+    ref.square().sum().backward()
+    assert_bitwise(y, ref, "output")
+    for a, b in zip(x, ref_x):
+        assert_bitwise(a.grad, b.grad, "input grad")
+
+
+def test_the_decision_rule():
+    """Steps 1 and 3 of the module docstring, on (enqueue s, GPU span s) samples."""
+    host_bound = [(1e-3, 1.1e-3), (1.2e-3, 1.2e-3), (0.9e-3, 1.0e-3)]
+    gpu_bound = [(1e-3, 5e-3), (1e-3, 5e-3), (1e-3, 5e-3)]
+    assert graphed.decision(host_bound, None) == "capture"
+    assert graphed.decision(gpu_bound, None) == "eager"
+    assert graphed.decision(host_bound, [(1e-4, 3e-4)] * 3) == "keep"
+    # The graph's copies made its GPU span no shorter than the eager program's.
+    assert graphed.decision(host_bound, [(1e-4, 1.05e-3)] * 3) == "drop"
+    assert graphed.decision([(1e-3, 0.8e-3)] * 3, [(1e-4, 0.85e-3)] * 3) == "drop"
+
+
+def test_the_split_around_the_weight_cache_computes_the_program(monkeypatch):
+    """Under autocast with float32 weights, ``prologue`` asks the cache for the casts and
+    ``body`` runs every other line on them: together, the program's results bit for bit."""
+    monkeypatch.setattr(replay, "ENABLED", True)
+    split = []
+    monkeypatch.setattr(graphed, "for_program", lambda program, inputs, reason, parts: split.append(
+        (program, parts(), reason)))
+    torch.manual_seed(0)
+    model = MODELS["dense_gelu"]()
+    calls = [_inputs("dense_gelu", torch.device("cpu"), s) for s in range(3)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for inputs in calls:
+            _step(model, inputs)
+    forward, parts, reason = split[0]
+    assert reason is None and parts.num_derived == 4  # two Linears: weight and bias
+    inputs = [calls[2][0], calls[2][1], *model.parameters()]
+    with torch.no_grad():
+        whole = forward.run(*inputs)
+        pieces = parts.body(*inputs, *parts.prologue(*inputs))
+    for a, b in zip(whole, pieces):
+        assert_bitwise(b, a, "split result")
+
+
+def test_random_ops_are_never_graphed(monkeypatch):
+    monkeypatch.setattr(replay, "ENABLED", True)
+    before = graphed.refusals.get("a random op (aten.bernoulli_.float)", 0) + graphed.refusals.get(
+        "a random op (aten.native_dropout.default)", 0)
+    model = fuseops.Sequential(ops.Linear(H, H), ops.Dropout(0.5))
+    for _ in range(3):
+        _step(model, [torch.randn(8, H)])
+    after = graphed.refusals.get("a random op (aten.bernoulli_.float)", 0) + graphed.refusals.get(
+        "a random op (aten.native_dropout.default)", 0)
+    assert after > before, graphed.refusals
