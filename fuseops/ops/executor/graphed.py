@@ -6,19 +6,28 @@ launch replaces its launches: captured once per program (one input layout), repl
 
 What a call does, keeping what eager calls guarantee:
 
-- **Inputs.** A slot that held one tensor, at one address, over the measured calls (a
-  parameter) is read in place by the graph: *pinned*. A later call that brings another address there
-  (``param.data = ...``, ``.to()``) drops the graph and measures the program again. Every other
-  slot (activations, gradients, saved tensors) has the graph's own buffer, into which each
-  call's tensor is copied (the storage range it covers, so any strides copy). Copies from the
-  weight cache (a float32 weight's cast under autocast) are asked for before the graph, as a
-  replay asks (``replay._DerivedRecorder``), and copied in only when the cache hands out
-  another tensor (after the weight changed).
+- **Inputs.** A slot whose tensor lay at one address over the measured calls (a parameter, an
+  activation the allocator keeps placing there, another graph's result) is read by the graph
+  where it lies: *pinned*. Nothing is held for it: every call checks that its tensor is at that
+  address, and one that is not runs the program eagerly. After ``MEASURED_CALLS`` such calls in
+  a row the graph is freed and the program measured again; a slot that moved twice (once may be
+  its producer changing between eager runs and its own graph) is copied from then on. A copied
+  slot has the graph's own buffer, into which each call's tensor is copied (the storage range
+  it covers, so any strides copy). A copied slot whose tensors come from another graph's results
+  for ``MEASURED_CALLS`` calls in a row (it was captured while that graph ran eagerly) is
+  measured and captured again, pinned. Copies from the weight cache (a float32 weight's cast
+  under autocast) are asked for before the graph, as a replay asks
+  (``replay._DerivedRecorder``), and copied in only when the cache hands out another tensor
+  (after the weight changed).
 - **Outputs.** A result that is an input, or a view of one, is the call's own input, or the
-  same view of it. Every other result is cloned out of the graph's memory, so each call's
-  outputs and saved activations are its own tensors (version counters, offload, outputs held
-  across calls all behave as in an eager call).
-- **Memory.** Each graph has its own private memory pool (its intermediates and outputs,
+  same view of it. A result in graph memory goes out as a new tensor over that memory, not a
+  copy. The next replay would overwrite it, so a call replays only when no tensor handed out
+  by the last replay lives (the storages' use counts, as torch.compile's CUDA-graph trees read
+  them); while one does (a micro-batch's saved activations during the next micro-batch's
+  forward, a held output, a gradient kept by ``zero_grad(set_to_none=False)``), the call runs
+  the program eagerly, with fresh outputs. So a graph is used where each layer runs once per
+  step and its results die with the step, as in a training step.
+- **Memory.** Each graph has its own private memory pool (its intermediates and results,
   held while the graph lives). One pool shared by all graphs would hold only the largest, but
   a pool outlives its graphs only through a live graph: capturing into a shared pool whose
   graphs were all freed fails in ``capture_begin``, after torch has marked its random
@@ -32,14 +41,14 @@ no host synchronisation on the way:
    exceeds its enqueue time by ``GPU_BOUND`` stays eager: its host work is hidden already, and
    a graph would only add copies.
 2. Otherwise the next call captures. It runs eagerly (its result is the call's), checks that
-   the eager run left its copied inputs unchanged (a kernel writing into an input would write
-   into the graph's copy instead), captures on copies of its inputs, replays once and checks
-   the graph's results equal the eager ones bit for bit. These checks read the device (one
-   host synchronisation each), once per program.
-3. ``MEASURED_CALLS`` graph replays are timed the same way. The graph is kept where both its
-   enqueue time and its GPU span (copies and clones included) are under ``KEEP`` of the eager
-   program's: where the eager span was the GPU's own work (not its wait for the host), the
-   copies make the graph's longer, and it is freed.
+   the eager run left its inputs but the parameters unchanged (a kernel writing into an input
+   would write into the graph's copy, or write again in the warm-up), captures, replays once
+   and checks the graph's results equal the eager ones bit for bit. These checks read the
+   device (one host synchronisation each), once per capture.
+3. ``MEASURED_CALLS`` graph replays are timed the same way. The graph is kept where its
+   enqueue time is under ``KEEP`` of the eager program's and its GPU span (copies included)
+   under ``GPU_SLACK`` of the eager one's; else it is freed. (Where the GPU was behind, the
+   eager span was the GPU's own work: the graph cannot shorten it, only add its copies.)
 
 Never graphed: programs recorded under a save receiver (offload), with random ops (a graph would
 repeat their draws), writing into an input, or with inputs off the GPU. Calls made while the
@@ -62,11 +71,13 @@ ENABLED: bool = os.environ.get("FUSEOPS_CUDA_GRAPHS", "1") != "0"
 MEASURED_CALLS = 3
 GPU_BOUND = 1.25
 KEEP = 0.9
-# A program whose pinned inputs moved this many times stays eager (its addresses never settle).
-MAX_CAPTURES = 3
+GPU_SLACK = 1.1
+# Captures of one program (pinned inputs that moved free a graph); then it stays eager.
+MAX_CAPTURES = 6
 
 # What happened, counted (the tests and benchmarks read them).
-counts: dict[str, int] = {"captured": 0, "kept": 0, "graph_replays": 0, "stayed_eager": 0, "dropped": 0}
+counts: dict[str, int] = {"captured": 0, "kept": 0, "graph_replays": 0, "stayed_eager": 0, "dropped": 0,
+                          "busy": 0, "moved": 0}
 refusals: dict[str, int] = {}
 
 _MEASURING, _TRIAL, _GRAPHED, _EAGER = "measuring", "trial", "graphed", "eager"
@@ -74,6 +85,9 @@ _MEASURING, _TRIAL, _GRAPHED, _EAGER = "measuring", "trial", "graphed", "eager"
 # equals itself there).
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _side_streams: dict[int, torch.cuda.Stream] = {}
+# Addresses of every live graph's results in graph memory: an input found there lies where the
+# next call's will (that graph's results stay put), so it is pinned, never copied for good.
+_graph_memory: set[int] = set()
 
 
 class Parts:
@@ -113,10 +127,11 @@ def decision(eager: Sequence[tuple[float, float]], graphed: Sequence[tuple[float
     gpu = min(g for _, g in eager)
     if graphed is None:
         return "eager" if gpu > GPU_BOUND * host else "capture"
-    # Both must shrink: the graph's copies lengthen the GPU span, which pays only where the eager
-    # span was the host's (the GPU waiting for launches).
+    # The host time must shrink, and the GPU span must not grow by more than the graph's copies
+    # may cost: where the GPU was behind, the eager span was its own work, which a graph
+    # cannot shorten (session 24: a rule asking both to shrink freed every backward's graph).
     graph_host, graph_gpu = statistics.median(h for h, _ in graphed), min(g for _, g in graphed)
-    return "keep" if graph_host < KEEP * host and graph_gpu < KEEP * gpu else "drop"
+    return "keep" if graph_host < KEEP * host and graph_gpu < GPU_SLACK * gpu else "drop"
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -138,18 +153,6 @@ def _span(t: torch.Tensor) -> int:
 def _covering(t: torch.Tensor) -> torch.Tensor:
     """The contiguous run of ``t``'s storage that holds its elements, as a 1-D tensor."""
     return torch.as_strided(t, (_span(t),), (1,), t.storage_offset())
-
-
-def _identities(inputs: Sequence[Any]) -> tuple:
-    """Each input tensor (a weak reference: an ``id`` is reused once its object is freed) and its
-    address: a slot that keeps both over the measured calls (a parameter, an input the caller
-    passes again) is pinned. A fresh tensor at a reused address (an activation in the
-    allocator's freed block) is not."""
-    return tuple((weakref.ref(t), t.data_ptr()) if isinstance(t, torch.Tensor) else None for t in inputs)
-
-
-def _kept(seen: tuple | None, t: Any) -> bool:
-    return seen is not None and seen[0]() is t and seen[1] == t.data_ptr()
 
 
 def _side_stream(device: torch.device) -> torch.cuda.Stream:
@@ -186,22 +189,34 @@ class GraphedProgram:
         self.eager_run = run
         self.parts = parts
         self.body = run if parts is None else parts.body
+        self.derived_count = 0 if parts is None else parts.num_derived
         self.device = device
         self.phase = _MEASURING
         self.timed: list[_Timed] = []
         self.eager_samples: list[tuple[float, float]] = []
         self.addresses: list[tuple] = []
         self.captures = 0
+        # How often each slot's address moved under a graph, and the slots copied from the next
+        # capture on: those that moved twice (once may be a producer between its own graphs).
+        self.moves: dict[int, int] = {}
+        self.unsettled: set[int] = set()
         self._free()
 
     def _free(self) -> None:
+        for t in getattr(self, "pool_results", ()):
+            _graph_memory.discard(t.data_ptr())
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.static: list[torch.Tensor | None] = []
         self.buffers: dict[int, torch.Tensor] = {}  # copied slot -> its covering buffer
         self.pinned: list[tuple[int, int]] = []  # (slot, address)
         self.derived_last: dict[int, tuple[weakref.ref, int]] = {}
+        # The results in graph memory, their storages, and each storage's use count with only
+        # this object holding it (a larger count: a handed-out result still lives).
         self.pool_results: list[torch.Tensor] = []
+        self.storages: list[Any] = []
+        self.alone: list[int] = []
         self.plan: list[tuple] = []
+        self.misses = 0
+        self.settling = 0
 
     def run(self, inputs: Sequence[Any]) -> tuple:
         if self.phase is _EAGER or not ENABLED or torch.cuda.is_current_stream_capturing():
@@ -210,6 +225,8 @@ class GraphedProgram:
             out = self._replay(inputs)
             if out is not None:
                 return out
+            if self.phase is not _MEASURING:
+                return self.eager_run(*inputs)
         return self._measure(inputs)
 
     # -- measuring the eager program, then capturing
@@ -231,7 +248,7 @@ class GraphedProgram:
                 return self.eager_run(*inputs)
             self.eager_samples = samples
             return self._capture(inputs)
-        self.addresses.append(_identities(inputs))
+        self.addresses.append(tuple(t.data_ptr() if isinstance(t, torch.Tensor) else None for t in inputs))
         timed = _Timed()
         out = self.eager_run(*inputs)
         self.timed.append(timed.stop())
@@ -246,26 +263,33 @@ class GraphedProgram:
     def _capture(self, inputs: Sequence[Any]) -> tuple:
         """This call's result, run eagerly; the graph captured beside it where its checks pass."""
         self.captures += 1
-        pinned = {i for i, t in enumerate(inputs) if all(_kept(seen[i], t) for seen in self.addresses)}
-        copied = [i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and i not in pinned]
-        before = {i: _covering(inputs[i]).clone() for i in copied}
+        pinned = {i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and i not in self.unsettled
+                  and all(seen[i] == t.data_ptr() for seen in self.addresses)}
+        # A program writing into an input (a kernel's in-place output) is not graphed: into a
+        # copied input the graph would write its own copy; into a pinned one, the warm-up and
+        # the check below would write again. Parameters are not read back (their size).
+        checked = [i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)
+                   and not isinstance(t, torch.nn.Parameter)]
+        before = {i: _covering(inputs[i]).clone() for i in checked}
         out = self.eager_run(*inputs)
-        if not all(same_bits(before[i], _covering(inputs[i])) for i in copied):
+        if not all(same_bits(before[i], _covering(inputs[i])) for i in checked):
             self._stay_eager("a kernel writing into an input")
             return out
+        del before
         derived = self.parts.prologue(*inputs) if self.parts is not None else ()
         everything = (*inputs, *derived)
+        static = []
         for i, t in enumerate(everything):
-            if t is None:
-                self.static.append(None)
-            elif i in pinned:
-                self.static.append(t.detach())
-                self.pinned.append((i, t.data_ptr()))
+            if t is None or i in pinned:
+                # A pinned input: the graph reads the call's tensor where it lies.
+                static.append(t)
+                if t is not None:
+                    self.pinned.append((i, t.data_ptr()))
             else:
                 buffer = torch.empty(_span(t), dtype=t.dtype, device=t.device)
                 buffer.copy_(_covering(t))
                 self.buffers[i] = buffer
-                self.static.append(buffer.as_strided(t.shape, t.stride(), 0))
+                static.append(buffer.as_strided(t.shape, t.stride(), 0))
                 if i >= len(inputs):
                     self.derived_last[i] = (weakref.ref(t), t._version)
         current, side = torch.cuda.current_stream(self.device), _side_stream(self.device)
@@ -273,10 +297,10 @@ class GraphedProgram:
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.stream(side):
-                self.body(*self.static)  # warm-up off the capture: lazy initialisations happen here
+                self.body(*static)  # warm-up off the capture: lazy initialisations happen here
                 graph.capture_begin(capture_error_mode="thread_local")
                 try:
-                    results = self.body(*self.static)
+                    results = self.body(*static)
                 finally:
                     graph.capture_end()
         except RuntimeError as why:
@@ -285,52 +309,63 @@ class GraphedProgram:
             return out
         current.wait_stream(side)
         self.graph = graph
-        if not self._plan(results):
+        planned = self._plan(results, static)
+        del results, static
+        if not planned:
             return out
         graph.replay()
-        for k, (a, b) in enumerate(zip(self._outputs(inputs, everything), out)):
-            if not same_bits(a, b):
-                self._stay_eager(f"the graph's result {k} differs from the eager run's")
-                return out
+        differs = self._differs(self._outputs(everything), out)
+        if differs is not None:
+            self._stay_eager(f"the graph's result {differs} differs from the eager run's")
+            return out
+        # Only this object holds the graph's results now: their storages' use counts alone.
+        self.alone = [torch._C._storage_Use_Count(s._cdata) for s in self.storages]
+        _graph_memory.update(t.data_ptr() for t in self.pool_results)
         counts["captured"] += 1
         self.phase = _TRIAL
         return out
 
-    def _plan(self, results: Sequence[torch.Tensor | None]) -> bool:
-        """How each result is handed out: None, an input, a view of an input, or a clone of
-        graph memory. False (eager from now on) where two results share graph memory."""
-        storages = {t.untyped_storage().data_ptr(): i for i, t in enumerate(self.static) if t is not None}
-        cloned: dict[int, int] = {}
+    @staticmethod
+    def _differs(got: tuple, want: tuple) -> int | None:
+        return next((k for k, (a, b) in enumerate(zip(got, want)) if not same_bits(a, b)), None)
+
+    def _plan(self, results: Sequence[torch.Tensor | None], static: list[torch.Tensor | None]) -> bool:
+        """How each result is handed out: None, an input, a view of an input, or graph memory.
+        False (eager from now on) where two results share graph memory."""
+        storages = {t.untyped_storage().data_ptr(): i for i, t in enumerate(static) if t is not None}
+        held: dict[int, int] = {}
         for r in results:
             if r is None:
                 self.plan.append(("none",))
                 continue
-            slot = next((i for i, t in enumerate(self.static) if t is r), None)
+            slot = next((i for i, t in enumerate(static) if t is r), None)
             if slot is not None:
                 self.plan.append(("input", slot))
                 continue
             storage = r.untyped_storage().data_ptr()
             if storage in storages:
                 slot = storages[storage]
-                delta = r.storage_offset() - self.static[slot].storage_offset()
+                delta = r.storage_offset() - static[slot].storage_offset()
                 self.plan.append(("view", slot, tuple(r.shape), r.stride(), delta))
                 continue
-            if id(r) not in cloned:
+            if id(r) not in held:
                 if any(p.untyped_storage().data_ptr() == storage for p in self.pool_results):
                     self._stay_eager("two results sharing graph memory")
                     return False
-                cloned[id(r)] = len(self.pool_results)
+                held[id(r)] = len(self.pool_results)
                 self.pool_results.append(r)
-            self.plan.append(("clone", cloned[id(r)]))
+                self.storages.append(r.untyped_storage())
+            self.plan.append(("graph", held[id(r)]))
         return True
 
-    def _outputs(self, inputs: Sequence[Any], everything: Sequence[Any]) -> tuple:
-        clones = [t.clone() for t in self.pool_results]
+    def _outputs(self, everything: Sequence[Any]) -> tuple:
+        # A result in graph memory goes out as a new tensor over it: the next replay overwrites
+        # it, which ``_replay`` allows only once every such tensor is gone.
         out = []
         for entry in self.plan:
             kind = entry[0]
-            if kind == "clone":
-                out.append(clones[entry[1]])
+            if kind == "graph":
+                out.append(self.pool_results[entry[1]].detach())
             elif kind == "input":
                 out.append(everything[entry[1]])
             elif kind == "view":
@@ -344,19 +379,37 @@ class GraphedProgram:
     # -- replaying the graph
 
     def _replay(self, inputs: Sequence[Any]) -> tuple | None:
-        """The graph's results on ``inputs``; None where a pinned input moved (the graph is then
-        freed, and the program measured again)."""
+        """The graph's results on ``inputs``; None where it cannot run now: a result of its
+        last replay still lives (the caller runs the program eagerly), or a pinned input
+        moved (the same, and after ``MEASURED_CALLS`` such calls in a row the graph is freed and
+        the program measured again, the moved slots copied from then on)."""
+        use_count = torch._C._storage_Use_Count
+        if any(use_count(s._cdata) != n for s, n in zip(self.storages, self.alone)):
+            counts["busy"] += 1
+            return None
         derived = self.parts.prologue(*inputs) if self.parts is not None else ()
         everything = (*inputs, *derived) if derived else inputs
-        for slot, address in self.pinned:
-            if everything[slot].data_ptr() != address:
-                counts["dropped"] += 1
-                self.phase = _MEASURING if self.captures < MAX_CAPTURES else _EAGER
-                self.eager_samples, self.addresses = [], []
-                self._free()
-                return None
+        moved = [slot for slot, address in self.pinned if everything[slot].data_ptr() != address]
+        if moved:
+            counts["moved"] += 1
+            self.misses += 1
+            if self.misses >= MEASURED_CALLS:
+                # Moved into another graph's results: pinned again at the next capture.
+                for slot in moved:
+                    if everything[slot].data_ptr() not in _graph_memory:
+                        self.moves[slot] = self.moves.get(slot, 0) + 1
+                        if self.moves[slot] >= 2:
+                            self.unsettled.add(slot)
+                self._measure_again()
+            return None
+        self.misses = 0
+        if self.buffers and self._settled(everything):
+            self._measure_again()
+            return None
         if self.phase is _TRIAL:
             self._judge()
+            if self.phase is _EAGER:
+                return None
         timed = _Timed() if self.phase is _TRIAL else None
         for slot, buffer in self.buffers.items():
             t = everything[slot]
@@ -367,11 +420,26 @@ class GraphedProgram:
                 self.derived_last[slot] = (weakref.ref(t), t._version)
             buffer.copy_(_covering(t))
         self.graph.replay()
-        out = self._outputs(inputs, everything)
+        out = self._outputs(everything)
         counts["graph_replays"] += 1
         if timed is not None:
             self.timed.append(timed.stop())
         return out
+
+    def _settled(self, everything: Sequence[Any]) -> bool:
+        """Whether copied inputs now come from other graphs' results (they were captured while
+        those ran eagerly) for ``MEASURED_CALLS`` calls in a row: then pinning them saves their
+        copies."""
+        found = any(slot < len(everything) - self.derived_count and slot not in self.unsettled
+                    and everything[slot].data_ptr() in _graph_memory for slot in self.buffers)
+        self.settling = self.settling + 1 if found else 0
+        return self.settling >= MEASURED_CALLS and self.captures < MAX_CAPTURES
+
+    def _measure_again(self) -> None:
+        counts["dropped"] += 1
+        self.phase = _MEASURING if self.captures < MAX_CAPTURES else _EAGER
+        self.eager_samples, self.addresses = [], []
+        self._free()
 
     def _judge(self) -> None:
         """Keep or free the graph once its timed replays are complete (step 3)."""

@@ -18,7 +18,7 @@ from fuseops.ops.executor import graphed, replay
 from tests.helpers import assert_bitwise, cuda_or_skip
 from tests.ops.executor.test_replay import MODELS, H, _inputs, _step
 
-CALLS = 12  # 1 full, 1 recorded, 3 measured, 1 capturing, 3 on trial, then graphed
+CALLS = 16  # 1 full, 1 recorded, 3 measured, 1 capturing, 3 on trial, then graphed
 # Programs graphed per model, forward and backward: the grouped backward writes the gated
 # gradient over a saved activation (an input of its program), which a graph would write into
 # its own copy of it: that program stays eager (``graphed.py``'s check).
@@ -51,7 +51,9 @@ def _synced_steps(model, calls, change=None):
     for i, inputs in enumerate(calls):
         if change is not None:
             change(model, i)
-        out.append(_step(model, inputs))
+        # Copies: a graphed call's results lie in graph memory, which its next replay reuses
+        # only once they are gone (held, they would send every later call the eager way).
+        out.append([None if t is None else t.clone() for t in _step(model, inputs)])
         torch.cuda.synchronize()
     return out
 
@@ -81,8 +83,64 @@ def test_a_graphed_replay_equals_the_full_path(name, dtype, kind, always_graph, 
     model = MODELS[name]().to(device, dtype)
     delta = _compare(model, _calls(name, device, dtype, kind), monkeypatch)
     # Forward and backward each: captured once, replayed from then on.
-    assert delta["captured"] == _GRAPHED[name] and delta["kept"] == _GRAPHED[name], str(delta)
-    assert delta["graph_replays"] >= 4 * _GRAPHED[name], str(delta)
+    assert delta["kept"] >= _GRAPHED[name] and delta["graph_replays"] >= 4 * _GRAPHED[name], str(delta)
+
+
+@pytest.mark.gpu
+def test_a_held_result_is_never_overwritten(always_graph, monkeypatch):
+    """Results held across calls (here: every output and gradient, never copied) keep their
+    values: while one lives, the next call runs the program eagerly (``busy``)."""
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    model = MODELS["dense_gelu"]().to(device)
+    calls = _calls("dense_gelu", device, torch.float32, "plain")
+    monkeypatch.setattr(replay, "ENABLED", False)
+    full = []
+    reference = copy.deepcopy(model)
+    for inputs in calls:
+        full.append([None if t is None else t.clone() for t in _step(reference, inputs)])
+    monkeypatch.setattr(replay, "ENABLED", True)
+    before = dict(graphed.counts)
+    held = []
+    for i, inputs in enumerate(calls):
+        held.append(_step(model, inputs))
+        if i % 2:
+            held[-1] = [None if t is None else t.clone() for t in held[-1]]  # every other call's let go
+        torch.cuda.synchronize()
+    for i, (a, b) in enumerate(zip(full, held)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert_bitwise(y, x, f"call {i} output/grad {j}")
+    assert graphed.counts["busy"] > before["busy"] and graphed.counts["graph_replays"] > before["graph_replays"]
+
+
+@pytest.mark.gpu
+def test_gradient_accumulation_equals_the_full_path(always_graph, monkeypatch):
+    """Two micro-batches' forwards before their backwards: the second finds the first's saved
+    results alive and runs eagerly; gradients add up as without graphs."""
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    model = MODELS["dense_gelu"]().to(device)
+    reference = copy.deepcopy(model)
+    calls = _calls("dense_gelu", device, torch.float32, "plain")
+
+    def steps(m):
+        grads = []
+        for i in range(0, len(calls), 2):
+            for p in m.parameters():
+                p.grad = None
+            losses = [m(*[t.clone() for t in calls[k]]).square().sum() for k in (i, i + 1)]
+            sum(losses).backward()
+            grads.append([p.grad.clone() for p in m.parameters()])
+            torch.cuda.synchronize()
+        return grads
+
+    monkeypatch.setattr(replay, "ENABLED", False)
+    want = steps(reference)
+    monkeypatch.setattr(replay, "ENABLED", True)
+    got = steps(model)
+    for i, (a, b) in enumerate(zip(want, got)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert_bitwise(y, x, f"step {i} grad {j}")
 
 
 @pytest.mark.gpu
@@ -92,7 +150,7 @@ def test_empty_inputs_are_graphed_too(always_graph, monkeypatch):
     model = MODELS["dense_gelu"]().to(device)
     calls = [[torch.randn(0, H, device=device), torch.randn(0, H, device=device)] for _ in range(CALLS)]
     delta = _compare(model, calls, monkeypatch)
-    assert delta["captured"] == 2, str(delta)
+    assert delta["kept"] >= 2, str(delta)
 
 
 @pytest.mark.gpu
@@ -118,7 +176,7 @@ def test_graphs_follow_the_parameters(change, always_graph, monkeypatch):
     if change == "data_replaced":
         assert delta["dropped"] >= 2 and delta["captured"] >= 4, str(delta)
     else:
-        assert delta["kept"] == 2, str(delta)
+        assert delta["kept"] >= 2, str(delta)
 
 
 @pytest.mark.gpu
@@ -138,7 +196,7 @@ def test_autocast_casts_follow_the_weights(name, always_graph, monkeypatch):
 
     with torch.autocast("cuda", dtype=torch.bfloat16):
         delta = _compare(model, _calls(name, device, torch.float32, "plain"), monkeypatch, step)
-    assert delta["captured"] == _GRAPHED[name] and delta["kept"] == _GRAPHED[name], str(delta)
+    assert delta["kept"] >= _GRAPHED[name], str(delta)
 
 
 @pytest.mark.gpu
@@ -166,7 +224,7 @@ def test_an_outer_capture_runs_the_programs_eagerly(always_graph):
     calls = _calls("dense_gelu", device, torch.float32, "plain")
     before = graphed.counts["kept"]
     _synced_steps(model, calls)
-    assert graphed.counts["kept"] == before + 2
+    assert graphed.counts["kept"] >= before + 2
     sample = [t.detach().clone().requires_grad_() for t in calls[0]]
     outer = torch.cuda.make_graphed_callables(model, tuple(sample))
     x = [t.detach().clone().requires_grad_() for t in calls[1]]
@@ -187,9 +245,11 @@ def test_the_decision_rule():
     assert graphed.decision(host_bound, None) == "capture"
     assert graphed.decision(gpu_bound, None) == "eager"
     assert graphed.decision(host_bound, [(1e-4, 3e-4)] * 3) == "keep"
-    # The graph's copies made its GPU span no shorter than the eager program's.
-    assert graphed.decision(host_bound, [(1e-4, 1.05e-3)] * 3) == "drop"
-    assert graphed.decision([(1e-3, 0.8e-3)] * 3, [(1e-4, 0.85e-3)] * 3) == "drop"
+    # Where the GPU was behind, the eager span was its own work: a graph that keeps it keeps it.
+    assert graphed.decision([(1e-3, 0.8e-3)] * 3, [(1e-4, 0.82e-3)] * 3) == "keep"
+    # The graph's copies lengthened the GPU span past GPU_SLACK; its host time did not shrink.
+    assert graphed.decision(host_bound, [(1e-4, 1.2e-3)] * 3) == "drop"
+    assert graphed.decision(host_bound, [(0.95e-3, 3e-4)] * 3) == "drop"
 
 
 def test_the_split_around_the_weight_cache_computes_the_program(monkeypatch):
