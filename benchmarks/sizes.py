@@ -3,10 +3,12 @@ expert layer (Qwen3, OLMoE, Mixtral shapes, uniform and skewed routing), forward
 fuseops eager and compiled against torch eager and ``torch.compile`` of the same model built
 from torch.nn, plus torch under ``make_graphed_callables`` (a cell is host-bound when torch
 eager is more than 1.3x slower than graphed) and the host time per step on its own (enqueue
-time: wall time of issuing one step without synchronising). Each cell keeps the fastest of
-``--rounds`` interleaved rounds of its variants.
+time: wall time of issuing one step without synchronising). Each variant first runs
+``WARMUP_STEPS`` steps (compiles, fuseops' recordings and CUDA-graph decisions), then each cell
+keeps the fastest of ``--rounds`` interleaved rounds of its variants. The last line prints
+``fuseops.ops.executor.graphed.counts``: how the eager fuseops steps used CUDA graphs.
 
-    python -m benchmarks.sizes --part dense      # GPU (session 23, one round: ~6.5 minutes)
+    python -m benchmarks.sizes --part dense      # GPU (session 24, 2 rounds: ~6 minutes; H=1024 ~2)
     python -m benchmarks.sizes --part moe        # GPU (session 23, one round of 10 reps: 2 minutes)
     python -m benchmarks.sizes --smoke           # CPU, tiny sizes, end to end
 
@@ -36,6 +38,10 @@ MOE_SHAPES = {"qwen3": (128, 2048, 768, 8), "olmoe": (64, 2048, 1024, 8), "mixtr
 HOST_BOUND = 1.3
 # Interleaved rounds per cell (``measure``).
 ROUNDS = 2
+
+
+# Steps every variant runs before a cell's timed rounds (``measure``).
+WARMUP_STEPS = 30
 
 
 def fuseops_dense(H: int, act: str, depth: int = 4) -> torch.nn.Module:
@@ -197,6 +203,12 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
     }
     if compile_torch:
         variants["torch_compiled"] = step_fn(torch.compile(torch_model), args, tparams)
+    # Steady state first: torch.compile compiles, and fuseops records its programs and decides
+    # which to replay as CUDA graphs (graphed.py: ~10 calls a program, more where a producer's
+    # graph moves its inputs), as a training run does in its first steps.
+    for step in variants.values():
+        for _ in range(WARMUP_STEPS):
+            step()
     for _ in range(rounds):
         for name, step in variants.items():
             before = dict(replay.counts)

@@ -69,7 +69,9 @@ import torch
 
 ENABLED: bool = os.environ.get("FUSEOPS_CUDA_GRAPHS", "1") != "0"
 MEASURED_CALLS = 3
-GPU_BOUND = 1.25
+# A host-bound program's GPU span is its enqueue time plus its last kernels (session 24: 1.1-1.3x
+# at T=4096 H=1024, where graphs pay): GPU-bound only well past that.
+GPU_BOUND = 2.0
 KEEP = 0.9
 GPU_SLACK = 1.1
 # Captures of one program (pinned inputs that moved free a graph); then it stays eager.
@@ -135,7 +137,9 @@ def decision(eager: Sequence[tuple[float, float]], graphed: Sequence[tuple[float
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(_BITS[t.element_size()]) if t.is_floating_point() or t.is_complex() else t
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.view(_BITS[t.element_size()]) if t.is_floating_point() else t
 
 
 def same_bits(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
@@ -202,9 +206,17 @@ class GraphedProgram:
         self.unsettled: set[int] = set()
         self._free()
 
-    def _free(self) -> None:
+    def __del__(self) -> None:
+        # A program freed with its graph (its module gone): its results' addresses are no
+        # longer graph memory.
+        self._forget_results()
+
+    def _forget_results(self) -> None:
         for t in getattr(self, "pool_results", ()):
             _graph_memory.discard(t.data_ptr())
+
+    def _free(self) -> None:
+        self._forget_results()
         self.graph: torch.cuda.CUDAGraph | None = None
         self.buffers: dict[int, torch.Tensor] = {}  # copied slot -> its covering buffer
         self.pinned: list[tuple[int, int]] = []  # (slot, address)

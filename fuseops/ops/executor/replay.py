@@ -18,6 +18,10 @@ layout fixes straight into the stored C entry point (``launch.bound``), the othe
 The executor runs a program with torch's autocast off, as its ops ran when recorded (their casts
 are explicit; under the caller's autocast torch would cast its aten ops again).
 
+On the GPU a program whose host work outlasts its GPU work is replayed as one CUDA graph
+(``graphed.py``): the recording notes what a graph could not repeat (random ops, writes into
+an input, save notices) and splits the weight cache's copies off into a prologue.
+
 A layout is the call's signature (the ``Prepared`` run) plus every input tensor's strides and
 16-byte alignment, ``torch.are_deterministic_algorithms_enabled()`` and the launch state
 (``launch.direct_state``: fast launches, checks, hooks, the current device); for backward also
@@ -603,6 +607,6 @@ def replayed(program: Program, *inputs: Any, notice: Callable[[list], None] | No
     """``program``'s results on ``inputs``, counted; ``notice``: the save receiver, for a
     program recorded under one. Through its CUDA graph where it has one (``graphed.py``)."""
     counts["replayed"] += 1
-    if program.graph is not None:
+    if program.graph is not None and notice is None:
         return program.graph.run(inputs)
     return program.run(*inputs, notice=notice)

@@ -144,6 +144,36 @@ def test_gradient_accumulation_equals_the_full_path(always_graph, monkeypatch):
 
 
 @pytest.mark.gpu
+def test_a_block_applied_to_its_own_output_equals_the_full_path(always_graph, monkeypatch):
+    """One block twice a step, the second call on the first's output (shared weights): the
+    second call's input lies in the first's graph memory, alive, so it runs eagerly."""
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    block = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU()).to(device)
+    reference = copy.deepcopy(block)
+
+    def steps(m):
+        out = []
+        for inputs in _calls("residual_branch", device, torch.float32, "plain"):
+            for p in m.parameters():
+                p.grad = None
+            x = inputs[0].clone().requires_grad_()
+            y = m(m(x))
+            y.square().sum().backward()
+            out.append([y.detach().clone(), x.grad.clone(), *[p.grad.clone() for p in m.parameters()]])
+            torch.cuda.synchronize()
+        return out
+
+    monkeypatch.setattr(replay, "ENABLED", False)
+    want = steps(reference)
+    monkeypatch.setattr(replay, "ENABLED", True)
+    got = steps(block)
+    for i, (a, b) in enumerate(zip(want, got)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert_bitwise(y, x, f"step {i} tensor {j}")
+
+
+@pytest.mark.gpu
 def test_empty_inputs_are_graphed_too(always_graph, monkeypatch):
     device = cuda_or_skip()
     torch.manual_seed(0)
@@ -285,3 +315,24 @@ def test_random_ops_are_never_graphed(monkeypatch):
     after = graphed.refusals.get("a random op (aten.bernoulli_.float)", 0) + graphed.refusals.get(
         "a random op (aten.native_dropout.default)", 0)
     assert after > before, graphed.refusals
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "expanded", "sliced", "empty"])
+def test_a_copied_input_keeps_its_strides(layout):
+    """A copied slot's buffer holds the storage range its tensor covers, so the graph sees the
+    recorded strides (the layout key holds them) and the same values, whatever the layout."""
+    base = torch.arange(48.0).reshape(6, 8)
+    t = {"contiguous": base, "transposed": base.t(), "expanded": base[:, :1].expand(6, 5),
+         "sliced": base[1:5, 2:7], "empty": base[:0]}[layout]
+    buffer = torch.empty(graphed._span(t), dtype=t.dtype)
+    buffer.copy_(graphed._covering(t))
+    static = buffer.as_strided(t.shape, t.stride(), 0)
+    assert static.stride() == t.stride() and torch.equal(static, t)
+
+
+def test_results_are_compared_by_their_bits():
+    nan = torch.tensor([1.0, float("nan"), -0.0])
+    assert graphed.same_bits(nan, nan.clone())
+    assert not graphed.same_bits(nan, torch.tensor([1.0, float("nan"), 0.0]))  # -0.0 and 0.0 differ in bits
+    c = torch.randn(3, dtype=torch.complex128)
+    assert graphed.same_bits(c, c.clone()) and graphed.same_bits(None, None) and not graphed.same_bits(c, None)
