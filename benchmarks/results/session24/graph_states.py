@@ -2,9 +2,9 @@
 slots, captures), then a cProfile of 30 steps (top by own time): the dense GELU stack, T=1024 H=1024
 (or ``act T H`` from the command line, without the profile)."""
 import cProfile
-import sys
 import gc
 import pstats
+import sys
 import time
 
 import torch

@@ -58,18 +58,24 @@ def _synced_steps(model, calls, change=None):
     return out
 
 
-def _compare(model, calls, monkeypatch, change=None):
-    """The calls on a copy of ``model`` with replay off, then on ``model`` with graphs; every
-    output and gradient equal bit for bit. Returns the graph counts' change."""
-    full_model = copy.deepcopy(model)
+def _same_as_full_path(model, steps, monkeypatch) -> None:
+    """``steps(m)`` (a list of tensor lists) on a copy of ``model`` with replay off, then on
+    ``model`` with replay and graphs on: equal bit for bit."""
+    reference = copy.deepcopy(model)
     monkeypatch.setattr(replay, "ENABLED", False)
-    full = _synced_steps(full_model, calls, change)
+    want = steps(reference)
     monkeypatch.setattr(replay, "ENABLED", True)
-    before = dict(graphed.counts)
-    got = _synced_steps(model, calls, change)
-    for i, (a, b) in enumerate(zip(full, got)):
+    got = steps(model)
+    for i, (a, b) in enumerate(zip(want, got)):
         for j, (x, y) in enumerate(zip(a, b)):
-            assert_bitwise(y, x, f"call {i} output/grad {j}")
+            assert_bitwise(y, x, f"call {i} tensor {j}")
+
+
+def _compare(model, calls, monkeypatch, change=None):
+    """``_synced_steps`` of ``calls`` with replay off, then with graphs (``_same_as_full_path``).
+    Returns the graph counts' change."""
+    before = dict(graphed.counts)
+    _same_as_full_path(model, lambda m: _synced_steps(m, calls, change), monkeypatch)
     return {k: graphed.counts[k] - before[k] for k in before} | {"refusals": dict(graphed.refusals)}
 
 
@@ -94,22 +100,18 @@ def test_a_held_result_is_never_overwritten(always_graph, monkeypatch):
     torch.manual_seed(0)
     model = MODELS["dense_gelu"]().to(device)
     calls = _calls("dense_gelu", device, torch.float32, "plain")
-    monkeypatch.setattr(replay, "ENABLED", False)
-    full = []
-    reference = copy.deepcopy(model)
-    for inputs in calls:
-        full.append([None if t is None else t.clone() for t in _step(reference, inputs)])
-    monkeypatch.setattr(replay, "ENABLED", True)
+
+    def steps(m):
+        held = []
+        for i, inputs in enumerate(calls):
+            held.append(_step(m, inputs))
+            if i % 2:
+                held[-1] = [None if t is None else t.clone() for t in held[-1]]  # every other call's let go
+            torch.cuda.synchronize()
+        return held
+
     before = dict(graphed.counts)
-    held = []
-    for i, inputs in enumerate(calls):
-        held.append(_step(model, inputs))
-        if i % 2:
-            held[-1] = [None if t is None else t.clone() for t in held[-1]]  # every other call's let go
-        torch.cuda.synchronize()
-    for i, (a, b) in enumerate(zip(full, held)):
-        for j, (x, y) in enumerate(zip(a, b)):
-            assert_bitwise(y, x, f"call {i} output/grad {j}")
+    _same_as_full_path(model, steps, monkeypatch)
     assert graphed.counts["busy"] > before["busy"] and graphed.counts["graph_replays"] > before["graph_replays"]
 
 
@@ -120,7 +122,6 @@ def test_gradient_accumulation_equals_the_full_path(always_graph, monkeypatch):
     device = cuda_or_skip()
     torch.manual_seed(0)
     model = MODELS["dense_gelu"]().to(device)
-    reference = copy.deepcopy(model)
     calls = _calls("dense_gelu", device, torch.float32, "plain")
 
     def steps(m):
@@ -134,13 +135,7 @@ def test_gradient_accumulation_equals_the_full_path(always_graph, monkeypatch):
             torch.cuda.synchronize()
         return grads
 
-    monkeypatch.setattr(replay, "ENABLED", False)
-    want = steps(reference)
-    monkeypatch.setattr(replay, "ENABLED", True)
-    got = steps(model)
-    for i, (a, b) in enumerate(zip(want, got)):
-        for j, (x, y) in enumerate(zip(a, b)):
-            assert_bitwise(y, x, f"step {i} grad {j}")
+    _same_as_full_path(model, steps, monkeypatch)
 
 
 @pytest.mark.gpu
@@ -150,7 +145,6 @@ def test_a_block_applied_to_its_own_output_equals_the_full_path(always_graph, mo
     device = cuda_or_skip()
     torch.manual_seed(0)
     block = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU()).to(device)
-    reference = copy.deepcopy(block)
 
     def steps(m):
         out = []
@@ -164,13 +158,7 @@ def test_a_block_applied_to_its_own_output_equals_the_full_path(always_graph, mo
             torch.cuda.synchronize()
         return out
 
-    monkeypatch.setattr(replay, "ENABLED", False)
-    want = steps(reference)
-    monkeypatch.setattr(replay, "ENABLED", True)
-    got = steps(block)
-    for i, (a, b) in enumerate(zip(want, got)):
-        for j, (x, y) in enumerate(zip(a, b)):
-            assert_bitwise(y, x, f"step {i} tensor {j}")
+    _same_as_full_path(block, steps, monkeypatch)
 
 
 @pytest.mark.gpu
