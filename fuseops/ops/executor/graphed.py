@@ -33,8 +33,8 @@ What a call does, keeping what eager calls guarantee:
   graphs were all freed fails in ``capture_begin``, after torch has marked its random
   generator as capturing (every later random op on the device then raises; session 24 met it).
 
-When a program is graphed is decided per program, by measurement (never by a size rule), with
-no host synchronisation on the way:
+When a program is graphed is decided per program, by measurement (never by a size rule);
+measuring takes no host synchronisation, checking a capture does (step 2):
 
 1. Its first ``MEASURED_CALLS`` replays run as before, each timed on the host (enqueue time)
    and between two CUDA events, read once complete (``Event.query``). A program whose GPU span
