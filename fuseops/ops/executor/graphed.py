@@ -9,13 +9,16 @@ What a call does, keeping what eager calls guarantee:
 - **Inputs.** A slot whose tensor lay at one address over the measured calls (a parameter, an
   activation the allocator keeps placing there, another graph's result) is read by the graph
   where it lies: *pinned*. Nothing is held for it: every call checks that its tensor is at that
-  address, and one that is not runs the program eagerly. After ``MEASURED_CALLS`` such calls in
-  a row the graph is freed and the program measured again; a slot that moved twice (once may be
-  its producer changing between eager runs and its own graph) is copied from then on. A copied
+  address. One that moved into another graph's results (its producer was just graphed) is
+  captured again at once, pinned there: those stay put. One that moved elsewhere runs the
+  program eagerly; after ``MEASURED_CALLS`` such calls in a row the graph is freed and the
+  program measured again; a slot that moved from one
+  allocator-placed address to another is copied from then on, one that moved out of another
+  graph's results (its producer may be between its own graphs) only once it moved twice. A copied
   slot has the graph's own buffer, into which each call's tensor is copied (the storage range
   it covers, so any strides copy). A copied slot whose tensors come from another graph's results
   for ``MEASURED_CALLS`` calls in a row (it was captured while that graph ran eagerly) is
-  measured and captured again, pinned. Copies from the weight cache (a float32 weight's cast
+  captured again, pinned. Copies from the weight cache (a float32 weight's cast
   under autocast) are asked for before the graph, as a replay asks
   (``replay._DerivedRecorder``), and copied in only when the cache hands out another tensor
   (after the weight changed).
@@ -79,7 +82,7 @@ MAX_CAPTURES = 6
 
 # What happened, counted (the tests and benchmarks read them).
 counts: dict[str, int] = {"captured": 0, "kept": 0, "graph_replays": 0, "stayed_eager": 0, "dropped": 0,
-                          "busy": 0, "moved": 0}
+                          "busy": 0, "moved": 0, "recaptured": 0}
 refusals: dict[str, int] = {}
 
 _MEASURING, _TRIAL, _GRAPHED, _EAGER = "measuring", "trial", "graphed", "eager"
@@ -200,8 +203,8 @@ class GraphedProgram:
         self.eager_samples: list[tuple[float, float]] = []
         self.addresses: list[tuple] = []
         self.captures = 0
-        # How often each slot's address moved under a graph, and the slots copied from the next
-        # capture on: those that moved twice (once may be a producer between its own graphs).
+        # How often each slot's address moved under a graph (weighted: ``_note_move``), and the
+        # slots copied from the next capture on.
         self.moves: dict[int, int] = {}
         self.unsettled: set[int] = set()
         self._free()
@@ -220,6 +223,7 @@ class GraphedProgram:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.buffers: dict[int, torch.Tensor] = {}  # copied slot -> its covering buffer
         self.pinned: list[tuple[int, int]] = []  # (slot, address)
+        self.from_graphs: set[int] = set()  # pinned slots captured over another graph's results
         self.derived_last: dict[int, tuple[weakref.ref, int]] = {}
         # The results in graph memory, their storages, and each storage's use count with only
         # this object holding it (a larger count: a handed-out result still lives).
@@ -297,6 +301,8 @@ class GraphedProgram:
                 static.append(t)
                 if t is not None:
                     self.pinned.append((i, t.data_ptr()))
+                    if t.data_ptr() in _graph_memory:
+                        self.from_graphs.add(i)
             else:
                 buffer = torch.empty(_span(t), dtype=t.dtype, device=t.device)
                 buffer.copy_(_covering(t))
@@ -404,20 +410,18 @@ class GraphedProgram:
         moved = [slot for slot, address in self.pinned if everything[slot].data_ptr() != address]
         if moved:
             counts["moved"] += 1
+            if self.captures < MAX_CAPTURES and all(everything[s].data_ptr() in _graph_memory for s in moved):
+                return self._capture_again(inputs, {slot for slot, _ in self.pinned})
             self.misses += 1
             if self.misses >= MEASURED_CALLS:
-                # Moved into another graph's results: pinned again at the next capture.
                 for slot in moved:
-                    if everything[slot].data_ptr() not in _graph_memory:
-                        self.moves[slot] = self.moves.get(slot, 0) + 1
-                        if self.moves[slot] >= 2:
-                            self.unsettled.add(slot)
+                    self._note_move(slot, everything[slot].data_ptr())
                 self._measure_again()
             return None
         self.misses = 0
-        if self.buffers and self._settled(everything):
-            self._measure_again()
-            return None
+        settled = self._settled(everything) if self.buffers else set()
+        if settled:
+            return self._capture_again(inputs, settled | {slot for slot, _ in self.pinned})
         if self.phase is _TRIAL:
             self._judge()
             if self.phase is _EAGER:
@@ -438,14 +442,42 @@ class GraphedProgram:
             self.timed.append(timed.stop())
         return out
 
-    def _settled(self, everything: Sequence[Any]) -> bool:
-        """Whether copied inputs now come from other graphs' results (they were captured while
-        those ran eagerly) for ``MEASURED_CALLS`` calls in a row: then pinning them saves their
-        copies."""
-        found = any(slot < len(everything) - self.derived_count and slot not in self.unsettled
-                    and everything[slot].data_ptr() in _graph_memory for slot in self.buffers)
+    def _capture_again(self, inputs: Sequence[Any], keep: set[int]) -> tuple:
+        """This call's result, the program captured again at once with the slots ``keep`` pinned:
+        inputs that moved into other graphs' results (their producers were just graphed), which
+        stay put. The measurement carries over, and a kept graph's verdict where the same slots
+        are pinned (only addresses differ)."""
+        counts["recaptured"] += 1
+        same_slots = keep == {slot for slot, _ in self.pinned}
+        verdict = self.phase
+        self._free()
+        self.timed = []
+        self.addresses = [tuple(t.data_ptr() if i in keep else None for i, t in enumerate(inputs))]
+        out = self._capture(inputs)
+        if verdict is _GRAPHED and same_slots and self.phase is _TRIAL:
+            self.phase = _GRAPHED
+        return out
+
+    def _note_move(self, slot: int, new: int) -> None:
+        """Whether a pinned slot that moved is copied from the next capture on. Into another
+        graph's results: pinned again (those stay put). From one allocator-placed address to
+        another: copied at once (such a tensor moves again: a fresh ``dy`` of ``.sum()``, an
+        activation whose producer's memory changed). Out of graph memory: its producer went
+        eager, perhaps only between its own graphs: copied if it moves a second time."""
+        if new in _graph_memory:
+            return
+        self.moves[slot] = self.moves.get(slot, 0) + (1 if slot in self.from_graphs else 2)
+        if self.moves[slot] >= 2:
+            self.unsettled.add(slot)
+
+    def _settled(self, everything: Sequence[Any]) -> set[int]:
+        """The copied inputs that came from other graphs' results (they were captured while those
+        ran eagerly) for ``MEASURED_CALLS`` calls in a row, once they have: pinning them saves
+        their copies. Empty otherwise."""
+        found = {slot for slot in self.buffers if slot < len(everything) - self.derived_count
+                 and slot not in self.unsettled and everything[slot].data_ptr() in _graph_memory}
         self.settling = self.settling + 1 if found else 0
-        return self.settling >= MEASURED_CALLS and self.captures < MAX_CAPTURES
+        return found if self.settling >= MEASURED_CALLS and self.captures < MAX_CAPTURES else set()
 
     def _measure_again(self) -> None:
         counts["dropped"] += 1

@@ -2,7 +2,7 @@
 is graphed, every call's outputs and gradients equal the full path's bit for bit, across
 optimizer steps, replaced parameters, autocast's weight casts, NaNs and empty inputs; version
 checks and an outer capture behave as without graphs. The GPU tests force the decision
-(``GPU_BOUND`` and ``KEEP`` set to infinity) so that every graphable program is graphed; the
+(``GPU_BOUND``, ``KEEP`` and ``GPU_SLACK`` set to infinity) so that every graphable program is graphed; the
 CPU tests pin the decision rule and the program's split around the weight cache."""
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def always_graph(monkeypatch):
     monkeypatch.setattr(replay, "ENABLED", True)
     monkeypatch.setattr(graphed, "GPU_BOUND", float("inf"))
     monkeypatch.setattr(graphed, "KEEP", float("inf"))
+    monkeypatch.setattr(graphed, "GPU_SLACK", float("inf"))
 
 
 def _calls(name, device, dtype, kind):
@@ -159,6 +160,20 @@ def test_a_block_applied_to_its_own_output_equals_the_full_path(always_graph, mo
         return out
 
     _same_as_full_path(block, steps, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_a_chain_of_blocks_settles_without_dropping_a_graph(always_graph, monkeypatch):
+    """Four blocks, each its own Sequential: as each producer gets its graph, its consumer's
+    input moves into that graph's results and the consumer is captured again at once, never
+    measured again from the start; every call equals the full path."""
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+                                  for _ in range(4)]).to(device)
+    calls = [[t[0]] for t in _calls("residual_branch", device, torch.float32, "plain")] * 2
+    delta = _compare(model, calls, monkeypatch)
+    assert delta["dropped"] == 0 and delta["recaptured"] >= 1 and delta["kept"] >= 6, str(delta)
 
 
 @pytest.mark.gpu
@@ -324,3 +339,20 @@ def test_results_are_compared_by_their_bits():
     assert not graphed.same_bits(nan, torch.tensor([1.0, float("nan"), 0.0]))  # -0.0 and 0.0 differ in bits
     c = torch.randn(3, dtype=torch.complex128)
     assert graphed.same_bits(c, c.clone()) and graphed.same_bits(None, None) and not graphed.same_bits(c, None)
+
+
+def test_a_moved_input_is_copied_by_where_it_came_from(monkeypatch):
+    """A pinned slot that moved between allocator-placed addresses is copied from the next
+    capture on; one that left another graph's results (its producer ran eagerly) only at its
+    second move; one that moved into another graph's results stays pinned."""
+    state = graphed.GraphedProgram(lambda: (), None, torch.device("cpu"))
+    elsewhere, graph_result = 1 << 40, 1 << 41
+    monkeypatch.setattr(graphed, "_graph_memory", {graph_result})
+    state.from_graphs = {1}
+    state._note_move(0, elsewhere)
+    state._note_move(1, elsewhere)
+    state._note_move(2, graph_result)
+    assert state.unsettled == {0}
+    state._note_move(1, elsewhere)
+    state._note_move(2, graph_result)
+    assert state.unsettled == {0, 1}

@@ -1,0 +1,28 @@
+"""Session 25: how fast the graph decisions settle, with nothing toggled: a fresh dense stack per
+cell, 60 training steps, the graph counts and the mean synced step time per window of 10 steps."""
+import time
+
+import torch
+
+from benchmarks import sizes
+from fuseops.ops.executor import graphed
+
+torch.manual_seed(0)
+for act, T, H in (("gelu", 1024, 1024), ("swiglu", 1024, 1024), ("gelu", 4096, 1024), ("swiglu", 1024, 2048)):
+    m = sizes.fuseops_dense(H, act).cuda().bfloat16()
+    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    step = sizes.step_fn(m, (x,), list(m.parameters()))
+    rows = []
+    for window in range(6):
+        before = dict(graphed.counts)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            step()
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) / 10 * 1e3
+        d = {k: graphed.counts[k] - before[k] for k in ("captured", "kept", "dropped", "moved", "busy")}
+        rows.append(f"  steps {window * 10:2d}-{window * 10 + 9}: {ms:.2f} ms  {d}")
+    print(f"{act} T={T} H={H}")
+    print("\n".join(rows))
+print(graphed.counts, graphed.refusals)
