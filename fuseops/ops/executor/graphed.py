@@ -73,8 +73,11 @@ import torch
 ENABLED: bool = os.environ.get("FUSEOPS_CUDA_GRAPHS", "1") != "0"
 MEASURED_CALLS = 3
 # A host-bound program's GPU span is its enqueue time plus its last kernels (session 24: 1.1-1.3x
-# at T=4096 H=1024, where graphs pay): GPU-bound only well past that.
-GPU_BOUND = 2.0
+# at T=4096 H=1024, where graphs pay): GPU-bound only well past that. Programs at 2-4x still pay
+# in a step (session 25 call 8: the 4-block GELU stack's synced step at T=4096 H=1024 2.27 ms
+# with 2.0, four of eight programs eager; 2.00 ms with 4.0, all graphed; T=1024 H=2048 2.55 ->
+# 2.09): the step starts with the GPU idle, and a graph also drops the gaps between its kernels.
+GPU_BOUND = 4.0
 KEEP = 0.9
 GPU_SLACK = 1.1
 # Captures of one program (pinned inputs that moved free a graph); then it stays eager.
@@ -258,11 +261,11 @@ class GraphedProgram:
     def _measure(self, inputs: Sequence[Any]) -> tuple:
         samples = self._complete()
         if samples is not None:
+            self.eager_samples = samples
             if decision(samples, None) == "eager":
                 counts["stayed_eager"] += 1
                 self.phase = _EAGER
                 return self.eager_run(*inputs)
-            self.eager_samples = samples
             return self._capture(inputs)
         self.addresses.append(tuple(t.data_ptr() if isinstance(t, torch.Tensor) else None for t in inputs))
         timed = _Timed()
