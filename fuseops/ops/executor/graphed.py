@@ -9,12 +9,12 @@ What a call does, keeping what eager calls guarantee:
 - **Inputs.** A slot whose tensor lay at one address over the measured calls (a parameter, an
   activation the allocator keeps placing there, another graph's result) is read by the graph
   where it lies: *pinned*. Nothing is held for it: every call checks that its tensor is at that
-  address. One that moved into another graph's results (its producer was just graphed) is
-  captured again at once, pinned there: those stay put. One that moved elsewhere runs the
-  program eagerly; after ``MEASURED_CALLS`` such calls in a row the graph is freed and the
-  program measured again; a slot that moved from one
-  allocator-placed address to another is copied from then on, one that moved out of another
-  graph's results (its producer may be between its own graphs) only once it moved twice. A copied
+  address. Where one moved, the program is captured again at once: pinned at its new address
+  if that is another graph's result (its producer was just graphed; those stay put), copied
+  from then on if it moved between two allocator-placed addresses (it will move again). One
+  that moved out of another graph's results (its producer may be between its own graphs) runs
+  the program eagerly; after ``MEASURED_CALLS`` such calls in a row the graph is freed and the
+  program measured again, and a slot that did so twice is copied from then on. A copied
   slot has the graph's own buffer, into which each call's tensor is copied (the storage range
   it covers, so any strides copy). A copied slot whose tensors come from another graph's results
   for ``MEASURED_CALLS`` calls in a row (it was captured while that graph ran eagerly) is
@@ -401,9 +401,10 @@ class GraphedProgram:
 
     def _replay(self, inputs: Sequence[Any]) -> tuple | None:
         """The graph's results on ``inputs``; None where it cannot run now: a result of its
-        last replay still lives (the caller runs the program eagerly), or a pinned input
-        moved (the same, and after ``MEASURED_CALLS`` such calls in a row the graph is freed and
-        the program measured again, the moved slots copied from then on)."""
+        last replay still lives (the caller runs the program eagerly), or a pinned input left
+        another graph's results (the same, and after ``MEASURED_CALLS`` such calls in a row the
+        graph is freed and the program measured again). A pinned input that moved elsewhere
+        makes this call capture the program again (its result is then this call's eager one)."""
         use_count = torch._C._storage_Use_Count
         if any(use_count(s._cdata) != n for s, n in zip(self.storages, self.alone)):
             counts["busy"] += 1
@@ -413,8 +414,14 @@ class GraphedProgram:
         moved = [slot for slot, address in self.pinned if everything[slot].data_ptr() != address]
         if moved:
             counts["moved"] += 1
-            if self.captures < MAX_CAPTURES and all(everything[s].data_ptr() in _graph_memory for s in moved):
-                return self._capture_again(inputs, {slot for slot, _ in self.pinned})
+            # Into other graphs' results: pinned there (they stay put). From one allocator-placed
+            # address to another: copied from now on (it will move again). Either way the program
+            # is captured again now; a slot that left graph memory waits (``_note_move``).
+            fresh = {s for s in moved if s not in self.from_graphs and everything[s].data_ptr() not in _graph_memory}
+            if self.captures < MAX_CAPTURES and all(s in fresh or everything[s].data_ptr() in _graph_memory
+                                                    for s in moved):
+                self.unsettled |= fresh
+                return self._capture_again(inputs, {slot for slot, _ in self.pinned} - fresh)
             self.misses += 1
             if self.misses >= MEASURED_CALLS:
                 for slot in moved:
@@ -446,10 +453,10 @@ class GraphedProgram:
         return out
 
     def _capture_again(self, inputs: Sequence[Any], keep: set[int]) -> tuple:
-        """This call's result, the program captured again at once with the slots ``keep`` pinned:
-        inputs that moved into other graphs' results (their producers were just graphed), which
-        stay put. The measurement carries over, and a kept graph's verdict where the same slots
-        are pinned (only addresses differ)."""
+        """This call's result, the program captured again at once with the slots ``keep`` pinned
+        at this call's addresses (the others copied): ``_replay``'s moved inputs and ``_settled``'s.
+        The measurement carries over, and a kept graph's verdict where the same slots are pinned
+        (only addresses differ; a newly copied slot adds a copy: judged again)."""
         counts["recaptured"] += 1
         same_slots = keep == {slot for slot, _ in self.pinned}
         verdict = self.phase

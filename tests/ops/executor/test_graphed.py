@@ -177,6 +177,38 @@ def test_a_chain_of_blocks_settles_without_dropping_a_graph(always_graph, monkey
 
 
 @pytest.mark.gpu
+def test_an_input_that_moves_is_copied_from_then_on(always_graph, monkeypatch):
+    """The input lies at one address until the graph is kept, then at three in turn: the
+    program is captured again at once with that input copied, never measured again, and every
+    call equals the full path."""
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU()).to(device)
+    leaves = [torch.zeros(8, H, device=device, requires_grad=True) for _ in range(3)]
+    values = [t[0] for t in _calls("residual_branch", device, torch.float32, "plain")]
+
+    def steps(m):
+        out = []
+        for i, v in enumerate(values):
+            x = leaves[0] if i < 10 else leaves[i % 3]
+            with torch.no_grad():
+                x.copy_(v)
+            x.grad = None
+            for p in m.parameters():
+                p.grad = None
+            y = m(x)
+            y.square().sum().backward()
+            out.append([y.detach().clone(), x.grad.clone(), *[p.grad.clone() for p in m.parameters()]])
+            torch.cuda.synchronize()
+        return out
+
+    before = dict(graphed.counts)
+    _same_as_full_path(model, steps, monkeypatch)
+    delta = {k: graphed.counts[k] - before[k] for k in before}
+    assert delta["recaptured"] >= 1 and delta["dropped"] == 0 and delta["graph_replays"] >= 4, str(delta)
+
+
+@pytest.mark.gpu
 def test_empty_inputs_are_graphed_too(always_graph, monkeypatch):
     device = cuda_or_skip()
     torch.manual_seed(0)
