@@ -1,38 +1,21 @@
 """Session 25: the CUDA kernels per fwd+bwd step of dense cells below target after the graphs
 settled (run with FUSEOPS_CUDA_GRAPHS=0: the same kernels, none inside a graph), fuseops against
 torch eager and torch.compile of the same model, summed by kernel name (``torch.profiler``).
-From session 23's kernel_profile.py, with torch eager added.
+Session 23's kernel_profile.py (its ``kernel_us``), with torch eager added.
 
     FUSEOPS_CUDA_GRAPHS=0 python benchmarks/results/session25/kernel_profile.py --cells gelu:4096:1024
 """
 import argparse
-from collections import defaultdict
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from benchmarks import sizes
-
-
-def kernel_us(step, steps):
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    by_name = defaultdict(lambda: [0.0, 0])
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            by_name[e.name][0] += e.device_time / steps
-            by_name[e.name][1] += 1
-    return by_name
+from benchmarks.results.session23.kernel_profile import kernel_us
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cells", nargs="*", default=["gelu:16384:4096", "swiglu:16384:4096", "gelu:4096:4096"])
+    ap.add_argument("--cells", nargs="*", default=["gelu:4096:1024"])
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=14)
     a = ap.parse_args()
@@ -44,10 +27,10 @@ def main():
         ref = sizes.torch_dense(m).to("cuda", torch.bfloat16)
         x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         for name, model in (("fuseops", m), ("torch", ref), ("torch.compile", torch.compile(ref))):
-            step = sizes.step_fn(model, (x,), list(model.parameters()))
-            table = kernel_us(step, a.steps)
+            table = kernel_us(sizes.step_fn(model, (x,), list(model.parameters())), a.steps)
             total = sum(v[0] for v in table.values())
-            print(f"== {cell} {name}: {total / 1e3:.2f} ms of kernels a step ({sum(v[1] for v in table.values()) // a.steps} launches)")
+            launches = sum(v[1] for v in table.values()) // a.steps
+            print(f"== {cell} {name}: {total / 1e3:.2f} ms of kernels a step ({launches} launches)")
             for k, (us, n) in sorted(table.items(), key=lambda kv: -kv[1][0])[:a.top]:
                 print(f"  {us:9.1f} us {n // a.steps:3d}x  {k[:110]}")
 
