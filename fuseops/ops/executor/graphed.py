@@ -82,6 +82,9 @@ KEEP = 0.9
 GPU_SLACK = 1.1
 # Captures of one program (pinned inputs that moved free a graph); then it stays eager.
 MAX_CAPTURES = 6
+# Device types whose programs are graphed. The CPU tests add "cpu", with stand-ins for
+# ``capture`` and ``_Timed`` (tests/ops/executor/test_graphed_states.py).
+DEVICE_TYPES = frozenset({"cuda"})
 
 # What happened, counted (the tests and benchmarks read them).
 counts: dict[str, int] = {"captured": 0, "kept": 0, "graph_replays": 0, "stayed_eager": 0, "dropped": 0,
@@ -123,7 +126,7 @@ def for_program(program: Any, inputs: Sequence[torch.Tensor | None], not_graphab
         refuse(not_graphable)
         return None
     devices = {t.device for t in inputs if t is not None}
-    if len(devices) != 1 or next(iter(devices)).type != "cuda":
+    if len(devices) != 1 or next(iter(devices)).type not in DEVICE_TYPES:
         return None
     return GraphedProgram(program.run, parts(), next(iter(devices)))
 
@@ -169,6 +172,27 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
     if device.index not in _side_streams:
         _side_streams[device.index] = torch.cuda.Stream(device)
     return _side_streams[device.index]
+
+
+def capture(body: Callable[..., tuple], static: Sequence[Any], device: torch.device
+            ) -> tuple[torch.cuda.CUDAGraph, tuple]:
+    """``body`` on ``static`` captured as a CUDA graph, and the results it captured (written by
+    each replay). Runs once before capturing, on a side stream, so that lazy initialisations
+    happen outside the capture. Raises RuntimeError where the capture failed."""
+    current, side = torch.cuda.current_stream(device), _side_stream(device)
+    side.wait_stream(current)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.stream(side):
+            body(*static)
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                results = body(*static)
+            finally:
+                graph.capture_end()
+    finally:
+        current.wait_stream(side)
+    return graph, results
 
 
 class _Timed:
@@ -238,7 +262,7 @@ class GraphedProgram:
         self.settling = 0
 
     def run(self, inputs: Sequence[Any]) -> tuple:
-        if self.phase is _EAGER or not ENABLED or torch.cuda.is_current_stream_capturing():
+        if self.phase is _EAGER or not ENABLED or (self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             return self.eager_run(*inputs)
         if self.phase is not _MEASURING:
             out = self._replay(inputs)
@@ -313,22 +337,11 @@ class GraphedProgram:
                 static.append(buffer.as_strided(t.shape, t.stride(), 0))
                 if i >= len(inputs):
                     self.derived_last[i] = (weakref.ref(t), t._version)
-        current, side = torch.cuda.current_stream(self.device), _side_stream(self.device)
-        side.wait_stream(current)
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.stream(side):
-                self.body(*static)  # warm-up off the capture: lazy initialisations happen here
-                graph.capture_begin(capture_error_mode="thread_local")
-                try:
-                    results = self.body(*static)
-                finally:
-                    graph.capture_end()
+            graph, results = capture(self.body, static, self.device)
         except RuntimeError as why:
-            current.wait_stream(side)
             self._stay_eager(f"the capture failed ({type(why).__name__}: {str(why)[:120]})")
             return out
-        current.wait_stream(side)
         self.graph = graph
         planned = self._plan(results, static)
         del results, static

@@ -1,0 +1,209 @@
+"""The graph states of recorded programs (``fuseops/ops/executor/graphed.py``) on the CPU: measuring,
+capturing, on trial, graphed, captured again after an input moved, busy while a result lives. A
+stand-in for CUDA graphs keeps their semantics that the states rely on: capturing runs the body once
+before and once in the capture, and the captured results stay where they are, overwritten by each
+replay (here: the body runs again and its results are copied into them). So the CPU suite checks the
+state machine bit for bit against the full path; the GPU tests (test_graphed.py) check real graphs."""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import pytest
+import torch
+
+import fuseops
+from fuseops import ops
+from fuseops.ops.executor import graphed, replay
+from tests.helpers import assert_bitwise
+from tests.ops.executor.test_replay import MODELS, H, _inputs, _step
+
+# The inputs of the call being captured or replayed (set by the fixture around those methods).
+_CALL: dict[str, tuple] = {}
+
+
+class _StandInGraph:
+    """Holds nothing a real graph would not: a pinned input is read from the call replaying (at
+    the same address, as ``_replay`` checked), so its producer's results are not kept alive; a
+    copied input is the graph's own buffer; results in graph memory are kept and overwritten."""
+
+    def __init__(self, body, args, results) -> None:
+        self.body, self.args, self.results = body, args, results
+
+    def replay(self) -> None:
+        inputs = _CALL["inputs"]
+        args = [inputs[arg] if isinstance(arg, int) else arg for arg in self.args]
+        for kept, fresh in zip(self.results, self.body(*args)):
+            if kept is not None:
+                kept.copy_(fresh)
+
+
+def _stand_in_capture(body, static, device):
+    body(*static)  # as the real capture's warm-up
+    results = body(*static)
+    inputs = _CALL["inputs"]
+    # A pinned input is the call's own tensor: remembered by its position, not held.
+    args = [next((i for i, x in enumerate(inputs) if x is t), t) if t is not None else None for t in static]
+    static_storages = {t.untyped_storage().data_ptr() for t in static if t is not None}
+    kept = [None if r is None or r.untyped_storage().data_ptr() in static_storages else r for r in results]
+    return _StandInGraph(body, args, kept), results
+
+
+class _StandInTimed:
+    """Host time for both samples: every program is host-bound by the rule (the thresholds are
+    infinite here anyway)."""
+
+    def __init__(self) -> None:
+        self.end = self
+        self.host = time.perf_counter()
+
+    def stop(self):
+        self.host = time.perf_counter() - self.host
+        return self
+
+    def query(self) -> bool:
+        return True
+
+    def sample(self) -> tuple[float, float]:
+        return self.host, self.host
+
+
+@pytest.fixture
+def cpu_graphs(monkeypatch):
+    monkeypatch.setattr(graphed, "DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    monkeypatch.setattr(graphed, "capture", _stand_in_capture)
+    monkeypatch.setattr(graphed, "_Timed", _StandInTimed)
+    monkeypatch.setattr(graphed, "ENABLED", True)
+    monkeypatch.setattr(replay, "ENABLED", True)
+    for name in ("GPU_BOUND", "KEEP", "GPU_SLACK"):
+        monkeypatch.setattr(graphed, name, float("inf"))
+    monkeypatch.setattr(graphed, "_graph_memory", set())
+    for method in ("_capture", "_replay"):
+        real = getattr(graphed.GraphedProgram, method)
+
+        def wrapped(self, inputs, real=real):
+            outer = dict(_CALL)
+            _CALL["inputs"] = tuple(inputs)
+            try:
+                return real(self, inputs)
+            finally:
+                _CALL.clear()
+                _CALL.update(outer)
+        monkeypatch.setattr(graphed.GraphedProgram, method, wrapped)
+
+
+def _delta(before: dict) -> dict:
+    return {k: graphed.counts[k] - before[k] for k in before}
+
+
+def _same_as_full_path(model, steps, monkeypatch) -> dict:
+    """``steps(m)`` with replay off on a copy of ``model``, then with graphs: equal bit for bit.
+    Returns the graph counts' change."""
+    reference = copy.deepcopy(model)
+    monkeypatch.setattr(replay, "ENABLED", False)
+    want = steps(reference)
+    monkeypatch.setattr(replay, "ENABLED", True)
+    before = dict(graphed.counts)
+    got = steps(model)
+    for i, (a, b) in enumerate(zip(want, got)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert_bitwise(y, x, f"call {i} tensor {j}")
+    return _delta(before)
+
+
+def _steps(calls):
+    def steps(m):
+        # Copies: a graphed call's results are overwritten by its next replay.
+        return [[None if t is None else t.clone() for t in _step(m, inputs)] for inputs in calls]
+    return steps
+
+
+# On the CPU the grouped model's split sizes are host tensors, whose values its calls read: it is
+# never recorded there, so it has no program to graph (the GPU tests cover it).
+_RECORDED_ON_CPU = [name for name in MODELS if name != "grouped"]
+
+
+@pytest.mark.parametrize("kind", ["plain", "nan"])
+@pytest.mark.parametrize("name", _RECORDED_ON_CPU)
+def test_graphed_calls_equal_the_full_path(name, kind, cpu_graphs, monkeypatch):
+    torch.manual_seed(0)
+    model = MODELS[name]()
+    calls = []
+    for seed in range(14):
+        inputs = _inputs(name, torch.device("cpu"), seed)
+        if kind == "nan" and seed % 2:
+            inputs[0][1, 3] = float("nan")
+            inputs[0][2, 0] = float("-inf")
+        calls.append(inputs)
+    delta = _same_as_full_path(model, _steps(calls), monkeypatch)
+    assert delta["kept"] >= 1 and delta["graph_replays"] >= 4, str(delta)
+
+
+def test_a_chain_of_blocks_settles_without_dropping_a_graph(cpu_graphs, monkeypatch):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+                                  for _ in range(4)])
+    calls = [[_inputs("residual_branch", torch.device("cpu"), seed)[0]] for seed in range(24)]
+    delta = _same_as_full_path(model, _steps(calls), monkeypatch)
+    assert delta["dropped"] == 0 and delta["recaptured"] >= 1 and delta["kept"] >= 6, str(delta)
+
+
+def test_an_input_that_moves_is_copied_from_then_on(cpu_graphs, monkeypatch):
+    """The input lies at one address until the graph is kept, then at three in turn: captured
+    again at once with that input copied, never measured again."""
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+    leaves = [torch.zeros(8, H, requires_grad=True) for _ in range(3)]
+    values = [_inputs("residual_branch", torch.device("cpu"), seed)[0] for seed in range(16)]
+
+    def steps(m):
+        out = []
+        for i, v in enumerate(values):
+            x = leaves[0] if i < 10 else leaves[i % 3]
+            with torch.no_grad():
+                x.copy_(v)
+            for leaf in leaves:
+                leaf.grad = None  # a gradient kept from an earlier call would keep the backward busy
+            for p in m.parameters():
+                p.grad = None
+            y = m(x)
+            y.square().sum().backward()
+            out.append([y.detach().clone(), x.grad.clone(), *[p.grad.clone() for p in m.parameters()]])
+            del y  # a live result of the last replay would send the next call the eager way
+        return out
+
+    delta = _same_as_full_path(model, steps, monkeypatch)
+    assert delta["recaptured"] >= 1 and delta["dropped"] == 0 and delta["graph_replays"] >= 4, str(delta)
+    assert any(g.unsettled for g in _states(model)), "the moved input was not copied"
+
+
+def test_a_held_result_sends_the_next_call_the_eager_way(cpu_graphs, monkeypatch):
+    """A result of the last replay that is still alive is never overwritten: that call runs
+    eagerly (``busy``), and the held result keeps its values."""
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+    calls = [_inputs("residual_branch", torch.device("cpu"), seed)[0] for seed in range(14)]
+
+    def steps(m):
+        held = []
+        with torch.no_grad():
+            for x in calls:
+                held.append(m(x))
+        return [[t] for t in held]
+
+    delta = _same_as_full_path(model, steps, monkeypatch)
+    assert delta["busy"] >= 1 and delta["graph_replays"] >= 1, str(delta)
+
+
+def _states(model) -> list:
+    """The graph states of ``model``'s recorded programs."""
+    states = []
+    for m in model.modules():
+        if isinstance(m, fuseops.Sequential):
+            for prepared in m._calls._runs.values():
+                layouts = prepared.layouts
+                for table in (layouts.forward, layouts.backward) if layouts is not None else ():
+                    states += [p.graph for p in (table or {}).values()
+                               if isinstance(p, replay.Program) and p.graph is not None]
+    return states
