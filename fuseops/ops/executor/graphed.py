@@ -27,9 +27,10 @@ What a call does, keeping what eager calls guarantee:
   copy. The next replay would overwrite it, so a call replays only when no tensor handed out
   by the last replay lives (the storages' use counts, as torch.compile's CUDA-graph trees read
   them); while one does (a micro-batch's saved activations during the next micro-batch's
-  forward, a held output, a gradient kept by ``zero_grad(set_to_none=False)``), the call runs
-  the program eagerly, with fresh outputs. So a graph is used where each layer runs once per
-  step and its results die with the step, as in a training step.
+  forward, an output the caller keeps until the next step reassigns it, a gradient autograd
+  kept as ``.grad`` and ``zero_grad(set_to_none=False)`` keeps), the call runs the program eagerly, with fresh outputs,
+  and the results found alive go out as copies from then on (one device copy each a call),
+  so that the graph replays under the caller's references.
 - **Memory.** Each graph has its own private memory pool (its intermediates and results,
   held while the graph lives). One pool shared by all graphs would hold only the largest, but
   a pool outlives its graphs only through a live graph: capturing into a shared pool whose
@@ -88,7 +89,7 @@ DEVICE_TYPES = frozenset({"cuda"})
 
 # What happened, counted (the tests and benchmarks read them).
 counts: dict[str, int] = {"captured": 0, "kept": 0, "graph_replays": 0, "stayed_eager": 0, "dropped": 0,
-                          "busy": 0, "moved": 0, "recaptured": 0}
+                          "busy": 0, "moved": 0, "recaptured": 0, "copied_out": 0}
 refusals: dict[str, int] = {}
 
 _MEASURING, _TRIAL, _GRAPHED, _EAGER = "measuring", "trial", "graphed", "eager"
@@ -234,6 +235,9 @@ class GraphedProgram:
         # slots copied from the next capture on.
         self.moves: dict[int, int] = {}
         self.unsettled: set[int] = set()
+        # Results (positions among those in graph memory) found alive at a later call: handed out
+        # as copies (``_replay``). The program's results keep their order across captures.
+        self.copy_out: set[int] = set()
         self._free()
 
     def __del__(self) -> None:
@@ -260,6 +264,7 @@ class GraphedProgram:
         self.plan: list[tuple] = []
         self.misses = 0
         self.settling = 0
+        self.busy_calls = 0
 
     def run(self, inputs: Sequence[Any]) -> tuple:
         if self.phase is _EAGER or not ENABLED or (self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
@@ -399,7 +404,8 @@ class GraphedProgram:
         for entry in self.plan:
             kind = entry[0]
             if kind == "graph":
-                out.append(self.pool_results[entry[1]].detach())
+                result = self.pool_results[entry[1]]
+                out.append(result.clone() if entry[1] in self.copy_out else result.detach())
             elif kind == "input":
                 out.append(everything[entry[1]])
             elif kind == "view":
@@ -419,9 +425,20 @@ class GraphedProgram:
         graph is freed and the program measured again). A pinned input that moved elsewhere
         makes this call capture the program again (its result is then this call's eager one)."""
         use_count = torch._C._storage_Use_Count
-        if any(use_count(s._cdata) != n for s, n in zip(self.storages, self.alone)):
+        alive = {k for k, (s, n) in enumerate(zip(self.storages, self.alone)) if use_count(s._cdata) != n}
+        if alive:
             counts["busy"] += 1
+            # Kept past the next call (an output bound until the next step reassigns it, a
+            # gradient kept as ``.grad`` across steps): such results go out as copies from now
+            # on, so that the graph replays under them. Results handed out before then and kept
+            # for good hold this graph's memory: a new capture gets memory of its own.
+            counts["copied_out"] += len(alive - self.copy_out)
+            self.copy_out |= alive
+            self.busy_calls += 1
+            if self.busy_calls >= MEASURED_CALLS and self.captures < MAX_CAPTURES:
+                return self._capture_again(inputs, {slot for slot, _ in self.pinned})
             return None
+        self.busy_calls = 0
         derived = self.parts.prologue(*inputs) if self.parts is not None else ()
         everything = (*inputs, *derived) if derived else inputs
         moved = [slot for slot, address in self.pinned if everything[slot].data_ptr() != address]

@@ -212,6 +212,39 @@ def test_an_input_that_moves_is_copied_from_then_on(always_graph, monkeypatch):
 
 
 @pytest.mark.gpu
+def test_a_user_loop_that_keeps_its_output_replays_every_program(always_graph, monkeypatch):
+    """``out = model(x)`` stays bound until the next step reassigns it, an optimizer steps: the
+    last block's output is found alive once and goes out as a copy from then on (a device copy
+    into fresh memory), so every program replays in the last steps; every step equals the full
+    path (``test_graphed_states.py`` has the same on the CPU, with a stand-in for graphs)."""
+    device = cuda_or_skip()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+                                  for _ in range(3)]).to(device)
+    x = torch.randn(8, H, device=device)
+    tail = {}
+
+    def steps(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        seen = []
+        out = None
+        for i in range(30):
+            if i == 25:
+                tail["before"] = dict(graphed.counts)
+            out = m(x)
+            out.square().mean().backward()
+            seen.append([out.detach().clone(), *[p.grad.clone() for p in m.parameters()]])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+        tail["last"] = {k: graphed.counts[k] - tail["before"][k] for k in tail["before"]}
+        return seen
+
+    _same_as_full_path(model, steps, monkeypatch)
+    assert tail["last"]["graph_replays"] == 5 * 6 and tail["last"]["busy"] == 0, str(tail["last"])
+
+
+@pytest.mark.gpu
 def test_empty_inputs_are_graphed_too(always_graph, monkeypatch):
     device = cuda_or_skip()
     torch.manual_seed(0)

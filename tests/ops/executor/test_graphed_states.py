@@ -180,7 +180,9 @@ def test_an_input_that_moves_is_copied_from_then_on(cpu_graphs, monkeypatch):
 
 def test_a_held_result_sends_the_next_call_the_eager_way(cpu_graphs, monkeypatch):
     """A result of the last replay that is still alive is never overwritten: that call runs
-    eagerly (``busy``), and the held result keeps its values."""
+    eagerly (``busy``) and the held result keeps its values. Results found alive go out as
+    copies from then on, and after ``MEASURED_CALLS`` busy calls in a row the program is
+    captured again, into memory of its own: the graph replays again."""
     torch.manual_seed(0)
     model = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
     calls = [_inputs("residual_branch", torch.device("cpu"), seed)[0] for seed in range(14)]
@@ -193,7 +195,66 @@ def test_a_held_result_sends_the_next_call_the_eager_way(cpu_graphs, monkeypatch
         return [[t] for t in held]
 
     delta = _same_as_full_path(model, steps, monkeypatch)
-    assert delta["busy"] >= 1 and delta["graph_replays"] >= 1, str(delta)
+    assert delta["busy"] >= 1 and delta["recaptured"] >= 1 and delta["copied_out"] >= 1, str(delta)
+    assert delta["graph_replays"] >= 4, str(delta)
+
+
+def test_a_user_loop_that_keeps_its_output_replays_every_program(cpu_graphs, monkeypatch):
+    """``out = model(x)`` stays bound until the next step reassigns it, an optimizer steps:
+    the last block's output is found alive once, goes out as a copy from then on, and every
+    program replays its graph in the last steps; every step equals the full path."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+                                  for _ in range(3)])
+    x = torch.randn(8, H)
+    tail = {}
+
+    def steps(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        seen = []
+        out = None
+        for i in range(30):
+            if i == 25:
+                tail["before"] = dict(graphed.counts)
+            out = m(x)
+            out.square().mean().backward()
+            seen.append([out.detach().clone(), *[p.grad.clone() for p in m.parameters()]])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        tail["last"] = _delta(tail["before"])
+        return seen
+
+    delta = _same_as_full_path(model, steps, monkeypatch)
+    assert delta["copied_out"] >= 1, str(delta)
+    assert tail["last"]["graph_replays"] == 5 * 6 and tail["last"]["busy"] == 0, str(tail["last"])
+
+
+def test_gradients_kept_by_zero_grad_replay_every_program(cpu_graphs, monkeypatch):
+    """After steps that set the gradients to None (autograd then keeps the backward graph's own
+    results as ``.grad``), ``zero_grad(set_to_none=False)`` keeps them and zeroes them in place:
+    found alive, they go out as copies from then on, and every program replays in the last
+    steps; every step equals the full path."""
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+    x = torch.randn(8, H)
+    tail = {}
+
+    def steps(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        seen = []
+        for i in range(30):
+            if i == 25:
+                tail["before"] = dict(graphed.counts)
+            m(x).square().mean().backward()
+            seen.append([p.grad.clone() for p in m.parameters()])
+            opt.step()
+            opt.zero_grad(set_to_none=i < 15)
+        tail["last"] = _delta(tail["before"])
+        return seen
+
+    delta = _same_as_full_path(model, steps, monkeypatch)
+    assert delta["copied_out"] >= 1, str(delta)
+    assert tail["last"]["graph_replays"] == 5 * 2 and tail["last"]["busy"] == 0, str(tail["last"])
 
 
 def _states(model) -> list:
