@@ -29,8 +29,11 @@ What a call does, keeping what eager calls guarantee:
   them); while one does (a micro-batch's saved activations during the next micro-batch's
   forward, an output the caller keeps until the next step reassigns it, a gradient autograd
   kept as ``.grad`` and ``zero_grad(set_to_none=False)`` keeps), the call runs the program eagerly, with fresh outputs,
-  and the results found alive go out as copies from then on (one device copy each a call),
-  so that the graph replays under the caller's references.
+  and the results found alive go out as copies from then on (one device copy each a call; the
+  graph is then timed again against the eager program, step 3), so that the graph replays
+  under the caller's references. A result kept for good (handed out before it was copied)
+  holds the graph's memory: after ``MEASURED_CALLS`` such calls the program is captured again,
+  into memory of its own.
 - **Memory.** Each graph has its own private memory pool (its intermediates and results,
   held while the graph lives). One pool shared by all graphs would hold only the largest, but
   a pool outlives its graphs only through a live graph: capturing into a shared pool whose
@@ -432,8 +435,13 @@ class GraphedProgram:
             # gradient kept as ``.grad`` across steps): such results go out as copies from now
             # on, so that the graph replays under them. Results handed out before then and kept
             # for good hold this graph's memory: a new capture gets memory of its own.
-            counts["copied_out"] += len(alive - self.copy_out)
-            self.copy_out |= alive
+            if alive - self.copy_out:
+                counts["copied_out"] += len(alive - self.copy_out)
+                self.copy_out |= alive
+                if self.phase is _GRAPHED:
+                    # The copies cost GPU time (a micro-batch's saved activations can be large):
+                    # timed again against the eager program.
+                    self.phase, self.timed = _TRIAL, []
             self.busy_calls += 1
             if self.busy_calls >= MEASURED_CALLS and self.captures < MAX_CAPTURES:
                 return self._capture_again(inputs, {slot for slot, _ in self.pinned})
