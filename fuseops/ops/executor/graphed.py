@@ -423,7 +423,8 @@ class GraphedProgram:
 
     def _replay(self, inputs: Sequence[Any]) -> tuple | None:
         """The graph's results on ``inputs``; None where it cannot run now: a result of its
-        last replay still lives (the caller runs the program eagerly), or a pinned input left
+        last replay still lives (the caller runs the program eagerly; such results go out as
+        copies from then on), or a pinned input left
         another graph's results (the same, and after ``MEASURED_CALLS`` such calls in a row the
         graph is freed and the program measured again). A pinned input that moved elsewhere
         makes this call capture the program again (its result is then this call's eager one)."""
