@@ -257,6 +257,40 @@ def test_gradients_kept_by_zero_grad_replay_every_program(cpu_graphs, monkeypatc
     assert tail["last"]["graph_replays"] == 5 * 2 and tail["last"]["busy"] == 0, str(tail["last"])
 
 
+def test_float32_weights_under_autocast_with_an_eval_step_between(cpu_graphs, monkeypatch):
+    """A user's mixed-precision loop: float32 weights under bf16 autocast (the weight cache's
+    casts enter the graphs as inputs, copied in when the optimizer changed the weights), and a
+    no-grad eval call of the same model between training steps (its own programs): every call
+    equals the full path, and every training program replays in the last steps."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+                                  for _ in range(2)])
+    x = torch.randn(8, H)
+    tail = {}
+
+    def steps(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        seen = []
+        for i in range(30):
+            if i == 25:
+                tail["before"] = dict(graphed.counts)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = m(x).float().square().mean()
+                loss.backward()
+                with torch.no_grad():
+                    evaluated = m(x)
+            seen.append([loss.detach(), evaluated.clone(), *[p.grad.clone() for p in m.parameters()]])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        tail["last"] = _delta(tail["before"])
+        return seen
+
+    _same_as_full_path(model, steps, monkeypatch)
+    # Per step: 2 forwards, 2 backwards and 2 no-grad forwards, all graphed.
+    assert tail["last"]["graph_replays"] == 5 * 6 and tail["last"]["busy"] == 0, str(tail["last"])
+    assert any(g.derived_count for g in _states(model)), "no program took the weight cache's casts"
+
+
 def _states(model) -> list:
     """The graph states of ``model``'s recorded programs."""
     states = []
