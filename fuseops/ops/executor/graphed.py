@@ -28,12 +28,12 @@ What a call does, keeping what eager calls guarantee:
   by the last replay lives (the storages' use counts, as torch.compile's CUDA-graph trees read
   them); while one does (a micro-batch's saved activations during the next micro-batch's
   forward, an output the caller keeps until the next step reassigns it, a gradient autograd
-  kept as ``.grad`` and ``zero_grad(set_to_none=False)`` keeps), the call runs the program eagerly, with fresh outputs,
-  and the results found alive go out as copies from then on (one device copy each a call; the
-  graph is then timed again against the eager program, step 3), so that the graph replays
-  under the caller's references. A result kept for good (handed out before it was copied)
-  holds the graph's memory: after ``MEASURED_CALLS`` such calls the program is captured again,
-  into memory of its own.
+  kept as ``.grad`` and ``zero_grad(set_to_none=False)`` keeps), the call runs the program
+  eagerly, with fresh outputs, and the results found alive go out as copies from then on
+  (one device copy each a call; the graph is then timed again against the eager program, step
+  3), so that the graph replays under the caller's references. A result kept for good (handed
+  out before it was copied) holds the graph's memory: after ``MEASURED_CALLS`` such calls the
+  program is captured again, into memory of its own.
 - **Memory.** Each graph has its own private memory pool (its intermediates and results,
   held while the graph lives). One pool shared by all graphs would hold only the largest, but
   a pool outlives its graphs only through a live graph: capturing into a shared pool whose
@@ -270,7 +270,8 @@ class GraphedProgram:
         self.busy_calls = 0
 
     def run(self, inputs: Sequence[Any]) -> tuple:
-        if self.phase is _EAGER or not ENABLED or (self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        outer_capture = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if self.phase is _EAGER or not ENABLED or outer_capture:
             return self.eager_run(*inputs)
         if self.phase is not _MEASURING:
             out = self._replay(inputs)
@@ -456,7 +457,8 @@ class GraphedProgram:
             # Into other graphs' results: pinned there (they stay put). From one allocator-placed
             # address to another: copied from now on (it will move again). Either way the program
             # is captured again now; a slot that left graph memory waits (``_note_move``).
-            fresh = {s for s in moved if s not in self.from_graphs and everything[s].data_ptr() not in _graph_memory}
+            fresh = {s for s in moved
+                     if s not in self.from_graphs and everything[s].data_ptr() not in _graph_memory}
             if self.captures < MAX_CAPTURES and all(s in fresh or everything[s].data_ptr() in _graph_memory
                                                     for s in moved):
                 self.unsettled |= fresh
