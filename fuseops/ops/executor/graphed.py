@@ -10,8 +10,9 @@ What a call does, keeping what eager calls guarantee:
   activation the allocator keeps placing there, another graph's result) is read by the graph
   where it lies: *pinned*. Nothing is held for it: every call checks that its tensor is at that
   address. Where one moved, the program is captured again at once: pinned at its new address
-  if that is another graph's result (its producer was just graphed; those stay put), copied
-  from then on if it moved between two allocator-placed addresses (it will move again). One
+  if that is another graph's result (its producer was just graphed; those stay put) or a
+  parameter given new storage, copied from then on if an activation moved between two
+  allocator-placed addresses (it will move again). One
   that moved out of another graph's results (its producer may be between its own graphs) runs
   the program eagerly; after ``MEASURED_CALLS`` such calls in a row the graph is freed and the
   program measured again, and a slot that did so twice is copied from then on. A copied
@@ -454,13 +455,14 @@ class GraphedProgram:
         moved = [slot for slot, address in self.pinned if everything[slot].data_ptr() != address]
         if moved:
             counts["moved"] += 1
-            # Into other graphs' results: pinned there (they stay put). From one allocator-placed
-            # address to another: copied from now on (it will move again). Either way the program
-            # is captured again now; a slot that left graph memory waits (``_note_move``).
-            fresh = {s for s in moved
-                     if s not in self.from_graphs and everything[s].data_ptr() not in _graph_memory}
-            if self.captures < MAX_CAPTURES and all(s in fresh or everything[s].data_ptr() in _graph_memory
-                                                    for s in moved):
+            # Into other graphs' results, or a parameter given new storage (``param.data = t``):
+            # pinned there (they stay put). An activation from one allocator-placed address to
+            # another: copied from now on (it will move again). Either way the program is captured
+            # again now; a slot that left graph memory waits (``_note_move``).
+            stays = {s for s in moved if everything[s].data_ptr() in _graph_memory
+                     or isinstance(everything[s], torch.nn.Parameter)}
+            fresh = {s for s in moved if s not in stays and s not in self.from_graphs}
+            if self.captures < MAX_CAPTURES and stays | fresh == set(moved):
                 self.unsettled |= fresh
                 return self._capture_again(inputs, {slot for slot, _ in self.pinned} - fresh)
             self.misses += 1

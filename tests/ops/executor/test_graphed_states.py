@@ -85,6 +85,8 @@ def cpu_graphs(monkeypatch):
         def wrapped(self, inputs, real=real):
             outer = dict(_CALL)
             _CALL["inputs"] = tuple(inputs)
+            # Which inputs are parameters (not the inputs: held, they would keep results alive).
+            self.param_slots = {i for i, t in enumerate(inputs) if isinstance(t, torch.nn.Parameter)}
             try:
                 return real(self, inputs)
             finally:
@@ -289,6 +291,36 @@ def test_float32_weights_under_autocast_with_an_eval_step_between(cpu_graphs, mo
     # Per step: 2 forwards, 2 backwards and 2 no-grad forwards, all graphed.
     assert tail["last"]["graph_replays"] == 5 * 6 and tail["last"]["busy"] == 0, str(tail["last"])
     assert any(g.derived_count for g in _states(model)), "no program took the weight cache's casts"
+
+
+@pytest.mark.parametrize("change", ["optimizer_step", "data_replaced"])
+def test_graphs_follow_the_parameters(change, cpu_graphs, monkeypatch):
+    """An optimizer's in-place step reaches the next replay (parameters are read where they
+    lie); a parameter given new storage (``param.data = ...``) makes the program capture again
+    at once, with the parameter pinned at its new address, never copied into the graph."""
+    torch.manual_seed(0)
+    model = MODELS["dense_gelu"]()
+    calls = [_inputs("dense_gelu", torch.device("cpu"), seed) for seed in range(24)]
+
+    def steps(m):
+        seen = []
+        for i, inputs in enumerate(calls):
+            if change == "optimizer_step" or i == 12:
+                with torch.no_grad():
+                    for p in m.parameters():
+                        if change == "optimizer_step":
+                            p.add_(p * 0.01 + 0.001 * i)
+                        else:
+                            p.data = p.data * 0.5 + 0.25
+            seen.append([None if t is None else t.clone() for t in _step(m, inputs)])
+        return seen
+
+    delta = _same_as_full_path(model, steps, monkeypatch)
+    assert delta["dropped"] == 0 and delta["graph_replays"] >= 16, str(delta)
+    if change == "data_replaced":
+        assert delta["recaptured"] >= 2, str(delta)
+    for state in _states(model):
+        assert not state.param_slots & set(state.buffers), "a parameter is copied into its graph"
 
 
 def _states(model) -> list:
