@@ -323,6 +323,19 @@ def test_graphs_follow_the_parameters(change, cpu_graphs, monkeypatch):
         assert not state.param_slots & set(state.buffers), "a parameter is copied into its graph"
 
 
+def test_two_input_shapes_in_turn_each_get_their_graphs(cpu_graphs, monkeypatch):
+    """A model called with two row counts in turn (as a last, shorter batch does): each layout
+    has its own programs and graphs, and every call equals the full path."""
+    torch.manual_seed(0)
+    model = MODELS["dense_swiglu_layernorm"]()
+    calls = []
+    for seed in range(28):
+        inputs = _inputs("dense_swiglu_layernorm", torch.device("cpu"), seed)
+        calls.append([t[: 3 + 5 * (seed % 2)] for t in inputs])  # 3 and 8 rows in turn
+    delta = _same_as_full_path(model, _steps(calls), monkeypatch)
+    assert delta["kept"] >= 4 and delta["dropped"] == 0 and delta["graph_replays"] >= 4 * 6, str(delta)
+
+
 def _states(model) -> list:
     """The graph states of ``model``'s recorded programs."""
     states = []
