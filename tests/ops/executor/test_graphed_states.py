@@ -336,6 +336,30 @@ def test_two_input_shapes_in_turn_each_get_their_graphs(cpu_graphs, monkeypatch)
     assert delta["kept"] >= 4 and delta["dropped"] == 0 and delta["graph_replays"] >= 4 * 6, str(delta)
 
 
+def test_a_block_applied_to_its_own_output_equals_the_full_path(cpu_graphs, monkeypatch):
+    """One block twice a step, the second call on the first's output (shared weights, one
+    program for both calls): the second call finds the first's results alive, which then go out
+    as copies; every call equals the full path."""
+    torch.manual_seed(0)
+    block = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+    calls = [_inputs("residual_branch", torch.device("cpu"), seed)[0] for seed in range(20)]
+
+    def steps(m):
+        out = []
+        for x in calls:
+            for p in m.parameters():
+                p.grad = None
+            x = x.clone().requires_grad_()
+            y = m(m(x))
+            y.square().sum().backward()
+            out.append([y.detach().clone(), x.grad.clone(), *[p.grad.clone() for p in m.parameters()]])
+            del y
+        return out
+
+    delta = _same_as_full_path(block, steps, monkeypatch)
+    assert delta["graph_replays"] >= 10 and delta["copied_out"] >= 1, str(delta)
+
+
 def _states(model) -> list:
     """The graph states of ``model``'s recorded programs."""
     states = []
