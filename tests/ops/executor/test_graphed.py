@@ -16,6 +16,7 @@ import fuseops
 from fuseops import ops
 from fuseops.ops.executor import graphed, replay
 from tests.helpers import assert_bitwise, cuda_or_skip
+from tests.ops.executor.test_graphed_states import blocks, moving_input_steps, training_loop
 from tests.ops.executor.test_replay import MODELS, H, _inputs, _step
 
 CALLS = 16  # 1 full, 1 recorded, 3 measured, 1 capturing, 3 on trial, then graphed
@@ -169,8 +170,7 @@ def test_a_chain_of_blocks_settles_without_dropping_a_graph(always_graph, monkey
     measured again from the start; every call equals the full path."""
     device = cuda_or_skip()
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
-                                  for _ in range(4)]).to(device)
+    model = blocks(4).to(device)
     calls = [[t[0]] for t in _calls("residual_branch", device, torch.float32, "plain")] * 2
     delta = _compare(model, calls, monkeypatch)
     assert delta["dropped"] == 0 and delta["recaptured"] >= 1 and delta["kept"] >= 6, str(delta)
@@ -183,30 +183,11 @@ def test_an_input_that_moves_is_copied_from_then_on(always_graph, monkeypatch):
     call equals the full path."""
     device = cuda_or_skip()
     torch.manual_seed(0)
-    model = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU()).to(device)
+    model = blocks(1).to(device)
     leaves = [torch.zeros(8, H, device=device, requires_grad=True) for _ in range(3)]
     values = [t[0] for t in _calls("residual_branch", device, torch.float32, "plain")]
-
-    def steps(m):
-        out = []
-        for i, v in enumerate(values):
-            x = leaves[0] if i < 10 else leaves[i % 3]
-            with torch.no_grad():
-                x.copy_(v)
-            for leaf in leaves:
-                leaf.grad = None  # a gradient kept from an earlier call would keep the backward busy
-            for p in m.parameters():
-                p.grad = None
-            y = m(x)
-            y.square().sum().backward()
-            out.append([y.detach().clone(), x.grad.clone(), *[p.grad.clone() for p in m.parameters()]])
-            # A live result of the last replay would send the next call the eager way.
-            del y
-            torch.cuda.synchronize()
-        return out
-
     before = dict(graphed.counts)
-    _same_as_full_path(model, steps, monkeypatch)
+    _same_as_full_path(model, moving_input_steps(leaves, values, torch.cuda.synchronize), monkeypatch)
     delta = {k: graphed.counts[k] - before[k] for k in before}
     assert delta["recaptured"] >= 1 and delta["dropped"] == 0 and delta["graph_replays"] >= 4, str(delta)
 
@@ -219,27 +200,16 @@ def test_a_user_loop_that_keeps_its_output_replays_every_program(always_graph, m
     path (``test_graphed_states.py`` has the same on the CPU, with a stand-in for graphs)."""
     device = cuda_or_skip()
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
-                                  for _ in range(3)]).to(device)
+    model = blocks(3).to(device)
     x = torch.randn(8, H, device=device)
-    tail = {}
+    kept = {}
 
-    def steps(m):
-        opt = torch.optim.SGD(m.parameters(), lr=0.1)
-        seen = []
-        out = None
-        for i in range(30):
-            if i == 25:
-                tail["before"] = dict(graphed.counts)
-            out = m(x)
-            out.square().mean().backward()
-            seen.append([out.detach().clone(), *[p.grad.clone() for p in m.parameters()]])
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            torch.cuda.synchronize()
-        tail["last"] = {k: graphed.counts[k] - tail["before"][k] for k in tail["before"]}
-        return seen
+    def one_step(m, i):
+        kept["out"] = m(x)  # bound until the next step's
+        kept["out"].square().mean().backward()
+        return [kept["out"].detach().clone(), *[p.grad.clone() for p in m.parameters()]]
 
+    steps, tail = training_loop(one_step, sync=torch.cuda.synchronize)
     _same_as_full_path(model, steps, monkeypatch)
     assert tail["last"]["graph_replays"] == 5 * 6 and tail["last"]["busy"] == 0, str(tail["last"])
 

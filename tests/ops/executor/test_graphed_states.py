@@ -121,6 +121,54 @@ def _steps(calls):
     return steps
 
 
+def blocks(n: int) -> torch.nn.Module:
+    """``n`` pre-norm blocks, each its own ``fuseops.Sequential`` (its own programs)."""
+    return torch.nn.Sequential(*[fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU()) for _ in range(n)])
+
+
+def training_loop(one_step, set_to_none=lambda i: True, sync=lambda: None, steps=30, last=5):
+    """``(steps(m), tail)``: ``steps`` runs ``one_step(m, i)`` (the tensors it returns are
+    compared), an SGD step and ``zero_grad(set_to_none=set_to_none(i))`` ``steps`` times;
+    ``tail["last"]`` is then the graph counts' change over the ``last`` steps."""
+    tail = {}
+
+    def run(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        seen = []
+        for i in range(steps):
+            if i == steps - last:
+                tail["before"] = dict(graphed.counts)
+            seen.append(one_step(m, i))
+            opt.step()
+            opt.zero_grad(set_to_none=set_to_none(i))
+            sync()
+        tail["last"] = _delta(tail["before"])
+        return seen
+    return run, tail
+
+
+def moving_input_steps(leaves, values, sync=lambda: None):
+    """``steps(m)``: one block step a value, the input a leaf at one address for 10 calls, then
+    the three leaves in turn."""
+    def steps(m):
+        out = []
+        for i, v in enumerate(values):
+            x = leaves[0] if i < 10 else leaves[i % 3]
+            with torch.no_grad():
+                x.copy_(v)
+            for leaf in leaves:
+                leaf.grad = None  # a gradient kept from an earlier call would keep the backward busy
+            for p in m.parameters():
+                p.grad = None
+            y = m(x)
+            y.square().sum().backward()
+            out.append([y.detach().clone(), x.grad.clone(), *[p.grad.clone() for p in m.parameters()]])
+            del y  # a live result of the last replay would send the next call the eager way
+            sync()
+        return out
+    return steps
+
+
 # On the CPU the grouped model's split sizes are host tensors, whose values its calls read: it is
 # never recorded there, so it has no program to graph (the GPU tests cover it).
 _RECORDED_ON_CPU = [name for name in MODELS if name != "grouped"]
@@ -144,8 +192,7 @@ def test_graphed_calls_equal_the_full_path(name, kind, cpu_graphs, monkeypatch):
 
 def test_a_chain_of_blocks_settles_without_dropping_a_graph(cpu_graphs, monkeypatch):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
-                                  for _ in range(4)])
+    model = blocks(4)
     calls = [[_inputs("residual_branch", torch.device("cpu"), seed)[0]] for seed in range(24)]
     delta = _same_as_full_path(model, _steps(calls), monkeypatch)
     assert delta["dropped"] == 0 and delta["recaptured"] >= 1 and delta["kept"] >= 6, str(delta)
@@ -155,27 +202,10 @@ def test_an_input_that_moves_is_copied_from_then_on(cpu_graphs, monkeypatch):
     """The input lies at one address until the graph is kept, then at three in turn: captured
     again at once with that input copied, never measured again."""
     torch.manual_seed(0)
-    model = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+    model = blocks(1)
     leaves = [torch.zeros(8, H, requires_grad=True) for _ in range(3)]
     values = [_inputs("residual_branch", torch.device("cpu"), seed)[0] for seed in range(16)]
-
-    def steps(m):
-        out = []
-        for i, v in enumerate(values):
-            x = leaves[0] if i < 10 else leaves[i % 3]
-            with torch.no_grad():
-                x.copy_(v)
-            for leaf in leaves:
-                leaf.grad = None  # a gradient kept from an earlier call would keep the backward busy
-            for p in m.parameters():
-                p.grad = None
-            y = m(x)
-            y.square().sum().backward()
-            out.append([y.detach().clone(), x.grad.clone(), *[p.grad.clone() for p in m.parameters()]])
-            del y  # a live result of the last replay would send the next call the eager way
-        return out
-
-    delta = _same_as_full_path(model, steps, monkeypatch)
+    delta = _same_as_full_path(model, moving_input_steps(leaves, values), monkeypatch)
     assert delta["recaptured"] >= 1 and delta["dropped"] == 0 and delta["graph_replays"] >= 4, str(delta)
     assert any(g.unsettled for g in _states(model)), "the moved input was not copied"
 
@@ -186,7 +216,7 @@ def test_a_held_result_sends_the_next_call_the_eager_way(cpu_graphs, monkeypatch
     copies from then on, and after ``MEASURED_CALLS`` busy calls in a row the program is
     captured again, into memory of its own: the graph replays again."""
     torch.manual_seed(0)
-    model = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+    model = blocks(1)
     calls = [_inputs("residual_branch", torch.device("cpu"), seed)[0] for seed in range(14)]
 
     def steps(m):
@@ -206,26 +236,16 @@ def test_a_user_loop_that_keeps_its_output_replays_every_program(cpu_graphs, mon
     the last block's output is found alive once, goes out as a copy from then on, and every
     program replays its graph in the last steps; every step equals the full path."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
-                                  for _ in range(3)])
+    model = blocks(3)
     x = torch.randn(8, H)
-    tail = {}
+    kept = {}
 
-    def steps(m):
-        opt = torch.optim.SGD(m.parameters(), lr=0.1)
-        seen = []
-        out = None
-        for i in range(30):
-            if i == 25:
-                tail["before"] = dict(graphed.counts)
-            out = m(x)
-            out.square().mean().backward()
-            seen.append([out.detach().clone(), *[p.grad.clone() for p in m.parameters()]])
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        tail["last"] = _delta(tail["before"])
-        return seen
+    def one_step(m, i):
+        kept["out"] = m(x)  # bound until the next step's
+        kept["out"].square().mean().backward()
+        return [kept["out"].detach().clone(), *[p.grad.clone() for p in m.parameters()]]
 
+    steps, tail = training_loop(one_step)
     delta = _same_as_full_path(model, steps, monkeypatch)
     assert delta["copied_out"] >= 1, str(delta)
     assert tail["last"]["graph_replays"] == 5 * 6 and tail["last"]["busy"] == 0, str(tail["last"])
@@ -237,23 +257,14 @@ def test_gradients_kept_by_zero_grad_replay_every_program(cpu_graphs, monkeypatc
     found alive, they go out as copies from then on, and every program replays in the last
     steps; every step equals the full path."""
     torch.manual_seed(0)
-    model = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+    model = blocks(1)
     x = torch.randn(8, H)
-    tail = {}
 
-    def steps(m):
-        opt = torch.optim.SGD(m.parameters(), lr=0.1)
-        seen = []
-        for i in range(30):
-            if i == 25:
-                tail["before"] = dict(graphed.counts)
-            m(x).square().mean().backward()
-            seen.append([p.grad.clone() for p in m.parameters()])
-            opt.step()
-            opt.zero_grad(set_to_none=i < 15)
-        tail["last"] = _delta(tail["before"])
-        return seen
+    def one_step(m, i):
+        m(x).square().mean().backward()
+        return [p.grad.clone() for p in m.parameters()]
 
+    steps, tail = training_loop(one_step, set_to_none=lambda i: i < 15)
     delta = _same_as_full_path(model, steps, monkeypatch)
     assert delta["copied_out"] >= 1, str(delta)
     assert tail["last"]["graph_replays"] == 5 * 2 and tail["last"]["busy"] == 0, str(tail["last"])
@@ -265,28 +276,18 @@ def test_float32_weights_under_autocast_with_an_eval_step_between(cpu_graphs, mo
     no-grad eval call of the same model between training steps (its own programs): every call
     equals the full path, and every training program replays in the last steps."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
-                                  for _ in range(2)])
+    model = blocks(2)
     x = torch.randn(8, H)
-    tail = {}
 
-    def steps(m):
-        opt = torch.optim.SGD(m.parameters(), lr=0.1)
-        seen = []
-        for i in range(30):
-            if i == 25:
-                tail["before"] = dict(graphed.counts)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = m(x).float().square().mean()
-                loss.backward()
-                with torch.no_grad():
-                    evaluated = m(x)
-            seen.append([loss.detach(), evaluated.clone(), *[p.grad.clone() for p in m.parameters()]])
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        tail["last"] = _delta(tail["before"])
-        return seen
+    def one_step(m, i):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = m(x).float().square().mean()
+            loss.backward()
+            with torch.no_grad():
+                evaluated = m(x)
+        return [loss.detach(), evaluated.clone(), *[p.grad.clone() for p in m.parameters()]]
 
+    steps, tail = training_loop(one_step)
     _same_as_full_path(model, steps, monkeypatch)
     # Per step: 2 forwards, 2 backwards and 2 no-grad forwards, all graphed.
     assert tail["last"]["graph_replays"] == 5 * 6 and tail["last"]["busy"] == 0, str(tail["last"])
@@ -341,7 +342,7 @@ def test_a_block_applied_to_its_own_output_equals_the_full_path(cpu_graphs, monk
     program for both calls): the second call finds the first's results alive, which then go out
     as copies; every call equals the full path."""
     torch.manual_seed(0)
-    block = fuseops.Sequential(ops.RMSNorm(H), ops.Linear(H, H), ops.GELU())
+    block = blocks(1)
     calls = [_inputs("residual_branch", torch.device("cpu"), seed)[0] for seed in range(20)]
 
     def steps(m):
