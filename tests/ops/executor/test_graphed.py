@@ -16,7 +16,7 @@ import fuseops
 from fuseops import ops
 from fuseops.ops.executor import graphed, replay
 from tests.helpers import assert_bitwise, cuda_or_skip
-from tests.ops.executor.test_graphed_states import blocks, moving_input_steps, training_loop
+from tests.ops.executor.test_graphed_states import blocks, change_parameters, moving_input_steps, training_loop
 from tests.ops.executor.test_replay import MODELS, H, _inputs, _step
 
 CALLS = 16  # 1 full, 1 recorded, 3 measured, 1 capturing, 3 on trial, then graphed
@@ -235,13 +235,7 @@ def test_graphs_follow_the_parameters(change, always_graph, monkeypatch):
     model = MODELS["dense_gelu"]().to(device)
 
     def step(m, i):
-        if change == "optimizer_step" or i == CALLS // 2:
-            with torch.no_grad():
-                for p in m.parameters():
-                    if change == "optimizer_step":
-                        p.add_(p * 0.01 + 0.001 * i)
-                    else:
-                        p.data = p.data * 0.5 + 0.25
+        change_parameters(m, i, change, replace_at=CALLS // 2)
 
     delta = _compare(model, _calls("dense_gelu", device, torch.float32, "plain") * 2, monkeypatch, step)
     if change == "data_replaced":

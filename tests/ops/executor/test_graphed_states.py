@@ -169,6 +169,18 @@ def moving_input_steps(leaves, values, sync=lambda: None):
     return steps
 
 
+def change_parameters(m: torch.nn.Module, i: int, change: str, replace_at: int) -> None:
+    """Before call ``i``: "optimizer_step" steps every parameter in place; "data_replaced"
+    gives each new storage (``param.data = ...``) at call ``replace_at``."""
+    if change == "optimizer_step" or i == replace_at:
+        with torch.no_grad():
+            for p in m.parameters():
+                if change == "optimizer_step":
+                    p.add_(p * 0.01 + 0.001 * i)
+                else:
+                    p.data = p.data * 0.5 + 0.25
+
+
 # On the CPU the grouped model's split sizes are host tensors, whose values its calls read: it is
 # never recorded there, so it has no program to graph (the GPU tests cover it).
 _RECORDED_ON_CPU = [name for name in MODELS if name != "grouped"]
@@ -306,13 +318,7 @@ def test_graphs_follow_the_parameters(change, cpu_graphs, monkeypatch):
     def steps(m):
         seen = []
         for i, inputs in enumerate(calls):
-            if change == "optimizer_step" or i == 12:
-                with torch.no_grad():
-                    for p in m.parameters():
-                        if change == "optimizer_step":
-                            p.add_(p * 0.01 + 0.001 * i)
-                        else:
-                            p.data = p.data * 0.5 + 0.25
+            change_parameters(m, i, change, replace_at=12)
             seen.append([None if t is None else t.clone() for t in _step(m, inputs)])
         return seen
 
