@@ -115,3 +115,9 @@ class CallCache:
 
     def clear(self) -> None:
         self._runs.clear()
+
+    def __getstate__(self) -> dict:
+        # Derived state, rebuilt by the next call: a copy (``copy.deepcopy``, ``torch.save`` of
+        # the module) starts empty. Its runs hold generated code and CUDA graphs, which neither
+        # pickle nor deep-copy, and graphs read their inputs at the original's addresses.
+        return {"_runs": {}}

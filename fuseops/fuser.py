@@ -205,6 +205,10 @@ class PlanCache:
     def clear(self) -> None:
         self._plans.clear()
 
+    def __getstate__(self) -> dict:
+        # Derived state (``CallCache.__getstate__``): a copy of the module plans again.
+        return {"_plans": {}}
+
 
 def _alias_pattern(extras: Sequence[Any]) -> tuple[int, ...]:
     """For each extra input, the index of the first one that is the same."""

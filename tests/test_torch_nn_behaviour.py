@@ -4,6 +4,8 @@ before backward, torch.func, package conventions."""
 
 from __future__ import annotations
 
+import copy
+import io
 import logging
 
 import pytest
@@ -12,6 +14,8 @@ from torch.func import vmap
 
 import fuseops
 from fuseops import ops
+from fuseops.ops.executor import graphed
+from tests.helpers import assert_bitwise
 
 INPLACE = "modified by an inplace operation"
 
@@ -38,6 +42,45 @@ def _mlp(fuse=True, device="cpu"):
         ref[0].weight.copy_(seq[0].weight), ref[0].bias.copy_(seq[0].bias)
         ref[2].weight.copy_(seq[2].weight), ref[2].bias.copy_(seq[2].bias)
     return seq, ref
+
+
+# -- copies ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", _devices())
+def test_a_model_that_has_run_deep_copies_and_saves_like_torch_nn(device, monkeypatch):
+    """``copy.deepcopy`` and ``torch.save`` of a model after training steps (its calls
+    prepared and recorded; on CUDA replayed as graphs, kept whatever they measure): the copy and
+    the loaded model run with their own parameters, equal to a model freshly built from the
+    same state dict, and leave the original as it was (session 26: a CUDA graph in the
+    module's call cache made ``deepcopy`` raise; a recorded program made ``torch.save`` raise)."""
+    for name in ("GPU_BOUND", "KEEP", "GPU_SLACK"):
+        monkeypatch.setattr(graphed, name, float("inf"))
+    seq, _ = _mlp(device=device)
+    x = torch.randn(5, 6, device=device, requires_grad=True)
+    opt = torch.optim.SGD(seq.parameters(), lr=0.1)
+    for _ in range(16):
+        seq(x).square().sum().backward()
+        opt.step()
+        opt.zero_grad()
+    before = seq(x).detach().clone()
+    buffer = io.BytesIO()
+    torch.save(seq, buffer)
+    buffer.seek(0)
+    copies = [copy.deepcopy(seq), torch.load(buffer, weights_only=False)]
+    for other in copies:
+        with torch.no_grad():
+            other[0].weight.mul_(0.5)
+        fresh, _ = _mlp(device=device)
+        fresh.load_state_dict(other.state_dict())
+        for model in (other, fresh):
+            x.grad = None
+            model(x).square().sum().backward()
+        got, want = other(x), fresh(x)
+        assert_bitwise(got, want, "output")
+        for (name, p), q in zip(other.named_parameters(), fresh.parameters()):
+            assert_bitwise(p.grad, q.grad, name)
+        assert not torch.equal(got, before)
+    assert_bitwise(seq(x), before, "the original's output")
 
 
 # -- hooks ---------------------------------------------------------------------------------

@@ -7,8 +7,9 @@
 
 Both are differentiable (in ``x``; in ``y_sorted`` and ``weights``), run on the device
 without host syncs (Triton kernels on CUDA, the torch references on CPU and for float64),
-and capture in a CUDA graph. Out-of-range expert ids (``permute``) and rows (``unpermute``'s
-``row_map``) fail loudly:
+and capture in a CUDA graph. On CUDA their calls replay as CUDA graphs of their own where the
+host path is the bottleneck (``routing_graphs.py``: measured per call signature and layer).
+Out-of-range expert ids (``permute``) and rows (``unpermute``'s ``row_map``) fail loudly:
 
 - CPU tensors (and CUDA with ``FUSEOPS_DEBUG=1``): a ``ValueError`` naming the argument, from
   a host check that reads the values back.
@@ -26,6 +27,7 @@ and capture in a CUDA graph. Out-of-range expert ids (``permute``) and rows (``u
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import torch
 from torch._C._functorch import maybe_current_level
@@ -33,6 +35,7 @@ from torch.autograd.function import once_differentiable
 
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.moe import traceable
+from fuseops.moe import routing_graphs
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -99,16 +102,51 @@ def _range_flag(name: str, device: torch.device) -> torch.Tensor:
     return flag
 
 
-def permute_rows(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, check: str
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The ``PERMUTE`` kernel of arguments ``check_routing`` passed, with the range check it
-    chose; ``KERNELS``: the ids' range check rides in the count kernel."""
-    if check != KERNELS:
-        return traceable.permute(x, expert_ids, num_experts)
-    ok = _range_flag("expert_ids", x.device)
+def _permute_flagged(x: torch.Tensor, expert_ids: torch.Tensor, ok: torch.Tensor, num_experts: int
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     out = launcher(Kernel.PERMUTE, x)(x, expert_ids, num_experts, ids_ok=ok)
     torch._assert_async(ok, f"expert_ids: expected values in [0, num_experts={num_experts})")
     return out
+
+
+def permute_rows(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, check: str, graphs: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``PERMUTE`` kernel of arguments ``check_routing`` passed, with the range check it
+    chose; ``KERNELS``: the ids' range check rides in the count kernel. ``graphs``: through
+    ``routing_graphs`` (the results may lie in graph memory: never for a caller that frees
+    their storage early, as ``expert_layer``'s backward does)."""
+    if check == OPS:
+        return traceable.permute(x, expert_ids, num_experts)
+    if check == KERNELS:
+        run, inputs = partial(_permute_flagged, num_experts=num_experts), (
+            x, expert_ids, _range_flag("expert_ids", x.device))
+    else:
+        run, inputs = partial(traceable.permute, num_experts=num_experts), (x, expert_ids)
+    if not graphs:
+        return run(*inputs)
+    return routing_graphs.call("permute", run, inputs, (num_experts, check))
+
+
+def _sum_rows(dx_sorted: torch.Tensor, row_map: torch.Tensor) -> tuple[torch.Tensor]:
+    # permute's backward: each token's gradient is the plain sum of its K rows' gradients.
+    return (traceable.unpermute(dx_sorted, row_map, None),)
+
+
+def _unpermute_flagged(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None,
+                       ok: torch.Tensor) -> tuple[torch.Tensor]:
+    y = launcher(Kernel.UNPERMUTE, y_sorted)(y_sorted, row_map, weights, rows_ok=ok)
+    torch._assert_async(ok, f"row_map: expected values in [0, {y_sorted.shape[0]}) (the rows of y_sorted)")
+    return (y,)
+
+
+def _unpermute_plain(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None
+                     ) -> tuple[torch.Tensor]:
+    return (traceable.unpermute(y_sorted, row_map, weights),)
+
+
+def _routed_call(name: str, check: str, run, inputs: tuple, row_map: torch.Tensor) -> tuple:
+    """``run(*inputs)``, through ``routing_graphs`` where the kernels run (not ``OPS``)."""
+    return run(*inputs) if check == OPS else routing_graphs.call(name, run, inputs, (check,), row_map)
 
 
 def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -> None:
@@ -122,38 +160,40 @@ def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -
 class _Permute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, expert_ids, num_experts, check):
-        x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, num_experts, check)
+        x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, num_experts, check, graphs=True)
         ctx.mark_non_differentiable(split_sizes, row_map)
         ctx.save_for_backward(row_map)
+        ctx.check = check
         return x_sorted, split_sizes, row_map
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dx_sorted, _split_sizes, _row_map):
         (row_map,) = ctx.saved_tensors
-        # Each token's gradient is the plain sum of its K rows' gradients.
-        return traceable.unpermute(dx_sorted.contiguous(), row_map, None), None, None, None
+        (dx,) = _routed_call("permute_backward", ctx.check, _sum_rows, (dx_sorted.contiguous(), row_map), row_map)
+        return dx, None, None, None
 
 
 class _Unpermute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y_sorted, row_map, weights, check):
         if check == KERNELS:
-            ok = _range_flag("row_map", y_sorted.device)
-            y = launcher(Kernel.UNPERMUTE, y_sorted)(y_sorted, row_map, weights, rows_ok=ok)
-            torch._assert_async(ok, f"row_map: expected values in [0, {y_sorted.shape[0]}) (the rows of y_sorted)")
+            (y,) = _routed_call("unpermute", check, _unpermute_flagged,
+                                (y_sorted, row_map, weights, _range_flag("row_map", y_sorted.device)), row_map)
         else:
-            y = traceable.unpermute(y_sorted, row_map, weights)
+            (y,) = _routed_call("unpermute", check, _unpermute_plain, (y_sorted, row_map, weights), row_map)
         # y_sorted is needed only for the weights' gradient.
         keep = y_sorted if ctx.needs_input_grad[2] else None
         ctx.save_for_backward(row_map, weights, keep)
+        ctx.check = check
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         row_map, weights, y_sorted = ctx.saved_tensors
-        dy_sorted, dweights = traceable.unpermute_bwd(dy.contiguous(), row_map, weights, y_sorted)
+        dy_sorted, dweights = _routed_call("unpermute_backward", ctx.check, traceable.unpermute_bwd,
+                                           (dy.contiguous(), row_map, weights, y_sorted), row_map)
         return (dy_sorted if ctx.needs_input_grad[0] else None), None, dweights, None
 
 

@@ -40,7 +40,7 @@ def run(act, T, H, hold):
         ms = (time.perf_counter() - t0) / 10 * 1e3
         d = {k: graphed.counts[k] - before[k] for k in ("captured", "recaptured", "kept", "dropped", "moved", "busy")}
         rows.append(f"  steps {window * 10:2d}-{window * 10 + 9}: {ms:.2f} ms  {d}")
-    del out, loss
+    out = loss = None
     return rows
 
 

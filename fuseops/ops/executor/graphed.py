@@ -7,22 +7,21 @@ launch replaces its launches: captured once per program (one input layout), repl
 What a call does, keeping what eager calls guarantee:
 
 - **Inputs.** A slot whose tensor lay at one address over the measured calls (a parameter, an
-  activation the allocator keeps placing there, another graph's result) is read by the graph
-  where it lies: *pinned*. Nothing is held for it: every call checks that its tensor is at that
-  address. Where one moved, the program is captured again at once: pinned at its new address
-  if that is another graph's result (its producer was just graphed; those stay put) or a
-  parameter given new storage, copied from then on if an activation moved between two
-  allocator-placed addresses (it will move again). One
-  that moved out of another graph's results (its producer may be between its own graphs) runs
-  the program eagerly; after ``MEASURED_CALLS`` such calls in a row the graph is freed and the
-  program measured again, and a slot that did so twice is copied from then on. A copied
-  slot has the graph's own buffer, into which each call's tensor is copied (the storage range
-  it covers, so any strides copy). A copied slot whose tensors come from another graph's results
-  for ``MEASURED_CALLS`` calls in a row (it was captured while that graph ran eagerly) is
-  captured again, pinned. Copies from the weight cache (a float32 weight's cast
-  under autocast) are asked for before the graph, as a replay asks
-  (``replay._DerivedRecorder``), and copied in only when the cache hands out another tensor
-  (after the weight changed).
+  activation the allocator keeps placing there) or lies in another graph's results when the program
+  is captured is read by the graph where it lies: *pinned*. Nothing is held for it: every call
+  checks that its tensor is at that address. Where one moved, the program is captured again at
+  once: pinned at its new address if that is another graph's result (its producer was just graphed;
+  those stay put) or a parameter given new storage, copied from then on if an activation moved
+  between two allocator-placed addresses (it will move again). One that moved out of another
+  graph's results (its producer may be between its own graphs) runs the program eagerly; after
+  ``MEASURED_CALLS`` such calls in a row the graph is freed and the program measured again, and a
+  slot that did so twice is copied from then on. A copied slot has the graph's own buffer, into
+  which each call's tensor is copied (the storage range it covers, so any strides copy). A copied
+  slot whose tensors come from another graph's results for ``MEASURED_CALLS`` calls in a row (it
+  was captured while that graph ran eagerly) is captured again, pinned. Copies from the weight
+  cache (a float32 weight's cast under autocast) are asked for before the graph, as a replay asks
+  (``replay._DerivedRecorder``), and copied in only when the cache hands out another tensor (after
+  the weight changed).
 - **Outputs.** A result that is an input, or a view of one, is the call's own input, or the
   same view of it. A result in graph memory goes out as a new tensor over that memory, not a
   copy. The next replay would overwrite it, so a call replays only when no tensor handed out
@@ -48,20 +47,24 @@ measuring takes no host synchronisation, checking a capture does (step 2):
    and between two CUDA events, read once complete (``Event.query``). A program whose GPU span
    exceeds its enqueue time by ``GPU_BOUND`` stays eager: its host work is hidden already, and
    a graph would only add copies.
-2. Otherwise the next call captures. It runs eagerly (its result is the call's), checks that
-   the eager run left its inputs but the parameters unchanged (a kernel writing into an input
-   would write into the graph's copy, or write again in the warm-up), captures, replays once
-   and checks the graph's results equal the eager ones bit for bit. These checks read the
-   device (one host synchronisation each), once per capture.
+2. Otherwise the next call captures. It runs eagerly and finds which inputs (but the
+   parameters) the eager run wrote into: those must be pinned (into a copied input the graph
+   would write its own copy; the grouped MLP's backward writes dz over the saved z), and are
+   restored before every other run of the body (the warm-up, the checking replay). It
+   captures, replays once and checks the graph's results, and what it wrote into inputs, equal
+   the eager run's bit for bit. These checks read the device (one host synchronisation each),
+   once per capture. The call hands out the graph's results: a consumer captured in the same
+   step pins them (session 26: handing out the eager ones sent each consumer to capture again,
+   in a cascade down a deep stack).
 3. ``MEASURED_CALLS`` graph replays are timed the same way. The graph is kept where its
    enqueue time is under ``KEEP`` of the eager program's and its GPU span (copies included)
    under ``GPU_SLACK`` of the eager one's; else it is freed. (Where the GPU was behind, the
    eager span was the GPU's own work: the graph cannot shorten it, only add its copies.)
 
 Never graphed: programs recorded under a save receiver (offload), with random ops (a graph would
-repeat their draws), writing into an input, or with inputs off the GPU. Calls made while the
-stream is being captured (the caller's own CUDA graph, ``make_graphed_callables``) run the
-program eagerly. ``FUSEOPS_CUDA_GRAPHS=0`` turns graphs off.
+repeat their draws), writing into an input that moves, or with inputs off the GPU. Calls made
+while the stream is being captured (the caller's own CUDA graph, ``make_graphed_callables``) run
+the program eagerly. ``FUSEOPS_CUDA_GRAPHS=0`` turns graphs off.
 """
 
 from __future__ import annotations
@@ -179,17 +182,19 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
     return _side_streams[device.index]
 
 
-def capture(body: Callable[..., tuple], static: Sequence[Any], device: torch.device
-            ) -> tuple[torch.cuda.CUDAGraph, tuple]:
+def capture(body: Callable[..., tuple], static: Sequence[Any], device: torch.device,
+            after_warm_up: Callable[[], None]) -> tuple[torch.cuda.CUDAGraph, tuple]:
     """``body`` on ``static`` captured as a CUDA graph, and the results it captured (written by
     each replay). Runs once before capturing, on a side stream, so that lazy initialisations
-    happen outside the capture. Raises RuntimeError where the capture failed."""
+    happen outside the capture, then ``after_warm_up`` (which restores the inputs the body
+    writes into). Raises RuntimeError where the capture failed."""
     current, side = torch.cuda.current_stream(device), _side_stream(device)
     side.wait_stream(current)
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.stream(side):
             body(*static)
+            after_warm_up()
             graph.capture_begin(capture_error_mode="thread_local")
             try:
                 results = body(*static)
@@ -198,6 +203,43 @@ def capture(body: Callable[..., tuple], static: Sequence[Any], device: torch.dev
     finally:
         current.wait_stream(side)
     return graph, results
+
+
+class _Written:
+    """The inputs a capture's eager run wrote into (``slots``), by their contents before it
+    (``restore``: every run of the body needs them as they came) and after it (the eager
+    result, which may be views of them). Empty where the program writes into none."""
+
+    __slots__ = ("after", "before", "inputs", "out", "slots", "want")
+
+    def __init__(self, inputs: Sequence[Any], out: tuple, before: dict[int, torch.Tensor]) -> None:
+        self.inputs, self.out, self.before, self.slots = inputs, out, before, set(before)
+        self.after = {i: _covering(inputs[i]).clone() for i in before}
+        # Results over a written input's memory change with it (``restore``): compared as copies.
+        # The others are the eager run's own tensors (a weight gradient: not copied).
+        written = {inputs[i].untyped_storage().data_ptr() for i in before}
+        self.want = tuple(t.clone() if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in written
+                          else t for t in out)
+
+    def _write(self, contents: dict[int, torch.Tensor]) -> None:
+        for i, t in contents.items():
+            _covering(self.inputs[i]).copy_(t)
+
+    def restore(self) -> None:
+        self._write(self.before)
+
+    def eager_result(self) -> tuple:
+        """The eager run's result, its written inputs as it left them (a failed capture)."""
+        self._write(self.after)
+        return self.out
+
+    def differs(self, got: tuple) -> str | None:
+        """What of a replay's result, and of the inputs it wrote, differs from the eager run's."""
+        k = next((k for k, (a, b) in enumerate(zip(got, self.want)) if not same_bits(a, b)), None)
+        if k is not None:
+            return f"result {k}"
+        return next((f"write into input {i}" for i, t in self.after.items()
+                     if not same_bits(_covering(self.inputs[i]), t)), None)
 
 
 class _Timed:
@@ -314,21 +356,28 @@ class GraphedProgram:
         self._free()
 
     def _capture(self, inputs: Sequence[Any]) -> tuple:
-        """This call's result, run eagerly; the graph captured beside it where its checks pass."""
+        """This call's result: the graph's where the capture and its checks pass (step 2), else
+        the eager run's."""
         self.captures += 1
+        # Pinned: where the measured calls found the slot at one address, or where it lies in
+        # another graph's results now (those stay put; its producer was graphed meanwhile).
         pinned = {i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and i not in self.unsettled
-                  and all(seen[i] == t.data_ptr() for seen in self.addresses)}
-        # A program writing into an input (a kernel's in-place output) is not graphed: into a
-        # copied input the graph would write its own copy; into a pinned one, the warm-up and
-        # the check below would write again. Parameters are not read back (their size).
+                  and (t.data_ptr() in _graph_memory or all(seen[i] == t.data_ptr() for seen in self.addresses))}
+        # Inputs the program writes into (the grouped MLP's backward writes dz over the saved z,
+        # which nothing reads after it): a graph writes them where they lie, as the eager run
+        # does, so they must be pinned (into a copied input it would write its own copy).
+        # Parameters are not read back (their size).
         checked = [i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)
                    and not isinstance(t, torch.nn.Parameter)]
         before = {i: _covering(inputs[i]).clone() for i in checked}
         out = self.eager_run(*inputs)
-        if not all(same_bits(before[i], _covering(inputs[i])) for i in checked):
-            self._stay_eager("a kernel writing into an input")
-            return out
+        written = _Written(inputs, out, {i: before[i] for i in checked
+                                         if not same_bits(before[i], _covering(inputs[i]))})
         del before
+        if not written.slots <= pinned:
+            self._stay_eager("a kernel writing into an input that moves")
+            return out
+        written.restore()
         derived = self.parts.prologue(*inputs) if self.parts is not None else ()
         everything = (*inputs, *derived)
         static = []
@@ -348,35 +397,34 @@ class GraphedProgram:
                 if i >= len(inputs):
                     self.derived_last[i] = (weakref.ref(t), t._version)
         try:
-            graph, results = capture(self.body, static, self.device)
+            graph, results = capture(self.body, static, self.device, written.restore)
         except RuntimeError as why:
             self._stay_eager(f"the capture failed ({type(why).__name__}: {str(why)[:120]})")
-            return out
+            return written.eager_result()
         self.graph = graph
         planned = self._plan(results, static)
         del results, static
         if not planned:
-            return out
+            return written.eager_result()
         graph.replay()
-        differs = self._differs(self._outputs(everything), out)
+        differs = written.differs(self._outputs(everything))
         if differs is not None:
-            self._stay_eager(f"the graph's result {differs} differs from the eager run's")
-            return out
+            self._stay_eager(f"the graph's {differs} differs from the eager run's")
+            return written.eager_result()
         # Only this object holds the graph's results now: their storages' use counts alone.
         self.alone = [torch._C._storage_Use_Count(s._cdata) for s in self.storages]
         _graph_memory.update(t.data_ptr() for t in self.pool_results)
         counts["captured"] += 1
         self.phase = _TRIAL
-        return out
-
-    @staticmethod
-    def _differs(got: tuple, want: tuple) -> int | None:
-        return next((k for k, (a, b) in enumerate(zip(got, want)) if not same_bits(a, b)), None)
+        # The graph's results, not the eager run's (equal bit for bit): a consumer captured in
+        # this step then pins them where every replay writes them, where the eager results lay
+        # only this once (its next call would find its input moved and capture again).
+        return self._outputs(everything)
 
     def _plan(self, results: Sequence[torch.Tensor | None], static: list[torch.Tensor | None]) -> bool:
-        """How each result is handed out: None, an input, a view of an input, or graph memory.
-        False (eager from now on) where two results share graph memory."""
-        storages = {t.untyped_storage().data_ptr(): i for i, t in enumerate(static) if t is not None}
+        """How each result is handed out: None, an input, a view of an input, a new empty
+        tensor, or graph memory. False (eager from now on) where two results share graph memory."""
+        storages = {t.untyped_storage().data_ptr(): i for i, t in enumerate(static) if t is not None and t.numel()}
         held: dict[int, int] = {}
         for r in results:
             if r is None:
@@ -385,6 +433,10 @@ class GraphedProgram:
             slot = next((i for i, t in enumerate(static) if t is r), None)
             if slot is not None:
                 self.plan.append(("input", slot))
+                continue
+            if not r.numel():
+                # No memory to share (every empty storage is at address 0, as empty inputs' are).
+                self.plan.append(("empty", tuple(r.shape), r.stride(), r.dtype))
                 continue
             storage = r.untyped_storage().data_ptr()
             if storage in storages:
@@ -417,6 +469,9 @@ class GraphedProgram:
                 _, slot, shape, stride, delta = entry
                 base = everything[slot]
                 out.append(torch.as_strided(base, shape, stride, base.storage_offset() + delta))
+            elif kind == "empty":
+                _, shape, stride, dtype = entry
+                out.append(torch.empty_strided(shape, stride, dtype=dtype, device=self.device))
             else:
                 out.append(None)
         return tuple(out)
@@ -429,9 +484,8 @@ class GraphedProgram:
         copies from then on), or a pinned input left
         another graph's results (the same, and after ``MEASURED_CALLS`` such calls in a row the
         graph is freed and the program measured again). A pinned input that moved elsewhere
-        makes this call capture the program again (its result is then this call's eager one)."""
-        use_count = torch._C._storage_Use_Count
-        alive = {k for k, (s, n) in enumerate(zip(self.storages, self.alone)) if use_count(s._cdata) != n}
+        makes this call capture the program again (its result is then the new graph's)."""
+        alive = self._alive()
         if alive:
             counts["busy"] += 1
             # Kept past the next call (an output bound until the next step reassigns it, a
@@ -494,6 +548,15 @@ class GraphedProgram:
         if timed is not None:
             self.timed.append(timed.stop())
         return out
+
+    def _alive(self) -> set[int]:
+        """The results of the last replay (positions in graph memory) that still live."""
+        use_count = torch._C._storage_Use_Count
+        return {k for k, (s, n) in enumerate(zip(self.storages, self.alone)) if use_count(s._cdata) != n}
+
+    def busy(self) -> bool:
+        """Whether a result of the last replay still lives: the next call would run eagerly."""
+        return bool(self.storages) and bool(self._alive())
 
     def _capture_again(self, inputs: Sequence[Any], keep: set[int]) -> tuple:
         """This call's result, the program captured again at once with the slots ``keep`` pinned

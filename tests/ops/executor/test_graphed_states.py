@@ -39,9 +39,11 @@ class _StandInGraph:
                 kept.copy_(fresh)
 
 
-def _stand_in_capture(body, static, device):
+def _stand_in_capture(body, static, device, after_warm_up):
     body(*static)  # as the real capture's warm-up
+    after_warm_up()
     results = body(*static)
+    after_warm_up()  # a real capture runs nothing: the inputs stay as they were
     inputs = _CALL["inputs"]
     # A pinned input is the call's own tensor: remembered by its position, not held.
     args = [next((i for i, x in enumerate(inputs) if x is t), t) if t is not None else None for t in static]
@@ -186,9 +188,12 @@ def change_parameters(m: torch.nn.Module, i: int, change: str, replace_at: int) 
 _RECORDED_ON_CPU = [name for name in MODELS if name != "grouped"]
 
 
-@pytest.mark.parametrize("kind", ["plain", "nan"])
+@pytest.mark.parametrize("kind", ["plain", "nan", "empty"])
 @pytest.mark.parametrize("name", _RECORDED_ON_CPU)
 def test_graphed_calls_equal_the_full_path(name, kind, cpu_graphs, monkeypatch):
+    """Every call of a graphed program equals the full path bit for bit, with NaNs and
+    infinities, and with zero rows (empty results are handed out as new empty tensors: every
+    empty storage lies at address 0, so matching them to inputs by address would be wrong)."""
     torch.manual_seed(0)
     model = MODELS[name]()
     calls = []
@@ -197,17 +202,27 @@ def test_graphed_calls_equal_the_full_path(name, kind, cpu_graphs, monkeypatch):
         if kind == "nan" and seed % 2:
             inputs[0][1, 3] = float("nan")
             inputs[0][2, 0] = float("-inf")
+        if kind == "empty":
+            inputs = [t[:0] if t is not None and t.dim() and t.shape[0] == inputs[0].shape[0] else t
+                      for t in inputs]
         calls.append(inputs)
     delta = _same_as_full_path(model, _steps(calls), monkeypatch)
     assert delta["kept"] >= 1 and delta["graph_replays"] >= 4, str(delta)
 
 
-def test_a_chain_of_blocks_settles_without_dropping_a_graph(cpu_graphs, monkeypatch):
+@pytest.mark.parametrize("depth", [4, 12])
+def test_a_chain_of_blocks_settles_with_one_capture_a_program(depth, cpu_graphs, monkeypatch):
+    """Each block its own Sequential: a capture hands out its graph's results, so the consumer
+    captured in the same step pins them where every replay writes them, and nothing is captured
+    twice (session 26: the eager results, handed out before, sent a 24-block stack's consumers
+    to capture again in a cascade, 21 of 48 programs eager for good on a GPU)."""
     torch.manual_seed(0)
-    model = blocks(4)
-    calls = [[_inputs("residual_branch", torch.device("cpu"), seed)[0]] for seed in range(24)]
+    model = blocks(depth)
+    calls = [[_inputs("residual_branch", torch.device("cpu"), seed)[0]] for seed in range(12)]
     delta = _same_as_full_path(model, _steps(calls), monkeypatch)
-    assert delta["dropped"] == 0 and delta["recaptured"] >= 1 and delta["kept"] >= 6, str(delta)
+    states = graph_states(model)
+    assert delta["dropped"] == 0 and delta["recaptured"] == 0, str(delta)
+    assert [(g.phase, g.captures) for g in states] == [("graphed", 1)] * 2 * depth
 
 
 def test_an_input_that_moves_is_copied_from_then_on(cpu_graphs, monkeypatch):
@@ -219,7 +234,43 @@ def test_an_input_that_moves_is_copied_from_then_on(cpu_graphs, monkeypatch):
     values = [_inputs("residual_branch", torch.device("cpu"), seed)[0] for seed in range(16)]
     delta = _same_as_full_path(model, moving_input_steps(leaves, values), monkeypatch)
     assert delta["recaptured"] >= 1 and delta["dropped"] == 0 and delta["graph_replays"] >= 4, str(delta)
-    assert any(g.unsettled for g in _states(model)), "the moved input was not copied"
+    assert any(g.unsettled for g in graph_states(model)), "the moved input was not copied"
+
+
+@pytest.mark.parametrize("where", ["one_address", "moving"])
+def test_a_program_writing_into_its_input(where, cpu_graphs):
+    """As the grouped MLP's backward writes dz over the saved z (a forward graph's result, at one
+    address): the program writes into an input and hands out a view of it. Where the input lies
+    at one address the program is graphed: the capture's runs each get the input as it came, and
+    every call's results, and what it leaves in the input, equal the eager run's. Where it moves,
+    the program stays eager (a graph would write into its own copy)."""
+    def run(z, w):
+        dz = torch.mul(z, w, out=z)
+        return dz[1:], (dz * 2).sum(0)
+
+    torch.manual_seed(0)
+    w = torch.randn(4, 3)
+    z = torch.empty(4, 3)
+    program = graphed.GraphedProgram(run, None, torch.device("cpu"))
+    before = dict(graphed.refusals)
+    for _ in range(12):
+        value = torch.randn(4, 3)
+        if where == "moving":
+            z = torch.empty(4, 3)
+        z.copy_(value)
+        got = program.run((z, w))
+        want = run(value.clone(), w)
+        for k in range(2):
+            assert_bitwise(got[k], want[k], f"result {k}")
+        assert_bitwise(z, value * w, "the input written")
+        assert got[0].data_ptr() == z.data_ptr() + 3 * z.element_size(), "the view is not of the call's input"
+        del got  # a live result of the last replay would send the next call the eager way
+    if where == "one_address":
+        assert program.phase == "graphed" and program.captures == 1
+    else:
+        assert program.phase == "eager"
+        assert graphed.refusals.get("a kernel writing into an input that moves", 0) > before.get(
+            "a kernel writing into an input that moves", 0)
 
 
 def test_a_held_result_sends_the_next_call_the_eager_way(cpu_graphs, monkeypatch):
@@ -303,7 +354,7 @@ def test_float32_weights_under_autocast_with_an_eval_step_between(cpu_graphs, mo
     _same_as_full_path(model, steps, monkeypatch)
     # Per step: 2 forwards, 2 backwards and 2 no-grad forwards, all graphed.
     assert tail["last"]["graph_replays"] == 5 * 6 and tail["last"]["busy"] == 0, str(tail["last"])
-    assert any(g.derived_count for g in _states(model)), "no program took the weight cache's casts"
+    assert any(g.derived_count for g in graph_states(model)), "no program took the weight cache's casts"
 
 
 @pytest.mark.parametrize("change", ["optimizer_step", "data_replaced"])
@@ -326,7 +377,7 @@ def test_graphs_follow_the_parameters(change, cpu_graphs, monkeypatch):
     assert delta["dropped"] == 0 and delta["graph_replays"] >= 16, str(delta)
     if change == "data_replaced":
         assert delta["recaptured"] >= 2, str(delta)
-    for state in _states(model):
+    for state in graph_states(model):
         assert not state.param_slots & set(state.buffers), "a parameter is copied into its graph"
 
 
@@ -367,7 +418,7 @@ def test_a_block_applied_to_its_own_output_equals_the_full_path(cpu_graphs, monk
     assert delta["graph_replays"] >= 10 and delta["copied_out"] >= 1, str(delta)
 
 
-def _states(model) -> list:
+def graph_states(model) -> list:
     """The graph states of ``model``'s recorded programs."""
     states = []
     for m in model.modules():

@@ -1,0 +1,123 @@
+"""CUDA graphs for the MoE routing's kernel calls (issue 20: the host path).
+
+``permute`` and ``unpermute``, forward and backward, each launch two to four small kernels
+(count, scan, rows, gather / scatter) whose host path (~70-250 us a call on an H100 host,
+session 26's ``benchmarks.host_trace --part moe``) outlasts their GPU work at small and medium
+token counts. Each call signature (the shapes, strides, dtypes and device of its tensors, and
+its static arguments) gets ``graphed.GraphedProgram`` states, which decide by measurement
+whether to replay the call as a CUDA graph, with the rules and guarantees of recorded programs
+(``fuseops/ops/executor/graphed.py``: results equal the eager run's bit for bit and are never
+overwritten while they live; inputs pinned where they stay put, else copied). The results then
+lie in graph memory, where the experts' programs pin them.
+
+A model's MoE layers of one shape call with one signature, and a graph's results serve one call
+at a time, so each layer needs states of its own. ``permute`` takes the first state of its
+signature whose last results are all gone (in training the first layer's ``x_sorted`` and
+``row_map`` are saved for its backward while the second layer permutes, so each layer meets its
+own state); the other three calls follow the state that made their ``row_map`` (the layer's
+permute), so that they pin that layer's tensors. Where the layers' calls share a state (permute's
+results already gone when the next layer permutes: inference), its pinned inputs move between
+calls and the state captures again until ``graphed.MAX_CAPTURES``, then runs eagerly.
+
+Graph memory is bounded: a state's pool keeps its call's results between steps, where eager
+calls free them within the step (at Qwen3's shape and 16384 tokens a layer's ``x_sorted`` and
+``dy_sorted`` are 0.5 GB each). A state is made only while the states that may hold graph memory
+keep within ``MEMORY_FRACTION`` of the device's memory (counted from each signature's results,
+so one state a signature may go past it); further calls run eagerly.
+
+Not graphed: calls under saved-tensor hooks (offloading: a saved result in graph memory would
+stay allocated in its pool), under torch.compile and torch.func (the caller runs the traceable
+ops instead), and with ``FUSEOPS_CUDA_GRAPHS=0``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fuseops.ops.executor import graphed
+
+# Signatures kept (the oldest dropped beyond), and states per signature: one per MoE layer of
+# that shape, up to this many (further layers' calls run eagerly).
+MAX_SIGNATURES = 64
+MAX_STATES = 64
+# Addresses of row maps in graph memory, by the permute state that wrote them (bounded).
+MAX_OWNED = 1024
+# The graph memory the states may hold, as a fraction of the device's memory (module docstring).
+MEMORY_FRACTION = 0.05
+
+_states: dict[tuple, list[graphed.GraphedProgram]] = {}
+_owners: dict[int, graphed.GraphedProgram] = {}
+# Bytes of one call's results, by signature (from its first call).
+_result_bytes: dict[tuple, int] = {}
+
+
+def _budget(device: torch.device) -> float:
+    if device.type != "cuda":
+        return float("inf")
+    return MEMORY_FRACTION * torch.cuda.get_device_properties(device).total_memory
+
+
+def _held() -> int:
+    """Bytes the states may hold in graph memory: those not eager for good."""
+    return sum(_result_bytes.get(key[1:], 0) * sum(s.phase != "eager" for s in kept)
+               for key, kept in _states.items())
+
+
+def _signature(t: torch.Tensor | None) -> tuple | None:
+    return None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.device)
+
+
+def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None, ...], static: tuple = (),
+         row_map: torch.Tensor | None = None) -> tuple:
+    """``run(*inputs)``: a tuple of tensors computed from ``inputs`` and the ``static`` values
+    (which ``run`` binds, and which name the signature with ``name``), through a graph state.
+    ``row_map``: the call's row map, for every call but permute's (which makes it: its third
+    result)."""
+    device = inputs[0].device
+    if (not graphed.ENABLED or device.type not in graphed.DEVICE_TYPES or torch.compiler.is_compiling()
+            or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None):
+        return run(*inputs)
+    owner = None if row_map is None else _owners.get(row_map.data_ptr())
+    signature = (name, static, *map(_signature, inputs))
+    if owner is not None:
+        # States that served before this layer's permute had its graph: no call meets them again.
+        _states.pop((None, *signature), None)
+    key = (owner, *signature)
+    states = _states.get(key)
+    if states is None:
+        if len(_states) >= MAX_SIGNATURES:
+            del _states[next(iter(_states))]
+        states = _states[key] = []
+    state = next((s for s in states if not s.busy()), None)
+    if state is None:
+        size = _result_bytes.get(signature, 0)  # unknown before the signature's first call
+        if len(states) >= MAX_STATES or _held() + size > _budget(device):
+            return run(*inputs)
+        state = graphed.GraphedProgram(run, None, device)
+        states.append(state)
+    out = state.run(inputs)
+    if signature not in _result_bytes:
+        if len(_result_bytes) >= 4 * MAX_SIGNATURES:
+            _result_bytes.clear()
+        _result_bytes[signature] = sum(t.nbytes for t in out if isinstance(t, torch.Tensor))
+    if row_map is None and state.busy():
+        # Its results lie in graph memory (a capture or a replay; eager results are never busy).
+        if len(_owners) >= MAX_OWNED:
+            _owners.clear()
+        _owners[out[2].data_ptr()] = state
+    return out
+
+
+def clear() -> None:
+    """Forget every state (their graphs and graph memory are freed with them)."""
+    _states.clear()
+    _owners.clear()
+    _result_bytes.clear()
+
+
+def states() -> dict[tuple, list[Any]]:
+    """The graph states by signature (tests and benchmarks read their phases)."""
+    return _states

@@ -1,0 +1,181 @@
+"""The MoE routing's calls through graph states (``fuseops/moe/routing_graphs.py``) on the CPU,
+with the stand-in for CUDA graphs of ``tests/ops/executor/test_graphed_states.py``: two layers of
+one shape (one signature each for permute and unpermute, forward and backward) in a training
+loop, bit for bit the calls without graphs, each layer's forward calls settled on a graph of their
+own. The GPU test runs real graphs."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from fuseops import moe
+from fuseops.kernels._triton import INTERPRET, interpreted_kernels
+from fuseops.moe import routing, routing_graphs
+from fuseops.ops.executor import graphed
+from tests.helpers import assert_bitwise, cuda_or_skip
+from tests.kernels.moe.test_permute import routing as random_routing
+from tests.ops.executor.test_graphed_states import cpu_graphs  # noqa: F401 (a fixture)
+
+STEPS = 20
+
+
+def _layers(x, ids, E, scales, weights):
+    for scale in scales:
+        x_sorted, _, row_map = moe.permute(x, ids, E)
+        x = moe.unpermute(x_sorted * scale, row_map, weights)
+    return x
+
+
+def _training(device, T=6, H=8, E=4, K=2, dtype=torch.float32, loop="plain", poison=False):
+    """``steps()``: ``STEPS`` training steps of two layers, the tensors to compare per step.
+    ``loop``: "plain"; "accumulate" (two micro-batches' forwards, then one backward); "eval"
+    (a forward without grad after each step, its output held to the next). ``poison``: a NaN
+    and an infinity in the tokens."""
+    torch.manual_seed(0)
+    ids = [random_routing(T, E, K, torch.int64, device) for _ in range(2)]
+    weights = torch.rand(T, K, device=device, dtype=dtype, requires_grad=True)
+    scales = [torch.randn(T * K, 1, device=device, dtype=dtype, requires_grad=True) for _ in range(2)]
+    xs = [torch.randn(T, H, device=device, dtype=dtype) for _ in range(2)]
+    if poison and T:
+        for x in xs:
+            x[0, 1], x[-1, 2] = float("nan"), float("inf")
+    xs = [x.requires_grad_() for x in xs]
+    leaves = (*xs, weights, *scales)
+
+    def steps():
+        out, held = [], None
+        for _ in range(STEPS):
+            for t in leaves:
+                t.grad = None
+            batches = 2 if loop == "accumulate" else 1
+            ys = [_layers(xs[b], ids[b], E, scales, weights) for b in range(batches)]
+            sum(y.float().square().sum() for y in ys).backward()
+            out.append([*(y.detach().clone() for y in ys),
+                        *[None if t.grad is None else t.grad.clone() for t in leaves]])
+            if loop == "eval":
+                with torch.no_grad():
+                    held = _layers(xs[1], ids[1], E, scales, weights)
+                out[-1].append(held.clone())
+            del ys  # a live result of the last replay would send the next call the eager way
+            if device != "cpu":
+                torch.cuda.synchronize()
+        return out
+    return steps
+
+
+def _same_with_graphs(steps, monkeypatch) -> dict:
+    for name in ("_states", "_owners", "_result_bytes"):
+        monkeypatch.setattr(routing_graphs, name, {})
+    monkeypatch.setattr(graphed, "ENABLED", False)
+    want = steps()
+    monkeypatch.setattr(graphed, "ENABLED", True)
+    before = dict(graphed.counts)
+    got = steps()
+    for i, (a, b) in enumerate(zip(want, got)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert_bitwise(y, x, f"step {i} tensor {j}")
+    return {k: graphed.counts[k] - before[k] for k in before}
+
+
+def _assert_each_layer_graphed():
+    """Each call of each layer on a graphed state of its own: permute's by which states were
+    busy (the first layer's results saved while the second permutes), the others' by the permute
+    state that made their row map."""
+    by_name: dict[str, list] = {}
+    for key, kept in routing_graphs.states().items():
+        by_name.setdefault(key[1], []).extend(kept)
+    assert sorted(by_name) == ["permute", "permute_backward", "unpermute", "unpermute_backward"]
+    for name, kept in by_name.items():
+        assert [s.phase for s in kept] == ["graphed", "graphed"], name
+
+
+@pytest.mark.parametrize("check", ["host", "kernels"])
+def test_two_layers_of_one_shape_each_get_a_graph(check, cpu_graphs, monkeypatch):  # noqa: F811
+    if check == "kernels":
+        if not INTERPRET:
+            pytest.skip("the interpreter runs only on CPU-only machines")
+        monkeypatch.setattr(routing, "range_check", lambda t: routing.KERNELS)
+    with interpreted_kernels() if check == "kernels" else contextlib.nullcontext():
+        delta = _same_with_graphs(_training("cpu"), monkeypatch)
+    assert delta["dropped"] == 0 and delta["graph_replays"] > 0, delta
+    _assert_each_layer_graphed()
+
+
+@pytest.mark.parametrize("tokens", [0, 1, 6])
+def test_zero_rows_and_non_finite_values_equal_the_calls_without_graphs(tokens, cpu_graphs, monkeypatch):  # noqa: F811
+    """Zero tokens (every result empty), one token, and NaN / infinity in the tokens: each call
+    graphed, equal to the calls without graphs bit for bit (NaN equals NaN by its bits)."""
+    delta = _same_with_graphs(_training("cpu", T=tokens, poison=True), monkeypatch)
+    assert delta["graph_replays"] > 0, delta
+    _assert_each_layer_graphed()
+
+
+@pytest.mark.parametrize("loop", ["accumulate", "eval"])
+def test_other_training_loops_equal_the_calls_without_graphs(loop, cpu_graphs, monkeypatch):  # noqa: F811
+    """Two micro-batches in flight (each layer's states busy twice over), or a forward without
+    grad between training steps (its calls meet the training states): the states multiply or
+    capture again, and every step equals the calls without graphs bit for bit."""
+    delta = _same_with_graphs(_training("cpu", loop=loop), monkeypatch)
+    assert delta["graph_replays"] > 0, delta
+
+
+def test_inference_calls_equal_the_calls_without_graphs(cpu_graphs, monkeypatch):  # noqa: F811
+    """Without grad nothing is saved for backward: the first layer's results live on only in the
+    caller's variables while the second layer permutes (here they do), or the layers share a state
+    that captures again whenever its pinned input moves, up to ``MAX_CAPTURES``, then runs
+    eagerly. Either way every call equals the calls without graphs bit for bit."""
+    torch.manual_seed(0)
+    ids = random_routing(6, 4, 2, torch.int64, "cpu")
+    weights, x = torch.rand(6, 2), torch.randn(6, 8)
+    scales = [torch.randn(12, 1) for _ in range(2)]
+
+    def steps():
+        with torch.no_grad():
+            return [[_layers(x, ids, 4, scales, weights).clone()] for _ in range(STEPS)]
+    _same_with_graphs(steps, monkeypatch)
+    for kept in routing_graphs.states().values():
+        assert all(s.captures <= graphed.MAX_CAPTURES for s in kept)
+
+
+def test_graph_memory_is_bounded(cpu_graphs, monkeypatch):  # noqa: F811
+    """With room for one permute state's results (the budget, here set so), the first layer's
+    permute gets a state and the second layer's runs eagerly (every other signature's first state
+    is made before its size is known); every step equals the calls without graphs bit for bit."""
+    T, H, K = 6, 8, 2
+    x_sorted, row_map = T * K * H * 4, T * K * 8  # float32 rows, int64 row map
+    monkeypatch.setattr(routing_graphs, "_budget", lambda device: x_sorted + row_map + 4 * 8)
+    _same_with_graphs(_training("cpu", T=T, H=H, K=K), monkeypatch)
+    counted = {key[1]: len(kept) for key, kept in routing_graphs.states().items() if kept}
+    assert counted.get("permute") == 1, counted
+
+
+def test_not_graphed_under_saved_tensor_hooks(cpu_graphs, monkeypatch):  # noqa: F811
+    """Offloading moves saved tensors off the device: one in graph memory would stay allocated in
+    the graph's pool, so under saved-tensor hooks the calls run as they are."""
+    monkeypatch.setattr(routing_graphs, "_states", {})
+    steps = _training("cpu")
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        steps()
+    assert routing_graphs.states() == {}
+
+
+def test_expert_layer_keeps_its_own_permute(cpu_graphs, monkeypatch):  # noqa: F811
+    """``expert_layer``'s backward frees x_sorted's storage early: its permute never lies in graph
+    memory."""
+    monkeypatch.setattr(routing_graphs, "_states", {})
+    x_sorted, _, _ = routing.permute_rows(torch.randn(4, 8), random_routing(4, 4, 2), 4, routing.HOST)
+    assert routing_graphs.states() == {} and x_sorted.shape == (8, 8)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_two_layers_of_one_shape_each_get_a_graph(dtype, monkeypatch):
+    device = cuda_or_skip()
+    for name in ("GPU_BOUND", "KEEP", "GPU_SLACK"):
+        monkeypatch.setattr(graphed, name, float("inf"))
+    delta = _same_with_graphs(_training(device, T=64, H=128, E=8, K=2, dtype=dtype), monkeypatch)
+    assert delta["dropped"] == 0 and delta["graph_replays"] > 0, delta
+    _assert_each_layer_graphed()
