@@ -67,6 +67,17 @@ def fuseops_dense(H: int, act: str, depth: int = 4) -> torch.nn.Module:
     return Stack()
 
 
+def dense_cell(cell: str, device: str = "cuda", dtype: torch.dtype = torch.bfloat16
+               ) -> tuple[torch.nn.Module, torch.nn.Module, torch.Tensor]:
+    """``"act:T:H"`` (the benchmark scripts' cell argument): the fuseops stack, the same stack in
+    torch.nn and an input needing grad, seeded as the sizes benchmark seeds them."""
+    act, T, H = cell.split(":")
+    torch.manual_seed(0)
+    model = fuseops_dense(int(H), act).to(device, dtype)
+    reference = torch_dense(model).to(device, dtype)
+    return model, reference, torch.randn(int(T), int(H), device=device, dtype=dtype, requires_grad=True)
+
+
 class TorchBlock(torch.nn.Module):
     """The same block from torch.nn, weights copied from a fuseops block."""
 

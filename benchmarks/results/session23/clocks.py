@@ -34,12 +34,7 @@ def main():
     ap.add_argument("--cell", default="gelu:16384:4096")
     ap.add_argument("--steps", type=int, default=10)
     a = ap.parse_args()
-    act, T, H = a.cell.split(":")
-    T, H = int(T), int(H)
-    torch.manual_seed(0)
-    m = sizes.fuseops_dense(H, act).to("cuda", torch.bfloat16)
-    ref = sizes.torch_dense(m).to("cuda", torch.bfloat16)
-    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    m, ref, x = sizes.dense_cell(a.cell)
     variants = {"fuseops": m, "torch.compile": torch.compile(ref), "torch eager": ref}
     steps = {k: sizes.step_fn(v, (x,), list(v.parameters())) for k, v in variants.items()}
     for step in steps.values():

@@ -18,8 +18,8 @@ from benchmarks import sizes
 WAITS = ("Synchronize", "Malloc", "Free", "HostAlloc", "Memcpy", "EventSynchronize", "StreamWait")
 
 
-def profile_step(step):
-    for _ in range(3):
+def profile_step(step, warmup=3):
+    for _ in range(warmup):
         step()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -54,12 +54,7 @@ def main():
     ap.add_argument("--cell", default="gelu:16384:4096")
     ap.add_argument("--top", type=int, default=8)
     a = ap.parse_args()
-    act, T, H = a.cell.split(":")
-    T, H = int(T), int(H)
-    torch.manual_seed(0)
-    m = sizes.fuseops_dense(H, act).to("cuda", torch.bfloat16)
-    ref = sizes.torch_dense(m).to("cuda", torch.bfloat16)
-    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    m, ref, x = sizes.dense_cell(a.cell)
     for name, model in (("fuseops", m), ("torch.compile", torch.compile(ref)), ("torch eager", ref)):
         step = sizes.step_fn(model, (x,), list(model.parameters()))
         report(name, profile_step(step), a.top)

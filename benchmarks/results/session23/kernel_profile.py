@@ -36,12 +36,7 @@ def main():
     ap.add_argument("--top", type=int, default=14)
     a = ap.parse_args()
     for cell in a.cells:
-        act, T, H = cell.split(":")
-        T, H = int(T), int(H)
-        torch.manual_seed(0)
-        m = sizes.fuseops_dense(H, act).to("cuda", torch.bfloat16)
-        ref = sizes.torch_dense(m).to("cuda", torch.bfloat16)
-        x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        m, ref, x = sizes.dense_cell(cell)
         for name, model in (("fuseops", m), ("torch.compile", torch.compile(ref))):
             step = sizes.step_fn(model, (x,), list(model.parameters()))
             table = kernel_us(step, a.steps)

@@ -8,21 +8,10 @@ torch.compile, and the head start: the first kernel's start after the step's fir
 import argparse
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from benchmarks import sizes
-from benchmarks.results.session23.gaps import report
+from benchmarks.results.session23.gaps import profile_step, report
 from fuseops.ops.executor import graphed
-
-
-def profile_step(step, warmup):
-    for _ in range(warmup):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    return prof.events()
 
 
 def head_start_ms(events):
@@ -37,12 +26,7 @@ def main():
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=40)
     a = ap.parse_args()
-    act, T, H = a.cell.split(":")
-    T, H = int(T), int(H)
-    torch.manual_seed(0)
-    m = sizes.fuseops_dense(H, act).to("cuda", torch.bfloat16)
-    ref = sizes.torch_dense(m).to("cuda", torch.bfloat16)
-    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    m, ref, x = sizes.dense_cell(a.cell)
     for name, model in (("fuseops", m), ("torch.compile", torch.compile(ref)), ("torch eager", ref)):
         step = sizes.step_fn(model, (x,), list(model.parameters()))
         events = profile_step(step, a.warmup)
