@@ -275,6 +275,8 @@ class GraphedProgram:
         self.phase = _MEASURING
         self.timed: list[_Timed] = []
         self.eager_samples: list[tuple[float, float]] = []
+        # The last trial's graph samples, kept for the benchmarks to show what a verdict rested on.
+        self.graph_samples: list[tuple[float, float]] = []
         self.addresses: list[tuple] = []
         self.captures = 0
         # How often each slot's address moved under a graph (weighted: ``_note_move``), and the
@@ -606,6 +608,7 @@ class GraphedProgram:
         samples = self._complete()
         if samples is None:
             return
+        self.graph_samples = samples
         if decision(self.eager_samples, samples) == "keep":
             counts["kept"] += 1
             self.phase = _GRAPHED
