@@ -1,7 +1,8 @@
 """Session 26: do deep stacks settle on the GPU? The CPU stand-in for graphs (session 25) left a
 12-block stack with 10 of 24 programs at MAX_CAPTURES and 3 eager for good. Per depth, a fresh GELU
 stack (T=1024, H=1024), 80 training steps: the graph counts and the mean synced step per window of
-10, the step against torch eager's, then how many programs ended in each phase and the histogram of their capture counts.
+10, the step against torch eager's, then how many programs ended in each phase and the histogram
+of their capture counts.
 
     python benchmarks/results/session26/deep_settle.py [depth ...]
 """
@@ -32,8 +33,8 @@ for depth in [int(a) for a in sys.argv[1:]] or [4, 12, 24]:
     print("\n".join(windows(step, 8, KEYS)))
     reference = sizes.torch_dense(m).cuda().bfloat16()
     torch_step = sizes.step_fn(reference, (x,), list(reference.parameters()))
-    print(f"  torch eager {sizes.time_ms(torch_step, 'cuda', 20):.2f} ms, fuseops {sizes.time_ms(step, 'cuda', 20):.2f} ms"
-          " (synced steps, same run)")
+    torch_ms, fuseops_ms = sizes.time_ms(torch_step, "cuda", 20), sizes.time_ms(step, "cuda", 20)
+    print(f"  torch eager {torch_ms:.2f} ms, fuseops {fuseops_ms:.2f} ms (synced steps, same run)")
     mine = [p for p in programs() if id(p) not in known]
     print("  phases", dict(collections.Counter(p.phase for p in mine)),
           "captures", dict(sorted(collections.Counter(p.captures for p in mine).items())))

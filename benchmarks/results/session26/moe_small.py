@@ -19,10 +19,10 @@ from fuseops.ops.executor import graphed
 T = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
 graphed.GPU_BOUND = float(os.environ.get("GPU_BOUND", graphed.GPU_BOUND))
 print(f"GPU_BOUND {graphed.GPU_BOUND}")
-for name, (E, H, I, K) in sizes.MOE_SHAPES.items():
+for name, (E, H, F, K) in sizes.MOE_SHAPES.items():
     torch.manual_seed(0)
     known = {id(o) for o in gc.get_objects() if isinstance(o, graphed.GraphedProgram)}
-    model = sizes.FuseopsMoE(E, H, I).cuda().bfloat16()
+    model = sizes.FuseopsMoE(E, H, F).cuda().bfloat16()
     reference = sizes.TorchMoE(model).cuda().bfloat16()
     x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     ids, weights = sizes.routing(T, E, K, False, "cuda")

@@ -26,11 +26,11 @@ def summary(samples):
 
 
 T = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
-for name, (E, H, I, K) in sizes.MOE_SHAPES.items():
+for name, (E, H, F, K) in sizes.MOE_SHAPES.items():
     routing_graphs.clear()
     known = {id(o) for o in gc.get_objects() if isinstance(o, graphed.GraphedProgram)}
     torch.manual_seed(0)
-    model = sizes.FuseopsMoE(E, H, I).cuda().bfloat16()
+    model = sizes.FuseopsMoE(E, H, F).cuda().bfloat16()
     x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     ids, weights = sizes.routing(T, E, K, False, "cuda")
     weights = weights.bfloat16().requires_grad_()
