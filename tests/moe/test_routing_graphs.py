@@ -179,3 +179,16 @@ def test_gpu_two_layers_of_one_shape_each_get_a_graph(dtype, monkeypatch):
     delta = _same_with_graphs(_training(device, T=64, H=128, E=8, K=2, dtype=dtype), monkeypatch)
     assert delta["dropped"] == 0 and delta["graph_replays"] > 0, delta
     _assert_each_layer_graphed()
+
+
+@pytest.mark.gpu
+def test_gpu_graph_memory_is_bounded(monkeypatch):
+    """``MEMORY_FRACTION`` of the device's memory bounds the states (here none beyond each
+    signature's first): the second layer's permute runs eagerly, every step as without graphs."""
+    device = cuda_or_skip()
+    for name in ("GPU_BOUND", "KEEP", "GPU_SLACK"):
+        monkeypatch.setattr(graphed, name, float("inf"))
+    monkeypatch.setattr(routing_graphs, "MEMORY_FRACTION", 0.0)
+    _same_with_graphs(_training(device, T=64, H=128, E=8, K=2), monkeypatch)
+    counted = {key[1]: len(kept) for key, kept in routing_graphs.states().items() if kept}
+    assert counted.get("permute") == 1, counted
