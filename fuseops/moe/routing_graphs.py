@@ -12,7 +12,8 @@ lie in graph memory, where the experts' programs pin them.
 
 A model's MoE layers of one shape call with one signature, and a graph's results serve one call
 at a time, so each layer needs states of its own. ``permute`` takes the first state of its
-signature whose last results are all gone (in training the first layer's ``x_sorted`` and
+signature whose last results are all gone (graph memory by its storages' use counts, eager results
+by weak references, so that layers part from their first step) (in training the first layer's ``x_sorted`` and
 ``row_map`` are saved for its backward while the second layer permutes, so each layer meets its
 own state); the other three calls follow the state that made their ``row_map`` (the layer's
 permute), so that they pin that layer's tensors. Where the layers' calls share a state (permute's
@@ -32,16 +33,19 @@ ops instead), and with ``FUSEOPS_CUDA_GRAPHS=0``.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from fuseops.ops.executor import graphed
 
-# Signatures kept (the oldest dropped beyond), and states per signature: one per MoE layer of
-# that shape, up to this many (further layers' calls run eagerly).
-MAX_SIGNATURES = 64
+# Keys kept (the oldest dropped beyond): a key is a signature and, but for permute, the permute
+# state it follows, so a model has about three per MoE layer and shape (a 48-layer model 145).
+# States per key: permute's one per layer, up to this many (further layers' calls run eagerly).
+MAX_KEYS = 4096
 MAX_STATES = 64
 # Addresses of row maps in graph memory, by the permute state that wrote them (bounded).
 MAX_OWNED = 1024
@@ -49,9 +53,20 @@ MAX_OWNED = 1024
 MEMORY_FRACTION = 0.05
 
 _states: dict[tuple, list[graphed.GraphedProgram]] = {}
-_owners: dict[int, graphed.GraphedProgram] = {}
+# Weak: a state dropped with its key frees its graph and pool.
+_owners: dict[int, weakref.ref] = {}
 # Bytes of one call's results, by signature (from its first call).
 _result_bytes: dict[tuple, int] = {}
+# Where the next call of a key starts looking for a free state (``call``).
+_next_state: dict[tuple, int] = {}
+# The storages of each state's last eager results, weakly (``_in_use``).
+_last_results: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _in_use(state: graphed.GraphedProgram) -> bool:
+    """Whether a result of the state's last call still lives: in graph memory (``busy``), or
+    handed out by an eager run (measuring, eager for good, a busy call)."""
+    return state.busy() or any(not ref.expired() for ref in _last_results.get(state, ()))
 
 
 def _budget(device: torch.device) -> float:
@@ -64,6 +79,11 @@ def _held() -> int:
     """Bytes the states may hold in graph memory: those not eager for good."""
     return sum(_result_bytes.get(key[1:], 0) * sum(s.phase != "eager" for s in kept)
                for key, kept in _states.items())
+
+
+def _drop(key: tuple) -> None:
+    _states.pop(key, None)
+    _next_state.pop(key, None)
 
 
 def _signature(t: torch.Tensor | None) -> tuple | None:
@@ -80,34 +100,47 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     if (not graphed.ENABLED or device.type not in graphed.DEVICE_TYPES or torch.compiler.is_compiling()
             or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None):
         return run(*inputs)
-    owner = None if row_map is None else _owners.get(row_map.data_ptr())
+    owner_ref = None if row_map is None else _owners.get(row_map.data_ptr())
+    owner = None if owner_ref is None else owner_ref()
     signature = (name, static, *map(_signature, inputs))
     if owner is not None:
         # States that served before this layer's permute had its graph: no call meets them again.
-        _states.pop((None, *signature), None)
+        _drop((None, *signature))
     key = (owner, *signature)
     states = _states.get(key)
     if states is None:
-        if len(_states) >= MAX_SIGNATURES:
-            del _states[next(iter(_states))]
+        if len(_states) >= MAX_KEYS:
+            _drop(next(iter(_states)))
         states = _states[key] = []
-    state = next((s for s in states if not s.busy()), None)
+    # From the state after the one taken last: in a steady loop the layers call in the same order,
+    # so the first state looked at is the free one (not a scan of every layer's state per call).
+    start = _next_state.get(key, 0)
+    order = range(start, start + len(states))
+    index = next((i % len(states) for i in order if not _in_use(states[i % len(states)])), None)
+    state = None if index is None else states[index]
     if state is None:
         size = _result_bytes.get(signature, 0)  # unknown before the signature's first call
         if len(states) >= MAX_STATES or _held() + size > _budget(device):
             return run(*inputs)
         state = graphed.GraphedProgram(run, None, device)
         states.append(state)
+        index = len(states) - 1
+    _next_state[key] = index + 1
     out = state.run(inputs)
     if signature not in _result_bytes:
-        if len(_result_bytes) >= 4 * MAX_SIGNATURES:
+        if len(_result_bytes) >= MAX_KEYS:
             _result_bytes.clear()
         _result_bytes[signature] = sum(t.nbytes for t in out if isinstance(t, torch.Tensor))
-    if row_map is None and state.busy():
+    if state.busy():
         # Its results lie in graph memory (a capture or a replay; eager results are never busy).
-        if len(_owners) >= MAX_OWNED:
-            _owners.clear()
-        _owners[out[2].data_ptr()] = state
+        _last_results.pop(state, None)
+        if row_map is None and out[2].numel():  # (every empty row map lies at address 0)
+            if len(_owners) >= MAX_OWNED:
+                _owners.clear()
+            _owners[out[2].data_ptr()] = weakref.ref(state)
+    else:
+        _last_results[state] = [StorageWeakRef(t.untyped_storage()) for t in out
+                                if isinstance(t, torch.Tensor) and t.numel()]
     return out
 
 
@@ -116,6 +149,8 @@ def clear() -> None:
     _states.clear()
     _owners.clear()
     _result_bytes.clear()
+    _last_results.clear()
+    _next_state.clear()
 
 
 def states() -> dict[tuple, list[Any]]:

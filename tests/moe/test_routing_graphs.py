@@ -7,6 +7,8 @@ own. The GPU test runs real graphs."""
 from __future__ import annotations
 
 import contextlib
+import sys
+import weakref
 
 import pytest
 import torch
@@ -29,7 +31,7 @@ def _layers(x, ids, E, scales, weights):
     return x
 
 
-def _training(device, T=6, H=8, E=4, K=2, dtype=torch.float32, loop="plain", poison=False):
+def _training(device, T=6, H=8, E=4, K=2, dtype=torch.float32, loop="plain", poison=False, layers=2):
     """``steps()``: ``STEPS`` training steps of two layers, the tensors to compare per step.
     ``loop``: "plain"; "accumulate" (two micro-batches' forwards, then one backward); "eval"
     (a forward without grad after each step, its output held to the next). ``poison``: a NaN
@@ -37,7 +39,7 @@ def _training(device, T=6, H=8, E=4, K=2, dtype=torch.float32, loop="plain", poi
     torch.manual_seed(0)
     ids = [random_routing(T, E, K, torch.int64, device) for _ in range(2)]
     weights = torch.rand(T, K, device=device, dtype=dtype, requires_grad=True)
-    scales = [torch.randn(T * K, 1, device=device, dtype=dtype, requires_grad=True) for _ in range(2)]
+    scales = [torch.randn(T * K, 1, device=device, dtype=dtype, requires_grad=True) for _ in range(layers)]
     xs = [torch.randn(T, H, device=device, dtype=dtype) for _ in range(2)]
     if poison and T:
         for x in xs:
@@ -67,8 +69,9 @@ def _training(device, T=6, H=8, E=4, K=2, dtype=torch.float32, loop="plain", poi
 
 
 def _same_with_graphs(steps, monkeypatch) -> dict:
-    for name in ("_states", "_owners", "_result_bytes"):
+    for name in ("_states", "_owners", "_result_bytes", "_next_state"):
         monkeypatch.setattr(routing_graphs, name, {})
+    monkeypatch.setattr(routing_graphs, "_last_results", weakref.WeakKeyDictionary())
     monkeypatch.setattr(graphed, "ENABLED", False)
     want = steps()
     monkeypatch.setattr(graphed, "ENABLED", True)
@@ -80,7 +83,7 @@ def _same_with_graphs(steps, monkeypatch) -> dict:
     return {k: graphed.counts[k] - before[k] for k in before}
 
 
-def _assert_each_layer_graphed():
+def _assert_each_layer_graphed(layers=2):
     """Each call of each layer on a graphed state of its own: permute's by which states were
     busy (the first layer's results saved while the second permutes), the others' by the permute
     state that made their row map."""
@@ -89,7 +92,15 @@ def _assert_each_layer_graphed():
         by_name.setdefault(key[1], []).extend(kept)
     assert sorted(by_name) == ["permute", "permute_backward", "unpermute", "unpermute_backward"]
     for name, kept in by_name.items():
-        assert [s.phase for s in kept] == ["graphed", "graphed"], name
+        assert [s.phase for s in kept] == ["graphed"] * layers, name
+
+
+def test_a_deep_stack_gets_a_graph_a_layer_and_call(cpu_graphs, monkeypatch):  # noqa: F811
+    """48 layers of one shape (Qwen3-30B-A3B's count): 1 + 3 x 48 keys, every one kept (a bound
+    below that dropped the oldest keys each step, and their states never settled)."""
+    monkeypatch.setattr(sys.modules[__name__], "STEPS", 25)
+    _same_with_graphs(_training("cpu", layers=48), monkeypatch)
+    _assert_each_layer_graphed(layers=48)
 
 
 @pytest.mark.parametrize("check", ["host", "kernels"])
@@ -106,11 +117,16 @@ def test_two_layers_of_one_shape_each_get_a_graph(check, cpu_graphs, monkeypatch
 
 @pytest.mark.parametrize("tokens", [0, 1, 6])
 def test_zero_rows_and_non_finite_values_equal_the_calls_without_graphs(tokens, cpu_graphs, monkeypatch):  # noqa: F811
-    """Zero tokens (every result empty), one token, and NaN / infinity in the tokens: each call
-    graphed, equal to the calls without graphs bit for bit (NaN equals NaN by its bits)."""
+    """Zero tokens (every result empty), one token, and NaN / infinity in the tokens: the calls
+    graphed, equal to the calls without graphs bit for bit (NaN equals NaN by its bits). With
+    zero tokens nothing tells the layers apart (empty results hold no memory), and nothing needs
+    to: their calls may share states."""
     delta = _same_with_graphs(_training("cpu", T=tokens, poison=True), monkeypatch)
     assert delta["graph_replays"] > 0, delta
-    _assert_each_layer_graphed()
+    if tokens:
+        _assert_each_layer_graphed()
+    else:
+        assert all(s.phase == "graphed" for kept in routing_graphs.states().values() for s in kept)
 
 
 @pytest.mark.parametrize("loop", ["accumulate", "eval"])
