@@ -90,3 +90,19 @@ def profile_table(prof: cProfile.Profile, key: str, top: int) -> str:
     pstats.Stats(prof, stream=text).sort_stats(key).print_stats(top)
     body = text.getvalue()
     return body[body.find("   ncalls"):].rstrip()
+
+
+def step_memory(step: Callable[[], object], reserved: bool = False) -> tuple[int, int]:
+    """Bytes held between steps and the most above that during one more ``step`` (CUDA):
+    allocated memory, or with ``reserved`` the memory reserved after ``torch.cuda.empty_cache()``
+    (it keeps a CUDA graph's private pool whole: freed blocks there serve no other allocation)."""
+    torch.cuda.synchronize()
+    if reserved:
+        torch.cuda.empty_cache()
+    held = torch.cuda.memory_reserved if reserved else torch.cuda.memory_allocated
+    peak = torch.cuda.max_memory_reserved if reserved else torch.cuda.max_memory_allocated
+    between = held()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    return between, peak() - between

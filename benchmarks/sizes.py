@@ -151,6 +151,14 @@ def routing(T: int, E: int, K: int, skewed: bool, device: str) -> tuple[torch.Te
     return ids.to(device), weights.to(device)
 
 
+def moe_args(T: int, E: int, H: int, K: int, skewed: bool = False, device: str = "cuda",
+             dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An MoE layer's ``(x, expert_ids, weights)``: tokens and router weights needing grad."""
+    x = torch.randn(T, H, device=device, dtype=dtype, requires_grad=True)
+    ids, weights = routing(T, E, K, skewed, device)
+    return x, ids, weights.to(dtype).requires_grad_()
+
+
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -270,9 +278,7 @@ def moe_rows(device, dtype, Ts, shapes, reps, save=None, rounds=ROUNDS) -> list[
         reference = TorchMoE(model).to(device, dtype)
         for T in Ts:
             for skewed in (False, True):
-                x = torch.randn(T, H, device=device, dtype=dtype, requires_grad=True)
-                ids, weights = routing(T, E, K, skewed, device)
-                weights = weights.to(dtype).requires_grad_()
+                x, ids, weights = moe_args(T, E, H, K, skewed, device, dtype)
                 for t in (x, ids, weights):
                     torch._dynamo.mark_dynamic(t, 0)
                 # torch.compile of _grouped_mm traces only for bf16 operands.

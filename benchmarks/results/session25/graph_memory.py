@@ -12,6 +12,7 @@ import sys
 import torch
 
 from benchmarks import sizes
+from benchmarks._timing import step_memory
 from fuseops.ops.executor import graphed
 
 MB = 2**20
@@ -25,12 +26,7 @@ def measure(act, T, H, torch_model):
     step = sizes.step_fn(model, (x,), list(model.parameters()))
     for _ in range(40):
         step()
-    torch.cuda.synchronize()
-    between = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    step()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - between
+    between, peak = step_memory(step)
     del model, x, step
     gc.collect()
     torch.cuda.empty_cache()

@@ -24,10 +24,7 @@ for name, (E, H, F, K) in sizes.MOE_SHAPES.items():
     known = {id(o) for o in gc.get_objects() if isinstance(o, graphed.GraphedProgram)}
     model = sizes.FuseopsMoE(E, H, F).cuda().bfloat16()
     reference = sizes.TorchMoE(model).cuda().bfloat16()
-    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    ids, weights = sizes.routing(T, E, K, False, "cuda")
-    weights = weights.bfloat16().requires_grad_()
-    args = (x, ids, weights)
+    args = sizes.moe_args(T, E, H, K)
     fuse_step = sizes.step_fn(model, args, list(model.parameters()))
     torch_step = sizes.step_fn(reference, args, list(reference.parameters()))
     for _ in range(40):

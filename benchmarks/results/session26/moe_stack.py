@@ -13,6 +13,7 @@ import gc
 import torch
 
 from benchmarks import sizes
+from benchmarks._timing import step_memory
 from fuseops.moe import routing_graphs
 from fuseops.ops.executor import graphed
 
@@ -36,20 +37,12 @@ def run(variant, shape, layers, T):
     torch.manual_seed(0)
     mine = [sizes.FuseopsMoE(E, H, F) for _ in range(layers)]
     model = Stack([sizes.TorchMoE(m) for m in mine] if variant == "torch" else mine).cuda().bfloat16()
-    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    ids, weights = sizes.routing(T, E, K, False, "cuda")
-    weights = weights.bfloat16().requires_grad_()
+    x, ids, weights = sizes.moe_args(T, E, H, K)
     step = sizes.step_fn(model, (x, ids, weights), list(model.parameters()))
     for _ in range(40):
         step()
     ms = sizes.time_ms(step, "cuda", 20)
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    between = torch.cuda.memory_reserved()
-    torch.cuda.reset_peak_memory_stats()
-    step()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_reserved() - between
+    between, peak = step_memory(step, reserved=True)
     del model, mine, x, step
     routing_graphs.clear()
     gc.collect()

@@ -31,9 +31,7 @@ for name, (E, H, F, K) in sizes.MOE_SHAPES.items():
     known = {id(o) for o in gc.get_objects() if isinstance(o, graphed.GraphedProgram)}
     torch.manual_seed(0)
     model = sizes.FuseopsMoE(E, H, F).cuda().bfloat16()
-    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    ids, weights = sizes.routing(T, E, K, False, "cuda")
-    weights = weights.bfloat16().requires_grad_()
+    x, ids, weights = sizes.moe_args(T, E, H, K)
     step = sizes.step_fn(model, (x, ids, weights), list(model.parameters()))
     for _ in range(40):
         step()
