@@ -122,9 +122,7 @@ def permute_rows(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, ch
             x, expert_ids, _range_flag("expert_ids", x.device))
     else:
         run, inputs = partial(traceable.permute, num_experts=num_experts), (x, expert_ids)
-    if not graphs:
-        return run(*inputs)
-    return routing_graphs.call("permute", run, inputs, (num_experts, check))
+    return _routed_call("permute", check, run, inputs, (num_experts,)) if graphs else run(*inputs)
 
 
 def _sum_rows(dx_sorted: torch.Tensor, row_map: torch.Tensor) -> tuple[torch.Tensor]:
@@ -144,9 +142,11 @@ def _unpermute_plain(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: tor
     return (traceable.unpermute(y_sorted, row_map, weights),)
 
 
-def _routed_call(name: str, check: str, run, inputs: tuple, row_map: torch.Tensor) -> tuple:
-    """``run(*inputs)``, through ``routing_graphs`` where the kernels run (not ``OPS``)."""
-    return run(*inputs) if check == OPS else routing_graphs.call(name, run, inputs, (check,), row_map)
+def _routed_call(name: str, check: str, run, inputs: tuple, static: tuple = (),
+                 row_map: torch.Tensor | None = None) -> tuple:
+    """``run(*inputs)``, through ``routing_graphs`` where the kernels run (not ``OPS``);
+    ``static`` and ``row_map`` as ``routing_graphs.call`` takes them."""
+    return run(*inputs) if check == OPS else routing_graphs.call(name, run, inputs, (*static, check), row_map)
 
 
 def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -> None:
@@ -170,7 +170,8 @@ class _Permute(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dx_sorted, _split_sizes, _row_map):
         (row_map,) = ctx.saved_tensors
-        (dx,) = _routed_call("permute_backward", ctx.check, _sum_rows, (dx_sorted.contiguous(), row_map), row_map)
+        (dx,) = _routed_call("permute_backward", ctx.check, _sum_rows, (dx_sorted.contiguous(), row_map),
+                            row_map=row_map)
         return dx, None, None, None
 
 
@@ -179,9 +180,9 @@ class _Unpermute(torch.autograd.Function):
     def forward(ctx, y_sorted, row_map, weights, check):
         if check == KERNELS:
             (y,) = _routed_call("unpermute", check, _unpermute_flagged,
-                                (y_sorted, row_map, weights, _range_flag("row_map", y_sorted.device)), row_map)
+                                (y_sorted, row_map, weights, _range_flag("row_map", y_sorted.device)), row_map=row_map)
         else:
-            (y,) = _routed_call("unpermute", check, _unpermute_plain, (y_sorted, row_map, weights), row_map)
+            (y,) = _routed_call("unpermute", check, _unpermute_plain, (y_sorted, row_map, weights), row_map=row_map)
         # y_sorted is needed only for the weights' gradient.
         keep = y_sorted if ctx.needs_input_grad[2] else None
         ctx.save_for_backward(row_map, weights, keep)
@@ -193,7 +194,7 @@ class _Unpermute(torch.autograd.Function):
     def backward(ctx, dy):
         row_map, weights, y_sorted = ctx.saved_tensors
         dy_sorted, dweights = _routed_call("unpermute_backward", ctx.check, traceable.unpermute_bwd,
-                                           (dy.contiguous(), row_map, weights, y_sorted), row_map)
+                                           (dy.contiguous(), row_map, weights, y_sorted), row_map=row_map)
         return (dy_sorted if ctx.needs_input_grad[0] else None), None, dweights, None
 
 

@@ -483,10 +483,10 @@ class GraphedProgram:
     def _replay(self, inputs: Sequence[Any]) -> tuple | None:
         """The graph's results on ``inputs``; None where it cannot run now: a result of its
         last replay still lives (the caller runs the program eagerly; such results go out as
-        copies from then on), or a pinned input left
-        another graph's results (the same, and after ``MEASURED_CALLS`` such calls in a row the
-        graph is freed and the program measured again). A pinned input that moved elsewhere
-        makes this call capture the program again (its result is then the new graph's)."""
+        copies from then on), or a pinned input left another graph's results (the same, and after
+        ``MEASURED_CALLS`` such calls in a row the graph is freed and the program measured again).
+        A pinned input that moved elsewhere makes this call capture the program again (its result
+        is then the new graph's)."""
         alive = self._alive()
         if alive:
             counts["busy"] += 1
@@ -503,7 +503,7 @@ class GraphedProgram:
                     self.phase, self.timed = _TRIAL, []
             self.busy_calls += 1
             if self.busy_calls >= MEASURED_CALLS and self.captures < MAX_CAPTURES:
-                return self._capture_again(inputs, {slot for slot, _ in self.pinned})
+                return self._capture_again(inputs, self._pinned_slots())
             return None
         self.busy_calls = 0
         derived = self.parts.prologue(*inputs) if self.parts is not None else ()
@@ -520,7 +520,7 @@ class GraphedProgram:
             fresh = {s for s in moved if s not in stays and s not in self.from_graphs}
             if self.captures < MAX_CAPTURES and stays | fresh == set(moved):
                 self.unsettled |= fresh
-                return self._capture_again(inputs, {slot for slot, _ in self.pinned} - fresh)
+                return self._capture_again(inputs, self._pinned_slots() - fresh)
             self.misses += 1
             if self.misses >= MEASURED_CALLS:
                 for slot in moved:
@@ -530,7 +530,7 @@ class GraphedProgram:
         self.misses = 0
         settled = self._settled(everything) if self.buffers else set()
         if settled:
-            return self._capture_again(inputs, settled | {slot for slot, _ in self.pinned})
+            return self._capture_again(inputs, settled | self._pinned_slots())
         if self.phase is _TRIAL:
             self._judge()
             if self.phase is _EAGER:
@@ -558,7 +558,10 @@ class GraphedProgram:
 
     def busy(self) -> bool:
         """Whether a result of the last replay still lives: the next call would run eagerly."""
-        return bool(self.storages) and bool(self._alive())
+        return bool(self._alive())
+
+    def _pinned_slots(self) -> set[int]:
+        return {slot for slot, _ in self.pinned}
 
     def _capture_again(self, inputs: Sequence[Any], keep: set[int]) -> tuple:
         """This call's result, the program captured again at once with the slots ``keep`` pinned
@@ -566,7 +569,7 @@ class GraphedProgram:
         The measurement carries over, and a kept graph's verdict where the same slots are pinned
         (only addresses differ; a newly copied slot adds a copy: judged again)."""
         counts["recaptured"] += 1
-        same_slots = keep == {slot for slot, _ in self.pinned}
+        same_slots = keep == self._pinned_slots()
         verdict = self.phase
         self._free()
         self.timed = []
