@@ -13,8 +13,10 @@
 #   bash benchmarks/run_gpu.sh ops [pytest args]        # tests/moe and tests/ops (~7.5 min)
 #   bash benchmarks/run_gpu.sh quant [pytest args]      # tests/quant/test_quantize.py (27 % in 8.5 min in
 #                                                         # session 20: run it by -k slices)
-#   bash benchmarks/run_gpu.sh top [pytest args]        # tests/quant but test_quantize.py, the top-level tests
-#                                                         # (~5 min: session 20 calls 3-5)
+#   bash benchmarks/run_gpu.sh quantops [pytest args]   # tests/quant but test_quantize.py (session 27: 147
+#                                                         # tests, most of a 9.5-minute call with the next two files)
+#   bash benchmarks/run_gpu.sh top [pytest args]        # the top-level tests, tests/test_*.py (session 27: the
+#                                                         # two parts together ran past 9.5 minutes)
 #   bash benchmarks/run_gpu.sh props "GroupedMLP or Backward"   # CUDA property suite, some fusions
 #   bash benchmarks/run_gpu.sh edge "LayerNorm or RMSNorm"      # CUDA edge cases, some subjects (session 21,
 #                                                         # torch 2.11: ~7 s a case for elementwise ops,
@@ -48,7 +50,8 @@ case "$part" in
       --ignore=tests/integrations --ignore=tests/offload "$@" ;;
   ops) pytest_part tests/moe tests/ops "$@" ;;
   quant) pytest_part tests/quant/test_quantize.py "$@" ;;
-  top) pytest_part tests/quant --ignore=tests/quant/test_quantize.py tests/test_*.py "$@" ;;
+  quantops) pytest_part tests/quant --ignore=tests/quant/test_quantize.py "$@" ;;
+  top) pytest_part tests/test_*.py "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
   edge) pytest_part tests/fusions/test_edge_cases.py -k "test_edge_case_on_cuda and (${1:-not nothing})" ;;
   bench)

@@ -56,7 +56,7 @@ ap.add_argument("--T", nargs="*", type=int, default=[1024, 4096])
 ap.add_argument("--shape", default="olmoe", choices=list(sizes.MOE_SHAPES))
 a = ap.parse_args()
 for T in a.T:
-    rows = [run(variant, a.shape, a.layers, T) for variant in ("graphs", "no graphs", "torch")]
-    print(f"{a.shape} x{a.layers} T={T}: " + "; ".join(rows))
+    for variant in ("graphs", "no graphs", "torch"):
+        print(f"{a.shape} x{a.layers} T={T}: " + run(variant, a.shape, a.layers, T), flush=True)
 graphed.ENABLED = True
 print(graphed.counts, graphed.refusals)

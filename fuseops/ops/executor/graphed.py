@@ -59,7 +59,10 @@ measuring takes no host synchronisation, checking a capture does (step 2):
 3. ``MEASURED_CALLS`` graph replays are timed the same way. The graph is kept where its
    enqueue time is under ``KEEP`` of the eager program's and its GPU span (copies included)
    under ``GPU_SLACK`` of the eager one's; else it is freed. (Where the GPU was behind, the
-   eager span was the GPU's own work: the graph cannot shorten it, only add its copies.)
+   eager span was the GPU's own work: the graph cannot shorten it, only add its copies.) A
+   graph captured again after its inputs moved is judged against the earlier eager samples;
+   dropped there, the program is measured afresh and captured again (new inputs can mean new
+   work: another routing's expert loads), within ``MAX_CAPTURES``.
 
 Never graphed: programs recorded under a save receiver (offload), with random ops (a graph would
 repeat their draws), writing into an input that moves, or with inputs off the GPU. Calls made
@@ -275,6 +278,9 @@ class GraphedProgram:
         self.phase = _MEASURING
         self.timed: list[_Timed] = []
         self.eager_samples: list[tuple[float, float]] = []
+        # Whether the eager samples were measured before the graph on trial was captured again
+        # (``_capture_again`` carries them over): the work may have changed since.
+        self.samples_carried = False
         # The last trial's graph samples, kept for the benchmarks to show what a verdict rested on.
         self.graph_samples: list[tuple[float, float]] = []
         self.addresses: list[tuple] = []
@@ -339,7 +345,7 @@ class GraphedProgram:
     def _measure(self, inputs: Sequence[Any]) -> tuple:
         samples = self._complete()
         if samples is not None:
-            self.eager_samples = samples
+            self.eager_samples, self.samples_carried = samples, False
             if decision(samples, None) == "eager":
                 counts["stayed_eager"] += 1
                 self.phase = _EAGER
@@ -533,7 +539,7 @@ class GraphedProgram:
             return self._capture_again(inputs, settled | self._pinned_slots())
         if self.phase is _TRIAL:
             self._judge()
-            if self.phase is _EAGER:
+            if self.phase is _EAGER or self.phase is _MEASURING:
                 return None
         timed = _Timed() if self.phase is _TRIAL else None
         for slot, buffer in self.buffers.items():
@@ -573,6 +579,7 @@ class GraphedProgram:
         verdict = self.phase
         self._free()
         self.timed = []
+        self.samples_carried = True
         self.addresses = [tuple(t.data_ptr() if i in keep else None for i, t in enumerate(inputs))]
         out = self._capture(inputs)
         if verdict is _GRAPHED and same_slots and self.phase is _TRIAL:
@@ -615,6 +622,12 @@ class GraphedProgram:
         if decision(self.eager_samples, samples) == "keep":
             counts["kept"] += 1
             self.phase = _GRAPHED
+        elif self.samples_carried:
+            # Eager samples from before the inputs moved: the work may have changed with them (a
+            # new cell's routing; session 27: the experts' GPU span grew by a third from uniform to
+            # skewed routing, and the graph was dropped for a span the eager program had too).
+            # Judged again against a fresh measurement.
+            self._measure_again()
         else:
             counts["dropped"] += 1
             counts["stayed_eager"] += 1

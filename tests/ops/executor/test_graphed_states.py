@@ -273,6 +273,42 @@ def test_a_program_writing_into_its_input(where, cpu_graphs):
             "a kernel writing into an input that moves", 0)
 
 
+def test_a_graph_judged_after_its_inputs_moved_is_judged_against_a_fresh_measurement(cpu_graphs, monkeypatch):
+    """Kept, then the input moves and the program's GPU span grows (a new cell's routing, in
+    session 27's skewed MoE cells): the graph captured again is dropped against the old eager
+    samples, so the program is measured afresh and captured once more, and kept; never eager
+    for good over a span the eager program has too. Every call equals the eager run."""
+    span = {"seconds": 1.0}
+
+    class Timed(_StandInTimed):
+        def sample(self):
+            return self.host, span["seconds"]
+
+    monkeypatch.setattr(graphed, "_Timed", Timed)
+    monkeypatch.setattr(graphed, "GPU_SLACK", 1.1)
+
+    def run(x, w):
+        return (x * w,)
+
+    torch.manual_seed(0)
+    w = torch.randn(4, 3)
+    leaves = [torch.empty(4, 3) for _ in range(3)]
+    program = graphed.GraphedProgram(run, None, torch.device("cpu"))
+    before = dict(graphed.counts)
+    for i in range(24):
+        if i == 8:
+            assert (program.phase, program.captures) == ("graphed", 1)
+            span["seconds"] = 2.0
+        x = leaves[0] if i < 8 else leaves[i % 3]
+        x.copy_(torch.randn(4, 3))
+        got = program.run((x, w))
+        assert_bitwise(got[0], x * w, f"call {i}")
+        del got  # a live result of the last replay would send the next call the eager way
+    delta = _delta(before)
+    assert (program.phase, program.captures) == ("graphed", 3), (program.phase, program.captures, delta)
+    assert delta["dropped"] == 1 and delta["stayed_eager"] == 0, str(delta)
+
+
 def test_a_held_result_sends_the_next_call_the_eager_way(cpu_graphs, monkeypatch):
     """A result of the last replay that is still alive is never overwritten: that call runs
     eagerly (``busy``) and the held result keeps its values. Results found alive go out as

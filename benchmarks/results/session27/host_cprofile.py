@@ -1,0 +1,38 @@
+"""Session 27: where the MoE layer's host time goes outside its graphs (call 5: Qwen3 T=1024 enqueue
+1.40 ms a step, of which the six graphed calls' own enqueue ~0.23 ms). cProfile over steps of the
+layer in steady state (the device drained after each step, as ``sizes.enqueue_ms`` times it):
+functions by own time and by cumulative time, and the step's enqueue without the profiler.
+
+    python benchmarks/results/session27/host_cprofile.py [shape] [T] [steps]
+"""
+import cProfile
+import pstats
+import sys
+
+import torch
+
+from benchmarks import sizes
+from fuseops.ops.executor import graphed
+
+shape = sys.argv[1] if len(sys.argv) > 1 else "qwen3"
+T = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
+steps = int(sys.argv[3]) if len(sys.argv) > 3 else 50
+E, H, F, K = sizes.MOE_SHAPES[shape]
+torch.manual_seed(0)
+model = sizes.FuseopsMoE(E, H, F).cuda().bfloat16()
+args = sizes.moe_args(T, E, H, K)
+step = sizes.step_fn(model, args, list(model.parameters()))
+for _ in range(60):
+    step()
+torch.cuda.synchronize()
+print(f"{shape} T={T}: enqueue {sizes.enqueue_ms(step, 'cuda', 20):.3f} ms, counts {graphed.counts}")
+profiler = cProfile.Profile()
+for _ in range(steps):
+    torch.cuda.synchronize()
+    profiler.enable()
+    step()
+    profiler.disable()
+torch.cuda.synchronize()
+stats = pstats.Stats(profiler)
+stats.sort_stats("tottime").print_stats(45)
+stats.sort_stats("cumulative").print_stats(60)
