@@ -1,5 +1,6 @@
 """fuseops across sizes: the dense stack (4 pre-norm MLP blocks, GELU and SwiGLU) and the MoE
-expert layer (Qwen3, OLMoE, Mixtral shapes, uniform and skewed routing), forward+backward,
+expert layer (Qwen3, OLMoE, Mixtral shapes, uniform and skewed routing; composed as permute,
+experts, unpermute, and as ``fuseops.moe.expert_layer``), forward+backward,
 fuseops eager and compiled against torch eager and ``torch.compile`` of the same model built
 from torch.nn, plus torch under ``make_graphed_callables`` (a cell is host-bound when torch
 eager is more than 1.3x slower than graphed) and the host time per step on its own (enqueue
@@ -118,6 +119,18 @@ class FuseopsMoE(torch.nn.Module):
         return fuseops.moe.unpermute(self.experts(x_sorted, sizes, sizes), row_map, weights)
 
 
+class FuseopsExpertLayer(torch.nn.Module):
+    """``mine``'s experts through ``fuseops.moe.expert_layer``: the same layer as one autograd
+    Function (its forward and backward each one CUDA graph where the host is the bound)."""
+
+    def __init__(self, mine: FuseopsMoE) -> None:
+        super().__init__()
+        self.experts = mine.experts
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        return fuseops.moe.expert_layer(x, ids, weights, self.experts)
+
+
 class TorchMoE(torch.nn.Module):
     """argsort routing, gather, ``torch._grouped_mm`` x2 with SwiGLU, weighted index_add combine."""
 
@@ -209,7 +222,7 @@ def graphed_ms(model: torch.nn.Module, args: tuple[torch.Tensor, ...], device: s
 
 
 def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch: bool = True,
-            rounds: int = ROUNDS) -> dict:
+            rounds: int = ROUNDS, layer_model=None) -> dict:
     """One cell: each variant's step and enqueue ms, the fastest of ``rounds`` interleaved rounds
     (every variant once per round, so that each meets the GPU in the same state: on the H100 a
     GPU-bound step runs at the power cap, ~1.5 GHz against 1.98 GHz boost, session 23)."""
@@ -222,6 +235,8 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
     }
     if compile_torch:
         variants["torch_compiled"] = step_fn(torch.compile(torch_model), args, tparams)
+    if layer_model is not None:
+        variants["fuseops_layer"] = step_fn(layer_model, args, fparams)
     # Steady state first: torch.compile compiles, and fuseops records its programs and decides
     # which to replay as CUDA graphs (graphed.py: ~10 calls a program, more where a producer's
     # graph moves its inputs), as a training run does in its first steps.
@@ -242,6 +257,8 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
     row["torch_graphed_ms"] = graphed_ms(torch_model, args, device, reps)
     best_torch = min(row["torch_ms"], row.get("torch_compiled_ms") or float("inf"))
     row["speedup"] = best_torch / row["fuseops_ms"]
+    if layer_model is not None:
+        row["layer_speedup"] = best_torch / row["fuseops_layer_ms"]
     row["host_bound"] = row["torch_graphed_ms"] is not None and row["torch_ms"] > HOST_BOUND * row["torch_graphed_ms"]
     return row
 
@@ -276,6 +293,7 @@ def moe_rows(device, dtype, Ts, shapes, reps, save=None, rounds=ROUNDS) -> list[
         torch.manual_seed(0)
         model = FuseopsMoE(E, H, I).to(device, dtype)
         reference = TorchMoE(model).to(device, dtype)
+        layer = FuseopsExpertLayer(model)
         for T in Ts:
             for skewed in (False, True):
                 x, ids, weights = moe_args(T, E, H, K, skewed, device, dtype)
@@ -283,7 +301,7 @@ def moe_rows(device, dtype, Ts, shapes, reps, save=None, rounds=ROUNDS) -> list[
                     torch._dynamo.mark_dynamic(t, 0)
                 # torch.compile of _grouped_mm traces only for bf16 operands.
                 row = measure(model, reference, (x, ids, weights), device, reps, compile_torch=dtype == torch.bfloat16,
-                              rounds=rounds)
+                              rounds=rounds, layer_model=layer)
                 rows.append({"part": "moe", "shape": name, "T": T, "routing": "skewed" if skewed else "uniform", **row})
                 print(rows[-1], flush=True)
                 if save:
@@ -319,7 +337,9 @@ def print_table(rows: list[dict]) -> None:
     for r in rows:
         print(f"{_label(r):34s} {fmt(r['fuseops_ms'])} {fmt(r['fuseops_compiled_ms'])} {fmt(r['torch_ms'])} "
               f"{fmt(r.get('torch_compiled_ms'))} {fmt(r['torch_graphed_ms'])} {r['speedup']:6.2f}x "
-              f"{r['fuseops_enqueue_ms']:6.2f}/{r['torch_enqueue_ms']:<6.2f} {'yes' if r['host_bound'] else ''}")
+              f"{r['fuseops_enqueue_ms']:6.2f}/{r['torch_enqueue_ms']:<6.2f} {'yes' if r['host_bound'] else '   '}"
+              + (f" expert_layer {r['fuseops_layer_ms']:.2f} ms {r['layer_speedup']:.2f}x enq "
+                 f"{r['fuseops_layer_enqueue_ms']:.2f}" if "layer_speedup" in r else ""))
 
 
 def main() -> None:

@@ -127,7 +127,14 @@ def permute_rows(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, ch
 
 def _sum_rows(dx_sorted: torch.Tensor, row_map: torch.Tensor) -> tuple[torch.Tensor]:
     # permute's backward: each token's gradient is the plain sum of its K rows' gradients.
-    return (traceable.unpermute(dx_sorted, row_map, None),)
+    # (Gradients made contiguous inside the routed calls: in a graph, a gradient expanded from
+    # one element is copied in as that element.)
+    return (traceable.unpermute(dx_sorted.contiguous(), row_map, None),)
+
+
+def _unpermute_backward(dy: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None,
+                        y_sorted: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return traceable.unpermute_bwd(dy.contiguous(), row_map, weights, y_sorted)
 
 
 def _unpermute_flagged(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None,
@@ -170,7 +177,7 @@ class _Permute(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dx_sorted, _split_sizes, _row_map):
         (row_map,) = ctx.saved_tensors
-        (dx,) = _routed_call("permute_backward", ctx.check, _sum_rows, (dx_sorted.contiguous(), row_map),
+        (dx,) = _routed_call("permute_backward", ctx.check, _sum_rows, (dx_sorted, row_map),
                             row_map=row_map)
         return dx, None, None, None
 
@@ -193,8 +200,8 @@ class _Unpermute(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         row_map, weights, y_sorted = ctx.saved_tensors
-        dy_sorted, dweights = _routed_call("unpermute_backward", ctx.check, traceable.unpermute_bwd,
-                                           (dy.contiguous(), row_map, weights, y_sorted), row_map=row_map)
+        dy_sorted, dweights = _routed_call("unpermute_backward", ctx.check, _unpermute_backward,
+                                           (dy, row_map, weights, y_sorted), row_map=row_map)
         return (dy_sorted if ctx.needs_input_grad[0] else None), None, dweights, None
 
 

@@ -3,12 +3,14 @@
 ``permute`` and ``unpermute``, forward and backward, each launch two to four small kernels
 (count, scan, rows, gather / scatter) whose host path (~70-250 us a call on an H100 host,
 session 26's ``benchmarks.host_trace --part moe``) outlasts their GPU work at small and medium
-token counts. Each call signature (the shapes, strides, dtypes and device of its tensors, and
-its static arguments) gets ``graphed.GraphedProgram`` states, which decide by measurement
-whether to replay the call as a CUDA graph, with the rules and guarantees of recorded programs
-(``fuseops/ops/executor/graphed.py``: results equal the eager run's bit for bit and are never
-overwritten while they live; inputs pinned where they stay put, else copied). The results then
-lie in graph memory, where the experts' programs pin them.
+token counts; ``expert_layer``'s forward and backward (the whole layer, routing to combine) go
+through the same states, its forward in permute's place. Each call signature (the shapes,
+strides, dtypes and device of its tensors, and its static arguments) gets
+``graphed.GraphedProgram`` states, which decide by measurement whether to replay the call as a
+CUDA graph, with the rules and guarantees of recorded programs (``fuseops/ops/executor/graphed.py``:
+results equal the eager run's bit for bit and are never overwritten while they live; inputs pinned
+where they stay put, else copied). The results then lie in graph memory, where the experts'
+programs pin them.
 
 A model's MoE layers of one shape call with one signature, and a graph's results serve one call
 at a time, so each layer needs states of its own. ``permute`` takes the first state of its
@@ -94,8 +96,8 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
          row_map: torch.Tensor | None = None) -> tuple:
     """``run(*inputs)``: a tuple of tensors computed from ``inputs`` and the ``static`` values
     (which ``run`` binds, and which name the signature with ``name``), through a graph state.
-    ``row_map``: the call's row map, for every call but permute's (which makes it: its third
-    result)."""
+    ``row_map``: the call's row map, for every call but those that make it (permute's, and
+    expert_layer's forward): their third result."""
     device = inputs[0].device
     if (not graphed.ENABLED or device.type not in graphed.DEVICE_TYPES or torch.compiler.is_compiling()
             or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None):

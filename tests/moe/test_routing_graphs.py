@@ -1,8 +1,8 @@
-"""The MoE routing's calls through graph states (``fuseops/moe/routing_graphs.py``) on the CPU,
-with the stand-in for CUDA graphs of ``tests/ops/executor/test_graphed_states.py``: two layers of
-one shape (one signature each for permute and unpermute, forward and backward) in a training
-loop, bit for bit the calls without graphs, each layer's forward calls settled on a graph of their
-own. The GPU test runs real graphs."""
+"""The MoE routing's calls and ``expert_layer`` through graph states (``fuseops/moe/routing_graphs.py``)
+on the CPU, with the stand-in for CUDA graphs of ``tests/ops/executor/test_graphed_states.py``: two
+layers of one shape (one signature each for permute and unpermute, forward and backward; or two
+expert layers) in a training loop, bit for bit the calls without graphs, each layer's calls
+settled on graphs of their own. The GPU tests run real graphs."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from fuseops.moe import routing, routing_graphs
 from fuseops.ops.executor import graphed
 from tests.helpers import assert_bitwise, cuda_or_skip
 from tests.kernels.moe.test_permute import routing as random_routing
+from tests.moe.test_expert_layer import make_experts
 from tests.ops.executor.test_graphed_states import cpu_graphs  # noqa: F401 (a fixture)
 
 STEPS = 20
@@ -31,41 +32,48 @@ def _layers(x, ids, E, scales, weights):
     return x
 
 
-def _training(device, T=6, H=8, E=4, K=2, dtype=torch.float32, loop="plain", poison=False, layers=2):
-    """``steps()``: ``STEPS`` training steps of two layers, the tensors to compare per step.
-    ``loop``: "plain"; "accumulate" (two micro-batches' forwards, then one backward); "eval"
-    (a forward without grad after each step, its output held to the next). ``poison``: a NaN
-    and an infinity in the tokens."""
-    torch.manual_seed(0)
+def _routed_inputs(device, T, H, E, K, dtype, poison):
+    """Two routings, router weights and two token batches (leaves needing grad); ``poison``: a
+    NaN and an infinity in the tokens."""
     ids = [random_routing(T, E, K, torch.int64, device) for _ in range(2)]
     weights = torch.rand(T, K, device=device, dtype=dtype, requires_grad=True)
-    scales = [torch.randn(T * K, 1, device=device, dtype=dtype, requires_grad=True) for _ in range(layers)]
     xs = [torch.randn(T, H, device=device, dtype=dtype) for _ in range(2)]
     if poison and T:
         for x in xs:
             x[0, 1], x[-1, 2] = float("nan"), float("inf")
-    xs = [x.requires_grad_() for x in xs]
-    leaves = (*xs, weights, *scales)
+    return ids, weights, [x.requires_grad_() for x in xs]
 
+
+def _loop(device, forward, xs, leaves, loop):
+    """``steps()``: ``STEPS`` training steps of ``forward(x, batch)``, the tensors to compare per
+    step. ``loop``: "plain"; "accumulate" (two micro-batches' forwards, then one backward); "eval"
+    (a forward without grad after each step, its output held to the next)."""
     def steps():
         out, held = [], None
         for _ in range(STEPS):
             for t in leaves:
                 t.grad = None
-            batches = 2 if loop == "accumulate" else 1
-            ys = [_layers(xs[b], ids[b], E, scales, weights) for b in range(batches)]
+            ys = [forward(xs[b], b) for b in range(2 if loop == "accumulate" else 1)]
             sum(y.float().square().sum() for y in ys).backward()
             out.append([*(y.detach().clone() for y in ys),
                         *[None if t.grad is None else t.grad.clone() for t in leaves]])
             if loop == "eval":
                 with torch.no_grad():
-                    held = _layers(xs[1], ids[1], E, scales, weights)
+                    held = forward(xs[1], 1)
                 out[-1].append(held.clone())
             del ys  # a live result of the last replay would send the next call the eager way
             if device != "cpu":
                 torch.cuda.synchronize()
         return out
     return steps
+
+
+def _training(device, T=6, H=8, E=4, K=2, dtype=torch.float32, loop="plain", poison=False, layers=2):
+    """``_loop``'s steps over ``layers`` routing layers (permute, a scale, unpermute)."""
+    torch.manual_seed(0)
+    ids, weights, xs = _routed_inputs(device, T, H, E, K, dtype, poison)
+    scales = [torch.randn(T * K, 1, device=device, dtype=dtype, requires_grad=True) for _ in range(layers)]
+    return _loop(device, lambda x, b: _layers(x, ids[b], E, scales, weights), xs, (*xs, weights, *scales), loop)
 
 
 def _same_with_graphs(steps, monkeypatch) -> dict:
@@ -178,9 +186,60 @@ def test_not_graphed_under_saved_tensor_hooks(cpu_graphs, monkeypatch):  # noqa:
     assert routing_graphs.states() == {}
 
 
+def _expert_training(device, T=6, H=8, F=4, E=4, K=2, dtype=torch.float32, lean=False, loop="plain",
+                     poison=False, layers=2):
+    """``_loop``'s steps over ``layers`` residual expert layers (``fuseops.moe.expert_layer``, each
+    its own experts)."""
+    torch.manual_seed(0)
+    experts = [make_experts(E, H, F, dtype=dtype, device=device) for _ in range(layers)]
+    ids, weights, xs = _routed_inputs(device, T, H, E, K, dtype, poison)
+
+    def forward(x, b):
+        for e in experts:
+            x = x + moe.expert_layer(x, ids[b], weights, e, lean=lean)
+        return x
+    leaves = (*xs, weights, *[p for e in experts for p in e.parameters()])
+    return _loop(device, forward, xs, leaves, loop)
+
+
+def _expert_states() -> dict[str, list[str]]:
+    by_name: dict[str, list[str]] = {}
+    for key, kept in routing_graphs.states().items():
+        by_name.setdefault(key[1], []).extend(s.phase for s in kept)
+    return by_name
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_expert_layers_each_get_a_graph_forward_and_backward(lean, cpu_graphs, monkeypatch):  # noqa: F811
+    """The whole layer's forward and backward, each a graph of its own per layer (the backward
+    writes dz over the forward's z, in graph memory: a pinned input written), bit for bit the
+    calls without graphs."""
+    delta = _same_with_graphs(_expert_training("cpu", lean=lean), monkeypatch)
+    assert delta["dropped"] == 0 and delta["graph_replays"] > 0, delta
+    assert _expert_states() == {"expert_layer": ["graphed"] * 2, "expert_layer_backward": ["graphed"] * 2}
+
+
+@pytest.mark.parametrize("case", ["zero_tokens", "one_token", "non_finite", "accumulate", "eval"])
+def test_expert_layers_with_graphs_equal_the_calls_without(case, cpu_graphs, monkeypatch):  # noqa: F811
+    """Zero tokens, one token, NaN and infinity in the tokens, two micro-batches in flight, an
+    evaluation forward between steps: bit for bit the calls without graphs."""
+    kwargs = {"zero_tokens": {"T": 0}, "one_token": {"T": 1}, "non_finite": {"poison": True},
+              "accumulate": {"loop": "accumulate"}, "eval": {"loop": "eval"}}[case]
+    delta = _same_with_graphs(_expert_training("cpu", **kwargs), monkeypatch)
+    assert delta["graph_replays"] > 0, delta
+
+
+def test_an_eager_forward_leaves_the_backward_eager_and_freeing(cpu_graphs, monkeypatch):  # noqa: F811
+    """A forward that ran eagerly (here: graphs judged not to pay) hands out memory of its own: the
+    backward runs as without graphs, free to release the saved tensors early."""
+    monkeypatch.setattr(graphed, "GPU_BOUND", 0.0)  # every program "GPU-bound": eager for good
+    _same_with_graphs(_expert_training("cpu"), monkeypatch)
+    assert _expert_states() == {"expert_layer": ["eager"] * 2}
+
+
 def test_expert_layer_keeps_its_own_permute(cpu_graphs, monkeypatch):  # noqa: F811
-    """``expert_layer``'s backward frees x_sorted's storage early: its permute never lies in graph
-    memory."""
+    """``expert_layer``'s permute runs inside its own forward (graphed whole or not at all), never
+    through permute's states."""
     monkeypatch.setattr(routing_graphs, "_states", {})
     x_sorted, _, _ = routing.permute_rows(torch.randn(4, 8), random_routing(4, 4, 2), 4, routing.HOST)
     assert routing_graphs.states() == {} and x_sorted.shape == (8, 8)
@@ -208,3 +267,15 @@ def test_gpu_graph_memory_is_bounded(monkeypatch):
     _same_with_graphs(_training(device, T=64, H=128, E=8, K=2), monkeypatch)
     counted = {key[1]: len(kept) for key, kept in routing_graphs.states().items() if kept}
     assert counted.get("permute") == 1, counted
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_gpu_expert_layers_each_get_a_graph_forward_and_backward(lean, monkeypatch):
+    device = cuda_or_skip()
+    for name in ("GPU_BOUND", "KEEP", "GPU_SLACK"):
+        monkeypatch.setattr(graphed, name, float("inf"))
+    steps = _expert_training(device, T=64, H=128, F=64, E=8, K=2, dtype=torch.bfloat16, lean=lean)
+    delta = _same_with_graphs(steps, monkeypatch)
+    assert delta["dropped"] == 0 and delta["graph_replays"] > 0, delta
+    assert _expert_states() == {"expert_layer": ["graphed"] * 2, "expert_layer_backward": ["graphed"] * 2}

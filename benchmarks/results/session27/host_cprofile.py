@@ -3,11 +3,16 @@
 layer in steady state (the device drained after each step, as ``sizes.enqueue_ms`` times it):
 functions by own time and by cumulative time, and the step's enqueue without the profiler.
 
-    python benchmarks/results/session27/host_cprofile.py [shape] [T] [steps]
+    python benchmarks/results/session27/host_cprofile.py [shape] [T] [steps] [layer]
+
+``layer``: the layer as ``fuseops.moe.expert_layer`` (``sizes.FuseopsExpertLayer``); the phases of a
+step (grads to None, forward, sum, backward) are timed on their own first.
 """
 import cProfile
 import pstats
+import statistics
 import sys
+import time
 
 import torch
 
@@ -20,12 +25,32 @@ steps = int(sys.argv[3]) if len(sys.argv) > 3 else 50
 E, H, F, K = sizes.MOE_SHAPES[shape]
 torch.manual_seed(0)
 model = sizes.FuseopsMoE(E, H, F).cuda().bfloat16()
+if len(sys.argv) > 4 and sys.argv[4] == "layer":
+    model = sizes.FuseopsExpertLayer(model)
 args = sizes.moe_args(T, E, H, K)
 step = sizes.step_fn(model, args, list(model.parameters()))
 for _ in range(60):
     step()
 torch.cuda.synchronize()
 print(f"{shape} T={T}: enqueue {sizes.enqueue_ms(step, 'cuda', 20):.3f} ms, counts {graphed.counts}")
+params = list(model.parameters())
+phases = {"grads": [], "forward": [], "sum": [], "backward": []}
+for _ in range(30):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for p in params:
+        p.grad = None
+    t1 = time.perf_counter()
+    y = model(*args)
+    t2 = time.perf_counter()
+    loss = y.sum()
+    t3 = time.perf_counter()
+    loss.backward()
+    t4 = time.perf_counter()
+    for name, (a, b) in zip(phases, ((t0, t1), (t1, t2), (t2, t3), (t3, t4))):
+        phases[name].append((b - a) * 1e6)
+    del y, loss
+print("phases (median us): " + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in phases.items()))
 profiler = cProfile.Profile()
 for _ in range(steps):
     torch.cuda.synchronize()

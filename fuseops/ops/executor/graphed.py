@@ -142,6 +142,12 @@ def for_program(program: Any, inputs: Sequence[torch.Tensor | None], not_graphab
     return GraphedProgram(program.run, parts(), next(iter(devices)))
 
 
+def in_graph_memory(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a result a live graph hands out (it stays where the graph's replays
+    write it: never to be freed or resized by its receiver)."""
+    return t.data_ptr() in _graph_memory
+
+
 def decision(eager: Sequence[tuple[float, float]], graphed: Sequence[tuple[float, float]] | None) -> str:
     """From ``(enqueue s, GPU span s)`` samples: after the eager ones alone, "capture" or
     "eager"; with the graph's too, "keep" or "drop" (the module docstring's steps 1 and 3)."""
