@@ -47,14 +47,19 @@ def _routed_inputs(device, T, H, E, K, dtype, poison):
 def _loop(device, forward, xs, leaves, loop):
     """``steps()``: ``STEPS`` training steps of ``forward(x, batch)``, the tensors to compare per
     step. ``loop``: "plain"; "accumulate" (two micro-batches' forwards, then one backward); "eval"
-    (a forward without grad after each step, its output held to the next)."""
+    (a forward without grad after each step, its output held to the next); "retain" (each step's
+    backward twice, the first with ``retain_graph``: nothing may be written over a saved tensor)."""
     def steps():
         out, held = [], None
         for _ in range(STEPS):
             for t in leaves:
                 t.grad = None
             ys = [forward(xs[b], b) for b in range(2 if loop == "accumulate" else 1)]
-            sum(y.float().square().sum() for y in ys).backward()
+            loss = sum(y.float().square().sum() for y in ys)
+            if loop == "retain":
+                loss.backward(retain_graph=True)
+            loss.backward()
+            del loss
             out.append([*(y.detach().clone() for y in ys),
                         *[None if t.grad is None else t.grad.clone() for t in leaves]])
             if loop == "eval":
@@ -137,11 +142,12 @@ def test_zero_rows_and_non_finite_values_equal_the_calls_without_graphs(tokens, 
         assert all(s.phase == "graphed" for kept in routing_graphs.states().values() for s in kept)
 
 
-@pytest.mark.parametrize("loop", ["accumulate", "eval"])
+@pytest.mark.parametrize("loop", ["accumulate", "eval", "retain"])
 def test_other_training_loops_equal_the_calls_without_graphs(loop, cpu_graphs, monkeypatch):  # noqa: F811
-    """Two micro-batches in flight (each layer's states busy twice over), or a forward without
-    grad between training steps (its calls meet the training states): the states multiply or
-    capture again, and every step equals the calls without graphs bit for bit."""
+    """Two micro-batches in flight (each layer's states busy twice over), a forward without grad
+    between training steps (its calls meet the training states), or each backward run twice over
+    a retained graph: the states multiply or capture again, and every step equals the calls
+    without graphs bit for bit."""
     delta = _same_with_graphs(_training("cpu", loop=loop), monkeypatch)
     assert delta["graph_replays"] > 0, delta
 
@@ -219,12 +225,15 @@ def test_expert_layers_each_get_a_graph_forward_and_backward(lean, cpu_graphs, m
     assert _expert_states() == {"expert_layer": ["graphed"] * 2, "expert_layer_backward": ["graphed"] * 2}
 
 
-@pytest.mark.parametrize("case", ["zero_tokens", "one_token", "non_finite", "accumulate", "eval"])
+@pytest.mark.parametrize("case", ["zero_tokens", "one_token", "non_finite", "accumulate", "eval", "retain",
+                                  "retain_lean"])
 def test_expert_layers_with_graphs_equal_the_calls_without(case, cpu_graphs, monkeypatch):  # noqa: F811
     """Zero tokens, one token, NaN and infinity in the tokens, two micro-batches in flight, an
-    evaluation forward between steps: bit for bit the calls without graphs."""
+    evaluation forward between steps, a backward run twice over a retained graph: bit for bit the
+    calls without graphs."""
     kwargs = {"zero_tokens": {"T": 0}, "one_token": {"T": 1}, "non_finite": {"poison": True},
-              "accumulate": {"loop": "accumulate"}, "eval": {"loop": "eval"}}[case]
+              "accumulate": {"loop": "accumulate"}, "eval": {"loop": "eval"}, "retain": {"loop": "retain"},
+              "retain_lean": {"loop": "retain", "lean": True}}[case]
     delta = _same_with_graphs(_expert_training("cpu", **kwargs), monkeypatch)
     assert delta["graph_replays"] > 0, delta
 
