@@ -3,10 +3,12 @@
 layer in steady state (the device drained after each step, as ``sizes.enqueue_ms`` times it):
 functions by own time and by cumulative time, and the step's enqueue without the profiler.
 
-    python benchmarks/results/session27/host_cprofile.py [shape] [T] [steps] [layer]
+    python benchmarks/results/session27/host_cprofile.py [shape] [T] [steps] [composition|layer|compiled]
 
-``layer``: the layer as ``fuseops.moe.expert_layer`` (``sizes.FuseopsExpertLayer``); the phases of a
-step (grads to None, forward, sum, backward) are timed on their own first.
+``layer``: the layer as ``fuseops.moe.expert_layer`` (``sizes.FuseopsExpertLayer``); ``compiled``: the
+composition under ``torch.compile`` (for session 28: compiled fuseops at 0.71-0.83x of torch.compile
+at T=1024, its enqueue ~3 ms). The phases of a step (grads to None, forward, sum, backward) are timed
+on their own first.
 """
 import cProfile
 import pstats
@@ -25,15 +27,18 @@ steps = int(sys.argv[3]) if len(sys.argv) > 3 else 50
 E, H, F, K = sizes.MOE_SHAPES[shape]
 torch.manual_seed(0)
 model = sizes.FuseopsMoE(E, H, F).cuda().bfloat16()
-if len(sys.argv) > 4 and sys.argv[4] == "layer":
+variant = sys.argv[4] if len(sys.argv) > 4 else "composition"
+if variant == "layer":
     model = sizes.FuseopsExpertLayer(model)
+params = list(model.parameters())
+if variant == "compiled":
+    model = torch.compile(model)
 args = sizes.moe_args(T, E, H, K)
-step = sizes.step_fn(model, args, list(model.parameters()))
+step = sizes.step_fn(model, args, params)
 for _ in range(60):
     step()
 torch.cuda.synchronize()
 print(f"{shape} T={T}: enqueue {sizes.enqueue_ms(step, 'cuda', 20):.3f} ms, counts {graphed.counts}")
-params = list(model.parameters())
 phases = {"grads": [], "forward": [], "sum": [], "backward": []}
 for _ in range(30):
     torch.cuda.synchronize()
