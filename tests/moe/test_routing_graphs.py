@@ -48,13 +48,15 @@ def _loop(device, forward, xs, leaves, loop):
     """``steps()``: ``STEPS`` training steps of ``forward(x, batch)``, the tensors to compare per
     step. ``loop``: "plain"; "accumulate" (two micro-batches' forwards, then one backward); "eval"
     (a forward without grad after each step, its output held to the next); "retain" (each step's
-    backward twice, the first with ``retain_graph``: nothing may be written over a saved tensor)."""
+    backward twice, the first with ``retain_graph``: nothing may be written over a saved tensor);
+    "alternate" (the two batches in turn, a step each)."""
     def steps():
         out, held = [], None
-        for _ in range(STEPS):
+        for i in range(STEPS):
             for t in leaves:
                 t.grad = None
-            ys = [forward(xs[b], b) for b in range(2 if loop == "accumulate" else 1)]
+            batches = {"accumulate": (0, 1), "alternate": (i % 2,)}.get(loop, (0,))
+            ys = [forward(xs[b], b) for b in batches]
             loss = sum(y.float().square().sum() for y in ys)
             if loop == "retain":
                 loss.backward(retain_graph=True)
@@ -236,6 +238,26 @@ def test_expert_layers_with_graphs_equal_the_calls_without(case, cpu_graphs, mon
               "retain_lean": {"loop": "retain", "lean": True}}[case]
     delta = _same_with_graphs(_expert_training("cpu", **kwargs), monkeypatch)
     assert delta["graph_replays"] > 0, delta
+
+
+def test_expert_layers_at_two_token_counts_in_turn(cpu_graphs, monkeypatch):  # noqa: F811
+    """A second input shape, a step each in turn: each token count gets states of its own (two
+    layers x forward and backward x two shapes), every step bit for bit the calls without graphs."""
+    monkeypatch.setattr(sys.modules[__name__], "STEPS", 30)  # 15 a shape: the backwards' trials end
+    torch.manual_seed(0)
+    experts = [make_experts(4, 8, 4) for _ in range(2)]
+    batches = [_routed_inputs("cpu", T, 8, 4, 2, torch.float32, False) for T in (6, 9)]
+    xs = [xs[0] for _, _, xs in batches]
+
+    def forward(x, b):
+        ids, weights, _ = batches[b]
+        for e in experts:
+            x = x + moe.expert_layer(x, ids[0], weights, e)
+        return x
+    leaves = (*xs, *[weights for _, weights, _ in batches], *[p for e in experts for p in e.parameters()])
+    delta = _same_with_graphs(_loop("cpu", forward, xs, leaves, "alternate"), monkeypatch)
+    assert delta["dropped"] == 0 and delta["graph_replays"] > 0, delta
+    assert _expert_states() == {"expert_layer": ["graphed"] * 4, "expert_layer_backward": ["graphed"] * 4}
 
 
 def test_an_eager_forward_leaves_the_backward_eager_and_freeing(cpu_graphs, monkeypatch):  # noqa: F811
