@@ -74,13 +74,16 @@ def capture_cuda_graph(step: Callable[[], T], warmup: int = 2) -> tuple[torch.cu
     return graph, out
 
 
-def profiled(fn: Callable[[], object], calls: int) -> cProfile.Profile:
-    """A cProfile of ``calls`` calls of ``fn``."""
+def profiled(fn: Callable[[], object], calls: int, between: Callable[[], object] | None = None) -> cProfile.Profile:
+    """A cProfile of ``calls`` calls of ``fn``; ``between`` runs before each call, unprofiled (a
+    device sync: each call then starts with the device drained, as an enqueue time is taken)."""
     prof = cProfile.Profile()
-    prof.enable()
     for _ in range(calls):
+        if between is not None:
+            between()
+        prof.enable()
         fn()
-    prof.disable()
+        prof.disable()
     return prof
 
 

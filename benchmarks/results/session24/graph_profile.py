@@ -1,12 +1,11 @@
 """Session 24: where the host time of a dense step goes once its programs replay as CUDA graphs
 (cProfile, 30 steps of the 4-block GELU stack, T=1024 H=1024, bf16, after warm-up)."""
-import cProfile
-import pstats
 import time
 
 import torch
 
 from benchmarks import sizes
+from benchmarks._timing import profile_table, profiled
 from fuseops.ops.executor import graphed
 
 torch.manual_seed(0)
@@ -22,12 +21,7 @@ for _ in range(30):
     step()
 print(f"enqueue {(time.perf_counter() - t0) / 30 * 1e3:.2f} ms a step")
 torch.cuda.synchronize()
-prof = cProfile.Profile()
-prof.enable()
-for _ in range(30):
-    step()
-prof.disable()
+prof = profiled(step, 30)
 torch.cuda.synchronize()
-stats = pstats.Stats(prof)
-stats.sort_stats("tottime").print_stats(35)
-stats.sort_stats("cumulative").print_stats(45)
+print(profile_table(prof, "tottime", 35))
+print(profile_table(prof, "cumulative", 45))

@@ -10,8 +10,6 @@ composition under ``torch.compile`` (for session 28: compiled fuseops at 0.71-0.
 at T=1024, its enqueue ~3 ms). The phases of a step (grads to None, forward, sum, backward) are timed
 on their own first.
 """
-import cProfile
-import pstats
 import statistics
 import sys
 import time
@@ -19,6 +17,7 @@ import time
 import torch
 
 from benchmarks import sizes
+from benchmarks._timing import profile_table, profiled
 from fuseops.ops.executor import graphed
 
 shape = sys.argv[1] if len(sys.argv) > 1 else "qwen3"
@@ -56,13 +55,7 @@ for _ in range(30):
         phases[name].append((b - a) * 1e6)
     del y, loss
 print("phases (median us): " + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in phases.items()))
-profiler = cProfile.Profile()
-for _ in range(steps):
-    torch.cuda.synchronize()
-    profiler.enable()
-    step()
-    profiler.disable()
+profiler = profiled(step, steps, between=torch.cuda.synchronize)
 torch.cuda.synchronize()
-stats = pstats.Stats(profiler)
-stats.sort_stats("tottime").print_stats(45)
-stats.sort_stats("cumulative").print_stats(60)
+print("Ordered by: internal time\n" + profile_table(profiler, "tottime", 45))
+print("Ordered by: cumulative time\n" + profile_table(profiler, "cumulative", 60))
