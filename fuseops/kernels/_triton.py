@@ -46,6 +46,11 @@ def interpreted_kernels() -> Iterator[None]:
         _cpu_kernels_depth -= 1
 
 
+def cpu_kernels_active() -> bool:
+    """Whether CPU tensors run the Triton kernels now (inside ``interpreted_kernels()``)."""
+    return INTERPRET and _cpu_kernels_depth > 0
+
+
 def runs_triton(t: torch.Tensor) -> bool:
     """Whether work on ``t`` goes through the Triton kernels (float64, the dtype of
     references and oracles, always runs the torch references)."""
@@ -53,7 +58,7 @@ def runs_triton(t: torch.Tensor) -> bool:
         return False
     if t.is_cuda:
         return True
-    return INTERPRET and _cpu_kernels_depth > 0
+    return cpu_kernels_active()
 
 
 @functools.lru_cache(maxsize=None)

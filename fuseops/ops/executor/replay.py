@@ -470,13 +470,14 @@ class Refusal:
 def record(inputs: Sequence[torch.Tensor | None], body: Callable[[Any], Any],
            results: Callable[[Any], Sequence[torch.Tensor | None]],
            host_readable: Sequence[torch.Tensor] = (), receiver: Callable[[list], None] | None = None,
-           ) -> tuple[Any, Program | Refusal]:
+           graphs: bool = True) -> tuple[Any, Program | Refusal]:
     """Run ``body(notice)`` (the ops on ``inputs``) while recording it; ``results(out)`` lists
     the tensors (or None) the program must return. Returns ``body``'s result, unchanged (the
     call's own result: a refused recording still ran the ops), and the program or why not.
     ``host_readable``: inputs whose values the signature holds. ``receiver``: a save receiver
     (``save_notice.py``); ``notice`` is then what the ops must call in its place: it calls the
-    receiver and records the call, which the program repeats with its ``notice`` argument."""
+    receiver and records the call, which the program repeats with its ``notice`` argument.
+    ``graphs``: whether the program may be replayed as a CUDA graph (``graphed.py``)."""
     n = _Names()
     params = []
     for i, t in enumerate(inputs):
@@ -501,7 +502,9 @@ def record(inputs: Sequence[torch.Tensor | None], body: Callable[[Any], Any],
         program = _finish(n, params, listed)
     if not isinstance(program, Refusal):
         counts["recorded"] += 1
-        program.graph = graphed.for_program(program, inputs, n.not_graphable, lambda: _graph_parts(n, params, listed))
+        if graphs:
+            program.graph = graphed.for_program(program, inputs, n.not_graphable,
+                                                lambda: _graph_parts(n, params, listed))
     return out, program
 
 
