@@ -237,6 +237,8 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
         variants["torch_compiled"] = step_fn(torch.compile(torch_model), args, tparams)
     if layer_model is not None:
         variants["fuseops_layer"] = step_fn(layer_model, args, fparams)
+        # Compiled, each direction is one custom operator replaying the eager layer's graphs.
+        variants["fuseops_layer_compiled"] = step_fn(torch.compile(layer_model), args, fparams)
     # Steady state first: torch.compile compiles, and fuseops records its programs and decides
     # which to replay as CUDA graphs (graphed.py: ~10 calls a program, more where a producer's
     # graph moves its inputs), as a training run does in its first steps.
@@ -259,6 +261,8 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
     row["speedup"] = best_torch / row["fuseops_ms"]
     if layer_model is not None:
         row["layer_speedup"] = best_torch / row["fuseops_layer_ms"]
+        if "torch_compiled_ms" in row:
+            row["layer_compiled_speedup"] = row["torch_compiled_ms"] / row["fuseops_layer_compiled_ms"]
     row["host_bound"] = row["torch_graphed_ms"] is not None and row["torch_ms"] > HOST_BOUND * row["torch_graphed_ms"]
     return row
 
@@ -339,7 +343,9 @@ def print_table(rows: list[dict]) -> None:
               f"{fmt(r.get('torch_compiled_ms'))} {fmt(r['torch_graphed_ms'])} {r['speedup']:6.2f}x "
               f"{r['fuseops_enqueue_ms']:6.2f}/{r['torch_enqueue_ms']:<6.2f} {'yes' if r['host_bound'] else '   '}"
               + (f" expert_layer {r['fuseops_layer_ms']:.2f} ms {r['layer_speedup']:.2f}x enq "
-                 f"{r['fuseops_layer_enqueue_ms']:.2f}" if "layer_speedup" in r else ""))
+                 f"{r['fuseops_layer_enqueue_ms']:.2f}" if "layer_speedup" in r else "")
+              + (f" compiled {r['fuseops_layer_compiled_ms']:.2f} ms {r['layer_compiled_speedup']:.2f}x of torch.compile"
+                 f" enq {r['fuseops_layer_compiled_enqueue_ms']:.2f}" if "layer_compiled_speedup" in r else ""))
 
 
 def main() -> None:

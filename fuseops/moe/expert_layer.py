@@ -27,106 +27,42 @@ summed per token only after FC1's weight gradient. memory_model.py has the accou
 Everything stays on the device: no host sync, and the step captures in a CUDA graph. Where
 the fused path does not apply (``expert_layer_fallback`` says why) the composition runs.
 
-The forward and the backward each go through a graph state of ``routing_graphs`` (one per
-layer, decided by measurement as the routing's calls are): where the host path outlasts the GPU
-work (small token counts) each replays as one CUDA graph. The backward is graphed only where
-the forward was (its saved tensors lie in graph memory, which it never frees early: the forward's
-graph keeps that memory for its next replay); where the forward ran eagerly (GPU-bound token
-counts) the backward runs eagerly and frees as above.
+The forward and the backward bodies are in ``expert_layer_steps.py``: each goes through a graph
+state of ``routing_graphs`` (one per layer, decided by measurement as the routing's calls are):
+where the host path outlasts the GPU work (small token counts) each replays as one CUDA graph.
+The backward is graphed only where the forward was (its saved tensors lie in graph memory, which
+it never frees early: the forward's graph keeps that memory for its next replay); where the
+forward ran eagerly (GPU-bound token counts) the backward runs eagerly and frees as above. Under
+``torch.compile`` each is one custom operator whose implementation is that graph-state call.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from fuseops.kernels import library
-from fuseops.kernels.dispatch import Kernel, launcher
-from fuseops.kernels.elementwise.activation_math import Activation
-from fuseops.moe import memory_model, routing_graphs
-from fuseops.moe.routing import check_routing, check_weights, permute_checked, permute_rows, unpermute
+from fuseops.moe import expert_layer_steps as steps
+from fuseops.moe.routing import check_routing, check_weights, permute_checked, unpermute
 from fuseops.ops import _checks
-from fuseops.ops.executor import graphed
 from fuseops.ops.executor.saved_state import graph_freed_after_backward
 from fuseops.ops.gated import GatedActivation
 from fuseops.ops.grouped_linear import GroupedLinear
 from fuseops.quant.autocast import current_recipe
 
 
-@dataclass(frozen=True)
-class _Gate:
-    act: Activation
-    kernel_args: dict[str, Any]
-
-    @property
-    def key(self) -> tuple:
-        """What tells two gates apart, hashable (a graph state's signature)."""
-        return self.act, tuple(sorted(self.kernel_args.items()))
-
-
-def _gather_rows(x: torch.Tensor, row_map: torch.Tensor) -> torch.Tensor:
-    """``x_sorted[row_map[t, k]] = x[t]``: permute's copy, for a known routing."""
-    x_sorted, _ = launcher(Kernel.UNPERMUTE_BWD, x)(x, row_map, None, None)
-    return x_sorted
-
-
-def _sum_rows(rows: torch.Tensor, row_map: torch.Tensor) -> torch.Tensor:
-    """``out[t] = sum_k rows[row_map[t, k]]``, in float32, k in order (deterministic)."""
-    return launcher(Kernel.UNPERMUTE, rows)(rows, row_map, None)
-
-
-def _token_of_rows(row_map: torch.Tensor) -> torch.Tensor:
-    """[T*K] int64: the token whose row each sorted row is (``row_map``'s inverse, // K)."""
-    flat = row_map.reshape(-1)
-    tokens = torch.arange(flat.numel(), device=flat.device) // row_map.shape[1]
-    return torch.empty_like(flat).scatter_(0, flat, tokens)
-
-
-def _release(*tensors: torch.Tensor | None) -> None:
-    """Free the memory of saved tensors that are dead: the autograd node would hold them to
-    the end of the backward. Only for tensors this Function made, when nothing reads them again
-    (the graph is freed after this backward and no saved-tensor hook holds them)."""
-    for t in tensors:
-        if t is not None:
-            t.untyped_storage().resize_(0)
-
-
-def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: _Gate, keep: bool, check: str) -> tuple:
-    """``(y, x_sorted, row_map, z, probs, offsets)``, x_sorted and z None unless ``keep``."""
-    x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, w1.shape[0], check)
-    offsets = launcher(Kernel.GROUP_OFFSETS, split_sizes)(split_sizes)
-    probs = None
-    if weights is not None:
-        # The weights in x_sorted's row order: FC1's epilogue row scale.
-        probs = weights.new_empty(row_map.numel()).scatter_(0, row_map.reshape(-1), weights.reshape(-1))
-    h, z = library.grouped_gemm_gated(x_sorted, w1.transpose(1, 2), offsets, bias=b1, act=gate.act,
-                                      probs=probs, save_preact=keep, **gate.kernel_args)
-    y_sorted, _ = library.grouped_gemm(h, w2.transpose(1, 2), offsets)
-    del h
-    return _sum_rows(y_sorted, row_map), x_sorted if keep else None, row_map, z, probs, offsets
-
-
 class _ExpertLayer(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weights, w1, b1, w2, expert_ids, gate: _Gate, lean: bool, grad_enabled: bool, check: str):
-        E = w1.shape[0]
+    def forward(ctx, x, weights, w1, b1, w2, expert_ids, gate: steps.Gate, lean: bool, grad_enabled: bool,
+                check: str):
         # needs_input_grad reads requires_grad even under torch.no_grad (inference): nothing to keep.
         backward = grad_enabled and any(ctx.needs_input_grad[:5])
         keep = backward and not lean
-        # Through a graph state (routing_graphs: host-bound token counts replay one CUDA graph
-        # for the whole forward); its row map (result 2) keys the backward's state.
-        y, x_sorted, row_map, z, probs, offsets = routing_graphs.call(
-            "expert_layer", partial(_forward, gate=gate, keep=keep, check=check),
-            (x, weights, w1, b1, w2, expert_ids), (gate.key, keep, check))
+        y, x_sorted, row_map, z, probs, offsets = steps.forward(x, weights, w1, b1, w2, expert_ids, gate, keep, check)
         if backward:
             ctx.save_for_backward(x if lean else None, x_sorted, z, probs, row_map, offsets, w1, b1, w2)
             ctx.gate, ctx.lean = gate, lean
-            ctx.shape = memory_model.LayerShape(x.shape[0], expert_ids.shape[1], x.shape[1], w2.shape[2], E,
-                                                x.element_size())
             # Saved-tensor hooks (offloading) may hand back tensors that are not ours to free;
             # a compiled backward never frees early (graph_freed_after_backward), so no probe.
             ctx.hooked = torch.compiler.is_compiling() or (
@@ -136,74 +72,13 @@ class _ExpertLayer(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        x, x_sorted, z, probs, row_map, offsets, w1, b1, w2 = ctx.saved_tensors
-        freed = graph_freed_after_backward()
         # dz goes over z when nothing reads z again; dead saved tensors are freed early, but
-        # never in graph memory (the forward's graph keeps its results: nothing to free, and
-        # its next replay writes there). The backward is graphed where the forward was.
-        graphs = graphed.in_graph_memory(row_map)
-        overwrite = ctx.lean or freed
-        releasable = ctx.lean or (freed and not ctx.hooked and not graphs)
-        static = (ctx.gate, ctx.lean, tuple(ctx.needs_input_grad[:5]), overwrite,
-                  releasable and memory_model.fc1_weight_grad_first(ctx.shape, ctx.lean))
-        run = partial(_backward, static=static)
-        inputs = (dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2)
-        if graphs:
-            grads = routing_graphs.call("expert_layer_backward", run, inputs, (ctx.gate.key, *static[1:]),
-                                        row_map=row_map)
-        else:
-            grads = run(*inputs)
+        # never in graph memory (steps.py).
+        freed = graph_freed_after_backward()
+        grads = steps.backward(dy, *ctx.saved_tensors, gate=ctx.gate, lean=ctx.lean,
+                               needs=tuple(ctx.needs_input_grad[:5]), overwrite=ctx.lean or freed,
+                               may_release=freed and not ctx.hooked)
         return *grads, None, None, None, None, None
-
-
-def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple) -> tuple:
-    """``(dx, dweights, dw1, db1, dw2)`` of ``_ExpertLayer``; ``static`` as its backward makes it."""
-    gate, lean, needs, overwrite, fc1_first = static
-    need_x, need_weights, need_w1, need_b1, need_w2 = needs
-    # Made contiguous here, inside a graph: ``loss.sum()``'s gradient is one element expanded,
-    # which a graph copies in as that one element.
-    dy = dy.contiguous()
-    if lean:
-        x_sorted = _gather_rows(x, row_map)
-        z, _ = library.grouped_gemm(x_sorted, w1.transpose(1, 2), offsets, bias=b1)
-        x_sorted = None
-    dy_sorted = _gather_rows(dy, row_map)
-    dz = dprobs = h = None
-    if need_x or need_w1 or need_b1 or need_weights:
-        dz, dprobs, h = library.grouped_gemm_dgrad_gated(
-            dy_sorted, w2, offsets, z, act=gate.act, probs=probs, want_h=need_w2,
-            out=z if overwrite else None, **gate.kernel_args)
-    elif need_w2:
-        h = launcher(Kernel.GATED_FWD, z)(z, gate.act, probs=probs, **gate.kernel_args)
-    dw2 = None
-    if need_w2 and not fc1_first:
-        dw2 = library.grouped_gemm_wgrad(dy_sorted, h, offsets)
-    if not fc1_first:
-        h = dy_sorted = None
-
-    dx = dw1 = db1 = None
-    if need_x:
-        dx_sorted, _ = library.grouped_gemm(dz, w1, offsets)
-        dx = _sum_rows(dx_sorted, row_map)
-        del dx_sorted
-    if need_w1 and lean:
-        # x's rows gathered inside the wgrad's loads: no x_sorted at this, lean's peak stage.
-        dw1 = library.grouped_gemm_wgrad(dz, x, offsets, x_rows=_token_of_rows(row_map))
-    elif need_w1:
-        dw1 = library.grouped_gemm_wgrad(dz, x_sorted, offsets)
-    if need_b1:
-        db1 = library.grouped_bias_grad(dz, offsets)
-    if fc1_first:
-        if lean:
-            z = dz = None
-        else:
-            _release(z, x_sorted)
-        if need_w2:
-            dw2 = library.grouped_gemm_wgrad(dy_sorted, h, offsets)
-    dweights = None
-    if need_weights:
-        dweights = dprobs.index_select(0, row_map.reshape(-1)).view(row_map.shape)
-    return dx, dweights, dw1, db1, dw2
 
 
 def _parts(experts: Any) -> tuple[GroupedLinear, Any, GroupedLinear]:
@@ -283,7 +158,7 @@ def expert_layer(
         raise ValueError(f"x: expected {fc1.in_features} features (the experts' in_features), got {x.shape[1]}")
     weights = check_weights(weights, expert_ids.shape, "expert_ids'", x, "x")
     if expert_layer_fallback(x, weights, experts) is None:
-        gate = _Gate(act.act, act.kernel_args)
+        gate = steps.Gate(act.act, act.kernel_args)
         return _ExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, lean,
                                   torch.is_grad_enabled(), check)
     x_sorted, split_sizes, row_map = permute_checked(x, expert_ids, fc1.num_groups, check)

@@ -17,7 +17,7 @@ from fuseops import moe
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.moe import routing, routing_graphs
 from fuseops.ops.executor import graphed
-from tests.helpers import assert_bitwise, cuda_or_skip
+from tests.helpers import assert_bitwise, assert_close_rel, cuda_or_skip
 from tests.kernels.moe.test_permute import routing as random_routing
 from tests.moe.test_expert_layer import make_experts
 from tests.ops.executor.test_graphed_states import cpu_graphs  # noqa: F401 (a fixture)
@@ -195,9 +195,9 @@ def test_not_graphed_under_saved_tensor_hooks(cpu_graphs, monkeypatch):  # noqa:
 
 
 def _expert_training(device, T=6, H=8, F=4, E=4, K=2, dtype=torch.float32, lean=False, loop="plain",
-                     poison=False, layers=2):
+                     poison=False, layers=2, compiled=False):
     """``_loop``'s steps over ``layers`` residual expert layers (``fuseops.moe.expert_layer``, each
-    its own experts)."""
+    its own experts), under ``torch.compile`` (fullgraph) where ``compiled``."""
     torch.manual_seed(0)
     experts = [make_experts(E, H, F, dtype=dtype, device=device) for _ in range(layers)]
     ids, weights, xs = _routed_inputs(device, T, H, E, K, dtype, poison)
@@ -206,6 +206,9 @@ def _expert_training(device, T=6, H=8, F=4, E=4, K=2, dtype=torch.float32, lean=
         for e in experts:
             x = x + moe.expert_layer(x, ids[b], weights, e, lean=lean)
         return x
+    if compiled:
+        torch._dynamo.reset()
+        forward = torch.compile(forward, backend="aot_eager", fullgraph=True)
     leaves = (*xs, weights, *[p for e in experts for p in e.parameters()])
     return _loop(device, forward, xs, leaves, loop)
 
@@ -260,6 +263,16 @@ def test_expert_layers_at_two_token_counts_in_turn(cpu_graphs, monkeypatch):  # 
     assert _expert_states() == {"expert_layer": ["graphed"] * 4, "expert_layer_backward": ["graphed"] * 4}
 
 
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_compiled_expert_layers_replay_the_same_graphs(lean, cpu_graphs, monkeypatch):  # noqa: F811
+    """Under torch.compile each layer's forward and backward is one custom operator whose
+    implementation is the graph-state call: each layer's two graphs as eagerly, every step bit for
+    bit the compiled calls without graphs."""
+    delta = _same_with_graphs(_expert_training("cpu", lean=lean, compiled=True), monkeypatch)
+    assert delta["dropped"] == 0 and delta["graph_replays"] > 0, delta
+    assert _expert_states() == {"expert_layer": ["graphed"] * 2, "expert_layer_backward": ["graphed"] * 2}
+
+
 def test_an_eager_forward_leaves_the_backward_eager_and_freeing(cpu_graphs, monkeypatch):  # noqa: F811
     """A forward that ran eagerly (here: graphs judged not to pay) hands out memory of its own: the
     backward runs as without graphs, free to release the saved tensors early."""
@@ -301,12 +314,88 @@ def test_gpu_graph_memory_is_bounded(monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
-def test_gpu_expert_layers_each_get_a_graph_forward_and_backward(lean, monkeypatch):
+def test_gpu_expert_layers_each_get_a_graph_forward_and_backward(lean, compiled, monkeypatch):
     device = cuda_or_skip()
     for name in ("GPU_BOUND", "KEEP", "GPU_SLACK"):
         monkeypatch.setattr(graphed, name, float("inf"))
-    steps = _expert_training(device, T=64, H=128, F=64, E=8, K=2, dtype=torch.bfloat16, lean=lean)
+    steps = _expert_training(device, T=64, H=128, F=64, E=8, K=2, dtype=torch.bfloat16, lean=lean, compiled=compiled)
     delta = _same_with_graphs(steps, monkeypatch)
     assert delta["dropped"] == 0 and delta["graph_replays"] > 0, delta
     assert _expert_states() == {"expert_layer": ["graphed"] * 2, "expert_layer_backward": ["graphed"] * 2}
+
+
+def _autocast_training(device, kind, when, T=6, H=8, F=4, E=4, K=2):
+    """``_loop``'s steps over two residual MoE layers with float32 parameters, each as the
+    composition (permute, experts, unpermute) or as ``expert_layer``, every forward under
+    ``torch.autocast`` to bfloat16 (``when="always"``) or every other one (``"alternate"``: an
+    autocast step, then a float32 step, on the same states)."""
+    torch.manual_seed(0)
+    experts = [make_experts(E, H, F, device=device) for _ in range(2)]
+    ids, weights, xs = _routed_inputs(device, T, H, E, K, torch.float32, False)
+    calls = [0]
+
+    def layer(x, e, ids):
+        if kind == "expert_layer":
+            return moe.expert_layer(x, ids, weights, e)
+        x_sorted, sizes, row_map = moe.permute(x, ids, E)
+        return moe.unpermute(e(x_sorted, sizes, sizes), row_map, weights)
+
+    def forward(x, b):
+        calls[0] += 1
+        on = when == "always" or calls[0] % 2 == 1
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=on):
+            for e in experts:
+                x = x + layer(x, e, ids[b])
+        return x
+    leaves = (*xs, weights, *[p for e in experts for p in e.parameters()])
+    return _loop(device, forward, xs, leaves, "plain"), (experts, ids, weights, xs)
+
+
+def _float64_layers(experts, ids, weights, x):
+    """The two layers in float64 plain torch (each routed row through its expert, ``silu(a) * b``):
+    the output and the gradients of x, the router weights and the parameters."""
+    x, weights = x.detach().double().requires_grad_(), weights.detach().double().requires_grad_()
+    params = [p.detach().double().requires_grad_() for e in experts for p in e.parameters()]
+    y, (T, K) = x, ids.shape
+    for w1, w2 in zip(params[0::2], params[1::2]):
+        outs = []
+        for row, e in enumerate(ids.reshape(-1).tolist()):
+            a, b = (w1[e] @ y[row // K]).chunk(2)
+            outs.append(w2[e] @ (torch.nn.functional.silu(a) * b))
+        routed = torch.stack(outs).view(T, K, -1) if outs else y.new_zeros(T, K, y.shape[1])
+        y = y + (routed * weights.unsqueeze(-1)).sum(1)
+    y.square().sum().backward()
+    return [y.detach(), x.grad, weights.grad, *[p.grad for p in params]]
+
+
+def _check_under_autocast(device, kind, when, monkeypatch, **shape):
+    steps, (experts, ids, weights, xs) = _autocast_training(device, kind, when, **shape)
+    delta = _same_with_graphs(steps, monkeypatch)
+    assert delta["dropped"] == 0 and delta["graph_replays"] > 0, delta
+    y, dx, _, *grads = steps()[0]  # an autocast step (the first of each run); the unused batch's None
+    assert y.dtype == torch.float32  # the residual stream stays float32
+    want = _float64_layers(experts, ids[0], weights, xs[0])
+    for name, g, w in zip(["y", "dx", "dweights", "dw1", "dw2", "dw1'", "dw2'"], [y, dx, *grads], want, strict=True):
+        assert_close_rel(g.double(), w, torch.bfloat16, factor=2, what=name)
+
+
+@pytest.mark.parametrize("when", ["always", "alternate"])
+@pytest.mark.parametrize("kind", ["composition", "expert_layer"])
+def test_float32_parameters_under_autocast_with_graphs(kind, when, cpu_graphs, monkeypatch):  # noqa: F811
+    """Float32 parameters under ``torch.autocast`` (a user's mixed precision), the MoE layer as the
+    composition or as ``expert_layer`` (which then runs as the composition), autocast on every step
+    or every other one: every step bit for bit the calls without graphs, the autocast step within
+    bfloat16's rounding of float64."""
+    _check_under_autocast("cpu", kind, when, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("when", ["always", "alternate"])
+@pytest.mark.parametrize("kind", ["composition", "expert_layer"])
+def test_gpu_float32_parameters_under_autocast_with_graphs(kind, when, monkeypatch):
+    device = cuda_or_skip()
+    for name in ("GPU_BOUND", "KEEP", "GPU_SLACK"):
+        monkeypatch.setattr(graphed, name, float("inf"))
+    _check_under_autocast(device, kind, when, monkeypatch, T=64, H=128, F=64, E=8)

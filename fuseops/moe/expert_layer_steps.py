@@ -1,0 +1,241 @@
+"""``expert_layer``'s forward and backward bodies (``expert_layer.py`` has the layer, its autograd
+Function and its checks), and how each runs.
+
+Eagerly, each goes through a graph state of ``routing_graphs`` (one per layer and direction,
+decided by measurement as the routing's calls are): where the host outlasts the GPU work each
+replays as one CUDA graph. Under ``torch.compile`` each is one custom operator
+(``fuseops::expert_layer_forward`` / ``fuseops::expert_layer_backward``) whose implementation is
+that same graph-state call: a compiled layer replays the graphs an eager one does, where tracing the
+bodies would run their kernels' launchers one custom operator at a time (session 28: the compiled
+composition at MoE T=1024 ran at 0.74-0.85x of torch.compile, its host time in ten operators).
+The operators are functional (no input written: a compiled backward never overwrites or frees a
+saved tensor, ``graph_freed_after_backward``), return an empty tensor for an absent result, and are
+not recorded by ``op_programs`` (a record would skip the graph states).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+
+from fuseops.kernels import library
+from fuseops.kernels.custom_op import fuseops_op
+from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.moe import memory_model, routing_graphs
+from fuseops.moe.routing import permute_rows
+from fuseops.ops.executor import graphed
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The gated activation between the GEMMs: its kind and the kernels' keyword arguments."""
+
+    act: Activation
+    kernel_args: dict[str, Any]
+
+    @property
+    def key(self) -> tuple:
+        """What tells two gates apart, hashable (a graph state's signature)."""
+        return self.act, tuple(sorted(self.kernel_args.items()))
+
+    def fields(self) -> tuple:
+        """The operators' gate arguments: act, interleaved, clamped, limit, alpha."""
+        k = self.kernel_args
+        return int(self.act), bool(k["interleaved"]), bool(k["clamped"]), float(k["limit"]), float(k["alpha"])
+
+    @staticmethod
+    def of(act: int, interleaved: bool, clamped: bool, limit: float, alpha: float) -> Gate:
+        return Gate(Activation(act), {"interleaved": interleaved, "clamped": clamped, "limit": limit, "alpha": alpha})
+
+
+def _gather_rows(x: torch.Tensor, row_map: torch.Tensor) -> torch.Tensor:
+    """``x_sorted[row_map[t, k]] = x[t]``: permute's copy, for a known routing."""
+    x_sorted, _ = launcher(Kernel.UNPERMUTE_BWD, x)(x, row_map, None, None)
+    return x_sorted
+
+
+def _sum_rows(rows: torch.Tensor, row_map: torch.Tensor) -> torch.Tensor:
+    """``out[t] = sum_k rows[row_map[t, k]]``, in float32, k in order (deterministic)."""
+    return launcher(Kernel.UNPERMUTE, rows)(rows, row_map, None)
+
+
+def _token_of_rows(row_map: torch.Tensor) -> torch.Tensor:
+    """[T*K] int64: the token whose row each sorted row is (``row_map``'s inverse, // K)."""
+    flat = row_map.reshape(-1)
+    tokens = torch.arange(flat.numel(), device=flat.device) // row_map.shape[1]
+    return torch.empty_like(flat).scatter_(0, flat, tokens)
+
+
+def _release(*tensors: torch.Tensor | None) -> None:
+    """Free the memory of saved tensors that are dead: the autograd node would hold them to
+    the end of the backward. Only for tensors this Function made, when nothing reads them again
+    (the graph is freed after this backward and no saved-tensor hook holds them)."""
+    for t in tensors:
+        if t is not None:
+            t.untyped_storage().resize_(0)
+
+
+def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: Gate, keep: bool, check: str) -> tuple:
+    """``(y, x_sorted, row_map, z, probs, offsets)``, x_sorted and z None unless ``keep``."""
+    x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, w1.shape[0], check)
+    offsets = launcher(Kernel.GROUP_OFFSETS, split_sizes)(split_sizes)
+    probs = None
+    if weights is not None:
+        # The weights in x_sorted's row order: FC1's epilogue row scale.
+        probs = weights.new_empty(row_map.numel()).scatter_(0, row_map.reshape(-1), weights.reshape(-1))
+    h, z = library.grouped_gemm_gated(x_sorted, w1.transpose(1, 2), offsets, bias=b1, act=gate.act,
+                                      probs=probs, save_preact=keep, **gate.kernel_args)
+    y_sorted, _ = library.grouped_gemm(h, w2.transpose(1, 2), offsets)
+    del h
+    return _sum_rows(y_sorted, row_map), x_sorted if keep else None, row_map, z, probs, offsets
+
+
+def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple) -> tuple:
+    """``(dx, dweights, dw1, db1, dw2)`` of ``_ExpertLayer``; ``static`` as its backward makes it."""
+    gate, lean, needs, overwrite, fc1_first = static
+    need_x, need_weights, need_w1, need_b1, need_w2 = needs
+    # Made contiguous here, inside a graph: ``loss.sum()``'s gradient is one element expanded,
+    # which a graph copies in as that one element.
+    dy = dy.contiguous()
+    if lean:
+        x_sorted = _gather_rows(x, row_map)
+        z, _ = library.grouped_gemm(x_sorted, w1.transpose(1, 2), offsets, bias=b1)
+        x_sorted = None
+    dy_sorted = _gather_rows(dy, row_map)
+    dz = dprobs = h = None
+    if need_x or need_w1 or need_b1 or need_weights:
+        dz, dprobs, h = library.grouped_gemm_dgrad_gated(
+            dy_sorted, w2, offsets, z, act=gate.act, probs=probs, want_h=need_w2,
+            out=z if overwrite else None, **gate.kernel_args)
+    elif need_w2:
+        h = launcher(Kernel.GATED_FWD, z)(z, gate.act, probs=probs, **gate.kernel_args)
+    dw2 = None
+    if need_w2 and not fc1_first:
+        dw2 = library.grouped_gemm_wgrad(dy_sorted, h, offsets)
+    if not fc1_first:
+        h = dy_sorted = None
+
+    dx = dw1 = db1 = None
+    if need_x:
+        dx_sorted, _ = library.grouped_gemm(dz, w1, offsets)
+        dx = _sum_rows(dx_sorted, row_map)
+        del dx_sorted
+    if need_w1 and lean:
+        # x's rows gathered inside the wgrad's loads: no x_sorted at this, lean's peak stage.
+        dw1 = library.grouped_gemm_wgrad(dz, x, offsets, x_rows=_token_of_rows(row_map))
+    elif need_w1:
+        dw1 = library.grouped_gemm_wgrad(dz, x_sorted, offsets)
+    if need_b1:
+        db1 = library.grouped_bias_grad(dz, offsets)
+    if fc1_first:
+        if lean:
+            z = dz = None
+        else:
+            _release(z, x_sorted)
+        if need_w2:
+            dw2 = library.grouped_gemm_wgrad(dy_sorted, h, offsets)
+    dweights = None
+    if need_weights:
+        dweights = dprobs.index_select(0, row_map.reshape(-1)).view(row_map.shape)
+    return dx, dweights, dw1, db1, dw2
+
+
+def forward(x, weights, w1, b1, w2, expert_ids, gate: Gate, keep: bool, check: str) -> tuple:
+    """``(y, x_sorted, row_map, z, probs, offsets)`` (x_sorted and z None unless ``keep``, probs
+    None without ``weights``): through the custom operator while torch.compile traces, else a
+    graph state (its row map, result 2, keys the backward's state)."""
+    if torch.compiler.is_compiling():
+        y, x_sorted, row_map, z, probs, offsets = _forward_op(x, weights, w1, b1, w2, expert_ids, *gate.fields(),
+                                                              keep, check)
+        return (y, x_sorted if keep else None, row_map, z if keep else None,
+                probs if weights is not None else None, offsets)
+    return _forward_through_graphs(x, weights, w1, b1, w2, expert_ids, gate, keep, check)
+
+
+def _forward_through_graphs(x, weights, w1, b1, w2, expert_ids, gate, keep, check) -> tuple:
+    return routing_graphs.call("expert_layer", partial(_forward, gate=gate, keep=keep, check=check),
+                               (x, weights, w1, b1, w2, expert_ids), (gate.key, keep, check))
+
+
+def backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gate, lean: bool,
+             needs: tuple[bool, ...], overwrite: bool, may_release: bool) -> tuple:
+    """``(dx, dweights, dw1, db1, dw2)``, None where not needed. ``overwrite``: dz may go over z;
+    ``may_release``: the default mode may free dead saved tensors (the graph is freed after this
+    backward and no saved-tensor hook holds them). Through the custom operator while
+    torch.compile traces, else ``_backward_through_graphs``."""
+    inputs = (dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2)
+    if torch.compiler.is_compiling():
+        grads = _backward_op(*inputs, *gate.fields(), lean, list(needs), overwrite, may_release)
+        return tuple(g if need else None for g, need in zip(grads, needs, strict=True))
+    return _backward_through_graphs(inputs, gate, lean, needs, overwrite, may_release)
+
+
+def _backward_through_graphs(inputs: tuple, gate: Gate, lean: bool, needs: tuple[bool, ...], overwrite: bool,
+                             may_release: bool) -> tuple:
+    """The backward graphed where the forward was (its saved tensors lie in graph memory, which it
+    never frees early: the forward's graph keeps that memory for its next replay); elsewhere eagerly,
+    freeing dead saved tensors where ``may_release``."""
+    dy, row_map, w1, w2 = inputs[0], inputs[5], inputs[7], inputs[9]
+    graphs = graphed.in_graph_memory(row_map)
+    releasable = lean or (may_release and not graphs)
+    shape = memory_model.LayerShape(row_map.shape[0], row_map.shape[1], dy.shape[1], w2.shape[2], w1.shape[0],
+                                    dy.element_size())
+    static = (gate, lean, tuple(needs), overwrite, releasable and memory_model.fc1_weight_grad_first(shape, lean))
+    run = partial(_backward, static=static)
+    if graphs:
+        return routing_graphs.call("expert_layer_backward", run, inputs, (gate.key, *static[1:]), row_map=row_map)
+    return run(*inputs)
+
+
+_GATE_SCHEMA = "int act, bool interleaved, bool clamped, float limit, float alpha"
+
+
+def _or_empty(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """A custom operator cannot return None: an empty tensor stands for an absent result."""
+    return t if t is not None else like.new_empty(0)
+
+
+@fuseops_op(f"expert_layer_forward(Tensor x, Tensor? weights, Tensor w1, Tensor? b1, Tensor w2, Tensor expert_ids, "
+            f"{_GATE_SCHEMA}, bool keep, str check) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+            recorded=False)
+def _forward_op(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, check):
+    gate = Gate.of(act, interleaved, clamped, limit, alpha)
+    y, x_sorted, row_map, z, probs, offsets = _forward_through_graphs(x, weights, w1, b1, w2, expert_ids, gate,
+                                                                      keep, check)
+    return y, _or_empty(x_sorted, x), row_map, _or_empty(z, x), _or_empty(probs, x), offsets
+
+
+@torch.library.register_fake("fuseops::expert_layer_forward")
+def _(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, check):
+    (T, K), H, E, F2 = expert_ids.shape, x.shape[1], w1.shape[0], w1.shape[1]
+    routed = T * K
+    return (x.new_empty(T, H), x.new_empty(routed, H) if keep else x.new_empty(0),
+            x.new_empty(T, K, dtype=torch.int64), x.new_empty(routed, F2) if keep else x.new_empty(0),
+            weights.new_empty(routed) if weights is not None else x.new_empty(0),
+            x.new_empty(E + 1, dtype=torch.int64))
+
+
+@fuseops_op(f"expert_layer_backward(Tensor dy, Tensor? x, Tensor? x_sorted, Tensor? z, Tensor? probs, Tensor row_map, "
+            f"Tensor offsets, Tensor w1, Tensor? b1, Tensor w2, {_GATE_SCHEMA}, bool lean, bool[] needs, "
+            f"bool overwrite, bool may_release) -> (Tensor, Tensor, Tensor, Tensor, Tensor)", recorded=False)
+def _backward_op(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, act, interleaved, clamped, limit, alpha,
+                 lean, needs, overwrite, may_release):
+    gate = Gate.of(act, interleaved, clamped, limit, alpha)
+    grads = _backward_through_graphs((dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2), gate, lean,
+                                     tuple(needs), overwrite, may_release)
+    return tuple(_or_empty(g, dy) for g in grads)
+
+
+@torch.library.register_fake("fuseops::expert_layer_backward")
+def _(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, act, interleaved, clamped, limit, alpha, lean, needs,
+      overwrite, may_release):
+    need_x, need_weights, need_w1, need_b1, need_w2 = needs
+    return (dy.new_empty(dy.shape) if need_x else dy.new_empty(0),
+            probs.new_empty(row_map.shape) if need_weights else dy.new_empty(0),
+            w1.new_empty(w1.shape) if need_w1 else dy.new_empty(0),
+            b1.new_empty(b1.shape) if need_b1 else dy.new_empty(0),
+            w2.new_empty(w2.shape) if need_w2 else dy.new_empty(0))
