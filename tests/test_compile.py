@@ -37,6 +37,13 @@ class _MoE(torch.nn.Module):
         return fuseops.moe.unpermute(self.experts(x_sorted, split_sizes, split_sizes), row_map, weights)
 
 
+class _Layer(_MoE):
+    """The same experts as ``fuseops.moe.expert_layer``: two custom ops under compile."""
+
+    def forward(self, x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        return fuseops.moe.expert_layer(x, expert_ids, weights, self.experts)
+
+
 def _inputs(kind: str, rows: int, seed: int) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, 16, generator=g, requires_grad=True)
@@ -53,7 +60,7 @@ def _inputs(kind: str, rows: int, seed: int) -> tuple[torch.Tensor, ...]:
 
 def _model(kind: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    return {"dense": _dense, "grouped": _grouped, "moe": _MoE}[kind]()
+    return {"dense": _dense, "grouped": _grouped, "moe": _MoE, "layer": _Layer}[kind]()
 
 
 def _call(kind: str, model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -75,9 +82,9 @@ def _run(kind, model, fn, args):
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-@pytest.mark.parametrize("kind", ["dense", "grouped", "moe"])
+@pytest.mark.parametrize("kind", ["dense", "grouped", "moe", "layer"])
 def test_fullgraph_compile_equals_eager_over_two_row_counts(kind: str, backend: str) -> None:
-    if backend == "inductor" and kind == "moe":
+    if backend == "inductor" and kind in ("moe", "layer"):
         pytest.skip("inductor on CPU compiles C++: the dense and grouped models cover it")
     torch._dynamo.reset()
     model = _model(kind)
@@ -98,7 +105,7 @@ def test_fullgraph_compile_equals_eager_over_two_row_counts(kind: str, backend: 
     assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
 
 
-@pytest.mark.parametrize("kind", ["dense", "grouped"])
+@pytest.mark.parametrize("kind", ["dense", "grouped", "layer"])
 def test_inference_compiles_fullgraph(kind: str) -> None:
     torch._dynamo.reset()
     model = _model(kind)
@@ -176,8 +183,18 @@ def test_export_of_a_grouped_model_equals_eager() -> None:
     assert any("fuseops.grouped_gemm" in n for n in names), names
 
 
+def test_export_of_an_expert_layer_equals_eager() -> None:
+    model = _model("layer")
+    with torch.no_grad():
+        exported = torch.export.export(model, tuple(a.detach() for a in _inputs("layer", 12, seed=2)))
+        args = tuple(a.detach() for a in _inputs("layer", 12, seed=3))
+        torch.testing.assert_close(exported.module()(*args), model(*args))
+    names = {str(n.target) for n in exported.graph.nodes if n.op == "call_function"}
+    assert "fuseops.expert_layer_forward.default" in names, names
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["dense", "grouped", "moe"])
+@pytest.mark.parametrize("kind", ["dense", "grouped", "moe", "layer"])
 def test_reduce_overhead_compile_on_cuda(kind: str) -> None:
     torch._dynamo.reset()
     torch.manual_seed(0)
