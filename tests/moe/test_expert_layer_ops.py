@@ -44,7 +44,8 @@ def test_backward_operator_passes_opcheck(lean, needs):
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
 def test_compiled_layer_at_two_token_counts_equals_eager(lean, backend):
     """fullgraph=True, forward and backward, 16 then 9 tokens (no recompile per count: dynamic),
-    each equal to the eager layer; the traced graph calls the layer's two operators."""
+    each equal to the eager layer (the grouped GEMMs, the routing kernels' references); the traced
+    graph calls the layer's two operators."""
     torch._dynamo.reset()
     experts = make_experts(4, 32, 16, bias=True)
     seen = []
@@ -67,7 +68,7 @@ def test_compiled_layer_at_two_token_counts_equals_eager(lean, backend):
         y.backward(dy)
         got = [y.detach(), xr.grad, wr.grad] + [p.grad for p in experts.parameters()]
         for a, b in zip(got, eager, strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(a, b)
     traced = torch.compile(lambda *a: expert_layer(*a, experts, lean=lean), backend=count_ops, fullgraph=True)
     traced(torch.randn(6, 32, requires_grad=True), routing(6, 4, 2, 6), torch.rand(6, 2))
     assert {"fuseops.expert_layer_forward.default", "fuseops.expert_layer_backward.default"} <= set(seen), seen

@@ -83,6 +83,17 @@ print(f"torch.empty x2 {host_us(lambda: (torch.empty(T * K, F, device='cuda', dt
       f"torch.mm {host_us(torch.mm, (xs, w), {}):.1f}, "
       f"torch._grouped_mm-free add {host_us(torch.add, (xs, xs), {}):.1f}")
 
+def timed(fn, spent, slot):
+    """``fn``, its seconds added to ``spent[slot]``."""
+    def call(*x):
+        t0 = time.perf_counter()
+        try:
+            return fn(*x)
+        finally:
+            spent[slot] += time.perf_counter() - t0
+    return call
+
+
 # Inside our ``launch``: which path each call takes (fast / Triton's), and how much of the launch is
 # the stored entry's call (the C launcher, behind the descriptor expansion where there is one).
 print(f"\n{'kernel':<28} {'fast':>5} {'triton':>6} {'entry us':>9} {'C us':>7} {'entry kind'}")
@@ -101,26 +112,11 @@ for name, run, a, kw in calls:
     for state in fast_launch._kernels.values():
         for entry in state.entries.values():
             inner = entry.call
-
-            def timed(*x, _inner=inner, spent=spent):
-                t0 = time.perf_counter()
-                try:
-                    return _inner(*x)
-                finally:
-                    spent["entry"] += time.perf_counter() - t0
             wrapped.append((entry, inner))
-            entry.call = timed
+            entry.call = timed(inner, spent, "entry")
             if inner.__class__ is fast_launch.DescriptorLaunch:
-                raw = inner.raw
-
-                def timed_raw(*x, _raw=raw, spent=spent):
-                    t0 = time.perf_counter()
-                    try:
-                        return _raw(*x)
-                    finally:
-                        spent["raw"] += time.perf_counter() - t0
-                inner.raw = timed_raw
-                wrapped.append((inner, raw))
+                wrapped.append((inner, inner.raw))
+                inner.raw = timed(inner.raw, spent, "raw")
     n = 60
     torch.cuda._sleep(50_000_000)
     for _ in range(n):
