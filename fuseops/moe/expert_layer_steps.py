@@ -7,7 +7,7 @@ replays as one CUDA graph. Under ``torch.compile`` each is one custom operator
 (``fuseops::expert_layer_forward`` / ``fuseops::expert_layer_backward``) whose implementation is
 that same graph-state call: a compiled layer replays the graphs an eager one does, where tracing the
 bodies would run their kernels' launchers one custom operator at a time (session 28: the compiled
-composition at MoE T=1024 ran at 0.74-0.85x of torch.compile, its host time in ten operators).
+composition at MoE T=1024 ran at 0.72-0.90x of torch.compile, its host time in ten operators).
 The operators are functional (no input written: a compiled backward never overwrites or frees a
 saved tensor, ``graph_freed_after_backward``), return an empty tensor for an absent result, and are
 not recorded by ``op_programs`` (a record would skip the graph states).

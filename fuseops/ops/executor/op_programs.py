@@ -20,8 +20,8 @@ offsets) leaves that layout on the implementation. No CUDA graph is made of thes
 operator's program is a launch or a few, which a graph's input copies would outweigh.
 
 Not used (the implementation runs as it is) while another recording runs (the executor's: what
-the operator does is part of that record), on meta tensors, and where ``replay.enabled_now()`` is
-off (``FUSEOPS_REPLAY=0``, ``FUSEOPS_DEBUG=1``).
+the operator does is part of that record), on meta tensors or a list of tensors, and where
+``replay.enabled_now()`` is off (``FUSEOPS_REPLAY=0``, ``FUSEOPS_DEBUG=1``).
 """
 
 from __future__ import annotations
@@ -43,29 +43,41 @@ MAX_LAYOUTS = 64
 _programs: dict[str, dict[tuple, Any]] = {}
 
 
+class _Unkeyed(Exception):
+    """An argument a layout cannot hold: a list of tensors (a record names only the arguments)."""
+
+
 def _arg_key(a: Any) -> Any:
     if isinstance(a, torch.Tensor):
+        if a.is_meta:
+            raise _Unkeyed
         return (a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15)
     if a.__class__ is float:
         return (float, repr(a))
     if a.__class__ is list:
+        if any(isinstance(v, torch.Tensor) for v in a):
+            raise _Unkeyed
         return (list, tuple(a))
     return (a.__class__, a)
 
 
-def layout(args: tuple) -> tuple:
-    """The layout of an operator's arguments (module docstring)."""
+def layout(args: tuple) -> tuple | None:
+    """The layout of an operator's arguments (module docstring), or None where an argument has
+    none (a meta tensor, a list of tensors): the implementation then runs as it is."""
+    try:
+        keys = tuple(map(_arg_key, args))
+    except _Unkeyed:
+        return None
     device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
-    return (torch.is_autocast_enabled(device), cpu_kernels_active(), replay.layout_key(()), *map(_arg_key, args))
+    return (torch.is_autocast_enabled(device), cpu_kernels_active(), replay.layout_key(()), *keys)
 
 
 def call(name: str, impl: Callable, args: tuple) -> Any:
     """``impl(*args)``, through the program recorded for the arguments' layout where there is one."""
-    if kernel_launch.recording is not None or not replay.enabled_now() or any(
-            isinstance(a, torch.Tensor) and a.is_meta for a in args):
+    key = None if kernel_launch.recording is not None or not replay.enabled_now() else layout(args)
+    if key is None:
         return impl(*args)
     table = _programs.setdefault(name, {})
-    key = layout(args)
     found = table.get(key, False)
     if found.__class__ is replay.Program:
         out = replay.replayed(found, *[a if isinstance(a, torch.Tensor) else None for a in args])

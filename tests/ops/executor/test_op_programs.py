@@ -126,6 +126,16 @@ def test_layouts_are_bounded(fresh_programs, monkeypatch):
     assert len(op_programs.programs("unpermute")) == 2
 
 
+def test_arguments_without_a_layout_run_the_implementation(fresh_programs):
+    """A meta tensor or a list of tensors (which a record cannot name): the implementation runs,
+    nothing is kept."""
+    for args in ((torch.empty(2, device="meta"),), ([torch.zeros(1), torch.ones(1)], 3)):
+        assert op_programs.layout(args) is None
+        for _ in range(3):
+            assert op_programs.call("probe", lambda *a: "ran", args) == "ran"
+    assert op_programs.programs("probe") == {}
+
+
 @pytest.mark.gpu
 def test_gpu_compiled_moe_layer_equals_the_implementations(fresh_programs, monkeypatch):
     device = cuda_or_skip()
