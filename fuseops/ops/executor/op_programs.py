@@ -11,8 +11,8 @@ an operator's calls take ``replay.py``'s path, as the executor's plans do: the f
 layout runs the implementation, the second is recorded, later ones run the recorded program (its
 allocations through torch's bindings, its launches straight into the stored C entry points).
 
-A layout is every tensor argument's shape, strides, dtype, device and 16-byte alignment, every
-other argument's value (floats by ``repr``: -0.0 is not 0.0 to a kernel), torch's autocast state,
+A layout is every tensor argument's shape, strides, dtype, device and 16-byte alignment, which
+tensor arguments are the same object (a record names it once), every other argument's value (floats by ``repr``: -0.0 is not 0.0 to a kernel), torch's autocast state,
 whether CPU tensors run the Triton kernels (``interpreted_kernels()``) and ``replay.layout_key``'s
 global state (deterministic algorithms, the launch state). A refused
 recording (a host read of device data, a tensor from outside the call: a CPU reference walking
@@ -68,8 +68,11 @@ def layout(args: tuple) -> tuple | None:
         keys = tuple(map(_arg_key, args))
     except _Unkeyed:
         return None
+    tensors = [id(a) for a in args if isinstance(a, torch.Tensor)]
+    # A record names a tensor passed twice once: which arguments are the same object is part of it.
+    same = len(set(tensors)) != len(tensors) and tuple(map(tensors.index, tensors))
     device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
-    return (torch.is_autocast_enabled(device), cpu_kernels_active(), replay.layout_key(()), *keys)
+    return (torch.is_autocast_enabled(device), cpu_kernels_active(), replay.layout_key(()), same, *keys)
 
 
 def call(name: str, impl: Callable, args: tuple) -> Any:

@@ -126,6 +126,20 @@ def test_layouts_are_bounded(fresh_programs, monkeypatch):
     assert len(op_programs.programs("unpermute")) == 2
 
 
+def test_one_tensor_passed_twice_is_a_layout_of_its_own(fresh_programs):
+    """A record names a tensor passed as two arguments once: a layout with it (``x`` as both of the
+    weight gradient's operands) and the same shapes with two tensors are two programs, each right."""
+    torch.manual_seed(0)
+    offsets = group_offsets(torch.tensor([3, 0, 5]))
+    x, other = torch.randn(8, 16), torch.randn(8, 16)
+    with _kernels("interpreted"):
+        for dy in (x, x, x, other, other, other):  # recorded with x as both, then replayed
+            dw = library._wgrad_op(dy, x, offsets, torch.float32, None)
+            want = torch.stack([dy[s:e].double().T @ x[s:e].double() for s, e in ((0, 3), (3, 3), (3, 8))])
+            torch.testing.assert_close(dw.double(), want, rtol=1e-4, atol=1e-4)
+    assert len(op_programs.programs("grouped_gemm_wgrad")) == 2
+
+
 def test_arguments_without_a_layout_run_the_implementation(fresh_programs):
     """A meta tensor or a list of tensors (which a record cannot name): the implementation runs,
     nothing is kept."""
