@@ -2,7 +2,8 @@
 on the CPU, with the stand-in for CUDA graphs of ``tests/ops/executor/test_graphed_states.py``: two
 layers of one shape (one signature each for permute and unpermute, forward and backward; or two
 expert layers) in a training loop, bit for bit the calls without graphs, each layer's calls
-settled on graphs of their own. The GPU tests run real graphs."""
+settled on graphs of their own; also under torch.compile (expert_layer's two custom ops) and with
+float32 parameters under torch.autocast (against float64 too). The GPU tests run real graphs."""
 
 from __future__ import annotations
 
