@@ -16,15 +16,19 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.moe_layer import IMPLS, SHAPES, forward_backward, implementations, make_case, set_grads_to_none
+from fuseops.ops.executor import graphed
 
 
-def kernel_times(step, case, steps: int, warmup_s: float) -> tuple[dict[str, float], float]:
-    """Milliseconds per step by kernel name, and wall milliseconds per step."""
+def kernel_times(step, case, steps: int, warmup_s: float) -> tuple[dict[str, float], float, dict[str, int]]:
+    """Milliseconds per step by kernel name, wall milliseconds per step, and what the CUDA-graph
+    states did during the profiled steps (``graphed.counts``' changes: a capture there is a host
+    sync and a full compare of its inputs, which a steady state should not have)."""
     end = time.time() + warmup_s
     while time.time() < end:
         set_grads_to_none(case)
         step()
     torch.cuda.synchronize()
+    before = dict(graphed.counts)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         for _ in range(steps):
@@ -36,7 +40,8 @@ def kernel_times(step, case, steps: int, warmup_s: float) -> tuple[dict[str, flo
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
             totals[event.name[:90]] += event.device_time / 1e3 / steps
-    return dict(totals), wall
+    changed = {k: v - before[k] for k, v in graphed.counts.items() if v != before[k]}
+    return dict(totals), wall, changed
 
 
 def main() -> None:
@@ -51,9 +56,10 @@ def main() -> None:
     impls = implementations(case, args.impls)
     for name in args.impls:
         layer = impls[name]
-        totals, wall = kernel_times(forward_backward(case, layer), case, args.steps, args.warmup_s)
+        totals, wall, graphs = kernel_times(forward_backward(case, layer), case, args.steps, args.warmup_s)
         busy = sum(totals.values())
-        print(f"\n{name}: wall {wall:.2f} ms/step, kernels {busy:.2f} ms/step ({len(totals)} kinds)")
+        print(f"\n{name}: wall {wall:.2f} ms/step, kernels {busy:.2f} ms/step ({len(totals)} kinds), "
+              f"graph states during the profiled steps: {graphs or 'no change'}")
         for kernel, ms in sorted(totals.items(), key=lambda kv: -kv[1])[: args.top]:
             print(f"  {ms:7.3f}  {kernel}")
 
