@@ -182,9 +182,11 @@ def _backward_through_graphs(inputs: tuple, gate: Gate, lean: bool, needs: tuple
     dy, row_map, w1, w2 = inputs[0], inputs[5], inputs[7], inputs[9]
     graphs = graphed.in_graph_memory(row_map)
     releasable = lean or (may_release and not graphs)
-    shape = memory_model.LayerShape(row_map.shape[0], row_map.shape[1], dy.shape[1], w2.shape[2], w1.shape[0],
-                                    dy.element_size())
-    static = (gate, lean, tuple(needs), overwrite, releasable and memory_model.fc1_weight_grad_first(shape, lean))
+    # The weight gradients' order matters only where dead tensors are freed early.
+    fc1_first = releasable and memory_model.fc1_weight_grad_first(
+        memory_model.LayerShape(row_map.shape[0], row_map.shape[1], dy.shape[1], w2.shape[2], w1.shape[0],
+                                dy.element_size()), lean)
+    static = (gate, lean, tuple(needs), overwrite, fc1_first)
     run = partial(_backward, static=static)
     if graphs:
         return routing_graphs.call("expert_layer_backward", run, inputs, (gate.key, *static[1:]), row_map=row_map)
