@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from fuseops import compiled_sequential
 from fuseops.call_cache import CallCache, call_signature
 from fuseops.fuser import PlanCache, build_plan, plan_config
 from fuseops.ops.executor.execute import Plan, check_chain, execute, make_contexts, split_extra_inputs
@@ -37,8 +38,15 @@ class Sequential(torch.nn.Module):
         self._plans = PlanCache()
         self._calls = CallCache()
         self._plan: Plan | None = None
+        # What names this Sequential to its operators under torch.compile.
+        compiled_sequential.register(self)
         for op in ops:
             self.append(op)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A copy (``copy.deepcopy``, unpickling) is another Sequential to its operators.
+        super().__setstate__(state)
+        compiled_sequential.register(self)
 
     def append(self, op: BasicOp | Sequential) -> Sequential:
         """Add an op (or every op of a Sequential) at the end."""
@@ -95,6 +103,9 @@ class Sequential(torch.nn.Module):
         per_op = split_extra_inputs(ops, extra_inputs)
         specs = check_chain(ops, input, per_op)
         hooked = hooked_ops(ops)
+        if compiling and not hooked and compiled_sequential.applies(ops, input, extra_inputs, recipe):
+            # Two custom operators running the eager executor (its recorded and graphed programs).
+            return compiled_sequential.call(self, ops, input, extra_inputs, grad_enabled)
         if not self.fuse:
             plan = Plan.unfused(ops)
         elif compiling:

@@ -11,12 +11,16 @@ each op's ``Saved`` exactly as the op would, so the op's own backward can run af
 from __future__ import annotations
 
 import abc
+import enum
 from typing import Any, ClassVar
 
 import torch
 
 from fuseops.ops.contract import OpContext, OpGrads, TensorSpec
 from fuseops.ops.executor.execute import run_ops
+
+# What ``BasicOp.settings`` reads as a setting (an IntEnum is an int; a plain Enum is listed).
+_SETTING_TYPES = (bool, int, float, str, tuple, type(None), enum.Enum, torch.dtype)
 
 # Every op class, at the position its ``class_code`` says (set when the class is defined). The
 # fuser matches op types by these ints under torch.compile: reading the classes themselves in
@@ -35,6 +39,11 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
     num_extra_inputs: ClassVar[int] = 0
     num_extra_outputs: ClassVar[int] = 0
     class_code: ClassVar[int]
+    # Whether a traced Sequential may run this op inside its two custom operators
+    # (``fuseops/compiled_sequential.py``): not where the output may be the input or a view
+    # of it (an operator's results never alias its arguments), nor where the record holds
+    # sizes or the op draws random numbers or communicates.
+    compiled_as_operator: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -65,6 +74,28 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
         extra_output_grads: tuple[torch.Tensor | None, ...],
     ) -> OpGrads:
         """Gradients from ``ctx.saved`` and the output gradient(s)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        # Each attribute ever given a plain value, by name (``settings``; torch 2.11's dynamo
+        # cannot walk a module's ``__dict__``).
+        names = self.__dict__.get("_setting_names", ())
+        if isinstance(value, _SETTING_TYPES) and name not in names and name != "training":
+            object.__setattr__(self, "_setting_names", (*names, name))
+
+    def settings(self) -> tuple:
+        """This op's settings: each attribute holding a plain value (a number, a string, a
+        flag, an enum, a dtype, None, a tuple), with its name, and its training flag. Traced by
+        torch.compile, each becomes a guard: Sequentials of equal settings share a compiled
+        graph and its two operators (``fuseops/compiled_sequential.py``), others do not."""
+        out = [("training", self.training)]
+        for name in getattr(self, "_setting_names", ()):
+            value = getattr(self, name, None)
+            if isinstance(value, _SETTING_TYPES):
+                # A float by its hex digits: dynamo makes a float attribute that changed between
+                # calls symbolic (no constant of the trace), and specializes it where they are read.
+                out.append((name, value.hex() if isinstance(value, float) else value))
+        return tuple(out)
 
     def own_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         """``named_parameters(recurse=False)`` without its generator machinery (the

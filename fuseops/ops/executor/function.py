@@ -108,7 +108,7 @@ def _root(t: torch.Tensor) -> torch.Tensor:
     return t if t._base is None else t._base
 
 
-def _non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> list[torch.Tensor]:
+def non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> list[torch.Tensor]:
     """Outputs autograd may let the caller modify in place.
 
     A view (``y.view(shape)`` of a buffer made in forward) or a second copy of one object
@@ -168,7 +168,7 @@ def _run_forward_noticing(prep, ops, ctxs, x, extra_inputs, receiver: Receiver):
         noticing(previous)
 
 
-def _forward_ops(state: RunState, inputs: Sequence[Any], receiver: Receiver | None, compiling: bool
+def forward_ops(state: RunState, inputs: Sequence[Any], receiver: Receiver | None, compiling: bool
                  ) -> tuple[list[torch.Tensor], list[torch.Tensor], list]:
     """Run the plan's forward: ``(outputs, activation tensors to save, packed records)``."""
     prep = state.prep
@@ -196,19 +196,19 @@ def _forward_results(outputs: list, tensors: list, records: list) -> list[torch.
 
 def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found: Any, receiver: Receiver | None
                       ) -> tuple[list[torch.Tensor], list[torch.Tensor], list, list[int]]:
-    """``_forward_ops`` through the layout's recorded program, or recording it (``found``
+    """``forward_ops`` through the layout's recorded program, or recording it (``found``
     True; ``replay.py``), with ``_checked_param_slots`` (a program's are those of its
     recording); a save receiver hears of the same tensors at the same points."""
     if found is True:
         (outputs, tensors, records), program = replay.record(
-            inputs, lambda notice: _forward_ops(state, inputs, notice, False),
+            inputs, lambda notice: forward_ops(state, inputs, notice, False),
             lambda out: _forward_results(*out), host_readable=replay.host_readable(inputs), receiver=receiver)
         slots = _checked_param_slots(state, records, False)
         if isinstance(program, replay.Program):
             program.meta = (len(outputs), len(tensors), record_templates(records, len(outputs) + len(tensors)), slots)
         replay.keep(state.prep.layouts, "forward", key, program)
         return outputs, tensors, records, slots
-    # The ops ran with torch's autocast off when recorded (``_forward_ops``): so does their replay.
+    # The ops ran with torch's autocast off when recorded (``forward_ops``): so does their replay.
     with autocast_off(state.prep.device_type):
         values = replay.replayed(found, *inputs, notice=receiver)
     num_outputs, num_saved, templates, slots = found.meta
@@ -217,13 +217,15 @@ def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found:
 
 
 def forward_body(
-    state: RunState, inputs: Sequence[Any], *, notice: bool = False
+    state: RunState, inputs: Sequence[Any], *, notice: bool = False, checked_params: bool = True
 ) -> tuple[tuple, list[torch.Tensor], list]:
     """``(outputs, tensors to save, packed records)``; fills fresh op contexts. ``notice``:
     the caller saves the tensors through ``save_for_backward`` (``PlanFunction``), so a
     registered receiver hears of each step's as it is produced (``save_notice.py``),
     unless this forward is being traced. A ``PlanFunction`` forward runs a recorded program
-    where its layout (with or without a receiver) has one (``replay.py``)."""
+    where its layout (with or without a receiver) has one (``replay.py``). The tensors to
+    save end with the parameters backward reads (for torch's version check) unless not
+    ``checked_params`` (the compiled Sequential saves every parameter itself)."""
     prep = state.prep
     compiling = torch.compiler.is_compiling()
     receiver = current_receiver() if notice and not compiling else None
@@ -233,21 +235,22 @@ def forward_body(
         key = (*replay.layout_key(inputs), receiver is not None)
         found = replay.lookup(prep.layouts.forward, key)
     if found is False:
-        outputs, tensors, records = _forward_ops(state, inputs, receiver, compiling)
+        outputs, tensors, records = forward_ops(state, inputs, receiver, compiling)
         slots = _checked_param_slots(state, records, compiling)
     else:
         outputs, tensors, records, slots = _forward_recorded(state, inputs, key, found, receiver)
-    # The parameters as this Function received them (under torch.func, unwrapped).
-    params = inputs[prep.num_inputs:]
-    tensors += [params[slot] for slot in slots]
-    return tuple(_non_view_outputs(outputs, inputs)), tensors, records
+    if checked_params:
+        # The parameters as this Function received them (under torch.func, unwrapped).
+        params = inputs[prep.num_inputs:]
+        tensors += [params[slot] for slot in slots]
+    return tuple(non_view_outputs(outputs, inputs)), tensors, records
 
 
 def _cast(t: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | None:
     return t if t is None or dtype is None or t.dtype == dtype else t.to(dtype)
 
 
-def _run_backward(state: RunState, records, saved_tensors, dy, flat_extra_output_grads, compiling: bool) -> tuple:
+def run_backward(state: RunState, records, saved_tensors, dy, flat_extra_output_grads, compiling: bool) -> tuple:
     ops, prep = state.ops, state.prep
     plan = prep.plan
     unpacked = unpack_saved(records, saved_tensors, compiling=compiling)
@@ -318,7 +321,7 @@ _DIFFERENTIATING = ("TransformType.Grad", "TransformType.Jvp")
 
 
 def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple | None:
-    """``_run_backward``'s gradients through the layout's recorded program, or recording it
+    """``run_backward``'s gradients through the layout's recorded program, or recording it
     (``replay.py``); None where this call takes the full path."""
     layouts = state.prep.layouts
     inputs = [*saved_tensors, dy, *flat_extra_output_grads, *state.params]
@@ -335,7 +338,7 @@ def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_o
         # The records' own tensors (parameters, meta) are inputs too, after the others.
         inputs += [getattr(records[i], name) for i, name in fields]
         grads, program = replay.record(
-            inputs, lambda _: _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, False),
+            inputs, lambda _: run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, False),
             list)
         if isinstance(program, replay.Program):
             program.meta = fields
@@ -368,9 +371,9 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
                 grads = _backward_recorded(state, records, saved_tensors, dy, flat_extra_output_grads)
                 if grads is not None:
                     return grads
-            return _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)
+            return run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)
         with torch.no_grad():
-            grads = _run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)
+            grads = run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)
     return _no_second_backward(grads) if create_graph else grads
 
 

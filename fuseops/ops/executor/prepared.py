@@ -129,10 +129,11 @@ def prepare(
     )
 
 
-def _forward_without_grad(prep: Prepared, ops: Sequence[torch.nn.Module], x: torch.Tensor,
-                          extra_inputs: Sequence[Any], params: Sequence[torch.nn.Parameter]) -> list[torch.Tensor]:
+def forward_without_grad(prep: Prepared, ops: Sequence[torch.nn.Module], x: torch.Tensor,
+                         extra_inputs: Sequence[Any], params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """``[y, *extra outputs]`` of a call that needs no backward (no autograd Function), through
-    the layout's recorded program where it has one (``replay.py``)."""
+    the layout's recorded program where it has one (``replay.py``); ``params`` as the Function
+    would take them (``prep.param_picks`` of ``flat_parameters``)."""
     def run() -> list[torch.Tensor]:
         per_op = [tuple(extra_inputs[a:b]) for a, b in prep.extra_spans]
         ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
@@ -146,7 +147,7 @@ def _forward_without_grad(prep: Prepared, ops: Sequence[torch.nn.Module], x: tor
             or torch._C._are_functorch_transforms_active()):
         return run()
     # The tensors as the autograd Function would take them: x, the extra inputs, the parameters.
-    inputs = [x, *[extra_inputs[i] for i in prep.input_picks], *[params[i] for i in prep.param_picks]]
+    inputs = [x, *[extra_inputs[i] for i in prep.input_picks], *params]
     key = replay.layout_key(inputs)
     found = replay.lookup(prep.layouts.forward, key)
     if found is False:
@@ -166,7 +167,7 @@ def run_prepared(
 ) -> Any:
     """Run ``prep`` on this call's tensors; returns ``y`` or ``(y, *extra_outputs)``."""
     if not prep.needs_backward:
-        flat = _forward_without_grad(prep, ops, x, extra_inputs, params)
+        flat = forward_without_grad(prep, ops, x, extra_inputs, [params[i] for i in prep.param_picks])
         return (*flat,) if prep.num_extra_outputs else flat[0]
 
     template = tuple([e if a is None else a for e, a in zip(extra_inputs, prep.extra_args)])

@@ -106,12 +106,18 @@ def unpack_saved(
     return out
 
 
+# Set while a compiled Sequential's backward operator runs the eager backward
+# (``compiled_sequential.py``): an operator never writes into its arguments.
+functional_backward: bool = False
+
+
 def graph_freed_after_backward() -> bool:
     """Whether the backward now running frees its graph (neither ``retain_graph`` nor
     ``create_graph``): saved activations are then read for the last time, so a kernel may
     write its output over one it has consumed. False outside a backward, on a torch that
-    cannot tell, or while torch.compile traces (a compiled backward may be replayed)."""
-    if torch.compiler.is_compiling():
+    cannot tell, while torch.compile traces (a compiled backward may be replayed) and inside
+    a compiled Sequential's backward operator (``functional_backward``)."""
+    if functional_backward or torch.compiler.is_compiling():
         return False
     probe = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
     return probe is not None and not probe()

@@ -22,6 +22,8 @@ class CommSaved(Saved):
 
 
 class _Collective(BasicOp):
+    compiled_as_operator = False
+
     def __init__(self, group: dist.ProcessGroup) -> None:
         super().__init__()
         self.group = tp.check_group("group", group)

@@ -1,0 +1,260 @@
+"""A ``Sequential`` under torch.compile as two custom operators running the eager executor
+(``fuseops/compiled_sequential.py``): compiled steps bit for bit the eager steps (the same
+executor runs both), over row counts, zero rows and non-finite inputs, under autocast and in
+inference; blocks compiled one by one share one graph and each runs on its own parameters;
+other settings get a graph of their own; parameters of no Sequential (``functional_call``) are
+read where given; where the operators do not apply the ops are traced; a real call that falls
+otherwise than its trace raises."""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+
+import pytest
+import torch
+import torch._dynamo
+
+import fuseops
+from fuseops import compiled_sequential, ops
+from fuseops.ops.executor import graphed, replay
+from tests.helpers import assert_bitwise
+from tests.test_compile import _call, _inputs, _model, _run
+
+
+@pytest.fixture
+def real_calls(monkeypatch) -> collections.Counter:
+    """How many times each operator's real implementation ran."""
+    counts: collections.Counter = collections.Counter()
+    forward, gradients = compiled_sequential._forward_results, compiled_sequential._gradients
+
+    def counted_forward(entry, tensors, *, fake):
+        counts["forward"] += not fake
+        return forward(entry, tensors, fake=fake)
+
+    def counted_gradients(entry, carried, tensors, grads, *, fake):
+        counts["backward"] += not fake
+        return gradients(entry, carried, tensors, grads, fake=fake)
+
+    monkeypatch.setattr(compiled_sequential, "_forward_results", counted_forward)
+    monkeypatch.setattr(compiled_sequential, "_gradients", counted_gradients)
+    return counts
+
+
+def _assert_same_steps(kind, model, eager_model, fn, args) -> None:
+    y, grads = _run(kind, model, fn, args)
+    y_ref, grads_ref = _run(kind, eager_model, lambda *a: _call(kind, eager_model, a), args)
+    assert_bitwise(y, y_ref, "output")
+    assert len(grads) == len(grads_ref)
+    for i, (g, g_ref) in enumerate(zip(grads, grads_ref)):
+        assert_bitwise(g, g_ref, f"gradient {i}")
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("kind", ["dense", "grouped"])
+def test_compiled_steps_are_the_eager_steps_bit_for_bit(kind, backend, real_calls) -> None:
+    torch._dynamo.reset()
+    model = _model(kind)
+    eager_model = copy.deepcopy(model)
+    compiled = torch.compile(lambda *a: _call(kind, model, a), backend=backend, fullgraph=True)
+    steps = 0
+    for step, rows in enumerate((10, 13, 0, 17, 13)):
+        args = _inputs(kind, rows, seed=step)
+        if rows and step == 3:
+            with torch.no_grad():
+                args[0][0, 1], args[0][-1, 2] = float("nan"), float("inf")
+        _assert_same_steps(kind, model, eager_model, compiled, args)
+        steps += 1
+    assert real_calls == {"forward": steps, "backward": steps}
+
+
+def test_steps_replay_the_recorded_programs() -> None:
+    """The operators' implementations are the eager executor's: from a layout's third call on,
+    its recorded programs replay."""
+    torch._dynamo.reset()
+    model = _model("dense")
+    compiled = torch.compile(lambda *a: _call("dense", model, a), backend="aot_eager", fullgraph=True)
+    args = _inputs("dense", 12, seed=0)
+    for _ in range(2):
+        _run("dense", model, compiled, args)
+    before = replay.counts["replayed"]
+    _run("dense", model, compiled, args)
+    assert replay.counts["replayed"] - before == 2  # forward and backward
+
+
+def _block(eps: float = 1e-5, approximate: str = "tanh") -> fuseops.Sequential:
+    return fuseops.Sequential(ops.RMSNorm(16, eps=eps), ops.Linear(16, 32), ops.GELU(approximate=approximate),
+                              ops.Linear(32, 16), ops.AddExtraInput())
+
+
+def _compiled_one_by_one(blocks, eager, x) -> None:
+    for b in blocks:
+        b.compile(backend="aot_eager", fullgraph=True)
+    y, y_ref = x, x.detach().requires_grad_()
+    for b, e in zip(blocks, eager):
+        y, y_ref = b(y, y), e(y_ref, y_ref)
+    assert_bitwise(y, y_ref, "output")
+    y.square().sum().backward()
+    y_ref.square().sum().backward()
+    for b, e in zip(blocks, eager):
+        for (name, p), q in zip(b.named_parameters(), e.parameters()):
+            assert_bitwise(p.grad, q.grad, name)
+
+
+def test_blocks_compiled_one_by_one_share_a_graph_each_on_its_own_parameters(real_calls) -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    blocks = [_block() for _ in range(3)]
+    eager = copy.deepcopy(blocks)
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    _compiled_one_by_one(blocks, eager, torch.randn(6, 16, requires_grad=True))
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    assert real_calls == {"forward": 3, "backward": 3}
+
+
+def test_other_settings_get_a_graph_of_their_own() -> None:
+    """An RMSNorm's eps, a GELU's approximation: settings the operators read outside the trace,
+    guarded through ``BasicOp.settings``."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    blocks = [_block(), _block(eps=1e-2), _block(approximate="none"), _block()]
+    eager = copy.deepcopy(blocks)
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    _compiled_one_by_one(blocks, eager, torch.randn(6, 16, requires_grad=True))
+    assert counters["stats"]["unique_graphs"] == 3, dict(counters["stats"])
+
+
+def test_a_copy_runs_on_its_own_parameters() -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _block()
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(-0.5)
+    eager = copy.deepcopy([model, twin])
+    _compiled_one_by_one([model, twin], eager, torch.randn(5, 16, requires_grad=True))
+
+
+def test_parameters_of_no_sequential_are_read_where_given(real_calls) -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _block()
+    given = {name: torch.randn_like(p, requires_grad=True) for name, p in model.named_parameters()}
+    x = torch.randn(7, 16, requires_grad=True)
+
+    def step(params, x):
+        return torch.func.functional_call(model, params, (x, x))
+
+    y = torch.compile(step, backend="aot_eager", fullgraph=True)(given, x)
+    grads = torch.autograd.grad(y.square().sum(), [x, *given.values()])
+    want_params = {name: t.detach().requires_grad_() for name, t in given.items()}
+    x_ref = x.detach().requires_grad_()
+    y_ref = step(want_params, x_ref)
+    want = torch.autograd.grad(y_ref.square().sum(), [x_ref, *want_params.values()])
+    assert_bitwise(y, y_ref, "output")
+    for i, (g, w) in enumerate(zip(grads, want)):
+        assert_bitwise(g, w, f"gradient {i}")
+    assert real_calls == {"forward": 1, "backward": 1}
+
+
+@pytest.mark.parametrize("kind", ["dense", "grouped"])
+def test_inference_is_the_forward_operator_alone(kind, real_calls) -> None:
+    torch._dynamo.reset()
+    model = _model(kind)
+    compiled = torch.compile(lambda *a: _call(kind, model, a), backend="aot_eager", fullgraph=True)
+    for rows in (9, 14):
+        args = _inputs(kind, rows, seed=rows)
+        with torch.no_grad():
+            assert_bitwise(compiled(*args), _call(kind, model, args), "output")
+    assert real_calls == {"forward": 2}
+
+
+def test_float32_parameters_under_autocast_bit_for_bit(real_calls) -> None:
+    torch._dynamo.reset()
+    model = _model("dense")
+    eager_model = copy.deepcopy(model)
+    compiled = torch.compile(lambda *a: _call("dense", model, a), backend="aot_eager", fullgraph=True)
+    for step, rows in enumerate((8, 11)):
+        args = _inputs("dense", rows, seed=step)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y, grads = _run("dense", model, compiled, args)
+            y_ref, grads_ref = _run("dense", eager_model, lambda *a: _call("dense", eager_model, a), args)
+        assert_bitwise(y, y_ref, "output")
+        for i, (g, g_ref) in enumerate(zip(grads, grads_ref)):
+            assert g.dtype == torch.float32
+            assert_bitwise(g, g_ref, f"gradient {i}")
+    assert real_calls == {"forward": 2, "backward": 2}
+
+
+class _Hooked(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _block()
+        self.block[2].register_forward_hook(lambda module, args, out: None)
+
+    def forward(self, x):
+        return self.block(x, x)
+
+
+@pytest.mark.parametrize("case", ["3-D input", "an Identity op", "a module hook"])
+def test_where_the_operators_do_not_apply_the_ops_are_traced(case, real_calls) -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16, requires_grad=True) if case == "3-D input" else torch.randn(6, 16, requires_grad=True)
+    if case == "a module hook":
+        model = _Hooked()
+    else:
+        block = _block() if case == "3-D input" else fuseops.Sequential(ops.Identity(), *list(_block()))
+        model = torch.nn.Module()
+        model.forward = lambda x: block(x, x)
+        model.block = block
+    eager = copy.deepcopy(model)
+    y = torch.compile(model, backend="aot_eager", fullgraph=True)(x)
+    torch.testing.assert_close(y, eager(x), rtol=1e-5, atol=1e-5)
+    assert real_calls == {}
+
+
+def test_a_call_falling_otherwise_than_its_trace_raises() -> None:
+    """The check behind every real call: here the trace's layout altered after compiling."""
+    torch._dynamo.reset()
+    model = _model("dense")
+    compiled = torch.compile(lambda *a: _call("dense", model, a), backend="aot_eager", fullgraph=True)
+    args = _inputs("dense", 8, seed=0)
+    _run("dense", model, compiled, args)
+    entry = compiled_sequential._entries[max(compiled_sequential._entries)]
+    entry.layout = dataclasses.replace(entry.layout, num_activations=entry.layout.num_activations + 1)
+    with pytest.raises(RuntimeError, match="saved otherwise than its trace did"):
+        _run("dense", model, compiled, args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["dense", "grouped"])
+def test_gpu_compiled_steps_are_the_eager_steps_and_replay_graphs(kind, real_calls) -> None:
+    """On the GPU the operators run the eager executor's graphed programs: bit for bit the eager
+    steps, and from the measured calls on, graph replays (small layers: the host is the bound)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _model(kind).cuda().bfloat16()
+    eager_model = copy.deepcopy(model)
+    compiled = torch.compile(lambda *a: _call(kind, model, a), fullgraph=True)
+    replays = 0
+
+    def forward(*a):
+        nonlocal replays
+        before = graphed.counts["graph_replays"]
+        y = compiled(*a)
+        replays += graphed.counts["graph_replays"] - before
+        return y
+
+    steps = 0
+    for rows in (256, 384, *[512] * 10):
+        args = tuple(a.detach().cuda() for a in _inputs(kind, rows, seed=rows))
+        args = tuple(a.bfloat16().requires_grad_() if a.is_floating_point() else a for a in args)
+        _assert_same_steps(kind, model, eager_model, forward, args)
+        steps += 1
+    assert real_calls == {"forward": steps, "backward": steps}
+    assert replays > 0
