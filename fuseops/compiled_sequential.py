@@ -16,13 +16,22 @@ go by position (``Layout.carried``). The records' other fields are the same ever
 trace: they are kept per trace (``_Entry.templates``) and filled with each call's tensors.
 
 How each operator knows its call. Dynamo cannot hand an operator Python objects, so each trace
-gets an integer (``_new_entry``, a constant of the trace) naming an ``_Entry``: the Sequential
-(held weakly), and what the forward's fake implementation derived from the module and the fake
-tensors: the plan, the op contexts, the layout above. The fake implementations run the traced
-executor on fake tensors (the ops' own fake paths); the real ones run the eager executor on the
-entry's ``Prepared`` run. A real call whose tensors fall differently than the trace's did (an
-input saved where the trace saved a new tensor, a record field of another value) raises: it
-never reads a wrong tensor.
+gets an integer (``_new_entry``, a constant of the trace) naming an ``_Entry``: what the trace
+depends on besides tensors (``describe``: the ops' classes and settings, guarded, and the
+parameters' tying; not the module, so blocks compiled one by one share one graph), a Sequential
+so described (the template, held weakly), and what the forward's fake implementation derived
+from it and the fake tensors: the plan, the op contexts, the layout above. The fake
+implementations run the traced executor on fake tensors (the ops' own fake paths), the
+template's ops reading the fake parameters. A real call runs the eager executor with the ops of
+the Sequential owning its parameters (``_running``), each Sequential with its own copy of the
+entry's ``Prepared`` run (its own recorded and graphed programs); parameters of no Sequential
+(``torch.func.functional_call``) are read where given. A real call whose tensors fall otherwise
+than the trace's did (an input saved where the trace saved a new tensor, a record field of
+another value) raises: it never reads a wrong tensor.
+
+An entry lives as long as the process (a compiled graph names it by number, and nothing tells
+when the graph is gone); its copies per Sequential, with their programs and CUDA graphs, live as
+long as their Sequential.
 
 Where it applies (``applies``): no module hooks on the ops (they run as modules), no quantized
 recipe (their scaling state is per call), two-dimensional inputs and tensor extra inputs only
@@ -63,7 +72,7 @@ from fuseops.ops.executor.save_notice import set_receiver
 from fuseops.ops.executor.saved_state import fill_records, record_templates, record_tensor_fields
 
 # Every Sequential (weakly): a trace finds one of its settings here (``_new_entry``) and a
-# real call the one owning its parameters (``_ops_for``).
+# real call the one owning its parameters (``_running``).
 _modules: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 _entry_ids = itertools.count()
 # Per trace (``_new_entry``), what its operators' calls need.
@@ -83,6 +92,8 @@ class Layout:
     records' tensor fields), where it is; ``num_activations`` of them are activations."""
 
     num_outputs: int
+    # The forward's arguments before its parameters (x and the extra input tensors).
+    num_inputs: int
     num_activations: int
     carried: tuple[tuple[int, int], ...]
     # Per result: its dtype and number of dims (a real call is checked against them).
@@ -208,17 +219,18 @@ class _CompiledPlan(torch.autograd.Function):
                 carried.append(carried[k])
             else:
                 carried.append(results[layout.num_outputs + k])
-        ctx.save_for_backward(*carried, *tensors)
+        # The parameters too (the backward reads their dtypes; a recorded backward takes them),
+        # not the inputs: those the backward reads are among the carried tensors.
+        ctx.save_for_backward(*carried, *tensors[layout.num_inputs:])
         ctx.entry_id = entry_id
         ctx.num_carried = len(carried)
-        ctx.num_tensors = len(tensors)
         return tuple(outputs)
 
     @staticmethod
     def backward(ctx, *grads):
         saved = ctx.saved_tensors
-        carried, tensors = saved[:ctx.num_carried], saved[ctx.num_carried:]
-        out = _plan_backward(ctx.entry_id, list(carried), list(tensors), list(grads))
+        carried, params = saved[:ctx.num_carried], saved[ctx.num_carried:]
+        out = _plan_backward(ctx.entry_id, list(carried), list(params), list(grads))
         present = _present_of(ctx.entry_id)
         return (None, None, None, None, None, *[g if p else None for g, p in zip(out, present)])
 
@@ -431,7 +443,7 @@ def _forward_results(entry: _Entry, tensors: Sequence[torch.Tensor], *, fake: bo
         where, new = _carried(outputs, activations, [getattr(records[i], name) for i, name in fields], tensors)
         templates = record_templates(records, 0)
         _refuse_symbolic(templates)
-        entry.layout = Layout(len(outputs), len(activations), tuple(where),
+        entry.layout = Layout(len(outputs), prep.num_inputs, len(activations), tuple(where),
                               tuple((t.dtype, t.dim()) for t in [*outputs, *new]), tuple(fields))
         entry.templates = templates
         return [*outputs, *new]
@@ -468,11 +480,11 @@ def _(entry_id, tensors, extra_map, requires_grad, grad_enabled, autocast):
         return _forward_results(entry, tensors, fake=True)
 
 
-def _gradients(entry: _Entry, carried, tensors, grads, *, fake: bool) -> list[torch.Tensor]:
+def _gradients(entry: _Entry, carried, params, grads, *, fake: bool) -> list[torch.Tensor]:
     """The backward operator's results: per argument of the forward (inputs, then parameters)
     its gradient, an empty tensor where it has none."""
     layout = entry.layout
-    params = list(tensors[entry.prep.num_inputs:])
+    params = list(params)
     if fake:
         ops, prep, reparametrize = _ops(_template(entry)), entry.prep, True
     else:
@@ -486,25 +498,28 @@ def _gradients(entry: _Entry, carried, tensors, grads, *, fake: bool) -> list[to
             out = run_backward(state, records, activations, dy, extra_output_grads, True)[1:]
             entry.present = tuple(g is not None for g in out)
         else:
+            # Grad mode off, as the engine runs a backward: an operator's results are not
+            # differentiated again (a compiled graph's backward never is).
             saved_state.functional_backward = True
             try:
-                out = backward_body(state, records, activations, dy, extra_output_grads)[1:]
+                with torch.no_grad():
+                    out = backward_body(state, records, activations, dy, extra_output_grads)[1:]
             finally:
                 saved_state.functional_backward = False
-        if any(g is None and p for g, p in zip(out, entry.present)):
-            raise RuntimeError("fuseops: a compiled Sequential's backward gave no gradient where its trace did; "
-                               "report this")
+    if any(g is None and p for g, p in zip(out, entry.present)):
+        raise RuntimeError("fuseops: a compiled Sequential's backward gave no gradient where its trace did; "
+                           "run it eagerly and report this")
     # A gradient passed straight through (``dx = dy``) is the only one that can be an argument.
-    return [_fresh(g, grads) if g is not None else tensors[0].new_empty(0) for g in out]
+    return [_fresh(g, grads) if g is not None else dy.new_empty(0) for g in out]
 
 
-@fuseops_op("plan_backward(int entry, Tensor[] carried, Tensor[] tensors, Tensor[] grads) -> Tensor[]",
+@fuseops_op("plan_backward(int entry, Tensor[] carried, Tensor[] params, Tensor[] grads) -> Tensor[]",
             recorded=False)
-def _plan_backward(entry_id, carried, tensors, grads):
-    return _gradients(_entries[entry_id], carried, tensors, grads, fake=False)
+def _plan_backward(entry_id, carried, params, grads):
+    return _gradients(_entries[entry_id], carried, params, grads, fake=False)
 
 
 @torch.library.register_fake("fuseops::plan_backward")
-def _(entry_id, carried, tensors, grads):
+def _(entry_id, carried, params, grads):
     with _compiling():
-        return _gradients(_entries[entry_id], carried, tensors, grads, fake=True)
+        return _gradients(_entries[entry_id], carried, params, grads, fake=True)

@@ -4,7 +4,7 @@ executor runs both), over row counts, zero rows and non-finite inputs, under aut
 inference; blocks compiled one by one share one graph and each runs on its own parameters;
 other settings get a graph of their own; parameters of no Sequential (``functional_call``) are
 read where given; where the operators do not apply the ops are traced; a real call that falls
-otherwise than its trace raises."""
+otherwise than its trace raises; ``torch.library.opcheck`` of both operators."""
 
 from __future__ import annotations
 
@@ -188,6 +188,31 @@ def test_float32_parameters_under_autocast_bit_for_bit(real_calls) -> None:
             assert g.dtype == torch.float32
             assert_bitwise(g, g_ref, f"gradient {i}")
     assert real_calls == {"forward": 2, "backward": 2}
+
+
+@pytest.mark.parametrize("rows", [8, 0])
+@pytest.mark.parametrize("kind", ["dense", "grouped"])
+def test_opcheck_of_both_operators(kind, rows) -> None:
+    """``torch.library.opcheck`` (schema: no argument written or aliased; fake against real; the
+    AOT dispatch) of the forward and the backward operator of a compiled training step's entry."""
+    torch._dynamo.reset()
+    model = _model(kind)
+    compiled = torch.compile(lambda *a: _call(kind, model, a), backend="aot_eager", fullgraph=True)
+    args = _inputs(kind, rows, seed=0)
+    _run(kind, model, compiled, args)
+    entry_id = max(compiled_sequential._entries)
+    layout = compiled_sequential._entries[entry_id].layout
+    params = [p.detach() for p in compiled_sequential._unique_params(list(model))]
+    tensors = [args[0].detach(), *args[1:2], *params]
+    forward = (entry_id, tensors, [0] if kind == "dense" else [1, 1], [True] * len(tensors), True, None)
+    torch.library.opcheck(torch.ops.fuseops.plan_forward.default, forward)
+    results = torch.ops.fuseops.plan_forward.default(*forward)
+    outputs, new = results[:layout.num_outputs], results[layout.num_outputs:]
+    carried: list[torch.Tensor] = []
+    for where, k in layout.carried:
+        carried.append([tensors, outputs, carried, new][where][k])
+    backward = (entry_id, carried, params, [torch.randn_like(outputs[0])])
+    torch.library.opcheck(torch.ops.fuseops.plan_backward.default, backward)
 
 
 class _Hooked(torch.nn.Module):

@@ -3,7 +3,8 @@ torch (on 2.11 the two operators were not used in call 2)."""
 import torch
 
 import fuseops
-from fuseops import compiled_sequential as cs, ops
+from fuseops import compiled_sequential as cs
+from fuseops import ops
 from fuseops.quant.autocast import current_recipe
 
 print(torch.__version__, "has _is_compiling_flag:", hasattr(torch.compiler, "_is_compiling_flag"))
