@@ -128,6 +128,12 @@ class Linear(_autocast.AutocastParameters, BasicOp):
         sum over the ranks that the dgrad-epilogue fusions would skip."""
         return self.tensor_parallel is None
 
+    @property
+    def compiled_as_operator(self) -> bool:  # type: ignore[override]
+        """A sharded Linear communicates: traced op by op under compile, where the compiler sees
+        its collectives (``fuseops/compiled_sequential.py``)."""
+        return self.tensor_parallel is None
+
     def extra_repr(self) -> str:
         tp = self.tensor_parallel
         sharded = "" if tp is None else (

@@ -22,6 +22,19 @@ from fuseops.ops.executor.execute import run_ops
 # What ``BasicOp.settings`` reads as a setting (an IntEnum is an int; a plain Enum is listed).
 _SETTING_TYPES = (bool, int, float, str, tuple, type(None), enum.Enum, torch.dtype)
 
+def _constant(value: Any) -> Any:
+    """A setting as a constant of a trace: a float by its hex digits (dynamo makes a float
+    attribute that changed between calls symbolic, and specializes it where they are read), in a
+    tuple too; a tuple holding anything but settings by its type name."""
+    if isinstance(value, float):
+        return value.hex()
+    if isinstance(value, tuple):
+        if not all(isinstance(v, _SETTING_TYPES) for v in value):
+            return type(value).__name__
+        return tuple([_constant(v) for v in value])
+    return value
+
+
 # Every op class, at the position its ``class_code`` says (set when the class is defined). The
 # fuser matches op types by these ints under torch.compile: reading the classes themselves in
 # a trace costs guards on every call (``fuseops.fuser``).
@@ -92,9 +105,7 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
         for name in getattr(self, "_setting_names", ()):
             value = getattr(self, name, None)
             if isinstance(value, _SETTING_TYPES):
-                # A float by its hex digits: dynamo makes a float attribute that changed between
-                # calls symbolic (no constant of the trace), and specializes it where they are read.
-                out.append((name, value.hex() if isinstance(value, float) else value))
+                out.append((name, _constant(value)))
         return tuple(out)
 
     def own_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
