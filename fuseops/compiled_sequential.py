@@ -115,8 +115,9 @@ class _Entry:
     # Per gradient the backward operator returns (inputs, then parameters): whether it is one
     # (else an empty tensor stands for None).
     present: tuple[bool, ...] = ()
-    # The ``Prepared`` runs (one per Sequential) whose records were compared with ``templates``.
-    checked: list = field(default_factory=list)
+    # The ``Prepared`` runs (one per Sequential, held weakly: each lives as long as its
+    # Sequential) whose records were compared with ``templates``.
+    checked: list[weakref.ref] = field(default_factory=list)
     # Per Sequential running this trace's graph, its own copy of ``prep`` (its own recorded
     # and graphed programs, as each Sequential has eagerly).
     preps: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
@@ -130,15 +131,25 @@ def register(module: torch.nn.Module) -> None:
 def describe(module: torch.nn.Module, ops: Sequence[torch.nn.Module]) -> tuple:
     """What a trace of ``module`` depends on besides tensors: fusing or not, each op's class and
     settings, and which of its parameters are one tensor (tied). Traced, each part is guarded."""
+    _, slots = _parameters(ops)
+    tying = tuple([i for op_slots in slots for i in op_slots.values()])
+    return module.fuse, tuple([(op.class_code, op.settings()) for op in ops]), tying
+
+
+def _parameters(ops: Sequence[torch.nn.Module]) -> tuple[list[torch.nn.Parameter], list[dict[str, int]]]:
+    """The ops' parameters, each once in order (the operators' last arguments), and per op each
+    parameter's position among them (a tied one has one)."""
     unique: list[torch.nn.Parameter] = []
-    tying = []
+    slots = []
     for op in ops:
-        for _, p in op.own_parameters():
+        op_slots = {}
+        for name, p in op.own_parameters():
             k = next((i for i, q in enumerate(unique) if q is p), len(unique))
             if k == len(unique):
                 unique.append(p)
-            tying.append(k)
-    return module.fuse, tuple([(op.class_code, op.settings()) for op in ops]), tuple(tying)
+            op_slots[name] = k
+        slots.append(op_slots)
+    return unique, slots
 
 
 @torch.compiler.assume_constant_result
@@ -192,7 +203,7 @@ def call(module: torch.nn.Module, ops: Sequence[torch.nn.Module], x: torch.Tenso
         if k == len(tensors):
             tensors.append(e)
         extra_map.append(k)
-    tensors += _unique_params(ops)
+    tensors += _parameters(ops)[0]
     requires_grad = [grad_enabled and t.requires_grad for t in tensors]
     entry_id = _new_entry(describe(module, ops))
     args = (entry_id, extra_map, requires_grad, grad_enabled, current_autocast(x))
@@ -326,8 +337,7 @@ def _prepare_trace(entry: _Entry, tensors: Sequence[torch.Tensor], extra_map: Se
     module = _template(entry)
     ops = _ops(module)
     device_type = tensors[0].device.type
-    unique = _unique_params(ops)
-    slots = [{name: next(i for i, q in enumerate(unique) if q is p) for name, p in op.own_parameters()} for op in ops]
+    unique, slots = _parameters(ops)
     # The parameters too: the template may be another Sequential of these settings, whose
     # parameters are of other dtypes, devices, or need grad otherwise.
     standins = [t.detach().requires_grad_(rg) if t.is_floating_point() else t.detach()
@@ -341,16 +351,6 @@ def _prepare_trace(entry: _Entry, tensors: Sequence[torch.Tensor], extra_map: Se
         plan = build_plan(ops, plan_config(x, None, grad_enabled), per_op) if module.fuse else Plan.unfused(ops)
         ctxs = make_contexts(ops, x, per_op, recipe=None, grad_enabled=grad_enabled, input_specs=specs)
         return prepare(plan, ops, ctxs, x, extra_inputs, flat_parameters(ops), kept=True)
-
-
-def _unique_params(ops: Sequence[torch.nn.Module]) -> list[torch.nn.Parameter]:
-    """The ops' parameters, each once, in order: the operators' last arguments (``call``)."""
-    unique: list[torch.nn.Parameter] = []
-    for op in ops:
-        for _, p in op.own_parameters():
-            if not any(p is q for q in unique):
-                unique.append(p)
-    return unique
 
 
 def _carried(outputs: Sequence[torch.Tensor], activations: Sequence[torch.Tensor], fields: Sequence[torch.Tensor],
@@ -448,11 +448,11 @@ def _forward_results(entry: _Entry, tensors: Sequence[torch.Tensor], *, fake: bo
         entry.templates = templates
         return [*outputs, *new]
     new = _new_carried(entry.layout, outputs, activations, records, tensors)
-    if not any(p is prep for p in entry.checked):
+    if not any(ref() is prep for ref in entry.checked):
         # Once per Sequential: its records' other fields are the trace's (each call's are).
         if record_templates(records, 0) != entry.templates:
             raise RuntimeError(_differs("the records' fields (settings, saved shapes)"))
-        entry.checked.append(prep)
+        entry.checked.append(weakref.ref(prep))
     return [*outputs, *new]
 
 

@@ -202,7 +202,7 @@ def test_opcheck_of_both_operators(kind, rows) -> None:
     _run(kind, model, compiled, args)
     entry_id = max(compiled_sequential._entries)
     layout = compiled_sequential._entries[entry_id].layout
-    params = [p.detach() for p in compiled_sequential._unique_params(list(model))]
+    params = [p.detach() for p in compiled_sequential._parameters(list(model))[0]]
     tensors = [args[0].detach(), *args[1:2], *params]
     forward = (entry_id, tensors, [0] if kind == "dense" else [1, 1], [True] * len(tensors), True, None)
     torch.library.opcheck(torch.ops.fuseops.plan_forward.default, forward)
