@@ -67,7 +67,7 @@ from fuseops.ops.executor.function import (
     non_view_outputs,
     run_backward,
 )
-from fuseops.ops.executor.prepared import Prepared, flat_parameters, forward_without_grad, prepare
+from fuseops.ops.executor.prepared import Prepared, flat_parameters, forward_without_grad, parameter_slots, prepare
 from fuseops.ops.executor.save_notice import set_receiver
 from fuseops.ops.executor.saved_state import fill_records, record_templates, record_tensor_fields
 
@@ -131,25 +131,9 @@ def register(module: torch.nn.Module) -> None:
 def describe(module: torch.nn.Module, ops: Sequence[torch.nn.Module]) -> tuple:
     """What a trace of ``module`` depends on besides tensors: fusing or not, each op's class and
     settings, and which of its parameters are one tensor (tied). Traced, each part is guarded."""
-    _, slots = _parameters(ops)
+    _, _, slots = parameter_slots(ops)
     tying = tuple([i for op_slots in slots for i in op_slots.values()])
     return module.fuse, tuple([(op.class_code, op.settings()) for op in ops]), tying
-
-
-def _parameters(ops: Sequence[torch.nn.Module]) -> tuple[list[torch.nn.Parameter], list[dict[str, int]]]:
-    """The ops' parameters, each once in order (the operators' last arguments), and per op each
-    parameter's position among them (a tied one has one)."""
-    unique: list[torch.nn.Parameter] = []
-    slots = []
-    for op in ops:
-        op_slots = {}
-        for name, p in op.own_parameters():
-            k = next((i for i, q in enumerate(unique) if q is p), len(unique))
-            if k == len(unique):
-                unique.append(p)
-            op_slots[name] = k
-        slots.append(op_slots)
-    return unique, slots
 
 
 @torch.compiler.assume_constant_result
@@ -203,7 +187,7 @@ def call(module: torch.nn.Module, ops: Sequence[torch.nn.Module], x: torch.Tenso
         if k == len(tensors):
             tensors.append(e)
         extra_map.append(k)
-    tensors += _parameters(ops)[0]
+    tensors += parameter_slots(ops)[0]
     requires_grad = [grad_enabled and t.requires_grad for t in tensors]
     entry_id = _new_entry(describe(module, ops))
     args = (entry_id, extra_map, requires_grad, grad_enabled, current_autocast(x))
@@ -337,7 +321,7 @@ def _prepare_trace(entry: _Entry, tensors: Sequence[torch.Tensor], extra_map: Se
     module = _template(entry)
     ops = _ops(module)
     device_type = tensors[0].device.type
-    unique, slots = _parameters(ops)
+    unique, _, slots = parameter_slots(ops)
     # The parameters too: the template may be another Sequential of these settings, whose
     # parameters are of other dtypes, devices, or need grad otherwise.
     standins = [t.detach().requires_grad_(rg) if t.is_floating_point() else t.detach()

@@ -19,6 +19,7 @@ import torch._dynamo
 import fuseops
 from fuseops import compiled_sequential, ops
 from fuseops.ops.executor import graphed, replay
+from fuseops.ops.executor.prepared import parameter_slots
 from tests.helpers import assert_bitwise
 from tests.test_compile import _call, _inputs, _model, _run
 
@@ -202,7 +203,7 @@ def test_opcheck_of_both_operators(kind, rows) -> None:
     _run(kind, model, compiled, args)
     entry_id = max(compiled_sequential._entries)
     layout = compiled_sequential._entries[entry_id].layout
-    params = [p.detach() for p in compiled_sequential._parameters(list(model))[0]]
+    params = [p.detach() for p in parameter_slots(list(model))[0]]
     tensors = [args[0].detach(), *args[1:2], *params]
     forward = (entry_id, tensors, [0] if kind == "dense" else [1, 1], [True] * len(tensors), True, None)
     torch.library.opcheck(torch.ops.fuseops.plan_forward.default, forward)

@@ -67,6 +67,27 @@ def flat_parameters(ops: Sequence[torch.nn.Module]) -> list[torch.nn.Parameter]:
     return [p for op in ops for _, p in op.own_parameters()]
 
 
+def parameter_slots(ops: Sequence[torch.nn.Module]
+                    ) -> tuple[list[torch.nn.Parameter], list[int], list[dict[str, int]]]:
+    """The ops' parameters each once, in order (a tied one once: dynamo cannot trace a Function
+    given one tensor twice; compared with ``is``, not ``id()``, which dynamo would guard); the
+    position in ``flat_parameters(ops)`` of each; per op, parameter name -> its position among
+    them."""
+    unique: list[torch.nn.Parameter] = []
+    picks, slots, flat = [], [], 0
+    for op in ops:
+        op_slots = {}
+        for name, p in op.own_parameters():
+            index = next((i for i, q in enumerate(unique) if q is p), len(unique))
+            if index == len(unique):
+                unique.append(p)
+                picks.append(flat)
+            op_slots[name] = index
+            flat += 1
+        slots.append(op_slots)
+    return unique, picks, slots
+
+
 def _spans(counts: Sequence[int]) -> tuple[tuple[int, int], ...]:
     out, start = [], 0
     for n in counts:
@@ -96,18 +117,7 @@ def prepare(
             inputs.append(e)
             picks.append(k)
         args.append(Arg(index))
-    unique: list[torch.nn.Parameter] = []
-    param_picks, slots, flat = [], [], 0
-    for op in ops:
-        op_slots = {}
-        for name, p in op.own_parameters():
-            index = next((i for i, q in enumerate(unique) if q is p), len(unique))
-            if index == len(unique):
-                unique.append(p)
-                param_picks.append(flat)
-            op_slots[name] = index
-            flat += 1
-        slots.append(op_slots)
+    _, param_picks, slots = parameter_slots(ops)
     return Prepared(
         plan=plan,
         ctxs=tuple(ctxs),
