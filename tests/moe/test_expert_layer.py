@@ -153,14 +153,20 @@ def test_non_finite_input_stays_where_the_composition_puts_it(lean, value):
 
 
 def test_repeatable_bit_for_bit():
+    """Each mode gives the same bits every run. The two modes agree within float32's rounding, not
+    bit for bit: lean recomputes FC1's pre-activation with the plain grouped GEMM, the default keeps
+    the gated GEMM's, and the interpreter's float32 products (numpy's BLAS) may round by the column a
+    value takes in the tile (seen on an AVX-512 CPU: the up half sits in columns F.. of the plain
+    GEMM's tile, in columns 0.. of the gated GEMM's second accumulator)."""
     if not INTERPRET:
         pytest.skip("Triton interpreter (CPU) only")
     experts = make_experts(3, 16, 8, bias=True)
     x, ids, w, dy = torch.randn(7, 16), routing(7, 3, 2, 0), torch.rand(7, 2), torch.randn(7, 16)
     with interpreted_kernels():
-        runs = [step(experts, x, ids, w, dy, lean) for lean in (False, False, True)]
-    for a, b, c in zip(*runs):
-        assert torch.equal(a, b) and torch.equal(a, c)
+        default, again, lean, lean_again = (step(experts, x, ids, w, dy, lean) for lean in (False, False, True, True))
+    for a, b, c, d in zip(default, again, lean, lean_again, strict=True):
+        assert torch.equal(a, b) and torch.equal(c, d)
+        assert rel_err(c, a) <= REL_TOL[torch.float32]
 
 
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
