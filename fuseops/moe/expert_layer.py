@@ -107,22 +107,36 @@ def _hooked(module: torch.nn.Module) -> bool:
 def expert_layer_fallback(x: torch.Tensor, weights: torch.Tensor | None, experts: Any) -> str | None:
     """Why ``expert_layer`` runs ``permute -> experts -> unpermute`` instead of its fused
     Function for these arguments, or None when it fuses."""
-    fc1, act, fc2 = _parts(experts)
-    reasons = (
-        (not getattr(experts, "fuse", True), "experts built with fuse=False"),
-        (not isinstance(act, GatedActivation), f"{type(act).__name__} is not a gated activation"),
-        (fc2.bias is not None, "FC2 has a bias: the router weights cannot scale FC1's output instead"),
-        # Mismatched widths: the composition's Sequential reports them.
-        (fc1.out_features != 2 * fc2.in_features, "FC1's out_features is not twice FC2's in_features"),
-        (fc1.accumulate_into_main_grad or fc2.accumulate_into_main_grad, "accumulate_into_main_grad"),
-        (any(_hooked(m) for m in (experts, fc1, act, fc2)), "module hooks on the experts"),
-        (current_recipe() is not None, "a fuseops.autocast recipe is active"),
-        (torch.is_autocast_enabled(x.device.type), "torch.autocast is active"),
-        (torch._C._are_functorch_transforms_active(), "a torch.func transform is active"),
-        (any(p is not None and (p.dtype != x.dtype or p.device != x.device)
-             for p in (fc1.weight, fc1.bias, fc2.weight)), "parameters' dtype or device differ from x's"),
-    )
-    return next((why for applies, why in reasons if applies), None)
+    return _fallback(x, experts, _parts(experts))
+
+
+def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, GroupedLinear]) -> str | None:
+    """``expert_layer_fallback`` for ``experts`` split into ``parts``: the first reason that
+    applies, checked in order and no further (every call of the layer asks)."""
+    fc1, act, fc2 = parts
+    if not getattr(experts, "fuse", True):
+        return "experts built with fuse=False"
+    if not isinstance(act, GatedActivation):
+        return f"{type(act).__name__} is not a gated activation"
+    if fc2.bias is not None:
+        return "FC2 has a bias: the router weights cannot scale FC1's output instead"
+    # Mismatched widths: the composition's Sequential reports them.
+    if fc1.out_features != 2 * fc2.in_features:
+        return "FC1's out_features is not twice FC2's in_features"
+    if fc1.accumulate_into_main_grad or fc2.accumulate_into_main_grad:
+        return "accumulate_into_main_grad"
+    if _hooked(experts) or _hooked(fc1) or _hooked(act) or _hooked(fc2):
+        return "module hooks on the experts"
+    if current_recipe() is not None:
+        return "a fuseops.autocast recipe is active"
+    if torch.is_autocast_enabled(x.device.type):
+        return "torch.autocast is active"
+    if torch._C._are_functorch_transforms_active():
+        return "a torch.func transform is active"
+    for p in (fc1.weight, fc1.bias, fc2.weight):
+        if p is not None and (p.dtype != x.dtype or p.device != x.device):
+            return "parameters' dtype or device differ from x's"
+    return None
 
 
 def expert_layer(
@@ -152,12 +166,13 @@ def expert_layer(
         parameters.
     """
     lean = _checks.flag("lean", lean)
-    fc1, act, fc2 = _parts(experts)
+    parts = _parts(experts)
+    fc1, act, fc2 = parts
     x, expert_ids, check = check_routing(x, expert_ids, fc1.num_groups)
     if x.shape[1] != fc1.in_features:
         raise ValueError(f"x: expected {fc1.in_features} features (the experts' in_features), got {x.shape[1]}")
     weights = check_weights(weights, expert_ids.shape, "expert_ids'", x, "x")
-    if expert_layer_fallback(x, weights, experts) is None:
+    if _fallback(x, experts, parts) is None:
         gate = steps.Gate(act.act, act.kernel_args)
         return _ExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, lean,
                                   torch.is_grad_enabled(), check)

@@ -28,9 +28,12 @@ calls free them within the step (at Qwen3's shape and 16384 tokens a layer's ``x
 keep within ``MEMORY_FRACTION`` of the device's memory (counted from each signature's results,
 so one state a signature may go past it); further calls run eagerly.
 
+Under ``torch.compile`` the calls reach these states from custom operators (``routing_ops.py``, and
+``expert_layer_steps.py`` for the whole layer): a compiled model replays the graphs an eager one does.
+
 Not graphed: calls under saved-tensor hooks (offloading: a saved result in graph memory would
-stay allocated in its pool), under torch.compile and torch.func (the caller runs the traceable
-ops instead), and with ``FUSEOPS_CUDA_GRAPHS=0``.
+stay allocated in its pool), while torch.compile traces and under torch.func (the caller runs the
+traceable ops instead), and with ``FUSEOPS_CUDA_GRAPHS=0``.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ def _drop(key: tuple) -> None:
 
 
 def _signature(t: torch.Tensor | None) -> tuple | None:
-    return None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.device)
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
 def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None, ...], static: tuple = (),
