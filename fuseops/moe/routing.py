@@ -8,7 +8,8 @@
 Both are differentiable (in ``x``; in ``y_sorted`` and ``weights``), run on the device
 without host syncs (Triton kernels on CUDA, the torch references on CPU and for float64),
 and capture in a CUDA graph. On CUDA their calls replay as CUDA graphs of their own where the
-host path is the bottleneck (``routing_graphs.py``: measured per call signature and layer).
+host path is the bottleneck (``routing_graphs.py``: measured per call signature and layer), under
+``torch.compile`` too (each call one custom operator: ``routing_ops.py``).
 Out-of-range expert ids (``permute``) and rows (``unpermute``'s ``row_map``) fail loudly:
 
 - CPU tensors (and CUDA with ``FUSEOPS_DEBUG=1``): a ``ValueError`` naming the argument, from
@@ -35,7 +36,8 @@ from torch.autograd.function import once_differentiable
 
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.moe import traceable
-from fuseops.moe import routing_graphs
+from fuseops.moe import routing_graphs, routing_ops
+from fuseops.moe.routing_ops import sum_rows, unpermute_backward, unpermute_plain
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -115,26 +117,12 @@ def permute_rows(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, ch
     chose; ``KERNELS``: the ids' range check rides in the count kernel. ``graphs``: through
     ``routing_graphs`` (the results may lie in graph memory: never for a caller that frees
     their storage early, as ``expert_layer``'s backward does)."""
-    if check == OPS:
-        return traceable.permute(x, expert_ids, num_experts)
     if check == KERNELS:
         run, inputs = partial(_permute_flagged, num_experts=num_experts), (
             x, expert_ids, _range_flag("expert_ids", x.device))
     else:
         run, inputs = partial(traceable.permute, num_experts=num_experts), (x, expert_ids)
     return _routed_call("permute", check, run, inputs, (num_experts,)) if graphs else run(*inputs)
-
-
-def _sum_rows(dx_sorted: torch.Tensor, row_map: torch.Tensor) -> tuple[torch.Tensor]:
-    # permute's backward: each token's gradient is the plain sum of its K rows' gradients.
-    # (Gradients made contiguous inside the routed calls: in a graph, a gradient expanded from
-    # one element is copied in as that element.)
-    return (traceable.unpermute(dx_sorted.contiguous(), row_map, None),)
-
-
-def _unpermute_backward(dy: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None,
-                        y_sorted: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    return traceable.unpermute_bwd(dy.contiguous(), row_map, weights, y_sorted)
 
 
 def _unpermute_flagged(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None,
@@ -144,16 +132,16 @@ def _unpermute_flagged(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: t
     return (y,)
 
 
-def _unpermute_plain(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None
-                     ) -> tuple[torch.Tensor]:
-    return (traceable.unpermute(y_sorted, row_map, weights),)
-
-
 def _routed_call(name: str, check: str, run, inputs: tuple, static: tuple = (),
                  row_map: torch.Tensor | None = None) -> tuple:
-    """``run(*inputs)``, through ``routing_graphs`` where the kernels run (not ``OPS``);
-    ``static`` and ``row_map`` as ``routing_graphs.call`` takes them."""
-    return run(*inputs) if check == OPS else routing_graphs.call(name, run, inputs, (*static, check), row_map)
+    """``run(*inputs)``, through ``routing_graphs`` where the kernels run (not ``OPS``), or while
+    torch.compile traces as the call's operator, whose implementation goes through them
+    (``routing_ops.py``); ``static`` and ``row_map`` as ``routing_graphs.call`` takes them."""
+    if check != OPS:
+        return routing_graphs.call(name, run, inputs, (*static, check), row_map)
+    if torch.compiler.is_compiling():
+        return routing_ops.traced(name, inputs, static)
+    return run(*inputs)
 
 
 def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -> None:
@@ -177,7 +165,7 @@ class _Permute(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dx_sorted, _split_sizes, _row_map):
         (row_map,) = ctx.saved_tensors
-        (dx,) = _routed_call("permute_backward", ctx.check, _sum_rows, (dx_sorted, row_map),
+        (dx,) = _routed_call("permute_backward", ctx.check, sum_rows, (dx_sorted, row_map),
                             row_map=row_map)
         return dx, None, None, None
 
@@ -189,7 +177,7 @@ class _Unpermute(torch.autograd.Function):
             (y,) = _routed_call("unpermute", check, _unpermute_flagged,
                                 (y_sorted, row_map, weights, _range_flag("row_map", y_sorted.device)), row_map=row_map)
         else:
-            (y,) = _routed_call("unpermute", check, _unpermute_plain, (y_sorted, row_map, weights), row_map=row_map)
+            (y,) = _routed_call("unpermute", check, unpermute_plain, (y_sorted, row_map, weights), row_map=row_map)
         # y_sorted is needed only for the weights' gradient.
         keep = y_sorted if ctx.needs_input_grad[2] else None
         ctx.save_for_backward(row_map, weights, keep)
@@ -200,7 +188,7 @@ class _Unpermute(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         row_map, weights, y_sorted = ctx.saved_tensors
-        dy_sorted, dweights = _routed_call("unpermute_backward", ctx.check, _unpermute_backward,
+        dy_sorted, dweights = _routed_call("unpermute_backward", ctx.check, unpermute_backward,
                                            (dy, row_map, weights, y_sorted), row_map=row_map)
         return (dy_sorted if ctx.needs_input_grad[0] else None), None, dweights, None
 

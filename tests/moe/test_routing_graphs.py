@@ -2,8 +2,9 @@
 on the CPU, with the stand-in for CUDA graphs of ``tests/ops/executor/test_graphed_states.py``: two
 layers of one shape (one signature each for permute and unpermute, forward and backward; or two
 expert layers) in a training loop, bit for bit the calls without graphs, each layer's calls
-settled on graphs of their own; also under torch.compile (expert_layer's two custom ops) and with
-float32 parameters under torch.autocast (against float64 too). The GPU tests run real graphs."""
+settled on graphs of their own; also under torch.compile (the routing's and expert_layer's custom
+ops, whose implementations are the graph-state calls) and with float32 parameters under
+torch.autocast (against float64 too). The GPU tests run real graphs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 
 from fuseops import moe
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
-from fuseops.moe import routing, routing_graphs
+from fuseops.moe import routing, routing_graphs, routing_ops
 from fuseops.ops.executor import graphed
 from tests.helpers import assert_bitwise, assert_close_rel, cuda_or_skip
 from tests.kernels.moe.test_permute import routing as random_routing
@@ -76,12 +77,18 @@ def _loop(device, forward, xs, leaves, loop):
     return steps
 
 
-def _training(device, T=6, H=8, E=4, K=2, dtype=torch.float32, loop="plain", poison=False, layers=2):
-    """``_loop``'s steps over ``layers`` routing layers (permute, a scale, unpermute)."""
+def _training(device, T=6, H=8, E=4, K=2, dtype=torch.float32, loop="plain", poison=False, layers=2,
+              compiled=False):
+    """``_loop``'s steps over ``layers`` routing layers (permute, a scale, unpermute), under
+    ``torch.compile`` (fullgraph) where ``compiled``."""
     torch.manual_seed(0)
     ids, weights, xs = _routed_inputs(device, T, H, E, K, dtype, poison)
     scales = [torch.randn(T * K, 1, device=device, dtype=dtype, requires_grad=True) for _ in range(layers)]
-    return _loop(device, lambda x, b: _layers(x, ids[b], E, scales, weights), xs, (*xs, weights, *scales), loop)
+    layers_of = _layers
+    if compiled:
+        torch._dynamo.reset()
+        layers_of = torch.compile(_layers, backend="aot_eager", fullgraph=True)
+    return _loop(device, lambda x, b: layers_of(x, ids[b], E, scales, weights), xs, (*xs, weights, *scales), loop)
 
 
 def _same_with_graphs(steps, monkeypatch) -> dict:
@@ -171,6 +178,21 @@ def test_inference_calls_equal_the_calls_without_graphs(cpu_graphs, monkeypatch)
     _same_with_graphs(steps, monkeypatch)
     for kept in routing_graphs.states().values():
         assert all(s.captures <= graphed.MAX_CAPTURES for s in kept)
+
+
+@pytest.mark.parametrize("tokens", [6, 0])
+def test_compiled_layers_replay_the_same_graphs(tokens, cpu_graphs, monkeypatch):  # noqa: F811
+    """Under torch.compile each routing call is one custom operator whose implementation is the
+    graph-state call (``routing_ops.py``): each layer's four calls on graphs of their own, as
+    eagerly, every step bit for bit the compiled calls without graphs (with a NaN and an infinity;
+    zero tokens: the layers may share states, as eagerly)."""
+    delta = _same_with_graphs(_training("cpu", T=tokens, poison=True, compiled=True), monkeypatch)
+    assert delta["dropped"] == 0 and delta["graph_replays"] > 0, delta
+    if tokens:
+        _assert_each_layer_graphed()
+    else:
+        assert all(s.phase == "graphed" for kept in routing_graphs.states().values() for s in kept)
+    assert all(routing_ops.TRACED in key[2] for key in routing_graphs.states()), list(routing_graphs.states())
 
 
 def test_graph_memory_is_bounded(cpu_graphs, monkeypatch):  # noqa: F811
@@ -291,12 +313,13 @@ def test_expert_layer_keeps_its_own_permute(cpu_graphs, monkeypatch):  # noqa: F
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_two_layers_of_one_shape_each_get_a_graph(dtype, monkeypatch):
+def test_gpu_two_layers_of_one_shape_each_get_a_graph(dtype, compiled, monkeypatch):
     device = cuda_or_skip()
     for name in ("GPU_BOUND", "KEEP", "GPU_SLACK"):
         monkeypatch.setattr(graphed, name, float("inf"))
-    delta = _same_with_graphs(_training(device, T=64, H=128, E=8, K=2, dtype=dtype), monkeypatch)
+    delta = _same_with_graphs(_training(device, T=64, H=128, E=8, K=2, dtype=dtype, compiled=compiled), monkeypatch)
     assert delta["dropped"] == 0 and delta["graph_replays"] > 0, delta
     _assert_each_layer_graphed()
 
