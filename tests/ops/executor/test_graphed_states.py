@@ -8,6 +8,7 @@ state machine bit for bit against the full path; the GPU tests (test_graphed.py)
 from __future__ import annotations
 
 import copy
+import gc
 import time
 
 import pytest
@@ -73,6 +74,10 @@ class _StandInTimed:
 
 @pytest.fixture
 def cpu_graphs(monkeypatch):
+    # Pinned inputs are found by their addresses. A garbage collection in the middle of a test,
+    # freeing the cycles a torch.compile test before it left, moves where the CPU allocator places
+    # the test's tensors: collected first. (Not held off: the interpreter's cycles hold results.)
+    gc.collect()
     monkeypatch.setattr(graphed, "DEVICE_TYPES", frozenset({"cpu", "cuda"}))
     monkeypatch.setattr(graphed, "capture", _stand_in_capture)
     monkeypatch.setattr(graphed, "_Timed", _StandInTimed)
