@@ -5,6 +5,7 @@ from __future__ import annotations
 import cProfile
 import io
 import pstats
+import statistics
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -109,3 +110,25 @@ def step_memory(step: Callable[[], object], reserved: bool = False) -> tuple[int
     step()
     torch.cuda.synchronize()
     return between, peak() - between
+
+
+def step_phases(model: Callable[..., torch.Tensor], args: tuple, params: list[torch.Tensor], reps: int = 30) -> str:
+    """Median host microseconds of a training step's phases, the CUDA device drained before each
+    step: gradients set to None, the forward, ``.sum()``, the backward (one line)."""
+    phases: dict[str, list[float]] = {"grads": [], "forward": [], "sum": [], "backward": []}
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for p in params:
+            p.grad = None
+        t1 = time.perf_counter()
+        y = model(*args)
+        t2 = time.perf_counter()
+        loss = y.sum()
+        t3 = time.perf_counter()
+        loss.backward()
+        t4 = time.perf_counter()
+        for name, (a, b) in zip(phases, ((t0, t1), (t1, t2), (t2, t3), (t3, t4))):
+            phases[name].append((b - a) * 1e6)
+        del y, loss
+    return "phases (median us): " + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in phases.items())

@@ -15,7 +15,8 @@ these calls apart from eager ones (``TRACED``).
 The range checks stay outside, in torch ops the compiler fuses (``routing.OPS``); the kernels
 clamp. The operators are functional (no input written, no output aliasing one), not recorded by
 ``op_programs`` (a record would skip the graph states), and return an empty tensor for an
-absent result. Their fake implementations follow the input shapes, so row counts stay dynamic.
+absent result. Their fake implementations are the kernels' operators' (the same results, from the
+input shapes alone), so row counts stay dynamic.
 
 Also here, the bodies those calls run (eagerly too, by ``routing.py``).
 """
@@ -62,9 +63,7 @@ def _permute_op(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int) -> 
 
 @torch.library.register_fake("fuseops::routed_permute")
 def _(x, expert_ids, num_experts):
-    T, top_k = expert_ids.shape
-    return (x.new_empty(T * top_k, x.shape[1]), x.new_empty(num_experts, dtype=torch.int64),
-            x.new_empty(T, top_k, dtype=torch.int64))
+    return torch.ops.fuseops.permute.default(x, expert_ids, num_experts)
 
 
 @fuseops_op("routed_permute_backward(Tensor dx_sorted, Tensor row_map) -> Tensor", recorded=False)
@@ -75,7 +74,7 @@ def _permute_backward_op(dx_sorted: torch.Tensor, row_map: torch.Tensor) -> torc
 
 @torch.library.register_fake("fuseops::routed_permute_backward")
 def _(dx_sorted, row_map):
-    return dx_sorted.new_empty(row_map.shape[0], dx_sorted.shape[1])
+    return torch.ops.fuseops.unpermute.default(dx_sorted, row_map, None)
 
 
 @fuseops_op("routed_unpermute(Tensor y_sorted, Tensor row_map, Tensor? weights) -> Tensor", recorded=False)
@@ -86,7 +85,7 @@ def _unpermute_op(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.
 
 @torch.library.register_fake("fuseops::routed_unpermute")
 def _(y_sorted, row_map, weights):
-    return y_sorted.new_empty(row_map.shape[0], y_sorted.shape[1])
+    return torch.ops.fuseops.unpermute.default(y_sorted, row_map, weights)
 
 
 @fuseops_op("routed_unpermute_backward(Tensor dy, Tensor row_map, Tensor? weights, Tensor? y_sorted) "
@@ -100,10 +99,7 @@ def _unpermute_backward_op(dy: torch.Tensor, row_map: torch.Tensor, weights: tor
 
 @torch.library.register_fake("fuseops::routed_unpermute_backward")
 def _(dy, row_map, weights, y_sorted):
-    dy_sorted = dy.new_empty(row_map.numel(), dy.shape[1])
-    if y_sorted is None:
-        return dy_sorted, dy.new_empty(0)
-    return dy_sorted, dy.new_empty(row_map.shape, dtype=weights.dtype if weights is not None else dy.dtype)
+    return torch.ops.fuseops.unpermute_bwd.default(dy, row_map, weights, y_sorted)
 
 
 def traced(name: str, inputs: tuple, static: tuple = ()) -> tuple:

@@ -10,14 +10,12 @@ composition under ``torch.compile`` (for session 28: compiled fuseops at 0.71-0.
 at T=1024, its enqueue ~3 ms). The phases of a step (grads to None, forward, sum, backward) are timed
 on their own first.
 """
-import statistics
 import sys
-import time
 
 import torch
 
 from benchmarks import sizes
-from benchmarks._timing import profile_table, profiled
+from benchmarks._timing import profile_table, profiled, step_phases
 from fuseops.ops.executor import graphed
 
 shape = sys.argv[1] if len(sys.argv) > 1 else "qwen3"
@@ -38,23 +36,7 @@ for _ in range(60):
     step()
 torch.cuda.synchronize()
 print(f"{shape} T={T}: enqueue {sizes.enqueue_ms(step, 'cuda', 20):.3f} ms, counts {graphed.counts}")
-phases = {"grads": [], "forward": [], "sum": [], "backward": []}
-for _ in range(30):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for p in params:
-        p.grad = None
-    t1 = time.perf_counter()
-    y = model(*args)
-    t2 = time.perf_counter()
-    loss = y.sum()
-    t3 = time.perf_counter()
-    loss.backward()
-    t4 = time.perf_counter()
-    for name, (a, b) in zip(phases, ((t0, t1), (t1, t2), (t2, t3), (t3, t4))):
-        phases[name].append((b - a) * 1e6)
-    del y, loss
-print("phases (median us): " + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in phases.items()))
+print(step_phases(model, args, params))
 profiler = profiled(step, steps, between=torch.cuda.synchronize)
 torch.cuda.synchronize()
 print("Ordered by: internal time\n" + profile_table(profiler, "tottime", 45))

@@ -7,14 +7,13 @@ profiled stretch (CUDA runtime calls: graph launches, kernel launches, allocatio
 
     python benchmarks/results/session30/host_breakdown.py [shape] [T] [variants...]
 """
-import statistics
 import sys
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks import sizes
+from benchmarks._timing import step_phases
 from fuseops.ops.executor import graphed
 
 shape = sys.argv[1] if len(sys.argv) > 1 else "qwen3"
@@ -33,24 +32,7 @@ for name in names:
         step()
     torch.cuda.synchronize()
     enqueue = sizes.enqueue_ms(step, "cuda", 30)
-    phases = {"grads": [], "forward": [], "sum": [], "backward": []}
-    for _ in range(30):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for p in params:
-            p.grad = None
-        t1 = time.perf_counter()
-        y = model(*args)
-        t2 = time.perf_counter()
-        loss = y.sum()
-        t3 = time.perf_counter()
-        loss.backward()
-        t4 = time.perf_counter()
-        for key, (a, b) in zip(phases, ((t0, t1), (t1, t2), (t2, t3), (t3, t4))):
-            phases[key].append((b - a) * 1e6)
-        del y, loss
-    print(f"== {name} {shape} T={T}: enqueue {enqueue:.3f} ms; phases (median us): "
-          + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in phases.items()), flush=True)
+    print(f"== {name} {shape} T={T}: enqueue {enqueue:.3f} ms; {step_phases(model, args, params)}", flush=True)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(20):
