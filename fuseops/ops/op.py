@@ -22,6 +22,7 @@ from fuseops.ops.executor.execute import run_ops
 # What ``BasicOp.settings`` reads as a setting (an IntEnum is an int; a plain Enum is listed).
 _SETTING_TYPES = (bool, int, float, str, tuple, type(None), enum.Enum, torch.dtype)
 
+
 def _constant(value: Any) -> Any:
     """A setting as a constant of a trace: a float by its hex digits (dynamo makes a float
     attribute that changed between calls symbolic, and specializes it where they are read), in a
