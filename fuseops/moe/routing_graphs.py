@@ -95,6 +95,13 @@ def _signature(t: torch.Tensor | None) -> tuple | None:
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
+def applies(device: torch.device) -> bool:
+    """Whether a call on ``device`` now goes through a graph state (the module docstring's "Not
+    graphed" says when not)."""
+    return (graphed.ENABLED and device.type in graphed.DEVICE_TYPES and not torch.compiler.is_compiling()
+            and torch._C._autograd._top_saved_tensors_default_hooks(False) is None)
+
+
 def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None, ...], static: tuple = (),
          row_map: torch.Tensor | None = None) -> tuple:
     """``run(*inputs)``: a tuple of tensors computed from ``inputs`` and the ``static`` values
@@ -102,8 +109,7 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     ``row_map``: the call's row map, for every call but those that make it (permute's, and
     expert_layer's forward): their third result."""
     device = inputs[0].device
-    if (not graphed.ENABLED or device.type not in graphed.DEVICE_TYPES or torch.compiler.is_compiling()
-            or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None):
+    if not applies(device):
         return run(*inputs)
     owner_ref = None if row_map is None else _owners.get(row_map.data_ptr())
     owner = None if owner_ref is None else owner_ref()

@@ -20,8 +20,10 @@ from fuseops.kernels.gemm.grouped import group_offsets
 from fuseops.ops.executor import op_programs, replay
 from tests.helpers import assert_bitwise, cuda_or_skip
 
-MOE_OPS = {"grouped_gemm_gated", "grouped_gemm", "grouped_gemm_dgrad_gated", "grouped_gemm_wgrad"}
-# Never recorded: their implementations go through the routing's graph states (routing_ops.py).
+MOE_OPS = {"permute", "grouped_gemm_gated", "grouped_gemm", "unpermute", "unpermute_bwd",
+           "grouped_gemm_dgrad_gated", "grouped_gemm_wgrad"}
+# Never recorded themselves: they go through the routing's graph states, or where none serves (here,
+# on the CPU) through the routing kernels' operators above (routing_ops.py).
 ROUTED_OPS = {"routed_permute", "routed_permute_backward", "routed_unpermute", "routed_unpermute_backward"}
 
 
@@ -78,10 +80,10 @@ def _same_as_the_implementations(monkeypatch, steps_of):
 @pytest.mark.parametrize("tokens, poison", [(8, False), (8, True), (1, False)], ids=["plain", "non_finite", "one_token"])
 @pytest.mark.parametrize("kind", ["interpreted", "references"])
 def test_a_compiled_moe_layer_equals_the_implementations(kind, tokens, poison, fresh_programs, monkeypatch):
-    """Interpreted kernels: every expert operator of the step recorded and replayed. References:
+    """Interpreted kernels: every kernel operator of the step recorded and replayed. References:
     the grouped GEMMs walk the offsets on the host, so their recordings are refused and they run
-    as they are (the weight gradient's is recorded). The routing's operators are never recorded:
-    they run through its graph states."""
+    as they are; the routing kernels' operators replay. The routing's own operators are never
+    recorded: without graph states (the CPU) they call the routing kernels' operators."""
     with _kernels(kind):
         replays = _same_as_the_implementations(monkeypatch, lambda: _compiled_steps("cpu", tokens, poison))
     assert replays > 0
@@ -90,7 +92,7 @@ def test_a_compiled_moe_layer_equals_the_implementations(kind, tokens, poison, f
     if kind == "interpreted":
         assert all(held[name] == {"Program"} for name in MOE_OPS), held
     else:
-        assert held["grouped_gemm"] == {"Refusal"}, held
+        assert held["permute"] == {"Program"} and held["grouped_gemm"] == {"Refusal"}, held
 
 
 def _grouped_gemm_args(transposed=False):
