@@ -129,12 +129,13 @@ def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, Gr
         return "module hooks on the experts"
     if current_recipe() is not None:
         return "a fuseops.autocast recipe is active"
-    if torch.is_autocast_enabled(x.device.type):
+    device = x.device
+    if torch.is_autocast_enabled(device.type):
         return "torch.autocast is active"
     if torch._C._are_functorch_transforms_active():
         return "a torch.func transform is active"
     for p in (fc1.weight, fc1.bias, fc2.weight):
-        if p is not None and (p.dtype != x.dtype or p.device != x.device):
+        if p is not None and (p.dtype != x.dtype or p.device != device):
             return "parameters' dtype or device differ from x's"
     return None
 

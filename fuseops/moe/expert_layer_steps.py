@@ -16,7 +16,7 @@ not recorded by ``op_programs`` (a record would skip the graph states).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import torch
@@ -37,10 +37,11 @@ class Gate:
     act: Activation
     kernel_args: dict[str, Any]
 
-    @property
+    @cached_property
     def key(self) -> tuple:
-        """What tells two gates apart, hashable (a graph state's signature)."""
-        return self.act, tuple(sorted(self.kernel_args.items()))
+        """What tells two gates apart, hashable (a graph state's signature: plain values, which
+        hash in C, where an enum member hashes in Python)."""
+        return int(self.act), tuple(sorted(self.kernel_args.items()))
 
     def fields(self) -> tuple:
         """The operators' gate arguments: act, interleaved, clamped, limit, alpha."""

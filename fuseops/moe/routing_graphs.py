@@ -57,21 +57,44 @@ MAX_OWNED = 1024
 # The graph memory the states may hold, as a fraction of the device's memory (module docstring).
 MEMORY_FRACTION = 0.05
 
-_states: dict[tuple, list[graphed.GraphedProgram]] = {}
+
+class _Entry:
+    """One key's states; where its next call starts looking for a free one (in a steady loop the
+    layers call in the same order, so the first state looked at is the free one: not a scan of
+    every layer's state per call); and, per state, the storages of its last eager results, weakly
+    (``_in_use``)."""
+
+    __slots__ = ("states", "next", "eager")
+
+    def __init__(self) -> None:
+        self.states: list[graphed.GraphedProgram] = []
+        self.next = 0
+        self.eager: list[list[StorageWeakRef]] = []
+
+    def _in_use(self, index: int) -> bool:
+        """Whether a result of the state's last call still lives: in graph memory (``busy``), or
+        handed out by an eager run (measuring, eager for good, a busy call)."""
+        eager = self.eager[index]
+        return self.states[index].busy() or (bool(eager) and any(not ref.expired() for ref in eager))
+
+    def free(self) -> int | None:
+        """The index of the first state not in use, from ``next`` on, or None."""
+        count = len(self.states)
+        for i in range(self.next, self.next + count):
+            if not self._in_use(i % count):
+                return i % count
+        return None
+
+
+# The key (owner, signature) is hashed once a call: a signature hashes a tuple per tensor.
+_states: dict[tuple, _Entry] = {}
+# Keys of calls given a row map that no permute state made (their states served before that
+# layer's permute had its graph): dropped once an owned call of their signature comes.
+_unowned: set[tuple] = set()
 # Weak: a state dropped with its key frees its graph and pool.
 _owners: dict[int, weakref.ref] = {}
 # Bytes of one call's results, by signature (from its first call).
 _result_bytes: dict[tuple, int] = {}
-# Where the next call of a key starts looking for a free state (``call``).
-_next_state: dict[tuple, int] = {}
-# The storages of each state's last eager results, weakly (``_in_use``).
-_last_results: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _in_use(state: graphed.GraphedProgram) -> bool:
-    """Whether a result of the state's last call still lives: in graph memory (``busy``), or
-    handed out by an eager run (measuring, eager for good, a busy call)."""
-    return state.busy() or any(not ref.expired() for ref in _last_results.get(state, ()))
 
 
 def _budget(device: torch.device) -> float:
@@ -82,13 +105,13 @@ def _budget(device: torch.device) -> float:
 
 def _held() -> int:
     """Bytes the states may hold in graph memory: those not eager for good."""
-    return sum(_result_bytes.get(key[1:], 0) * sum(s.phase != "eager" for s in kept)
-               for key, kept in _states.items())
+    return sum(_result_bytes.get(key[1:], 0) * sum(s.phase != "eager" for s in entry.states)
+               for key, entry in _states.items())
 
 
 def _drop(key: tuple) -> None:
     _states.pop(key, None)
-    _next_state.pop(key, None)
+    _unowned.discard(key)
 
 
 def _signature(t: torch.Tensor | None) -> tuple | None:
@@ -111,59 +134,59 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     device = inputs[0].device
     if not applies(device):
         return run(*inputs)
-    owner_ref = None if row_map is None else _owners.get(row_map.data_ptr())
-    owner = None if owner_ref is None else owner_ref()
+    owner = None
+    if row_map is not None:
+        owner_ref = _owners.get(row_map.data_ptr())
+        owner = None if owner_ref is None else owner_ref()
     signature = (name, static, *map(_signature, inputs))
-    if owner is not None:
-        # States that served before this layer's permute had its graph: no call meets them again.
+    if owner is not None and _unowned:
         _drop((None, *signature))
     key = (owner, *signature)
-    states = _states.get(key)
-    if states is None:
+    entry = _states.get(key)
+    if entry is None:
         if len(_states) >= MAX_KEYS:
             _drop(next(iter(_states)))
-        states = _states[key] = []
-    # From the state after the one taken last: in a steady loop the layers call in the same order,
-    # so the first state looked at is the free one (not a scan of every layer's state per call).
-    start = _next_state.get(key, 0)
-    order = range(start, start + len(states))
-    index = next((i % len(states) for i in order if not _in_use(states[i % len(states)])), None)
-    state = None if index is None else states[index]
-    if state is None:
+        entry = _states[key] = _Entry()
+        if row_map is not None and owner is None:
+            _unowned.add(key)
+    index = entry.free()
+    new = index is None
+    if new:
         size = _result_bytes.get(signature, 0)  # unknown before the signature's first call
-        if len(states) >= MAX_STATES or _held() + size > _budget(device):
+        if len(entry.states) >= MAX_STATES or _held() + size > _budget(device):
             return run(*inputs)
-        state = graphed.GraphedProgram(run, None, device)
-        states.append(state)
-        index = len(states) - 1
-    _next_state[key] = index + 1
+        entry.states.append(graphed.GraphedProgram(run, None, device))
+        entry.eager.append([])
+        index = len(entry.states) - 1
+    entry.next = index + 1
+    state = entry.states[index]
     out = state.run(inputs)
-    if signature not in _result_bytes:
+    if new and signature not in _result_bytes:
         if len(_result_bytes) >= MAX_KEYS:
             _result_bytes.clear()
         _result_bytes[signature] = sum(t.nbytes for t in out if isinstance(t, torch.Tensor))
     if state.busy():
         # Its results lie in graph memory (a capture or a replay; eager results are never busy).
-        _last_results.pop(state, None)
+        entry.eager[index] = []
         if row_map is None and out[2].numel():  # (every empty row map lies at address 0)
             if len(_owners) >= MAX_OWNED:
                 _owners.clear()
             _owners[out[2].data_ptr()] = weakref.ref(state)
     else:
-        _last_results[state] = [StorageWeakRef(t.untyped_storage()) for t in out
-                                if isinstance(t, torch.Tensor) and t.numel()]
+        entry.eager[index] = [StorageWeakRef(t.untyped_storage()) for t in out
+                              if isinstance(t, torch.Tensor) and t.numel()]
     return out
 
 
 def clear() -> None:
     """Forget every state (their graphs and graph memory are freed with them)."""
     _states.clear()
+    _unowned.clear()
     _owners.clear()
     _result_bytes.clear()
-    _last_results.clear()
-    _next_state.clear()
 
 
 def states() -> dict[tuple, list[Any]]:
-    """The graph states by signature (tests and benchmarks read their phases)."""
-    return _states
+    """The graph states by key, ``(owner, name, static, *input signatures)`` (tests and
+    benchmarks read their phases)."""
+    return {key: entry.states for key, entry in _states.items()}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import weakref
 
 import pytest
 import torch
@@ -92,9 +91,9 @@ def _training(device, T=6, H=8, E=4, K=2, dtype=torch.float32, loop="plain", poi
 
 
 def _same_with_graphs(steps, monkeypatch) -> dict:
-    for name in ("_states", "_owners", "_result_bytes", "_next_state"):
+    for name in ("_states", "_owners", "_result_bytes"):
         monkeypatch.setattr(routing_graphs, name, {})
-    monkeypatch.setattr(routing_graphs, "_last_results", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(routing_graphs, "_unowned", set())
     monkeypatch.setattr(graphed, "ENABLED", False)
     want = steps()
     monkeypatch.setattr(graphed, "ENABLED", True)

@@ -320,7 +320,7 @@ class GraphedProgram:
         # this object holding it (a larger count: a handed-out result still lives).
         self.pool_results: list[torch.Tensor] = []
         self.storages: list[Any] = []
-        self.alone: list[int] = []
+        self.alone: list[tuple[int, int]] = []  # (storage handle, use count), after a capture
         self.plan: list[tuple] = []
         self.misses = 0
         self.settling = 0
@@ -426,7 +426,7 @@ class GraphedProgram:
             self._stay_eager(f"the graph's {differs} differs from the eager run's")
             return written.eager_result()
         # Only this object holds the graph's results now: their storages' use counts alone.
-        self.alone = [torch._C._storage_Use_Count(s._cdata) for s in self.storages]
+        self.alone = [(s._cdata, torch._C._storage_Use_Count(s._cdata)) for s in self.storages]
         _graph_memory.update(t.data_ptr() for t in self.pool_results)
         counts["captured"] += 1
         self.phase = _TRIAL
@@ -499,8 +499,8 @@ class GraphedProgram:
         ``MEASURED_CALLS`` such calls in a row the graph is freed and the program measured again).
         A pinned input that moved elsewhere makes this call capture the program again (its result
         is then the new graph's)."""
-        alive = self._alive()
-        if alive:
+        if self.busy():
+            alive = self._alive()
             counts["busy"] += 1
             # Kept past the next call (an output bound until the next step reassigns it, a
             # gradient kept as ``.grad`` across steps): such results go out as copies from now
@@ -566,11 +566,16 @@ class GraphedProgram:
     def _alive(self) -> set[int]:
         """The results of the last replay (positions in graph memory) that still live."""
         use_count = torch._C._storage_Use_Count
-        return {k for k, (s, n) in enumerate(zip(self.storages, self.alone)) if use_count(s._cdata) != n}
+        return {k for k, (handle, alone) in enumerate(self.alone) if use_count(handle) != alone}
 
     def busy(self) -> bool:
-        """Whether a result of the last replay still lives: the next call would run eagerly."""
-        return bool(self._alive())
+        """Whether a result of the last replay still lives: the next call would run eagerly.
+        (Asked before every call: a loop that stops at the first, not ``_alive``'s set.)"""
+        use_count = torch._C._storage_Use_Count
+        for handle, alone in self.alone:
+            if use_count(handle) != alone:
+                return True
+        return False
 
     def _pinned_slots(self) -> set[int]:
         return {slot for slot, _ in self.pinned}
