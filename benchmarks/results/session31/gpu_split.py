@@ -8,6 +8,10 @@ the span, the host's enqueue and the delay before the first kernel; medians. The
 largest kernels by time a step.
 
     python benchmarks/results/session31/gpu_split.py [shape] [T] [variants...]
+    python benchmarks/results/session31/gpu_split.py dense:gelu:1024:4096 [variants...]
+
+A ``dense:act:T:H`` cell runs the dense stack (``sizes.dense_cell``): variants "eager", "compiled",
+"torch", "torch.compile". Each variant's unprofiled enqueue and synchronised step print first.
 """
 import statistics
 import sys
@@ -22,15 +26,23 @@ from benchmarks import sizes
 from fuseops.ops.executor import graphed
 
 shape = sys.argv[1] if len(sys.argv) > 1 else "qwen3"
-T = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
-names = sys.argv[3:] or ["composition", "composition compiled", "torch.compile", "layer"]
-E, H, F, K = sizes.MOE_SHAPES[shape]
-torch.manual_seed(0)
-mine = sizes.FuseopsMoE(E, H, F).cuda().bfloat16()
-reference = sizes.TorchMoE(mine).cuda()
-models = {"composition": mine, "composition compiled": torch.compile(mine), "torch": reference,
-          "torch.compile": torch.compile(reference), "layer": sizes.FuseopsExpertLayer(mine)}
-args = sizes.moe_args(T, E, H, K)
+if shape.startswith("dense:"):
+    mine, reference, x = sizes.dense_cell(shape[len("dense:"):])
+    T = x.shape[0]
+    names = sys.argv[2:] or ["eager", "compiled", "torch.compile"]
+    models = {"eager": mine, "compiled": torch.compile(mine), "torch": reference,
+              "torch.compile": torch.compile(reference)}
+    args = (x,)
+else:
+    T = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
+    names = sys.argv[3:] or ["composition", "composition compiled", "torch.compile", "layer"]
+    E, H, F, K = sizes.MOE_SHAPES[shape]
+    torch.manual_seed(0)
+    mine = sizes.FuseopsMoE(E, H, F).cuda().bfloat16()
+    reference = sizes.TorchMoE(mine).cuda()
+    models = {"composition": mine, "composition compiled": torch.compile(mine), "torch": reference,
+              "torch.compile": torch.compile(reference), "layer": sizes.FuseopsExpertLayer(mine)}
+    args = sizes.moe_args(T, E, H, K)
 
 
 def busy_union(spans: list[tuple[float, float]]) -> float:
@@ -49,6 +61,10 @@ for name in names:
     for _ in range(40):
         step()
     torch.cuda.synchronize()
+    before = dict(graphed.counts)
+    print(f"-- {name}: enqueue {sizes.enqueue_ms(step, 'cuda', 30):.3f} ms, step {sizes.time_ms(step, 'cuda', 30):.3f} ms; "
+          f"graph counts over them {({k: v - before.get(k, 0) for k, v in graphed.counts.items() if v != before.get(k, 0)})}",
+          flush=True)
     rows = defaultdict(list)
     per_kernel: dict[str, float] = defaultdict(float)
     for _ in range(7):
