@@ -61,15 +61,16 @@ MEMORY_FRACTION = 0.05
 class _Entry:
     """One key's states; where its next call starts looking for a free one (in a steady loop the
     layers call in the same order, so the first state looked at is the free one: not a scan of
-    every layer's state per call); and, per state, the storages of its last eager results, weakly
-    (``_in_use``)."""
+    every layer's state per call); per state, the storages of its last eager results, weakly
+    (``_in_use``); and the bytes of one call's results (``_held``), from its first call."""
 
-    __slots__ = ("states", "next", "eager")
+    __slots__ = ("eager", "next", "result_bytes", "states")
 
     def __init__(self) -> None:
         self.states: list[graphed.GraphedProgram] = []
         self.next = 0
         self.eager: list[list[StorageWeakRef]] = []
+        self.result_bytes = 0
 
     def _in_use(self, index: int) -> bool:
         """Whether a result of the state's last call still lives: in graph memory (``busy``), or
@@ -93,7 +94,8 @@ _states: dict[tuple, _Entry] = {}
 _unowned: set[tuple] = set()
 # Weak: a state dropped with its key frees its graph and pool.
 _owners: dict[int, weakref.ref] = {}
-# Bytes of one call's results, by signature (from its first call).
+# Bytes of one call's results, by signature (from its first call): a new key's first state is
+# budgeted with them (``_held`` counts each key's own, which a clearing of this bound keeps).
 _result_bytes: dict[tuple, int] = {}
 
 
@@ -105,8 +107,7 @@ def _budget(device: torch.device) -> float:
 
 def _held() -> int:
     """Bytes the states may hold in graph memory: those not eager for good."""
-    return sum(_result_bytes.get(key[1:], 0) * sum(s.phase != "eager" for s in entry.states)
-               for key, entry in _states.items())
+    return sum(entry.result_bytes * sum(s.phase != "eager" for s in entry.states) for entry in _states.values())
 
 
 def _drop(key: tuple) -> None:
@@ -150,8 +151,7 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
         if row_map is not None and owner is None:
             _unowned.add(key)
     index = entry.free()
-    new = index is None
-    if new:
+    if index is None:
         size = _result_bytes.get(signature, 0)  # unknown before the signature's first call
         if len(entry.states) >= MAX_STATES or _held() + size > _budget(device):
             return run(*inputs)
@@ -161,10 +161,12 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     entry.next = index + 1
     state = entry.states[index]
     out = state.run(inputs)
-    if new and signature not in _result_bytes:
-        if len(_result_bytes) >= MAX_KEYS:
-            _result_bytes.clear()
-        _result_bytes[signature] = sum(t.nbytes for t in out if isinstance(t, torch.Tensor))
+    if not entry.result_bytes:
+        entry.result_bytes = sum(t.nbytes for t in out if isinstance(t, torch.Tensor))
+        if signature not in _result_bytes:
+            if len(_result_bytes) >= MAX_KEYS:
+                _result_bytes.clear()
+            _result_bytes[signature] = entry.result_bytes
     if state.busy():
         # Its results lie in graph memory (a capture or a replay; eager results are never busy).
         entry.eager[index] = []

@@ -206,6 +206,16 @@ def test_graph_memory_is_bounded(cpu_graphs, monkeypatch):  # noqa: F811
     assert counted.get("permute") == 1, counted
 
 
+def test_held_memory_survives_the_sizes_bound(cpu_graphs, monkeypatch):  # noqa: F811
+    """The by-signature sizes are cleared past ``MAX_KEYS`` (many token counts): the memory the
+    kept states hold is still counted, so the budget still bounds the states made after."""
+    _same_with_graphs(_training("cpu"), monkeypatch)
+    held = routing_graphs._held()
+    assert held > 0
+    routing_graphs._result_bytes.clear()
+    assert routing_graphs._held() == held
+
+
 def test_not_graphed_under_saved_tensor_hooks(cpu_graphs, monkeypatch):  # noqa: F811
     """Offloading moves saved tensors off the device: one in graph memory would stay allocated in
     the graph's pool, so under saved-tensor hooks the calls run as they are."""
