@@ -1,10 +1,14 @@
 """The MoE expert layer under each quantized recipe against our bf16 layer, timed as an
 optimizer step of 1 and of 8 micro-batches (issue 24).
 
-The layer is ``benchmarks.moe_layer``'s fuseops layer (permute -> GroupedLinear, scaled
-SwiGLU, GroupedLinear -> unpermute) at the Qwen3-30B-A3B and Mixtral-8x7B shapes, T tokens
-per micro-batch. One optimizer step = ``n`` micro-batches of forward+backward (gradients of
-the expert weights accumulate; the input's and router weights' are dropped after each), then
+The layer is ``benchmarks.moe_layer``'s fuseops layer (``fuseops.moe.expert_layer``: under
+the FP8 recipes its quantized Function, fuseops/moe/expert_layer_quantized.py, which quantizes
+the permuted tokens and their gradients straight from the tokens; under MXFP8 and NVFP4 the
+composition) at the Qwen3-30B-A3B and Mixtral-8x7B shapes, T tokens per micro-batch. The
+``fp8 ... composed`` rows run the composition (permute -> GroupedLinear, scaled SwiGLU,
+GroupedLinear -> unpermute) under the same recipe: the path before that Function, in the same
+run. One optimizer step = ``n`` micro-batches of forward+backward (gradients of the expert
+weights accumulate; the input's and router weights' are dropped after each), then
 one in-place update of both expert weights (``w -= 1e-6 * grad``: what an optimizer's step
 does to the version counters, so the quantized-weight cache re-quantizes once per step), then
 the gradients are set to None. Each row reports ms per micro-batch (the step's time / n),
@@ -21,7 +25,8 @@ those two guards.
 Timing as in ``benchmarks.moe_layer``: ``do_bench`` medians (L2 flushed before each step) in
 interleaved rounds, or ``--timing sustained``. ``--smoke`` runs on the CPU through the torch
 references at E=4, T=64, H=64, I=32, K=2, times with ``time.perf_counter`` and checks that
-the cached and uncached layers give bit-identical outputs and gradients over two steps.
+the cached and uncached layers give bit-identical outputs and gradients over two steps, and
+the layer and the composition too.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from pathlib import Path
 import torch
 
 import fuseops
-from benchmarks.moe_layer import SHAPES, Case, fuseops_layer, make_case, quantized
+from benchmarks.moe_layer import SHAPES, Case, composed_layer, fuseops_layer, make_case, quantized
 from fuseops.fusions import backward_quantized_gated_mlp, forward_quantized_grouped_mlp
 
 SMOKE_SHAPES = {"smoke": dict(E=4, T=64, H=64, I=32, K=2)}
@@ -47,6 +52,8 @@ RECIPES = {
     "mxfp8": fuseops.recipes.MXFP8(),
     "nvfp4": fuseops.recipes.NVFP4(),
 }
+# The recipes under which expert_layer runs its quantized Function: the composition is timed beside it.
+QUANTIZED_LAYER = ("fp8 current", "fp8 blockwise")
 CADENCES = (1, 8)
 LR = 1e-6
 
@@ -77,6 +84,8 @@ def layers(case: Case, recipe_names: list[str], args) -> dict[str, Callable[[], 
     for name in recipe_names:
         recipe = RECIPES[name]
         impls[name] = quantized(fuseops_layer(case), recipe)
+        if name in QUANTIZED_LAYER:
+            impls[f"{name} composed"] = quantized(composed_layer(case), recipe)
         if args.nocache:
             impls[f"{name} nocache"] = quantized(fuseops_layer(case), dataclasses.replace(recipe, cache_weights=False))
         if args.ab_fusions:
@@ -124,17 +133,22 @@ def time_ms(fn: Callable[[], None], args) -> float:
 
 
 def bitwise_check(case: Case, recipe_names: list[str]) -> dict[str, bool]:
-    """Two optimizer steps of 2 micro-batches, cached against uncached: outputs and
+    """Two optimizer steps of 2 micro-batches, cached against uncached (and, where
+    ``expert_layer`` runs its quantized Function, against the composition): outputs and
     gradients identical bit for bit (each run starts from the same weights)."""
     w1, w2 = case.w1.detach().clone(), case.w2.detach().clone()
     result = {}
     for name in recipe_names:
         runs = []
-        for recipe in (RECIPES[name], dataclasses.replace(RECIPES[name], cache_weights=False)):
+        uncached = dataclasses.replace(RECIPES[name], cache_weights=False)
+        variants = [(fuseops_layer, RECIPES[name]), (fuseops_layer, uncached)]
+        if name in QUANTIZED_LAYER:
+            variants.append((composed_layer, RECIPES[name]))
+        for make, recipe in variants:
             with torch.no_grad():
                 case.w1.copy_(w1)
                 case.w2.copy_(w2)
-            layer, got = quantized(fuseops_layer(case), recipe), []
+            layer, got = quantized(make(case), recipe), []
             for _ in range(2):
                 for _ in range(2):
                     y = layer()
@@ -144,7 +158,8 @@ def bitwise_check(case: Case, recipe_names: list[str]) -> dict[str, bool]:
                 got += [case.w1.grad.clone(), case.w2.grad.clone()]
                 optimizer_step(case, lambda: None, 0)()
             runs.append(got)
-        result[name] = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(*runs))
+        result[name] = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+                           for run in runs[1:] for a, b in zip(runs[0], run, strict=True))
     with torch.no_grad():
         case.w1.copy_(w1)
         case.w2.copy_(w2)
@@ -220,7 +235,7 @@ def main() -> None:
     out.write_text(json.dumps(dict(**meta, **extra, rows=rows), indent=1))
     print(f"\n{out} ({time.time() - start:.0f} s)")
     if args.smoke and not all(extra["bitwise_cached_vs_uncached"].values()):
-        raise SystemExit("cached and uncached layers differ")
+        raise SystemExit("cached and uncached layers (or the layer and the composition) differ")
 
 
 if __name__ == "__main__":

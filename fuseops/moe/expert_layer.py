@@ -24,8 +24,10 @@ summed per token only after FC1's weight gradient. memory_model.py has the accou
   shape. The default mode releases its saved tensors early only when the backward frees the
   graph and no saved-tensor hooks (offloading) hold them.
 
-Everything stays on the device: no host sync, and the step captures in a CUDA graph. Where
-the fused path does not apply (``expert_layer_fallback`` says why) the composition runs.
+Everything stays on the device: no host sync, and the step captures in a CUDA graph. Under an
+FP8 recipe (``fuseops.autocast``) the layer is ``expert_layer_quantized.py``'s Function, whose
+GEMMs read the permuted tokens and their gradients quantized straight from ``x`` and ``dy``.
+Where neither applies (``expert_layer_fallback`` says why) the composition runs.
 
 The forward and the backward bodies are in ``expert_layer_steps.py``: each goes through a graph
 state of ``routing_graphs`` (one per layer, decided by measurement as the routing's calls are):
@@ -44,6 +46,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from fuseops.moe import expert_layer_steps as steps
+from fuseops.moe.expert_layer_quantized import QuantizedExpertLayer, unserved
 from fuseops.moe.routing import check_routing, check_weights, permute_checked, unpermute
 from fuseops.ops import _checks
 from fuseops.ops.executor.saved_state import graph_freed_after_backward
@@ -104,13 +107,16 @@ def _hooked(module: torch.nn.Module) -> bool:
                 or module._backward_pre_hooks)
 
 
-def expert_layer_fallback(x: torch.Tensor, weights: torch.Tensor | None, experts: Any) -> str | None:
+def expert_layer_fallback(x: torch.Tensor, weights: torch.Tensor | None, experts: Any, *,
+                          lean: bool = False) -> str | None:
     """Why ``expert_layer`` runs ``permute -> experts -> unpermute`` instead of its fused
-    Function for these arguments, or None when it fuses."""
-    return _fallback(x, experts, _parts(experts))
+    Function for these arguments, or None when it fuses (under an FP8 recipe: its quantized
+    Function, ``expert_layer_quantized.py``)."""
+    return _fallback(x, experts, _parts(experts), _checks.flag("lean", lean))
 
 
-def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, GroupedLinear]) -> str | None:
+def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, GroupedLinear],
+              lean: bool) -> str | None:
     """``expert_layer_fallback`` for ``experts`` split into ``parts``: the first reason that
     applies, checked in order and no further (every call of the layer asks)."""
     fc1, act, fc2 = parts
@@ -127,8 +133,13 @@ def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, Gr
         return "accumulate_into_main_grad"
     if _hooked(experts) or _hooked(fc1) or _hooked(act) or _hooked(fc2):
         return "module hooks on the experts"
-    if current_recipe() is not None:
-        return "a fuseops.autocast recipe is active"
+    if (recipe := current_recipe()) is not None:
+        if reason := unserved(recipe):
+            return reason
+        if lean:
+            return "lean under a recipe: the quantized layer keeps FC1's pre-activation"
+        if x.dtype == torch.float64:
+            return "float64 x: the quantized GEMMs take float32, float16 or bfloat16"
     device = x.device
     if torch.is_autocast_enabled(device.type):
         return "torch.autocast is active"
@@ -161,7 +172,11 @@ def expert_layer(
         experts: ``fuseops.Sequential(GroupedLinear(E, H, 2F), gated activation,
             GroupedLinear(E, F, H))``; a scaled gated activation gets the weights as its probs.
             Other activations (``GroupedLinear(E, H, F)``, then e.g. GELU) run the composition.
-        lean: also recompute FC1's pre-activation in the backward instead of keeping it.
+        lean: also recompute FC1's pre-activation in the backward instead of keeping it (not
+            under a recipe: the composition runs).
+    Under ``fuseops.autocast(recipe=FP8CurrentScaling()`` or ``FP8Blockwise())`` the GEMMs are
+    quantized (``expert_layer_quantized.py``; the composition's results, bit for bit).
+
     Returns:
         ``y`` [T, H] in ``x``'s dtype; differentiable in ``x``, ``weights`` and the experts'
         parameters.
@@ -173,8 +188,11 @@ def expert_layer(
     if x.shape[1] != fc1.in_features:
         raise ValueError(f"x: expected {fc1.in_features} features (the experts' in_features), got {x.shape[1]}")
     weights = check_weights(weights, expert_ids.shape, "expert_ids'", x, "x")
-    if _fallback(x, experts, parts) is None:
+    if _fallback(x, experts, parts, lean) is None:
         gate = steps.Gate(act.act, act.kernel_args)
+        if (recipe := current_recipe()) is not None:
+            return QuantizedExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, recipe,
+                                              torch.is_grad_enabled(), check)
         return _ExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, lean,
                                   torch.is_grad_enabled(), check)
     x_sorted, split_sizes, row_map = permute_checked(x, expert_ids, fc1.num_groups, check)

@@ -59,12 +59,12 @@ def _gather_rows(x: torch.Tensor, row_map: torch.Tensor) -> torch.Tensor:
     return x_sorted
 
 
-def _sum_rows(rows: torch.Tensor, row_map: torch.Tensor) -> torch.Tensor:
+def sum_token_rows(rows: torch.Tensor, row_map: torch.Tensor) -> torch.Tensor:
     """``out[t] = sum_k rows[row_map[t, k]]``, in float32, k in order (deterministic)."""
     return launcher(Kernel.UNPERMUTE, rows)(rows, row_map, None)
 
 
-def _token_of_rows(row_map: torch.Tensor) -> torch.Tensor:
+def token_of_rows(row_map: torch.Tensor) -> torch.Tensor:
     """[T*K] int64: the token whose row each sorted row is (``row_map``'s inverse, // K)."""
     flat = row_map.reshape(-1)
     tokens = torch.arange(flat.numel(), device=flat.device) // row_map.shape[1]
@@ -92,7 +92,7 @@ def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: Gate, keep: bool, chec
                                       probs=probs, save_preact=keep, **gate.kernel_args)
     y_sorted, _ = library.grouped_gemm(h, w2.transpose(1, 2), offsets)
     del h
-    return _sum_rows(y_sorted, row_map), x_sorted if keep else None, row_map, z, probs, offsets
+    return sum_token_rows(y_sorted, row_map), x_sorted if keep else None, row_map, z, probs, offsets
 
 
 def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple) -> tuple:
@@ -123,11 +123,11 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
     dx = dw1 = db1 = None
     if need_x:
         dx_sorted, _ = library.grouped_gemm(dz, w1, offsets)
-        dx = _sum_rows(dx_sorted, row_map)
+        dx = sum_token_rows(dx_sorted, row_map)
         del dx_sorted
     if need_w1 and lean:
         # x's rows gathered inside the wgrad's loads: no x_sorted at this, lean's peak stage.
-        dw1 = library.grouped_gemm_wgrad(dz, x, offsets, x_rows=_token_of_rows(row_map))
+        dw1 = library.grouped_gemm_wgrad(dz, x, offsets, x_rows=token_of_rows(row_map))
     elif need_w1:
         dw1 = library.grouped_gemm_wgrad(dz, x_sorted, offsets)
     if need_b1:

@@ -22,7 +22,8 @@ from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 _INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
-def _check(x: object, fmt: QuantFormat, offsets: torch.Tensor | None, rowwise: bool, columnwise: bool) -> None:
+def _check(x: object, fmt: QuantFormat, offsets: torch.Tensor | None, rowwise: bool, columnwise: bool,
+           rows: torch.Tensor | None) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in _INPUT_DTYPES:
@@ -34,6 +35,8 @@ def _check(x: object, fmt: QuantFormat, offsets: torch.Tensor | None, rowwise: b
             raise TypeError(f"{name}: expected True or False, got {value!r}")
     if not (rowwise or columnwise):
         raise ValueError("rowwise, columnwise: expected at least one of them True, got both False")
+    if rows is not None:
+        _check_rows(x, fmt, rows)
     if offsets is None:
         return
     if x.dim() != 2:
@@ -45,7 +48,32 @@ def _check(x: object, fmt: QuantFormat, offsets: torch.Tensor | None, rowwise: b
         raise ValueError(f"offsets: expected a tensor on {x.device} (x's device), got {offsets.device}")
     if fmt.block_2d:
         raise ValueError("offsets: 128x128 weight tiles need stacked weights [G, N, K] (no offsets), got grouped rows")
-    _check_offsets_fit(offsets, x.shape[0])
+    _check_offsets_fit(offsets, x.shape[0] if rows is None else rows.shape[0])
+
+
+def _check_rows(x: torch.Tensor, fmt: QuantFormat, rows: object) -> None:
+    """``rows`` picks rows of a 2-dim ``x``: a 1-dim integer tensor on ``x``'s device, each in
+    [0, rows of x). The range is checked as ``_check_offsets_fit`` checks offsets: a ValueError
+    on CPU, ``torch._assert_async`` on a device and under torch.compile (no host sync)."""
+    if not isinstance(rows, torch.Tensor) or rows.dim() != 1 or rows.is_floating_point() or rows.is_complex() \
+            or rows.dtype == torch.bool:
+        got = f"{rows.dtype} {list(rows.shape)}" if isinstance(rows, torch.Tensor) else type(rows).__name__
+        raise ValueError(f"rows: expected a 1-dim integer tensor (indices of x's rows), got {got}")
+    if x.dim() != 2:
+        raise ValueError(f"x: expected [rows, features] with rows, got shape {list(x.shape)}")
+    if rows.device != x.device:
+        raise ValueError(f"rows: expected a tensor on {x.device} (x's device), got {rows.device}")
+    if fmt.block_2d:
+        raise ValueError("rows: 128x128 tiles quantize whole stacked weights, not picked rows")
+    if not rows.numel():
+        return
+    inside = ((rows >= 0) & (rows < x.shape[0])).all()
+    if rows.device.type == "cpu" and not torch.compiler.is_compiling():
+        if not bool(inside):
+            raise ValueError(f"rows: expected indices in [0, {x.shape[0]}) (x's rows), got values from "
+                             f"{int(rows.min())} to {int(rows.max())}")
+    else:
+        torch._assert_async(inside, "rows: expected indices in [0, x's row count)")
 
 
 def _check_offsets_fit(offsets: torch.Tensor, rows: int) -> None:
@@ -74,6 +102,7 @@ def quantize(
     rowwise: bool = True,
     columnwise: bool = False,
     offsets: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
 ) -> QuantizedTensor:
     """Quantize ``x`` in ``recipe``'s format for ``role``.
 
@@ -89,6 +118,10 @@ def quantize(
         offsets: int [G + 1] device offsets of the row groups of a 2-dim ``x`` [M, C]
             (mixture of experts): each group gets its own tensor scale, and the column-wise
             copy a per-group padded layout. Returns a ``GroupedQuantizedTensor``.
+        rows: int [R] indices of a 2-dim ``x``'s rows: quantize ``x[rows]`` [R, C] (grouped by
+            ``offsets``, which then end at R) without writing it out, each row read where it
+            lies in ``x``: MoE's permuted tokens, ``x`` the tokens and ``rows`` each sorted
+            row's token. Bit for bit ``quantize(x[rows], ...)``; not for 128x128 tiles.
     Returns:
         The storage (``fuseops.quant.storage``); partial blocks at the edges are zero-padded.
     """
@@ -97,12 +130,18 @@ def quantize(
         raise TypeError("recipe: expected a fuseops.recipes instance, got None")
     role = as_role(role)
     fmt = recipe.format(role)
-    _check(x, fmt, offsets, rowwise, columnwise)
+    _check(x, fmt, offsets, rowwise, columnwise, rows)
     C = x.shape[-1]
+    shape = x.shape
+    if rows is not None:
+        rows = rows.to(torch.int64)
+        shape = torch.Size((rows.shape[0], C))
     stacked = role == TensorRole.WEIGHT and x.dim() == 3 and offsets is None
     if offsets is not None:
         offsets = offsets.to(torch.int64)
         x3, tensors = x[None], offsets.shape[0] - 1
+    elif rows is not None:
+        x3, tensors = x[None], 1
     elif stacked:
         x3, tensors = x, x.shape[0]
     else:
@@ -110,7 +149,7 @@ def quantize(
         x3, tensors = x.reshape(1, math.prod(x.shape[:-1]), C), 1
     encode = tensor_scale = None
     if fmt.scaling in (Scaling.TENSOR, Scaling.NVFP4):
-        amax = quantized_launcher(Kernel.AMAX, x3)(x3, offsets, tensors)
+        amax = quantized_launcher(Kernel.AMAX, x3)(x3, offsets, tensors, rows=rows)
         scales = quantized_launcher(Kernel.TENSOR_SCALES, x3)
         encode, tensor_scale = scales(amax, tensor_qmax(fmt.scaling, fmt.element))
     # Row-wise blocks never cross rows, so without the column-wise copy (whose layout is per
@@ -120,15 +159,15 @@ def quantize(
     kernel_offsets = None if fmt.scaling in (Scaling.BLOCK, Scaling.MX) and not columnwise else offsets
     launch = quantized_launcher(Kernel.QUANTIZE, x3)
     bufs = launch(x3, kernel_offsets, encode, scaling=fmt.scaling, element=fmt.element, block_2d=fmt.block_2d,
-                  rowwise=rowwise, columnwise=columnwise)
-    common = {"format": fmt, "shape": x.shape, "dtype": x.dtype, "tensor_scale": tensor_scale}
+                  rowwise=rowwise, columnwise=columnwise, rows=rows)
+    common = {"format": fmt, "shape": shape, "dtype": x.dtype, "tensor_scale": tensor_scale}
     if stacked:
         return QuantizedTensor(**common, **bufs._asdict(), stacked=True)
     data, scale, data_t, scale_t = (None if t is None else t[0] for t in bufs)
     if data is not None:
-        data = data.view(*x.shape[:-1], data.shape[-1])
+        data = data.view(*shape[:-1], data.shape[-1])
         if scale is not None and not fmt.block_2d:
-            scale = scale.view(*x.shape[:-1], scale.shape[-1])
+            scale = scale.view(*shape[:-1], scale.shape[-1])
     buffers = {"data": data, "scale": scale, "data_t": data_t, "scale_t": scale_t}
     if offsets is not None:
         return GroupedQuantizedTensor(**common, **buffers, offsets=offsets)

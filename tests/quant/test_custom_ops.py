@@ -60,10 +60,14 @@ def fmt(recipe, role=TensorRole.INPUT):
 def test_amax_and_tensor_scales_ops(rows):
     offsets = offsets_of(SPLITS[rows])
     x = torch.randn(1, int(offsets[-1]), 40, dtype=torch.bfloat16)
-    check(quantize._amax_op, (x, offsets, 3))
-    check(quantize._amax_op, (torch.randn(2, 5, 40), None, 2))
-    amax = quantize._amax_op(x, offsets, 3)
+    check(quantize._amax_op, (x, offsets, 3, None))
+    check(quantize._amax_op, (torch.randn(2, 5, 40), None, 2, None))
+    amax = quantize._amax_op(x, offsets, 3, None)
     assert torch.equal(amax, launcher(Kernel.AMAX, x)(x, offsets, 3))
+    # Picked rows (MoE's permuted tokens): the amaxes of x[:, picked].
+    picked = torch.randint(0, max(1, x.shape[1]), (x.shape[1],))
+    check(quantize._amax_op, (x, offsets, 3, picked))
+    assert torch.equal(quantize.amax(x, offsets, 3, rows=picked), launcher(Kernel.AMAX, x)(x[:, picked], offsets, 3))
     check(quantize._tensor_scales_op, (torch.tensor([0.0, 3.0, 448.0]), 448.0))
 
 
@@ -76,8 +80,18 @@ def test_quantize_op(recipe, rows):
     encode = torch.tensor([2.0, 1.0, 0.5]) if recipe.format(TensorRole.INPUT).scaling.name in ("TENSOR", "NVFP4") \
         else None
     for rowwise, columnwise in ((True, True), (False, True), (True, False)):
-        args = (x, offsets, encode, int(scaling), int(element), False, rowwise, columnwise)
+        args = (x, offsets, encode, int(scaling), int(element), False, rowwise, columnwise, None)
         check(quantize._quantize_op, args)
+        # Picked rows: x's rows in another order and count, grouped by the same offsets.
+        tokens = x[:, : max(1, x.shape[1] // 2)]
+        picked = torch.randint(0, max(1, tokens.shape[1]), (x.shape[1],))
+        check(quantize._quantize_op, (tokens, *args[1:-1], picked))
+        got = quantize.quantize(tokens, offsets, encode, scaling=scaling, element=element, rowwise=rowwise,
+                                columnwise=columnwise, rows=picked)
+        want = launcher(Kernel.QUANTIZE, x)(tokens[:, picked], offsets, encode, scaling=scaling, element=element,
+                                            rowwise=rowwise, columnwise=columnwise)
+        for name, g, w in zip(want._fields, got, want, strict=True):
+            assert_bitwise(g, w, name)
         got = quantize.quantize(x, offsets, encode, scaling=scaling, element=element, rowwise=rowwise,
                                 columnwise=columnwise)
         want = launcher(Kernel.QUANTIZE, x)(x, offsets, encode, scaling=scaling, element=element,
@@ -89,7 +103,7 @@ def test_quantize_op(recipe, rows):
 def test_quantize_op_with_128x128_tiles():
     w = torch.randn(2, 130, 64)
     scaling, element = fmt(fuseops.recipes.FP8Blockwise(), TensorRole.WEIGHT)
-    check(quantize._quantize_op, (w, None, None, int(scaling), int(element), True, True, True))
+    check(quantize._quantize_op, (w, None, None, int(scaling), int(element), True, True, True, None))
 
 
 def _grouped(recipe, rows, columnwise=False, role=TensorRole.INPUT, width=128):

@@ -261,6 +261,73 @@ def test_empty_last_dim_quantizes_to_empty_storage(name):
             assert y.shape == x.shape and y.dtype == x.dtype
 
 
+@pytest.mark.parametrize("path", _paths())
+@pytest.mark.parametrize("layout", ["dense", "grouped"])
+@pytest.mark.parametrize("name", RECIPES)
+def test_picked_rows_equal_quantizing_the_gathered_tensor(name, layout, path):
+    """``rows=`` quantizes ``x[rows]`` without writing it out (MoE's permuted tokens): the same
+    storage, bit for bit, for every copy and role, with repeated and unpicked rows, an empty
+    group, and rows holding an inf and a NaN (their groups' scales come from the finite rest)."""
+    x = (torch.randn(9, 160, device=DEVICE) * 3).to(torch.bfloat16)
+    x[2, 7], x[5, 100] = float("inf"), float("nan")
+    picked = torch.tensor([3, 0, 8, 8, 1, 2, 5, 0, 3, 3, 6, 2, 7, 1], device=DEVICE)
+    offsets = group_offsets(torch.tensor([4, 0, 7, 3], device=DEVICE)) if layout == "grouped" else None
+    for role in ("input", "grad"):
+        for rowwise, columnwise in ((True, False), (False, True), (True, True)):
+            kw = dict(role=role, rowwise=rowwise, columnwise=columnwise, offsets=offsets)
+            got = _quantize(x, RECIPES[name], path, rows=picked, **kw)
+            assert got.shape == (14, 160)
+            assert_same_storage(got, _quantize(x[picked], RECIPES[name], path, **kw))
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_no_picked_rows_quantize_to_empty_storage(name):
+    x = torch.randn(5, 64, device=DEVICE)
+    none = torch.zeros(0, dtype=torch.int64, device=DEVICE)
+    for path in (False, True):
+        q = _quantize(x, RECIPES[name], path, rows=none, columnwise=True,
+                      offsets=torch.zeros(3, dtype=torch.int64, device=DEVICE))
+        assert q.dequantize().shape == (0, 64)
+
+
+def test_picked_rows_errors_name_argument_given_and_expected():
+    x = torch.randn(6, 32)
+    recipe = recipes.FP8CurrentScaling()
+    cases = [
+        (dict(rows=torch.tensor([0.0, 1.0])),
+         r"rows: expected a 1-dim integer tensor \(indices of x's rows\), got torch.float32"),
+        (dict(rows=torch.tensor([[0, 1]])), r"rows: expected a 1-dim integer tensor .*got torch.int64 \[1, 2\]"),
+        (dict(rows=[0, 1]), r"rows: expected a 1-dim integer tensor .*got list"),
+        (dict(rows=torch.tensor([0, 6])), r"rows: expected indices in \[0, 6\) \(x's rows\), got values from 0 to 6"),
+        (dict(rows=torch.tensor([-1, 2])), r"rows: expected indices in \[0, 6\) \(x's rows\), got values from -1 to 2"),
+        (dict(rows=torch.tensor([0, 1, 2]), offsets=torch.tensor([0, 2, 4])),
+         r"offsets: expected non-decreasing row offsets from 0 to 3 \(x's rows\)"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            quantize(x, recipe, **kwargs)
+    with pytest.raises(ValueError, match=r"x: expected \[rows, features\] with rows, got shape \[2, 3, 32\]"):
+        quantize(torch.randn(2, 3, 32), recipe, rows=torch.tensor([0]))
+    with pytest.raises(ValueError, match="rows: 128x128 tiles quantize whole stacked weights"):
+        quantize(x, recipes.FP8Blockwise(), role="weight", rows=torch.tensor([0]))
+
+
+@pytest.mark.gpu
+def test_gpu_picked_rows_out_of_range_fail_on_the_stream_without_a_sync():
+    from tests.helpers import run_device_assert
+
+    out = run_device_assert(
+        "import torch; from fuseops.quant import quantize, recipes\n"
+        "x = torch.randn(4, 32, device='cuda')\n"
+        "rows = torch.tensor([0, 4], device='cuda')\n"
+        "torch.cuda.set_sync_debug_mode('error')\n"
+        "quantize(x, recipes.FP8CurrentScaling(), rows=rows, columnwise=True)\n"
+        "torch.cuda.set_sync_debug_mode('default')\n"
+        "torch.cuda.synchronize()\n")
+    assert out.returncode != 0 and "device-side assert" in out.stderr, out.stderr
+    assert "rows" in out.stderr and "called a synchronizing CUDA operation" not in out.stderr, out.stderr
+
+
 @pytest.mark.parametrize("offsets", [[0, 2, 5], [1, 2, 4], [0, 3, 2, 4], [0, 2, 3]])
 def test_offsets_that_do_not_fit_the_rows_are_rejected(offsets):
     x = torch.randn(4, 32)

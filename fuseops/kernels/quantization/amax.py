@@ -4,6 +4,7 @@ NVFP4's tensor scale), so that the cast kernel reads its scale without a host sy
 ``amax``: ``x`` [B, R, C] holds B tensors, or with ``offsets`` [G + 1] one [M, C] tensor whose
 row groups are the tensors; ``amax[t] = max |x of tensor t|`` over its finite elements (0 for
 an empty one, or one without a finite element): a NaN or inf never sets a tensor's scale.
+With ``rows`` the tensor is ``x[0, rows]``, its rows read where they lie (``quantize.py``).
 ``tensor_scales``: the encode and decode scales of quantization/formats.py from the amaxes, in one
 launch. Tiling: one amax program per [BLOCK_R, STEPS * BLOCK_C] strip (for grouped rows, per
 strip of the padded layout, inside one group) folds its tiles elementwise, STAGES - 1 tiles
@@ -48,16 +49,16 @@ def _config() -> AmaxConfig:
 
 
 @triton.jit
-def amax_kernel(x, offsets, amax, R, C, G, stride_xb, stride_xr,
+def amax_kernel(x, src_rows, offsets, amax, R, C, G, stride_xb, stride_xr,
                 GROUPED: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
-                BLOCK_G: tl.constexpr, STEPS: tl.constexpr, STAGES: tl.constexpr):
+                BLOCK_G: tl.constexpr, STEPS: tl.constexpr, STAGES: tl.constexpr, GATHER: tl.constexpr):
     # STEPS column tiles per program: one atomic per STEPS tiles keeps them off the memory path.
     pid_b = tl.program_id(2)
     g, row0, rows = tile_rows(offsets, tl.program_id(0), pid_b, R, G, GROUPED, BLOCK_R, BLOCK_G)
     acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
     for step in tl.range(STEPS, num_stages=STAGES):
-        tile = load_tile(x, pid_b, row0, rows, tl.program_id(1) * STEPS + step, C, stride_xb,
-                         stride_xr, BLOCK_R, BLOCK_C)
+        tile = load_tile(x, src_rows, pid_b, row0, rows, tl.program_id(1) * STEPS + step, C, stride_xb,
+                         stride_xr, BLOCK_R, BLOCK_C, GATHER)
         acc = tl.maximum(acc, finite_abs(tile))
     # Non-negative float32 maxima are order-independent: the result is deterministic.
     tl.atomic_max(amax + g, tl.max(acc))
@@ -74,30 +75,36 @@ def tensor_scales_kernel(amax, encode, decode, G, QMAX: tl.constexpr, BLOCK_G: t
     tl.store(decode + offs, tl.math.div_rn(tl.zeros_like(enc) + 1.0, enc), mask=mask)
 
 
-def amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int) -> torch.Tensor:
+def amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int, *,
+         rows: torch.Tensor | None = None) -> torch.Tensor:
     """float32 [num_groups] ``max |x|`` of each tensor of ``x`` [B, R, C] (module docstring).
 
     Args:
         x: [B, R, C], last dim contiguous.
         offsets: int64 [G + 1] row offsets of a grouped ``x`` (B = 1), or None (G = B).
         num_groups: G.
+        rows: int64 [R'] indices into ``x``'s rows (B = 1): the amaxes of ``x[0, rows]``, read
+            where its rows lie (``quantize.quantize``'s ``rows``).
     """
-    return launch_amax(x, offsets, num_groups, _config())
+    return launch_amax(x, offsets, num_groups, _config(), rows=rows)
 
 
-def launch_amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int, cfg: AmaxConfig) -> torch.Tensor:
+def launch_amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int, cfg: AmaxConfig, *,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
     """``amax`` with an explicit tiling (the benchmark's sweep)."""
     B, R, C = x.shape
+    if rows is not None:
+        R = rows.shape[0]
     out = torch.zeros(num_groups, dtype=torch.float32, device=x.device)
-    if x.numel() == 0:
+    if B * R * C == 0:
         return out
     x = x if x.stride(2) == 1 else x.contiguous()
     rp = padded_rows(R, num_groups) if offsets is not None else R
     steps = min(cfg.steps, cdiv(C, cfg.block_c))
     launch(amax_kernel, (cdiv(rp, cfg.block_r), cdiv(C, cfg.block_c * steps), B),
-        x, offsets if offsets is not None else out, out, R, C, num_groups, x.stride(0), x.stride(1),
-        GROUPED=offsets is not None, BLOCK_R=cfg.block_r, BLOCK_C=cfg.block_c,
-        BLOCK_G=max(16, next_power_of_2(num_groups)), STEPS=steps, STAGES=cfg.stages,
+        x, rows if rows is not None else out, offsets if offsets is not None else out, out, R, C, num_groups,
+        x.stride(0), x.stride(1), GROUPED=offsets is not None, BLOCK_R=cfg.block_r, BLOCK_C=cfg.block_c,
+        BLOCK_G=max(16, next_power_of_2(num_groups)), STEPS=steps, STAGES=cfg.stages, GATHER=rows is not None,
         num_warps=cfg.num_warps,
     )
     return out
@@ -114,9 +121,12 @@ def tensor_scales(amax: torch.Tensor, qmax: float) -> tuple[torch.Tensor, torch.
     return encode, decode
 
 
-def reference_amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int) -> torch.Tensor:
+def reference_amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int, *,
+                   rows: torch.Tensor | None = None) -> torch.Tensor:
     """``amax[b] = max |x[b]|``, or ``amax[g] = max |x[0, offsets[g]:offsets[g+1]]|`` (0 if empty),
-    over finite elements only."""
+    over finite elements only; of ``x[:, rows]`` with ``rows``."""
+    if rows is not None:
+        x = x.index_select(1, rows)
     a = reference_finite_abs(x)
     if offsets is None:
         return a.flatten(1).amax(1) if a.numel() else torch.zeros(num_groups, device=x.device)

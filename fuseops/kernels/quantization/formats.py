@@ -306,14 +306,26 @@ def tile_rows(offsets, pid_r, pid_b, R, G, GROUPED: tl.constexpr, BLOCK_R: tl.co
 
 
 @triton.jit
-def load_tile(x, pid_b, row0, rows, pid_c, C, stride_xb, stride_xr, BLOCK_R: tl.constexpr,
-              BLOCK_C: tl.constexpr):
-    """Float32 [BLOCK_R, BLOCK_C] tile at (row0, column tile pid_c), zeros outside."""
+def source_rows(src_rows, rows, mask, GATHER: tl.constexpr):
+    """The rows of ``x`` that the tensor's rows ``rows`` are: ``src_rows[rows]`` with GATHER (the
+    tensor is ``x[src_rows]``, never written out: MoE's permuted tokens), else ``rows``."""
+    if GATHER:
+        return tl.load(src_rows + rows, mask=mask, other=0)
+    return rows
+
+
+@triton.jit
+def load_tile(x, src_rows, pid_b, row0, rows, pid_c, C, stride_xb, stride_xr, BLOCK_R: tl.constexpr,
+              BLOCK_C: tl.constexpr, GATHER: tl.constexpr):
+    """Float32 [BLOCK_R, BLOCK_C] tile at (row0, column tile pid_c), zeros outside; rows
+    through ``src_rows`` with GATHER (``source_rows``)."""
     offs_r = tl.arange(0, BLOCK_R)
     cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    ptrs = x + pid_b * stride_xb + (row0 + offs_r)[:, None] * stride_xr + cols[None, :]
+    mask_r = offs_r < rows
+    x_rows = source_rows(src_rows, row0 + offs_r, mask_r, GATHER)
+    ptrs = x + pid_b * stride_xb + x_rows[:, None] * stride_xr + cols[None, :]
     # [BLOCK_R, BLOCK_C]
-    return tl.load(ptrs, mask=(offs_r < rows)[:, None] & (cols < C)[None, :], other=0.0).to(tl.float32)
+    return tl.load(ptrs, mask=mask_r[:, None] & (cols < C)[None, :], other=0.0).to(tl.float32)
 
 
 @triton.jit

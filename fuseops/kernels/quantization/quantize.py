@@ -12,7 +12,9 @@ B = G for the stacked weights of G groups), or, with ``offsets`` [G + 1], one [M
   R' = R, or ``padded_rows(M, G)`` positions of the padded grouped layout.
 
 TENSOR and NVFP4 read each tensor's ``encode`` scale from device memory (``amax`` then
-``tensor_encode_scale``), so nothing syncs with the host.
+``tensor_encode_scale``), so nothing syncs with the host. With ``rows`` (int64 [R']) the tensor
+quantized is ``x[0, rows]``, each of its rows loaded from where it lies in ``x`` (GATHER): MoE's
+permuted tokens quantized without writing the permuted copy (the amax kernel takes ``rows`` too).
 
 Tiling: one program per [BLOCK_R, BLOCK_C] tile (for grouped rows, per tile of the padded
 layout, which holds one group's rows) loads it once and writes both copies from registers,
@@ -60,6 +62,7 @@ from fuseops.kernels.quantization.formats import (
     reference_pack_e2m1,
     reference_pow2_exponent,
     reference_to_fp8,
+    source_rows,
     tile_rows,
 )
 from fuseops.kernels.quantization.tiles import block_peaks, chunk_offsets, store_blocks, store_chunks
@@ -146,14 +149,14 @@ _TILE_2D = QuantizeConfig(128, 128, 4)
 
 @triton.jit
 def quantize_kernel(
-    x, offsets, encode, data, scale, data_t, scale_t,
+    x, src_rows, offsets, encode, data, scale, data_t, scale_t,
     R, C, G, RP, C_STORED, RP_STORED,
     stride_xb, stride_xr, stride_db, stride_dr, stride_sb, stride_sr,
     stride_tb, stride_tc, stride_ub, stride_uc,
     SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_2D: tl.constexpr,
     ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, GROUPED: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    STAGED: tl.constexpr, GROUP_R: tl.constexpr,
+    STAGED: tl.constexpr, GROUP_R: tl.constexpr, GATHER: tl.constexpr,
 ):
     if GROUP_R == 0:
         pid_r = tl.program_id(0)
@@ -171,7 +174,8 @@ def quantize_kernel(
     mask_r = offs_r < nrows
     mask_c = cols < C
     # [NC, NR, K, V]
-    tile = tl.load(x + pid_b * stride_xb + rows * stride_xr + cols, mask=mask_r & mask_c, other=0.0).to(tl.float32)
+    tile = tl.load(x + pid_b * stride_xb + source_rows(src_rows, rows, mask_r, GATHER) * stride_xr + cols,
+                   mask=mask_r & mask_c, other=0.0).to(tl.float32)
     data += pid_b * stride_db
     data_t += pid_b * stride_tb
     enc = 1.0
@@ -221,17 +225,19 @@ def quantize_kernel(
             # whichever thread made it.
             tl.debug_barrier()
             _quantize_tile_whole_rules(
-                x + pid_b * stride_xb, enc, data, scale + pid_b * stride_sb, data_t, scale_t + pid_b * stride_ub,
+                x + pid_b * stride_xb, src_rows, enc, data, scale + pid_b * stride_sb, data_t,
+                scale_t + pid_b * stride_ub,
                 row0, nrows, pid_r, pid_c, C, RP, C_STORED, RP_STORED, stride_xr, stride_dr, stride_sr, stride_tc,
-                stride_uc, ROWWISE, COLUMNWISE, SCALING, ELEM, BLOCK, BLOCK_R, BLOCK_C, K, V, STAGED)
+                stride_uc, ROWWISE, COLUMNWISE, SCALING, ELEM, BLOCK, BLOCK_R, BLOCK_C, K, V, STAGED, GATHER)
 
 
 @triton.jit(noinline=True)
-def _quantize_tile_whole_rules(x, enc, data, scale, data_t, scale_t, row0, nrows, pid_r, pid_c, C, RP, C_STORED,
-                               RP_STORED, stride_xr, stride_dr, stride_sr, stride_tc, stride_uc,
+def _quantize_tile_whole_rules(x, src_rows, enc, data, scale, data_t, scale_t, row0, nrows, pid_r, pid_c, C, RP,
+                               C_STORED, RP_STORED, stride_xr, stride_dr, stride_sr, stride_tc, stride_uc,
                                ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, SCALING: tl.constexpr,
                                ELEM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_R: tl.constexpr,
-                               BLOCK_C: tl.constexpr, K: tl.constexpr, V: tl.constexpr, STAGED: tl.constexpr):
+                               BLOCK_C: tl.constexpr, K: tl.constexpr, V: tl.constexpr, STAGED: tl.constexpr,
+                               GATHER: tl.constexpr):
     """``quantize_kernel``'s 1D-block copies of the tile at (``row0``, column tile ``pid_c``;
     ``nrows`` valid rows from there) by the whole rules: for tiles that hold NaN, infinities or
     values near the source dtype's maximum. Not inlined, so that its registers (the tile
@@ -241,7 +247,8 @@ def _quantize_tile_whole_rules(x, enc, data, scale, data_t, scale_t, row0, nrows
     cols = pid_c * BLOCK_C + offs_c
     mask_r = offs_r < nrows
     mask_c = cols < C
-    tile = tl.load(x + rows * stride_xr + cols, mask=mask_r & mask_c, other=0.0).to(tl.float32)
+    tile = tl.load(x + source_rows(src_rows, rows, mask_r, GATHER) * stride_xr + cols, mask=mask_r & mask_c,
+                   other=0.0).to(tl.float32)
     if ROWWISE:
         store_blocks(tile, None, enc, dtype_max(x), data, scale, rows, mask_r, stride_dr, stride_sr, pid_c * BLOCK_C, C,
                      C_STORED, False, True, SCALING, ELEM, BLOCK, STAGED)
@@ -314,6 +321,7 @@ def quantize(
     rowwise: bool = True,
     columnwise: bool = False,
     out: Buffers | None = None,
+    rows: torch.Tensor | None = None,
 ) -> Buffers:
     """Quantize ``x`` (module docstring) in one pass.
 
@@ -326,15 +334,21 @@ def quantize(
         block_2d: 128x128 tiles (BLOCK scaling, not grouped) instead of 1x128.
         rowwise, columnwise: which copies to write.
         out: buffers to write into (from ``allocate``), else allocated.
+        rows: int64 [R'] indices into ``x``'s rows (B = 1, 1x``blk`` blocks): quantize the
+            tensor ``x[0, rows]`` [R', C] without writing it out, each row read where it lies
+            (MoE's permuted tokens: ``x`` the tokens, ``rows`` each sorted row's token); its
+            rows are the ones ``offsets`` groups. Indices must lie in [0, R) (the caller checks).
     """
     cfg = _TILE_2D if block_2d else _configs()[scaling, columnwise]
-    return launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise, out, cfg)
+    return launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise, out, cfg, rows=rows)
 
 
 def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise, out,
-                    cfg: QuantizeConfig | tuple[int, int, int]) -> Buffers:
+                    cfg: QuantizeConfig | tuple[int, int, int], *, rows: torch.Tensor | None = None) -> Buffers:
     """``quantize`` with an explicit tiling (the benchmark's sweep)."""
     B, R, C = x.shape
+    if rows is not None:
+        R = rows.shape[0]
     groups = offsets.shape[0] - 1 if offsets is not None else None
     bufs = out if out is not None else allocate(
         (B, R, C), groups, scaling=scaling, element=element, block_2d=block_2d,
@@ -362,7 +376,7 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
     reference_columns = columnwise and packed and x.dtype == torch.float32 and x.is_cuda
     if reference_columns:
         reference_quantize(x, offsets, encode, scaling=scaling, element=element, rowwise=False,
-                           columnwise=True, out=Buffers(None, None, bufs.data_t, bufs.scale_t))
+                           columnwise=True, out=Buffers(None, None, bufs.data_t, bufs.scale_t), rows=rows)
         columnwise = False
     for copies in [(rowwise, columnwise)] if one_pass else [(rowwise, False), (False, columnwise)]:
         if not any(copies):
@@ -370,7 +384,8 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
         tiles_r, tiles_c = cdiv(rp, br), cdiv(C, bc)
         grid = (tiles_r, tiles_c, B) if not group_r else (group_r * tiles_c, cdiv(tiles_r, group_r), B)
         launch(quantize_kernel, grid,
-            x, offsets if offsets is not None else x, encode if encode is not None else x,
+            x, rows if rows is not None else x, offsets if offsets is not None else x,
+            encode if encode is not None else x,
             data, scale, data_t, scale_t,
             R, C, groups or B, rp, cdiv(C, 2) if packed else C, cdiv(rp, 2) if packed else rp,
             x.stride(0), x.stride(1), *_strides(bufs.data), *_strides(bufs.scale),
@@ -378,7 +393,7 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
             SCALING=int(scaling), ELEM=int(element), BLOCK=BLOCK_SIZE[scaling] or 1, BLOCK_2D=block_2d,
             ROWWISE=copies[0], COLUMNWISE=copies[1], GROUPED=offsets is not None,
             BLOCK_R=br, BLOCK_C=bc, BLOCK_G=max(16, next_power_of_2(groups or 1)), K=k, V=v,
-            STAGED=staged, GROUP_R=group_r, num_warps=warps, **options,
+            STAGED=staged, GROUP_R=group_r, GATHER=rows is not None, num_warps=warps, **options,
         )
     return bufs
 
@@ -430,11 +445,14 @@ def reference_quantize(
     rowwise: bool = True,
     columnwise: bool = False,
     out: Buffers | None = None,
+    rows: torch.Tensor | None = None,
 ) -> Buffers:
     """The formats of quantization/formats.py in float32 torch: row-wise, blocks along C; column-wise,
     ``x[b].T`` (grouped: scattered to the padded layout, zeros elsewhere) with blocks along
     rows; 128x128 tiles share one scale both ways. Each row (position) uses the encode scale
-    of its tensor or group."""
+    of its tensor or group. With ``rows``, of ``x[:, rows]``."""
+    if rows is not None:
+        x = x.index_select(1, rows)
     B, R, C = x.shape
     groups = offsets.shape[0] - 1 if offsets is not None else None
     xf = x.float()

@@ -12,19 +12,21 @@ from fuseops.kernels.quantization.quantize import Buffers, allocate, written
 from fuseops.kernels.quantized_ops._args import filled, into, kept, owned
 
 
-@fuseops_op("amax(Tensor x, Tensor? offsets, int num_groups) -> Tensor")
-def _amax_op(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int) -> torch.Tensor:
-    return launcher(Kernel.AMAX, x)(x, offsets, num_groups)
+@fuseops_op("amax(Tensor x, Tensor? offsets, int num_groups, Tensor? rows) -> Tensor")
+def _amax_op(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int,
+             rows: torch.Tensor | None) -> torch.Tensor:
+    return launcher(Kernel.AMAX, x)(x, offsets, num_groups, rows=rows)
 
 
 @torch.library.register_fake("fuseops::amax")
-def _(x, offsets, num_groups):
+def _(x, offsets, num_groups, rows):
     return x.new_empty(num_groups, dtype=torch.float32)
 
 
-def amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int) -> torch.Tensor:
+def amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int, *,
+         rows: torch.Tensor | None = None) -> torch.Tensor:
     """``amax.amax`` (or its reference) through ``fuseops::amax``."""
-    return _amax_op(x, offsets, num_groups)
+    return _amax_op(x, offsets, num_groups, rows)
 
 
 @fuseops_op("tensor_scales(Tensor amax, float qmax) -> (Tensor, Tensor)")
@@ -43,25 +45,27 @@ def tensor_scales(amax: torch.Tensor, qmax: float) -> tuple[torch.Tensor, torch.
 
 
 @fuseops_op("quantize(Tensor x, Tensor? offsets, Tensor? encode, int scaling, int element, bool block_2d, "
-            "bool rowwise, bool columnwise) -> (Tensor, Tensor, Tensor, Tensor)")
+            "bool rowwise, bool columnwise, Tensor? rows) -> (Tensor, Tensor, Tensor, Tensor)")
 def _quantize_op(x: torch.Tensor, offsets: torch.Tensor | None, encode: torch.Tensor | None, scaling: int,
-                 element: int, block_2d: bool, rowwise: bool, columnwise: bool) -> tuple[torch.Tensor, ...]:
+                 element: int, block_2d: bool, rowwise: bool, columnwise: bool,
+                 rows: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
     bufs = launcher(Kernel.QUANTIZE, x)(x, offsets, encode, scaling=Scaling(scaling), element=Element(element),
-                                        block_2d=block_2d, rowwise=rowwise, columnwise=columnwise)
+                                        block_2d=block_2d, rowwise=rowwise, columnwise=columnwise, rows=rows)
     return filled(bufs, x)
 
 
 @torch.library.register_fake("fuseops::quantize")
-def _(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise):
+def _(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise, rows):
     groups = offsets.shape[0] - 1 if offsets is not None else None
-    bufs = allocate(tuple(x.shape), groups, scaling=Scaling(scaling), element=Element(element), block_2d=block_2d,
+    shape = tuple(x.shape) if rows is None else (x.shape[0], rows.shape[0], x.shape[2])
+    bufs = allocate(shape, groups, scaling=Scaling(scaling), element=Element(element), block_2d=block_2d,
                     rowwise=rowwise, columnwise=columnwise, device=x.device)
     return filled(bufs, x)
 
 
 def quantize(x: torch.Tensor, offsets: torch.Tensor | None, encode: torch.Tensor | None, *, scaling: Scaling,
              element: Element, block_2d: bool = False, rowwise: bool = True, columnwise: bool = False,
-             out: Buffers | None = None) -> Buffers:
+             out: Buffers | None = None, rows: torch.Tensor | None = None) -> Buffers:
     """``quantize.quantize`` (or its reference) through ``fuseops::quantize``."""
-    bufs = _quantize_op(x, offsets, encode, int(scaling), int(element), block_2d, rowwise, columnwise)
+    bufs = _quantize_op(x, offsets, encode, int(scaling), int(element), block_2d, rowwise, columnwise, rows)
     return Buffers(*into(out, kept(bufs, written(scaling, block_2d, rowwise, columnwise))))

@@ -1,0 +1,167 @@
+"""``expert_layer`` under an FP8 recipe (``fuseops.autocast(recipe=FP8CurrentScaling()`` or
+``FP8Blockwise())``): the whole layer as one autograd Function whose grouped GEMMs read their
+token-side operands quantized straight from the tokens.
+
+The composition (``permute -> experts -> unpermute``) writes the permuted tokens ``x_sorted``
+[T*K, H] in high precision, and FC1's quantize reads them back: twice under current scaling (the
+groups' amax pass, then the cast writing the row-wise and column-wise copies). The backward does
+the same with unpermute's gradient ``dy_sorted``. Here neither is written:
+``quantize(x, rows=token_of_row)`` reads each sorted row where it lies in ``x`` (or ``dy``), so
+the amax pass and the cast each read the tokens' rows K times and nothing of size T*K x H is
+written in high precision. At the Qwen3-30B-A3B shape (T=32768, top-8, H=2048, bf16) that is a
+write and a read of 1.07 GB less per tensor and direction, about 2.1 GB a step for x and as much
+for dy (arithmetic; not yet timed on a GPU).
+
+Between the GEMMs everything is what the composition's plan runs under these recipes (the fusions
+that measured faster there): FC1's quantized GEMM writes the pre-activation ``z``; the gated
+activation, scaled by the router weights, writes FC2's input quantized (``GATED_QUANTIZE_FWD``:
+``fuseops.fusions.forward_act_quantize_linear``); FC2's quantized GEMM; the combine sums each
+token's K rows (unweighted: the weights scaled FC1's activation). Backward: FC2's dgrad and wgrad
+on the gathered ``dy``; the gated backward, which under current scaling also emits each row's
+amax of ``dz`` so FC1's gradient quantize skips its amax pass (as
+``fuseops.fusions.backward_gated_amax_linear``); FC1's dgrad, summed per token, and wgrad. So its
+results equal the composition's with a scaled gated activation bit for bit (tests).
+
+Saved for backward: FC1's and FC2's inputs as their column-wise FP8 copies (for the weight
+gradients), ``z`` and the routing; the weights' quantized copies come from the weight cache
+(``fuseops.quant.weight_cache``). It runs eagerly: no CUDA graph (the cache's weight versions
+are read on the host at every call, and FP8 pays where the GPU work is large).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from fuseops.kernels import library
+from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.quantization.epilogue import Emitted
+from fuseops.kernels.quantization.formats import Scaling
+from fuseops.kernels.quantized_ops import quantized_launcher
+from fuseops.moe.expert_layer_steps import Gate, sum_token_rows, token_of_rows
+from fuseops.moe.routing import permute_rows
+from fuseops.ops._quantized import QuantizedLinearSaved, quantized_forward, quantized_wgrad
+from fuseops.quant import linear_dgrad, quantize
+from fuseops.quant.emit import EmitPlan, emitted_storage
+from fuseops.quant.recipes import Recipe, TensorRole
+from fuseops.quant.storage import QuantizedTensor
+
+# The recipes' scalings this Function serves (module docstring); under the others (MXFP8, NVFP4)
+# the composition runs, whose FC1 applies the activation and quantizes in its GEMM epilogue.
+SERVED = (Scaling.TENSOR, Scaling.BLOCK)
+
+
+def unserved(recipe: Recipe) -> str | None:
+    """Why ``recipe`` runs the composition instead of this Function, or None when it is served."""
+    scalings = {recipe.format(role).scaling for role in (TensorRole.INPUT, TensorRole.WEIGHT, TensorRole.GRAD)}
+    if not scalings <= set(SERVED):
+        return (f"{type(recipe).__name__}: the quantized expert layer serves FP8 current scaling and FP8 "
+                f"blockwise; the composition's fused FC1 serves the others")
+    return None
+
+
+class _Saved:
+    """A quantized GEMM's saved state split into tensors (saved through the autograd context, so
+    saved-tensor hooks see them) and the rest (``restore`` joins them again)."""
+
+    def __init__(self, saved: QuantizedLinearSaved | None) -> None:
+        self.saved = saved
+        self.x_count = len(saved.x.data_tensors()) if saved is not None and saved.x is not None else 0
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.saved.x.data_tensors() if self.x_count else ()
+
+    def restore(self, tensors: tuple[torch.Tensor, ...]) -> QuantizedLinearSaved | None:
+        if not self.x_count:
+            return self.saved
+        x: QuantizedTensor = self.saved.x.with_data_tensors(tensors)
+        return QuantizedLinearSaved(x=x, weight=self.saved.weight, recipe=self.saved.recipe,
+                                    offsets=self.saved.offsets)
+
+
+class QuantizedExpertLayer(torch.autograd.Function):
+    """``expert_layer``'s Function under an FP8 recipe (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, x, weights, w1, b1, w2, expert_ids, gate: Gate, recipe: Recipe, grad_enabled: bool,
+                check: str):
+        need_x, need_weights, need_w1, need_b1, need_w2 = (grad_enabled and n for n in ctx.needs_input_grad[:5])
+        # dh is needed by everything before FC2.
+        need_dh = need_x or need_weights or need_w1 or need_b1
+        # The routing alone: a permute of no columns writes no rows.
+        _, split_sizes, row_map = permute_rows(x[:, :0], expert_ids, w1.shape[0], check)
+        offsets = launcher(Kernel.GROUP_OFFSETS, split_sizes)(split_sizes)
+        tokens = token_of_rows(row_map)
+        probs = None
+        if weights is not None:
+            # The weights in the sorted rows' order: the activation's row scale.
+            probs = weights.new_empty(row_map.numel()).scatter_(0, row_map.reshape(-1), weights.reshape(-1))
+
+        qx = quantize(x, recipe, role=TensorRole.INPUT, rowwise=True, columnwise=need_w1, offsets=offsets,
+                      rows=tokens)
+        z, fc1 = quantized_forward(recipe, qx, w1, b1, need_dgrad=need_x, need_wgrad=need_w1, offsets=offsets)
+        del qx
+        plan = EmitPlan(recipe, columnwise=need_w2)
+        emitted = quantized_launcher(Kernel.GATED_QUANTIZE_FWD, z)(z, gate.act, probs=probs, **gate.kernel_args,
+                                                                   **plan.kernel_args)
+        qh = emitted_storage(plan, emitted, dtype=z.dtype, offsets=offsets)
+        del emitted
+        y_sorted, fc2 = quantized_forward(recipe, qh, w2, None, need_dgrad=need_dh, need_wgrad=need_w2,
+                                          offsets=offsets)
+        del qh
+        y = sum_token_rows(y_sorted, row_map)
+        if any((need_x, need_weights, need_w1, need_b1, need_w2)):
+            ctx.fc1, ctx.fc2 = _Saved(fc1), _Saved(fc2)
+            ctx.save_for_backward(z if need_dh else None, probs, row_map, tokens, offsets, w1, b1, w2,
+                                  *ctx.fc1.tensors(), *ctx.fc2.tensors())
+            ctx.gate, ctx.recipe = gate, recipe
+            ctx.needs = (need_x, need_weights, need_w1, need_b1, need_w2)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        z, probs, row_map, tokens, offsets, w1, b1, w2, *rest = ctx.saved_tensors
+        fc1 = ctx.fc1.restore(tuple(rest[:ctx.fc1.x_count]))
+        fc2 = ctx.fc2.restore(tuple(rest[ctx.fc1.x_count:]))
+        need_x, need_weights, need_w1, need_b1, need_w2 = ctx.needs
+        need_dh = need_x or need_weights or need_w1 or need_b1
+        gate, recipe = ctx.gate, ctx.recipe
+        dy = dy.contiguous()
+        # unpermute's gradient, each sorted row its token's dy, quantized where dy lies.
+        qdy = quantize(dy, recipe, role=TensorRole.GRAD, rowwise=need_dh, columnwise=need_w2, offsets=offsets,
+                       rows=tokens)
+        dw2 = quantized_wgrad(fc2, qdy, out_dtype=w2.dtype, main_grad=None) if need_w2 else None
+        dx = dweights = dw1 = db1 = None
+        if need_dh:
+            dh = linear_dgrad(qdy, fc2.weight)
+            del qdy
+            dz, dprobs, qdz = _gated_backward(z, dh, probs, gate, recipe, offsets, need_x=need_x, need_w1=need_w1)
+            del dh
+            if need_x:
+                dx = sum_token_rows(linear_dgrad(qdz, fc1.weight), row_map)
+            if need_w1:
+                dw1 = quantized_wgrad(fc1, qdz, out_dtype=w1.dtype, main_grad=None)
+            if need_b1:
+                db1 = library.grouped_bias_grad(dz, offsets)
+            if need_weights:
+                dweights = dprobs.index_select(0, row_map.reshape(-1)).view(row_map.shape)
+        return dx, dweights, dw1, db1, dw2, None, None, None, None, None
+
+
+def _gated_backward(z, dh, probs, gate: Gate, recipe: Recipe, offsets, *, need_x: bool, need_w1: bool):
+    """``(dz, dprobs, qdz)``: the gate's backward and FC1's output gradient quantized (row-wise for
+    its dgrad, column-wise for its wgrad). Under a per-tensor gradient format with the dgrad
+    needed, the gate's kernel emits each row's amax of ``dz`` and the cast reads the group amaxes
+    from them (no amax pass over ``dz``); ``qdz`` is None when FC1 needs no gradient."""
+    launch = launcher(Kernel.GATED_BWD, z)
+    emit_amax = need_x and recipe.format(TensorRole.GRAD).scaling == Scaling.TENSOR
+    row_amax = torch.zeros(z.shape[0], dtype=torch.float32, device=z.device) if emit_amax else None
+    dz, dprobs = launch(z, dh, gate.act, probs=probs, row_amax=row_amax, **gate.kernel_args)
+    if not (need_x or need_w1):
+        return dz, dprobs, None
+    if emit_amax:
+        plan = EmitPlan(recipe, columnwise=need_w1, role=TensorRole.GRAD)
+        return dz, dprobs, emitted_storage(plan, Emitted(dz, None, None, row_amax), dtype=dz.dtype, offsets=offsets)
+    qdz = quantize(dz, recipe, role=TensorRole.GRAD, rowwise=need_x, columnwise=need_w1, offsets=offsets)
+    return dz, dprobs, qdz
