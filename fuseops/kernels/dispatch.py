@@ -114,6 +114,7 @@ class Kernel(enum.Enum):
     GROUPED_GEMM_SCALED_DGRAD_GATED = "grouped_gemm_scaled_dgrad_gated"
     # quantization/
     AMAX = "amax"
+    ROW_AMAX = "row_amax"
     TENSOR_SCALES = "tensor_scales"
     QUANTIZE = "quantize"
     # moe/
@@ -185,6 +186,7 @@ TABLE: tuple[Route, ...] = (
     *_launcher_and_reference(grouped_scaled_dgrad_gated, "grouped_gemm_scaled_dgrad_gated",
                              Kernel.GROUPED_GEMM_SCALED_DGRAD_GATED),
     *_launcher_and_reference(amax, "amax", Kernel.AMAX),
+    *_launcher_and_reference(amax, "row_amax", Kernel.ROW_AMAX),
     *_launcher_and_reference(amax, "tensor_scales", Kernel.TENSOR_SCALES),
     *_launcher_and_reference(quantize, "quantize", Kernel.QUANTIZE),
     *_launcher_and_reference(permute, "permute", Kernel.PERMUTE),
@@ -256,8 +258,8 @@ _TRACED = {r.kernel.value: r.runs for r in TABLE if r.backend is Backend.TORCH} 
 QUANTIZED = frozenset({
     Kernel.ACTIVATION_QUANTIZE_FWD, Kernel.GATED_QUANTIZE_FWD, Kernel.LAYERNORM_QUANTIZE_FWD,
     Kernel.RMSNORM_QUANTIZE_FWD, Kernel.GEMM_SCALED, Kernel.GROUPED_GEMM_SCALED, Kernel.GROUPED_GEMM_SCALED_ACT,
-    Kernel.GROUPED_GEMM_SCALED_WGRAD, Kernel.GROUPED_GEMM_SCALED_DGRAD_GATED, Kernel.AMAX, Kernel.TENSOR_SCALES,
-    Kernel.QUANTIZE})
+    Kernel.GROUPED_GEMM_SCALED_WGRAD, Kernel.GROUPED_GEMM_SCALED_DGRAD_GATED, Kernel.AMAX, Kernel.ROW_AMAX,
+    Kernel.TENSOR_SCALES, Kernel.QUANTIZE})
 # What a torch.compile trace may run: ``_TRACED`` less the quantized kernels. A lookup that
 # misses is a quantized kernel; a membership test of a set would guard the whole set's value.
 _COMPILABLE = {value: runs for value, runs in _TRACED.items() if value not in {k.value for k in QUANTIZED}}

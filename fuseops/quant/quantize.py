@@ -94,6 +94,18 @@ def _check_offsets_fit(offsets: torch.Tensor, rows: int) -> None:
         torch._assert_async(fits, "offsets: expected non-decreasing row offsets from 0 to x's row count")
 
 
+def _amax(x: torch.Tensor, x3: torch.Tensor, offsets: torch.Tensor | None, tensors: int,
+          rows: torch.Tensor | None) -> torch.Tensor:
+    """float32 [tensors]: each tensor's (group's) amax of finite values. Rows picked from ``x``
+    more often than ``x`` has rows (MoE's top-k permuted tokens) take their groups' maxima from
+    ``x``'s row amaxes, read once, rather than from the picked rows (every pick a read): a maximum
+    in any order, so the same bits."""
+    if rows is None or rows.shape[0] <= x.shape[0]:
+        return quantized_launcher(Kernel.AMAX, x3)(x3, offsets, tensors, rows=rows)
+    picked = quantized_launcher(Kernel.ROW_AMAX, x)(x).index_select(0, rows).view(1, -1, 1)
+    return quantized_launcher(Kernel.AMAX, picked)(picked, offsets, tensors)
+
+
 def quantize(
     x: torch.Tensor,
     recipe: Recipe,
@@ -149,7 +161,7 @@ def quantize(
         x3, tensors = x.reshape(1, math.prod(x.shape[:-1]), C), 1
     encode = tensor_scale = None
     if fmt.scaling in (Scaling.TENSOR, Scaling.NVFP4):
-        amax = quantized_launcher(Kernel.AMAX, x3)(x3, offsets, tensors, rows=rows)
+        amax = _amax(x, x3, offsets, tensors, rows)
         scales = quantized_launcher(Kernel.TENSOR_SCALES, x3)
         encode, tensor_scale = scales(amax, tensor_qmax(fmt.scaling, fmt.element))
     # Row-wise blocks never cross rows, so without the column-wise copy (whose layout is per

@@ -69,6 +69,8 @@ def test_amax_and_tensor_scales_ops(rows):
     check(quantize._amax_op, (x, offsets, 3, picked))
     assert torch.equal(quantize.amax(x, offsets, 3, rows=picked), launcher(Kernel.AMAX, x)(x[:, picked], offsets, 3))
     check(quantize._tensor_scales_op, (torch.tensor([0.0, 3.0, 448.0]), 448.0))
+    check(quantize._row_amax_op, (x[0],))
+    assert torch.equal(quantize.row_amax(x[0]), launcher(Kernel.ROW_AMAX, x)(x[0]))
 
 
 @pytest.mark.parametrize("rows", ["groups", "no-rows"])

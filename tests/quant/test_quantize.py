@@ -270,14 +270,16 @@ def test_picked_rows_equal_quantizing_the_gathered_tensor(name, layout, path):
     group, and rows holding an inf and a NaN (their groups' scales come from the finite rest)."""
     x = (torch.randn(9, 160, device=DEVICE) * 3).to(torch.bfloat16)
     x[2, 7], x[5, 100] = float("inf"), float("nan")
-    picked = torch.tensor([3, 0, 8, 8, 1, 2, 5, 0, 3, 3, 6, 2, 7, 1], device=DEVICE)
-    offsets = group_offsets(torch.tensor([4, 0, 7, 3], device=DEVICE)) if layout == "grouped" else None
-    for role in ("input", "grad"):
-        for rowwise, columnwise in ((True, False), (False, True), (True, True)):
-            kw = dict(role=role, rowwise=rowwise, columnwise=columnwise, offsets=offsets)
-            got = _quantize(x, RECIPES[name], path, rows=picked, **kw)
-            assert got.shape == (14, 160)
-            assert_same_storage(got, _quantize(x[picked], RECIPES[name], path, **kw))
+    # More picks than rows (the per-tensor amaxes from x's row amaxes) and fewer (from the picks).
+    for picked, sizes in (([3, 0, 8, 8, 1, 2, 5, 0, 3, 3, 6, 2, 7, 1], [4, 0, 7, 3]), ([8, 2, 2, 4], [2, 0, 2])):
+        picked = torch.tensor(picked, device=DEVICE)
+        offsets = group_offsets(torch.tensor(sizes, device=DEVICE)) if layout == "grouped" else None
+        for role in ("input", "grad"):
+            for rowwise, columnwise in ((True, False), (False, True), (True, True)):
+                kw = dict(role=role, rowwise=rowwise, columnwise=columnwise, offsets=offsets)
+                got = _quantize(x, RECIPES[name], path, rows=picked, **kw)
+                assert got.shape == (len(picked), 160)
+                assert_same_storage(got, _quantize(x[picked], RECIPES[name], path, **kw))
 
 
 @pytest.mark.parametrize("name", RECIPES)

@@ -4,7 +4,9 @@ NVFP4's tensor scale), so that the cast kernel reads its scale without a host sy
 ``amax``: ``x`` [B, R, C] holds B tensors, or with ``offsets`` [G + 1] one [M, C] tensor whose
 row groups are the tensors; ``amax[t] = max |x of tensor t|`` over its finite elements (0 for
 an empty one, or one without a finite element): a NaN or inf never sets a tensor's scale.
-With ``rows`` the tensor is ``x[0, rows]``, its rows read where they lie (``quantize.py``).
+With ``rows`` the tensor is ``x[0, rows]``, its rows read where they lie (``quantize.py``);
+``row_amax``: each row's amax of [R, C] ``x``, one program per few rows (no atomics), from which
+the group amaxes of rows picked from ``x`` are the picks' maxima.
 ``tensor_scales``: the encode and decode scales of quantization/formats.py from the amaxes, in one
 launch. Tiling: one amax program per [BLOCK_R, STEPS * BLOCK_C] strip (for grouped rows, per
 strip of the padded layout, inside one group) folds its tiles elementwise, STAGES - 1 tiles
@@ -65,6 +67,20 @@ def amax_kernel(x, src_rows, offsets, amax, R, C, G, stride_xb, stride_xr,
 
 
 @triton.jit
+def row_amax_kernel(x, out, R, C, stride_xr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    # One program per BLOCK_R rows, their columns BLOCK_C at a time; no atomics.
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    mask_r = offs_r < R
+    acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
+    for c0 in range(0, C, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        ptrs = x + offs_r[:, None].to(tl.int64) * stride_xr + cols[None, :]
+        tile = tl.load(ptrs, mask=mask_r[:, None] & (cols < C)[None, :], other=0.0).to(tl.float32)
+        acc = tl.maximum(acc, finite_abs(tile))
+    tl.store(out + offs_r, tl.max(acc, 1), mask=mask_r)
+
+
+@triton.jit
 def tensor_scales_kernel(amax, encode, decode, G, QMAX: tl.constexpr, BLOCK_G: tl.constexpr):
     offs = tl.arange(0, BLOCK_G)
     mask = offs < G
@@ -110,6 +126,24 @@ def launch_amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int, 
     return out
 
 
+def row_amax(x: torch.Tensor) -> torch.Tensor:
+    """float32 [R]: each row's ``max |x|`` over its finite elements (0 for a row without one) of
+    ``x`` [R, C], last dim contiguous. The group amaxes of rows picked from ``x`` come from
+    these (``fuseops.quant.quantize``'s ``rows``): one read of ``x``, where an amax over the
+    picked rows reads each row as often as it is picked."""
+    R, C = x.shape
+    out = torch.empty(R, dtype=torch.float32, device=x.device)
+    if R == 0:
+        return out
+    if C == 0:
+        return out.zero_()
+    x = x if x.stride(1) == 1 else x.contiguous()
+    block_r, block_c = (16, 128) if INTERPRET else (8, 512)
+    launch(row_amax_kernel, (cdiv(R, block_r),), x, out, R, C, x.stride(0), BLOCK_R=block_r, BLOCK_C=block_c,
+           num_warps=4)
+    return out
+
+
 def tensor_scales(amax: torch.Tensor, qmax: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(encode, decode) float32 [G] from ``amax`` [G]: ``encode = qmax / amax`` (1 where amax
     is 0, at most the float32 maximum), ``decode = 1 / encode`` (the stored tensor scale)."""
@@ -133,6 +167,12 @@ def reference_amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: in
     bounds = offsets.tolist()
     return torch.stack([a[0, bounds[g]:bounds[g + 1]].max() if bounds[g + 1] > bounds[g]
                         else a.new_zeros(()) for g in range(num_groups)])
+
+
+def reference_row_amax(x: torch.Tensor) -> torch.Tensor:
+    """``max |x[r]|`` over each row's finite elements, 0 for a row without one (``row_amax``)."""
+    a = reference_finite_abs(x)
+    return a.amax(1) if a.shape[1] else a.new_zeros(a.shape[0])
 
 
 def reference_tensor_scales(amax: torch.Tensor, qmax: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,6 +33,7 @@ from fuseops.kernels.quantized_ops import gemm, grouped_mlp, producers, quantize
 # The wrapper serving each quantized kernel while torch.compile traces.
 TRACEABLE: dict[Kernel, Callable[..., Any]] = {
     Kernel.AMAX: quantize.amax,
+    Kernel.ROW_AMAX: quantize.row_amax,
     Kernel.TENSOR_SCALES: quantize.tensor_scales,
     Kernel.QUANTIZE: quantize.quantize,
     Kernel.GEMM_SCALED: gemm.gemm_scaled,

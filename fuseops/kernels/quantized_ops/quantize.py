@@ -1,4 +1,4 @@
-"""The per-tensor amax, the tensor scales and the quantize cast (quantization/amax.py,
+"""The per-tensor amax, each row's amax, the tensor scales and the quantize cast (quantization/amax.py,
 quantization/quantize.py) as ``fuseops::`` custom ops; each wrapper has its launcher's signature."""
 
 from __future__ import annotations
@@ -27,6 +27,21 @@ def amax(x: torch.Tensor, offsets: torch.Tensor | None, num_groups: int, *,
          rows: torch.Tensor | None = None) -> torch.Tensor:
     """``amax.amax`` (or its reference) through ``fuseops::amax``."""
     return _amax_op(x, offsets, num_groups, rows)
+
+
+@fuseops_op("row_amax(Tensor x) -> Tensor")
+def _row_amax_op(x: torch.Tensor) -> torch.Tensor:
+    return launcher(Kernel.ROW_AMAX, x)(x)
+
+
+@torch.library.register_fake("fuseops::row_amax")
+def _(x):
+    return x.new_empty(x.shape[0], dtype=torch.float32)
+
+
+def row_amax(x: torch.Tensor) -> torch.Tensor:
+    """``amax.row_amax`` (or its reference) through ``fuseops::row_amax``."""
+    return _row_amax_op(x)
 
 
 @fuseops_op("tensor_scales(Tensor amax, float qmax) -> (Tensor, Tensor)")

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fuseops.kernels.quantization.amax import amax, reference_amax, reference_tensor_scales, tensor_scales
+from fuseops.kernels.quantization.amax import (
+    amax,
+    reference_amax,
+    reference_row_amax,
+    reference_tensor_scales,
+    row_amax,
+    tensor_scales,
+)
 from fuseops.kernels.quantization.formats import FP32_MAX
 from tests.helpers import DTYPES
 
@@ -34,6 +41,36 @@ def test_amax(layout, dtype):
     assert torch.equal(got, reference_amax(x, offsets, n))
     if offsets is not None:
         assert got[[0, 2, 5]].tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("layout", ["dense", "grouped"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_amax_of_picked_rows(layout, dtype):
+    """``rows``: the amaxes of ``x[:, rows]``, each row read where it lies (fewer picks than rows,
+    repeats, a row with an inf)."""
+    x, offsets, n = make(layout, dtype)
+    x[0, 2, 3] = float("inf")
+    picked = torch.randint(0, x.shape[1], (x.shape[1] if offsets is not None else 40,), device=DEVICE)
+    picked[0] = 2
+    got = amax(x, offsets, n, rows=picked)
+    assert torch.equal(got, reference_amax(x[:, picked], offsets, n))
+    assert torch.equal(got, reference_amax(x, offsets, n, rows=picked))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_amax(dtype):
+    """Each row's finite amax: a NaN, an inf and a row of only non-finite values count as 0;
+    a strided (non-contiguous rows) input; no rows; no columns."""
+    x = torch.randn(37, 1300, device=DEVICE).to(dtype)
+    x[3, 5], x[4, 7] = float("nan"), -float("inf")
+    x[6] = float("inf")
+    got = row_amax(x)
+    assert got.dtype == torch.float32 and torch.equal(got, reference_row_amax(x))
+    assert got[6] == 0 and got[3] == x[3].float().nan_to_num(0).abs().max()
+    wide = torch.randn(20, 300, device=DEVICE).to(dtype)[:, 50:250]
+    assert torch.equal(row_amax(wide), reference_row_amax(wide))
+    assert row_amax(x[:0]).shape == (0,)
+    assert torch.equal(row_amax(x[:, :0]), torch.zeros(37, device=DEVICE))
 
 
 def test_empty():
