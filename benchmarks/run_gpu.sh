@@ -17,6 +17,8 @@
 #                                                         # tests, most of a 9.5-minute call with the next two files)
 #   bash benchmarks/run_gpu.sh top [pytest args]        # the top-level tests, tests/test_*.py (session 27: the
 #                                                         # two parts together ran past 9.5 minutes)
+#   bash benchmarks/run_gpu.sh fp8layer [pytest args]   # session 32's issue-24 change: expert_layer's quantized
+#                                                         # Function, quantize of picked rows, row_amax (not yet run)
 #   bash benchmarks/run_gpu.sh props "GroupedMLP or Backward"   # CUDA property suite, some fusions
 #   bash benchmarks/run_gpu.sh edge "LayerNorm or RMSNorm"      # CUDA edge cases, some subjects (session 21,
 #                                                         # torch 2.11: ~7 s a case for elementwise ops,
@@ -52,6 +54,8 @@ case "$part" in
   quant) pytest_part tests/quant/test_quantize.py "$@" ;;
   quantops) pytest_part tests/quant --ignore=tests/quant/test_quantize.py "$@" ;;
   top) pytest_part tests/test_*.py "$@" ;;
+  fp8layer) pytest_part tests/moe/test_expert_layer_quantized.py tests/kernels/quantization/test_amax.py \
+      tests/quant/test_quantize.py tests/quant/test_custom_ops.py -k "quantized or amax or picked" "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
   edge) pytest_part tests/fusions/test_edge_cases.py -k "test_edge_case_on_cuda and (${1:-not nothing})" ;;
   bench)

@@ -81,14 +81,14 @@ def kernels_or_not(kernels: bool):
 
 
 def compare(recipe, kernels, *, gate="swiglu", bias=True, T=9, K=2, weights=True, empty=(), needs=("x", "w", "params"),
-            x_fill=None, dtype=torch.bfloat16):
+            x_fill=None, dtype=torch.bfloat16, weights_dtype=torch.float32):
     experts = make_experts(gate, bias, dtype)
     g = torch.Generator().manual_seed(T)
     x = torch.randn(T, H, generator=g).to(dtype)
     if x_fill is not None:
         x[T // 2, 3] = x_fill
     ids = routing(T, K, T, empty=empty)
-    w = torch.rand(T, K, generator=g) if weights else None
+    w = torch.rand(T, K, generator=g).to(weights_dtype) if weights else None
     dy = torch.randn(T, H, generator=g).to(dtype)
     with kernels_or_not(kernels), fuseops.autocast(recipe=RECIPES[recipe]()):
         assert expert_layer_fallback(x, w, experts) is None
@@ -113,13 +113,24 @@ def test_partial_gradients_equal_the_composition(recipe, needs, kernels):
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-@pytest.mark.parametrize("case", ["empty-experts", "zero-tokens", "one-token-every-expert", "no-weights", "float32",
-                                  "float16"])
+@pytest.mark.parametrize("case", ["empty-experts", "zero-tokens", "one-token-every-expert", "no-weights",
+                                  "weights-in-x-dtype", "float32", "float16"])
 def test_edge_cases_equal_the_composition(recipe, case):
     kw = {"empty-experts": dict(empty=(0, 2)), "zero-tokens": dict(T=0), "one-token-every-expert": dict(T=1, K=E),
-          "no-weights": dict(weights=False), "float32": dict(dtype=torch.float32),
-          "float16": dict(dtype=torch.float16)}[case]
+          "no-weights": dict(weights=False), "weights-in-x-dtype": dict(weights_dtype=torch.bfloat16),
+          "float32": dict(dtype=torch.float32), "float16": dict(dtype=torch.float16)}[case]
     compare(recipe, False, **kw)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_inference_keeps_nothing_and_equals_training(recipe):
+    experts = make_experts()
+    x, ids, w = torch.randn(9, H).bfloat16(), routing(9, 2, 0), torch.rand(9, 2)
+    with fuseops.autocast(recipe=RECIPES[recipe]()):
+        with torch.no_grad():
+            y = expert_layer(x, ids, w, experts)
+        assert y.grad_fn is None
+        torch.testing.assert_close(y, composition(x, ids, w, experts).detach(), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("kernels", paths())
@@ -269,3 +280,45 @@ def test_gpu_equals_the_composition_without_a_host_sync(recipe):
         y = step(expert_layer, experts, x, ids, w, dy)[0]
         assert_bitwise([y], step(composition, experts, x, ids, w, dy)[:1])
     assert not torch.isfinite(y[7]).all() and torch.isfinite(y[torch.arange(T, device="cuda") != 7]).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_gpu_captures_in_cuda_graph(recipe):
+    """A forward+backward step captured, then replayed on other routing and inputs written into
+    the static tensors: the eager step's outputs and gradients (the weight quantize runs inside
+    the graph: nothing is cached while capturing)."""
+    from tests.helpers import capture_cuda_graph
+
+    cuda_or_skip()
+    experts = make_experts(device="cuda")
+    T, K = 200, 2
+    x = torch.zeros(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.zeros(T, K, device="cuda", requires_grad=True)
+    ids = torch.zeros(T, K, device="cuda", dtype=torch.int64)
+    dy = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+    leaves = [x, w, *experts.parameters()]
+
+    def route(seed):
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            x.copy_(torch.randn(T, H, generator=g))
+            w.copy_(torch.rand(T, K, generator=g))
+            ids.copy_(routing(T, K, seed))
+
+    def run():
+        for t in leaves:
+            t.grad = None
+        with fuseops.autocast(recipe=RECIPES[recipe]()):
+            y = expert_layer(x, ids, w, experts)
+        y.backward(dy)
+        return y
+
+    route(1)
+    ref = [run().detach()] + [t.grad.clone() for t in leaves]
+    route(2)
+    graph, y_static = capture_cuda_graph(run)
+    route(1)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_bitwise([y_static] + [t.grad for t in leaves], ref)
