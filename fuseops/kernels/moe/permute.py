@@ -230,11 +230,12 @@ def permute(
         ids, counts, split_sizes, row_map, n, num_experts,
         E_PAD=e_pad, BLOCK=cfg.block, num_warps=cfg.num_warps,
     )
-    launch(scatter_rows_kernel, _copy_grid(T, cfg),
-        x, row_map, None, x_sorted, None, None, T, H, top_k,
-        HAS_WEIGHTS=False, WANT_DW=False, K_PAD=1,
-        BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h, num_warps=cfg.num_warps,
-    )
+    if H:  # no columns: the routing alone (the quantized expert layer's)
+        launch(scatter_rows_kernel, _copy_grid(T, cfg),
+            x, row_map, None, x_sorted, None, None, T, H, top_k,
+            HAS_WEIGHTS=False, WANT_DW=False, K_PAD=1,
+            BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h, num_warps=cfg.num_warps,
+        )
     return x_sorted, split_sizes, row_map
 
 

@@ -122,6 +122,20 @@ def test_skewed_routing(case):
     _check_unpermute(x_sorted, row_map, torch.rand(T, K), torch.float32)
 
 
+@pytest.mark.parametrize("shape", [(37, 70, 5, 3), (0, 8, 3, 2)])
+def test_no_columns_route_alone(shape):
+    """A [T, 0] x routes without copying (the quantized expert layer's routing): the same split
+    sizes and row map as the full x, the kernel and the reference alike."""
+    T, H, E, K = shape
+    x = torch.randn(T, H)
+    ids = torch.randint(0, E, (T, K))
+    full = kernels.permute(x, ids, E)
+    for impl in (kernels.permute, kernels.reference_permute):
+        x_sorted, split_sizes, row_map = impl(x[:, :0], ids, E)
+        assert x_sorted.shape == (T * K, 0)
+        assert torch.equal(split_sizes, full[1]) and torch.equal(row_map, full[2])
+
+
 def test_out_of_range_ids_are_clamped_like_the_reference():
     ids = torch.tensor([[-3, 1], [9, 0], [2, 2]])
     x = torch.randn(3, 8)
