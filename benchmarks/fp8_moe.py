@@ -1,11 +1,10 @@
 """The MoE expert layer under each quantized recipe against our bf16 layer, timed as an
 optimizer step of 1 and of 8 micro-batches (issue 24).
 
-The layer is ``benchmarks.moe_layer``'s fuseops layer (``fuseops.moe.expert_layer``: under
-the FP8 recipes its quantized Function, fuseops/moe/expert_layer_quantized.py, which quantizes
-the permuted tokens and their gradients straight from the tokens; under MXFP8 and NVFP4 the
-composition) at the Qwen3-30B-A3B and Mixtral-8x7B shapes, T tokens per micro-batch. The
-``fp8 ... composed`` rows run the composition (permute -> GroupedLinear, scaled SwiGLU,
+The layer is ``benchmarks.moe_layer``'s fuseops layer (``fuseops.moe.expert_layer``: under a
+recipe its quantized Function, fuseops/moe/expert_layer_quantized.py, which quantizes the
+permuted tokens and their gradients straight from the tokens) at the Qwen3-30B-A3B and
+Mixtral-8x7B shapes, T tokens per micro-batch. The ``... composed`` rows run the composition (permute -> GroupedLinear, scaled SwiGLU,
 GroupedLinear -> unpermute) under the same recipe: the path before that Function, in the same
 run. One optimizer step = ``n`` micro-batches of forward+backward (gradients of the expert
 weights accumulate; the input's and router weights' are dropped after each), then
@@ -52,8 +51,6 @@ RECIPES = {
     "mxfp8": fuseops.recipes.MXFP8(),
     "nvfp4": fuseops.recipes.NVFP4(),
 }
-# The recipes under which expert_layer runs its quantized Function: the composition is timed beside it.
-QUANTIZED_LAYER = ("fp8 current", "fp8 blockwise")
 CADENCES = (1, 8)
 LR = 1e-6
 
@@ -84,8 +81,7 @@ def layers(case: Case, recipe_names: list[str], args) -> dict[str, Callable[[], 
     for name in recipe_names:
         recipe = RECIPES[name]
         impls[name] = quantized(fuseops_layer(case), recipe)
-        if name in QUANTIZED_LAYER:
-            impls[f"{name} composed"] = quantized(composed_layer(case), recipe)
+        impls[f"{name} composed"] = quantized(composed_layer(case), recipe)
         if args.nocache:
             impls[f"{name} nocache"] = quantized(fuseops_layer(case), dataclasses.replace(recipe, cache_weights=False))
         if args.ab_fusions:
@@ -133,17 +129,15 @@ def time_ms(fn: Callable[[], None], args) -> float:
 
 
 def bitwise_check(case: Case, recipe_names: list[str]) -> dict[str, bool]:
-    """Two optimizer steps of 2 micro-batches, cached against uncached (and, where
-    ``expert_layer`` runs its quantized Function, against the composition): outputs and
-    gradients identical bit for bit (each run starts from the same weights)."""
+    """Two optimizer steps of 2 micro-batches, cached against uncached and against the
+    composition: outputs and gradients identical bit for bit (each run starts from the same
+    weights)."""
     w1, w2 = case.w1.detach().clone(), case.w2.detach().clone()
     result = {}
     for name in recipe_names:
         runs = []
         uncached = dataclasses.replace(RECIPES[name], cache_weights=False)
-        variants = [(fuseops_layer, RECIPES[name]), (fuseops_layer, uncached)]
-        if name in QUANTIZED_LAYER:
-            variants.append((composed_layer, RECIPES[name]))
+        variants = [(fuseops_layer, RECIPES[name]), (fuseops_layer, uncached), (composed_layer, RECIPES[name])]
         for make, recipe in variants:
             with torch.no_grad():
                 case.w1.copy_(w1)
@@ -178,7 +172,7 @@ def run(args) -> tuple[list[dict], dict]:
         case = make_case(**shape, device=device)
         if args.smoke:
             extra["bitwise_cached_vs_uncached"] = same = bitwise_check(case, args.recipes)
-            print(f"  cached vs uncached, bit for bit: {same}", flush=True)
+            print(f"  cached, uncached and the composition, bit for bit: {same}", flush=True)
         impls = layers(case, args.recipes, args)
         for n in args.cadences:
             fns = {name: optimizer_step(case, layer, n) for name, layer in impls.items()}

@@ -24,9 +24,9 @@ summed per token only after FC1's weight gradient. memory_model.py has the accou
   shape. The default mode releases its saved tensors early only when the backward frees the
   graph and no saved-tensor hooks (offloading) hold them.
 
-Everything stays on the device: no host sync, and the step captures in a CUDA graph. Under an
-FP8 recipe (``fuseops.autocast``) the layer is ``expert_layer_quantized.py``'s Function, whose
-GEMMs read the permuted tokens and their gradients quantized straight from ``x`` and ``dy``.
+Everything stays on the device: no host sync, and the step captures in a CUDA graph. Under a
+recipe (``fuseops.autocast``) the layer is ``expert_layer_quantized.py``'s Function, whose GEMMs
+read the permuted tokens and their gradients quantized straight from ``x`` and ``dy``.
 Where neither applies (``expert_layer_fallback`` says why) the composition runs.
 
 The forward and the backward bodies are in ``expert_layer_steps.py``: each goes through a graph
@@ -46,7 +46,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from fuseops.moe import expert_layer_steps as steps
-from fuseops.moe.expert_layer_quantized import QuantizedExpertLayer, unserved
+from fuseops.moe.expert_layer_quantized import QuantizedExpertLayer
 from fuseops.moe.routing import check_routing, check_weights, permute_checked, unpermute
 from fuseops.ops import _checks
 from fuseops.ops.executor.saved_state import graph_freed_after_backward
@@ -110,7 +110,7 @@ def _hooked(module: torch.nn.Module) -> bool:
 def expert_layer_fallback(x: torch.Tensor, weights: torch.Tensor | None, experts: Any, *,
                           lean: bool = False) -> str | None:
     """Why ``expert_layer`` runs ``permute -> experts -> unpermute`` instead of its fused
-    Function for these arguments, or None when it fuses (under an FP8 recipe: its quantized
+    Function for these arguments, or None when it fuses (under a recipe: its quantized
     Function, ``expert_layer_quantized.py``)."""
     return _fallback(x, experts, _parts(experts), _checks.flag("lean", lean))
 
@@ -133,9 +133,7 @@ def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, Gr
         return "accumulate_into_main_grad"
     if _hooked(experts) or _hooked(fc1) or _hooked(act) or _hooked(fc2):
         return "module hooks on the experts"
-    if (recipe := current_recipe()) is not None:
-        if reason := unserved(recipe):
-            return reason
+    if current_recipe() is not None:
         if lean:
             return "lean under a recipe: the quantized layer keeps FC1's pre-activation"
         if x.dtype == torch.float64:
@@ -174,8 +172,8 @@ def expert_layer(
             Other activations (``GroupedLinear(E, H, F)``, then e.g. GELU) run the composition.
         lean: also recompute FC1's pre-activation in the backward instead of keeping it (not
             under a recipe: the composition runs).
-    Under ``fuseops.autocast(recipe=FP8CurrentScaling()`` or ``FP8Blockwise())`` the GEMMs are
-    quantized (``expert_layer_quantized.py``; the composition's results, bit for bit).
+    Under ``fuseops.autocast(recipe=...)`` the GEMMs are quantized (``expert_layer_quantized.py``;
+    the composition's results, bit for bit).
 
     Returns:
         ``y`` [T, H] in ``x``'s dtype; differentiable in ``x``, ``weights`` and the experts'

@@ -1,6 +1,6 @@
-"""``expert_layer`` under an FP8 recipe (``fuseops.autocast(recipe=FP8CurrentScaling()`` or
-``FP8Blockwise())``): the whole layer as one autograd Function whose grouped GEMMs read their
-token-side operands quantized straight from the tokens.
+"""``expert_layer`` under a recipe (``fuseops.autocast(recipe=...)``, each of the four): the whole
+layer as one autograd Function whose grouped GEMMs read their token-side operands quantized
+straight from the tokens.
 
 The composition (``permute -> experts -> unpermute``) writes the permuted tokens ``x_sorted``
 [T*K, H] in high precision, and FC1's quantize reads them back: twice under current scaling (the
@@ -12,15 +12,18 @@ written in high precision. At the Qwen3-30B-A3B shape (T=32768, top-8, H=2048, b
 write and a read of 1.07 GB less per tensor and direction, about 2.1 GB a step for x and as much
 for dy (arithmetic; not yet timed on a GPU).
 
-Between the GEMMs everything is what the composition's plan runs under these recipes (the fusions
-that measured faster there): FC1's quantized GEMM writes the pre-activation ``z``; the gated
-activation, scaled by the router weights, writes FC2's input quantized (``GATED_QUANTIZE_FWD``:
-``fuseops.fusions.forward_act_quantize_linear``); FC2's quantized GEMM; the combine sums each
-token's K rows (unweighted: the weights scaled FC1's activation). Backward: FC2's dgrad and wgrad
-on the gathered ``dy``; the gated backward, which under current scaling also emits each row's
-amax of ``dz`` so FC1's gradient quantize skips its amax pass (as
-``fuseops.fusions.backward_gated_amax_linear``); FC1's dgrad, summed per token, and wgrad. So its
-results equal the composition's with a scaled gated activation bit for bit (tests).
+Between the GEMMs everything is what the composition's plan runs under the same recipe (the
+fusions that measured faster there). Forward, FP8 current scaling and blockwise: FC1's quantized
+GEMM writes the pre-activation ``z``; the gated activation, scaled by the router weights, writes
+FC2's input quantized (``GATED_QUANTIZE_FWD``: ``fuseops.fusions.forward_act_quantize_linear``).
+MXFP8 and NVFP4: FC1's quantized GEMM applies the scaled gate in its epilogue and writes FC2's
+input quantized (``fuseops.fusions.forward_quantized_grouped_mlp``, whose ``UNFUSED_FASTER`` says
+which formats measured faster which way). Then FC2's quantized GEMM; the combine sums each token's
+K rows (unweighted: the weights scaled FC1's activation). Backward: FC2's dgrad and wgrad on the
+gathered ``dy``; the gated backward, which under a per-tensor gradient format (FP8 current
+scaling, NVFP4) also emits each row's amax of ``dz`` so FC1's gradient quantize skips its amax
+pass (as ``fuseops.fusions.backward_gated_amax_linear``); FC1's dgrad, summed per token, and
+wgrad. So its results equal the composition's with a scaled gated activation bit for bit (tests).
 
 Saved for backward: FC1's and FC2's inputs as their column-wise FP8 copies (for the weight
 gradients), ``z`` and the routing; the weights' quantized copies come from the weight cache
@@ -33,6 +36,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from fuseops.fusions.forward_quantized_grouped_mlp import UNFUSED_FASTER
 from fuseops.kernels import library
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.quantization.epilogue import Emitted
@@ -40,24 +44,14 @@ from fuseops.kernels.quantization.formats import Scaling
 from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.moe.expert_layer_steps import Gate, sum_token_rows, token_of_rows
 from fuseops.moe.routing import permute_rows
-from fuseops.ops._quantized import QuantizedLinearSaved, quantized_forward, quantized_wgrad
+from fuseops.ops._quantized import QuantizedLinearSaved, quantized_forward, quantized_operands, quantized_wgrad
 from fuseops.quant import linear_dgrad, quantize
 from fuseops.quant.emit import EmitPlan, emitted_storage
 from fuseops.quant.recipes import Recipe, TensorRole
 from fuseops.quant.storage import QuantizedTensor
 
-# The recipes' scalings this Function serves (module docstring); under the others (MXFP8, NVFP4)
-# the composition runs, whose FC1 applies the activation and quantizes in its GEMM epilogue.
-SERVED = (Scaling.TENSOR, Scaling.BLOCK)
-
-
-def unserved(recipe: Recipe) -> str | None:
-    """Why ``recipe`` runs the composition instead of this Function, or None when it is served."""
-    scalings = {recipe.format(role).scaling for role in (TensorRole.INPUT, TensorRole.WEIGHT, TensorRole.GRAD)}
-    if not scalings <= set(SERVED):
-        return (f"{type(recipe).__name__}: the quantized expert layer serves FP8 current scaling and FP8 "
-                f"blockwise; the composition's fused FC1 serves the others")
-    return None
+# Gradient formats whose quantize starts with an amax pass: the gated backward emits dz's row amaxes.
+_PER_TENSOR = (Scaling.TENSOR, Scaling.NVFP4)
 
 
 class _Saved:
@@ -80,7 +74,7 @@ class _Saved:
 
 
 class QuantizedExpertLayer(torch.autograd.Function):
-    """``expert_layer``'s Function under an FP8 recipe (module docstring)."""
+    """``expert_layer``'s Function under a recipe (module docstring)."""
 
     @staticmethod
     def forward(ctx, x, weights, w1, b1, w2, expert_ids, gate: Gate, recipe: Recipe, grad_enabled: bool,
@@ -99,13 +93,9 @@ class QuantizedExpertLayer(torch.autograd.Function):
 
         qx = quantize(x, recipe, role=TensorRole.INPUT, rowwise=True, columnwise=need_w1, offsets=offsets,
                       rows=tokens)
-        z, fc1 = quantized_forward(recipe, qx, w1, b1, need_dgrad=need_x, need_wgrad=need_w1, offsets=offsets)
+        z, fc1, qh = _fc1_and_gate(qx, w1, b1, probs, offsets, gate, recipe, need_x=need_x, need_w1=need_w1,
+                                   need_dh=need_dh, need_w2=need_w2)
         del qx
-        plan = EmitPlan(recipe, columnwise=need_w2)
-        emitted = quantized_launcher(Kernel.GATED_QUANTIZE_FWD, z)(z, gate.act, probs=probs, **gate.kernel_args,
-                                                                   **plan.kernel_args)
-        qh = emitted_storage(plan, emitted, dtype=z.dtype, offsets=offsets)
-        del emitted
         y_sorted, fc2 = quantized_forward(recipe, qh, w2, None, need_dgrad=need_dh, need_wgrad=need_w2,
                                           offsets=offsets)
         del qh
@@ -149,13 +139,32 @@ class QuantizedExpertLayer(torch.autograd.Function):
         return dx, dweights, dw1, db1, dw2, None, None, None, None, None
 
 
+def _fc1_and_gate(qx, w1, b1, probs, offsets, gate: Gate, recipe: Recipe, *, need_x: bool, need_w1: bool,
+                  need_dh: bool, need_w2: bool) -> tuple:
+    """``(z, FC1's saved state, FC2's quantized input)``: FC1's quantized GEMM and the scaled gate,
+    fused in FC1's epilogue where that measured faster (``UNFUSED_FASTER`` names the formats where it
+    did not); ``z`` None unless the backward needs it (``need_dh``)."""
+    plan = EmitPlan(recipe, columnwise=need_w2)
+    if recipe.format(TensorRole.INPUT).scaling in UNFUSED_FASTER:
+        z, fc1 = quantized_forward(recipe, qx, w1, b1, need_dgrad=need_x, need_wgrad=need_w1, offsets=offsets)
+        emitted = quantized_launcher(Kernel.GATED_QUANTIZE_FWD, z)(z, gate.act, probs=probs, **gate.kernel_args,
+                                                                   **plan.kernel_args)
+        return z, fc1, emitted_storage(plan, emitted, dtype=z.dtype, offsets=offsets)
+    qx, qw1, fc1 = quantized_operands(recipe, qx, w1, need_dgrad=need_x, need_wgrad=need_w1, offsets=offsets)
+    a = qx.rowwise_operand()
+    emitted, z = quantized_launcher(Kernel.GROUPED_GEMM_SCALED_ACT, a.data)(
+        a, qw1.rowwise_operand(), offsets, act=gate.act, bias=b1, save_preact=need_dh, out_dtype=w1.dtype,
+        gated=True, probs=probs, **gate.kernel_args, **plan.kernel_args)
+    return z, fc1, emitted_storage(plan, emitted, dtype=w1.dtype, offsets=offsets)
+
+
 def _gated_backward(z, dh, probs, gate: Gate, recipe: Recipe, offsets, *, need_x: bool, need_w1: bool):
     """``(dz, dprobs, qdz)``: the gate's backward and FC1's output gradient quantized (row-wise for
     its dgrad, column-wise for its wgrad). Under a per-tensor gradient format with the dgrad
     needed, the gate's kernel emits each row's amax of ``dz`` and the cast reads the group amaxes
     from them (no amax pass over ``dz``); ``qdz`` is None when FC1 needs no gradient."""
     launch = launcher(Kernel.GATED_BWD, z)
-    emit_amax = need_x and recipe.format(TensorRole.GRAD).scaling == Scaling.TENSOR
+    emit_amax = need_x and recipe.format(TensorRole.GRAD).scaling in _PER_TENSOR
     row_amax = torch.zeros(z.shape[0], dtype=torch.float32, device=z.device) if emit_amax else None
     dz, dprobs = launch(z, dh, gate.act, probs=probs, row_amax=row_amax, **gate.kernel_args)
     if not (need_x or need_w1):
