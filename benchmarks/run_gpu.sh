@@ -55,7 +55,7 @@ case "$part" in
   quantops) pytest_part tests/quant --ignore=tests/quant/test_quantize.py "$@" ;;
   top) pytest_part tests/test_*.py "$@" ;;
   fp8layer) pytest_part tests/moe/test_expert_layer_quantized.py tests/kernels/quantization/test_amax.py \
-      tests/quant/test_quantize.py tests/quant/test_custom_ops.py -k "quantized or amax or picked" "$@" ;;
+      tests/quant/test_quantize.py tests/quant/test_custom_ops.py -k "quantized or amax or picked or bad_offsets_or_rows" "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
   edge) pytest_part tests/fusions/test_edge_cases.py -k "test_edge_case_on_cuda and (${1:-not nothing})" ;;
   bench)

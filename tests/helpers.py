@@ -140,6 +140,22 @@ def capture_cuda_graph(step: Callable[[], T], warmup: int = 2) -> tuple[torch.cu
     return graph, out
 
 
+def assert_replay_equals_eager(run: Callable[[], torch.Tensor], route: Callable[[int], None],
+                               leaves: list[torch.Tensor]) -> None:
+    """``run`` (a forward+backward returning its output) eagerly on the inputs ``route(1)``
+    writes, then captured on ``route(2)``'s and replayed on ``route(1)``'s: the replay's output
+    and the ``leaves``' gradients equal the eager step's bit for bit."""
+    route(1)
+    ref = [run().detach()] + [t.grad.clone() for t in leaves]
+    route(2)
+    graph, y_static = capture_cuda_graph(run)
+    route(1)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip([y_static] + [t.grad for t in leaves], ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def dispatched(kernel):
     """``kernel``'s launcher as ops call it: chosen by the dispatch table from the first
     argument (a tensor, or a quantized operand's data) at each call."""

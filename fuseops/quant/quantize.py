@@ -10,6 +10,7 @@ tensors through their torch references (bit-identical results).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -65,33 +66,34 @@ def _check_rows(x: torch.Tensor, fmt: QuantFormat, rows: object) -> None:
         raise ValueError(f"rows: expected a tensor on {x.device} (x's device), got {rows.device}")
     if fmt.block_2d:
         raise ValueError("rows: 128x128 tiles quantize whole stacked weights, not picked rows")
-    if not rows.numel():
-        return
-    inside = ((rows >= 0) & (rows < x.shape[0])).all()
-    if rows.device.type == "cpu" and not torch.compiler.is_compiling():
-        if not bool(inside):
-            raise ValueError(f"rows: expected indices in [0, {x.shape[0]}) (x's rows), got values from "
-                             f"{int(rows.min())} to {int(rows.max())}")
-    else:
-        torch._assert_async(inside, "rows: expected indices in [0, x's row count)")
+    if rows.numel():
+        _require(((rows >= 0) & (rows < x.shape[0])).all(), rows.device,
+                 lambda: f"rows: expected indices in [0, {x.shape[0]}) (x's rows), got values from "
+                         f"{int(rows.min())} to {int(rows.max())}",
+                 "rows: expected indices in [0, x's row count)")
 
 
 def _check_offsets_fit(offsets: torch.Tensor, rows: int) -> None:
-    """Offsets must start at 0, never decrease and end at ``rows``. On CPU a ValueError naming
-    them; on a device, and under torch.compile (which reads no data on the host),
-    ``torch._assert_async`` (no host sync: it fails the stream as an out-of-range index does,
-    raising at the next synchronisation; on CPU at once)."""
+    """Offsets must start at 0, never decrease and end at ``rows`` (``_require``)."""
     o = offsets.to(torch.int64)
-    fits = (o[0] == 0) & (o[-1] == rows) & (o[1:] >= o[:-1]).all()
-    if o.device.type == "cpu" and not torch.compiler.is_compiling():
-        if not bool(fits):
-            raise ValueError(f"offsets: expected non-decreasing row offsets from 0 to {rows} (x's rows), "
-                             f"got {o.tolist()}")
+    _require((o[0] == 0) & (o[-1] == rows) & (o[1:] >= o[:-1]).all(), o.device,
+             lambda: f"offsets: expected non-decreasing row offsets from 0 to {rows} (x's rows), got {o.tolist()}",
+             "offsets: expected non-decreasing row offsets from 0 to x's row count")
+
+
+def _require(ok: torch.Tensor, device: torch.device, message: Callable[[], str], on_device: str) -> None:
+    """That the one-element bool tensor ``ok`` holds. On CPU a ValueError of ``message()`` (made
+    only on failure: it reads the data); on a device, and under torch.compile (which reads no data
+    on the host), ``torch._assert_async(ok, on_device)`` (no host sync: it fails the stream as an
+    out-of-range index does, raising at the next synchronisation). ``on_device`` names no row
+    count: formatting a traced (symbolic) one makes the compiler specialize the graph to it (a
+    recompile per row count, and torch 2.11's autograd.Function capture then fails on the
+    specialized size, session 19 call 7)."""
+    if device.type == "cpu" and not torch.compiler.is_compiling():
+        if not bool(ok):
+            raise ValueError(message())
     else:
-        # The message names no row count: formatting a traced (symbolic) one makes the compiler
-        # specialize the graph to it (a recompile per row count, and torch 2.11's
-        # autograd.Function capture then fails on the specialized size, session 19 call 7).
-        torch._assert_async(fits, "offsets: expected non-decreasing row offsets from 0 to x's row count")
+        torch._assert_async(ok, on_device)
 
 
 def _amax(x: torch.Tensor, x3: torch.Tensor, offsets: torch.Tensor | None, tensors: int,

@@ -19,7 +19,7 @@ from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.moe import expert_layer, expert_layer_fallback
 from fuseops.moe import memory_model as mm
-from tests.helpers import REL_TOL, capture_cuda_graph, cuda_or_skip, rel_err, reroutable
+from tests.helpers import REL_TOL, assert_replay_equals_eager, cuda_or_skip, rel_err, reroutable
 
 GATES = {
     "swiglu": lambda: ops.SwiGLU(),
@@ -352,15 +352,7 @@ def test_gpu_no_host_sync(lean):
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
 def test_gpu_captures_in_cuda_graph(lean, shape):
     experts, leaves, route, run = _gpu_case(lean, shape)
-    route(1)
-    ref = [run().detach()] + [t.grad.clone() for t in leaves]
-    route(2)
-    graph, y_static = capture_cuda_graph(run)
-    route(1)
-    graph.replay()
-    torch.cuda.synchronize()
-    for a, b in zip([y_static] + [t.grad for t in leaves], ref):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert_replay_equals_eager(run, route, leaves)
 
 
 @pytest.mark.gpu

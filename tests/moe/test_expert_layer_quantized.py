@@ -18,7 +18,7 @@ from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.moe import expert_layer, expert_layer_fallback, permute, unpermute
 from fuseops.quant import weight_cache
-from tests.helpers import cuda_or_skip, sqnr_db
+from tests.helpers import assert_replay_equals_eager, cuda_or_skip, reroutable, sqnr_db
 
 RECIPES = {"fp8_current": fuseops.recipes.FP8CurrentScaling, "fp8_blockwise": fuseops.recipes.FP8Blockwise,
            "mxfp8": fuseops.recipes.MXFP8, "nvfp4": fuseops.recipes.NVFP4}
@@ -286,23 +286,13 @@ def test_gpu_captures_in_cuda_graph(recipe):
     """A forward+backward step captured, then replayed on other routing and inputs written into
     the static tensors: the eager step's outputs and gradients (the weight quantize runs inside
     the graph: nothing is cached while capturing)."""
-    from tests.helpers import capture_cuda_graph
-
     cuda_or_skip()
     experts = make_experts(device="cuda")
     T, K = 200, 2
-    x = torch.zeros(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    w = torch.zeros(T, K, device="cuda", requires_grad=True)
-    ids = torch.zeros(T, K, device="cuda", dtype=torch.int64)
+    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    ids, w, route = reroutable(T, E, K, "cuda")
     dy = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
     leaves = [x, w, *experts.parameters()]
-
-    def route(seed):
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            x.copy_(torch.randn(T, H, generator=g))
-            w.copy_(torch.rand(T, K, generator=g))
-            ids.copy_(routing(T, K, seed))
 
     def run():
         for t in leaves:
@@ -312,11 +302,4 @@ def test_gpu_captures_in_cuda_graph(recipe):
         y.backward(dy)
         return y
 
-    route(1)
-    ref = [run().detach()] + [t.grad.clone() for t in leaves]
-    route(2)
-    graph, y_static = capture_cuda_graph(run)
-    route(1)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert_bitwise([y_static] + [t.grad for t in leaves], ref)
+    assert_replay_equals_eager(run, route, leaves)

@@ -314,22 +314,6 @@ def test_picked_rows_errors_name_argument_given_and_expected():
         quantize(x, recipes.FP8Blockwise(), role="weight", rows=torch.tensor([0]))
 
 
-@pytest.mark.gpu
-def test_gpu_picked_rows_out_of_range_fail_on_the_stream_without_a_sync():
-    from tests.helpers import run_device_assert
-
-    out = run_device_assert(
-        "import torch; from fuseops.quant import quantize, recipes\n"
-        "x = torch.randn(4, 32, device='cuda')\n"
-        "rows = torch.tensor([0, 4], device='cuda')\n"
-        "torch.cuda.set_sync_debug_mode('error')\n"
-        "quantize(x, recipes.FP8CurrentScaling(), rows=rows, columnwise=True)\n"
-        "torch.cuda.set_sync_debug_mode('default')\n"
-        "torch.cuda.synchronize()\n")
-    assert out.returncode != 0 and "device-side assert" in out.stderr, out.stderr
-    assert "rows" in out.stderr and "called a synchronizing CUDA operation" not in out.stderr, out.stderr
-
-
 @pytest.mark.parametrize("offsets", [[0, 2, 5], [1, 2, 4], [0, 3, 2, 4], [0, 2, 3]])
 def test_offsets_that_do_not_fit_the_rows_are_rejected(offsets):
     x = torch.randn(4, 32)
@@ -338,20 +322,23 @@ def test_offsets_that_do_not_fit_the_rows_are_rejected(offsets):
 
 
 @pytest.mark.gpu
-def test_gpu_offsets_that_do_not_fit_fail_on_the_stream_without_a_sync():
+@pytest.mark.parametrize("argument, call", [
+    ("offsets", "x, recipes.MXFP8(), offsets=torch.tensor([0, 2, 5], device='cuda')"),
+    ("rows", "x, recipes.FP8CurrentScaling(), rows=torch.tensor([0, 4], device='cuda')"),
+], ids=["offsets", "rows"])
+def test_gpu_bad_offsets_or_rows_fail_on_the_stream_without_a_sync(argument, call):
     # A device-side assert leaves the CUDA context unusable: run it in its own process.
     from tests.helpers import run_device_assert
 
     out = run_device_assert(
         "import torch; from fuseops.quant import quantize, recipes\n"
         "x = torch.randn(4, 32, device='cuda')\n"
-        "offsets = torch.tensor([0, 2, 5], device='cuda')\n"
         "torch.cuda.set_sync_debug_mode('error')\n"
-        "quantize(x, recipes.MXFP8(), offsets=offsets, columnwise=True)\n"
+        f"quantize({call}, columnwise=True)\n"
         "torch.cuda.set_sync_debug_mode('default')\n"
         "torch.cuda.synchronize()\n")
     # The assert fires on the device and surfaces at the next CUDA call: on the H100 that can
     # be the cast's own launch after the check (session 19), or the synchronize. Under
     # sync-debug "error" no call on the way synchronised, and the message names the argument.
     assert out.returncode != 0 and "device-side assert" in out.stderr, out.stderr
-    assert "offsets" in out.stderr and "called a synchronizing CUDA operation" not in out.stderr, out.stderr
+    assert argument in out.stderr and "called a synchronizing CUDA operation" not in out.stderr, out.stderr
