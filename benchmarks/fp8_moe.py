@@ -13,10 +13,10 @@ does to the version counters, so the quantized-weight cache re-quantizes once pe
 the gradients are set to None. Each row reports ms per micro-batch (the step's time / n),
 TFLOP/s (``18*T*K*H*I`` per micro-batch) and the speed-up over bf16 at the same cadence.
 ``fp8 ... nocache`` rows run the recipe with ``cache_weights=False`` (every micro-batch
-re-quantizes both weights): the cache's own effect. ``--ab-fusions`` adds rows with
-ForwardQuantizedGroupedMLP forced on (its guard declines FP8) and with BackwardQuantizedGatedMLP
-forced on (its guard declines every format since session 13): the measurements that decide
-those two guards.
+re-quantizes both weights): the cache's own effect. ``--ab-fusions`` adds rows with FC1's
+activation-quantize epilogue forced on in the layer (``grouped_scaled_act.UNFUSED_FASTER`` emptied:
+FP8 declines it) and with BackwardQuantizedGatedMLP forced on in the composition (its guard
+declines every format since session 13): the measurements that decide those two choices.
 
     python -m benchmarks.fp8_moe                       # H100: table, results/fp8_moe.json
     python -m benchmarks.fp8_moe --smoke               # CPU, tiny shapes, end to end
@@ -42,7 +42,8 @@ import torch
 
 import fuseops
 from benchmarks.moe_layer import SHAPES, Case, composed_layer, fuseops_layer, make_case, quantized
-from fuseops.fusions import backward_quantized_gated_mlp, forward_quantized_grouped_mlp
+from fuseops.fusions import backward_quantized_gated_mlp
+from fuseops.kernels.gemm import grouped_scaled_act
 
 SMOKE_SHAPES = {"smoke": dict(E=4, T=64, H=64, I=32, K=2)}
 RECIPES = {
@@ -87,9 +88,10 @@ def layers(case: Case, recipe_names: list[str], args) -> dict[str, Callable[[], 
         if args.ab_fusions:
             # Both fusions decline these formats by measurement (session 5: the forward; session
             # 13: the backward): each forced on here.
-            impls[f"{name} fused fwd"] = variant(quantized(fuseops_layer(case), recipe), forward_quantized_grouped_mlp,
+            # The layer reads the forward's choice at each call; the backward fusion serves the composition.
+            impls[f"{name} fused fwd"] = variant(quantized(fuseops_layer(case), recipe), grouped_scaled_act,
                                                  "UNFUSED_FASTER", ())
-            impls[f"{name} fused bwd"] = variant(quantized(fuseops_layer(case), recipe), backward_quantized_gated_mlp,
+            impls[f"{name} fused bwd"] = variant(quantized(composed_layer(case), recipe), backward_quantized_gated_mlp,
                                                  "DECLINED", ())
     return impls
 
@@ -209,7 +211,7 @@ def main() -> None:
                         help="micro-batches per optimizer step")
     parser.add_argument("--nocache", action="store_true", help="also time each recipe with cache_weights=False")
     parser.add_argument("--ab-fusions", action="store_true",
-                        help="also time each recipe with ForwardQuantizedGroupedMLP forced on and with "
+                        help="also time each recipe with FC1's act-quantize epilogue forced on and with "
                              "BackwardQuantizedGatedMLP off")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per implementation")
     parser.add_argument("--timing", choices=("do_bench", "sustained"), default="do_bench")

@@ -60,7 +60,10 @@ SHAPES = {
 }
 SMOKE_SHAPES = {"smoke": dict(E=4, T=64, H=64, I=32, K=2)}
 IMPLS = ("fuseops", "fuseops lean", "fuseops composed", "torch", "liger", "hf grouped_mm", "hf fuseops",
-         "fuseops fp8", "fuseops fp8 blk")
+         "fuseops fp8", "fuseops fp8 blk", "fuseops fp8 layer", "fuseops fp8 blk layer")
+# Not run unless asked (--impls): the FP8 expert layers (fuseops/moe/expert_layer_quantized.py), for
+# moe_profile's kernel breakdown against the FP8 compositions ("fuseops fp8", "fuseops fp8 blk").
+ON_REQUEST = ("liger", "fuseops fp8 layer", "fuseops fp8 blk layer")
 MODES = ("fwd", "fwd+bwd")
 
 
@@ -189,6 +192,8 @@ def implementations(case: Case, names=IMPLS) -> dict[str, Callable[[], torch.Ten
              "fuseops composed": composed_layer(case), "torch": torch_layer(case)}
     impls["fuseops fp8"] = quantized(composed_layer(case), fuseops.recipes.FP8CurrentScaling())
     impls["fuseops fp8 blk"] = quantized(composed_layer(case), fuseops.recipes.FP8Blockwise())
+    impls["fuseops fp8 layer"] = quantized(fuseops_layer(case), fuseops.recipes.FP8CurrentScaling())
+    impls["fuseops fp8 blk layer"] = quantized(fuseops_layer(case), fuseops.recipes.FP8Blockwise())
     if "liger" in names:
         try:
             impls["liger"] = liger_layer(case)
@@ -413,7 +418,7 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     # Liger only when named: on the H100 (session 14) its first call did not finish in 190-240 s
     # at either shape, and a run that includes it prints nothing before its time limit.
-    parser.add_argument("--impls", nargs="*", default=[i for i in IMPLS if i != "liger"], choices=list(IMPLS),
+    parser.add_argument("--impls", nargs="*", default=[i for i in IMPLS if i not in ON_REQUEST], choices=list(IMPLS),
                         help="implementations to time (torch, the reference, always runs)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per implementation")
     parser.add_argument("--timing", choices=("do_bench", "sustained"), default="do_bench",

@@ -16,7 +16,7 @@ the layer's forward 6-13 % faster than the unfused FC1 + activation-quantize ker
 Qwen3-30B-A3B and Mixtral expert shapes). Under FP8 current scaling and blockwise FC1 runs on
 float8 tensor cores at 1.1-1.4 PFLOP/s, and the same comparison measured the fused forward 3-6 %
 slower (its epilogue, which writes z and h, does not overlap the main loop), so it declines and
-the unfused ops run (.notes/quantize.md).
+the unfused ops run (.notes/quantize.md; the formats are ``grouped_scaled_act.UNFUSED_FASTER``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from fuseops.fusions._producer_quantize import local_gemm, under_torch_autocast
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, measured_slower, quantized
 from fuseops.fusions.grouped_mlp import one_expert_mlp
 from fuseops.kernels.dispatch import Kernel
-from fuseops.kernels.quantization.formats import Scaling
+from fuseops.kernels.gemm import grouped_scaled_act
 from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.ops._quantized import quantized_operands
 from fuseops.ops.activation import ActivationOp, ActivationSaved
@@ -38,9 +38,6 @@ from fuseops.ops.grouped_linear import GroupedLinear, device_offsets
 from fuseops.ops.op import BasicOp
 from fuseops.quant.emit import EmitPlan, emitted_storage
 from fuseops.quant.recipes import TensorRole
-
-# Formats where the unfused FC1 + activation kernels measured faster (module docstring).
-UNFUSED_FASTER = (Scaling.TENSOR, Scaling.BLOCK)
 
 
 class ForwardQuantizedGroupedMLP(Fusion):
@@ -54,7 +51,7 @@ class ForwardQuantizedGroupedMLP(Fusion):
     def guard(self, ops: Sequence[BasicOp], cfg: PlanConfig, extra_inputs) -> str | None:
         if reason := quantized(cfg) or under_torch_autocast(cfg) or one_expert_mlp(ops, extra_inputs):
             return reason
-        if cfg.recipe.format(TensorRole.INPUT).scaling in UNFUSED_FASTER:
+        if cfg.recipe.format(TensorRole.INPUT).scaling in grouped_scaled_act.UNFUSED_FASTER:
             return measured_slower(cfg, "FP8 on tensor cores: the unfused FC1 and activation kernels measured faster")
         return None
 

@@ -17,8 +17,8 @@ fusions that measured faster there). Forward, FP8 current scaling and blockwise:
 GEMM writes the pre-activation ``z``; the gated activation, scaled by the router weights, writes
 FC2's input quantized (``GATED_QUANTIZE_FWD``: ``fuseops.fusions.forward_act_quantize_linear``).
 MXFP8 and NVFP4: FC1's quantized GEMM applies the scaled gate in its epilogue and writes FC2's
-input quantized (``fuseops.fusions.forward_quantized_grouped_mlp``, whose ``UNFUSED_FASTER`` says
-which formats measured faster which way). Then FC2's quantized GEMM; the combine sums each token's
+input quantized (as ``fuseops.fusions.forward_quantized_grouped_mlp``; which formats measured
+faster which way: ``fuseops.kernels.gemm.grouped_scaled_act.UNFUSED_FASTER``). Then FC2's quantized GEMM; the combine sums each token's
 K rows (unweighted: the weights scaled FC1's activation). Backward: FC2's dgrad and wgrad on the
 gathered ``dy``; the gated backward, which under a per-tensor gradient format (FP8 current
 scaling, NVFP4) also emits each row's amax of ``dz`` so FC1's gradient quantize skips its amax
@@ -36,9 +36,9 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from fuseops.fusions.forward_quantized_grouped_mlp import UNFUSED_FASTER
 from fuseops.kernels import library
 from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.gemm import grouped_scaled_act
 from fuseops.kernels.quantization.epilogue import Emitted
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.kernels.quantized_ops import quantized_launcher
@@ -145,7 +145,7 @@ def _fc1_and_gate(qx, w1, b1, probs, offsets, gate: Gate, recipe: Recipe, *, nee
     fused in FC1's epilogue where that measured faster (``UNFUSED_FASTER`` names the formats where it
     did not); ``z`` None unless the backward needs it (``need_dh``)."""
     plan = EmitPlan(recipe, columnwise=need_w2)
-    if recipe.format(TensorRole.INPUT).scaling in UNFUSED_FASTER:
+    if recipe.format(TensorRole.INPUT).scaling in grouped_scaled_act.UNFUSED_FASTER:
         z, fc1 = quantized_forward(recipe, qx, w1, b1, need_dgrad=need_x, need_wgrad=need_w1, offsets=offsets)
         emitted = quantized_launcher(Kernel.GATED_QUANTIZE_FWD, z)(z, gate.act, probs=probs, **gate.kernel_args,
                                                                    **plan.kernel_args)

@@ -16,6 +16,8 @@ import torch
 import fuseops
 from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
+from fuseops.kernels.gemm import grouped_scaled_act
+from fuseops.kernels.quantization.formats import Scaling
 from fuseops.moe import expert_layer, expert_layer_fallback, permute, unpermute
 from fuseops.quant import weight_cache
 from tests.helpers import assert_replay_equals_eager, cuda_or_skip, reroutable, sqnr_db
@@ -112,6 +114,16 @@ def test_equals_the_composition_bit_for_bit(recipe, gate, kernels):
 @pytest.mark.parametrize("needs", [("x",), ("w",), ("params",), ("x", "w")], ids="-".join)
 def test_partial_gradients_equal_the_composition(recipe, needs, kernels):
     compare(recipe, kernels, needs=needs)
+
+
+@pytest.mark.parametrize("kernels", paths())
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_the_fc1_epilogue_choice_is_shared_with_the_composition(recipe, kernels, monkeypatch):
+    """The other FC1 forward of each format (``grouped_scaled_act.UNFUSED_FASTER`` flipped): the
+    layer and the composition still agree bit for bit (the benchmark's A/B of that choice)."""
+    flipped = tuple(s for s in Scaling if s not in grouped_scaled_act.UNFUSED_FASTER)
+    monkeypatch.setattr(grouped_scaled_act, "UNFUSED_FASTER", flipped)
+    compare(recipe, kernels)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

@@ -50,6 +50,15 @@ from fuseops.kernels.quantization import epilogue as qe
 from fuseops.kernels.quantization.formats import BLOCK_SIZE, Element, Scaling
 from fuseops.kernels.quantization.operand import Operand
 
+# FC1's input formats where this kernel measured slower than FC1's plain quantized GEMM followed by
+# the separate activation-quantize kernel (H100, Qwen3-30B-A3B and Mixtral expert shapes): FP8 current
+# scaling and blockwise, whose main loop runs on float8 tensor cores at 1.1-1.4 PFLOP/s, 3-6 % slower
+# forward (the epilogue, writing z and h, does not overlap it); MXFP8 and NVFP4, which dequantize tiles
+# in the main loop, 6-13 % faster (.notes/quantize.md). The one place the choice is made: the fused MLP
+# forward (fusions/forward_quantized_grouped_mlp.py) and the quantized expert layer
+# (moe/expert_layer_quantized.py) read it at each use, so an A/B sets it here (benchmarks.fp8_moe).
+UNFUSED_FASTER = (Scaling.TENSOR, Scaling.BLOCK)
+
 
 @functools.cache
 def _configs() -> dict[tuple[Scaling, bool], GemmConfig]:
