@@ -137,7 +137,7 @@ def test_edge_cases_equal_the_composition(recipe, case):
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_inference_keeps_nothing_and_equals_training(recipe):
+def test_inference_keeps_nothing_and_equals_the_composition(recipe):
     experts = make_experts()
     x, ids, w = torch.randn(9, H).bfloat16(), routing(9, 2, 0), torch.rand(9, 2)
     with fuseops.autocast(recipe=RECIPES[recipe]()):
