@@ -8,7 +8,11 @@ and FC1's [262144, 1536] (E5M2); three of them after an amax pass. The profile o
 step splits 3.95 ms of cast and 0.99 ms of amax between them; this times each call alone,
 from CUDA graphs, as bytes moved over a device copy's rate, and sweeps the cast's tiles for
 the grouped row+column case (every candidate's buffers checked bit for bit against the
-default tiling's first).
+default tiling's first). For the token-side tensors (x_sorted, dy_sorted) it also times what
+``expert_layer``'s quantized Function runs instead (session 32): the cast reading each sorted row
+from the [T, C] tokens through ``rows`` (no permuted copy written), and the group amaxes from the
+tokens' row amaxes (``row_amax``, one read of the tokens) in place of the amax pass; both checked
+bit for bit against the permuted tensor's.
 
     python -m benchmarks.moe_quantize [--tokens 32768] [--top-k 8] [--experts 128] [--smoke]
 """
@@ -86,6 +90,8 @@ def main() -> None:
         moved = nbytes(x) + nbytes(ref.data, ref.data_t)
         print(f"\n{name} [{rows}, {cols}] {element.name}: copy {copy_ms:.3f} ms; amax pass {amax_ms:.3f} ms "
               f"({nbytes(x) / amax_ms / 1e9:.2f} TB/s read, {nbytes(x) / amax_ms / copy_rate:.2f} of copy's rate)")
+        if "_sorted" in name:
+            gathered(x, offsets, kw, moved, copy_rate, args)
         for cfg in CANDIDATES:
             out = kq.allocate(tuple(x.shape), args.experts, block_2d=False, device=x.device, **kw)
             try:
@@ -99,6 +105,26 @@ def main() -> None:
                 continue
             print(f"  cast {cfg}: {ms:.3f} ms, {moved / ms / 1e9:.2f} TB/s, {moved / ms / copy_rate:.2f} of copy"
                   f"{'' if same else '  BITS DIFFER'}", flush=True)
+
+
+def gathered(like, offsets, kw, moved, copy_rate, args) -> None:
+    """The quantized expert layer's form of one token-side cast: the tokens [T, C] and each sorted
+    row's token (``x_sorted[r] = tokens[token_of_row[r]]``, from random routing)."""
+    tokens = torch.randn(args.tokens, like.shape[2], device=like.device, dtype=like.dtype)
+    token_of_row = torch.randint(0, args.tokens, (like.shape[1],), device=like.device)
+    x_sorted = tokens[token_of_row][None]  # the composition's permuted copy, for the bits
+    enc = tensor_encode_scale(ka.amax(x_sorted, offsets, args.experts), Scaling.TENSOR, kw["element"])
+    ref = kq.quantize(x_sorted, offsets, enc, **kw)
+    got = kq.quantize(tokens[None], offsets, enc, rows=token_of_row, **kw)
+    same = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(got, ref) if a is not None)
+    ms = timed(lambda: kq.quantize(tokens[None], offsets, enc, rows=token_of_row, **kw))
+    print(f"  gathered cast (rows=, default tiling): {ms:.3f} ms, {moved / ms / 1e9:.2f} TB/s, "
+          f"{moved / ms / copy_rate:.2f} of copy{'' if same else '  BITS DIFFER'}")
+    picked_amax = lambda: ka.amax(ka.row_amax(tokens).index_select(0, token_of_row).view(1, -1, 1),  # noqa: E731
+                                  offsets, args.experts)
+    same = torch.equal(picked_amax(), ka.amax(x_sorted, offsets, args.experts))
+    print(f"  group amaxes from the tokens' row amaxes: {timed(picked_amax):.3f} ms (row_amax alone "
+          f"{timed(lambda: ka.row_amax(tokens)):.3f}){'' if same else '  BITS DIFFER'}", flush=True)
 
 
 if __name__ == "__main__":
