@@ -4,9 +4,9 @@ optimizer step of 1 and of 8 micro-batches (issue 24).
 The layer is ``benchmarks.moe_layer``'s fuseops layer (``fuseops.moe.expert_layer``: under a
 recipe its quantized Function, fuseops/moe/expert_layer_quantized.py, which quantizes the
 permuted tokens and their gradients straight from the tokens) at the Qwen3-30B-A3B and
-Mixtral-8x7B shapes, T tokens per micro-batch. The ``... composed`` rows run the composition (permute -> GroupedLinear, scaled SwiGLU,
-GroupedLinear -> unpermute) under the same recipe: the path before that Function, in the same
-run. One optimizer step = ``n`` micro-batches of forward+backward (gradients of the expert
+Mixtral-8x7B shapes, T tokens per micro-batch. The ``... composed`` rows run the composition
+(permute -> GroupedLinear, scaled SwiGLU, GroupedLinear -> unpermute) under the same recipe: the
+path before that Function, in the same run. One optimizer step = ``n`` micro-batches of forward+backward (gradients of the expert
 weights accumulate; the input's and router weights' are dropped after each), then
 one in-place update of both expert weights (``w -= 1e-6 * grad``: what an optimizer's step
 does to the version counters, so the quantized-weight cache re-quantizes once per step), then
