@@ -203,26 +203,46 @@ def triton_wgrad_launch(sink, *, accumulate=False, out_dtype=None):
 
 
 def quantize_launch(sink, *, scaling="BLOCK", columnwise=True, rowwise=True, cfg=None, grouped=False, maxnreg=None,
-                    dtype="bfloat16"):
+                    dtype="bfloat16", groups=8, gather=False):
     """The quantize kernel on [16384, 4096] (``benchmarks.quantize``'s shape) of ``dtype`` (a
     torch dtype's name) in ``scaling`` (a ``Scaling`` name) with its E4M3 codes, in the tiling
-    the library picks or ``cfg`` (a ``QuantizeConfig``); ``grouped``: 8 equal row groups."""
+    the library picks or ``cfg`` (a ``QuantizeConfig``); ``grouped``: ``groups`` equal row groups;
+    ``gather``: the rows picked from a [2048, 4096] x (``rows=``, the quantized expert layer's)."""
     from fuseops.kernels.quantization import quantize as mod
     from fuseops.kernels.quantization.formats import Element, Scaling
 
     scaling = Scaling[scaling]
-    x = torch.empty(1, 16384, 4096, dtype=getattr(torch, dtype))
-    offsets = torch.arange(0, 16384 + 1, 16384 // 8, dtype=torch.int64) if grouped else None
-    encode = torch.ones(8 if grouped else 1) if scaling in (Scaling.TENSOR, Scaling.NVFP4) else None
+    x = torch.empty(1, 2048 if gather else 16384, 4096, dtype=getattr(torch, dtype))
+    rows = torch.arange(16384, dtype=torch.int64) % 2048 if gather else None
+    offsets = torch.arange(0, 16384 + 1, 16384 // groups, dtype=torch.int64) if grouped else None
+    encode = torch.ones(groups if grouped else 1) if scaling in (Scaling.TENSOR, Scaling.NVFP4) else None
     element = Element.E2M1 if scaling == Scaling.NVFP4 else Element.E4M3
     cfg = cfg or mod._configs()[scaling, columnwise]
-    with caught(mod, "quantize_kernel", sink):
-        mod.launch_quantize(x, offsets, encode, scaling, element, False, rowwise, columnwise, None, cfg)
+    # The tile table's own kernel launches first when asked for: the cast is the last launch.
+    with caught(mod, "quantize_kernel", sink), caught(mod, "tile_table_kernel", []):
+        mod.launch_quantize(x, offsets, encode, scaling, element, False, rowwise, columnwise, None, cfg, rows=rows)
     if maxnreg:
         sink[-1][3]["maxnreg"] = maxnreg
 
 
-CASES = {"quantize": quantize_launch, "gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
+def amax_launch(sink, *, gather=False, groups=128, kernel="amax"):
+    """The amax kernel over 262144 grouped rows of 2048 bf16 (Qwen3-30B-A3B's x_sorted), read in
+    place or picked from [32768, 2048] tokens (``gather``); or ``kernel="row_amax"`` over the tokens."""
+    from fuseops.kernels.quantization import amax as mod
+
+    tokens = torch.empty(32768, 2048, dtype=torch.bfloat16)
+    if kernel == "row_amax":
+        with caught(mod, "row_amax_kernel", sink):
+            mod.row_amax(tokens)
+        return
+    x = tokens[None] if gather else torch.empty(1, 262144, 2048, dtype=torch.bfloat16)
+    rows = torch.arange(262144, dtype=torch.int64) % 32768 if gather else None
+    offsets = torch.arange(0, 262144 + 1, 262144 // groups, dtype=torch.int64)
+    with caught(mod, "amax_kernel", sink):
+        mod.amax(x, offsets, groups, rows=rows)
+
+
+CASES = {"quantize": quantize_launch, "amax": amax_launch, "gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
          "blockwise_fwd": blockwise_fwd_launch, "blockwise_wgrad": blockwise_wgrad_launch,
          "bf16_wgrad": bf16_wgrad_launch, "triton_wgrad": triton_wgrad_launch}
 
