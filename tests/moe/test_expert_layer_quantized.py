@@ -20,7 +20,8 @@ from fuseops.kernels.gemm import grouped_scaled_act
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.moe import expert_layer, expert_layer_fallback, permute, unpermute
 from fuseops.quant import weight_cache
-from tests.helpers import assert_replay_equals_eager, cuda_or_skip, reroutable, sqnr_db
+from tests.helpers import assert_bitwise, assert_replay_equals_eager, cuda_or_skip, reroutable, sqnr_db
+from tests.moe.test_expert_layer import routing
 
 RECIPES = {"fp8_current": fuseops.recipes.FP8CurrentScaling, "fp8_blockwise": fuseops.recipes.FP8Blockwise,
            "mxfp8": fuseops.recipes.MXFP8, "nvfp4": fuseops.recipes.NVFP4}
@@ -40,12 +41,6 @@ def make_experts(gate="swiglu", bias=True, dtype=torch.bfloat16, device="cpu"):
         for p in experts.parameters():
             p.normal_(0.0, 1.0 / p.shape[-1] ** 0.5)
     return experts.to(device=device, dtype=dtype)
-
-
-def routing(T, K, seed, device="cpu", empty=()):
-    g = torch.Generator().manual_seed(seed)
-    allowed = torch.tensor([e for e in range(E) if e not in empty] or [0])
-    return allowed[torch.randint(0, len(allowed), (T, K), generator=g)].to(device)
 
 
 def composition(x, ids, w, experts):
@@ -68,11 +63,10 @@ def step(layer, experts, x, ids, w, dy, needs=("x", "w", "params")):
     return [y.detach(), *torch.autograd.grad(y, inputs, dy)]
 
 
-def assert_bitwise(got, want):
+def assert_all_bitwise(got, want):
     assert len(got) == len(want)
     for i, (a, b) in enumerate(zip(got, want)):
-        assert a.dtype == b.dtype and a.shape == b.shape, i
-        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True, msg=f"tensor {i} differs")
+        assert_bitwise(a, b, f"tensor {i}")
 
 
 def paths():
@@ -91,14 +85,14 @@ def compare(recipe, kernels, *, gate="swiglu", bias=True, T=9, K=2, weights=True
     x = torch.randn(T, H, generator=g).to(dtype)
     if x_fill is not None:
         x[T // 2, 3] = x_fill
-    ids = routing(T, K, T, empty=empty)
+    ids = routing(T, E, K, T, empty=empty)
     w = torch.rand(T, K, generator=g).to(weights_dtype) if weights else None
     dy = torch.randn(T, H, generator=g).to(dtype)
     with kernels_or_not(kernels), fuseops.autocast(recipe=RECIPES[recipe]()):
         assert expert_layer_fallback(x, w, experts) is None
         got = step(expert_layer, experts, x, ids, w, dy, needs)
         want = step(composition, experts, x, ids, w, dy, needs)
-    assert_bitwise(got, want)
+    assert_all_bitwise(got, want)
     return got
 
 
@@ -139,7 +133,7 @@ def test_edge_cases_equal_the_composition(recipe, case):
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_inference_keeps_nothing_and_equals_the_composition(recipe):
     experts = make_experts()
-    x, ids, w = torch.randn(9, H).bfloat16(), routing(9, 2, 0), torch.rand(9, 2)
+    x, ids, w = torch.randn(9, H).bfloat16(), routing(9, E, 2, 0), torch.rand(9, 2)
     with fuseops.autocast(recipe=RECIPES[recipe]()):
         with torch.no_grad():
             y = expert_layer(x, ids, w, experts)
@@ -172,7 +166,7 @@ def test_close_to_float64(recipe):
     T, K = 64, 2
     g = torch.Generator().manual_seed(0)
     x, w, dy = torch.randn(T, H, generator=g), torch.rand(T, K, generator=g), torch.randn(T, H, generator=g)
-    ids = routing(T, K, 0)
+    ids = routing(T, E, K, 0)
     with fuseops.autocast(recipe=RECIPES[recipe]()):
         got = step(expert_layer, experts, x.bfloat16(), ids, w, dy.bfloat16())
     want = step(composition, exact, x.double(), ids, w.double(), dy.double())
@@ -186,7 +180,7 @@ def test_close_to_float64(recipe):
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_saved_tensor_hooks_see_the_saved_copies_and_keep_gradients_exact(recipe):
     experts = make_experts()
-    x, ids, w, dy = torch.randn(9, H).bfloat16(), routing(9, 2, 0), torch.rand(9, 2), torch.randn(9, H).bfloat16()
+    x, ids, w, dy = torch.randn(9, H).bfloat16(), routing(9, E, 2, 0), torch.rand(9, 2), torch.randn(9, H).bfloat16()
     packed = []
 
     def pack(t):
@@ -197,7 +191,7 @@ def test_saved_tensor_hooks_see_the_saved_copies_and_keep_gradients_exact(recipe
         want = step(expert_layer, experts, x, ids, w, dy)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             got = step(expert_layer, experts, x, ids, w, dy)
-    assert_bitwise(got, want)
+    assert_all_bitwise(got, want)
     # FC1's and FC2's inputs are saved as their FP8 column-wise copies.
     assert torch.float8_e4m3fn in packed
 
@@ -207,7 +201,7 @@ def test_weights_quantized_once_per_version_and_never_stale(recipe):
     """Micro-batches reuse the cached quantized weights; after an optimizer step and after
     ``param.data`` replacement the layer equals one run with ``cache_weights=False``."""
     experts = make_experts()
-    x, ids, w, dy = torch.randn(9, H).bfloat16(), routing(9, 2, 0), torch.rand(9, 2), torch.randn(9, H).bfloat16()
+    x, ids, w, dy = torch.randn(9, H).bfloat16(), routing(9, E, 2, 0), torch.rand(9, 2), torch.randn(9, H).bfloat16()
     weight_cache.clear()
     cached, uncached = RECIPES[recipe](), RECIPES[recipe](cache_weights=False)
     with fuseops.autocast(recipe=cached):
@@ -226,7 +220,7 @@ def test_weights_quantized_once_per_version_and_never_stale(recipe):
             got = step(expert_layer, experts, x, ids, w, dy)
         with fuseops.autocast(recipe=uncached):
             want = step(expert_layer, experts, x, ids, w, dy)
-        assert_bitwise(got, want)
+        assert_all_bitwise(got, want)
     assert weight_cache.cached_bytes() == held
 
 
@@ -237,7 +231,7 @@ def test_lean_and_float64_fall_back_and_say_why():
         assert expert_layer_fallback(x, None, experts) is None
         assert "float64" in expert_layer_fallback(x.double(), None, make_experts(dtype=torch.float64))
         # The fallback still computes the layer.
-        ids, w = routing(4, 2, 0), torch.rand(4, 2)
+        ids, w = routing(4, E, 2, 0), torch.rand(4, 2)
         got = expert_layer(x, ids, w, experts, lean=True)
         want = composition(x, ids, w, experts)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
@@ -261,9 +255,9 @@ def test_fullgraph_compile_equals_eager_over_three_token_counts(recipe):
     for T in (9, 13, 17):
         g = torch.Generator().manual_seed(T)
         x, w, dy = torch.randn(T, H, generator=g).bfloat16(), torch.rand(T, 2, generator=g), torch.randn(T, H).bfloat16()
-        ids = routing(T, 2, T)
+        ids = routing(T, E, 2, T)
         got = step(lambda x, i, w, _: compiled(x, i, w), experts, x, ids, w, dy)
-        assert_bitwise(got, step(lambda x, i, w, _: layer(x, i, w), experts, x, ids, w, dy))
+        assert_all_bitwise(got, step(lambda x, i, w, _: layer(x, i, w), experts, x, ids, w, dy))
     assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
 
 
@@ -275,7 +269,7 @@ def test_gpu_equals_the_composition_without_a_host_sync(recipe):
     T, K = 300, 4
     g = torch.Generator().manual_seed(0)
     x, w, dy = torch.randn(T, H, generator=g), torch.rand(T, K, generator=g), torch.randn(T, H, generator=g)
-    x, w, dy, ids = x.cuda().bfloat16(), w.cuda(), dy.cuda().bfloat16(), routing(T, K, 0, "cuda", empty=(1,))
+    x, w, dy, ids = x.cuda().bfloat16(), w.cuda(), dy.cuda().bfloat16(), routing(T, E, K, 0, "cuda", empty=(1,))
     with fuseops.autocast(recipe=RECIPES[recipe]()):
         want = step(composition, experts, x, ids, w, dy)
         step(expert_layer, experts, x, ids, w, dy)  # the weight cache filled
@@ -285,10 +279,10 @@ def test_gpu_equals_the_composition_without_a_host_sync(recipe):
             got = step(expert_layer, experts, x, ids, w, dy)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-        assert_bitwise(got, want)
+        assert_all_bitwise(got, want)
         x[7, 5] = float("nan")
         y = step(expert_layer, experts, x, ids, w, dy)[0]
-        assert_bitwise([y], step(composition, experts, x, ids, w, dy)[:1])
+        assert_all_bitwise([y], step(composition, experts, x, ids, w, dy)[:1])
     assert not torch.isfinite(y[7]).all() and torch.isfinite(y[torch.arange(T, device="cuda") != 7]).all()
 
 
