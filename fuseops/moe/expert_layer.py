@@ -112,12 +112,13 @@ def expert_layer_fallback(x: torch.Tensor, weights: torch.Tensor | None, experts
     """Why ``expert_layer`` runs ``permute -> experts -> unpermute`` instead of its fused
     Function for these arguments, or None when it fuses (under a recipe: its quantized
     Function, ``expert_layer_quantized.py``)."""
-    return _fallback(x, experts, _parts(experts), _checks.flag("lean", lean))
+    return _fallback(x, experts, _parts(experts), _checks.flag("lean", lean), current_recipe())
 
 
 def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, GroupedLinear],
-              lean: bool) -> str | None:
-    """``expert_layer_fallback`` for ``experts`` split into ``parts``: the first reason that
+              lean: bool, recipe: Any) -> str | None:
+    """``expert_layer_fallback`` for ``experts`` split into ``parts`` under ``recipe`` (the
+    ``fuseops.autocast`` recipe in effect, read once by the caller): the first reason that
     applies, checked in order and no further (every call of the layer asks)."""
     fc1, act, fc2 = parts
     if not getattr(experts, "fuse", True):
@@ -133,7 +134,7 @@ def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, Gr
         return "accumulate_into_main_grad"
     if _hooked(experts) or _hooked(fc1) or _hooked(act) or _hooked(fc2):
         return "module hooks on the experts"
-    if current_recipe() is not None:
+    if recipe is not None:
         if lean:
             return "lean under a recipe: the quantized layer keeps FC1's pre-activation"
         if x.dtype == torch.float64:
@@ -186,9 +187,10 @@ def expert_layer(
     if x.shape[1] != fc1.in_features:
         raise ValueError(f"x: expected {fc1.in_features} features (the experts' in_features), got {x.shape[1]}")
     weights = check_weights(weights, expert_ids.shape, "expert_ids'", x, "x")
-    if _fallback(x, experts, parts, lean) is None:
+    recipe = current_recipe()
+    if _fallback(x, experts, parts, lean, recipe) is None:
         gate = steps.Gate(act.act, act.kernel_args)
-        if (recipe := current_recipe()) is not None:
+        if recipe is not None:
             return QuantizedExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, recipe,
                                               torch.is_grad_enabled(), check)
         return _ExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, lean,
