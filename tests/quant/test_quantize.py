@@ -322,19 +322,21 @@ def test_offsets_that_do_not_fit_the_rows_are_rejected(offsets):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("argument, call", [
-    ("offsets", "x, recipes.MXFP8(), offsets=torch.tensor([0, 2, 5], device='cuda')"),
-    ("rows", "x, recipes.FP8CurrentScaling(), rows=torch.tensor([0, 4], device='cuda')"),
+@pytest.mark.parametrize("argument, values, recipe", [
+    ("offsets", "[0, 2, 5]", "MXFP8"),
+    ("rows", "[0, 4]", "FP8CurrentScaling"),
 ], ids=["offsets", "rows"])
-def test_gpu_bad_offsets_or_rows_fail_on_the_stream_without_a_sync(argument, call):
-    # A device-side assert leaves the CUDA context unusable: run it in its own process.
+def test_gpu_bad_offsets_or_rows_fail_on_the_stream_without_a_sync(argument, values, recipe):
+    # A device-side assert leaves the CUDA context unusable: run it in its own process. The bad
+    # tensor is made before sync-debug mode: a copy from a Python list synchronises by itself.
     from tests.helpers import run_device_assert
 
     out = run_device_assert(
         "import torch; from fuseops.quant import quantize, recipes\n"
         "x = torch.randn(4, 32, device='cuda')\n"
+        f"bad = torch.tensor({values}, device='cuda')\n"
         "torch.cuda.set_sync_debug_mode('error')\n"
-        f"quantize({call}, columnwise=True)\n"
+        f"quantize(x, recipes.{recipe}(), {argument}=bad, columnwise=True)\n"
         "torch.cuda.set_sync_debug_mode('default')\n"
         "torch.cuda.synchronize()\n")
     # The assert fires on the device and surfaces at the next CUDA call: on the H100 that can

@@ -308,9 +308,12 @@ def tile_rows(offsets, pid_r, pid_b, R, G, GROUPED: tl.constexpr, BLOCK_R: tl.co
 @triton.jit
 def source_rows(src_rows, rows, mask, GATHER: tl.constexpr):
     """The rows of ``x`` that the tensor's rows ``rows`` are: ``src_rows[rows]`` with GATHER (the
-    tensor is ``x[src_rows]``, never written out: MoE's permuted tokens), else ``rows``."""
+    tensor is ``x[src_rows]``, never written out: MoE's permuted tokens), else ``rows``. In
+    ``rows``' dtype whatever ``src_rows``' is: the compiler wants one return type across both
+    branches (int64 picked rows failed to compile on the GPU, session 33; the interpreter does not
+    check), and a row of ``x`` fits it (the host check bounds picked rows by x's row count)."""
     if GATHER:
-        return tl.load(src_rows + rows, mask=mask, other=0)
+        return tl.load(src_rows + rows, mask=mask, other=0).to(rows.dtype)
     return rows
 
 
