@@ -203,9 +203,10 @@ def triton_wgrad_launch(sink, *, accumulate=False, out_dtype=None):
 
 
 def quantize_launch(sink, *, scaling="BLOCK", columnwise=True, rowwise=True, cfg=None, grouped=False, maxnreg=None,
-                    dtype="bfloat16", groups=8, gather=False):
+                    dtype="bfloat16", groups=8, gather=False, element="E4M3"):
     """The quantize kernel on [16384, 4096] (``benchmarks.quantize``'s shape) of ``dtype`` (a
-    torch dtype's name) in ``scaling`` (a ``Scaling`` name) with its E4M3 codes, in the tiling
+    torch dtype's name) in ``scaling`` (a ``Scaling`` name) with ``element``'s codes (an ``Element``
+    name; NVFP4 always E2M1), in the tiling
     the library picks or ``cfg`` (a ``QuantizeConfig``); ``grouped``: ``groups`` equal row groups;
     ``gather``: the rows picked from a [2048, 4096] x (``rows=``, the quantized expert layer's)."""
     from fuseops.kernels.quantization import quantize as mod
@@ -216,7 +217,7 @@ def quantize_launch(sink, *, scaling="BLOCK", columnwise=True, rowwise=True, cfg
     rows = torch.arange(16384, dtype=torch.int64) % 2048 if gather else None
     offsets = torch.arange(0, 16384 + 1, 16384 // groups, dtype=torch.int64) if grouped else None
     encode = torch.ones(groups if grouped else 1) if scaling in (Scaling.TENSOR, Scaling.NVFP4) else None
-    element = Element.E2M1 if scaling == Scaling.NVFP4 else Element.E4M3
+    element = Element.E2M1 if scaling == Scaling.NVFP4 else Element[element]
     cfg = cfg or mod._configs()[scaling, columnwise]
     # The tile table's own kernel launches first when asked for: the cast is the last launch.
     with caught(mod, "quantize_kernel", sink), caught(mod, "tile_table_kernel", []):

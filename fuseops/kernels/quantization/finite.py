@@ -25,6 +25,12 @@ def finite_abs(t):
 
 
 @triton.jit
+def non_finite(t):
+    """Whether each element of ``t`` is NaN or infinite."""
+    return tl.where(tl.abs(t) <= _FP32_MAX, 0, 1) != 0
+
+
+@triton.jit
 def any_non_finite(t, axis):
     """Whether ``t`` holds a NaN or an infinity along ``axis`` (int32 0/1)."""
     return tl.max(tl.where(tl.abs(t) <= _FP32_MAX, 0, 1), axis=axis)

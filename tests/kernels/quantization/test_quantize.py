@@ -178,16 +178,17 @@ def check_plain_and_whole_rule_tiles(fmt):
 # Infinities and the dtype's maximum overflow the reference's float32 maths on the way.
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
-@pytest.mark.parametrize("fmt", ["block_1x128", "mx_e4m3", "mx_e5m2", "nvfp4"])
+@pytest.mark.parametrize("fmt", ["tensor_e4m3", "tensor_e5m2", "block_1x128", "mx_e4m3", "mx_e5m2", "nvfp4"])
 def test_plain_tiles_beside_tiles_of_the_whole_rules(fmt):
     """Each tile of the 1D-block formats is first quantized without the non-finite and
     dtype-maximum rules, then again with them if its block maxima are not all finite and below
-    P (quantize_kernel): bit for bit the reference either way, for every tile."""
+    P; a per-tensor tile is cast plainly, then its NaN and infinities' codes written over
+    (quantize_kernel): bit for bit the reference either way, for every tile."""
     check_plain_and_whole_rule_tiles(fmt)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt", ["block_1x128", "mx_e4m3", "mx_e5m2", "nvfp4"])
+@pytest.mark.parametrize("fmt", ["tensor_e4m3", "tensor_e5m2", "block_1x128", "mx_e4m3", "mx_e5m2", "nvfp4"])
 def test_gpu_plain_tiles_beside_tiles_of_the_whole_rules(fmt):
     """The GPU's tilings, register caps and the rewrite of a tile after a barrier."""
     check_plain_and_whole_rule_tiles(fmt)
