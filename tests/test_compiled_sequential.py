@@ -20,7 +20,7 @@ import fuseops
 from fuseops import compiled_sequential, ops
 from fuseops.ops.executor import graphed, replay
 from fuseops.ops.executor.prepared import parameter_slots
-from tests.helpers import assert_bitwise
+from tests.helpers import assert_bitwise, kernels_on
 from tests.test_compile import _call, _inputs, _model, _run
 
 
@@ -82,6 +82,27 @@ def test_steps_replay_the_recorded_programs() -> None:
     before = replay.counts["replayed"]
     _run("dense", model, compiled, args)
     assert replay.counts["replayed"] - before == 2  # forward and backward
+
+
+@pytest.mark.parametrize("kind", ["dense", "grouped", "moe"])
+def test_each_size_of_a_dynamic_trace_replays_its_own_programs(kind) -> None:
+    """One trace serves every size (``dynamic=True``), its run too: a program recorded at one
+    size is never replayed at another of the same strides. The Triton kernels (interpreted
+    here) bake their grids and allocations into a program: replayed at 13 rows, 10 rows'
+    failed on CPU and wrote out of bounds on the GPU (session 33)."""
+    torch._dynamo.reset()
+    with kernels_on("triton") as device:
+        model = _model(kind).to(device)
+        eager_model = copy.deepcopy(model)
+        compiled = torch.compile(lambda *a: _call(kind, model, a), backend="aot_eager", fullgraph=True, dynamic=True)
+        replays = []
+        for step, rows in enumerate((10, 10, 10, 13, 13, 13, 6)):
+            args = tuple(a.to(device) for a in _inputs(kind, rows, seed=step))
+            before = replay.counts["replayed"]
+            _assert_same_steps(kind, model, eager_model, compiled, args)
+            replays.append(replay.counts["replayed"] - before > 0)
+    # Each size replays from its third call on, and only then.
+    assert replays == [False, False, True, False, False, True, False]
 
 
 def _block(eps: float = 1e-5, approximate: str = "tanh") -> fuseops.Sequential:

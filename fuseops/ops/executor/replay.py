@@ -22,8 +22,8 @@ On the GPU a program whose host work outlasts its GPU work is replayed as one CU
 (``graphed.py``): the recording notes what a graph could not repeat (random ops, writes into
 an input, save notices) and splits the weight cache's copies off into a prologue.
 
-A layout is the call's signature (the ``Prepared`` run) plus every input tensor's strides and
-16-byte alignment, ``torch.are_deterministic_algorithms_enabled()`` and the launch state
+A layout is the call's signature (the ``Prepared`` run) plus every input tensor's shape (a
+compiled ``Sequential``'s run serves every size of a dynamic trace), strides and 16-byte alignment, ``torch.are_deterministic_algorithms_enabled()`` and the launch state
 (``launch.direct_state``: fast launches, checks, hooks, the current device); for backward also
 which gradients are None and whether the graph is freed after it
 (``saved_state.graph_freed_after_backward``).
@@ -560,11 +560,14 @@ def _graph_parts(n: _Names, params: list[str], results: Sequence[torch.Tensor | 
 
 
 def layout_key(tensors: Sequence[Any]) -> tuple:
-    """What a recorded program assumed of its inputs beyond the signature: strides and 16-byte
-    alignment of each tensor (None stays None), the deterministic-algorithms flag, and what
-    its direct launches assumed (``launch.direct_state``)."""
+    """What a recorded program assumed of its inputs: shape, strides and 16-byte alignment of
+    each tensor (None stays None), the deterministic-algorithms flag, and what its direct
+    launches assumed (``launch.direct_state``). The shapes too, though an eager ``Prepared`` run
+    is one signature: a compiled ``Sequential``'s serves every size of a dynamic trace
+    (``compiled_sequential.py``), and a program replays the sizes it was recorded with (its
+    launches' grids, its allocations): session 33 replayed T=1024's at T=4096 on the GPU."""
     return (torch.are_deterministic_algorithms_enabled(), kernel_launch.direct_state(),
-            *[None if t is None else (t.stride(), t.data_ptr() & 15) for t in tensors])
+            *[None if t is None else (t.shape, t.stride(), t.data_ptr() & 15) for t in tensors])
 
 
 def enabled_now() -> bool:
