@@ -87,9 +87,9 @@ def test_steps_replay_the_recorded_programs() -> None:
 @pytest.mark.parametrize("kind", ["dense", "grouped", "moe"])
 def test_each_size_of_a_dynamic_trace_replays_its_own_programs(kind) -> None:
     """One trace serves every size (``dynamic=True``), its run too: a program recorded at one
-    size is never replayed at another of the same strides. The Triton kernels (interpreted
-    here) bake their grids and allocations into a program: replayed at 13 rows, 10 rows'
-    failed on CPU and wrote out of bounds on the GPU (session 33)."""
+    size is never replayed at another of the same strides. The Triton kernels (interpreted on
+    CPU) bake their grids and allocations into a program: 10 rows' program replayed at 13 rows
+    crashed the interpreter's process, and on the GPU wrote out of bounds (session 33)."""
     torch._dynamo.reset()
     with kernels_on("triton") as device:
         model = _model(kind).to(device)

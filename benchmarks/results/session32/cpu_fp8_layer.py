@@ -1,8 +1,14 @@
 """Session 32, CPU (torch references, one thread): expert_layer's quantized Function against the composition
 under FP8 current scaling and blockwise, bf16, fwd+bwd; minimum over 7 interleaved rounds of the median of 20 steps."""
-import time, torch, fuseops, statistics
+import statistics
+import time
+
+import torch
+
+import fuseops
 from fuseops import ops
 from fuseops.moe import expert_layer, permute, unpermute
+
 torch.set_num_threads(1)
 def run(E,H,F,K,T, recipe):
     torch.manual_seed(0)

@@ -23,7 +23,8 @@ On the GPU a program whose host work outlasts its GPU work is replayed as one CU
 an input, save notices) and splits the weight cache's copies off into a prologue.
 
 A layout is the call's signature (the ``Prepared`` run) plus every input tensor's shape (a
-compiled ``Sequential``'s run serves every size of a dynamic trace), strides and 16-byte alignment, ``torch.are_deterministic_algorithms_enabled()`` and the launch state
+compiled ``Sequential``'s run serves every size of a dynamic trace), strides and 16-byte
+alignment, ``torch.are_deterministic_algorithms_enabled()`` and the launch state
 (``launch.direct_state``: fast launches, checks, hooks, the current device); for backward also
 which gradients are None and whether the graph is freed after it
 (``saved_state.graph_freed_after_backward``).
