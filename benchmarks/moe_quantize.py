@@ -8,7 +8,7 @@ and FC1's [262144, 1536] (E5M2); three of them after an amax pass. The profile o
 step splits 3.95 ms of cast and 0.99 ms of amax between them; this times each call alone,
 from CUDA graphs, as bytes moved over a device copy's rate, and sweeps the cast's tiles for
 the grouped row+column case (every candidate's buffers checked bit for bit against the
-default tiling's first). For the token-side tensors (x_sorted, dy_sorted) it also times what
+default tiling's first), and times each copy alone. For the token-side tensors (x_sorted, dy_sorted) it also times what
 ``expert_layer``'s quantized Function runs instead (session 32): the cast reading each sorted row
 from the [T, C] tokens through ``rows`` (no permuted copy written), and the group amaxes from the
 tokens' row amaxes (``row_amax``, one read of the tokens) in place of the amax pass; both checked
@@ -35,7 +35,7 @@ TENSORS = [("FC1 input x_sorted", 2048, Element.E4M3), ("FC2 input h", 768, Elem
 Q = kq.QuantizeConfig
 # sm_90a registers (ptxas, offline, grouped 128 experts; E4M3 / E5M2): 128x128 at 4 warps (the
 # default until session 15) holds 16 rows a thread (K = 16): 178 / 255 with 36 bytes of spills, 2 programs an SM;
-# every K = 8 tile below: 78-102 / 130-138, no spills.
+# every K = 8 tile below: 78-102 / 130-138, no spills; since session 33's plain cast 128x64 takes 80 for both.
 # The last two read each row tile's group from a table made once per call instead of searching the
 # offsets in every program (QuantizeConfig.tile_table; session 32, not yet timed).
 CANDIDATES = [Q(128, 128, 4), Q(128, 128, 4, group_r=8), Q(128, 64, 4), Q(64, 128, 4), Q(128, 128, 8),
@@ -94,6 +94,7 @@ def main() -> None:
               f"({nbytes(x) / amax_ms / 1e9:.2f} TB/s read, {nbytes(x) / amax_ms / copy_rate:.2f} of copy's rate)")
         if "_sorted" in name:
             gathered(x, offsets, kw, moved, copy_rate, args)
+        one_copy(x, offsets, enc, element, args.experts, copy_rate)
         for cfg in CANDIDATES:
             out = kq.allocate(tuple(x.shape), args.experts, block_2d=False, device=x.device, **kw)
             try:
@@ -107,6 +108,19 @@ def main() -> None:
                 continue
             print(f"  cast {cfg}: {ms:.3f} ms, {moved / ms / 1e9:.2f} TB/s, {moved / ms / copy_rate:.2f} of copy"
                   f"{'' if same else '  BITS DIFFER'}", flush=True)
+
+
+def one_copy(x, offsets, enc, element, experts, copy_rate) -> None:
+    """Each copy alone (default tiling): the row-wise cast writes along rows, the column-wise
+    one transposes (each program writes its tile's columns as 128-byte runs); if the column-wise
+    alone runs well below the row-wise, the transposed store is what bounds the cast of both."""
+    for rowwise in (True, False):
+        kw = dict(scaling=Scaling.TENSOR, element=element, rowwise=rowwise, columnwise=not rowwise)
+        out = kq.quantize(x, offsets, enc, **kw)
+        moved = nbytes(x) + nbytes(out.data if rowwise else out.data_t)
+        ms = timed(lambda: kq.quantize(x, offsets, enc, **kw))  # noqa: B023
+        print(f"  {'row-wise' if rowwise else 'column-wise'} copy alone (default tiling): {ms:.3f} ms, "
+              f"{moved / ms / 1e9:.2f} TB/s, {moved / ms / copy_rate:.2f} of copy", flush=True)
 
 
 def gathered(like, offsets, kw, moved, copy_rate, args) -> None:
