@@ -3,7 +3,11 @@ forward+backward steps (torch.profiler), per step, for fuseops and the plain-tor
 benchmarks/moe_layer.py, after sustained warm-up (clocks settle under load).
 
     python -m benchmarks.moe_profile [--shape mixtral-8x7b] [--steps 5] [--warmup-s 10]
-                                     [--impls fuseops torch "fuseops fp8 blk"]
+                                     [--impls fuseops torch "fuseops fp8 blk"] [--update]
+
+``--update``: each step is ``fp8_moe``'s optimizer step of one micro-batch (the forward+backward,
+then an in-place update of the expert weights), so a quantized layer quantizes its weights again
+every step, as at that benchmark's one-micro-batch cadence.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks.fp8_moe import optimizer_step
 from benchmarks.moe_layer import IMPLS, SHAPES, forward_backward, implementations, make_case, set_grads_to_none
 from fuseops.ops.executor import graphed
 
@@ -51,12 +56,14 @@ def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=10.0)
     parser.add_argument("--top", type=int, default=14)
     parser.add_argument("--impls", nargs="*", default=["fuseops", "torch"], choices=IMPLS)
+    parser.add_argument("--update", action="store_true", help="update the expert weights after every step")
     args = parser.parse_args()
     case = make_case(**SHAPES[args.shape])
     impls = implementations(case, args.impls)
     for name in args.impls:
         layer = impls[name]
-        totals, wall, graphs = kernel_times(forward_backward(case, layer), case, args.steps, args.warmup_s)
+        step = optimizer_step(case, layer, 1) if args.update else forward_backward(case, layer)
+        totals, wall, graphs = kernel_times(step, case, args.steps, args.warmup_s)
         busy = sum(totals.values())
         print(f"\n{name}: wall {wall:.2f} ms/step, kernels {busy:.2f} ms/step ({len(totals)} kinds), "
               f"graph states during the profiled steps: {graphs or 'no change'}")
