@@ -168,11 +168,16 @@ def plain_and_whole_rule_tiles(dtype: torch.dtype) -> torch.Tensor:
 
 
 def check_plain_and_whole_rule_tiles(fmt):
+    # Also as groups (5, 0, 195, 1 and 55 rows): the inf and the NaN open groups whose padded
+    # column-wise positions are not their rows, where a rewrite must find them.
+    grouped = torch.tensor([0, 5, 5, 200, 201, 256], device=DEVICE)
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         x = plain_and_whole_rule_tiles(dtype)
-        for rowwise, columnwise in ((True, True), (True, False), (False, True)):
-            got, ref = run(x, None, 1, FORMATS[fmt], rowwise=rowwise, columnwise=columnwise)
-            assert_same(got, ref, f"{fmt} {dtype} rowwise={rowwise} columnwise={columnwise}")
+        for offsets, n in ((None, 1), (grouped, 5)):
+            for rowwise, columnwise in ((True, True), (True, False), (False, True)):
+                got, ref = run(x, offsets, n, FORMATS[fmt], rowwise=rowwise, columnwise=columnwise)
+                assert_same(got, ref, f"{fmt} {dtype} groups={offsets is not None} rowwise={rowwise} "
+                                      f"columnwise={columnwise}")
 
 
 # Infinities and the dtype's maximum overflow the reference's float32 maths on the way.
