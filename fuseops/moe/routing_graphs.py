@@ -24,9 +24,17 @@ calls and the state captures again until ``graphed.MAX_CAPTURES``, then runs eag
 
 Graph memory is bounded: a state's pool keeps its call's results between steps, where eager
 calls free them within the step (at Qwen3's shape and 16384 tokens a layer's ``x_sorted`` and
-``dy_sorted`` are 0.5 GB each). A state is made only while the states that may hold graph memory
-keep within ``MEMORY_FRACTION`` of the device's memory (counted from each signature's results,
-so one state a signature may go past it); further calls run eagerly.
+``dy_sorted`` are 0.5 GB each; an expert layer's backward holds its weight gradients, 1.2 GB at
+Qwen3's shape). A state is made only while the states that may hold graph memory keep within
+``MEMORY_FRACTION`` of the device's memory (counted from each signature's results, so one state a
+signature may go past it). Where a new state would pass it, the keys not called for a while (idle:
+none of the last ``idle_calls()`` calls, and no result of theirs alive) are dropped first, oldest
+first, freeing their graphs and pools: a model that moved on to other shapes (another token count,
+an evaluation batch, the next benchmark cell) gets graphs again. Without idle keys enough, further
+calls run eagerly. (Before, states of shapes no longer called held the budget for good. By their
+results' sizes, ~1.2 GB of weight gradients per Qwen3 backward state against a 4 GB budget on an
+H100, session 33's sizes run, one process over Qwen3's, OLMoE's and Mixtral's cells, likely ran out
+of it during Qwen3's second token count: its expert layer's enqueue doubled from there on.)
 
 Under ``torch.compile`` the calls reach these states from custom operators (``routing_ops.py``, and
 ``expert_layer_steps.py`` for the whole layer): a compiled model replays the graphs an eager one does.
@@ -56,6 +64,9 @@ MAX_STATES = 64
 MAX_OWNED = 1024
 # The graph memory the states may hold, as a fraction of the device's memory (module docstring).
 MEMORY_FRACTION = 0.05
+# A key is idle after this many calls of any key without one of its own, or four per key kept if
+# more (a step calls each live key about once to twice: one idle key missed two steps or more).
+IDLE_CALLS = 64
 
 
 class _Entry:
@@ -64,19 +75,26 @@ class _Entry:
     every layer's state per call); per state, the storages of its last eager results, weakly
     (``_in_use``); and the bytes of one call's results (``_held``), from its first call."""
 
-    __slots__ = ("eager", "next", "result_bytes", "states")
+    __slots__ = ("eager", "last", "next", "result_bytes", "states")
 
     def __init__(self) -> None:
         self.states: list[graphed.GraphedProgram] = []
         self.next = 0
         self.eager: list[list[StorageWeakRef]] = []
         self.result_bytes = 0
+        # The call count (``_calls``) at its last call.
+        self.last = 0
 
     def _in_use(self, index: int) -> bool:
         """Whether a result of the state's last call still lives: in graph memory (``busy``), or
         handed out by an eager run (measuring, eager for good, a busy call)."""
         eager = self.eager[index]
         return self.states[index].busy() or (bool(eager) and any(not ref.expired() for ref in eager))
+
+    def idle_since(self, calls: int) -> bool:
+        """Whether no call of this key came in the last ``calls`` calls and none of its
+        results lives (its graphs can go)."""
+        return _calls - self.last > calls and not any(self._in_use(i) for i in range(len(self.states)))
 
     def free(self) -> int | None:
         """The index of the first state not in use, from ``next`` on, or None."""
@@ -97,6 +115,8 @@ _owners: dict[int, weakref.ref] = {}
 # Bytes of one call's results, by signature (from its first call): a new key's first state is
 # budgeted with them (``_held`` counts each key's own, which a clearing of this bound keeps).
 _result_bytes: dict[tuple, int] = {}
+# Calls through the states so far (``_Entry.last``).
+_calls = 0
 
 
 def _budget(device: torch.device) -> float:
@@ -113,6 +133,29 @@ def _held() -> int:
 def _drop(key: tuple) -> None:
     _states.pop(key, None)
     _unowned.discard(key)
+
+
+def idle_calls() -> int:
+    """Calls without one of its own after which a key is idle (``IDLE_CALLS``)."""
+    return max(IDLE_CALLS, 4 * len(_states))
+
+
+def _room(size: int, device: torch.device) -> bool:
+    """Whether a new state of ``size`` result bytes fits the budget, after dropping idle keys
+    (oldest first) as far as it takes."""
+    budget = _budget(device)
+    held = _held()
+    if held + size <= budget:
+        return True
+    calls = idle_calls()
+    idle = sorted((entry.last, key) for key, entry in _states.items() if entry.idle_since(calls))
+    for _, key in idle:
+        entry = _states[key]
+        held -= entry.result_bytes * sum(s.phase != "eager" for s in entry.states)
+        _drop(key)
+        if held + size <= budget:
+            return True
+    return False
 
 
 def _signature(t: torch.Tensor | None) -> tuple | None:
@@ -143,6 +186,8 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     if owner is not None and _unowned:
         _drop((None, *signature))
     key = (owner, *signature)
+    global _calls
+    _calls += 1
     entry = _states.get(key)
     if entry is None:
         if len(_states) >= MAX_KEYS:
@@ -150,10 +195,11 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
         entry = _states[key] = _Entry()
         if row_map is not None and owner is None:
             _unowned.add(key)
+    entry.last = _calls
     index = entry.free()
     if index is None:
         size = _result_bytes.get(signature, 0)  # unknown before the signature's first call
-        if len(entry.states) >= MAX_STATES or _held() + size > _budget(device):
+        if len(entry.states) >= MAX_STATES or not _room(size, device):
             return run(*inputs)
         entry.states.append(graphed.GraphedProgram(run, None, device))
         entry.eager.append([])

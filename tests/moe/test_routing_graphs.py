@@ -105,13 +105,14 @@ def _same_with_graphs(steps, monkeypatch) -> dict:
     return {k: graphed.counts[k] - before[k] for k in before}
 
 
-def _assert_each_layer_graphed(layers=2):
+def _assert_each_layer_graphed(layers=2, but=frozenset()):
     """Each call of each layer on a graphed state of its own: permute's by which states were
     busy (the first layer's results saved while the second permutes), the others' by the permute
-    state that made their row map."""
+    state that made their row map. ``but``: keys left out (another shape's)."""
     by_name: dict[str, list] = {}
     for key, kept in routing_graphs.states().items():
-        by_name.setdefault(key[1], []).extend(kept)
+        if key not in but:
+            by_name.setdefault(key[1], []).extend(kept)
     assert sorted(by_name) == ["permute", "permute_backward", "unpermute", "unpermute_backward"]
     for name, kept in by_name.items():
         assert [s.phase for s in kept] == ["graphed"] * layers, name
@@ -214,6 +215,79 @@ def test_held_memory_survives_the_sizes_bound(cpu_graphs, monkeypatch):  # noqa:
     assert held > 0
     routing_graphs._result_bytes.clear()
     assert routing_graphs._held() == held
+
+
+def _reset_states(monkeypatch) -> None:
+    for name in ("_states", "_owners", "_result_bytes"):
+        monkeypatch.setattr(routing_graphs, name, {})
+    monkeypatch.setattr(routing_graphs, "_unowned", set())
+
+
+def test_idle_keys_make_room_for_another_shape(cpu_graphs, monkeypatch):  # noqa: F811
+    """With room for one token count's states, training moves from 6 tokens to 9: once the first
+    shape's keys have gone ``idle_calls()`` calls without a call, they are dropped as far as room
+    is needed and the second shape's calls get graphed states of their own (before, they ran
+    eagerly for good); every step bit for bit the calls without graphs."""
+    monkeypatch.setattr(sys.modules[__name__], "STEPS", 40)  # the second shape's states settle after its keys' idle wait
+    first, second = _training("cpu", T=6), _training("cpu", T=9)
+    _reset_states(monkeypatch)
+    monkeypatch.setattr(graphed, "ENABLED", False)
+    want = [first(), second()]
+    monkeypatch.setattr(graphed, "ENABLED", True)
+    got = [first()]
+    # The first shape's leaves go, and their gradients with them: those are the backward calls'
+    # results, and a key whose results live is not dropped.
+    del first
+    first_keys = set(routing_graphs.states())
+    held = routing_graphs._held()
+    assert held > 0
+    # Room for the 9-token states alone (their results are 9 / 6 of the first's): not for both.
+    budget = held * 3 // 2
+    monkeypatch.setattr(routing_graphs, "_budget", lambda device: budget)
+    got.append(second())
+    for shape, (a, b) in enumerate(zip(want, got)):
+        for i, (x, y) in enumerate(zip(a, b)):
+            for j, (u, v) in enumerate(zip(x, y)):
+                assert_bitwise(v, u, f"shape {shape} step {i} tensor {j}")
+    # The first shape's keys went, oldest first, as far as the second's states needed room.
+    assert first_keys - set(routing_graphs.states())
+    assert routing_graphs._held() <= budget
+    _assert_each_layer_graphed(but=first_keys)
+
+
+def test_keys_in_turn_are_never_idle(cpu_graphs, monkeypatch):  # noqa: F811
+    """Two token counts a step each in turn, with room for one's states: each key is called every
+    other step, far inside ``idle_calls()``, so none is dropped and the second count's calls stay
+    eager (no capture traded for another every step); every step bit for bit without graphs."""
+    torch.manual_seed(0)
+    E, K = 4, 2
+    batches = [_routed_inputs("cpu", T, 8, E, K, torch.float32, False) for T in (6, 9)]
+    scales = [[torch.randn(T * K, 1, requires_grad=True) for _ in range(2)] for T in (6, 9)]
+    xs = [b[2][0] for b in batches]
+    leaves = (*xs, *[b[1] for b in batches], *[t for pair in scales for t in pair])
+
+    def forward(x, b):
+        ids, weights, _ = batches[b]
+        return _layers(x, ids[0], E, scales[b], weights)
+
+    steps = _loop("cpu", forward, xs, leaves, "alternate")
+    _reset_states(monkeypatch)
+    monkeypatch.setattr(graphed, "ENABLED", False)
+    want = steps()
+    monkeypatch.setattr(graphed, "ENABLED", True)
+    sizes = {}
+
+    def budget(device):
+        # Room for what the first few calls (the 6-token step) made: the 9-token keys find none.
+        sizes.setdefault("held", max(routing_graphs._held(), 1))
+        return sizes["held"]
+    monkeypatch.setattr(routing_graphs, "_budget", budget)
+    got = steps()
+    for i, (a, b) in enumerate(zip(want, got)):
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert_bitwise(y, x, f"step {i} tensor {j}")
+    shapes = {key[3][0][0] for key, kept in routing_graphs.states().items() if kept}
+    assert 6 in shapes and 9 not in shapes, shapes
 
 
 def test_not_graphed_under_saved_tensor_hooks(cpu_graphs, monkeypatch):  # noqa: F811
