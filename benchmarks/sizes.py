@@ -29,6 +29,7 @@ import torch
 
 import fuseops
 from fuseops import ops
+from fuseops.moe import routing_graphs
 from fuseops.ops.executor import graphed, replay
 
 DENSE_T = (1024, 4096, 16384)
@@ -292,8 +293,11 @@ def moe_rows(device, dtype, Ts, shapes, reps, save=None, rounds=ROUNDS) -> list[
     rows = []
     for name, (E, H, I, K) in shapes.items():
         # One model per shape, every token count and routing through it (rows marked
-        # dynamic): the compiled variants trace once per shape, not once per cell.
+        # dynamic): the compiled variants trace once per shape, not once per cell. The last
+        # shape's routing graph states go with its model, as in a process of its own (the
+        # budget's idle keys would go too, but only after idle_calls() calls of this shape).
         torch._dynamo.reset()
+        routing_graphs.clear()
         torch.manual_seed(0)
         model = FuseopsMoE(E, H, I).to(device, dtype)
         reference = TorchMoE(model).to(device, dtype)
