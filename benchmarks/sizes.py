@@ -310,6 +310,8 @@ def moe_rows(device, dtype, Ts, shapes, reps, save=None, rounds=ROUNDS) -> list[
                 # torch.compile of _grouped_mm traces only for bf16 operands.
                 row = measure(model, reference, (x, ids, weights), device, reps, compile_torch=dtype == torch.bfloat16,
                               rounds=rounds, layer_model=layer)
+                # Graph memory the routing states may hold after the cell, against their budget.
+                row["routing_graphs_held_mb"] = routing_graphs._held() / 2**20
                 rows.append({"part": "moe", "shape": name, "T": T, "routing": "skewed" if skewed else "uniform", **row})
                 print(rows[-1], flush=True)
                 if save:
