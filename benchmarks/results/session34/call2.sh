@@ -12,6 +12,7 @@ timeout 120 python3 -m benchmarks.sizes --part moe --shapes olmoe --T 1024 --rou
 echo "olmoe alone rc=$? ($((SECONDS - S)) s)"; grep -A4 "^cell" $OUT/olmoe_alone.log | cut -c1-330; S=$SECONDS
 timeout 150 python3 -m benchmarks.sizes --part moe --shapes qwen3 olmoe --T 1024 --rounds 2 --reps 10 --out $OUT/qwen3_olmoe > $OUT/qwen3_olmoe.log 2>&1
 echo "qwen3 then olmoe rc=$? ($((SECONDS - S)) s)"; grep -A6 "^cell" $OUT/qwen3_olmoe.log | cut -c1-330; S=$SECONDS
+python3 -c "import json; [print(r['shape'], r['T'], r['routing'], 'routing graphs hold', round(r['routing_graphs_held_mb']), 'MiB') for r in json.load(open('$OUT/qwen3_olmoe.json'))['rows']]"
 timeout -s INT -k 20 250 python3 -m pytest -q -p no:cacheprovider -rfE tests/moe/test_routing.py tests/moe/test_moe_layer.py \
   tests/moe/test_routing_ops.py tests/moe/test_routing_graphs.py > $OUT/moe_tests.log 2>&1
 echo "moe tests rc=$? ($((SECONDS - S)) s)"; tail -3 $OUT/moe_tests.log
