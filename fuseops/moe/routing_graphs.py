@@ -148,8 +148,8 @@ def _room(size: int, device: torch.device) -> bool:
     if held + size <= budget:
         return True
     calls = idle_calls()
-    idle = sorted((entry.last, key) for key, entry in _states.items() if entry.idle_since(calls))
-    for _, key in idle:
+    idle = sorted((key for key, entry in _states.items() if entry.idle_since(calls)), key=lambda k: _states[k].last)
+    for key in idle:
         entry = _states[key]
         held -= entry.result_bytes * sum(s.phase != "eager" for s in entry.states)
         _drop(key)
@@ -175,6 +175,7 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     (which ``run`` binds, and which name the signature with ``name``), through a graph state.
     ``row_map``: the call's row map, for every call but those that make it (permute's, and
     expert_layer's forward): their third result."""
+    global _calls
     device = inputs[0].device
     if not applies(device):
         return run(*inputs)
@@ -186,7 +187,6 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     if owner is not None and _unowned:
         _drop((None, *signature))
     key = (owner, *signature)
-    global _calls
     _calls += 1
     entry = _states.get(key)
     if entry is None:
