@@ -285,6 +285,7 @@ def _store_non_finite(x, src_rows, enc, data, data_t, row0, nrows, pid_r, pid_c,
     column tile ``pid_c``), written over its plain (satfinite) copies as ``cast_fp8`` has them.
     Only those elements are stored, 16 rows at a time: ptxas sizes the kernel's registers by
     its callees too."""
+    tl.static_assert(BLOCK_R % 16 == 0, "per-tensor row tiles are whole multiples of 16 rows")
     cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]
     for start in tl.range(0, BLOCK_R, 16):
         offs_r = start + tl.arange(0, 16)[:, None]
