@@ -219,8 +219,7 @@ def quantize_launch(sink, *, scaling="BLOCK", columnwise=True, rowwise=True, cfg
     encode = torch.ones(groups if grouped else 1) if scaling in (Scaling.TENSOR, Scaling.NVFP4) else None
     element = Element.E2M1 if scaling == Scaling.NVFP4 else Element[element]
     cfg = cfg or mod._configs()[scaling, columnwise]
-    # The tile table's own kernel launches first when asked for: the cast is the last launch.
-    with caught(mod, "quantize_kernel", sink), caught(mod, "tile_table_kernel", []):
+    with caught(mod, "quantize_kernel", sink):
         mod.launch_quantize(x, offsets, encode, scaling, element, False, rowwise, columnwise, None, cfg, rows=rows)
     if maxnreg:
         sink[-1][3]["maxnreg"] = maxnreg

@@ -58,7 +58,6 @@ from fuseops.kernels.quantization.formats import (
     finite_amax,
     group_of_positions,
     group_positions,
-    locate_rows,
     padded_rows,
     pow2_exponent,
     reference_e2m1_encode,
@@ -96,11 +95,6 @@ class QuantizeConfig(NamedTuple):
         the rare path of the 1D-block formats (``_quantize_tile_whole_rules``) and spends
         registers on the plain one that it does not need: under the cap the plain path keeps
         the same instructions and does not spill.
-    tile_table: for grouped rows, each row tile's (group, first row, rows) found once per call
-        (``tile_table_kernel``, one program a tile) and read by the cast's programs, where every
-        program otherwise searches the G + 1 offsets itself (``locate_rows``: 2 x 128 loads and
-        three block-wide reductions a program at 128 groups, for every column tile). Not yet
-        timed on a GPU (``benchmarks.moe_quantize`` sweeps it): off in ``_configs()``.
     """
 
     block_r: int
@@ -109,7 +103,6 @@ class QuantizeConfig(NamedTuple):
     staged: bool = False
     group_r: int = 0
     maxnreg: int = 0
-    tile_table: bool = False
 
 
 @functools.cache
@@ -158,36 +151,15 @@ _TILE_2D = QuantizeConfig(128, 128, 4)
 
 
 @triton.jit
-def tile_table_kernel(offsets, table, G, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr):
-    # Row tile t of the padded grouped layout: what ``tile_rows`` finds for it, stored.
-    t = tl.program_id(0)
-    g, row0, rows = locate_rows(offsets, t * BLOCK_R, G, BLOCK_G)
-    tl.store(table + 3 * t, g.to(tl.int64))
-    tl.store(table + 3 * t + 1, row0.to(tl.int64))
-    tl.store(table + 3 * t + 2, rows.to(tl.int64))
-
-
-@triton.jit
-def _table_rows(table, pid_r, tiles_r):
-    """``tile_rows``' (group, first row, valid rows) of row tile ``pid_r`` from the table; a tile
-    past the layout's last (the grouped launch order's spare ones) holds no rows, as there."""
-    inside = pid_r < tiles_r
-    g = tl.load(table + 3 * pid_r, mask=inside, other=0).to(tl.int32)
-    row0 = tl.load(table + 3 * pid_r + 1, mask=inside, other=0)
-    rows = tl.load(table + 3 * pid_r + 2, mask=inside, other=0).to(tl.int32)
-    return g, row0, rows
-
-
-@triton.jit
 def quantize_kernel(
-    x, src_rows, offsets, tiles, encode, data, scale, data_t, scale_t,
+    x, src_rows, offsets, encode, data, scale, data_t, scale_t,
     R, C, G, RP, C_STORED, RP_STORED,
     stride_xb, stride_xr, stride_db, stride_dr, stride_sb, stride_sr,
     stride_tb, stride_tc, stride_ub, stride_uc,
     SCALING: tl.constexpr, ELEM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_2D: tl.constexpr,
     ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, GROUPED: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    STAGED: tl.constexpr, GROUP_R: tl.constexpr, GATHER: tl.constexpr, TILE_TABLE: tl.constexpr,
+    STAGED: tl.constexpr, GROUP_R: tl.constexpr, GATHER: tl.constexpr,
 ):
     if GROUP_R == 0:
         pid_r = tl.program_id(0)
@@ -198,10 +170,7 @@ def quantize_kernel(
         pid_r = tl.program_id(1) * GROUP_R + tl.program_id(0) % GROUP_R
         pid_c = tl.program_id(0) // GROUP_R
     pid_b = tl.program_id(2)
-    if TILE_TABLE:
-        g, row0, nrows = _table_rows(tiles, pid_r, tl.cdiv(RP, BLOCK_R))
-    else:
-        g, row0, nrows = tile_rows(offsets, pid_r, pid_b, R, G, GROUPED, BLOCK_R, BLOCK_G)
+    g, row0, nrows = tile_rows(offsets, pid_r, pid_b, R, G, GROUPED, BLOCK_R, BLOCK_G)
     offs_r, offs_c = chunk_offsets(BLOCK_C // V, BLOCK_R // K, K, V)
     rows = row0 + offs_r
     cols = pid_c * BLOCK_C + offs_c
@@ -427,7 +396,7 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
     if C == 0 or rp == 0 or B == 0:
         return bufs
     x = x if x.stride(2) == 1 else x.contiguous()
-    br, bc, warps, staged, group_r, maxnreg, tile_table = QuantizeConfig(*cfg)
+    br, bc, warps, staged, group_r, maxnreg = QuantizeConfig(*cfg)
     # Triton's default is no cap (None).
     options = {"maxnreg": maxnreg} if maxnreg else {}
     # Chunks of one 16-byte load per row, K rows: what the tile leaves per thread, at least a
@@ -449,18 +418,13 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
                            columnwise=True, out=Buffers(None, None, bufs.data_t, bufs.scale_t), rows=rows)
         columnwise = False
     tiles_r, tiles_c = cdiv(rp, br), cdiv(C, bc)
-    table = None
-    if tile_table and offsets is not None:
-        table = torch.empty(tiles_r, 3, dtype=torch.int64, device=x.device)
-        launch(tile_table_kernel, (tiles_r,), offsets, table, groups, BLOCK_R=br,
-               BLOCK_G=max(16, next_power_of_2(groups)))
     for copies in [(rowwise, columnwise)] if one_pass else [(rowwise, False), (False, columnwise)]:
         if not any(copies):
             continue
         grid = (tiles_r, tiles_c, B) if not group_r else (group_r * tiles_c, cdiv(tiles_r, group_r), B)
         launch(quantize_kernel, grid,
             x, rows if rows is not None else x, offsets if offsets is not None else x,
-            table if table is not None else x, encode if encode is not None else x,
+            encode if encode is not None else x,
             data, scale, data_t, scale_t,
             R, C, groups or B, rp, cdiv(C, 2) if packed else C, cdiv(rp, 2) if packed else rp,
             x.stride(0), x.stride(1), *_strides(bufs.data), *_strides(bufs.scale),
@@ -468,7 +432,7 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
             SCALING=int(scaling), ELEM=int(element), BLOCK=BLOCK_SIZE[scaling] or 1, BLOCK_2D=block_2d,
             ROWWISE=copies[0], COLUMNWISE=copies[1], GROUPED=offsets is not None,
             BLOCK_R=br, BLOCK_C=bc, BLOCK_G=max(16, next_power_of_2(groups or 1)), K=k, V=v,
-            STAGED=staged, GROUP_R=group_r, GATHER=rows is not None, TILE_TABLE=table is not None,
+            STAGED=staged, GROUP_R=group_r, GATHER=rows is not None,
             num_warps=warps, **options,
         )
     return bufs

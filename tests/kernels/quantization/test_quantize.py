@@ -244,26 +244,6 @@ def test_every_chunk_height(fmt, tile):
     check_tiles(fmt, tile, torch.bfloat16)
 
 
-@pytest.mark.parametrize("group_r", [0, 2])
-@pytest.mark.parametrize("fmt", ["tensor_e4m3", "block_1x128", "mx_e5m2", "nvfp4"])
-def test_the_tile_table_equals_each_program_searching(fmt, group_r):
-    """``tile_table``: the row tiles' groups found once per call (``tile_table_kernel``) and read
-    by the cast's programs give the reference's bits, as each program's own search does: empty
-    groups, a group across a 128 boundary, the spare tiles of the grouped launch order."""
-    scaling, element, _ = FORMATS[fmt]
-    x, offsets, n = make("grouped", torch.bfloat16)
-    encode = encode_for(x, offsets, n, scaling, element)
-    kw = dict(scaling=scaling, element=element, block_2d=False, rowwise=True, columnwise=True)
-    ref = kq.reference_quantize(x, offsets, encode, **kw)
-    got = kq.allocate(tuple(x.shape), n, device=x.device, **kw)
-    for t in got:
-        if t is not None:
-            poison_(t.view(torch.uint8) if t.element_size() == 1 else t)
-    tile = kq.QuantizeConfig(128, 128, 4, staged=True, group_r=group_r, tile_table=True)
-    kq.launch_quantize(x, offsets, encode, scaling, element, False, True, True, got, tile)
-    assert_same(got, ref, f"{fmt} tile table")
-
-
 def nvfp4_extremes(dtype) -> list[torch.Tensor]:
     """NVFP4 inputs at the edges of its scales: a tensor so small that its encode scale passes
     2**117 (exact division; a block of subnormals whose multiplier overflows turns 0 * inf into
