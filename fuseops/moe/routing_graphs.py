@@ -91,6 +91,10 @@ class _Entry:
         eager = self.eager[index]
         return self.states[index].busy() or (bool(eager) and any(not ref.expired() for ref in eager))
 
+    def held(self) -> int:
+        """Bytes its states may hold in graph memory: a call's results for each not eager for good."""
+        return self.result_bytes * sum(s.phase != "eager" for s in self.states)
+
     def idle_since(self, calls: int) -> bool:
         """Whether no call of this key came in the last ``calls`` calls and none of its
         results lives (its graphs can go)."""
@@ -127,7 +131,7 @@ def _budget(device: torch.device) -> float:
 
 def _held() -> int:
     """Bytes the states may hold in graph memory: those not eager for good."""
-    return sum(entry.result_bytes * sum(s.phase != "eager" for s in entry.states) for entry in _states.values())
+    return sum(entry.held() for entry in _states.values())
 
 
 def _drop(key: tuple) -> None:
@@ -150,8 +154,7 @@ def _room(size: int, device: torch.device) -> bool:
     calls = idle_calls()
     idle = sorted((key for key, entry in _states.items() if entry.idle_since(calls)), key=lambda k: _states[k].last)
     for key in idle:
-        entry = _states[key]
-        held -= entry.result_bytes * sum(s.phase != "eager" for s in entry.states)
+        held -= _states[key].held()
         _drop(key)
         if held + size <= budget:
             return True
