@@ -19,6 +19,7 @@ Writes ``benchmarks/results/sizes_<part>.json`` and ``.png``; prints a table las
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
 from collections.abc import Callable
@@ -219,7 +220,14 @@ def graphed_ms(model: torch.nn.Module, args: tuple[torch.Tensor, ...], device: s
     # shapes: graph a copy, so the eager model still takes the next cell's row count.
     copy = copy_module(model)
     graphed = torch.cuda.make_graphed_callables(copy, args)
-    return time_ms(step_fn(graphed, args, list(copy.parameters())), device, reps)
+    ms = time_ms(step_fn(graphed, args, list(copy.parameters())), device, reps)
+    # The graphed copy's forward closes over the copy (a reference cycle): without a collection
+    # its graphs' pools (a cell's activations) outlive the cell. Session 34's dense run held
+    # 28.9 GiB in private pools at T=4096 H=4096 and ran out of memory there.
+    del copy, graphed
+    gc.collect()
+    torch.cuda.empty_cache()
+    return ms
 
 
 def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch: bool = True,
@@ -228,6 +236,7 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
     (every variant once per round, so that each meets the GPU in the same state: on the H100 a
     GPU-bound step runs at the power cap, ~1.5 GHz against 1.98 GHz boost, session 23)."""
     row: dict = {}
+    cell_graphs = dict(graphed.counts)
     fparams, tparams = list(fuse_model.parameters()), list(torch_model.parameters())
     variants = {
         "fuseops": step_fn(fuse_model, args, fparams),
@@ -248,7 +257,7 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
             step()
     for _ in range(rounds):
         for name, step in variants.items():
-            before = dict(replay.counts)
+            before, graphs_before = dict(replay.counts), dict(graphed.counts)
             step_ms, host_ms = time_ms(step, device, reps), enqueue_ms(step, device, reps)
             row[f"{name}_ms"] = min(step_ms, row.get(f"{name}_ms", step_ms))
             row[f"{name}_enqueue_ms"] = min(host_ms, row.get(f"{name}_enqueue_ms", host_ms))
@@ -257,7 +266,18 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
                 counts = row.setdefault("fuseops_replay_counts", dict.fromkeys(before, 0))
                 for k, v in before.items():
                     counts[k] += replay.counts[k] - v
+                # And the CUDA-graph states' decisions during them (graphed.py).
+                graphs = row.setdefault("fuseops_graph_counts", dict.fromkeys(graphed.counts, 0))
+                for k, v in graphs_before.items():
+                    graphs[k] += graphed.counts[k] - v
+    # The graph states' decisions over the whole cell, warm-up and every variant included.
+    row["graph_counts"] = {k: graphed.counts[k] - v for k, v in cell_graphs.items()}
     row["torch_graphed_ms"] = graphed_ms(torch_model, args, device, reps)
+    if device == "cuda":
+        # What the cell leaves allocated (models, fuseops' CUDA graphs and their pools, caches).
+        row["cuda_allocated_mb"] = torch.cuda.memory_allocated() / 2**20
+        # Of which fuseops' program graphs hold in their pools (results; graphed.py, "Memory").
+        row["graphs_held_mb"] = graphed.held_bytes() / 2**20
     best_torch = min(row["torch_ms"], row.get("torch_compiled_ms") or float("inf"))
     row["speedup"] = best_torch / row["fuseops_ms"]
     if layer_model is not None:
@@ -286,6 +306,9 @@ def dense_rows(device, dtype, Ts, Hs, reps, acts=("gelu", "swiglu"), save=None, 
                 print(rows[-1], flush=True)
                 if save:
                     save(rows)
+            # The next width's cells start from this one's memory given back (its graphs too).
+            del model, reference
+            gc.collect()
     return rows
 
 
@@ -316,6 +339,8 @@ def moe_rows(device, dtype, Ts, shapes, reps, save=None, rounds=ROUNDS) -> list[
                 print(rows[-1], flush=True)
                 if save:
                     save(rows)
+        del model, reference, layer
+        gc.collect()
     return rows
 
 
