@@ -39,6 +39,15 @@ What a call does, keeping what eager calls guarantee:
   a pool outlives its graphs only through a live graph: capturing into a shared pool whose
   graphs were all freed fails in ``capture_begin``, after torch has marked its random
   generator as capturing (every later random op on the device then raises; session 24 met it).
+  A graph in use costs little beyond the eager program's own tensors (its results are the
+  activations and gradients the eager calls would make), but one whose shape is no longer
+  called keeps its pool: a model through several token counts, an evaluation batch, a trial
+  never judged because its program was not called again (session 34: SwiGLU H=4096 through
+  T=1024, 4096, 16384 held 6 GB of such graphs). So the graphs of *idle* programs (none of the
+  last ``idle_calls()`` calls of any program, and no result alive) may hold at most
+  ``MEMORY_FRACTION`` of the device's memory, by their results' bytes (a lower bound of their
+  pools): past it, each capture frees the oldest idle graphs, whose programs are measured
+  again if they are called again (within ``MAX_CAPTURES``).
 
 When a program is graphed is decided per program, by measurement (never by a size rule);
 measuring takes no host synchronisation, checking a capture does (step 2):
@@ -93,13 +102,18 @@ KEEP = 0.9
 GPU_SLACK = 1.1
 # Captures of one program (pinned inputs that moved free a graph); then it stays eager.
 MAX_CAPTURES = 6
+# The graph memory idle programs may hold, as a fraction of the device's memory, and the calls of
+# any program after which one without a call of its own is idle, or four per graph if more (a
+# step calls each graph about once: an idle one missed four steps or more). Module docstring.
+MEMORY_FRACTION = 0.05
+IDLE_CALLS = 64
 # Device types whose programs are graphed. The CPU tests add "cpu", with stand-ins for
 # ``capture`` and ``_Timed`` (tests/ops/executor/test_graphed_states.py).
 DEVICE_TYPES = frozenset({"cuda"})
 
 # What happened, counted (the tests and benchmarks read them).
 counts: dict[str, int] = {"captured": 0, "kept": 0, "graph_replays": 0, "stayed_eager": 0, "dropped": 0,
-                          "busy": 0, "moved": 0, "recaptured": 0, "copied_out": 0}
+                          "busy": 0, "moved": 0, "recaptured": 0, "copied_out": 0, "evicted": 0}
 refusals: dict[str, int] = {}
 
 _MEASURING, _TRIAL, _GRAPHED, _EAGER = "measuring", "trial", "graphed", "eager"
@@ -110,6 +124,10 @@ _side_streams: dict[int, torch.cuda.Stream] = {}
 # Addresses of every live graph's results in graph memory: an input found there lies where the
 # next call's will (that graph's results stay put), so it is pinned, never copied for good.
 _graph_memory: set[int] = set()
+# Programs holding a graph (on trial or graphed), weakly: one freed with its module leaves.
+_holding: weakref.WeakSet[GraphedProgram] = weakref.WeakSet()
+# Calls of any program so far (``GraphedProgram.last_call``).
+_calls = 0
 
 
 class Parts:
@@ -140,6 +158,36 @@ def for_program(program: Any, inputs: Sequence[torch.Tensor | None], not_graphab
     if len(devices) != 1 or next(iter(devices)).type not in DEVICE_TYPES:
         return None
     return GraphedProgram(program.run, parts(), next(iter(devices)))
+
+
+def budget(device: torch.device) -> float:
+    """Bytes the graphs of idle programs on ``device`` may hold (``MEMORY_FRACTION``)."""
+    if device.type != "cuda":
+        return float("inf")
+    return MEMORY_FRACTION * torch.cuda.get_device_properties(device).total_memory
+
+
+def idle_calls() -> int:
+    """Calls of any program without one of its own after which a program is idle."""
+    return max(IDLE_CALLS, 4 * len(_holding))
+
+
+def held_bytes() -> int:
+    """Bytes of results every live graph holds in its pool (the benchmarks report it)."""
+    return sum(p.held for p in list(_holding))
+
+
+def _free_idle(device: torch.device) -> None:
+    """The oldest idle graphs on ``device`` freed while the idle ones hold more than ``budget``."""
+    since = idle_calls()
+    idle = [p for p in list(_holding) if p.device == device and _calls - p.last_call > since and not p.busy()]
+    held, limit = sum(p.held for p in idle), budget(device)
+    for p in sorted(idle, key=lambda p: p.last_call):
+        if held <= limit:
+            return
+        held -= p.held
+        counts["evicted"] += 1
+        p._measure_again()
 
 
 def in_graph_memory(t: torch.Tensor) -> bool:
@@ -298,6 +346,7 @@ class GraphedProgram:
         # Results (positions among those in graph memory) found alive at a later call: handed out
         # as copies (``_replay``). The program's results keep their order across captures.
         self.copy_out: set[int] = set()
+        self.last_call = _calls
         self._free()
 
     def __del__(self) -> None:
@@ -311,6 +360,9 @@ class GraphedProgram:
 
     def _free(self) -> None:
         self._forget_results()
+        _holding.discard(self)
+        # Bytes of its results in graph memory (the budget's measure of its pool).
+        self.held = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.buffers: dict[int, torch.Tensor] = {}  # copied slot -> its covering buffer
         self.pinned: list[tuple[int, int]] = []  # (slot, address)
@@ -327,6 +379,9 @@ class GraphedProgram:
         self.busy_calls = 0
 
     def run(self, inputs: Sequence[Any]) -> tuple:
+        global _calls
+        _calls += 1
+        self.last_call = _calls
         outer_capture = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         if self.phase is _EAGER or not ENABLED or outer_capture:
             return self.eager_run(*inputs)
@@ -430,6 +485,9 @@ class GraphedProgram:
         _graph_memory.update(t.data_ptr() for t in self.pool_results)
         counts["captured"] += 1
         self.phase = _TRIAL
+        self.held = sum({s.data_ptr(): s.nbytes() for s in self.storages}.values())
+        _holding.add(self)
+        _free_idle(self.device)
         # The graph's results, not the eager run's (equal bit for bit): a consumer captured in
         # this step then pins them where every replay writes them, where the eager results lay
         # only this once (its next call would find its input moved and capture again).
@@ -537,6 +595,7 @@ class GraphedProgram:
             if self.misses >= MEASURED_CALLS:
                 for slot in moved:
                     self._note_move(slot, everything[slot].data_ptr())
+                counts["dropped"] += 1
                 self._measure_again()
             return None
         self.misses = 0
@@ -619,9 +678,10 @@ class GraphedProgram:
         return found if self.settling >= MEASURED_CALLS and self.captures < MAX_CAPTURES else set()
 
     def _measure_again(self) -> None:
-        counts["dropped"] += 1
+        """Its graph freed, measured afresh at its next calls (eager where it was captured
+        ``MAX_CAPTURES`` times): a graph dropped, or freed while idle (``_free_idle``)."""
         self.phase = _MEASURING if self.captures < MAX_CAPTURES else _EAGER
-        self.eager_samples, self.addresses = [], []
+        self.eager_samples, self.addresses, self.timed = [], [], []
         self._free()
 
     def _judge(self) -> None:
@@ -638,6 +698,7 @@ class GraphedProgram:
             # new cell's routing; session 27: the experts' GPU span grew by a third from uniform to
             # skewed routing, and the graph was dropped for a span the eager program had too).
             # Judged again against a fresh measurement.
+            counts["dropped"] += 1
             self._measure_again()
         else:
             counts["dropped"] += 1

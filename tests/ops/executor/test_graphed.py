@@ -225,6 +225,35 @@ def test_a_user_loop_that_keeps_its_output_replays_every_program(always_graph, m
 
 
 @pytest.mark.gpu
+def test_idle_graphs_past_the_budget_give_their_memory_back(always_graph, monkeypatch):
+    """A model through 4096 rows, then 64, with no memory for idle graphs (``graphed.budget``):
+    the 64-row captures free the 4096-row graphs, their pools go back to the device (what stays
+    allocated falls by at least the results they held), and every call equals the full path."""
+    device = cuda_or_skip()
+    monkeypatch.setattr(graphed, "idle_calls", lambda: 8)  # two steps of two blocks' programs
+    monkeypatch.setattr(graphed, "budget", lambda device: 0)
+    torch.manual_seed(0)
+    model = blocks(2).to(device)
+    calls = [[torch.randn(rows, H, device=device)] for rows in [4096] * 10 + [64] * 10]
+    memory = {}
+
+    def steps(m):
+        out = _synced_steps(m, calls[:10])
+        memory["held"] = graphed.held_bytes()
+        memory["allocated"] = torch.cuda.memory_allocated()
+        return out + _synced_steps(m, calls[10:])
+
+    before = dict(graphed.counts)
+    _same_as_full_path(model, steps, monkeypatch)
+    delta = {k: graphed.counts[k] - before[k] for k in before}
+    assert delta["evicted"] == 4, str(delta)  # each block's forward and backward at 4096 rows
+    phases = sorted(g.phase for g in graph_states(model))
+    assert phases == ["graphed"] * 4 + ["measuring"] * 4, phases
+    assert memory["held"] > 0 and torch.cuda.memory_allocated() <= memory["allocated"] - memory["held"] // 2, (
+        memory, torch.cuda.memory_allocated())
+
+
+@pytest.mark.gpu
 def test_empty_inputs_are_graphed_too(always_graph, monkeypatch):
     device = cuda_or_skip()
     torch.manual_seed(0)

@@ -438,6 +438,59 @@ def test_two_input_shapes_in_turn_each_get_their_graphs(cpu_graphs, monkeypatch)
     assert delta["kept"] >= 4 and delta["dropped"] == 0 and delta["graph_replays"] >= 4 * 6, str(delta)
 
 
+@pytest.mark.parametrize("held", [False, True])
+def test_idle_graphs_past_the_budget_are_freed_oldest_first(held, cpu_graphs, monkeypatch):
+    """Three programs graphed in turn (as a model's through three token counts), each idle once
+    the next is called: where the idle graphs hold more than the budget (here one graph's
+    results), a capture frees the oldest, whose program is measured and graphed again when
+    called again. A graph whose result is alive is never freed. Every call equals the eager run."""
+    monkeypatch.setattr(graphed, "idle_calls", lambda: 2)
+    torch.manual_seed(0)
+    w = torch.randn(4, 3)
+    xs = [torch.randn(4, 3) for _ in range(3)]  # each at one address: pinned
+    programs = [graphed.GraphedProgram(lambda x: (x * w,), None, torch.device("cpu")) for _ in xs]
+    monkeypatch.setattr(graphed, "budget", lambda device: xs[0].nbytes)
+    kept = []
+
+    def call(k: int, times: int = 8) -> None:
+        for i in range(times):
+            got = programs[k].run((xs[k],))
+            assert_bitwise(got[0], xs[k] * w, f"program {k} call {i}")
+            if held and k == 0 and i == times - 1:
+                kept.append(got)  # its last result, alive
+            del got  # a live result of the last replay would send the next call the eager way
+
+    before = dict(graphed.counts)
+    call(0)
+    call(1)
+    assert [p.phase for p in programs[:2]] == ["graphed", "graphed"], "one idle graph is within the budget"
+    call(2)
+    if held:
+        assert [p.phase for p in programs] == ["graphed"] * 3 and _delta(before)["evicted"] == 0
+        return
+    assert (programs[0].phase, programs[0].graph) == ("measuring", None), "the oldest idle graph was kept"
+    assert [p.phase for p in programs[1:]] == ["graphed", "graphed"] and _delta(before)["evicted"] == 1
+    call(0)
+    assert (programs[0].phase, programs[0].captures) == ("graphed", 2)
+    assert programs[1].phase == "measuring" and _delta(before)["evicted"] == 2
+
+
+def test_a_model_through_two_row_counts_frees_the_idle_ones_graphs(cpu_graphs, monkeypatch):
+    """A model through 8 rows, then 16, then 8 again, with no memory for idle graphs: each row
+    count's captures free the other's graphs once idle, every call equals the full path, and the
+    row count called last is graphed again."""
+    monkeypatch.setattr(graphed, "idle_calls", lambda: 8)  # two steps of two blocks' programs
+    monkeypatch.setattr(graphed, "budget", lambda device: 0)
+    torch.manual_seed(0)
+    model = blocks(2)
+    calls = [[torch.randn(rows, H)] for rows in [8] * 10 + [16] * 10 + [8] * 10]
+    delta = _same_as_full_path(model, _steps(calls), monkeypatch)
+    assert delta["evicted"] >= 8, str(delta)
+    # Each block's forward and backward at 8 rows graphed again; at 16 rows freed.
+    phases = sorted((g.phase, g.captures) for g in graph_states(model))
+    assert phases == [("graphed", 2)] * 4 + [("measuring", 1)] * 4, phases
+
+
 def test_a_block_applied_to_its_own_output_equals_the_full_path(cpu_graphs, monkeypatch):
     """One block twice a step, the second call on the first's output (shared weights, one
     program for both calls): the second call finds the first's results alive, which then go out
