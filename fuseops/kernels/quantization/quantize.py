@@ -116,11 +116,12 @@ def _configs() -> dict[tuple[Scaling, bool], QuantizeConfig]:
     one multiplier, so staging would move the bf16 input instead). The sweep's candidates
     (benchmarks/quantize.py) compile for sm_90 without spills.
 
-    TENSOR with the column-wise copy: 128x64, not 128x128 (16 rows a thread at 4 warps: 255
-    registers and spills for E5M2). ``benchmarks.moe_quantize`` on the H100 (session 15,
-    call 5), the four grouped casts of a Qwen3-30B-A3B FP8 step, buffers bit for bit equal
-    across tilings: 128x64 3.37 ms against 3.97 (E5M2 gradients 1.16 / 0.89 ms against
-    1.49 / 1.12, E4M3 inputs 0.96 / 0.37 against 0.99 / 0.37).
+    TENSOR with the column-wise copy: 128x64, not 128x128 (until session 33 its E5M2 non-finite
+    codes took 255 registers and spilled at 128x128, 16 rows a thread at 4 warps; session 15's
+    ``benchmarks.moe_quantize``, the four grouped casts of a Qwen3-30B-A3B FP8 step: 3.37 ms
+    against 3.97). With those codes on a rare path (``_store_non_finite``) 128x128 takes 168
+    registers without spills (sm_90a, offline), and grouped casts of a permuted tensor use it
+    (``_GROUPED_TENSOR``); the others keep 128x64, by session 34's measurements there.
 
     Since the non-finite rules moved to a rare path (``quantize_kernel``; not yet timed on the
     GPU, ``python -m benchmarks.sm90_report quantize``, bf16): uncapped, ptxas sized the staged
@@ -145,6 +146,16 @@ def _configs() -> dict[tuple[Scaling, bool], QuantizeConfig]:
     }
 
 
+# TENSOR with the column-wise copy, grouped, rows read in place (an MoE layer's permuted
+# activations: h, dz; the composition's x_sorted, dy_sorted): 128x128 in groups of 8 row tiles.
+# ``benchmarks.moe_quantize`` on the H100 (session 34, calls 3 and 7; buffers bit for bit equal
+# across tilings) at Qwen3-30B-A3B's 128 groups: x_sorted / h / dy_sorted / dz 0.768 / 0.293 /
+# 0.769 / 0.580 ms against 128x64's 0.965 / 0.367 / 0.962 / 0.732 (1.17 / 0.94 / 1.17 / 0.94 of
+# a device copy against 0.93 / 0.75 / 0.94 / 0.74). Not where rows are picked (``rows=``, the
+# quantized layer's x and dy: 0.755 ms against 128x64's 0.679) nor for other casts: with it for
+# every per-tensor cast the quantized layer's step at Qwen3 was slower (call 7: 13.01 ms a
+# micro-batch of eight against 12.77-12.81 in session 33, 14.67 against 14.11 with one).
+_GROUPED_TENSOR = QuantizeConfig(128, 128, 4, group_r=8)
 # 128x128 blocks (weights): one multiplier a tile, which is one block; 0.89 of a device copy
 # row-wise, 0.92 with the column-wise copy on the H100.
 _TILE_2D = QuantizeConfig(128, 128, 4)
@@ -378,7 +389,12 @@ def quantize(
             (MoE's permuted tokens: ``x`` the tokens, ``rows`` each sorted row's token); its
             rows are the ones ``offsets`` groups. Indices must lie in [0, R) (the caller checks).
     """
-    cfg = _TILE_2D if block_2d else _configs()[scaling, columnwise]
+    if block_2d:
+        cfg = _TILE_2D
+    elif scaling == Scaling.TENSOR and columnwise and offsets is not None and rows is None and not INTERPRET:
+        cfg = _GROUPED_TENSOR
+    else:
+        cfg = _configs()[scaling, columnwise]
     return launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise, out, cfg, rows=rows)
 
 
