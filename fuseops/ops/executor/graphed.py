@@ -177,6 +177,20 @@ def held_bytes() -> int:
     return sum(p.held for p in list(_holding))
 
 
+def free(device: torch.device | None = None) -> int:
+    """Free the graphs (and pools) of every program on ``device`` (any, if None) whose results
+    are not alive; their programs are measured again if called again. The number freed. (What a
+    user calls before an evaluation or a checkpoint, or between benchmark cells; the routing's
+    states: ``fuseops.moe.routing_graphs.clear()``.)"""
+    freed = 0
+    for p in list(_holding):
+        if (device is None or p.device == device) and not p.busy():
+            counts["evicted"] += 1
+            p._measure_again()
+            freed += 1
+    return freed
+
+
 def _free_idle(device: torch.device) -> None:
     """The oldest idle graphs on ``device`` freed while the idle ones hold more than ``budget``."""
     since = idle_calls()

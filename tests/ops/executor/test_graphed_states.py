@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import gc
 import time
+import weakref
 
 import pytest
 import torch
@@ -86,6 +87,8 @@ def cpu_graphs(monkeypatch):
     for name in ("GPU_BOUND", "KEEP", "GPU_SLACK"):
         monkeypatch.setattr(graphed, name, float("inf"))
     monkeypatch.setattr(graphed, "_graph_memory", set())
+    # This test's graphs only (an earlier test's, not yet collected, would count as idle).
+    monkeypatch.setattr(graphed, "_holding", weakref.WeakSet())
     for method in ("_capture", "_replay"):
         real = getattr(graphed.GraphedProgram, method)
 
@@ -473,6 +476,32 @@ def test_idle_graphs_past_the_budget_are_freed_oldest_first(held, cpu_graphs, mo
     call(0)
     assert (programs[0].phase, programs[0].captures) == ("graphed", 2)
     assert programs[1].phase == "measuring" and _delta(before)["evicted"] == 2
+
+
+def test_free_releases_every_graph_not_in_use(cpu_graphs, monkeypatch):
+    """``graphed.free()`` frees the graphs whose results are gone, not one whose result lives;
+    the freed programs are measured and graphed again at their next calls, equal to the eager run."""
+    torch.manual_seed(0)
+    w = torch.randn(4, 3)
+    xs = [torch.randn(4, 3) for _ in range(2)]
+    programs = [graphed.GraphedProgram(lambda x: (x * w,), None, torch.device("cpu")) for _ in xs]
+
+    def call(k: int, times: int = 8) -> tuple:
+        for i in range(times):
+            got = programs[k].run((xs[k],))
+            assert_bitwise(got[0], xs[k] * w, f"program {k} call {i}")
+            if i < times - 1:
+                del got  # a live result of the last replay would send the next call the eager way
+        return got  # the last result, over graph memory, alive while the caller holds it
+
+    call(0)
+    held = call(1)
+    assert graphed.free() == 1
+    assert [(p.phase, p.graph is None) for p in programs] == [("measuring", True), ("graphed", False)]
+    assert_bitwise(held[0], xs[1] * w, "the live result")
+    del held
+    call(0)
+    assert (programs[0].phase, programs[0].captures) == ("graphed", 2)
 
 
 def test_a_model_through_two_row_counts_frees_the_idle_ones_graphs(cpu_graphs, monkeypatch):
