@@ -18,8 +18,9 @@
 #   bash benchmarks/run_gpu.sh top [pytest args]        # the top-level tests, tests/test_*.py (session 27: the
 #                                                         # two parts together ran past 9.5 minutes)
 #   bash benchmarks/run_gpu.sh fp8layer [pytest args]   # session 32's issue-24 change: expert_layer's quantized
-#                                                         # Function, quantize of picked rows, row_amax, the cast's
-#                                                         # tile table (not yet run)
+#                                                         # Function, quantize of picked rows, row_amax
+#   bash benchmarks/run_gpu.sh graphs [pytest args]     # CUDA graphs of recorded programs and of the routing
+#                                                         # (gpu-marked; session 34: 44 tests in 97 s)
 #   bash benchmarks/run_gpu.sh props "GroupedMLP or Backward"   # CUDA property suite, some fusions
 #   bash benchmarks/run_gpu.sh edge "LayerNorm or RMSNorm"      # CUDA edge cases, some subjects (session 21,
 #                                                         # torch 2.11: ~7 s a case for elementwise ops,
@@ -57,7 +58,8 @@ case "$part" in
   top) pytest_part tests/test_*.py "$@" ;;
   fp8layer) pytest_part tests/moe/test_expert_layer_quantized.py tests/kernels/quantization/test_amax.py \
       tests/quant/test_quantize.py tests/quant/test_custom_ops.py tests/kernels/quantization/test_quantize.py \
-      -k "quantized or amax or picked or bad_offsets_or_rows or tile_table" "$@" ;;
+      -k "quantized or amax or picked or bad_offsets_or_rows" "$@" ;;
+  graphs) pytest_part -m gpu tests/ops/executor tests/moe/test_routing_graphs.py "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
   edge) pytest_part tests/fusions/test_edge_cases.py -k "test_edge_case_on_cuda and (${1:-not nothing})" ;;
   bench)
