@@ -213,6 +213,11 @@ def enqueue_ms(step: Callable[[], None], device: str, reps: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def _device_frees(device: str) -> int:
+    """cudaFree calls of the caching allocator so far (0 off the GPU)."""
+    return torch.cuda.memory_stats().get("num_device_free", 0) if device == "cuda" else 0
+
+
 def graphed_ms(model: torch.nn.Module, args: tuple[torch.Tensor, ...], device: str, reps: int) -> float | None:
     if device != "cuda":
         return None
@@ -258,7 +263,13 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
     for _ in range(rounds):
         for name, step in variants.items():
             before, graphs_before = dict(replay.counts), dict(graphed.counts)
-            step_ms, host_ms = time_ms(step, device, reps), enqueue_ms(step, device, reps)
+            step_ms = time_ms(step, device, reps)
+            frees = _device_frees(device)
+            host_ms = enqueue_ms(step, device, reps)
+            # cudaFree (the caching allocator giving cached blocks back to find room) waits for
+            # the device: an enqueue time with frees in it holds GPU time (session 34: the enqueue
+            # grew with T in GPU-bound cells, 2.2 -> 4.5 ms for a dense GELU stack; not yet told why).
+            row[f"{name}_enqueue_device_frees"] = row.get(f"{name}_enqueue_device_frees", 0) + _device_frees(device) - frees
             row[f"{name}_ms"] = min(step_ms, row.get(f"{name}_ms", step_ms))
             row[f"{name}_enqueue_ms"] = min(host_ms, row.get(f"{name}_enqueue_ms", host_ms))
             if name == "fuseops":

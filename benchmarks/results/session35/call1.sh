@@ -8,5 +8,5 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1
 S=$SECONDS
 timeout 420 python3 -m benchmarks.sizes --part dense --out $OUT/sizes_dense > $OUT/sizes_dense.log 2>&1
 echo "sizes dense rc=$? ($((SECONDS - S)) s)"; grep -A20 "^cell" $OUT/sizes_dense.log | cut -c1-250
-python3 -c "import json; [print(r['act'], r['T'], r['H'], 'allocated', round(r['cuda_allocated_mb']), 'graphs hold', round(r['graphs_held_mb']), r['graph_counts']) for r in json.load(open('$OUT/sizes_dense.json'))['rows']]"; S=$SECONDS
+python3 -c "import json; [print(r['act'], r['T'], r['H'], 'allocated', round(r['cuda_allocated_mb']), 'graphs hold', round(r['graphs_held_mb']), 'cudaFree in enqueue f/t', r['fuseops_enqueue_device_frees'], r['torch_enqueue_device_frees'], r['graph_counts']) for r in json.load(open('$OUT/sizes_dense.json'))['rows']]"; S=$SECONDS
 LIMIT=140 OUT=$OUT bash benchmarks/run_gpu.sh graphs | tail -3
