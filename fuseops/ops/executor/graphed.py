@@ -185,8 +185,7 @@ def free(device: torch.device | None = None) -> int:
     freed = 0
     for p in list(_holding):
         if (device is None or p.device == device) and not p.busy():
-            counts["evicted"] += 1
-            p._measure_again()
+            p._evict()
             freed += 1
     return freed
 
@@ -200,8 +199,7 @@ def _free_idle(device: torch.device) -> None:
         if held <= limit:
             return
         held -= p.held
-        counts["evicted"] += 1
-        p._measure_again()
+        p._evict()
 
 
 def in_graph_memory(t: torch.Tensor) -> bool:
@@ -693,10 +691,15 @@ class GraphedProgram:
 
     def _measure_again(self) -> None:
         """Its graph freed, measured afresh at its next calls (eager where it was captured
-        ``MAX_CAPTURES`` times): a graph dropped, or freed while idle (``_free_idle``)."""
+        ``MAX_CAPTURES`` times): a graph dropped, or evicted (``_evict``)."""
         self.phase = _MEASURING if self.captures < MAX_CAPTURES else _EAGER
         self.eager_samples, self.addresses, self.timed = [], [], []
         self._free()
+
+    def _evict(self) -> None:
+        """Its graph freed while no result of it lives (``free``, ``_free_idle``)."""
+        counts["evicted"] += 1
+        self._measure_again()
 
     def _judge(self) -> None:
         """Keep or free the graph once its timed replays are complete (step 3)."""
