@@ -177,14 +177,16 @@ def held_bytes() -> int:
     return sum(p.held for p in list(_holding))
 
 
-def free(device: torch.device | None = None) -> int:
-    """Free the graphs (and pools) of every program on ``device`` (any, if None) whose results
-    are not alive; their programs are measured again if called again. The number freed. (What a
-    user calls before an evaluation or a checkpoint, or between benchmark cells; the routing's
-    states: ``fuseops.moe.routing_graphs.clear()``.)"""
+def free(device: torch.device | str | None = None) -> int:
+    """Free the graphs (and pools) of every program on ``device`` (any, if None; "cuda" is every
+    CUDA device) whose results are not alive; their programs are measured again if called again.
+    The number freed. (What a user calls before an evaluation or a checkpoint, or between
+    benchmark cells; the routing's states: ``fuseops.moe.routing_graphs.clear()``.)"""
+    want = None if device is None else torch.device(device)
     freed = 0
     for p in list(_holding):
-        if (device is None or p.device == device) and not p.busy():
+        on = want is None or (p.device.type == want.type and want.index in (None, p.device.index))
+        if on and not p.busy():
             p._evict()
             freed += 1
     return freed

@@ -496,7 +496,8 @@ def test_free_releases_every_graph_not_in_use(cpu_graphs, monkeypatch):
 
     call(0)
     held = call(1)
-    assert graphed.free() == 1
+    assert graphed.free("cuda") == 0, "a CPU program's graph freed for another device"
+    assert graphed.free("cpu") == 1
     assert [(p.phase, p.graph is None) for p in programs] == [("measuring", True), ("graphed", False)]
     assert_bitwise(held[0], xs[1] * w, "the live result")
     del held
