@@ -64,9 +64,6 @@ MAX_STATES = 64
 MAX_OWNED = 1024
 # The graph memory the states may hold, as a fraction of the device's memory (module docstring).
 MEMORY_FRACTION = 0.05
-# A key is idle after this many calls of any key without one of its own, or four per key kept if
-# more (a step calls each live key about once to twice: one idle key missed two steps or more).
-IDLE_CALLS = 64
 
 
 class _Entry:
@@ -124,9 +121,7 @@ _calls = 0
 
 
 def _budget(device: torch.device) -> float:
-    if device.type != "cuda":
-        return float("inf")
-    return MEMORY_FRACTION * torch.cuda.get_device_properties(device).total_memory
+    return graphed.memory_share(device, MEMORY_FRACTION)
 
 
 def _held() -> int:
@@ -140,8 +135,9 @@ def _drop(key: tuple) -> None:
 
 
 def idle_calls() -> int:
-    """Calls without one of its own after which a key is idle (``IDLE_CALLS``)."""
-    return max(IDLE_CALLS, 4 * len(_states))
+    """Calls without one of its own after which a key is idle (``graphed.idle_after``: a step
+    calls each live key about once to twice, so an idle key missed two steps or more)."""
+    return graphed.idle_after(len(_states))
 
 
 def _room(size: int, device: torch.device) -> bool:

@@ -102,9 +102,8 @@ KEEP = 0.9
 GPU_SLACK = 1.1
 # Captures of one program (pinned inputs that moved free a graph); then it stays eager.
 MAX_CAPTURES = 6
-# The graph memory idle programs may hold, as a fraction of the device's memory, and the calls of
-# any program after which one without a call of its own is idle, or four per graph if more (a
-# step calls each graph about once: an idle one missed four steps or more). Module docstring.
+# The graph memory idle programs may hold, as a fraction of the device's memory (module
+# docstring), and the fewest calls of others after which a program is idle (``idle_after``).
 MEMORY_FRACTION = 0.05
 IDLE_CALLS = 64
 # Device types whose programs are graphed. The CPU tests add "cpu", with stand-ins for
@@ -160,16 +159,29 @@ def for_program(program: Any, inputs: Sequence[torch.Tensor | None], not_graphab
     return GraphedProgram(program.run, parts(), next(iter(devices)))
 
 
-def budget(device: torch.device) -> float:
-    """Bytes the graphs of idle programs on ``device`` may hold (``MEMORY_FRACTION``)."""
+def memory_share(device: torch.device, fraction: float) -> float:
+    """``fraction`` of ``device``'s memory in bytes (unbounded off the GPU): the graph memory
+    budgets here and in ``fuseops.moe.routing_graphs``."""
     if device.type != "cuda":
         return float("inf")
-    return MEMORY_FRACTION * torch.cuda.get_device_properties(device).total_memory
+    return fraction * torch.cuda.get_device_properties(device).total_memory
+
+
+def idle_after(holders: int) -> int:
+    """Calls of any holder without one of its own after which one of ``holders`` is idle:
+    ``IDLE_CALLS``, or four per holder if more (a step calls each about once). Programs here,
+    keys in ``fuseops.moe.routing_graphs``."""
+    return max(IDLE_CALLS, 4 * holders)
+
+
+def budget(device: torch.device) -> float:
+    """Bytes the graphs of idle programs on ``device`` may hold (``MEMORY_FRACTION``)."""
+    return memory_share(device, MEMORY_FRACTION)
 
 
 def idle_calls() -> int:
     """Calls of any program without one of its own after which a program is idle."""
-    return max(IDLE_CALLS, 4 * len(_holding))
+    return idle_after(len(_holding))
 
 
 def held_bytes() -> int:
