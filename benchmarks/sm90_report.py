@@ -218,7 +218,7 @@ def quantize_launch(sink, *, scaling="BLOCK", columnwise=True, rowwise=True, cfg
     offsets = torch.arange(0, 16384 + 1, 16384 // groups, dtype=torch.int64) if grouped else None
     encode = torch.ones(groups if grouped else 1) if scaling in (Scaling.TENSOR, Scaling.NVFP4) else None
     element = Element.E2M1 if scaling == Scaling.NVFP4 else Element[element]
-    cfg = cfg or mod._configs()[scaling, columnwise]
+    cfg = cfg or mod.pick_config(scaling, False, columnwise, grouped=grouped, gathered=gather)
     with caught(mod, "quantize_kernel", sink):
         mod.launch_quantize(x, offsets, encode, scaling, element, False, rowwise, columnwise, None, cfg, rows=rows)
     if maxnreg:

@@ -161,6 +161,15 @@ _GROUPED_TENSOR = QuantizeConfig(128, 128, 4, group_r=8)
 _TILE_2D = QuantizeConfig(128, 128, 4)
 
 
+def pick_config(scaling: Scaling, block_2d: bool, columnwise: bool, *, grouped: bool, gathered: bool) -> QuantizeConfig:
+    """The tiling ``quantize`` launches with: ``_TILE_2D``, ``_GROUPED_TENSOR`` or ``_configs()``'s."""
+    if block_2d:
+        return _TILE_2D
+    if scaling == Scaling.TENSOR and columnwise and grouped and not gathered and not INTERPRET:
+        return _GROUPED_TENSOR
+    return _configs()[scaling, columnwise]
+
+
 @triton.jit
 def quantize_kernel(
     x, src_rows, offsets, encode, data, scale, data_t, scale_t,
@@ -389,12 +398,7 @@ def quantize(
             (MoE's permuted tokens: ``x`` the tokens, ``rows`` each sorted row's token); its
             rows are the ones ``offsets`` groups. Indices must lie in [0, R) (the caller checks).
     """
-    if block_2d:
-        cfg = _TILE_2D
-    elif scaling == Scaling.TENSOR and columnwise and offsets is not None and rows is None and not INTERPRET:
-        cfg = _GROUPED_TENSOR
-    else:
-        cfg = _configs()[scaling, columnwise]
+    cfg = pick_config(scaling, block_2d, columnwise, grouped=offsets is not None, gathered=rows is not None)
     return launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, columnwise, out, cfg, rows=rows)
 
 
