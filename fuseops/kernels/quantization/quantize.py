@@ -121,7 +121,7 @@ def _configs() -> dict[tuple[Scaling, bool], QuantizeConfig]:
     ``benchmarks.moe_quantize``, the four grouped casts of a Qwen3-30B-A3B FP8 step: 3.37 ms
     against 3.97). With those codes on a rare path (``_store_non_finite``) 128x128 takes 168
     registers without spills (sm_90a, offline), and grouped casts of a permuted tensor use it
-    (``_GROUPED_TENSOR``); the others keep 128x64, by session 34's measurements there.
+    (``_GROUPED_TENSOR``; picked rows ``_GATHERED_TENSOR``); the others keep 128x64.
 
     Since the non-finite rules moved to a rare path (``quantize_kernel``; not yet timed on the
     GPU, ``python -m benchmarks.sm90_report quantize``, bf16): uncapped, ptxas sized the staged
@@ -156,17 +156,24 @@ def _configs() -> dict[tuple[Scaling, bool], QuantizeConfig]:
 # every per-tensor cast the quantized layer's step at Qwen3 was slower (call 7: 13.01 ms a
 # micro-batch of eight against 12.77-12.81 in session 33, 14.67 against 14.11 with one).
 _GROUPED_TENSOR = QuantizeConfig(128, 128, 4, group_r=8)
+# The same cast where rows are picked (``rows=``): 128x128 in program order. Session 35, call 2
+# (``benchmarks.moe_quantize``, rows in permute's order, Qwen3-30B-A3B): x / dy 0.567 / 0.572 ms
+# against 128x64's 0.681 / 0.682 and 0.766 / 0.766 in groups of 8 (1.58 of a device copy
+# against 1.32 and 1.17): the picked rows are scattered, so grouping row tiles keeps nothing
+# in cache and only delays the column-wise stores.
+_GATHERED_TENSOR = QuantizeConfig(128, 128, 4)
 # 128x128 blocks (weights): one multiplier a tile, which is one block; 0.89 of a device copy
 # row-wise, 0.92 with the column-wise copy on the H100.
 _TILE_2D = QuantizeConfig(128, 128, 4)
 
 
 def pick_config(scaling: Scaling, block_2d: bool, columnwise: bool, *, grouped: bool, gathered: bool) -> QuantizeConfig:
-    """The tiling ``quantize`` launches with: ``_TILE_2D``, ``_GROUPED_TENSOR`` or ``_configs()``'s."""
+    """The tiling ``quantize`` launches with: ``_TILE_2D``, ``_GROUPED_TENSOR``, ``_GATHERED_TENSOR``
+    or ``_configs()``'s."""
     if block_2d:
         return _TILE_2D
-    if scaling == Scaling.TENSOR and columnwise and grouped and not gathered and not INTERPRET:
-        return _GROUPED_TENSOR
+    if scaling == Scaling.TENSOR and columnwise and grouped and not INTERPRET:
+        return _GATHERED_TENSOR if gathered else _GROUPED_TENSOR
     return _configs()[scaling, columnwise]
 
 
