@@ -1,0 +1,210 @@
+"""Where the GPU waits within a training step: the idle gaps between a step's kernels, and
+whether each was the host's (the next kernel's launch came after the GPU went idle) or not.
+
+Issue 20's MoE cells at T=1024 run slower than the sum of their kernels with the host hidden
+(Qwen3's composition: ~2.2 ms a step against ~1.75 of kernels and ~1.35 of enqueue): this
+tells in which part of the step the GPU stands idle, between which two kernels, and what the
+host was issuing then. ``torch.profiler`` over ``--steps`` steady steps (after ``--warmup``,
+so recorded programs and CUDA graphs have settled), CPU and CUDA activity, no Python tracer
+(it would slow the host and make every gap the host's). Per step: wall, GPU busy, idle and
+the idle that waited on the host; then the gaps summed by (kernel before, kernel after), each
+with the API call that launched the later kernel and the innermost torch op around it.
+
+    python -m benchmarks.step_gaps --model moe --shape qwen3 --T 1024      # the composition
+    python -m benchmarks.step_gaps --model layer --shape qwen3 --T 1024    # fuseops.moe.expert_layer
+    python -m benchmarks.step_gaps --model torch --shape qwen3 --T 1024    # the plain-torch layer
+    python -m benchmarks.step_gaps --model dense --cell swiglu:1024:1024
+    python -m benchmarks.step_gaps --smoke                                 # CPU: the analysis on a toy trace
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from benchmarks.sizes import MOE_SHAPES, FuseopsExpertLayer, FuseopsMoE, TorchMoE, dense_cell, moe_args, step_fn
+
+# A gap shorter than this is launch spacing, not a wait worth naming.
+MIN_GAP_US = 2.0
+STEP_RANGE = "step_gaps.step"
+
+
+@dataclass(frozen=True)
+class Activity:
+    """A GPU activity (kernel, copy, set) and how it was launched."""
+
+    name: str
+    start: float  # us
+    end: float
+    # The launching API call's start on the host (None: not found), its name and the
+    # innermost torch op around it.
+    launched: float | None
+    api: str
+    op: str
+
+
+def _short(name: str, width: int = 48) -> str:
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
+def gaps(activities: Sequence[Activity], step_start: float, step_end: float) -> dict:
+    """One step's GPU busy time, its idle gaps, and the idle that waited on the host."""
+    acts = sorted((a for a in activities if a.end > step_start and a.start < step_end), key=lambda a: a.start)
+    busy = idle = host_idle = 0.0
+    found: list[tuple[str, str, float, float, str, str]] = []
+    frontier = step_start
+    before = "(step start)"
+    for a in acts:
+        if a.start > frontier:
+            gap = a.start - frontier
+            idle += gap
+            # The host's wait: the part of the gap before the launch was issued.
+            waited = min(gap, max(0.0, a.launched - frontier)) if a.launched is not None else 0.0
+            host_idle += waited
+            if gap >= MIN_GAP_US:
+                found.append((before, a.name, gap, waited, a.api, a.op))
+        busy += max(0.0, a.end - max(a.start, frontier))
+        if a.end > frontier:
+            frontier = a.end
+            before = a.name
+    tail = max(0.0, step_end - frontier)
+    return {"wall_us": step_end - step_start, "busy_us": busy, "idle_us": idle + tail, "host_idle_us": host_idle,
+            "tail_us": tail, "gaps": found}
+
+
+def summarize(steps: list[dict], top: int) -> dict:
+    """Means over the steps, and the gaps summed by (before, after) per step."""
+    n = len(steps)
+    by_pair: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0, "", ""])
+    for s in steps:
+        for before, after, gap, waited, api, op in s["gaps"]:
+            entry = by_pair[before, after]
+            entry[0] += gap / n
+            entry[1] += waited / n
+            entry[2] += 1
+            entry[3], entry[4] = api, op
+    ranked = sorted(by_pair.items(), key=lambda kv: -kv[1][0])[:top]
+    return {
+        "steps": n,
+        **{k: sum(s[k] for s in steps) / n for k in ("wall_us", "busy_us", "idle_us", "host_idle_us", "tail_us")},
+        "gaps": [{"before": b, "after": a, "us_per_step": v[0], "host_us_per_step": v[1], "count": v[2],
+                  "launch": v[3], "op": v[4]} for (b, a), v in ranked],
+    }
+
+
+def activities_of(prof) -> tuple[list[Activity], list[tuple[float, float]]]:
+    """The trace's GPU activities with their launches, and the steps' host ranges (us)."""
+    events = list(prof.profiler.kineto_results.events())
+    host = [e for e in events if e.device_type() == torch.autograd.DeviceType.CPU]
+    api = {e.correlation_id(): e for e in host if e.correlation_id() and (e.name().startswith("cu"))}
+    ops = sorted([e for e in host if not e.name().startswith("cu") and e.duration_ns() > 0
+                  and e.name() != STEP_RANGE], key=lambda e: e.start_ns())
+    starts = [o.start_ns() for o in ops]
+    steps = sorted((e.start_ns() / 1e3, e.end_ns() / 1e3) for e in host if e.name() == STEP_RANGE)
+    out = []
+    for e in events:
+        if e.device_type() != torch.autograd.DeviceType.CUDA:
+            continue
+        launch = api.get(e.correlation_id()) or api.get(e.linked_correlation_id())
+        launched = launch.start_ns() / 1e3 if launch is not None else None
+        op = ""
+        if launch is not None:
+            # The innermost op around the launch: of those covering it, the latest to start.
+            t = launch.start_ns()
+            for k in range(bisect.bisect_right(starts, t) - 1, -1, -1):
+                o = ops[k]
+                if o.end_ns() >= t and o.start_thread_id() == launch.start_thread_id():
+                    op = o.name()
+                    break
+        out.append(Activity(e.name(), e.start_ns() / 1e3, e.end_ns() / 1e3, launched,
+                            launch.name() if launch is not None else "", op))
+    return out, steps
+
+
+def profile_steps(step: Callable[[], None], warmup: int, steps: int) -> tuple[list[Activity], list[tuple[float, float]]]:
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            # Each step starts with the GPU drained, as a step after an optimizer's sync would.
+            torch.cuda.synchronize()
+            with record_function(STEP_RANGE):
+                step()
+                torch.cuda.synchronize()
+    return activities_of(prof)
+
+
+def build(args) -> Callable[[], None]:
+    device, dtype = "cuda", torch.bfloat16
+    if args.model == "dense":
+        model, reference, x = dense_cell(args.cell)
+        m = reference if args.torch else model
+        return step_fn(m, (x,), list(m.parameters()))
+    E, H, I, K = MOE_SHAPES[args.shape]
+    torch.manual_seed(0)
+    mine = FuseopsMoE(E, H, I).to(device, dtype)
+    m = {"moe": mine, "layer": FuseopsExpertLayer(mine), "torch": TorchMoE(mine).to(device, dtype)}[args.model]
+    inputs = moe_args(args.T, E, H, K, args.skewed, device, dtype)
+    return step_fn(m, inputs, list(m.parameters()))
+
+
+def report(summary: dict, label: str) -> None:
+    print(f"{label}: wall {summary['wall_us']:.0f} us a step, GPU busy {summary['busy_us']:.0f}, idle "
+          f"{summary['idle_us']:.0f} (waiting on the host {summary['host_idle_us']:.0f}, after the last kernel "
+          f"{summary['tail_us']:.0f})")
+    print(f"  {'us/step':>8} {'host':>6} {'n':>4}  {'before':48} {'after':48} launch / op")
+    for g in summary["gaps"]:
+        print(f"  {g['us_per_step']:8.1f} {g['host_us_per_step']:6.1f} {g['count']:4d}  {_short(g['before']):48} "
+              f"{_short(g['after']):48} {g['launch']} / {g['op']}")
+
+
+def smoke() -> None:
+    """The analysis on a made-up step: two kernels, a host-late gap and a latency gap."""
+    acts = [Activity("a", 10, 20, 5, "cudaLaunchKernel", "aten::mm"),
+            Activity("b", 50, 60, 45, "cuLaunchKernelEx", ""),      # idle 30 us, 25 of them the host's
+            Activity("c", 70, 80, 40, "cudaGraphLaunch", "")]       # idle 10 us, launched long before
+    s = summarize([gaps(acts, 0, 100)], top=5)
+    assert abs(s["busy_us"] - 30) < 1e-9 and abs(s["idle_us"] - 70) < 1e-9, s
+    assert abs(s["host_idle_us"] - (5 + 25)) < 1e-9, s
+    assert [(g["before"], g["after"]) for g in s["gaps"]] == [("a", "b"), ("(step start)", "a"), ("b", "c")], s
+    assert [g["host_us_per_step"] for g in s["gaps"]] == [25, 5, 0], s
+    report(s, "smoke")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=("moe", "layer", "torch", "dense"), default="moe")
+    parser.add_argument("--shape", choices=list(MOE_SHAPES), default="qwen3")
+    parser.add_argument("--T", type=int, default=1024)
+    parser.add_argument("--skewed", action="store_true")
+    parser.add_argument("--cell", default="swiglu:1024:1024", help="dense: act:T:H")
+    parser.add_argument("--torch", action="store_true", help="dense: the torch.nn model")
+    parser.add_argument("--warmup", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+    if args.smoke:
+        smoke()
+        return
+    acts, steps = profile_steps(build(args), args.warmup, args.steps)
+    summary = summarize([gaps(acts, a, b) for a, b in steps], args.top)
+    label = (f"{args.model} {args.cell}" if args.model == "dense" else
+             f"{args.model} {args.shape} T={args.T} {'skewed' if args.skewed else 'uniform'}")
+    report(summary, label)
+    if args.out:
+        args.out.write_text(json.dumps({"label": label, **summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
