@@ -30,11 +30,12 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from benchmarks.sizes import MOE_SHAPES, FuseopsExpertLayer, FuseopsMoE, TorchMoE, dense_cell, moe_args, step_fn
+from benchmarks.sizes import MOE_SHAPES, FuseopsExpertLayer, FuseopsMoE, TorchMoE, dense_cell, moe_args
 
 # A gap shorter than this is launch spacing, not a wait worth naming.
 MIN_GAP_US = 2.0
 STEP_RANGE = "step_gaps.step"
+PHASES = ("step_gaps.forward", "step_gaps.backward")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Activity:
     launched: float | None
     api: str
     op: str
+    # The launching call's correlation id (a graph launch's kernels share one).
+    launch_id: int = 0
 
 
 def _short(name: str, width: int = 48) -> str:
@@ -80,6 +83,22 @@ def gaps(activities: Sequence[Activity], step_start: float, step_end: float) -> 
             "tail_us": tail, "gaps": found}
 
 
+def timeline(activities: Sequence[Activity], step_start: float, step_end: float) -> list[dict]:
+    """One step as launches: per launching call (a graph launch is one), when the host issued it
+    and when its GPU work ran, microseconds from the step's start."""
+    acts = sorted((a for a in activities if a.end > step_start and a.start < step_end), key=lambda a: a.start)
+    rows: list[dict] = []
+    for a in acts:
+        if rows and a.launch_id and rows[-1]["launch_id"] == a.launch_id:
+            rows[-1]["gpu_end"] = max(rows[-1]["gpu_end"], a.end - step_start)
+            rows[-1]["kernels"] += 1
+            continue
+        rows.append({"launch_id": a.launch_id, "host": None if a.launched is None else a.launched - step_start,
+                     "gpu_start": a.start - step_start, "gpu_end": a.end - step_start, "api": a.api, "op": a.op,
+                     "first": a.name, "kernels": 1})
+    return rows
+
+
 def summarize(steps: list[dict], top: int) -> dict:
     """Means over the steps, and the gaps summed by (before, after) per step."""
     n = len(steps)
@@ -100,18 +119,21 @@ def summarize(steps: list[dict], top: int) -> dict:
     }
 
 
-def activities_of(prof) -> tuple[list[Activity], list[tuple[float, float]]]:
-    """The trace's GPU activities with their launches, and the steps' host ranges (us)."""
+def activities_of(prof) -> tuple[list[Activity], list[tuple[float, float]], list[tuple[float, float, str]]]:
+    """The trace's GPU activities with their launches, the steps' host ranges and the phases'
+    (forward, backward; us)."""
     events = list(prof.profiler.kineto_results.events())
     host = [e for e in events if e.device_type() == torch.autograd.DeviceType.CPU]
     api = {e.correlation_id(): e for e in host if e.correlation_id() and (e.name().startswith("cu"))}
     ops = sorted([e for e in host if not e.name().startswith("cu") and e.duration_ns() > 0
-                  and e.name() != STEP_RANGE], key=lambda e: e.start_ns())
+                  and e.name() != STEP_RANGE and e.name() not in PHASES], key=lambda e: e.start_ns())
     starts = [o.start_ns() for o in ops]
     steps = sorted((e.start_ns() / 1e3, e.end_ns() / 1e3) for e in host if e.name() == STEP_RANGE)
+    phases = sorted((e.start_ns() / 1e3, e.end_ns() / 1e3, e.name()) for e in host if e.name() in PHASES)
     out = []
     for e in events:
-        if e.device_type() != torch.autograd.DeviceType.CUDA:
+        # (record_function's ranges show on the GPU's timeline too: not work.)
+        if e.device_type() != torch.autograd.DeviceType.CUDA or e.is_user_annotation() or e.name() == STEP_RANGE:
             continue
         launch = api.get(e.correlation_id()) or api.get(e.linked_correlation_id())
         launched = launch.start_ns() / 1e3 if launch is not None else None
@@ -125,11 +147,12 @@ def activities_of(prof) -> tuple[list[Activity], list[tuple[float, float]]]:
                     op = o.name()
                     break
         out.append(Activity(e.name(), e.start_ns() / 1e3, e.end_ns() / 1e3, launched,
-                            launch.name() if launch is not None else "", op))
-    return out, steps
+                            launch.name() if launch is not None else "", op,
+                            launch.correlation_id() if launch is not None else 0))
+    return out, steps, phases
 
 
-def profile_steps(step: Callable[[], None], warmup: int, steps: int) -> tuple[list[Activity], list[tuple[float, float]]]:
+def profile_steps(step: Callable[[], None], warmup: int, steps: int) -> tuple:
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -147,20 +170,38 @@ def build(args) -> Callable[[], None]:
     device, dtype = "cuda", torch.bfloat16
     if args.model == "dense":
         model, reference, x = dense_cell(args.cell)
-        m = reference if args.torch else model
-        return step_fn(m, (x,), list(m.parameters()))
-    E, H, I, K = MOE_SHAPES[args.shape]
-    torch.manual_seed(0)
-    mine = FuseopsMoE(E, H, I).to(device, dtype)
-    m = {"moe": mine, "layer": FuseopsExpertLayer(mine), "torch": TorchMoE(mine).to(device, dtype)}[args.model]
-    inputs = moe_args(args.T, E, H, K, args.skewed, device, dtype)
-    return step_fn(m, inputs, list(m.parameters()))
+        m, inputs = (reference if args.torch else model), (x,)
+    else:
+        E, H, I, K = MOE_SHAPES[args.shape]
+        torch.manual_seed(0)
+        mine = FuseopsMoE(E, H, I).to(device, dtype)
+        m = {"moe": mine, "layer": FuseopsExpertLayer(mine), "torch": TorchMoE(mine).to(device, dtype)}[args.model]
+        inputs = moe_args(args.T, E, H, K, args.skewed, device, dtype)
+    params = list(m.parameters())
+
+    def step() -> None:
+        # benchmarks.sizes' step_fn, its phases named on the host's timeline.
+        for p in params:
+            p.grad = None
+        with record_function(PHASES[0]):
+            y = m(*inputs)
+        with record_function(PHASES[1]):
+            y.sum().backward()
+    return step
 
 
 def report(summary: dict, label: str) -> None:
     print(f"{label}: wall {summary['wall_us']:.0f} us a step, GPU busy {summary['busy_us']:.0f}, idle "
           f"{summary['idle_us']:.0f} (waiting on the host {summary['host_idle_us']:.0f}, after the last kernel "
           f"{summary['tail_us']:.0f})")
+    for name, a, b in summary.get("phases", ()):
+        print(f"  host {name}: {a:.0f} to {b:.0f} us")
+    if summary.get("timeline"):
+        print(f"  the median step's launches: {'host':>7} {'gpu':>7} {'to':>7}  kernels  launch / op / first")
+        for r in summary["timeline"]:
+            host = f"{r['host']:7.0f}" if r["host"] is not None else "      -"
+            print(f"  {'':27} {host} {r['gpu_start']:7.0f} {r['gpu_end']:7.0f}  {r['kernels']:7d}  {r['api']} / "
+                  f"{r['op']} / {_short(r['first'], 40)}")
     print(f"  {'us/step':>8} {'host':>6} {'n':>4}  {'before':48} {'after':48} launch / op")
     for g in summary["gaps"]:
         print(f"  {g['us_per_step']:8.1f} {g['host_us_per_step']:6.1f} {g['count']:4d}  {_short(g['before']):48} "
@@ -177,6 +218,9 @@ def smoke() -> None:
     assert abs(s["host_idle_us"] - (5 + 25)) < 1e-9, s
     assert [(g["before"], g["after"]) for g in s["gaps"]] == [("a", "b"), ("(step start)", "a"), ("b", "c")], s
     assert [g["host_us_per_step"] for g in s["gaps"]] == [25, 5, 0], s
+    s["timeline"] = timeline(acts, 0, 100)
+    assert [(r["host"], r["gpu_start"], r["api"]) for r in s["timeline"]] == [
+        (5, 10, "cudaLaunchKernel"), (45, 50, "cuLaunchKernelEx"), (40, 70, "cudaGraphLaunch")], s["timeline"]
     report(s, "smoke")
 
 
@@ -197,8 +241,13 @@ def main() -> None:
     if args.smoke:
         smoke()
         return
-    acts, steps = profile_steps(build(args), args.warmup, args.steps)
+    acts, steps, phases = profile_steps(build(args), args.warmup, args.steps)
     summary = summarize([gaps(acts, a, b) for a, b in steps], args.top)
+    # The median step's launches, in order, and its phases on the host.
+    walls = sorted(range(len(steps)), key=lambda k: steps[k][1] - steps[k][0])
+    start, end = steps[walls[len(walls) // 2]]
+    summary["timeline"] = timeline(acts, start, end)
+    summary["phases"] = [(name, a - start, b - start) for a, b, name in phases if start <= a <= end]
     label = (f"{args.model} {args.cell}" if args.model == "dense" else
              f"{args.model} {args.shape} T={args.T} {'skewed' if args.skewed else 'uniform'}")
     report(summary, label)
