@@ -124,9 +124,6 @@ class _Entry:
     # Per Sequential running this trace's graph, its own copy of ``prep`` (its own recorded
     # and graphed programs, as each Sequential has eagerly).
     preps: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
-    # ``_running``'s last find: (id of the first parameter, the Sequential (weakly), its ops,
-    # its copy of ``prep``).
-    last: tuple[int, weakref.ref, list, Prepared] | None = None
 
 
 def register(module: torch.nn.Module) -> None:
@@ -304,13 +301,6 @@ def _running(entry: _Entry, params: Sequence[torch.Tensor]) -> tuple[list[torch.
     prep = entry.prep
     if not params:
         return _ops(_template(entry)), prep, False
-    # The last Sequential found for this trace, checked as a search's result is: a graph of
-    # one block runs with the same one every call.
-    last = entry.last
-    if last is not None and last[0] == id(params[0]):
-        module = last[1]()
-        if module is not None and _owns(last[2], last[3], params):
-            return last[2], last[3], False
     known = _owners.get(id(params[0]))
     module = known() if known is not None else None
     ops = _ops(module) if module is not None else ()
@@ -324,7 +314,6 @@ def _running(entry: _Entry, params: Sequence[torch.Tensor]) -> tuple[list[torch.
     if own is None:
         own = entry.preps[module] = dataclasses.replace(
             prep, layouts=replay.Layouts() if prep.layouts is not None else None)
-    entry.last = (id(params[0]), weakref.ref(module), ops, own)
     return ops, own, False
 
 

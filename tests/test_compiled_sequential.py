@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import gc
+import weakref
 
 import pytest
 import torch
@@ -134,6 +136,25 @@ def test_blocks_compiled_one_by_one_share_a_graph_each_on_its_own_parameters(rea
     _compiled_one_by_one(blocks, eager, torch.randn(6, 16, requires_grad=True))
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
     assert real_calls == {"forward": 3, "backward": 3}
+
+
+def test_a_freed_sequential_takes_its_programs_along() -> None:
+    """A trace's entry lives as long as the process; each Sequential's copy of its run (the
+    recorded programs, and their CUDA graphs on the GPU) lives only as long as the Sequential."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    blocks = [_block() for _ in range(2)]
+    for _ in range(3):
+        for p in (p for b in blocks for p in b.parameters()):
+            p.grad = None
+        _compiled_one_by_one(blocks, copy.deepcopy(blocks), torch.randn(6, 16, requires_grad=True))
+    entry = compiled_sequential._entries[max(compiled_sequential._entries)]
+    runs = [weakref.ref(prep) for prep in entry.preps.values()]
+    assert len(runs) == 2
+    del blocks
+    torch._dynamo.reset()
+    gc.collect()
+    assert [run() for run in runs] == [None, None]
 
 
 def test_other_settings_get_a_graph_of_their_own() -> None:
