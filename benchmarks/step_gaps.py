@@ -15,12 +15,19 @@ with the API call that launched the later kernel and the innermost torch op arou
     python -m benchmarks.step_gaps --model torch --shape qwen3 --T 1024    # the plain-torch layer
     python -m benchmarks.step_gaps --model dense --cell swiglu:1024:1024
     python -m benchmarks.step_gaps --smoke                                 # CPU: the analysis on a toy trace
+
+Each call of the functions ``--mark`` names (default ``DEFAULT_MARKS``: the routing's, the plans'
+and ``expert_layer``'s autograd Functions, ``routing_graphs.call``, ``GraphedProgram.run``) shows as a host
+range in the median step's listing, so a wait can be traced to the call the host was in.
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import functools
+import importlib
+import inspect
 import json
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -36,6 +43,36 @@ from benchmarks.sizes import MOE_SHAPES, FuseopsExpertLayer, FuseopsMoE, TorchMo
 MIN_GAP_US = 2.0
 STEP_RANGE = "step_gaps.step"
 PHASES = ("step_gaps.forward", "step_gaps.backward")
+# Host ranges named in the trace (``--mark module:attr``), each call of the function inside one.
+MARK = "mark:"
+# The calls of the MoE composition's and the dense stack's step, by default.
+DEFAULT_MARKS = (
+    "fuseops.moe.routing:_Permute.forward", "fuseops.moe.routing:_Permute.backward",
+    "fuseops.moe.routing:_Unpermute.forward", "fuseops.moe.routing:_Unpermute.backward",
+    "fuseops.ops.executor.function:PlanFunction.forward", "fuseops.ops.executor.function:PlanFunction.backward",
+    "fuseops.moe.expert_layer:_ExpertLayer.forward", "fuseops.moe.expert_layer:_ExpertLayer.backward",
+    "fuseops.moe.routing_graphs:call", "fuseops.ops.executor.graphed:GraphedProgram.run",
+)
+
+
+def _is_range(name: str) -> bool:
+    return name == STEP_RANGE or name in PHASES or name.startswith(MARK)
+
+
+def mark(spec: str) -> None:
+    """Run every call of ``module:attr`` (``attr`` may be ``Class.method``, a static method of
+    an autograd Function too) inside a ``record_function`` range named ``mark:attr``."""
+    module_name, attr = spec.split(":")
+    *path, name = attr.split(".")
+    owner = functools.reduce(getattr, path, importlib.import_module(module_name))
+    fn = getattr(owner, name)
+    static = isinstance(inspect.getattr_static(owner, name), staticmethod)
+
+    @functools.wraps(fn)
+    def marked(*args, **kwargs):
+        with record_function(MARK + attr):
+            return fn(*args, **kwargs)
+    setattr(owner, name, staticmethod(marked) if static else marked)
 
 
 @dataclass(frozen=True)
@@ -125,15 +162,16 @@ def activities_of(prof) -> tuple[list[Activity], list[tuple[float, float]], list
     events = list(prof.profiler.kineto_results.events())
     host = [e for e in events if e.device_type() == torch.autograd.DeviceType.CPU]
     api = {e.correlation_id(): e for e in host if e.correlation_id() and (e.name().startswith("cu"))}
-    ops = sorted([e for e in host if not e.name().startswith("cu") and e.duration_ns() > 0
-                  and e.name() != STEP_RANGE and e.name() not in PHASES], key=lambda e: e.start_ns())
+    ops = sorted([e for e in host if not e.name().startswith("cu") and e.duration_ns() > 0 and not _is_range(e.name())],
+                 key=lambda e: e.start_ns())
     starts = [o.start_ns() for o in ops]
     steps = sorted((e.start_ns() / 1e3, e.end_ns() / 1e3) for e in host if e.name() == STEP_RANGE)
-    phases = sorted((e.start_ns() / 1e3, e.end_ns() / 1e3, e.name()) for e in host if e.name() in PHASES)
+    phases = sorted((e.start_ns() / 1e3, e.end_ns() / 1e3, e.name()) for e in host
+                    if e.name() in PHASES or e.name().startswith(MARK))
     out = []
     for e in events:
         # (record_function's ranges show on the GPU's timeline too: not work.)
-        if e.device_type() != torch.autograd.DeviceType.CUDA or e.is_user_annotation() or e.name() == STEP_RANGE:
+        if e.device_type() != torch.autograd.DeviceType.CUDA or e.is_user_annotation() or _is_range(e.name()):
             continue
         launch = api.get(e.correlation_id()) or api.get(e.linked_correlation_id())
         launched = launch.start_ns() / 1e3 if launch is not None else None
@@ -195,7 +233,7 @@ def report(summary: dict, label: str) -> None:
           f"{summary['idle_us']:.0f} (waiting on the host {summary['host_idle_us']:.0f}, after the last kernel "
           f"{summary['tail_us']:.0f})")
     for name, a, b in summary.get("phases", ()):
-        print(f"  host {name}: {a:.0f} to {b:.0f} us")
+        print(f"  host {name}: {a:.0f} to {b:.0f} us ({b - a:.0f})")
     if summary.get("timeline"):
         print(f"  the median step's launches: {'host':>7} {'gpu':>7} {'to':>7}  kernels  launch / op / first")
         for r in summary["timeline"]:
@@ -236,8 +274,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--mark", nargs="*", default=None,
+                        help="module:attr functions whose calls are named on the host's timeline (default: "
+                             "the routing's and the plans' Functions, routing_graphs.call, GraphedProgram.run)")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
+    for spec in DEFAULT_MARKS if args.mark is None else args.mark:
+        mark(spec)
     if args.smoke:
         smoke()
         return
