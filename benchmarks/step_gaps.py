@@ -45,7 +45,7 @@ STEP_RANGE = "step_gaps.step"
 PHASES = ("step_gaps.forward", "step_gaps.backward")
 # Host ranges named in the trace (``--mark module:attr``), each call of the function inside one.
 MARK = "mark:"
-# The calls of the MoE composition's and the dense stack's step, by default.
+# Named by default: the calls a step of the MoE composition, expert_layer or the dense stack makes.
 DEFAULT_MARKS = (
     "fuseops.moe.routing:_Permute.forward", "fuseops.moe.routing:_Permute.backward",
     "fuseops.moe.routing:_Unpermute.forward", "fuseops.moe.routing:_Unpermute.backward",
@@ -276,7 +276,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--mark", nargs="*", default=None,
                         help="module:attr functions whose calls are named on the host's timeline (default: "
-                             "the routing's and the plans' Functions, routing_graphs.call, GraphedProgram.run)")
+                             "DEFAULT_MARKS; none: --mark with no value)")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     for spec in DEFAULT_MARKS if args.mark is None else args.mark:
