@@ -37,7 +37,8 @@ Q = kq.QuantizeConfig
 # default until session 15) holds 16 rows a thread (K = 16): 178 / 255 with 36 bytes of spills, 2 programs an SM;
 # every K = 8 tile below: 78-102 / 130-138, no spills; since session 33's plain cast 128x64 takes 80 for both and
 # 128x128 168, without spills (since session 34 the tiling of grouped casts of rows read in place,
-# ``quantize._GROUPED_TENSOR``: this sweep timed it fastest on every tensor; not for the gathered cast).
+# ``quantize._GROUPED_TENSOR``: this sweep timed it fastest on every tensor read in place; the
+# gathered casts since session 35 ``quantize._GATHERED_TENSOR``, 128x128 in program order, fastest there).
 # Session 32 built a tile table (each row tile's group found once a call, not searched by every
 # program); session 33 timed it within 1-3 % of the search at 128 and at 8 groups, and it was removed.
 CANDIDATES = [Q(128, 128, 4), Q(128, 128, 4, group_r=8), Q(128, 64, 4), Q(64, 128, 4), Q(128, 128, 8),

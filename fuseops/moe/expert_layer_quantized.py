@@ -93,7 +93,7 @@ class QuantizedExpertLayer(torch.autograd.Function):
             probs = weights.new_empty(row_map.numel()).scatter_(0, row_map.reshape(-1), weights.reshape(-1))
 
         # The routing's offsets and tokens are in range by construction: no range checks.
-        qx = quantize_derived(x, recipe.format(TensorRole.INPUT), role=TensorRole.INPUT, rowwise=True,
+        qx = quantize_derived(x, recipe, role=TensorRole.INPUT, rowwise=True,
                               columnwise=need_w1, offsets=offsets, rows=tokens)
         z, fc1, qh = _fc1_and_gate(qx, w1, b1, probs, offsets, gate, recipe, need_x=need_x, need_w1=need_w1,
                                    need_dh=need_dh, need_w2=need_w2)
@@ -121,7 +121,7 @@ class QuantizedExpertLayer(torch.autograd.Function):
         gate, recipe = ctx.gate, ctx.recipe
         dy = dy.contiguous()
         # unpermute's gradient, each sorted row its token's dy, quantized where dy lies.
-        qdy = quantize_derived(dy, recipe.format(TensorRole.GRAD), role=TensorRole.GRAD, rowwise=need_dh,
+        qdy = quantize_derived(dy, recipe, role=TensorRole.GRAD, rowwise=need_dh,
                                columnwise=need_w2, offsets=offsets, rows=tokens)
         dw2 = quantized_wgrad(fc2, qdy, out_dtype=w2.dtype, main_grad=None) if need_w2 else None
         dx = dweights = dw1 = db1 = None
@@ -174,6 +174,6 @@ def _gated_backward(z, dh, probs, gate: Gate, recipe: Recipe, offsets, *, need_x
     if emit_amax:
         plan = EmitPlan(recipe, columnwise=need_w1, role=TensorRole.GRAD)
         return dz, dprobs, emitted_storage(plan, Emitted(dz, None, None, row_amax), dtype=dz.dtype, offsets=offsets)
-    qdz = quantize_derived(dz, recipe.format(TensorRole.GRAD), role=TensorRole.GRAD, rowwise=need_x,
+    qdz = quantize_derived(dz, recipe, role=TensorRole.GRAD, rowwise=need_x,
                            columnwise=need_w1, offsets=offsets)
     return dz, dprobs, qdz

@@ -143,18 +143,18 @@ def quantize(
     if recipe is None:
         raise TypeError("recipe: expected a fuseops.recipes instance, got None")
     role = as_role(role)
-    fmt = recipe.format(role)
-    _check(x, fmt, offsets, rowwise, columnwise, rows)
-    return quantize_derived(x, fmt, role=role, rowwise=rowwise, columnwise=columnwise, offsets=offsets, rows=rows)
+    _check(x, recipe.format(role), offsets, rowwise, columnwise, rows)
+    return quantize_derived(x, recipe, role=role, rowwise=rowwise, columnwise=columnwise, offsets=offsets, rows=rows)
 
 
-def quantize_derived(x: torch.Tensor, fmt: QuantFormat, *, role: TensorRole, rowwise: bool, columnwise: bool,
+def quantize_derived(x: torch.Tensor, recipe: Recipe, *, role: TensorRole, rowwise: bool, columnwise: bool,
                      offsets: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> QuantizedTensor:
-    """``quantize`` in ``fmt`` (``recipe.format(role)``) without its checks, for fuseops' own
-    calls whose ``offsets`` and ``rows`` fuseops made: the MoE routing's group offsets (running
-    sums of counts) and each sorted row's token (``fuseops.moe.expert_layer_quantized``). Those
-    are in range by construction, so the range checks, about ten small kernels a call on a
-    device, are not run (a user's offsets or rows go through ``quantize``)."""
+    """``quantize`` without its checks, for fuseops' own calls whose ``offsets`` and ``rows``
+    fuseops made: the MoE routing's group offsets (running sums of counts) and each sorted row's
+    token (``fuseops.moe.expert_layer_quantized``). Those are in range by construction, so the
+    range checks, about ten small kernels a call on a device, are not run (a user's offsets or
+    rows go through ``quantize``). ``recipe`` and ``role`` as ``quantize`` has checked them."""
+    fmt = recipe.format(role)
     C = x.shape[-1]
     shape = x.shape
     if rows is not None:
