@@ -268,7 +268,8 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
             host_ms = enqueue_ms(step, device, reps)
             # cudaFree (the caching allocator giving cached blocks back to find room) waits for
             # the device: an enqueue time with frees in it holds GPU time (session 34: the enqueue
-            # grew with T in GPU-bound cells, 2.2 -> 4.5 ms for a dense GELU stack; not yet told why).
+            # grew with T in GPU-bound cells, 2.2 -> 4.5 ms for a dense GELU stack; session 35 counted
+            # none in any dense cell, so that growth is not this).
             row[f"{name}_enqueue_device_frees"] = row.get(f"{name}_enqueue_device_frees", 0) + _device_frees(device) - frees
             row[f"{name}_ms"] = min(step_ms, row.get(f"{name}_ms", step_ms))
             row[f"{name}_enqueue_ms"] = min(host_ms, row.get(f"{name}_enqueue_ms", host_ms))
