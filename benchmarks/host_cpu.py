@@ -7,14 +7,15 @@ without grad, forward with grad, forward+backward; the grouped expert MLP (Group
 SwiGLU, GroupedLinear, split sizes as a tensor on the input's device) forward+backward; the
 MoE layer as users compose it (``benchmarks.sizes.FuseopsMoE``: ``rows`` tokens routed top-2
 over 4 experts, permute, the expert MLP with I = 2H, unpermute with router weights)
-forward+backward beside the plain torch layer (``TorchMoE``: argsort routing,
+forward+backward, and the same experts through ``fuseops.moe.expert_layer`` (one autograd
+Function), beside the plain torch layer (``TorchMoE``: argsort routing,
 ``torch._grouped_mm``, index_add; never stubbed). ``--profile`` adds a cProfile of the
 fwd+bwd steps. ``--stub-kernels`` replaces every
 launcher of the dispatch table by a stub that hands back the outputs of its first call with
 the same arguments (tensors by shape): what is left is the host path alone (ours and torch's: the plain
 GEMMs of Linear stay), as ``host_costs``' rows without Triton launches on the GPU.
 
-    python -m benchmarks.host_cpu [--rows 16] [--H 32] [--profile dense|grouped|moe] [--top 30] [--stub-kernels]
+    python -m benchmarks.host_cpu [--rows 16] [--H 32] [--profile dense|grouped|moe|layer] [--top 30] [--stub-kernels]
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--H", type=int, default=32)
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--profile", choices=("dense", "grouped", "moe"), default=None)
+    parser.add_argument("--profile", choices=("dense", "grouped", "moe", "layer"), default=None)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--stub-kernels", action="store_true")
     args = parser.parse_args()
@@ -128,13 +129,17 @@ def main() -> None:
     moe, moe_ref, moe_inputs = moe_layer(M, H, G, I)
     moe_step = step(moe, list(moe.parameters()), *moe_inputs)
     rows["fuseops MoE layer fwd+bwd"] = host_us(moe_step, args.calls)
+    from benchmarks.sizes import FuseopsExpertLayer
+    layer = FuseopsExpertLayer(moe)
+    layer_step = step(layer, list(layer.parameters()), *moe_inputs)
+    rows["fuseops expert_layer fwd+bwd"] = host_us(layer_step, args.calls)
     rows["torch MoE layer fwd+bwd"] = host_us(step(moe_ref, list(moe_ref.parameters()), *moe_inputs), args.calls)
     stubbed = ", kernels stubbed" if args.stub_kernels else ""
     print(f"host us per call on CPU, rows={M}, H={H} (fastest batch of 100{stubbed})")
     for name, us in rows.items():
         print(f"  {name:36s} {us:8.1f}")
     if args.profile:
-        run = {"dense": dense_step, "grouped": grouped_step, "moe": moe_step}[args.profile]
+        run = {"dense": dense_step, "grouped": grouped_step, "moe": moe_step, "layer": layer_step}[args.profile]
         prof = profiled(run, 500)
         for key in ("tottime", "cumulative"):
             print(profile_table(prof, key, args.top))

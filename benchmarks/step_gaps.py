@@ -14,11 +14,17 @@ with the API call that launched the later kernel and the innermost torch op arou
     python -m benchmarks.step_gaps --model layer --shape qwen3 --T 1024    # fuseops.moe.expert_layer
     python -m benchmarks.step_gaps --model torch --shape qwen3 --T 1024    # the plain-torch layer
     python -m benchmarks.step_gaps --model dense --cell swiglu:1024:1024
+    python -m benchmarks.step_gaps --model fp8 --fp8-shape qwen3-30b-a3b --recipe "fp8 current" --micro-batches 8
     python -m benchmarks.step_gaps --smoke                                 # CPU: the analysis on a toy trace
 
 Each call of the functions ``--mark`` names (default ``DEFAULT_MARKS``: the routing's, the plans'
 and ``expert_layer``'s autograd Functions, ``routing_graphs.call``, ``GraphedProgram.run``) shows as a host
 range in the median step's listing, so a wait can be traced to the call the host was in.
+
+``--model fp8`` profiles ``benchmarks.fp8_moe``'s optimizer step (``--micro-batches`` forward+backward
+calls of the layer, ``--impl``: the quantized ``expert_layer``, the quantized composition or the bf16
+layer, then the weights' in-place update), and adds the GPU time summed by the innermost torch op
+that launched it (the gradient accumulation's ``aten::add_`` among them).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import functools
+import gc
 import importlib
 import inspect
 import json
@@ -41,6 +48,8 @@ from benchmarks.sizes import MOE_SHAPES, FuseopsExpertLayer, FuseopsMoE, TorchMo
 
 # A gap shorter than this is launch spacing, not a wait worth naming.
 MIN_GAP_US = 2.0
+# A host CUDA call this long is listed (a launch takes a few us; a sync or an allocation more).
+SLOW_API_US = 50.0
 STEP_RANGE = "step_gaps.step"
 PHASES = ("step_gaps.forward", "step_gaps.backward")
 # Host ranges named in the trace (``--mark module:attr``), each call of the function inside one.
@@ -136,6 +145,36 @@ def timeline(activities: Sequence[Activity], step_start: float, step_end: float)
     return rows
 
 
+def busy_by_op(activities: Sequence[Activity], ranges: Sequence[tuple[float, float]], steps: int) -> list[tuple[str, float]]:
+    """GPU time per step (``steps`` of them in ``ranges``) summed by the innermost torch op that
+    launched it, longest first."""
+    total: dict[str, float] = defaultdict(float)
+    for a in activities:
+        if any(a.start < end and a.end > start for start, end in ranges):
+            total[a.op or a.api or "(unknown)"] += (a.end - a.start) / steps
+    return sorted(total.items(), key=lambda kv: -kv[1])
+
+
+def per_step(summary: dict, n: int) -> dict:
+    """A summary of ``n`` steps taken as one window, per step."""
+    out = {**summary, "steps": n}
+    for k in ("wall_us", "busy_us", "idle_us", "host_idle_us", "tail_us"):
+        out[k] = summary[k] / n
+    out["gaps"] = [{**g, "us_per_step": g["us_per_step"] / n, "host_us_per_step": g["host_us_per_step"] / n}
+                   for g in summary["gaps"]]
+    return out
+
+
+def slow_calls(calls: Sequence[tuple[str, str, float]], n: int, top: int) -> list[dict]:
+    """The slow host CUDA calls summed by (call, op), per step, longest first."""
+    total: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    for name, op, us in calls:
+        total[name, op][0] += us / n
+        total[name, op][1] += 1
+    ranked = sorted(total.items(), key=lambda kv: -kv[1][0])[:top]
+    return [{"call": name, "op": op, "us_per_step": v[0], "count": v[1]} for (name, op), v in ranked]
+
+
 def summarize(steps: list[dict], top: int) -> dict:
     """Means over the steps, and the gaps summed by (before, after) per step."""
     n = len(steps)
@@ -156,9 +195,12 @@ def summarize(steps: list[dict], top: int) -> dict:
     }
 
 
-def activities_of(prof) -> tuple[list[Activity], list[tuple[float, float]], list[tuple[float, float, str]]]:
-    """The trace's GPU activities with their launches, the steps' host ranges and the phases'
-    (forward, backward; us)."""
+def activities_of(prof) -> tuple[list[Activity], list[tuple[float, float]], list[tuple[float, float, str]],
+                                 list[tuple[str, str, float]]]:
+    """The trace's GPU activities with their launches, the steps' host ranges, the phases'
+    (forward, backward; us) and the host's CUDA API calls of ``SLOW_API_US`` or more (name, the
+    innermost torch op around it, us) within the steps: a synchronising call or an allocation
+    shows there."""
     events = list(prof.profiler.kineto_results.events())
     host = [e for e in events if e.device_type() == torch.autograd.DeviceType.CPU]
     api = {e.correlation_id(): e for e in host if e.correlation_id() and (e.name().startswith("cu"))}
@@ -168,6 +210,11 @@ def activities_of(prof) -> tuple[list[Activity], list[tuple[float, float]], list
     steps = sorted((e.start_ns() / 1e3, e.end_ns() / 1e3) for e in host if e.name() == STEP_RANGE)
     phases = sorted((e.start_ns() / 1e3, e.end_ns() / 1e3, e.name()) for e in host
                     if e.name() in PHASES or e.name().startswith(MARK))
+    slow = [(e.name(), _innermost(ops, starts, e), e.duration_ns() / 1e3) for e in host
+            if e.name().startswith("cu") and e.duration_ns() >= SLOW_API_US * 1e3
+            and any(a <= e.start_ns() / 1e3 <= b for a, b in steps)]
+    # A drained step's closing torch.cuda.synchronize() is ours, not the step's.
+    slow = [c for c in slow if (c[0], c[1]) != ("cudaDeviceSynchronize", "")]
     out = []
     for e in events:
         # (record_function's ranges show on the GPU's timeline too: not work.)
@@ -175,37 +222,59 @@ def activities_of(prof) -> tuple[list[Activity], list[tuple[float, float]], list
             continue
         launch = api.get(e.correlation_id()) or api.get(e.linked_correlation_id())
         launched = launch.start_ns() / 1e3 if launch is not None else None
-        op = ""
-        if launch is not None:
-            # The innermost op around the launch: of those covering it, the latest to start.
-            t = launch.start_ns()
-            for k in range(bisect.bisect_right(starts, t) - 1, -1, -1):
-                o = ops[k]
-                if o.end_ns() >= t and o.start_thread_id() == launch.start_thread_id():
-                    op = o.name()
-                    break
+        op = _innermost(ops, starts, launch) if launch is not None else ""
         out.append(Activity(e.name(), e.start_ns() / 1e3, e.end_ns() / 1e3, launched,
                             launch.name() if launch is not None else "", op,
                             launch.correlation_id() if launch is not None else 0))
-    return out, steps, phases
+    return out, steps, phases, slow
 
 
-def profile_steps(step: Callable[[], None], warmup: int, steps: int) -> tuple:
+def _innermost(ops: list, starts: list[int], call) -> str:
+    """The innermost op around a host call: of those covering it, the latest to start."""
+    t = call.start_ns()
+    for k in range(bisect.bisect_right(starts, t) - 1, -1, -1):
+        o = ops[k]
+        if o.end_ns() >= t and o.start_thread_id() == call.start_thread_id():
+            return o.name()
+    return ""
+
+
+def mark_gc() -> None:
+    """Python's garbage collections as host ranges (``mark:gc``)."""
+    open_ranges = []
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            open_ranges.append(record_function(MARK + "gc"))
+            open_ranges[-1].__enter__()
+        elif open_ranges:
+            open_ranges.pop().__exit__(None, None, None)
+    gc.callbacks.append(on_gc)
+
+
+def profile_steps(step: Callable[[], None], warmup: int, steps: int, drain: bool = True) -> tuple:
+    """``steps`` steps under the profiler. ``drain``: each starts with the GPU drained, as a
+    step after an optimizer's sync would; else they run back to back, as a sustained loop times
+    them (benchmarks._timing.sustained_ms), and the GPU's waits are the host's alone."""
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
-            # Each step starts with the GPU drained, as a step after an optimizer's sync would.
-            torch.cuda.synchronize()
+            if drain:
+                torch.cuda.synchronize()
             with record_function(STEP_RANGE):
                 step()
-                torch.cuda.synchronize()
+                if drain:
+                    torch.cuda.synchronize()
+        torch.cuda.synchronize()
     return activities_of(prof)
 
 
 def build(args) -> Callable[[], None]:
     device, dtype = "cuda", torch.bfloat16
+    if args.model == "fp8":
+        return _fp8_step(args)
     if args.model == "dense":
         model, reference, x = dense_cell(args.cell)
         m, inputs = (reference if args.torch else model), (x,)
@@ -228,12 +297,33 @@ def build(args) -> Callable[[], None]:
     return step
 
 
+def _fp8_step(args) -> Callable[[], None]:
+    """``benchmarks.fp8_moe``'s optimizer step of ``args.micro_batches`` micro-batches."""
+    from benchmarks import fp8_moe
+    from benchmarks.moe_layer import SHAPES, composed_layer, fuseops_layer, make_case, quantized
+
+    case = make_case(**SHAPES[args.fp8_shape])
+    layer = composed_layer(case) if args.impl == "composed" else fuseops_layer(case)
+    if args.impl != "bf16":
+        layer = quantized(layer, fp8_moe.RECIPES[args.recipe])
+    optimizer_step = fp8_moe.optimizer_step(case, layer, args.micro_batches)
+
+    def step() -> None:
+        with record_function(PHASES[0]):
+            optimizer_step()
+    return step
+
+
 def report(summary: dict, label: str) -> None:
     print(f"{label}: wall {summary['wall_us']:.0f} us a step, GPU busy {summary['busy_us']:.0f}, idle "
           f"{summary['idle_us']:.0f} (waiting on the host {summary['host_idle_us']:.0f}, after the last kernel "
           f"{summary['tail_us']:.0f})")
     for name, a, b in summary.get("phases", ()):
         print(f"  host {name}: {a:.0f} to {b:.0f} us ({b - a:.0f})")
+    for c in summary.get("slow_api_calls", ()):
+        print(f"  slow host call: {c['call']} in {c['op'] or '-'}: {c['us_per_step']:.0f} us a step ({c['count']} calls)")
+    if summary.get("by_op"):
+        print("  GPU time a step by launching op: " + ", ".join(f"{op} {us:.0f} us" for op, us in summary["by_op"]))
     if summary.get("timeline"):
         print(f"  the median step's launches: {'host':>7} {'gpu':>7} {'to':>7}  kernels  launch / op / first")
         for r in summary["timeline"]:
@@ -256,6 +346,10 @@ def smoke() -> None:
     assert abs(s["host_idle_us"] - (5 + 25)) < 1e-9, s
     assert [(g["before"], g["after"]) for g in s["gaps"]] == [("a", "b"), ("(step start)", "a"), ("b", "c")], s
     assert [g["host_us_per_step"] for g in s["gaps"]] == [25, 5, 0], s
+    assert busy_by_op(acts, [(0, 100)], 1) == [("aten::mm", 10), ("cuLaunchKernelEx", 10), ("cudaGraphLaunch", 10)]
+    assert per_step(s, 2)["busy_us"] == 15 and per_step(s, 2)["gaps"][0]["us_per_step"] == 15
+    assert slow_calls([("cudaFree", "aten::empty", 100.0)], 2, 5) == [
+        {"call": "cudaFree", "op": "aten::empty", "us_per_step": 50.0, "count": 1}]
     s["timeline"] = timeline(acts, 0, 100)
     assert [(r["host"], r["gpu_start"], r["api"]) for r in s["timeline"]] == [
         (5, 10, "cudaLaunchKernel"), (45, 50, "cuLaunchKernelEx"), (40, 70, "cudaGraphLaunch")], s["timeline"]
@@ -264,12 +358,17 @@ def smoke() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", choices=("moe", "layer", "torch", "dense"), default="moe")
+    parser.add_argument("--model", choices=("moe", "layer", "torch", "dense", "fp8"), default="moe")
     parser.add_argument("--shape", choices=list(MOE_SHAPES), default="qwen3")
     parser.add_argument("--T", type=int, default=1024)
     parser.add_argument("--skewed", action="store_true")
     parser.add_argument("--cell", default="swiglu:1024:1024", help="dense: act:T:H")
     parser.add_argument("--torch", action="store_true", help="dense: the torch.nn model")
+    parser.add_argument("--fp8-shape", choices=("qwen3-30b-a3b", "mixtral-8x7b"), default="qwen3-30b-a3b")
+    parser.add_argument("--recipe", default="fp8 current", help="fp8: a recipe of benchmarks.fp8_moe.RECIPES")
+    parser.add_argument("--impl", choices=("layer", "composed", "bf16"), default="layer",
+                        help="fp8: the quantized expert_layer, the quantized composition, or the bf16 layer")
+    parser.add_argument("--micro-batches", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=60)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--top", type=int, default=12)
@@ -277,6 +376,9 @@ def main() -> None:
     parser.add_argument("--mark", nargs="*", default=None,
                         help="module:attr functions whose calls are named on the host's timeline (default: "
                              "DEFAULT_MARKS; none: --mark with no value)")
+    parser.add_argument("--no-drain", action="store_true",
+                        help="steps back to back (as a sustained loop), not each from a drained GPU")
+    parser.add_argument("--gc", action="store_true", help="name Python's garbage collections on the host's timeline")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     for spec in DEFAULT_MARKS if args.mark is None else args.mark:
@@ -284,16 +386,35 @@ def main() -> None:
     if args.smoke:
         smoke()
         return
-    acts, steps, phases = profile_steps(build(args), args.warmup, args.steps)
-    summary = summarize([gaps(acts, a, b) for a, b in steps], args.top)
-    # The median step's launches, in order, and its phases on the host.
-    walls = sorted(range(len(steps)), key=lambda k: steps[k][1] - steps[k][0])
-    start, end = steps[walls[len(walls) // 2]]
+    if args.gc:
+        mark_gc()
+    acts, steps, phases, slow = profile_steps(build(args), args.warmup, args.steps, drain=not args.no_drain)
+    if args.no_drain:
+        # Back to back, a step's host range and its GPU work do not line up: the whole window,
+        # per step.
+        window = (min(a.start for a in acts), max(a.end for a in acts))
+        summary = per_step(summarize([gaps(acts, *window)], args.top), len(steps))
+        start, end = window
+    else:
+        window = None
+        summary = summarize([gaps(acts, a, b) for a, b in steps], args.top)
+        # The median step's launches, in order, and its phases on the host.
+        walls = sorted(range(len(steps)), key=lambda k: steps[k][1] - steps[k][0])
+        start, end = steps[walls[len(walls) // 2]]
+    summary["slow_api_calls"] = slow_calls(slow, len(steps), args.top)
     summary["timeline"] = timeline(acts, start, end)
     summary["phases"] = [(name, a - start, b - start) for a, b, name in phases if start <= a <= end]
-    label = (f"{args.model} {args.cell}" if args.model == "dense" else
-             f"{args.model} {args.shape} T={args.T} {'skewed' if args.skewed else 'uniform'}")
-    report(summary, label)
+    summary["by_op"] = busy_by_op(acts, [window] if args.no_drain else steps, len(steps))[:args.top]
+    if args.model == "dense":
+        label = f"{args.model} {args.cell}"
+    elif args.model == "fp8":
+        label = f"{args.impl} {args.recipe if args.impl != 'bf16' else ''} {args.fp8_shape} x{args.micro_batches}"
+        # A step of many micro-batches launches hundreds of kernels: the JSON keeps the listing.
+        summary["phases"] = [p for p in summary["phases"] if not p[0].startswith(MARK)]
+        printed = {k: v for k, v in summary.items() if k != "timeline"}
+    else:
+        label = f"{args.model} {args.shape} T={args.T} {'skewed' if args.skewed else 'uniform'}"
+    report(printed if args.model == "fp8" else summary, label)
     if args.out:
         args.out.write_text(json.dumps({"label": label, **summary}, indent=1))
 
