@@ -1,5 +1,6 @@
 """Tile configs of the quantized grouped GEMMs at an MoE expert shape: each of the expert layer's
-six GEMMs (FC1 and FC2 forward, their dgrads and wgrads) under each candidate tile, timed alone.
+six GEMMs (FC1 and FC2 forward, their dgrads and wgrads) under each candidate tile, timed alone;
+under FP8 current scaling also on the warp-specialized Gluon kernels (hopper/tensor_scaled*.py).
 
 The library picks one tile per format (``gemm/dense_scaled.py``'s ``_configs``, the wgrad's in
 ``gemm/grouped_scaled_wgrad.py``), swept at the Mixtral shape (``benchmarks.quantize --tune``).
@@ -31,7 +32,7 @@ from benchmarks import fp8_moe
 from benchmarks.moe_layer import SHAPES
 from fuseops.kernels.gemm import grouped_scaled, grouped_scaled_wgrad
 from fuseops.kernels.gemm.grouped import GemmConfig
-from fuseops.kernels.hopper import tensor_scaled
+from fuseops.kernels.hopper import tensor_scaled, tensor_scaled_wgrad
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.quant import linear_dgrad, linear_forward, linear_wgrad, quantize
 
@@ -46,8 +47,10 @@ FORWARD_CANDIDATES = {
     Scaling.BLOCK: [GemmConfig(128, 128, 128, 8, 8, 3, flatten=False),
                     GemmConfig(128, 128, 128, 8, 8, 4, flatten=False), GemmConfig(64, 128, 128, 8, 4, 4)],
 }
-# hopper/tensor_scaled.py's warp-specialized kernel (forward and dgrad): (name, BLOCK_N, stages).
+# The warp-specialized kernels, hopper/tensor_scaled.py (forward and dgrad) and
+# tensor_scaled_wgrad.py: (name, output tile columns, stages).
 GLUON_CANDIDATES = [("gluon", 256, 3), ("gluon", 128, 4)]
+GLUON_WGRAD_CANDIDATES = [("gluon wgrad", 256, 3), ("gluon wgrad", 128, 5)]
 WGRAD_CANDIDATES = {
     Scaling.TENSOR: [GemmConfig(128, 128, 256, 1, 8, 3), GemmConfig(128, 256, 128, 1, 8, 3),
                      GemmConfig(128, 128, 256, 1, 8, 4), GemmConfig(128, 128, 128, 1, 8, 4),
@@ -76,6 +79,8 @@ def operands(shape: dict, recipe, device: str = "cuda") -> tuple[dict[str, Calla
         "fc2 forward": (q["h"].rowwise_operand(), qw2.rowwise_operand(), offsets),
         "fc2 dgrad": (q["dy"].rowwise_operand(), qw2.columnwise_operand(), offsets),
         "fc1 dgrad": (q["dz"].rowwise_operand(), qw1.columnwise_operand(), offsets),
+        "fc2 wgrad": (q["dy"].columnwise_operand(), q["h"].columnwise_operand(), offsets),
+        "fc1 wgrad": (q["dz"].columnwise_operand(), q["x"].columnwise_operand(), offsets),
     }
     return {
         "fc1 forward": lambda: linear_forward(q["x"], qw1),
@@ -93,6 +98,13 @@ def _gluon(a, b, offsets, *, block_n: int, stages: int) -> torch.Tensor:
     b = dataclasses.replace(b, data=b.data.contiguous())
     y = torch.empty(a.data.shape[0], b.data.shape[1], dtype=torch.bfloat16, device=a.data.device)
     return tensor_scaled.grouped_tensor_scaled(a, b, offsets, y, None, block_n=block_n, stages=stages)
+
+
+def _gluon_wgrad(a, b, offsets, *, block_n: int, stages: int) -> torch.Tensor:
+    """``tensor_scaled_wgrad.grouped_tensor_scaled_wgrad`` into a fresh bf16 dw, [128, block_n] tiles."""
+    dw = torch.empty(offsets.shape[0] - 1, a.data.shape[0], b.data.shape[0], dtype=torch.bfloat16,
+                     device=a.data.device)
+    return tensor_scaled_wgrad.grouped_tensor_scaled_wgrad(a, b, offsets, dw, False, block_k=block_n, stages=stages)
 
 
 def flops(shape: dict, gemm: str) -> float:
@@ -121,8 +133,8 @@ def main() -> None:
         candidates = list((WGRAD_CANDIDATES if wgrad else FORWARD_CANDIDATES)[scaling])
         if args.library_only:
             candidates = candidates[:1]
-        if scaling == Scaling.TENSOR and not wgrad:
-            candidates += GLUON_CANDIDATES
+        if scaling == Scaling.TENSOR:
+            candidates += GLUON_WGRAD_CANDIDATES if wgrad else GLUON_CANDIDATES
         times: dict[GemmConfig, list[float]] = {c: [] for c in candidates}
         errors: dict[GemmConfig, float] = {}
         for _ in range(args.rounds):
@@ -130,7 +142,8 @@ def main() -> None:
                 run = fn
                 if isinstance(cfg, tuple):
                     a, b, offsets = kernel_operands[name]
-                    run = functools.partial(_gluon, a, b, offsets, block_n=cfg[1], stages=cfg[2])
+                    gluon = _gluon_wgrad if wgrad else _gluon
+                    run = functools.partial(gluon, a, b, offsets, block_n=cfg[1], stages=cfg[2])
                 with mock.patch.object(target, attr, lambda *a, c=cfg, **k: c):
                     try:
                         if cfg not in errors:

@@ -7,7 +7,8 @@ hopper/wgrad.py).
   alike (``total_tiles``, ``start_walk``, ``grouped_tile``): no host sync.
 - The ring and its barriers (``ring``): ``ready`` when the producer's TMA copies landed,
   ``empty`` when both consumers are done with a stage; the producer's steps (``load_steps``)
-  and the blockwise consumer's, each step's product rescaled on its own (``mma_steps``).
+  and the blockwise consumer's, each step's product rescaled on its own (``mma_steps``), or
+  the per-tensor consumer's, chained into one accumulator (``chained_steps``).
 - An output tile's float32 prefetch and asynchronous TMA store (``prefetch_tile``,
   ``store_tile``), and the layouts and descriptors the kernels share.
 """
@@ -192,6 +193,27 @@ def mma_steps(a_bufs, b_bufs, ready, empty, sa_ptrs, sa_mask, sb_ptrs, sb_mask, 
         else:
             acc += part * (sa * sb)[:, None]
         i += 1
+    return acc, i
+
+
+@gluon.jit
+def chained_steps(a_bufs, b_bufs, ready, empty, steps, i, STAGES: gl.constexpr, acc_layout: gl.constexpr):
+    """One consumer's sum over ``steps`` K steps into one accumulator (no per-step scales: the
+    per-tensor kernels, hopper/tensor_scaled*.py): a wgmma in flight while the next stage is
+    awaited, each stage released once the MMA reading it is done."""
+    HALF: gl.constexpr = a_bufs.shape[1]
+    BN: gl.constexpr = b_bufs.shape[1]
+    acc = gl.zeros([HALF, BN], gl.float32, layout=acc_layout)
+    for k in range(steps):
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), acc, is_async=True)
+        # Leaves this step's MMA in flight: the previous step's is done, its stage free.
+        acc = warpgroup_mma_wait(1, deps=(acc,))
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=k > 0)
+        i += 1
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=steps > 0)
     return acc, i
 
 

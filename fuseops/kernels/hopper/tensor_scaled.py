@@ -21,13 +21,7 @@ import dataclasses
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    mbarrier,
-    tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from fuseops.kernels._triton import cdiv, next_power_of_2
@@ -38,6 +32,7 @@ from fuseops.kernels.hopper.pipeline import (
     CONSUMER_REGS,
     HALF,
     PRODUCER_REGS,
+    chained_steps,
     descriptor,
     dummy_or,
     grouped_tile,
@@ -56,26 +51,6 @@ from fuseops.kernels.quantization.operand import Operand
 BLOCK_N = 256
 STAGES = 3
 GROUP_M = 8
-
-
-@gluon.jit
-def _chained_steps(a_bufs, b_bufs, ready, empty, steps, i, STAGES: gl.constexpr, acc_layout: gl.constexpr):
-    """One consumer's sum over ``steps`` K steps into one accumulator: a wgmma in flight while
-    the next stage is awaited; a stage released once the MMA reading it is done."""
-    HALF: gl.constexpr = a_bufs.shape[1]
-    BN: gl.constexpr = b_bufs.shape[1]
-    acc = gl.zeros([HALF, BN], gl.float32, layout=acc_layout)
-    for k in range(steps):
-        s = i % STAGES
-        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-        acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), acc, is_async=True)
-        # Leaves this step's MMA in flight: the previous step's is done, its stage free.
-        acc = warpgroup_mma_wait(1, deps=(acc,))
-        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=k > 0)
-        i += 1
-    acc = warpgroup_mma_wait(0, deps=(acc,))
-    mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=steps > 0)
-    return acc, i
 
 
 @gluon.jit
@@ -99,7 +74,7 @@ def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, offs
     for tile in range(gl.program_id(0), total_tiles(offsets, G, tiles_n, BLOCK_G, 4), NUM_PROGRAMS):
         g, g_first, g_tiles, row0, size, pid_m, pid_n = grouped_tile(tile, g, g_first, g_tiles, offsets,
                                                                     tiles_n, GROUP_M)
-        acc, i = _chained_steps(a_bufs, b_bufs, ready, empty, k_tiles, i, STAGES, acc_layout)
+        acc, i = chained_steps(a_bufs, b_bufs, ready, empty, k_tiles, i, STAGES, acc_layout)
         off_m = pid_m * 128 + half_row
         offs_m = off_m + gl.arange(0, HALF, layout=row_layout)
         mask_m = offs_m < size

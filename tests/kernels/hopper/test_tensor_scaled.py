@@ -1,8 +1,8 @@
 """The warp-specialized FP8 per-tensor grouped GEMM (Gluon, sm_90) against float64 and, element
 by element, against the Triton kernel it replaces: ragged groups (empty, one row, across tile
 edges, one holding everything, many), N and K tails, bf16 / fp16 outputs, bias, E5M2
-gradients against an E4M3 weight (dgrad), which calls it serves, and a CUDA graph replayed on
-other split sizes. GPU only: Gluon does not run in Triton's interpreter.
+gradients against an E4M3 weight (dgrad), the dispatch table's route, which calls it serves,
+and a CUDA graph replayed on other split sizes. GPU only: Gluon does not run in Triton's interpreter.
 """
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fuseops.kernels.dispatch import Kernel
 from fuseops.kernels.gemm.dense_scaled import pick_config
 from fuseops.kernels.gemm.grouped import group_offsets
 from fuseops.kernels.gemm.grouped_scaled import launch_grouped_gemm_scaled
 from fuseops.kernels.hopper import tensor_scaled
 from fuseops.kernels.quantization.formats import Element, Scaling
 from fuseops.kernels.quantization.operand import Operand
-from tests.helpers import HOPPER_SPLITS, SM90_ONLY, assert_close_rel, poison_
+from tests.helpers import HOPPER_SPLITS, SM90_ONLY, assert_close_rel, dispatched, poison_
 from tests.kernels.gemm.test_grouped_scaled import oracle_forward, quantized
 
 pytestmark = SM90_ONLY
@@ -83,6 +84,25 @@ def test_dgrad_e5m2_gradients():
     y = tensor_scaled.grouped_gemm_scaled(dy, b, offsets, **kw)
     assert_close_rel(y, oracle_forward(dy, b, offsets, Scaling.TENSOR), torch.bfloat16)
     torch.testing.assert_close(y, _triton(dy, b, offsets, torch.bfloat16), rtol=1e-2, atol=1e-2)
+
+
+def test_the_dispatch_table_routes_here(monkeypatch):
+    """Ops reach this kernel through the dispatch table's sm_90 row (the Triton kernel gives the
+    same bits here, so the launch itself is counted)."""
+    K, N = SHAPES["even"]
+    offsets, a = _rows("ragged", K, Element.E4M3)
+    b = _weight(offsets.shape[0] - 1, N, K)
+    launches = []
+    real = tensor_scaled.grouped_tensor_scaled
+
+    def counted(*args, **kwargs):
+        launches.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tensor_scaled, "grouped_tensor_scaled", counted)
+    y = dispatched(Kernel.GROUPED_GEMM_SCALED)(a, b, offsets, scaling=Scaling.TENSOR, out_dtype=torch.bfloat16)
+    assert launches == [1]
+    assert_close_rel(y, oracle_forward(a, b, offsets, Scaling.TENSOR), torch.bfloat16)
 
 
 def test_what_it_serves():
