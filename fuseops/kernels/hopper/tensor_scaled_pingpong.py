@@ -1,0 +1,208 @@
+"""The FP8 per-tensor grouped GEMM (forward, dgrad) of hopper/tensor_scaled.py with the two
+consumer warpgroups on alternate tiles ("ping-pong") instead of the halves of one tile.
+
+Each consumer computes whole [128, BLOCK_N] tiles (both 64-row halves, two accumulators) and
+takes every other tile of its program's walk; the producer fills the shared ring in walk order,
+so one consumer's epilogue (scales, bias, the stores) runs while the other's MMAs do. Where a
+tile has few K steps (Qwen3-30B-A3B's FC2 forward: K = 768, 6 steps of 128) the cooperative
+kernel leaves the tensor cores idle for each epilogue: measured at 948 TFLOP/s there against
+1180-1213 for the same kernel's GEMMs of 12-16 steps (H100, session 36).
+
+Written in session 36 after its device time was spent: not in the dispatch table until its GPU
+tests pass and ``benchmarks/fp8_gemm_tiles.py`` times it against the cooperative kernel; the
+one kept then replaces the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from fuseops.kernels._triton import cdiv, next_power_of_2
+from fuseops.kernels.gemm.grouped import persistent_programs
+from fuseops.kernels.hopper.blockwise import _forward_producer
+from fuseops.kernels.hopper.pipeline import (
+    BLOCK,
+    CONSUMER_REGS,
+    HALF,
+    PRODUCER_REGS,
+    descriptor,
+    dummy_or,
+    grouped_tile,
+    mma_layout,
+    shared_layout,
+    start_walk,
+    total_tiles,
+)
+from fuseops.kernels.launch import launch
+from fuseops.kernels.quantization.operand import Operand
+
+# A consumer's two [64, 128] float32 accumulators are 128 registers a thread; a stage is 32 KB
+# (A's two halves, 128 rows of B), each consumer stages a whole bf16 output tile (32 KB).
+BLOCK_N = 128
+STAGES = 4
+GROUP_M = 8
+
+
+@gluon.jit
+def _whole_tile_steps(a_top, a_bottom, b_bufs, ready, empty, steps, i, STAGES: gl.constexpr,
+                      acc_layout: gl.constexpr):
+    """Both halves of one tile over ``steps`` K steps, each into its accumulator: the step's two
+    wgmmas in flight while the next stage is awaited; a stage released (one consumer reads it)
+    once both MMAs reading it are done."""
+    HALF: gl.constexpr = a_top.shape[1]
+    BN: gl.constexpr = b_bufs.shape[1]
+    top = gl.zeros([HALF, BN], gl.float32, layout=acc_layout)
+    bottom = gl.zeros([HALF, BN], gl.float32, layout=acc_layout)
+    for k in range(steps):
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        b = b_bufs.index(s).permute((1, 0))
+        top = warpgroup_mma(a_top.index(s), b, top, is_async=True)
+        bottom = warpgroup_mma(a_bottom.index(s), b, bottom, is_async=True)
+        top, bottom = warpgroup_mma_wait(2, deps=(top, bottom))
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=k > 0)
+        i += 1
+    top, bottom = warpgroup_mma_wait(0, deps=(top, bottom))
+    mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=steps > 0)
+    return top, bottom, i
+
+
+@gluon.jit
+def _store_half(acc, off_m, row0, size, g, pid_n, a_outer, b_outer, bias, y, y_desc, y_smem, N, stride_aog,
+                stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, HAS_OUTER_A: gl.constexpr,
+                HAS_OUTER_B: gl.constexpr, HAS_BIAS: gl.constexpr, acc_layout: gl.constexpr):
+    """Rows ``off_m..+64`` of the group's tile: the groups' scales, bias, then a TMA store where
+    every row is the group's (it clips the columns past N), else masked stores."""
+    HALF: gl.constexpr = y_smem.shape[0]
+    BN: gl.constexpr = y_smem.shape[1]
+    offs_m = off_m + gl.arange(0, HALF, layout=gl.SliceLayout(1, acc_layout))
+    mask_m = offs_m < size
+    rows = row0 + offs_m
+    cols = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
+    mask_n = cols < N
+    if HAS_OUTER_A:
+        acc *= gl.load(a_outer + g * stride_aog + rows * stride_aom, mask=mask_m, other=0.0)[:, None]
+    if HAS_OUTER_B:
+        acc *= gl.load(b_outer + g * stride_bog + cols * stride_bon, mask=mask_n, other=0.0)[None, :]
+    if HAS_BIAS:
+        acc += gl.load(bias + g * stride_biasg + cols, mask=mask_n, other=0.0).to(gl.float32)[None, :]
+    out = acc.to(y_desc.dtype)
+    if off_m + HALF <= size:
+        y_smem.store(out)
+        fence_async_shared()
+        tma.async_copy_shared_to_global(y_desc, [(row0 + off_m).to(gl.int32), pid_n * BN], y_smem)
+    else:
+        gl.store(y + rows[:, None] * stride_ym + cols[None, :], out, mask=mask_m[:, None] & mask_n[None, :])
+
+
+@gluon.jit
+def _consumer(a_desc, b_desc, y_desc, a_top, a_bottom, b_bufs, y_smem, ready, empty, offsets, a_outer, b_outer,
+              bias, y, G, N, K, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, parity,
+              HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr, HAS_BIAS: gl.constexpr,
+              NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr):
+    """Every other tile of the program's walk (those whose turn has ``parity``), whole. Every
+    tile moves the group cursor and, for the other consumer's, the ring count past its steps."""
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    BN: gl.constexpr = b_desc.block_type.shape[0]
+    acc_layout: gl.constexpr = mma_layout(BN)
+    tiles_n = gl.cdiv(N, BN)
+    k_tiles = gl.cdiv(K, BK)
+    g, g_first, g_tiles = start_walk(offsets, tiles_n)
+    i = 0
+    for tile in range(gl.program_id(0), total_tiles(offsets, G, tiles_n, BLOCK_G, 4), NUM_PROGRAMS):
+        g, g_first, g_tiles, row0, size, pid_m, pid_n = grouped_tile(tile, g, g_first, g_tiles, offsets,
+                                                                    tiles_n, GROUP_M)
+        # The program's tiles taken in turn: this one's turn is its count in the walk.
+        if ((tile - gl.program_id(0)) // NUM_PROGRAMS) % 2 == parity:
+            top, bottom, i = _whole_tile_steps(a_top, a_bottom, b_bufs, ready, empty, k_tiles, i, STAGES,
+                                               acc_layout)
+            # The previous tile's stores have left the staging by now, or are waited for here.
+            tma.store_wait(0)
+            _store_half(top, pid_m * 128, row0, size, g, pid_n, a_outer, b_outer, bias, y, y_desc, y_smem.index(0),
+                        N, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, HAS_OUTER_A,
+                        HAS_OUTER_B, HAS_BIAS, acc_layout)
+            _store_half(bottom, pid_m * 128 + HALF, row0, size, g, pid_n, a_outer, b_outer, bias, y, y_desc,
+                        y_smem.index(1), N, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym,
+                        HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS, acc_layout)
+        else:
+            i += k_tiles
+    tma.store_wait(0)
+
+
+@gluon.jit
+def grouped_tensor_scaled_pingpong_kernel(a_desc, b_desc, y_desc, offsets, a_outer, b_outer, bias, y, G, N, K,
+                                          stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym,
+                                          HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr,
+                                          HAS_BIAS: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
+                                          STAGES: gl.constexpr, GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr,
+                                          num_warps: gl.constexpr):
+    """Descriptors as hopper/tensor_scaled.py's kernel takes them; the ring's stages are each
+    read by one consumer (``empty`` counts one arrival)."""
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    BN: gl.constexpr = b_desc.block_type.shape[0]
+    gl.static_assert(num_warps == 4, "the default partition is one consumer warpgroup")
+    a_top = gl.allocate_shared_memory(a_desc.dtype, [STAGES, HALF, BK], a_desc.layout)
+    a_bottom = gl.allocate_shared_memory(a_desc.dtype, [STAGES, HALF, BK], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, BK], b_desc.layout)
+    y_first = gl.allocate_shared_memory(y_desc.dtype, [2, HALF, BN], y_desc.layout)
+    y_second = gl.allocate_shared_memory(y_desc.dtype, [2, HALF, BN], y_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    gl.warp_specialize([
+        (_consumer, (a_desc, b_desc, y_desc, a_top, a_bottom, b_bufs, y_first, ready, empty, offsets, a_outer,
+                     b_outer, bias, y, G, N, K, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg,
+                     stride_ym, gl.to_tensor(0), HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS, NUM_PROGRAMS, STAGES, GROUP_M,
+                     BLOCK_G)),
+        (_consumer, (a_desc, b_desc, y_desc, a_top, a_bottom, b_bufs, y_second, ready, empty, offsets, a_outer,
+                     b_outer, bias, y, G, N, K, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg,
+                     stride_ym, gl.to_tensor(1), HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS, NUM_PROGRAMS, STAGES, GROUP_M,
+                     BLOCK_G)),
+        (_forward_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
+                             NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+def grouped_tensor_scaled_pingpong(a: Operand, b: Operand, offsets: torch.Tensor, y: torch.Tensor,
+                                   bias: torch.Tensor | None, *, block_n: int = BLOCK_N,
+                                   stages: int = STAGES) -> torch.Tensor:
+    """hopper/tensor_scaled.py's ``grouped_tensor_scaled`` (same operands, ``b`` contiguous) on
+    the ping-pong kernel. Callers check ``tensor_scaled.serves_grouped_gemm_scaled``."""
+    M, (G, N, K) = a.data.shape[0], b.data.shape
+    (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
+    programs = persistent_programs(y, (cdiv(M, BLOCK) + G) * cdiv(N, block_n))
+    y_desc = TensorDescriptor.from_tensor(y, [HALF, block_n], shared_layout((HALF, block_n), y.dtype))
+    launch(grouped_tensor_scaled_pingpong_kernel, (programs,),
+        descriptor(a.data, HALF), descriptor(b.data.view(G * N, K), block_n), y_desc, offsets,
+        dummy_or(a.outer, y), dummy_or(b.outer, y), dummy_or(bias, y), y, G, N, K,
+        aog, aom, bog, bon, bias.stride(0) if bias is not None else 0, y.stride(0),
+        HAS_OUTER_A=a.outer is not None, HAS_OUTER_B=b.outer is not None, HAS_BIAS=bias is not None,
+        NUM_PROGRAMS=programs, STAGES=stages, GROUP_M=GROUP_M, BLOCK_G=max(32, next_power_of_2(G)), num_warps=4,
+    )
+    return y
+
+
+def grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, *, scaling, out_dtype: torch.dtype,
+                        bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """gemm/grouped_scaled.py's ``grouped_gemm_scaled`` (same arguments) on this kernel, where
+    ``tensor_scaled.serves_grouped_gemm_scaled`` holds."""
+    b_mem = b.data if b.data.stride(2) == 1 else b.data.contiguous()
+    y = out if out is not None else torch.empty(a.data.shape[0], b.data.shape[1], dtype=out_dtype,
+                                                device=a.data.device)
+    return grouped_tensor_scaled_pingpong(a, dataclasses.replace(b, data=b_mem), offsets, y, bias)
