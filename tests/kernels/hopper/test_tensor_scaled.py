@@ -72,8 +72,8 @@ def test_forward(split, shape, out_dtype):
 
 
 def test_dgrad_e5m2_gradients():
-    """dgrad's form: E5M2 dy against the weight's column-wise copy (a view strided along K,
-    read from a contiguous copy)."""
+    """dgrad's form: E5M2 dy against the weight's column-wise copy (here a transposed view,
+    read from a contiguous copy as the launcher does)."""
     N, K = 208, 200  # dy [M, N] (16-byte rows), the weight [G, N, K], dx [M, K]
     offsets, dy = _rows("ragged", N, Element.E5M2)
     G = offsets.shape[0] - 1
