@@ -122,23 +122,28 @@ def test_what_it_serves():
                       out_dtype=torch.bfloat16)
 
 
-def test_captures_in_a_cuda_graph():
-    """No host sync: it replays in a CUDA graph with new split sizes."""
+def replays_on_new_split_sizes(gemm) -> None:
+    """``gemm(a, b, offsets, scaling=, out_dtype=)`` captured in a CUDA graph, then replayed after
+    every token of group 0 moved to group 2 (the same rows, other groups' scales and tiles): the
+    replay equals an eager call on the new offsets and differs from the first result."""
     K, N = SHAPES["even"]
     offsets, a = _rows("ragged", K, Element.E4M3)
-    G = offsets.shape[0] - 1
-    b = _weight(G, N, K)
+    b = _weight(offsets.shape[0] - 1, N, K)
 
     def run() -> torch.Tensor:
-        return tensor_scaled.grouped_gemm_scaled(a, b, offsets, scaling=Scaling.TENSOR, out_dtype=torch.bfloat16)
+        return gemm(a, b, offsets, scaling=Scaling.TENSOR, out_dtype=torch.bfloat16)
 
     eager = run()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = run()
-    # Every token of group 0 moved to group 2: the same rows, other groups' scales and tiles.
     offsets.copy_(group_offsets(torch.tensor([0, 0, 301] + HOPPER_SPLITS["ragged"][3:], device="cuda")))
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, run())
     assert not torch.equal(captured, eager)
+
+
+def test_captures_in_a_cuda_graph():
+    """No host sync: it replays in a CUDA graph with new split sizes."""
+    replays_on_new_split_sizes(tensor_scaled.grouped_gemm_scaled)

@@ -10,13 +10,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fuseops.kernels.gemm.grouped import group_offsets
 from fuseops.kernels.hopper import tensor_scaled, tensor_scaled_pingpong
 from fuseops.kernels.quantization.formats import Element, Scaling
 from fuseops.kernels.quantization.operand import Operand
 from tests.helpers import HOPPER_SPLITS, SM90_ONLY, assert_close_rel, poison_
 from tests.kernels.gemm.test_grouped_scaled import oracle_forward
-from tests.kernels.hopper.test_tensor_scaled import SHAPES, _rows, _triton, _weight, _with_bias
+from tests.kernels.hopper.test_tensor_scaled import (
+    SHAPES,
+    _rows,
+    _triton,
+    _weight,
+    _with_bias,
+    replays_on_new_split_sizes,
+)
 
 pytestmark = SM90_ONLY
 
@@ -50,20 +56,4 @@ def test_dgrad_e5m2_gradients():
 
 
 def test_captures_in_a_cuda_graph():
-    K, N = SHAPES["even"]
-    offsets, a = _rows("ragged", K, Element.E4M3)
-    b = _weight(offsets.shape[0] - 1, N, K)
-
-    def run() -> torch.Tensor:
-        return tensor_scaled_pingpong.grouped_gemm_scaled(a, b, offsets, scaling=Scaling.TENSOR,
-                                                          out_dtype=torch.bfloat16)
-
-    eager = run()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = run()
-    offsets.copy_(group_offsets(torch.tensor([0, 0, 301] + HOPPER_SPLITS["ragged"][3:], device="cuda")))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(captured, run())
-    assert not torch.equal(captured, eager)
+    replays_on_new_split_sizes(tensor_scaled_pingpong.grouped_gemm_scaled)
