@@ -1,8 +1,9 @@
 """The warp-specialized FP8 per-tensor grouped GEMM (Gluon, sm_90) against float64 and, element
 by element, against the Triton kernel it replaces: ragged groups (empty, one row, across tile
 edges, one holding everything, many), N and K tails, bf16 / fp16 outputs, bias, E5M2
-gradients against an E4M3 weight (dgrad), the dispatch table's route, which calls it serves,
-and a CUDA graph replayed on other split sizes. GPU only: Gluon does not run in Triton's interpreter.
+gradients against an E4M3 weight (dgrad), several tiles a program of more K steps than the ring
+has stages, the dispatch table's route, which calls it serves, and a CUDA graph replayed on
+other split sizes. GPU only: Gluon does not run in Triton's interpreter.
 """
 
 from __future__ import annotations
@@ -120,6 +121,24 @@ def test_what_it_serves():
     offsets72, a72 = _rows("ragged", 72, Element.E4M3)
     assert not serves(a72, _weight(offsets72.shape[0] - 1, N, 72), offsets72, scaling=Scaling.TENSOR,
                       out_dtype=torch.bfloat16)
+
+
+def many_tiles_each(gemm) -> None:
+    """``gemm`` where each persistent program walks several tiles of more K steps than the ring
+    has stages (8192 rows over three groups and an empty one, K = 768, N = 1024): the ring's
+    phases carried from tile to tile, against float64 and the Triton kernel."""
+    sizes = [3000, 0, 2500, 2692]
+    offsets = group_offsets(torch.tensor(sizes, device="cuda"))
+    bufs, outer = quantized(torch.randn(1, sum(sizes), 768, device="cuda"), offsets, len(sizes), Scaling.TENSOR,
+                            Element.E4M3)
+    a, b = Operand(bufs.data[0], None, outer), _weight(len(sizes), 1024, 768)
+    y = gemm(a, b, offsets, scaling=Scaling.TENSOR, out_dtype=torch.bfloat16)
+    assert_close_rel(y, oracle_forward(a, b, offsets, Scaling.TENSOR), torch.bfloat16)
+    torch.testing.assert_close(y, _triton(a, b, offsets, torch.bfloat16), rtol=1e-2, atol=1e-2)
+
+
+def test_many_tiles_each():
+    many_tiles_each(tensor_scaled.grouped_gemm_scaled)
 
 
 def replays_on_new_split_sizes(gemm) -> None:

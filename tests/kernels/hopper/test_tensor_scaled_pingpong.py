@@ -21,6 +21,7 @@ from tests.kernels.hopper.test_tensor_scaled import (
     _triton,
     _weight,
     _with_bias,
+    many_tiles_each,
     replays_on_new_split_sizes,
 )
 
@@ -53,6 +54,12 @@ def test_dgrad_e5m2_gradients():
     y = tensor_scaled_pingpong.grouped_gemm_scaled(dy, b, offsets, scaling=Scaling.TENSOR, out_dtype=torch.float16)
     assert_close_rel(y, oracle_forward(dy, b, offsets, Scaling.TENSOR), torch.float16)
     torch.testing.assert_close(y, _triton(dy, b, offsets, torch.float16), rtol=1e-2, atol=1e-2)
+
+
+def test_many_tiles_each():
+    """Several tiles a program, so both consumers take turns, and a consumer's ring count jumps
+    past the other's tile of more steps than stages."""
+    many_tiles_each(tensor_scaled_pingpong.grouped_gemm_scaled)
 
 
 def test_captures_in_a_cuda_graph():
