@@ -92,6 +92,20 @@ def tma_ok(*tensors: torch.Tensor | None) -> bool:
     return True
 
 
+def fresh_tma_ok(shape: tuple[int, ...], dtype: torch.dtype) -> bool:
+    """``tma_ok`` of a fresh contiguous tensor of ``shape`` and ``dtype``, decided without making
+    one (the caching allocator's blocks are 512-byte aligned): what a launcher will allocate or
+    copy into, asked at every call the dispatch table routes."""
+    if not shape or not all(shape):
+        return False
+    stride = dtype.itemsize
+    for n in reversed(shape[1:]):
+        stride *= n
+        if stride % 16:
+            return False
+    return True
+
+
 def operand_b(b: torch.Tensor, block_k: int, block_n: int, tma: bool):
     """``b`` [K, N] as the kernels take it: ``(arg, b_trans)``; ``b_trans`` when K is the
     contiguous dim (a descriptor over ``b.t()`` then, blocks [block_n, block_k])."""

@@ -28,7 +28,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma
 
 from fuseops.kernels._triton import cdiv, next_power_of_2
-from fuseops.kernels.gemm.dense import tma_ok
+from fuseops.kernels.gemm.dense import fresh_tma_ok, tma_ok
 from fuseops.kernels.gemm.grouped import persistent_programs
 from fuseops.kernels.hopper.pipeline import (
     BLOCK,
@@ -37,6 +37,7 @@ from fuseops.kernels.hopper.pipeline import (
     PRODUCER_REGS,
     descriptor,
     dummy_or,
+    grouped_operands_ready,
     grouped_tile,
     load_steps,
     mma_layout,
@@ -213,11 +214,6 @@ def dense_blockwise(a: Operand, b: Operand, y: torch.Tensor, bias: torch.Tensor 
     return grouped_blockwise(a, b, offsets, y, None if bias is None else bias.view(1, -1), accumulate)
 
 
-def _ready(t: torch.Tensor | None, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """``t``, or a stand-in with the layout of a fresh contiguous allocation (no memory)."""
-    return t if t is not None else torch.empty(shape, dtype=dtype, device="meta")
-
-
 def serves_gemm_scaled(a: Operand, b: Operand, *, scaling: Scaling, out_dtype: torch.dtype,
                        bias: torch.Tensor | None = None, main_grad: torch.Tensor | None = None,
                        out: torch.Tensor | None = None) -> bool:
@@ -226,8 +222,8 @@ def serves_gemm_scaled(a: Operand, b: Operand, *, scaling: Scaling, out_dtype: t
     M, N = a.data.shape[0], b.data.shape[0]
     if scaling != Scaling.BLOCK or a.rows_per_scale != 1 or not (M and N) or not b.data.is_contiguous():
         return False
-    y = main_grad if main_grad is not None else _ready(out, (M, N), out_dtype)
-    return usable(a.data, b.data, y)
+    y = main_grad if main_grad is not None else out
+    return usable(a.data, b.data) and (tma_ok(y) if y is not None else fresh_tma_ok((M, N), out_dtype))
 
 
 def gemm_scaled(a: Operand, b: Operand, *, scaling: Scaling, out_dtype: torch.dtype,
@@ -250,8 +246,7 @@ def serves_grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, *,
     M, N = a.data.shape[0], b.data.shape[1]
     if scaling != Scaling.BLOCK or not (M and N):
         return False
-    b_mem = b.data if b.data.stride(2) == 1 else _ready(None, tuple(b.data.shape), b.data.dtype)
-    return b_mem.is_contiguous() and usable(a.data, b_mem, _ready(out, (M, N), out_dtype))
+    return grouped_operands_ready(a.data, b.data, out, (M, N), out_dtype)
 
 
 def grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, *, scaling: Scaling,

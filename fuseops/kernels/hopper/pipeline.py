@@ -30,6 +30,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels.gemm.dense import fresh_tma_ok, tma_ok
 from fuseops.kernels.gemm.grouped import _swizzle
 
 BLOCK = 128
@@ -264,9 +265,24 @@ def shared_layout(block: tuple[int, ...], dtype: torch.dtype) -> gl.NVMMASharedL
     return gl.NVMMASharedLayout.get_default_for(list(block), GL_DTYPES[dtype])
 
 
-def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    """A descriptor with [rows, 128] boxes (128-byte swizzle for float8, as wgmma reads it)."""
-    return TensorDescriptor.from_tensor(t, [rows, BLOCK], shared_layout((rows, BLOCK), t.dtype))
+def descriptor(t: torch.Tensor, rows: int, cols: int = BLOCK) -> TensorDescriptor:
+    """A descriptor with [rows, cols] boxes (for float8 operands 128 columns: the 128-byte swizzle
+    wgmma reads)."""
+    return TensorDescriptor.from_tensor(t, [rows, cols], shared_layout((rows, cols), t.dtype))
+
+
+def grouped_operands_ready(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, shape: tuple[int, int],
+                           out_dtype: torch.dtype) -> bool:
+    """Whether a grouped GEMM's operands all take TMA descriptors on an sm_90 GPU as the Gluon
+    launchers read them: ``a``; ``b`` [G, N, K] itself when contiguous along K, else its contiguous
+    copy; ``out``, or a fresh result of ``shape`` and ``out_dtype``. Nothing is allocated to ask."""
+    if not (on_sm90(a) and tma_ok(a)):
+        return False
+    if b.stride(2) == 1:
+        b_ok = b.is_contiguous() and tma_ok(b)
+    else:
+        b_ok = fresh_tma_ok(tuple(b.shape), b.dtype)
+    return b_ok and (tma_ok(out) if out is not None else fresh_tma_ok(shape, out_dtype))
 
 
 def dummy_or(t: torch.Tensor | None, dummy: torch.Tensor) -> torch.Tensor:

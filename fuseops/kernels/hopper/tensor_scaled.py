@@ -24,11 +24,10 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from fuseops.kernels._triton import cdiv, next_power_of_2
 from fuseops.kernels.gemm.grouped import persistent_programs
-from fuseops.kernels.hopper.blockwise import _forward_producer, usable
+from fuseops.kernels.hopper.blockwise import _forward_producer
 from fuseops.kernels.hopper.pipeline import (
     BLOCK,
     CONSUMER_REGS,
@@ -37,10 +36,10 @@ from fuseops.kernels.hopper.pipeline import (
     chained_steps,
     descriptor,
     dummy_or,
+    grouped_operands_ready,
     grouped_tile,
     mma_layout,
     ring,
-    shared_layout,
     start_walk,
     total_tiles,
 )
@@ -126,10 +125,6 @@ def grouped_tensor_scaled_kernel(a_desc, b_desc, y_desc, offsets, a_outer, b_out
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-def _output_descriptor(y: torch.Tensor, block_n: int) -> TensorDescriptor:
-    return TensorDescriptor.from_tensor(y, [HALF, block_n], shared_layout((HALF, block_n), y.dtype))
-
-
 def grouped_tensor_scaled(a: Operand, b: Operand, offsets: torch.Tensor, y: torch.Tensor,
                           bias: torch.Tensor | None, *, block_n: int = BLOCK_N, stages: int = STAGES) -> torch.Tensor:
     """grouped_gemm_scaled under ``Scaling.TENSOR`` into ``y`` [M, N]: ``a`` [M, K] float8,
@@ -139,7 +134,7 @@ def grouped_tensor_scaled(a: Operand, b: Operand, offsets: torch.Tensor, y: torc
     (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
     programs = persistent_programs(y, (cdiv(M, BLOCK) + G) * cdiv(N, block_n))
     launch(grouped_tensor_scaled_kernel, (programs,),
-        descriptor(a.data, HALF), descriptor(b.data.view(G * N, K), block_n), _output_descriptor(y, block_n),
+        descriptor(a.data, HALF), descriptor(b.data.view(G * N, K), block_n), descriptor(y, HALF, block_n),
         offsets, dummy_or(a.outer, y), dummy_or(b.outer, y), dummy_or(bias, y), y, G, N, K,
         aog, aom, bog, bon, bias.stride(0) if bias is not None else 0, y.stride(0),
         HAS_OUTER_A=a.outer is not None, HAS_OUTER_B=b.outer is not None, HAS_BIAS=bias is not None,
@@ -160,9 +155,7 @@ def serves_grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, *,
     if out_dtype not in (torch.bfloat16, torch.float16):
         # A float32 output's staging does not fit beside the ring: the Triton kernel writes it.
         return False
-    b_mem = b.data if b.data.stride(2) == 1 else torch.empty(tuple(b.data.shape), dtype=b.data.dtype, device="meta")
-    y = out if out is not None else torch.empty((M, N), dtype=out_dtype, device="meta")
-    return b_mem.is_contiguous() and usable(a.data, b_mem, y)
+    return grouped_operands_ready(a.data, b.data, out, (M, N), out_dtype)
 
 
 def grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, *, scaling: Scaling,

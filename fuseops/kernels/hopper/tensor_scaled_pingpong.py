@@ -28,7 +28,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from fuseops.kernels._triton import cdiv, next_power_of_2
 from fuseops.kernels.gemm.grouped import persistent_programs
@@ -42,7 +41,6 @@ from fuseops.kernels.hopper.pipeline import (
     dummy_or,
     grouped_tile,
     mma_layout,
-    shared_layout,
     start_walk,
     total_tiles,
 )
@@ -202,9 +200,8 @@ def grouped_tensor_scaled_pingpong(a: Operand, b: Operand, offsets: torch.Tensor
     M, (G, N, K) = a.data.shape[0], b.data.shape
     (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
     programs = persistent_programs(y, (cdiv(M, BLOCK) + G) * cdiv(N, block_n))
-    y_desc = TensorDescriptor.from_tensor(y, [HALF, block_n], shared_layout((HALF, block_n), y.dtype))
     launch(grouped_tensor_scaled_pingpong_kernel, (programs,),
-        descriptor(a.data, HALF), descriptor(b.data.view(G * N, K), block_n), y_desc, offsets,
+        descriptor(a.data, HALF), descriptor(b.data.view(G * N, K), block_n), descriptor(y, HALF, block_n), offsets,
         dummy_or(a.outer, y), dummy_or(b.outer, y), dummy_or(bias, y), y, G, N, K,
         aog, aom, bog, bon, bias.stride(0) if bias is not None else 0, y.stride(0),
         HAS_OUTER_A=a.outer is not None, HAS_OUTER_B=b.outer is not None, HAS_BIAS=bias is not None,

@@ -23,7 +23,6 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from fuseops.kernels._triton import cdiv
 from fuseops.kernels.gemm.dense import tma_ok
@@ -42,7 +41,6 @@ from fuseops.kernels.hopper.pipeline import (
     mma_layout,
     prefetch_tile,
     ring,
-    shared_layout,
     store_tile,
 )
 from fuseops.kernels.launch import launch
@@ -70,7 +68,7 @@ def _consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, e
     i = 0
     loads = 0
     for tile in range(gl.program_id(0), G * gl.cdiv(N, BN) * gl.cdiv(K, BK), NUM_PROGRAMS):
-        g, pid_n, pid_k, step0, steps = _tile(tile, offsets, N, K, BN, BK, N_FASTEST)
+        g, pid_n, pid_k, _, steps = _tile(tile, offsets, N, K, BN, BK, N_FASTEST)
         row0 = pid_n * BN + half_row
         whole = row0 + HALF <= N
         if DW_TMA and ACCUMULATE and whole:
@@ -134,7 +132,7 @@ def grouped_tensor_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, d
     dw_tma = dw.is_contiguous() and tma_ok(dw)
     # Without TMA stores the descriptor is only a placeholder (over a view that always has one).
     target = dw.view(G * N, K) if dw_tma else dw.new_empty(HALF, block_k)
-    dw_desc = TensorDescriptor.from_tensor(target, [HALF, block_k], shared_layout((HALF, block_k), dw.dtype))
+    dw_desc = descriptor(target, HALF, block_k)
     launch(grouped_tensor_scaled_wgrad_kernel, (programs,),
         descriptor(a.data, HALF), descriptor(b.data, block_k), dw_desc, offsets, dummy_or(a.outer, dw),
         dummy_or(b.outer, dw), dw, G, N, K, a.outer_strides()[0], b.outer_strides()[0], dw.stride(0), dw.stride(1),

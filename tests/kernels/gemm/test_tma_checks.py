@@ -1,10 +1,12 @@
 """The grouped launchers' TMA checks (cut to one stride() a tensor, and no views for a pair's
-halves) decide as the plain statement of the rule does."""
+halves) decide as the plain statement of the rule does; the check of a tensor not yet made
+(``dense.fresh_tma_ok``) as ``dense.tma_ok`` of the fresh tensor."""
 
 import itertools
 
 import torch
 
+from fuseops.kernels.gemm import dense
 from fuseops.kernels.gemm.grouped import tma_ok
 from fuseops.kernels.gemm.grouped_gated import pair_tma_ok, pair_views
 
@@ -49,3 +51,14 @@ def test_pair_tma_ok_equals_the_check_of_both_views():
             seen.add(want)
     assert seen == {True, False}
     assert pair_tma_ok(None, False)
+
+
+def test_fresh_tma_ok_equals_the_check_of_a_fresh_tensor():
+    seen = set()
+    dtypes = (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.uint8)
+    for dtype, shape in itertools.product(dtypes, [(5,), (0, 8), (3, 7), (3, 8), (3, 16), (2, 3, 8), (2, 3, 16),
+                                                   (4, 16, 3), (1, 1, 1), (2, 0, 16), (7, 200), (7, 208)]):
+        want = dense.tma_ok(torch.empty(shape, dtype=dtype))
+        assert dense.fresh_tma_ok(shape, dtype) == want, (dtype, shape)
+        seen.add(want)
+    assert seen == {True, False}
