@@ -221,16 +221,56 @@ def test_graphed_calls_equal_the_full_path(name, kind, cpu_graphs, monkeypatch):
     assert delta["kept"] >= 1 and delta["graph_replays"] >= 4, str(delta)
 
 
+class _GradientAtOneAddress(torch.autograd.Function):
+    """The identity, whose backward hands on the incoming gradient from one buffer: the last
+    block's ``dy`` then lies at one address in every call, as the model's input does."""
+
+    @staticmethod
+    def forward(ctx, y, buffer):
+        ctx.buffer = buffer
+        return y.clone()
+
+    @staticmethod
+    def backward(ctx, dy):
+        return ctx.buffer.copy_(dy), None
+
+
+def fixed_address_steps(values):
+    """``steps(m)``: one step per value with every input a program sees from outside the graphs
+    at one address (the input a leaf copied into, the last block's ``dy`` from one buffer), so
+    that no input moves by where the CPU allocator places a fresh tensor."""
+    x = torch.zeros(8, H, requires_grad=True)
+    dy = torch.empty(8, H)
+
+    def steps(m):
+        out = []
+        for v in values:
+            with torch.no_grad():
+                x.copy_(v)
+            x.grad = None
+            for p in m.parameters():
+                p.grad = None
+            y = _GradientAtOneAddress.apply(m(x), dy)
+            y.square().sum().backward()
+            out.append([y.detach(), x.grad.clone(), *[p.grad.clone() for p in m.parameters()]])
+            del y
+        return out
+    return steps
+
+
 @pytest.mark.parametrize("depth", [4, 12])
 def test_a_chain_of_blocks_settles_with_one_capture_a_program(depth, cpu_graphs, monkeypatch):
     """Each block its own Sequential: a capture hands out its graph's results, so the consumer
     captured in the same step pins them where every replay writes them, and nothing is captured
     twice (session 26: the eager results, handed out before, sent a 24-block stack's consumers
-    to capture again in a cascade, 21 of 48 programs eager for good on a GPU)."""
+    to capture again in a cascade, 21 of 48 programs eager for good on a GPU). The inputs from
+    outside the graphs lie at one address: a fresh tensor that the CPU allocator once placed
+    elsewhere would rightly capture its program and those downstream again (CI, session 36:
+    the cloned input of a 4-block chain moved once, and all 8 programs were captured twice)."""
     torch.manual_seed(0)
     model = blocks(depth)
-    calls = [[_inputs("residual_branch", torch.device("cpu"), seed)[0]] for seed in range(12)]
-    delta = _same_as_full_path(model, _steps(calls), monkeypatch)
+    values = [_inputs("residual_branch", torch.device("cpu"), seed)[0] for seed in range(12)]
+    delta = _same_as_full_path(model, fixed_address_steps(values), monkeypatch)
     states = graph_states(model)
     assert delta["dropped"] == 0 and delta["recaptured"] == 0, str(delta)
     assert [(g.phase, g.captures) for g in states] == [("graphed", 1)] * 2 * depth
