@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import re
 import subprocess
 import tempfile
@@ -158,7 +159,7 @@ def blockwise_fwd_launch(sink, *, out_dtype=torch.bfloat16):
     w = Operand(torch.empty(E, N, K, dtype=torch.float8_e4m3fn), torch.empty(E, N // 128, K // 128),
                 rows_per_scale=128)
     offsets = torch.arange(0, M + 1, M // E, dtype=torch.int64)
-    with caught(mod, "grouped_blockwise_kernel", sink):
+    with caught(mod, "grouped_fp8_kernel", sink):
         mod.grouped_blockwise(_fp8_rows(M, K), w, offsets, torch.empty(M, N, dtype=out_dtype), None)
 
 
@@ -170,8 +171,45 @@ def blockwise_wgrad_launch(sink, *, accumulate=False, along_n=None):
     E, P, N, K = 8, 16384 + 8 * 128, 28672, 4096
     offsets = torch.arange(0, 16384 + 1, 16384 // E, dtype=torch.int64)
     dw = torch.empty(E, N, K, dtype=torch.float32 if accumulate else torch.bfloat16)
-    with caught(mod, "grouped_blockwise_wgrad_kernel", sink):
+    with caught(mod, "grouped_fp8_wgrad_kernel", sink):
         mod.grouped_blockwise_wgrad(_fp8_rows(N, P), _fp8_rows(K, P), offsets, dw, accumulate, along_n)
+
+
+def _tensor_rows(rows: int, K: int):
+    from fuseops.kernels.quantization.operand import Operand
+
+    return Operand(torch.empty(rows, K, dtype=torch.float8_e4m3fn), None, outer=torch.ones(1))
+
+
+def tensor_scaled_fwd_launch(sink, *, pingpong=False, out_dtype=torch.bfloat16, bias=False):
+    """The FP8 per-tensor grouped forward (Gluon) at the Qwen3-30B-A3B FC1 shape (E=128, 262144
+    rows, 2048 -> 1536), one scale per group; ``pingpong``: the ping-pong kernel."""
+    from fuseops.kernels.hopper import tensor_scaled, tensor_scaled_pingpong
+    from fuseops.kernels.quantization.operand import Operand
+
+    E, M, K, N = 128, 262144, 2048, 1536
+    w = Operand(torch.empty(E, N, K, dtype=torch.float8_e4m3fn), None, outer=torch.ones(E))
+    offsets = torch.arange(0, M + 1, M // E, dtype=torch.int64)
+    y, b = torch.empty(M, N, dtype=out_dtype), torch.empty(E, N, dtype=out_dtype) if bias else None
+    if pingpong:
+        with caught(tensor_scaled_pingpong, "grouped_tensor_scaled_pingpong_kernel", sink):
+            tensor_scaled_pingpong.grouped_tensor_scaled_pingpong(_tensor_rows(M, K), w, offsets, y, b)
+    else:
+        with caught(tensor_scaled, "grouped_fp8_kernel", sink):
+            tensor_scaled.grouped_tensor_scaled(_tensor_rows(M, K), w, offsets, y, b)
+
+
+def tensor_scaled_wgrad_launch(sink, *, accumulate=False):
+    """The FP8 per-tensor grouped wgrad (Gluon) at the Qwen3-30B-A3B FC1 shape, written in bf16
+    or added to a float32 main_grad."""
+    from fuseops.kernels.hopper import tensor_scaled_wgrad as mod
+
+    E, P, N, K = 128, 262144 + 128 * 128, 1536, 2048
+    offsets = torch.arange(0, 262144 + 1, 262144 // E, dtype=torch.int64)
+    dw = torch.empty(E, N, K, dtype=torch.float32 if accumulate else torch.bfloat16)
+    a, b = (dataclasses.replace(_tensor_rows(rows, P), outer=torch.ones(E)) for rows in (N, K))
+    with caught(mod, "grouped_fp8_wgrad_kernel", sink):
+        mod.grouped_tensor_scaled_wgrad(a, b, offsets, dw, accumulate)
 
 
 def _wgrad_operands():
@@ -244,7 +282,8 @@ def amax_launch(sink, *, gather=False, groups=128, kernel="amax"):
 
 CASES = {"quantize": quantize_launch, "amax": amax_launch, "gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
          "blockwise_fwd": blockwise_fwd_launch, "blockwise_wgrad": blockwise_wgrad_launch,
-         "bf16_wgrad": bf16_wgrad_launch, "triton_wgrad": triton_wgrad_launch}
+         "bf16_wgrad": bf16_wgrad_launch, "triton_wgrad": triton_wgrad_launch,
+         "tensor_scaled_fwd": tensor_scaled_fwd_launch, "tensor_scaled_wgrad": tensor_scaled_wgrad_launch}
 
 
 def main() -> None:

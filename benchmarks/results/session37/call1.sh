@@ -1,7 +1,10 @@
 # Session 37, call 1 (prepared in session 36): two Gluon kernels written after session 36's device
 # time was spent, hopper/tensor_scaled_wgrad.py (the FP8 per-tensor grouped wgrad) and
 # hopper/tensor_scaled_pingpong.py (the forward / dgrad with the consumers on alternate tiles).
-# (a) Their GPU tests and tensor_scaled's (chained_steps moved into pipeline.py). (b) Their tiles
+# (a) Their GPU tests and tensor_scaled's (chained_steps moved into pipeline.py; in session 37, before
+# this ran, each family's consumer became one: hopper/fp8_forward.py and fp8_wgrad.py, block scales by a
+# constexpr, the epilogue pipeline.store_rows; offline for sm_90a the blockwise kernels' SASS is
+# unchanged, tensor_scaled's the same size, a few moves apart: tests/kernels/hopper in call 2). (b) Their tiles
 # against the Triton kernels and the cooperative Gluon one at the Qwen3 shape (fp8_gemm_tiles).
 # (c) An A/B of the expert layer under FP8 current scaling: the tree as it is; a copy whose dispatch
 # table routes the wgrad to the new kernel; one that also routes the forward / dgrad to the ping-pong

@@ -9,6 +9,8 @@ hopper/wgrad.py).
   ``empty`` when both consumers are done with a stage; the producer's steps (``load_steps``)
   and the blockwise consumer's, each step's product rescaled on its own (``mma_steps``), or
   the per-tensor consumer's, chained into one accumulator (``chained_steps``).
+- A consumer's rows of a group's output tile (``tile_span``) and their epilogue: the groups'
+  scales, bias, the sum so far, a TMA store where the rows are all the group's (``store_rows``).
 - An output tile's float32 prefetch and asynchronous TMA store (``prefetch_tile``,
   ``store_tile``), and the layouts and descriptors the kernels share.
 """
@@ -216,6 +218,47 @@ def chained_steps(a_bufs, b_bufs, ready, empty, steps, i, STAGES: gl.constexpr, 
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=steps > 0)
     return acc, i
+
+
+@gluon.jit
+def tile_span(off_m, row0, size, pid_n, N, HALF: gl.constexpr, BN: gl.constexpr, acc_layout: gl.constexpr):
+    """Rows ``off_m..+HALF`` of a group's tile (the group's rows start at ``row0``, ``size`` of
+    them) and the tile's columns: (y's rows, their mask, the columns, their mask), in the
+    accumulator's layout."""
+    offs_m = off_m + gl.arange(0, HALF, layout=gl.SliceLayout(1, acc_layout))
+    cols = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
+    return row0 + offs_m, offs_m < size, cols, cols < N
+
+
+@gluon.jit
+def store_rows(acc, off_m, row0, size, rows, mask_m, cols, mask_n, g, pid_n, a_outer, b_outer, bias, y, y_desc,
+               y_smem, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym,
+               HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr, HAS_BIAS: gl.constexpr,
+               ACCUMULATE: gl.constexpr, WAIT_STORES: gl.constexpr):
+    """The epilogue of a forward / dgrad consumer's rows (``tile_span``'s): the groups' scales,
+    bias, y's sum so far with ACCUMULATE, then a TMA store through ``y_smem`` where every row is
+    the group's (it clips the columns past N; WAIT_STORES: after the last store through it
+    left), else masked stores."""
+    HALF: gl.constexpr = y_smem.shape[0]
+    BN: gl.constexpr = y_smem.shape[1]
+    if HAS_OUTER_A:
+        acc *= gl.load(a_outer + g * stride_aog + rows * stride_aom, mask=mask_m, other=0.0)[:, None]
+    if HAS_OUTER_B:
+        acc *= gl.load(b_outer + g * stride_bog + cols * stride_bon, mask=mask_n, other=0.0)[None, :]
+    if HAS_BIAS:
+        acc += gl.load(bias + g * stride_biasg + cols, mask=mask_n, other=0.0).to(gl.float32)[None, :]
+    if ACCUMULATE:
+        acc += gl.load(y + rows[:, None] * stride_ym + cols[None, :], mask=mask_m[:, None] & mask_n[None, :],
+                       other=0.0).to(gl.float32)
+    out = acc.to(y_desc.dtype)
+    if off_m + HALF <= size:
+        if WAIT_STORES:
+            tma.store_wait(0)
+        y_smem.store(out)
+        fence_async_shared()
+        tma.async_copy_shared_to_global(y_desc, [(row0 + off_m).to(gl.int32), pid_n * BN], y_smem)
+    else:
+        gl.store(y + rows[:, None] * stride_ym + cols[None, :], out, mask=mask_m[:, None] & mask_n[None, :])
 
 
 @gluon.jit

@@ -21,17 +21,11 @@ import dataclasses
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    mbarrier,
-    tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from fuseops.kernels._triton import cdiv, next_power_of_2
 from fuseops.kernels.gemm.grouped import persistent_programs
-from fuseops.kernels.hopper.blockwise import _forward_producer
+from fuseops.kernels.hopper.fp8_forward import forward_producer
 from fuseops.kernels.hopper.pipeline import (
     BLOCK,
     CONSUMER_REGS,
@@ -42,6 +36,8 @@ from fuseops.kernels.hopper.pipeline import (
     grouped_tile,
     mma_layout,
     start_walk,
+    store_rows,
+    tile_span,
     total_tiles,
 )
 from fuseops.kernels.launch import launch
@@ -82,28 +78,14 @@ def _whole_tile_steps(a_top, a_bottom, b_bufs, ready, empty, steps, i, STAGES: g
 def _store_half(acc, off_m, row0, size, g, pid_n, a_outer, b_outer, bias, y, y_desc, y_smem, N, stride_aog,
                 stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, HAS_OUTER_A: gl.constexpr,
                 HAS_OUTER_B: gl.constexpr, HAS_BIAS: gl.constexpr, acc_layout: gl.constexpr):
-    """Rows ``off_m..+64`` of the group's tile: the groups' scales, bias, then a TMA store where
-    every row is the group's (it clips the columns past N), else masked stores."""
+    """Rows ``off_m..+64`` of the group's tile: ``pipeline.store_rows``' epilogue (the caller
+    waits for the staging's last stores once for both halves)."""
     HALF: gl.constexpr = y_smem.shape[0]
     BN: gl.constexpr = y_smem.shape[1]
-    offs_m = off_m + gl.arange(0, HALF, layout=gl.SliceLayout(1, acc_layout))
-    mask_m = offs_m < size
-    rows = row0 + offs_m
-    cols = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
-    mask_n = cols < N
-    if HAS_OUTER_A:
-        acc *= gl.load(a_outer + g * stride_aog + rows * stride_aom, mask=mask_m, other=0.0)[:, None]
-    if HAS_OUTER_B:
-        acc *= gl.load(b_outer + g * stride_bog + cols * stride_bon, mask=mask_n, other=0.0)[None, :]
-    if HAS_BIAS:
-        acc += gl.load(bias + g * stride_biasg + cols, mask=mask_n, other=0.0).to(gl.float32)[None, :]
-    out = acc.to(y_desc.dtype)
-    if off_m + HALF <= size:
-        y_smem.store(out)
-        fence_async_shared()
-        tma.async_copy_shared_to_global(y_desc, [(row0 + off_m).to(gl.int32), pid_n * BN], y_smem)
-    else:
-        gl.store(y + rows[:, None] * stride_ym + cols[None, :], out, mask=mask_m[:, None] & mask_n[None, :])
+    rows, mask_m, cols, mask_n = tile_span(off_m, row0, size, pid_n, N, HALF, BN, acc_layout)
+    store_rows(acc, off_m, row0, size, rows, mask_m, cols, mask_n, g, pid_n, a_outer, b_outer, bias, y, y_desc, y_smem,
+               stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, HAS_OUTER_A, HAS_OUTER_B,
+               HAS_BIAS, False, False)
 
 
 @gluon.jit
@@ -187,8 +169,8 @@ def grouped_tensor_scaled_pingpong_kernel(a_desc, b_desc, y_desc, offsets, a_out
                      turns.index(0), offsets, a_outer, b_outer, bias, y, G, N, K, stride_aog, stride_aom, stride_bog,
                      stride_bon, stride_biasg, stride_ym, gl.to_tensor(1), HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS,
                      NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
-        (_forward_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
-                             NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
+        (forward_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
+                            NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 

@@ -3,7 +3,7 @@ grouped_gemm_scaled_wgrad under ``Scaling.TENSOR``, ``dw[g] = a[:, steps of g] @
 g]^T`` over the padded grouped layout (each group's positions start on a 128 boundary), times
 the group's two scales, written to ``dw`` or added to it.
 
-hopper/blockwise_wgrad.py's kernel without block scales: the same walk (a group's tiles
+hopper/fp8_wgrad.py's kernel without block scales: the blockwise wgrad's walk (a group's tiles
 consecutive, along N or K first: gemm/wgrad_walk.py), producer and epilogue (tiles inside
 ``dw[g]`` leave by an asynchronous TMA store, and with ``accumulate`` their float32 sum so far
 comes in by TMA under the main loop); each consumer chains its steps into one accumulator
@@ -20,29 +20,14 @@ times it faster (``serves`` is the row it would take).
 from __future__ import annotations
 
 import torch
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from fuseops.kernels._triton import cdiv
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.grouped import persistent_programs
 from fuseops.kernels.gemm.wgrad_walk import n_fastest
 from fuseops.kernels.hopper.blockwise import usable
-from fuseops.kernels.hopper.blockwise_wgrad import _producer, _tile
-from fuseops.kernels.hopper.pipeline import (
-    BLOCK,
-    CONSUMER_REGS,
-    HALF,
-    PRODUCER_REGS,
-    chained_steps,
-    descriptor,
-    dummy_or,
-    mma_layout,
-    prefetch_tile,
-    ring,
-    store_tile,
-)
+from fuseops.kernels.hopper.fp8_wgrad import grouped_fp8_wgrad_kernel
+from fuseops.kernels.hopper.pipeline import BLOCK, HALF, descriptor, dummy_or
 from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.kernels.quantization.operand import Operand
@@ -50,70 +35,6 @@ from fuseops.kernels.quantization.operand import Operand
 # (columns of a dw tile, ring stages) by ``accumulate``. Writing bf16 dw: 48 KB a stage and 64
 # KB of staging fit 3 stages; into float32 main_grad: 32 KB a stage beside 64 KB, 4 stages.
 TILES = {False: (256, 3), True: (128, 4)}
-
-
-@gluon.jit
-def _consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, empty, offsets, a_outer, b_outer,
-              dw, G, N, K, stride_ao, stride_bo, stride_dwg, stride_dwn, half_row, HAS_OUTER: gl.constexpr,
-              ACCUMULATE: gl.constexpr, DW_TMA: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
-              STAGES: gl.constexpr, N_FASTEST: gl.constexpr):
-    """Rows ``half_row..+64`` of each [128, BK] tile of ``dw[g]``, summed over g's steps (and
-    added to dw's with ACCUMULATE), as hopper/blockwise_wgrad.py's consumer stores them."""
-    HALF: gl.constexpr = a_desc.block_type.shape[0]
-    BN: gl.constexpr = 2 * HALF
-    BK: gl.constexpr = b_desc.block_type.shape[0]
-    acc_layout: gl.constexpr = mma_layout(BK)
-    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
-    col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
-    i = 0
-    loads = 0
-    for tile in range(gl.program_id(0), G * gl.cdiv(N, BN) * gl.cdiv(K, BK), NUM_PROGRAMS):
-        g, pid_n, pid_k, _, steps = _tile(tile, offsets, N, K, BN, BK, N_FASTEST)
-        row0 = pid_n * BN + half_row
-        whole = row0 + HALF <= N
-        if DW_TMA and ACCUMULATE and whole:
-            prefetch_tile(dw_desc, [g * N + row0, pid_k * BK], dw_bar, dw_smem)
-        rows = row0 + gl.arange(0, HALF, layout=row_layout)
-        cols = pid_k * BK + gl.arange(0, BK, layout=col_layout)
-        acc, i = chained_steps(a_bufs, b_bufs, ready, empty, steps, i, STAGES, acc_layout)
-        if HAS_OUTER:
-            acc *= gl.load(a_outer + g * stride_ao) * gl.load(b_outer + g * stride_bo)
-        if DW_TMA and whole:
-            loads = store_tile(acc, dw_desc, [g * N + row0, pid_k * BK], dw_smem, dw_smem, dw_bar, loads, ACCUMULATE,
-                               acc_layout)
-        else:
-            ptrs = dw + g.to(gl.int64) * stride_dwg + rows[:, None] * stride_dwn + cols[None, :]
-            mask = (rows < N)[:, None] & (cols < K)[None, :]
-            if ACCUMULATE:
-                acc += gl.load(ptrs, mask=mask, other=0.0)
-            gl.store(ptrs, acc.to(dw.dtype.element_ty), mask=mask)
-    tma.store_wait(0)
-
-
-@gluon.jit
-def grouped_tensor_scaled_wgrad_kernel(a_desc, b_desc, dw_desc, offsets, a_outer, b_outer, dw, G, N, K, stride_ao,
-                                       stride_bo, stride_dwg, stride_dwn, HAS_OUTER: gl.constexpr,
-                                       ACCUMULATE: gl.constexpr, DW_TMA: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
-                                       STAGES: gl.constexpr, N_FASTEST: gl.constexpr, num_warps: gl.constexpr):
-    """``a_desc`` over dy's column-wise copy [N, P] (64-row boxes), ``b_desc`` over x's [K, P]
-    ([BK, 128] boxes), both in the padded grouped layout; ``dw_desc`` over dw as [G * N, K]
-    ([64, BK] boxes) when DW_TMA."""
-    HALF: gl.constexpr = a_desc.block_type.shape[0]
-    gl.static_assert(num_warps == 4, "the default partition is one consumer warpgroup")
-    a_top, a_bottom, b_bufs, dw_top, dw_bottom, ready, empty = ring(a_desc, b_desc, dw_desc, STAGES)
-    dw_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for c in gl.static_range(2):
-        mbarrier.init(dw_bars.index(c), count=1)
-    gl.warp_specialize([
-        (_consumer, (a_desc, b_desc, dw_desc, a_top, b_bufs, dw_top, dw_bars.index(0), ready, empty, offsets,
-                     a_outer, b_outer, dw, G, N, K, stride_ao, stride_bo, stride_dwg, stride_dwn, gl.to_tensor(0),
-                     HAS_OUTER, ACCUMULATE, DW_TMA, NUM_PROGRAMS, STAGES, N_FASTEST)),
-        (_consumer, (a_desc, b_desc, dw_desc, a_bottom, b_bufs, dw_bottom, dw_bars.index(1), ready, empty, offsets,
-                     a_outer, b_outer, dw, G, N, K, stride_ao, stride_bo, stride_dwg, stride_dwn,
-                     gl.to_tensor(HALF), HAS_OUTER, ACCUMULATE, DW_TMA, NUM_PROGRAMS, STAGES, N_FASTEST)),
-        (_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
-                     NUM_PROGRAMS, STAGES, N_FASTEST)),
-    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 def grouped_tensor_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: torch.Tensor, accumulate: bool,
@@ -133,11 +54,12 @@ def grouped_tensor_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, d
     # Without TMA stores the descriptor is only a placeholder (over a view that always has one).
     target = dw.view(G * N, K) if dw_tma else dw.new_empty(HALF, block_k)
     dw_desc = descriptor(target, HALF, block_k)
-    launch(grouped_tensor_scaled_wgrad_kernel, (programs,),
-        descriptor(a.data, HALF), descriptor(b.data, block_k), dw_desc, offsets, dummy_or(a.outer, dw),
-        dummy_or(b.outer, dw), dw, G, N, K, a.outer_strides()[0], b.outer_strides()[0], dw.stride(0), dw.stride(1),
-        HAS_OUTER=a.outer is not None, ACCUMULATE=accumulate, DW_TMA=dw_tma, NUM_PROGRAMS=programs,
-        STAGES=stages, N_FASTEST=along_n, num_warps=4,
+    # No block scales: dw stands in for them (never read), their strides 0.
+    launch(grouped_fp8_wgrad_kernel, (programs,),
+        descriptor(a.data, HALF), descriptor(b.data, block_k), dw_desc, offsets, dw, dw, dummy_or(a.outer, dw),
+        dummy_or(b.outer, dw), dw, G, N, K, 0, 0, a.outer_strides()[0], b.outer_strides()[0], dw.stride(0),
+        dw.stride(1), BLOCK_SCALES=False, HAS_OUTER=a.outer is not None, ACCUMULATE=accumulate, DW_TMA=dw_tma,
+        NUM_PROGRAMS=programs, STAGES=stages, N_FASTEST=along_n, num_warps=4,
     )
     return dw
 
