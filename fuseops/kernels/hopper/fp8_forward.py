@@ -70,7 +70,8 @@ def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, offs
               b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn, stride_as_step, stride_bs_step,
               stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, half_row,
               BLOCK_SCALES: gl.constexpr, B_ROWS_PER_SCALE: gl.constexpr, HAS_OUTER_A: gl.constexpr,
-              HAS_OUTER_B: gl.constexpr, HAS_BIAS: gl.constexpr, ACCUMULATE: gl.constexpr,
+              HAS_OUTER_B: gl.constexpr, GROUP_FACTORS: gl.constexpr, HAS_BIAS: gl.constexpr,
+              ACCUMULATE: gl.constexpr,
               NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr):
     """Rows ``half_row..+64`` (0 or 64) of each 128-row tile, all its columns (added to y's
     with ACCUMULATE). ``half_row`` is a runtime value: Gluon 3.6 takes no literal constexpr
@@ -105,7 +106,7 @@ def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, offs
             rows, mask_m, cols, mask_n = tile_span(off_m, row0, size, pid_n, N, HALF, BN, acc_layout)
         store_rows(acc, off_m, row0, size, rows, mask_m, cols, mask_n, g, pid_n, a_outer, b_outer, bias, y, y_desc,
                    y_smem, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, HAS_OUTER_A,
-                   HAS_OUTER_B, HAS_BIAS, ACCUMULATE, True)
+                   HAS_OUTER_B, GROUP_FACTORS, HAS_BIAS, ACCUMULATE, True)
     tma.store_wait(0)
 
 
@@ -114,13 +115,15 @@ def grouped_fp8_kernel(a_desc, b_desc, y_desc, offsets, a_scale, b_scale, a_oute
                        G, N, K, stride_as, stride_bsg, stride_bsn, stride_as_step, stride_bs_step, stride_aog,
                        stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, BLOCK_SCALES: gl.constexpr,
                        B_ROWS_PER_SCALE: gl.constexpr, HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr,
-                       HAS_BIAS: gl.constexpr, ACCUMULATE: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
+                       GROUP_FACTORS: gl.constexpr, HAS_BIAS: gl.constexpr, ACCUMULATE: gl.constexpr,
+                       NUM_PROGRAMS: gl.constexpr,
                        STAGES: gl.constexpr, GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr,
                        num_warps: gl.constexpr):
     """Forward / dgrad: ``a_desc`` over a [M, K] (64-row boxes), ``b_desc`` over b as
     [G * N, K] (BN-row boxes: a tile past N reads the next group's rows, whose columns are never
     stored), ``y_desc`` over y [M, N] ([64, BN] boxes). With BLOCK_SCALES the scales are
-    ``*_step`` apart from K step to K step; without, the scale arguments are not read."""
+    ``*_step`` apart from K step to K step; without, the scale arguments are not read.
+    GROUP_FACTORS: the outer factors are one value per group (or tensor), none per row."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     gl.static_assert(num_warps == 4, "the default partition is one consumer warpgroup")
     a_top, a_bottom, b_bufs, y_top, y_bottom, ready, empty = ring(a_desc, b_desc, y_desc, STAGES)
@@ -129,13 +132,13 @@ def grouped_fp8_kernel(a_desc, b_desc, y_desc, offsets, a_scale, b_scale, a_oute
         (_consumer, (a_desc, b_desc, y_desc, a_top, b_bufs, y_top, ready, empty, offsets, a_scale, b_scale,
                      a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn, stride_as_step,
                      stride_bs_step, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym,
-                     gl.to_tensor(0), BLOCK_SCALES, B_ROWS_PER_SCALE, HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS,
-                     ACCUMULATE, NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
+                     gl.to_tensor(0), BLOCK_SCALES, B_ROWS_PER_SCALE, HAS_OUTER_A, HAS_OUTER_B, GROUP_FACTORS,
+                     HAS_BIAS, ACCUMULATE, NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
         (_consumer, (a_desc, b_desc, y_desc, a_bottom, b_bufs, y_bottom, ready, empty, offsets, a_scale,
                      b_scale, a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn,
                      stride_as_step, stride_bs_step, stride_aog, stride_aom, stride_bog, stride_bon,
                      stride_biasg, stride_ym, gl.to_tensor(HALF), BLOCK_SCALES, B_ROWS_PER_SCALE, HAS_OUTER_A,
-                     HAS_OUTER_B, HAS_BIAS, ACCUMULATE, NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
+                     HAS_OUTER_B, GROUP_FACTORS, HAS_BIAS, ACCUMULATE, NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
         (forward_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
                             NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

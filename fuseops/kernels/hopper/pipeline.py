@@ -233,18 +233,28 @@ def tile_span(off_m, row0, size, pid_n, N, HALF: gl.constexpr, BN: gl.constexpr,
 @gluon.jit
 def store_rows(acc, off_m, row0, size, rows, mask_m, cols, mask_n, g, pid_n, a_outer, b_outer, bias, y, y_desc,
                y_smem, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym,
-               HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr, HAS_BIAS: gl.constexpr,
-               ACCUMULATE: gl.constexpr, WAIT_STORES: gl.constexpr):
-    """The epilogue of a forward / dgrad consumer's rows (``tile_span``'s): the groups' scales,
-    bias, y's sum so far with ACCUMULATE, then a TMA store through ``y_smem`` where every row is
-    the group's (it clips the columns past N; WAIT_STORES: after the last store through it
-    left), else masked stores."""
+               HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr, GROUP_FACTORS: gl.constexpr,
+               HAS_BIAS: gl.constexpr, ACCUMULATE: gl.constexpr, WAIT_STORES: gl.constexpr):
+    """The epilogue of a forward / dgrad consumer's rows (``tile_span``'s): a's and b's outer
+    factors (GROUP_FACTORS: one value per group each, else per row of a / of b), bias, y's sum
+    so far with ACCUMULATE, then a TMA store through ``y_smem`` where every row is the group's
+    (it clips the columns past N; WAIT_STORES: after the last store through it left), else
+    masked stores."""
     HALF: gl.constexpr = y_smem.shape[0]
     BN: gl.constexpr = y_smem.shape[1]
-    if HAS_OUTER_A:
-        acc *= gl.load(a_outer + g * stride_aog + rows * stride_aom, mask=mask_m, other=0.0)[:, None]
-    if HAS_OUTER_B:
-        acc *= gl.load(b_outer + g * stride_bog + cols * stride_bon, mask=mask_n, other=0.0)[None, :]
+    if GROUP_FACTORS:
+        # Two scalars, not a value per row and per column (64 registers a thread for b's at
+        # BN = 256, which with a bias spilled); applied one after the other as the Triton
+        # kernel and the reference do, so the bits are theirs.
+        if HAS_OUTER_A:
+            acc *= gl.load(a_outer + g * stride_aog)
+        if HAS_OUTER_B:
+            acc *= gl.load(b_outer + g * stride_bog)
+    else:
+        if HAS_OUTER_A:
+            acc *= gl.load(a_outer + g * stride_aog + rows * stride_aom, mask=mask_m, other=0.0)[:, None]
+        if HAS_OUTER_B:
+            acc *= gl.load(b_outer + g * stride_bog + cols * stride_bon, mask=mask_n, other=0.0)[None, :]
     if HAS_BIAS:
         acc += gl.load(bias + g * stride_biasg + cols, mask=mask_n, other=0.0).to(gl.float32)[None, :]
     if ACCUMULATE:

@@ -51,7 +51,8 @@ def grouped_tensor_scaled(a: Operand, b: Operand, offsets: torch.Tensor, y: torc
         offsets, y, y, dummy_or(a.outer, y), dummy_or(b.outer, y), dummy_or(bias, y), y, G, N, K, 0, 0, 0, 0, 0,
         aog, aom, bog, bon, bias.stride(0) if bias is not None else 0, y.stride(0),
         BLOCK_SCALES=False, B_ROWS_PER_SCALE=1, HAS_OUTER_A=a.outer is not None, HAS_OUTER_B=b.outer is not None,
-        HAS_BIAS=bias is not None, ACCUMULATE=False, NUM_PROGRAMS=programs, STAGES=stages, GROUP_M=GROUP_M,
+        GROUP_FACTORS=not (a.outer_per_row or b.outer_per_row), HAS_BIAS=bias is not None, ACCUMULATE=False,
+        NUM_PROGRAMS=programs, STAGES=stages, GROUP_M=GROUP_M,
         BLOCK_G=max(32, next_power_of_2(G)), num_warps=4,
     )
     return y

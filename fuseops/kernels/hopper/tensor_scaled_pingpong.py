@@ -78,14 +78,14 @@ def _whole_tile_steps(a_top, a_bottom, b_bufs, ready, empty, steps, i, STAGES: g
 def _store_half(acc, off_m, row0, size, g, pid_n, a_outer, b_outer, bias, y, y_desc, y_smem, N, stride_aog,
                 stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, HAS_OUTER_A: gl.constexpr,
                 HAS_OUTER_B: gl.constexpr, HAS_BIAS: gl.constexpr, acc_layout: gl.constexpr):
-    """Rows ``off_m..+64`` of the group's tile: ``pipeline.store_rows``' epilogue (the caller
-    waits for the staging's last stores once for both halves)."""
+    """Rows ``off_m..+64`` of the group's tile: ``pipeline.store_rows``' epilogue, the outer
+    factors one per group (the caller waits for the staging's last stores once for both halves)."""
     HALF: gl.constexpr = y_smem.shape[0]
     BN: gl.constexpr = y_smem.shape[1]
     rows, mask_m, cols, mask_n = tile_span(off_m, row0, size, pid_n, N, HALF, BN, acc_layout)
     store_rows(acc, off_m, row0, size, rows, mask_m, cols, mask_n, g, pid_n, a_outer, b_outer, bias, y, y_desc, y_smem,
                stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, HAS_OUTER_A, HAS_OUTER_B,
-               HAS_BIAS, False, False)
+               True, HAS_BIAS, False, False)
 
 
 @gluon.jit
