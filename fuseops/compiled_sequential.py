@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.fx.node
 from torch.nn.utils.stateless import _reparametrize_module
 
 from fuseops.fuser import build_plan, plan_config
@@ -510,6 +511,13 @@ def _gradients(entry: _Entry, carried, params, grads, *, fake: bool) -> list[tor
             recorded=False)
 def _plan_backward(entry_id, carried, params, grads):
     return _gradients(_entries[entry_id], carried, params, grads, fake=False)
+
+
+# Never dead code, though none of its results be read: with accumulate_into_main_grad a weight's
+# gradient goes into its main_grad, none is returned, and where no input needs one either the
+# backward's results all go unused (session 37: the compiled graph dropped the call, and the
+# main_grads stayed zero). The buffers are the parameters' attributes, read when it runs.
+torch.fx.node.has_side_effect(_plan_backward)
 
 
 @torch.library.register_fake("fuseops::plan_backward")

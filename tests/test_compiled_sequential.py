@@ -246,14 +246,17 @@ def _main_grads(model: torch.nn.Module) -> list[torch.Tensor]:
     return [op.weight.main_grad for op in model.modules() if isinstance(op, (ops.Linear, ops.GroupedLinear))]
 
 
+@pytest.mark.parametrize("inputs_need_grad", [True, False], ids=["inputs-need-grad", "parameters-alone"])
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("kind", ["dense", "grouped", "moe"])
-def test_weight_gradients_into_main_grad_bit_for_bit(kind, backend, real_calls) -> None:
+def test_weight_gradients_into_main_grad_bit_for_bit(kind, backend, inputs_need_grad, real_calls) -> None:
     """``accumulate_into_main_grad`` under the operators: their fake implementations run on fake
     parameters, which carry no ``main_grad`` (each read it and failed, session 37: every compiled
     Sequential with the flag); the real calls add into the buffers the parameters hold at each
     backward. Over two steps, a buffer swapped between them, and a third: each buffer equals
-    eager's bit for bit, ``.grad`` stays None, the other gradients are eager's."""
+    eager's bit for bit, ``.grad`` stays None, the other gradients are eager's. Also where no
+    input needs a gradient: the backward operator then returns none that is read, and is kept
+    all the same (session 37: the graph dropped it, the buffers stayed zero)."""
     if backend == "inductor" and kind == "moe":
         pytest.skip("inductor on CPU compiles C++: the dense and grouped models cover it")
     torch._dynamo.reset()
@@ -265,7 +268,10 @@ def test_weight_gradients_into_main_grad_bit_for_bit(kind, backend, real_calls) 
         if step == 2:
             swapped = [*_main_grads(model), *_main_grads(eager_model)]
             _into_main_grad(model), _into_main_grad(eager_model)
-        _assert_same_steps(kind, model, eager_model, compiled, _inputs(kind, rows, seed=step))
+        args = _inputs(kind, rows, seed=step)
+        if not inputs_need_grad:
+            args = tuple(a.detach() for a in args)
+        _assert_same_steps(kind, model, eager_model, compiled, args)
         for i, (got, want) in enumerate(zip(_main_grads(model), _main_grads(eager_model), strict=True)):
             assert_bitwise(got, want, f"step {step} main_grad {i}")
             assert got.abs().sum() > 0, f"step {step} main_grad {i}: nothing added"

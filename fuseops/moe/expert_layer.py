@@ -23,6 +23,11 @@ summed per token only after FC1's weight gradient. memory_model.py has the accou
   runs FC1's and FC2's weight gradients in the order memory_model.py finds peaks lower for the
   shape. The default mode releases its saved tensors early only when the backward frees the
   graph and no saved-tensor hooks (offloading) hold them.
+- ``accumulate_into_main_grad`` on a GroupedLinear: the wgrad kernel adds that weight's gradient
+  to its float32 ``main_grad`` (read at each backward, as the composition reads it) and returns
+  none, eagerly and under a recipe. Its backward then runs eagerly, not as a CUDA graph
+  (``expert_layer_steps``); under ``torch.compile`` the composition runs (the layer's operators
+  are functional).
 
 Everything stays on the device: no host sync, and the step captures in a CUDA graph. Under a
 recipe (``fuseops.autocast``) the layer is ``expert_layer_quantized.py``'s Function, whose GEMMs
@@ -58,7 +63,7 @@ from fuseops.quant.autocast import current_recipe
 class _ExpertLayer(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weights, w1, b1, w2, expert_ids, gate: steps.Gate, lean: bool, grad_enabled: bool,
-                check: str):
+                check: str, into_main_grad: tuple[bool, bool]):
         # needs_input_grad reads requires_grad even under torch.no_grad (inference): nothing to keep.
         backward = grad_enabled and any(ctx.needs_input_grad[:5])
         keep = backward and not lean
@@ -66,6 +71,7 @@ class _ExpertLayer(torch.autograd.Function):
         if backward:
             ctx.save_for_backward(x if lean else None, x_sorted, z, probs, row_map, offsets, w1, b1, w2)
             ctx.gate, ctx.lean = gate, lean
+            ctx.main_grad_of = _main_grad_owners((w1, w2), into_main_grad)
             # Saved-tensor hooks (offloading) may hand back tensors that are not ours to free;
             # a compiled backward never frees early (graph_freed_after_backward), so no probe.
             ctx.hooked = torch.compiler.is_compiling() or (
@@ -80,8 +86,24 @@ class _ExpertLayer(torch.autograd.Function):
         freed = graph_freed_after_backward()
         grads = steps.backward(dy, *ctx.saved_tensors, gate=ctx.gate, lean=ctx.lean,
                                needs=tuple(ctx.needs_input_grad[:5]), overwrite=ctx.lean or freed,
-                               may_release=freed and not ctx.hooked)
-        return *grads, None, None, None, None, None
+                               may_release=freed and not ctx.hooked,
+                               main_grads=_main_grads(ctx.main_grad_of, ctx.needs_input_grad))
+        return *grads, None, None, None, None, None, None
+
+
+def _main_grad_owners(weights: tuple[torch.Tensor, torch.Tensor], into_main_grad: tuple[bool, bool]) -> tuple:
+    """FC1's and FC2's weight where its gradient goes into its ``main_grad`` (else None): the
+    parameters themselves, whose ``main_grad`` the backward reads when it runs, as the
+    composition's GroupedLinear does (a buffer swapped between the steps is the one added to)."""
+    return tuple(w if into else None for w, into in zip(weights, into_main_grad, strict=True))
+
+
+def _main_grads(owners: tuple, needs: tuple[bool, ...]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``_main_grad_owners``' buffers where their weight's gradient is needed (``needs``: the
+    Function's ``needs_input_grad``, w1 and w2 its inputs 2 and 4), checked: a ValueError names
+    one missing or malformed."""
+    return tuple(_checks.main_grad(w) if w is not None and need else None
+                 for w, need in zip(owners, (needs[2], needs[4]), strict=True))
 
 
 def _parts(experts: Any) -> tuple[GroupedLinear, Any, GroupedLinear]:
@@ -130,8 +152,10 @@ def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, Gr
     # Mismatched widths: the composition's Sequential reports them.
     if fc1.out_features != 2 * fc2.in_features:
         return "FC1's out_features is not twice FC2's in_features"
-    if fc1.accumulate_into_main_grad or fc2.accumulate_into_main_grad:
-        return "accumulate_into_main_grad"
+    if (fc1.accumulate_into_main_grad or fc2.accumulate_into_main_grad) and torch.compiler.is_compiling():
+        # The compiled layer's operators are functional: the composition's GroupedLinear adds
+        # into main_grad under torch.compile.
+        return "accumulate_into_main_grad under torch.compile"
     if _hooked(experts) or _hooked(fc1) or _hooked(act) or _hooked(fc2):
         return "module hooks on the experts"
     if recipe is not None:
@@ -190,11 +214,12 @@ def expert_layer(
     recipe = current_recipe()
     if _fallback(x, experts, parts, lean, recipe) is None:
         gate = steps.Gate(act.act, act.kernel_args)
+        into_main_grad = (fc1.accumulate_into_main_grad, fc2.accumulate_into_main_grad)
         if recipe is not None:
             return QuantizedExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, recipe,
-                                              torch.is_grad_enabled(), check)
+                                              torch.is_grad_enabled(), check, into_main_grad)
         return _ExpertLayer.apply(x, weights, fc1.weight, fc1.bias, fc2.weight, expert_ids, gate, lean,
-                                  torch.is_grad_enabled(), check)
+                                  torch.is_grad_enabled(), check, into_main_grad)
     x_sorted, split_sizes, row_map = permute_checked(x, expert_ids, fc1.num_groups, check)
     if getattr(act, "scaled", False):
         w = weights if weights is not None else x.new_ones(expert_ids.shape)

@@ -44,6 +44,7 @@ from fuseops.kernels.quantization.formats import Scaling
 from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.moe.expert_layer_steps import Gate, sum_token_rows, token_of_rows
 from fuseops.moe.routing import permute_rows
+from fuseops.ops import _checks
 from fuseops.ops._quantized import QuantizedLinearSaved, quantized_forward, quantized_operands, quantized_wgrad
 from fuseops.quant import linear_dgrad
 from fuseops.quant.emit import EmitPlan, emitted_storage
@@ -79,7 +80,7 @@ class QuantizedExpertLayer(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weights, w1, b1, w2, expert_ids, gate: Gate, recipe: Recipe, grad_enabled: bool,
-                check: str):
+                check: str, into_main_grad: tuple[bool, bool]):
         need_x, need_weights, need_w1, need_b1, need_w2 = (grad_enabled and n for n in ctx.needs_input_grad[:5])
         # dh is needed by everything before FC2.
         need_dh = need_x or need_weights or need_w1 or need_b1
@@ -108,6 +109,8 @@ class QuantizedExpertLayer(torch.autograd.Function):
                                   *ctx.fc1.tensors(), *ctx.fc2.tensors())
             ctx.gate, ctx.recipe = gate, recipe
             ctx.needs = (need_x, need_weights, need_w1, need_b1, need_w2)
+            # The parameters whose main_grad the backward adds to (read then, as GroupedLinear does).
+            ctx.main_grad_of = tuple(w if into else None for w, into in zip((w1, w2), into_main_grad, strict=True))
         return y
 
     @staticmethod
@@ -120,10 +123,12 @@ class QuantizedExpertLayer(torch.autograd.Function):
         need_dh = need_x or need_weights or need_w1 or need_b1
         gate, recipe = ctx.gate, ctx.recipe
         dy = dy.contiguous()
+        main_grad1, main_grad2 = (_checks.main_grad(w) if w is not None and need else None
+                                  for w, need in zip(ctx.main_grad_of, (need_w1, need_w2), strict=True))
         # unpermute's gradient, each sorted row its token's dy, quantized where dy lies.
         qdy = quantize_derived(dy, recipe, role=TensorRole.GRAD, rowwise=need_dh,
                                columnwise=need_w2, offsets=offsets, rows=tokens)
-        dw2 = quantized_wgrad(fc2, qdy, out_dtype=w2.dtype, main_grad=None) if need_w2 else None
+        dw2 = quantized_wgrad(fc2, qdy, out_dtype=w2.dtype, main_grad=main_grad2) if need_w2 else None
         dx = dweights = dw1 = db1 = None
         if need_dh:
             dh = linear_dgrad(qdy, fc2.weight)
@@ -133,12 +138,12 @@ class QuantizedExpertLayer(torch.autograd.Function):
             if need_x:
                 dx = sum_token_rows(linear_dgrad(qdz, fc1.weight), row_map)
             if need_w1:
-                dw1 = quantized_wgrad(fc1, qdz, out_dtype=w1.dtype, main_grad=None)
+                dw1 = quantized_wgrad(fc1, qdz, out_dtype=w1.dtype, main_grad=main_grad1)
             if need_b1:
                 db1 = library.grouped_bias_grad(dz, offsets)
             if need_weights:
                 dweights = dprobs.index_select(0, row_map.reshape(-1)).view(row_map.shape)
-        return dx, dweights, dw1, db1, dw2, None, None, None, None, None
+        return dx, dweights, dw1, db1, dw2, None, None, None, None, None, None
 
 
 def _fc1_and_gate(qx, w1, b1, probs, offsets, gate: Gate, recipe: Recipe, *, need_x: bool, need_w1: bool,

@@ -95,10 +95,14 @@ def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: Gate, keep: bool, chec
     return sum_token_rows(y_sorted, row_map), x_sorted if keep else None, row_map, z, probs, offsets
 
 
-def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple) -> tuple:
-    """``(dx, dweights, dw1, db1, dw2)`` of ``_ExpertLayer``; ``static`` as its backward makes it."""
+def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple,
+              main_grads: tuple = (None, None)) -> tuple:
+    """``(dx, dweights, dw1, db1, dw2)`` of ``_ExpertLayer``; ``static`` as its backward makes it.
+    A weight gradient with a float32 buffer in ``main_grads`` (FC1's, FC2's) is added to it by
+    the wgrad kernel and comes back None."""
     gate, lean, needs, overwrite, fc1_first = static
     need_x, need_weights, need_w1, need_b1, need_w2 = needs
+    main_grad1, main_grad2 = main_grads
     # Made contiguous here, inside a graph: ``loss.sum()``'s gradient is one element expanded,
     # which a graph copies in as that one element.
     dy = dy.contiguous()
@@ -116,7 +120,7 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
         h = launcher(Kernel.GATED_FWD, z)(z, gate.act, probs=probs, **gate.kernel_args)
     dw2 = None
     if need_w2 and not fc1_first:
-        dw2 = library.grouped_gemm_wgrad(dy_sorted, h, offsets)
+        dw2 = library.grouped_gemm_wgrad(dy_sorted, h, offsets, main_grad=main_grad2)
     if not fc1_first:
         h = dy_sorted = None
 
@@ -127,9 +131,9 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
         del dx_sorted
     if need_w1 and lean:
         # x's rows gathered inside the wgrad's loads: no x_sorted at this, lean's peak stage.
-        dw1 = library.grouped_gemm_wgrad(dz, x, offsets, x_rows=token_of_rows(row_map))
+        dw1 = library.grouped_gemm_wgrad(dz, x, offsets, x_rows=token_of_rows(row_map), main_grad=main_grad1)
     elif need_w1:
-        dw1 = library.grouped_gemm_wgrad(dz, x_sorted, offsets)
+        dw1 = library.grouped_gemm_wgrad(dz, x_sorted, offsets, main_grad=main_grad1)
     if need_b1:
         db1 = library.grouped_bias_grad(dz, offsets)
     if fc1_first:
@@ -138,11 +142,12 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
         else:
             _release(z, x_sorted)
         if need_w2:
-            dw2 = library.grouped_gemm_wgrad(dy_sorted, h, offsets)
+            dw2 = library.grouped_gemm_wgrad(dy_sorted, h, offsets, main_grad=main_grad2)
     dweights = None
     if need_weights:
         dweights = dprobs.index_select(0, row_map.reshape(-1)).view(row_map.shape)
-    return dx, dweights, dw1, db1, dw2
+    return (dx, dweights, None if main_grad1 is not None else dw1, db1,
+            None if main_grad2 is not None else dw2)
 
 
 def forward(x, weights, w1, b1, w2, expert_ids, gate: Gate, keep: bool, check: str) -> tuple:
@@ -163,23 +168,28 @@ def _forward_through_graphs(x, weights, w1, b1, w2, expert_ids, gate, keep, chec
 
 
 def backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gate, lean: bool,
-             needs: tuple[bool, ...], overwrite: bool, may_release: bool) -> tuple:
+             needs: tuple[bool, ...], overwrite: bool, may_release: bool, main_grads: tuple = (None, None)) -> tuple:
     """``(dx, dweights, dw1, db1, dw2)``, None where not needed. ``overwrite``: dz may go over z;
     ``may_release``: the default mode may free dead saved tensors (the graph is freed after this
-    backward and no saved-tensor hook holds them). Through the custom operator while
+    backward and no saved-tensor hook holds them); ``main_grads``: FC1's and FC2's float32
+    buffers their weight gradients are added to (None where returned; never under torch.compile,
+    where the composition runs: ``expert_layer._fallback``). Through the custom operator while
     torch.compile traces, else ``_backward_through_graphs``."""
     inputs = (dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2)
     if torch.compiler.is_compiling():
         grads = _backward_op(*inputs, *gate.fields(), lean, list(needs), overwrite, may_release)
         return tuple(g if need else None for g, need in zip(grads, needs, strict=True))
-    return _backward_through_graphs(inputs, gate, lean, needs, overwrite, may_release)
+    return _backward_through_graphs(inputs, gate, lean, needs, overwrite, may_release, main_grads)
 
 
 def _backward_through_graphs(inputs: tuple, gate: Gate, lean: bool, needs: tuple[bool, ...], overwrite: bool,
-                             may_release: bool) -> tuple:
+                             may_release: bool, main_grads: tuple = (None, None)) -> tuple:
     """The backward graphed where the forward was (its saved tensors lie in graph memory, which it
     never frees early: the forward's graph keeps that memory for its next replay); elsewhere eagerly,
-    freeing dead saved tensors where ``may_release``."""
+    freeing dead saved tensors where ``may_release``. Eagerly too where a weight gradient goes into
+    a ``main_grad``: a graph state's capture runs its program more than once (eagerly, its warm-up,
+    the check's replay) and puts back what the program wrote in between, which for a float32
+    buffer the size of the weights means a copy of it whole."""
     dy, row_map, w1, w2 = inputs[0], inputs[5], inputs[7], inputs[9]
     graphs = graphed.in_graph_memory(row_map)
     releasable = lean or (may_release and not graphs)
@@ -188,10 +198,10 @@ def _backward_through_graphs(inputs: tuple, gate: Gate, lean: bool, needs: tuple
         memory_model.LayerShape(row_map.shape[0], row_map.shape[1], dy.shape[1], w2.shape[2], w1.shape[0],
                                 dy.element_size()), lean)
     static = (gate, lean, tuple(needs), overwrite, fc1_first)
-    run = partial(_backward, static=static)
-    if graphs:
-        return routing_graphs.call("expert_layer_backward", run, inputs, (gate.key, *static[1:]), row_map=row_map)
-    return run(*inputs)
+    if graphs and all(m is None for m in main_grads):
+        return routing_graphs.call("expert_layer_backward", partial(_backward, static=static), inputs,
+                                   (gate.key, *static[1:]), row_map=row_map)
+    return _backward(*inputs, static=static, main_grads=main_grads)
 
 
 _GATE_SCHEMA = "int act, bool interleaved, bool clamped, float limit, float alpha"

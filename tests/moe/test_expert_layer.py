@@ -284,6 +284,115 @@ def compare_fallback(experts):
     torch.testing.assert_close(got[0], ref.detach())
 
 
+MAIN_GRAD_OWNERS = {"fc1": (0,), "fc2": (2,), "both": (0, 2)}
+
+
+def into_main_grad(experts, which):
+    """``experts`` with ``accumulate_into_main_grad`` on the GroupedLinears ``which`` names, each
+    given a zero float32 ``main_grad``."""
+    for i in MAIN_GRAD_OWNERS[which]:
+        experts[i].accumulate_into_main_grad = True
+        experts[i].weight.main_grad = torch.zeros(experts[i].weight.shape, device=experts[i].weight.device)
+    return experts
+
+
+def _kernel_paths():
+    interpreted = pytest.param(interpreted_kernels, id="kernels",
+                               marks=pytest.mark.skipif(not INTERPRET, reason="Triton interpreter (CPU) only"))
+    return [pytest.param(contextlib.nullcontext, id="reference"), interpreted]
+
+
+@pytest.mark.parametrize("kernels", _kernel_paths())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(9, 2, 16, 8, 3), (3, 1, 8, 16, 5)], ids=["fc2-wgrad-first", "fc1-wgrad-first"])
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+@pytest.mark.parametrize("which", MAIN_GRAD_OWNERS)
+def test_weight_gradients_go_into_main_grad(which, lean, shape, dtype, kernels):
+    with kernels():
+        check_main_grad(which, lean, shape, dtype, "cpu")
+
+
+def check_main_grad(which, lean, shape, dtype, device):
+    """``accumulate_into_main_grad`` on FC1, FC2 or both: the layer runs (no fallback), the wgrad
+    kernel adds each such weight's gradient in float32 to its ``main_grad`` (float32 weights: their
+    gradient bit for bit; bf16: within its rounding), two micro-batches twice one bit for bit, and
+    ``.grad`` stays None; every other gradient is the run's without ``main_grad``, bit for bit. A
+    buffer swapped between micro-batches gets the next one's (read at each backward, as
+    GroupedLinear reads it). Both orders of the weight gradients (``test_both_backward_orders``)."""
+    T, K, H, F, E = shape
+    plain = make_experts(E, H, F, bias=True, dtype=dtype, device=device)
+    mine = into_main_grad(copy.deepcopy(plain), which)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(T, H, generator=g).to(device, dtype)
+    ids, w = routing(T, E, K, 0, device=device), torch.rand(T, K, generator=g).to(device)
+    dy = torch.randn(T, H, generator=g).to(device, dtype)
+
+    def run(experts):
+        xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+        for p in experts.parameters():
+            p.grad = None
+        expert_layer(xg, ids, wg, experts, lean=lean).backward(dy)
+        return [xg.grad, wg.grad] + [p.grad for p in experts.parameters()]
+
+    assert expert_layer_fallback(x, w, mine, lean=lean) is None
+    want = run(plain)
+    got = run(mine)
+    first = {i: mine[i].weight.main_grad for i in MAIN_GRAD_OWNERS[which]}
+    run(mine)
+    for i in first:
+        mine[i].weight.main_grad = torch.zeros_like(first[i])
+    run(mine)
+    names = ["dx", "dweights"] + [n for n, _ in plain.named_parameters()]
+    owners = {f"{i}.weight" for i in MAIN_GRAD_OWNERS[which]}
+    for name, a, b in zip(names, got, want, strict=True):
+        if name in owners:
+            assert a is None, f"{name}: .grad set with accumulate_into_main_grad"
+        else:
+            assert torch.equal(a, b), f"{name} differs from the run without main_grad"
+    for i, twice in first.items():
+        once = mine[i].weight.main_grad
+        plain_grad = dict(plain.named_parameters())[f"{i}.weight"].grad
+        fc = f"FC{i // 2 + 1}"
+        if dtype == torch.float32:
+            assert torch.equal(once, plain_grad), f"{fc}: main_grad is not the float32 gradient"
+        else:
+            # Written in bf16 the wgrad sums its products in another order than into main_grad
+            # (the interpreted kernel's tiles differ): equal within bf16's rounding.
+            assert rel_err(once, plain_grad.float()) <= REL_TOL[dtype], f"{fc}: main_grad is not the gradient"
+        assert torch.equal(twice, 2 * once), f"{fc}: two micro-batches are not twice one"
+
+
+def test_a_missing_main_grad_is_named_at_backward():
+    """As the composition's GroupedLinear: the buffer is the caller's, checked when the backward
+    needs it."""
+    experts = make_experts(2, 16, 8)
+    experts[2].accumulate_into_main_grad = True
+    x = torch.randn(5, 16, requires_grad=True)
+    y = expert_layer(x, routing(5, 2, 2, 0), None, experts)
+    with pytest.raises(ValueError, match=r"weight\.main_grad: expected a float32 tensor of shape \[2, 16, 8\]"):
+        y.sum().backward()
+
+
+def test_compiled_with_main_grad_runs_the_composition(monkeypatch):
+    """Under torch.compile the layer's operators are functional: with ``accumulate_into_main_grad``
+    the composition runs (its GroupedLinears add into main_grad), and says so; over two steps its
+    buffers match the eager layer's within float32 rounding, ``.grad`` stays None."""
+    x, ids, w = torch.randn(7, 16), routing(7, 3, 2, 0), torch.rand(7, 2)
+    eager, compiled = into_main_grad(make_experts(3, 16, 8), "both"), into_main_grad(make_experts(3, 16, 8), "both")
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert "accumulate_into_main_grad under torch.compile" in expert_layer_fallback(x, w, compiled)
+    monkeypatch.undo()
+    torch._dynamo.reset()
+    layer = torch.compile(lambda *a: expert_layer(*a, compiled), backend="aot_eager", fullgraph=True)
+    for _ in range(2):
+        expert_layer(x, ids, w, eager).square().sum().backward()
+        layer(x, ids, w).square().sum().backward()
+    for i in (0, 2):
+        assert compiled[i].weight.grad is None
+        got, want = compiled[i].weight.main_grad, eager[i].weight.main_grad
+        assert want.abs().sum() > 0 and rel_err(got, want) <= REL_TOL[torch.float32], f"FC{i // 2 + 1}"
+
+
 @pytest.mark.parametrize(
     "call, error, match",
     [
@@ -370,6 +479,16 @@ def test_gpu_equals_the_composition(lean):
         plain = step(unfused(experts), x, ids, w, dy)
         exact = step(unfused(experts, torch.float64), x.double(), ids, w.double(), dy.double())
         check_close(fused, plain, exact, torch.bfloat16, ["y", "dx", "dweights", "w1", "w2"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+def test_gpu_weight_gradients_go_into_main_grad(lean):
+    """``test_weight_gradients_go_into_main_grad`` on the GPU's wgrad kernels (on sm_90 the Gluon
+    one, its main_grad tile loaded under the main loop), bf16, both weights and FC2's alone."""
+    device = cuda_or_skip()
+    for which in ("both", "fc2"):
+        check_main_grad(which, lean, (300, 2, 128, 96, 8), torch.bfloat16, device)
 
 
 @pytest.mark.gpu

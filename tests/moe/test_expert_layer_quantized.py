@@ -224,6 +224,44 @@ def test_weights_quantized_once_per_version_and_never_stale(recipe):
     assert weight_cache.cached_bytes() == held
 
 
+@pytest.mark.parametrize("kernels", paths())
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_weight_gradients_into_main_grad_equal_the_composition(recipe, kernels):
+    with kernels_or_not(kernels):
+        check_main_grad(recipe, "cpu", 9)
+
+
+def check_main_grad(recipe, device, T):
+    """``accumulate_into_main_grad`` on both GroupedLinears: the quantized layer runs (no fallback)
+    and adds each weight gradient to its ``main_grad`` as the composition's GroupedLinear does,
+    bit for bit over two micro-batches; ``.grad`` stays None, the other gradients are the
+    composition's bit for bit."""
+    mine, theirs = make_experts(device=device), make_experts(device=device)
+    for experts in (mine, theirs):
+        for i in (0, 2):
+            experts[i].accumulate_into_main_grad = True
+            experts[i].weight.main_grad = torch.zeros(experts[i].weight.shape, device=device)
+    g = torch.Generator().manual_seed(3)
+    x, ids = torch.randn(T, H, generator=g).to(device, torch.bfloat16), routing(T, E, 2, 3, device=device)
+    w = torch.rand(T, 2, generator=g).to(device)
+    dy = torch.randn(T, H, generator=g).to(device, torch.bfloat16)
+
+    def micro_batch(layer, experts):
+        xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+        layer(xg, ids, wg, experts).backward(dy)
+        return [xg.grad, wg.grad]
+
+    with fuseops.autocast(recipe=RECIPES[recipe]()):
+        assert expert_layer_fallback(x, w, mine) is None
+        for _ in range(2):
+            assert_all_bitwise(micro_batch(expert_layer, mine), micro_batch(composition, theirs))
+    for i in (0, 2):
+        assert mine[i].weight.grad is None and theirs[i].weight.grad is None
+        assert mine[i].weight.main_grad.abs().sum() > 0
+        assert_bitwise(mine[i].weight.main_grad, theirs[i].weight.main_grad, f"FC{i // 2 + 1} main_grad")
+    assert_bitwise(mine[0].bias.grad, theirs[0].bias.grad, "FC1 bias")
+
+
 def test_lean_and_float64_fall_back_and_say_why():
     x, experts = torch.randn(4, H), make_experts(dtype=torch.float32)
     with fuseops.autocast(recipe=fuseops.recipes.FP8CurrentScaling()):
@@ -259,6 +297,14 @@ def test_fullgraph_compile_equals_eager_over_three_token_counts(recipe):
         got = step(lambda x, i, w, _: compiled(x, i, w), experts, x, ids, w, dy)
         assert_all_bitwise(got, step(lambda x, i, w, _: layer(x, i, w), experts, x, ids, w, dy))
     assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", FP8)
+def test_gpu_weight_gradients_into_main_grad_equal_the_composition(recipe):
+    """``check_main_grad`` on the GPU's quantized wgrads (the dispatch table's, each adding into
+    main_grad): 256 tokens top-2 over the 4 experts."""
+    check_main_grad(recipe, cuda_or_skip(), 256)
 
 
 @pytest.mark.gpu

@@ -383,6 +383,37 @@ def test_an_eager_forward_leaves_the_backward_eager_and_freeing(cpu_graphs, monk
     assert _expert_states() == {"expert_layer": ["eager"] * 2}
 
 
+def test_expert_layers_into_main_grad_graph_the_forward_alone(cpu_graphs, monkeypatch):  # noqa: F811
+    """``accumulate_into_main_grad`` on both GroupedLinears: each layer's forward graphed, its
+    backward eager (a capture puts back what its program wrote between its runs: a float32
+    buffer the size of the weights copied whole); each step bit for bit, and the buffers after
+    all of them, the calls without graphs'."""
+    torch.manual_seed(0)
+    experts = [make_experts(4, 8, 4) for _ in range(2)]
+    main_grads = []
+    for e in experts:
+        for i in (0, 2):
+            e[i].accumulate_into_main_grad = True
+            e[i].weight.main_grad = torch.zeros(e[i].weight.shape)
+            main_grads.append(e[i].weight.main_grad)
+    ids, weights, xs = _routed_inputs("cpu", 6, 8, 4, 2, torch.float32, False)
+
+    def forward(x, b):
+        for e in experts:
+            x = x + moe.expert_layer(x, ids[b], weights, e)
+        return x
+    training = _loop("cpu", forward, xs, (*xs, weights, *[p for e in experts for p in e.parameters()]), "plain")
+
+    def steps():
+        for buffer in main_grads:
+            buffer.zero_()
+        return [*training(), [buffer.clone() for buffer in main_grads]]
+    delta = _same_with_graphs(steps, monkeypatch)
+    assert delta["graph_replays"] > 0, delta
+    assert _expert_states() == {"expert_layer": ["graphed"] * 2}
+    assert all(buffer.abs().sum() > 0 for buffer in main_grads)
+
+
 def test_expert_layer_keeps_its_own_permute(cpu_graphs, monkeypatch):  # noqa: F811
     """``expert_layer``'s permute runs inside its own forward (graphed whole or not at all), never
     through permute's states."""

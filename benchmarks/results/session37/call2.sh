@@ -4,7 +4,7 @@
 # kernels at Qwen3 (its 1.2x target at eight micro-batches: 1.05x in session 35; not yet profiled
 # since the Gluon blockwise kernels). Also owed by session 36's rules check: the blockwise routes' GPU
 # tests (their serves checks now share pipeline.grouped_operands_ready), FP8 under torch.compile and
-# under torch.autocast with the new kernel, and the layer at small and medium token counts. ~9 min.
+# under torch.autocast with the new kernel, and the layer at small and medium token counts. ~10 min.
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 S=$SECONDS
 timeout -s INT 260 python3 -m pytest -p no:cacheprovider -q -rfE --tb=short tests/kernels/hopper \
@@ -13,6 +13,12 @@ timeout -s INT 260 python3 -m pytest -p no:cacheprovider -q -rfE --tb=short test
   tests/quant/test_compile.py tests/ops/executor/test_autocast_weight_grads.py \
   2>&1 | tail -6 | cut -c1-300
 echo "tests ($((SECONDS - S)) s)"; S=$SECONDS
+# Session 37 (CPU): expert_layer adds into main_grad (eagerly and under a recipe); a compiled Sequential
+# with accumulate_into_main_grad (its fake implementations failed; its backward operator was dropped as
+# dead code where no input needed a gradient): their tests on torch 2.11, CPU and GPU.
+timeout -s INT 120 python3 -m pytest -p no:cacheprovider -q -rfE --tb=short tests/test_compiled_sequential.py \
+  tests/moe/test_expert_layer.py tests/moe/test_routing_graphs.py -k main_grad 2>&1 | tail -4 | cut -c1-300
+echo "main_grad tests ($((SECONDS - S)) s)"; S=$SECONDS
 timeout 150 python3 -m benchmarks.fp8_moe --recipes "fp8 current" --rounds 3 --out $OUT/fp8_moe_current.json > $OUT/fp8_moe_current.log 2>&1
 echo "fp8_moe rc=$? ($((SECONDS - S)) s)"; grep -E "micro-batch" $OUT/fp8_moe_current.log | cut -c1-120; S=$SECONDS
 timeout 90 python3 -m benchmarks.fp8_moe --shapes qwen3-30b-a3b --tokens 1024 4096 --recipes "fp8 current" --rounds 3 --out $OUT/fp8_moe_small.json > $OUT/fp8_moe_small.log 2>&1
