@@ -12,7 +12,9 @@ one in-place update of both expert weights (``w -= 1e-6 * grad``: what an optimi
 does to the version counters, so the quantized-weight cache re-quantizes once per step), then
 the gradients are set to None. Each row reports ms per micro-batch (the step's time / n),
 TFLOP/s (``18*T*K*H*I`` per micro-batch) and the speed-up over bf16 at the same cadence.
-``fp8 ... nocache`` rows run the recipe with ``cache_weights=False`` (every micro-batch
+``--main-grad``: the weight gradients go into float32 ``main_grad`` buffers (the wgrad kernels
+add to them: no accumulation kernel; the step reads and zeroes them), as Megatron-style training
+keeps them. ``fp8 ... nocache`` rows run the recipe with ``cache_weights=False`` (every micro-batch
 re-quantizes both weights): the cache's own effect. ``--ab-fusions`` adds rows with FC1's
 activation-quantize epilogue forced on in the layer (``grouped_scaled_act.UNFUSED_FASTER`` emptied:
 FP8 declines it) and with BackwardQuantizedGatedMLP forced on in the composition (its guard
@@ -104,6 +106,13 @@ def optimizer_step(case: Case, layer: Callable[[], torch.Tensor], micro_batches:
         for _ in range(micro_batches):
             layer().backward(case.dy)
             case.x.grad = case.weights.grad = None
+        if case.main_grad:
+            # Megatron-style: the float32 buffers are the step's gradients, zeroed in place after.
+            grads = [case.w1.main_grad, case.w2.main_grad]
+            with torch.no_grad():
+                torch._foreach_add_([case.w1, case.w2], grads, alpha=-LR)
+                torch._foreach_zero_(grads)
+            return
         with torch.no_grad():
             torch._foreach_add_([case.w1, case.w2], [case.w1.grad, case.w2.grad], alpha=-LR)
         case.w1.grad = case.w2.grad = None
@@ -151,7 +160,8 @@ def bitwise_check(case: Case, recipe_names: list[str]) -> dict[str, bool]:
                     y.backward(case.dy)
                     got += [y.detach(), case.x.grad, case.weights.grad]
                     case.x.grad = case.weights.grad = None
-                got += [case.w1.grad.clone(), case.w2.grad.clone()]
+                grads = (case.w1.main_grad, case.w2.main_grad) if case.main_grad else (case.w1.grad, case.w2.grad)
+                got += [g.clone() for g in grads]
                 optimizer_step(case, lambda: None, 0)()
             runs.append(got)
         result[name] = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
@@ -171,7 +181,7 @@ def run(args) -> tuple[list[dict], dict]:
     rows, extra = [], {}
     for shape_name, shape in shapes.items():
         print(f"\n{shape_name} {shape}", flush=True)
-        case = make_case(**shape, device=device)
+        case = make_case(**shape, device=device, main_grad=args.main_grad)
         if args.smoke:
             extra["bitwise_cached_vs_uncached"] = same = bitwise_check(case, args.recipes)
             print(f"  cached, uncached and the composition, bit for bit: {same}", flush=True)
@@ -213,6 +223,9 @@ def main() -> None:
     parser.add_argument("--ab-fusions", action="store_true",
                         help="also time each recipe with FC1's act-quantize epilogue forced on and with "
                              "BackwardQuantizedGatedMLP off")
+    parser.add_argument("--main-grad", action="store_true",
+                        help="every layer's GroupedLinears add their weight gradients to a float32 main_grad "
+                             "(accumulate_into_main_grad), which the step reads and zeroes")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per implementation")
     parser.add_argument("--timing", choices=("do_bench", "sustained"), default="do_bench")
     parser.add_argument("--rep", type=int, default=200, help="do_bench: ms of timed repetitions per measurement")

@@ -75,6 +75,9 @@ class Case:
     dy: torch.Tensor
     w1: torch.nn.Parameter
     w2: torch.nn.Parameter
+    # The experts' GroupedLinears add their weight gradients to the weights' float32 main_grad
+    # (accumulate_into_main_grad, as Megatron-style training does) instead of ``.grad``.
+    main_grad: bool = False
 
     def leaves(self) -> list[torch.Tensor]:
         return [self.x, self.weights, self.w1, self.w2]
@@ -90,7 +93,8 @@ class Case:
             self.weights.copy_(top.softmax(-1))
 
 
-def make_case(E: int, T: int, H: int, I: int, K: int, device="cuda", dtype=torch.bfloat16) -> Case:
+def make_case(E: int, T: int, H: int, I: int, K: int, device="cuda", dtype=torch.bfloat16,
+              main_grad: bool = False) -> Case:
     torch.manual_seed(0)
     kw = dict(device=device, dtype=dtype)
     case = Case(
@@ -100,15 +104,19 @@ def make_case(E: int, T: int, H: int, I: int, K: int, device="cuda", dtype=torch
         dy=torch.randn(T, H, **kw),
         w1=torch.nn.Parameter(torch.randn(E, 2 * I, H, **kw) / math.sqrt(H)),
         w2=torch.nn.Parameter(torch.randn(E, H, I, **kw) / math.sqrt(I)),
+        main_grad=main_grad,
     )
+    if main_grad:
+        for w in (case.w1, case.w2):
+            w.main_grad = torch.zeros(w.shape, device=device, dtype=torch.float32)
     case.route(0)
     return case
 
 
 def _experts(case: Case, scaled: bool) -> fuseops.Sequential:
     E, two_i, H = case.w1.shape
-    fc1 = ops.GroupedLinear(E, H, two_i, device="meta")
-    fc2 = ops.GroupedLinear(E, two_i // 2, H, device="meta")
+    fc1 = ops.GroupedLinear(E, H, two_i, device="meta", accumulate_into_main_grad=case.main_grad)
+    fc2 = ops.GroupedLinear(E, two_i // 2, H, device="meta", accumulate_into_main_grad=case.main_grad)
     fc1.weight, fc2.weight = case.w1, case.w2
     return fuseops.Sequential(fc1, ops.SwiGLU(scaled=scaled), fc2)
 
