@@ -2,7 +2,8 @@
 # weight gradients into float32 main_grad (fp8_moe --main-grad, new: accumulate_into_main_grad, which
 # expert_layer now serves; the wgrad kernels add to the buffers, so no accumulation kernel runs, where
 # the plain .grad path spent ~1.0 ms a micro-batch of eight on adds at Qwen3 in session 36), both FP8
-# recipes at Qwen3; and the blockwise GEMMs alone at Qwen3 (the 1.2x target's gap). ~5 min.
+# recipes at Qwen3; and the blockwise GEMMs alone at Qwen3 (the 1.2x target's gap; --library-only times
+# the library's route, on sm_90 the Gluon blockwise kernels, whatever Triton tile its row names). ~5 min.
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 S=$SECONDS
 timeout 200 python3 -m benchmarks.fp8_moe --shapes qwen3-30b-a3b --recipes "fp8 current" "fp8 blockwise" --main-grad \
