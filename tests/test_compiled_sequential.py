@@ -267,7 +267,8 @@ def test_weight_gradients_into_main_grad_bit_for_bit(kind, backend, inputs_need_
     for step, rows in enumerate((10, 13, 7)):
         if step == 2:
             swapped = [*_main_grads(model), *_main_grads(eager_model)]
-            _into_main_grad(model), _into_main_grad(eager_model)
+            _into_main_grad(model)
+            _into_main_grad(eager_model)
         args = _inputs(kind, rows, seed=step)
         if not inputs_need_grad:
             args = tuple(a.detach() for a in args)
