@@ -479,6 +479,7 @@ def _gradients(entry: _Entry, carried, params, grads, *, fake: bool) -> list[tor
     params = list(params)
     if fake:
         ops, prep, reparametrize = _ops(_template(entry)), entry.prep, True
+        _stand_in_main_grads(params)
     else:
         ops, prep, reparametrize = _running(entry, params)
     activations = carried[:layout.num_activations]
@@ -505,6 +506,16 @@ def _gradients(entry: _Entry, carried, params, grads, *, fake: bool) -> list[tor
                            "run it eagerly and report this")
     # A gradient passed straight through (``dx = dy``) is the only one that can be an argument.
     return _fresh_all([g if g is not None else dy.new_empty(0) for g in out], grads)
+
+
+def _stand_in_main_grads(params: Sequence[torch.Tensor]) -> None:
+    """Give each fake parameter a fake float32 ``main_grad`` of its shape: an op with
+    ``accumulate_into_main_grad`` reads it in the fake backward (the fake parameters carry none;
+    each compiled Sequential with the flag failed there, session 37). The real call adds into the
+    buffer the real parameter holds when it runs."""
+    for p in params:
+        if p.is_floating_point() and getattr(p, "main_grad", None) is None:
+            p.main_grad = p.new_empty(p.shape, dtype=torch.float32)
 
 
 @fuseops_op("plan_backward(int entry, Tensor[] carried, Tensor[] params, Tensor[] grads) -> Tensor[]",

@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import is_fake
 
 from fuseops.ops.contract import TensorSpec
 
@@ -169,13 +168,8 @@ def split_sizes(name: str, value: Any, groups: int, rows: int, device: torch.dev
 
 
 def main_grad(weight: torch.nn.Parameter) -> torch.Tensor:
-    """``weight.main_grad``: the caller's float32 buffer of the weight's shape. A fake weight
-    without one (a compiled Sequential's operators run the executor on fake parameters to learn
-    their results' shapes: ``fuseops/compiled_sequential.py``) gets a fake buffer of that shape;
-    the real call reads the real one."""
+    """``weight.main_grad``: the caller's float32 buffer of the weight's shape."""
     buf = getattr(weight, "main_grad", None)
-    if buf is None and is_fake(weight):
-        return weight.new_empty(weight.shape, dtype=torch.float32)
     if buf is None or buf.dtype != torch.float32 or buf.shape != weight.shape:
         got = None if buf is None else f"{buf.dtype} {list(buf.shape)}"
         raise ValueError(
