@@ -24,7 +24,15 @@ from fuseops.kernels._triton import cdiv, next_power_of_2
 from fuseops.kernels.gemm.dense import fresh_tma_ok, tma_ok
 from fuseops.kernels.gemm.grouped import persistent_programs
 from fuseops.kernels.hopper.fp8_forward import grouped_fp8_kernel
-from fuseops.kernels.hopper.pipeline import BLOCK, HALF, descriptor, dummy_or, grouped_operands_ready, on_sm90
+from fuseops.kernels.hopper.pipeline import (
+    BLOCK,
+    HALF,
+    descriptor,
+    dummy_or,
+    grouped_call,
+    grouped_operands_ready,
+    on_sm90,
+)
 from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.kernels.quantization.operand import Operand
@@ -62,7 +70,8 @@ def grouped_blockwise(a: Operand, b: Operand, offsets: torch.Tensor, y: torch.Te
         aog, aom, bog, bon,
         bias.stride(0) if bias is not None else 0, y.stride(0),
         BLOCK_SCALES=True, B_ROWS_PER_SCALE=b.rows_per_scale, HAS_OUTER_A=a.outer is not None,
-        HAS_OUTER_B=b.outer is not None, GROUP_FACTORS=False, HAS_BIAS=bias is not None, ACCUMULATE=accumulate, NUM_PROGRAMS=programs, STAGES=STAGES, GROUP_M=GROUP_M,
+        HAS_OUTER_B=b.outer is not None, GROUP_FACTORS=False, HAS_BIAS=bias is not None, ACCUMULATE=accumulate,
+        NUM_PROGRAMS=programs, STAGES=STAGES, GROUP_M=GROUP_M,
         BLOCK_G=max(32, next_power_of_2(G)), num_warps=4,
     )
     return y
@@ -120,7 +129,4 @@ def grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, *, scalin
                         out_dtype: torch.dtype, bias: torch.Tensor | None = None,
                         out: torch.Tensor | None = None) -> torch.Tensor:
     """gemm/grouped_scaled.py's ``grouped_gemm_scaled`` (same arguments) on this kernel."""
-    b_mem = b.data if b.data.stride(2) == 1 else b.data.contiguous()
-    y = out if out is not None else torch.empty(a.data.shape[0], b.data.shape[1], dtype=out_dtype,
-                                                device=a.data.device)
-    return grouped_blockwise(a, dataclasses.replace(b, data=b_mem), offsets, y, bias)
+    return grouped_call(grouped_blockwise, a, b, offsets, out_dtype, bias, out)

@@ -17,7 +17,9 @@ hopper/wgrad.py).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from collections.abc import Callable
 
 import torch
 from triton.experimental import gluon
@@ -336,6 +338,38 @@ def grouped_operands_ready(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor |
     else:
         b_ok = fresh_tma_ok(tuple(b.shape), b.dtype)
     return b_ok and (tma_ok(out) if out is not None else fresh_tma_ok(shape, out_dtype))
+
+
+def grouped_call(run: Callable, a, b, offsets: torch.Tensor, out_dtype: torch.dtype, bias: torch.Tensor | None,
+                 out: torch.Tensor | None) -> torch.Tensor:
+    """A forward / dgrad dispatch row's call of ``run(a, b, offsets, y, bias)``: ``b`` [G, N, K]
+    read from a contiguous copy where it is strided along K (as the Triton launcher reads it),
+    ``y`` [M, N] ``out`` or a fresh tensor of ``out_dtype``."""
+    b_mem = b.data if b.data.stride(2) == 1 else b.data.contiguous()
+    y = out if out is not None else torch.empty(a.data.shape[0], b.data.shape[1], dtype=out_dtype,
+                                                device=a.data.device)
+    return run(a, dataclasses.replace(b, data=b_mem), offsets, y, bias)
+
+
+def wgrad_call(run: Callable, a, b, offsets: torch.Tensor, out_dtype: torch.dtype, main_grad: torch.Tensor | None,
+               out: torch.Tensor | None) -> torch.Tensor:
+    """A wgrad dispatch row's call of ``run(a, b, offsets, dw, accumulate)``: added to
+    ``main_grad`` where given, else written to ``out`` or a fresh [G, N, K] of ``out_dtype``."""
+    if main_grad is not None:
+        return run(a, b, offsets, main_grad, True)
+    if out is None:
+        out = torch.empty(offsets.shape[0] - 1, a.data.shape[0], b.data.shape[0], dtype=out_dtype,
+                          device=a.data.device)
+    return run(a, b, offsets, out, False)
+
+
+def dw_descriptor(dw: torch.Tensor, cols: int) -> tuple[TensorDescriptor, bool]:
+    """The wgrad kernels' ``dw_desc`` ([64, cols] boxes over dw as [G * N, K]) and whether its
+    tiles go by TMA (dw contiguous with 16-byte rows); without, the descriptor is only a
+    placeholder (over a small tensor that always takes one)."""
+    G, N, K = dw.shape
+    dw_tma = dw.is_contiguous() and tma_ok(dw)
+    return descriptor(dw.view(G * N, K) if dw_tma else dw.new_empty(HALF, cols), HALF, cols), dw_tma
 
 
 def dummy_or(t: torch.Tensor | None, dummy: torch.Tensor) -> torch.Tensor:

@@ -18,14 +18,12 @@ fp16 result); elsewhere, and under the interpreter, the Triton kernel runs.
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from fuseops.kernels._triton import cdiv, next_power_of_2
 from fuseops.kernels.gemm.grouped import persistent_programs
 from fuseops.kernels.hopper.fp8_forward import grouped_fp8_kernel
-from fuseops.kernels.hopper.pipeline import BLOCK, HALF, descriptor, dummy_or, grouped_operands_ready
+from fuseops.kernels.hopper.pipeline import BLOCK, HALF, descriptor, dummy_or, grouped_call, grouped_operands_ready
 from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.kernels.quantization.operand import Operand
@@ -77,7 +75,4 @@ def grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, *, scalin
                         out_dtype: torch.dtype, bias: torch.Tensor | None = None,
                         out: torch.Tensor | None = None) -> torch.Tensor:
     """gemm/grouped_scaled.py's ``grouped_gemm_scaled`` (same arguments) on this kernel."""
-    b_mem = b.data if b.data.stride(2) == 1 else b.data.contiguous()
-    y = out if out is not None else torch.empty(a.data.shape[0], b.data.shape[1], dtype=out_dtype,
-                                                device=a.data.device)
-    return grouped_tensor_scaled(a, dataclasses.replace(b, data=b_mem), offsets, y, bias)
+    return grouped_call(grouped_tensor_scaled, a, b, offsets, out_dtype, bias, out)

@@ -16,8 +16,6 @@ one kept then replaces the other.
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -33,6 +31,7 @@ from fuseops.kernels.hopper.pipeline import (
     PRODUCER_REGS,
     descriptor,
     dummy_or,
+    grouped_call,
     grouped_tile,
     mma_layout,
     start_walk,
@@ -196,7 +195,4 @@ def grouped_gemm_scaled(a: Operand, b: Operand, offsets: torch.Tensor, *, scalin
                         bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """gemm/grouped_scaled.py's ``grouped_gemm_scaled`` (same arguments) on this kernel, where
     ``tensor_scaled.serves_grouped_gemm_scaled`` holds."""
-    b_mem = b.data if b.data.stride(2) == 1 else b.data.contiguous()
-    y = out if out is not None else torch.empty(a.data.shape[0], b.data.shape[1], dtype=out_dtype,
-                                                device=a.data.device)
-    return grouped_tensor_scaled_pingpong(a, dataclasses.replace(b, data=b_mem), offsets, y, bias)
+    return grouped_call(grouped_tensor_scaled_pingpong, a, b, offsets, out_dtype, bias, out)

@@ -22,12 +22,11 @@ from __future__ import annotations
 import torch
 
 from fuseops.kernels._triton import cdiv
-from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.grouped import persistent_programs
 from fuseops.kernels.gemm.wgrad_walk import n_fastest
 from fuseops.kernels.hopper.blockwise import usable
 from fuseops.kernels.hopper.fp8_wgrad import grouped_fp8_wgrad_kernel
-from fuseops.kernels.hopper.pipeline import BLOCK, HALF, descriptor, dummy_or
+from fuseops.kernels.hopper.pipeline import BLOCK, HALF, descriptor, dummy_or, dw_descriptor, wgrad_call
 from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.kernels.quantization.operand import Operand
@@ -50,10 +49,7 @@ def grouped_tensor_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, d
     programs = persistent_programs(dw, G * cdiv(N, BLOCK) * cdiv(K, block_k))
     if along_n is None:
         along_n = n_fastest(N, K, BLOCK, block_k, programs)
-    dw_tma = dw.is_contiguous() and tma_ok(dw)
-    # Without TMA stores the descriptor is only a placeholder (over a view that always has one).
-    target = dw.view(G * N, K) if dw_tma else dw.new_empty(HALF, block_k)
-    dw_desc = descriptor(target, HALF, block_k)
+    dw_desc, dw_tma = dw_descriptor(dw, block_k)
     # No block scales: dw stands in for them (never read), their strides 0.
     launch(grouped_fp8_wgrad_kernel, (programs,),
         descriptor(a.data, HALF), descriptor(b.data, block_k), dw_desc, offsets, dw, dw, dummy_or(a.outer, dw),
@@ -82,8 +78,4 @@ def grouped_gemm_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, *, 
                               out_dtype: torch.dtype, main_grad: torch.Tensor | None = None,
                               out: torch.Tensor | None = None) -> torch.Tensor:
     """gemm/grouped_scaled_wgrad.py's ``grouped_gemm_scaled_wgrad`` (same arguments) on this kernel."""
-    if main_grad is None and out is None:
-        out = torch.empty(offsets.shape[0] - 1, a.data.shape[0], b.data.shape[0], dtype=out_dtype,
-                          device=a.data.device)
-    return grouped_tensor_scaled_wgrad(a, b, offsets, main_grad if main_grad is not None else out,
-                                       accumulate=main_grad is not None)
+    return wgrad_call(grouped_tensor_scaled_wgrad, a, b, offsets, out_dtype, main_grad, out)
