@@ -32,7 +32,7 @@ from benchmarks import fp8_moe
 from benchmarks.moe_layer import SHAPES
 from fuseops.kernels.gemm import grouped_scaled, grouped_scaled_wgrad
 from fuseops.kernels.gemm.grouped import GemmConfig
-from fuseops.kernels.hopper import tensor_scaled, tensor_scaled_pingpong, tensor_scaled_wgrad
+from fuseops.kernels.hopper import tensor_scaled, tensor_scaled_wgrad
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.quant import linear_dgrad, linear_forward, linear_wgrad, quantize
 
@@ -47,10 +47,10 @@ FORWARD_CANDIDATES = {
     Scaling.BLOCK: [GemmConfig(128, 128, 128, 8, 8, 3, flatten=False),
                     GemmConfig(128, 128, 128, 8, 8, 4, flatten=False), GemmConfig(64, 128, 128, 8, 4, 4)],
 }
-# The warp-specialized kernels, hopper/tensor_scaled.py (forward and dgrad; its consumers on
-# alternate tiles: tensor_scaled_pingpong.py) and tensor_scaled_wgrad.py: (name, output tile
-# columns, stages).
-GLUON_CANDIDATES = [("gluon", 256, 3), ("gluon", 128, 4), ("gluon pingpong", 128, 4)]
+# The warp-specialized kernels, hopper/tensor_scaled.py (forward and dgrad, its consumers on
+# alternate tiles; a consumer's whole 128x256 tile would not fit its registers) and
+# tensor_scaled_wgrad.py: (name, output tile columns, stages).
+GLUON_CANDIDATES = [("gluon", 128, 4), ("gluon", 128, 3)]
 GLUON_WGRAD_CANDIDATES = [("gluon wgrad", 256, 3), ("gluon wgrad", 128, 5)]
 WGRAD_CANDIDATES = {
     Scaling.TENSOR: [GemmConfig(128, 128, 256, 1, 8, 3), GemmConfig(128, 256, 128, 1, 8, 3),
@@ -93,13 +93,12 @@ def operands(shape: dict, recipe, device: str = "cuda") -> tuple[dict[str, Calla
     }, kernel_operands
 
 
-def _gluon(a, b, offsets, *, block_n: int, stages: int, pingpong: bool) -> torch.Tensor:
+def _gluon(a, b, offsets, *, block_n: int, stages: int) -> torch.Tensor:
     """The Gluon forward / dgrad kernel with an explicit tile (a weight strided along K read from
     a contiguous copy, as the library's launchers do)."""
     b = dataclasses.replace(b, data=b.data.contiguous())
     y = torch.empty(a.data.shape[0], b.data.shape[1], dtype=torch.bfloat16, device=a.data.device)
-    run = tensor_scaled_pingpong.grouped_tensor_scaled_pingpong if pingpong else tensor_scaled.grouped_tensor_scaled
-    return run(a, b, offsets, y, None, block_n=block_n, stages=stages)
+    return tensor_scaled.grouped_tensor_scaled(a, b, offsets, y, None, block_n=block_n, stages=stages)
 
 
 def _gluon_wgrad(a, b, offsets, *, block_n: int, stages: int) -> torch.Tensor:
@@ -129,8 +128,7 @@ def main() -> None:
     gemms, kernel_operands = operands(shape, recipe)
     library = {name: fn() for name, fn in gemms.items()}
     rows = []
-    # The weight gradients first: a new kernel that hangs (the ping-pong one is last among the
-    # forward / dgrad candidates) leaves the rest timed.
+    # The weight gradients first: a new kernel that hangs leaves the rest timed.
     for name, fn in sorted(gemms.items(), key=lambda item: not item[0].endswith("wgrad")):
         wgrad = name.endswith("wgrad")
         target, attr = (grouped_scaled_wgrad, "pick_wgrad_config") if wgrad else (grouped_scaled, "pick_config")
@@ -146,8 +144,7 @@ def main() -> None:
                 run = fn
                 if isinstance(cfg, tuple):
                     a, b, offsets = kernel_operands[name]
-                    gluon = _gluon_wgrad if wgrad else functools.partial(_gluon, pingpong="pingpong" in cfg[0])
-                    run = functools.partial(gluon, a, b, offsets, block_n=cfg[1], stages=cfg[2])
+                    run = functools.partial(_gluon_wgrad if wgrad else _gluon, a, b, offsets, block_n=cfg[1], stages=cfg[2])
                 with mock.patch.object(target, attr, lambda *a, c=cfg, **k: c):
                     try:
                         if cfg not in errors:

@@ -181,22 +181,18 @@ def _tensor_rows(rows: int, K: int):
     return Operand(torch.empty(rows, K, dtype=torch.float8_e4m3fn), None, outer=torch.ones(1))
 
 
-def tensor_scaled_fwd_launch(sink, *, pingpong=False, out_dtype=torch.bfloat16, bias=False):
-    """The FP8 per-tensor grouped forward (Gluon) at the Qwen3-30B-A3B FC1 shape (E=128, 262144
-    rows, 2048 -> 1536), one scale per group; ``pingpong``: the ping-pong kernel."""
-    from fuseops.kernels.hopper import tensor_scaled, tensor_scaled_pingpong
+def tensor_scaled_fwd_launch(sink, *, out_dtype=torch.bfloat16, bias=False):
+    """The FP8 per-tensor grouped forward (Gluon, the ping-pong kernel) at the Qwen3-30B-A3B FC1
+    shape (E=128, 262144 rows, 2048 -> 1536), one scale per group."""
+    from fuseops.kernels.hopper import tensor_scaled
     from fuseops.kernels.quantization.operand import Operand
 
     E, M, K, N = 128, 262144, 2048, 1536
     w = Operand(torch.empty(E, N, K, dtype=torch.float8_e4m3fn), None, outer=torch.ones(E))
     offsets = torch.arange(0, M + 1, M // E, dtype=torch.int64)
     y, b = torch.empty(M, N, dtype=out_dtype), torch.empty(E, N, dtype=out_dtype) if bias else None
-    if pingpong:
-        with caught(tensor_scaled_pingpong, "grouped_tensor_scaled_pingpong_kernel", sink):
-            tensor_scaled_pingpong.grouped_tensor_scaled_pingpong(_tensor_rows(M, K), w, offsets, y, b)
-    else:
-        with caught(tensor_scaled, "grouped_fp8_kernel", sink):
-            tensor_scaled.grouped_tensor_scaled(_tensor_rows(M, K), w, offsets, y, b)
+    with caught(tensor_scaled, "grouped_tensor_scaled_kernel", sink):
+        tensor_scaled.grouped_tensor_scaled(_tensor_rows(M, K), w, offsets, y, b)
 
 
 def tensor_scaled_wgrad_launch(sink, *, accumulate=False):

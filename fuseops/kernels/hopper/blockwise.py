@@ -69,8 +69,8 @@ def grouped_blockwise(a: Operand, b: Operand, offsets: torch.Tensor, y: torch.Te
         a_scale.stride(0), b_scale.stride(0), b_scale.stride(1), a_scale.stride(1), b_scale.stride(2),
         aog, aom, bog, bon,
         bias.stride(0) if bias is not None else 0, y.stride(0),
-        BLOCK_SCALES=True, B_ROWS_PER_SCALE=b.rows_per_scale, HAS_OUTER_A=a.outer is not None,
-        HAS_OUTER_B=b.outer is not None, GROUP_FACTORS=False, HAS_BIAS=bias is not None, ACCUMULATE=accumulate,
+        B_ROWS_PER_SCALE=b.rows_per_scale, HAS_OUTER_A=a.outer is not None,
+        HAS_OUTER_B=b.outer is not None, HAS_BIAS=bias is not None, ACCUMULATE=accumulate,
         NUM_PROGRAMS=programs, STAGES=STAGES, GROUP_M=GROUP_M,
         BLOCK_G=max(32, next_power_of_2(G)), num_warps=4,
     )

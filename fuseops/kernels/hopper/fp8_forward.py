@@ -1,19 +1,14 @@
-"""The warp-specialized FP8 grouped GEMM for Hopper (Gluon), forward and dgrad: the kernel that
-hopper/blockwise.py launches under ``Scaling.BLOCK`` and hopper/tensor_scaled.py under
-``Scaling.TENSOR`` (rows grouped by device offsets, the groups' factors and bias applied to the
-result, as gemm/grouped_scaled.py computes them).
+"""The warp-specialized FP8 blockwise grouped GEMM for Hopper (Gluon), forward and dgrad: the
+kernel that hopper/blockwise.py launches under ``Scaling.BLOCK`` (rows grouped by device offsets,
+the groups' factors and bias applied to the result, as gemm/grouped_scaled.py computes them), and
+the producer that hopper/tensor_scaled.py's per-tensor kernel shares.
 
 A TMA producer warp fills a ring of stages; two consumer warpgroups take the two 64-row halves
-of each output tile, and release a stage on their own (the ``empty`` barrier counts both). How a
-consumer sums its K steps is the one difference between the formats (``BLOCK_SCALES``):
-
-- Block scales: each 128-long K step's product needs its own scales. Triton 3.6 compiles that
-  loop so that all warps wait for every step's wgmma and rescale in lockstep while the tensor
-  cores idle (.notes/quantize.md); here each consumer waits only for its own product and
-  rescales while the other's MMAs run (``pipeline.mma_steps``). 128x128 tiles: the product and
-  the sum are two accumulators.
-- Per-tensor scales: the K steps chain into one accumulator, one wgmma in flight while the next
-  stage is awaited (``pipeline.chained_steps``), so 128x256 tiles fit.
+of each output tile, and release a stage on their own (the ``empty`` barrier counts both). Each
+128-long K step's product needs its own scales. Triton 3.6 compiles that loop so that all warps
+wait for every step's wgmma and rescale in lockstep while the tensor cores idle
+(.notes/quantize.md); here each consumer waits only for its own products and rescales while
+MMAs run (``pipeline.mma_steps``). 128x128 tiles: the products and the sum are accumulators.
 
 Then the consumer's epilogue (``pipeline.store_rows``): the groups' factors, bias, the sum so far
 with ``ACCUMULATE``, and an asynchronous TMA store where every row is the group's, while the
@@ -30,7 +25,6 @@ from triton.experimental.gluon.language.nvidia.hopper import tma
 from fuseops.kernels.hopper.pipeline import (
     CONSUMER_REGS,
     PRODUCER_REGS,
-    chained_steps,
     grouped_tile,
     load_steps,
     mma_layout,
@@ -69,10 +63,8 @@ def forward_producer(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offs
 def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, offsets, a_scale, b_scale, a_outer,
               b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn, stride_as_step, stride_bs_step,
               stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, half_row,
-              BLOCK_SCALES: gl.constexpr, B_ROWS_PER_SCALE: gl.constexpr, HAS_OUTER_A: gl.constexpr,
-              HAS_OUTER_B: gl.constexpr, GROUP_FACTORS: gl.constexpr, HAS_BIAS: gl.constexpr,
-              ACCUMULATE: gl.constexpr,
-              NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr):
+              B_ROWS_PER_SCALE: gl.constexpr, HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr,
+              HAS_BIAS: gl.constexpr, ACCUMULATE: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr):
     """Rows ``half_row..+64`` (0 or 64) of each 128-row tile, all its columns (added to y's
     with ACCUMULATE). ``half_row`` is a runtime value: Gluon 3.6 takes no literal constexpr
     among a partition's arguments."""
@@ -88,42 +80,34 @@ def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, offs
         g, g_first, g_tiles, row0, size, pid_m, pid_n = grouped_tile(tile, g, g_first, g_tiles, offsets,
                                                                     tiles_n, GROUP_M)
         off_m = pid_m * 128 + half_row
-        if BLOCK_SCALES:
-            rows, mask_m, cols, mask_n = tile_span(off_m, row0, size, pid_n, N, HALF, BN, acc_layout)
-            if B_ROWS_PER_SCALE == 1:
-                cols_1d = pid_n * BN + gl.arange(0, BN, layout=spread_layout(BN))
-                sb_ptrs = b_scale + g * stride_bsg + cols_1d * stride_bsn
-                sb_mask = cols_1d < N
-            else:
-                sb_ptrs = b_scale + g * stride_bsg + pid_n * stride_bsn
-                sb_mask = None
-            acc, i = mma_steps(a_bufs, b_bufs, ready, empty, a_scale + rows * stride_as, mask_m, sb_ptrs, sb_mask,
-                               stride_as_step, stride_bs_step, k_tiles, i, STAGES, B_ROWS_PER_SCALE == 1,
-                               acc_layout)
+        rows, mask_m, cols, mask_n = tile_span(off_m, row0, size, pid_n, N, HALF, BN, acc_layout)
+        if B_ROWS_PER_SCALE == 1:
+            cols_1d = pid_n * BN + gl.arange(0, BN, layout=spread_layout(BN))
+            sb_ptrs = b_scale + g * stride_bsg + cols_1d * stride_bsn
+            sb_mask = cols_1d < N
         else:
-            acc, i = chained_steps(a_bufs, b_bufs, ready, empty, k_tiles, i, STAGES, acc_layout)
-            # After the steps: nothing of the epilogue held through them (BN = 256 columns).
-            rows, mask_m, cols, mask_n = tile_span(off_m, row0, size, pid_n, N, HALF, BN, acc_layout)
+            sb_ptrs = b_scale + g * stride_bsg + pid_n * stride_bsn
+            sb_mask = None
+        acc, i = mma_steps(a_bufs, b_bufs, ready, empty, a_scale + rows * stride_as, mask_m, sb_ptrs, sb_mask,
+                           stride_as_step, stride_bs_step, k_tiles, i, STAGES, B_ROWS_PER_SCALE == 1, acc_layout)
         store_rows(acc, off_m, row0, size, rows, mask_m, cols, mask_n, g, pid_n, a_outer, b_outer, bias, y, y_desc,
                    y_smem, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, HAS_OUTER_A,
-                   HAS_OUTER_B, GROUP_FACTORS, HAS_BIAS, ACCUMULATE, True)
+                   HAS_OUTER_B, False, HAS_BIAS, ACCUMULATE, True)
     tma.store_wait(0)
 
 
 @gluon.jit
 def grouped_fp8_kernel(a_desc, b_desc, y_desc, offsets, a_scale, b_scale, a_outer, b_outer, bias, y,
                        G, N, K, stride_as, stride_bsg, stride_bsn, stride_as_step, stride_bs_step, stride_aog,
-                       stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, BLOCK_SCALES: gl.constexpr,
+                       stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym,
                        B_ROWS_PER_SCALE: gl.constexpr, HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr,
-                       GROUP_FACTORS: gl.constexpr, HAS_BIAS: gl.constexpr, ACCUMULATE: gl.constexpr,
-                       NUM_PROGRAMS: gl.constexpr,
+                       HAS_BIAS: gl.constexpr, ACCUMULATE: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
                        STAGES: gl.constexpr, GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr,
                        num_warps: gl.constexpr):
     """Forward / dgrad: ``a_desc`` over a [M, K] (64-row boxes), ``b_desc`` over b as
     [G * N, K] (BN-row boxes: a tile past N reads the next group's rows, whose columns are never
-    stored), ``y_desc`` over y [M, N] ([64, BN] boxes). With BLOCK_SCALES the scales are
-    ``*_step`` apart from K step to K step; without, the scale arguments are not read.
-    GROUP_FACTORS: the outer factors are one value per group (or tensor), none per row."""
+    stored), ``y_desc`` over y [M, N] ([64, BN] boxes). The scales are ``*_step`` apart from K
+    step to K step; the outer factors are a value per row of a / of b."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     gl.static_assert(num_warps == 4, "the default partition is one consumer warpgroup")
     a_top, a_bottom, b_bufs, y_top, y_bottom, ready, empty = ring(a_desc, b_desc, y_desc, STAGES)
@@ -132,13 +116,13 @@ def grouped_fp8_kernel(a_desc, b_desc, y_desc, offsets, a_scale, b_scale, a_oute
         (_consumer, (a_desc, b_desc, y_desc, a_top, b_bufs, y_top, ready, empty, offsets, a_scale, b_scale,
                      a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn, stride_as_step,
                      stride_bs_step, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym,
-                     gl.to_tensor(0), BLOCK_SCALES, B_ROWS_PER_SCALE, HAS_OUTER_A, HAS_OUTER_B, GROUP_FACTORS,
-                     HAS_BIAS, ACCUMULATE, NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
+                     gl.to_tensor(0), B_ROWS_PER_SCALE, HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS, ACCUMULATE,
+                     NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
         (_consumer, (a_desc, b_desc, y_desc, a_bottom, b_bufs, y_bottom, ready, empty, offsets, a_scale,
                      b_scale, a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn,
                      stride_as_step, stride_bs_step, stride_aog, stride_aom, stride_bog, stride_bon,
-                     stride_biasg, stride_ym, gl.to_tensor(HALF), BLOCK_SCALES, B_ROWS_PER_SCALE, HAS_OUTER_A,
-                     HAS_OUTER_B, GROUP_FACTORS, HAS_BIAS, ACCUMULATE, NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
+                     stride_biasg, stride_ym, gl.to_tensor(HALF), B_ROWS_PER_SCALE, HAS_OUTER_A,
+                     HAS_OUTER_B, HAS_BIAS, ACCUMULATE, NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
         (forward_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
                             NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

@@ -9,13 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fuseops.kernels.hopper import (
-    blockwise,
-    blockwise_wgrad,
-    tensor_scaled,
-    tensor_scaled_pingpong,
-    tensor_scaled_wgrad,
-)
+from fuseops.kernels.hopper import blockwise, blockwise_wgrad, tensor_scaled, tensor_scaled_wgrad
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.kernels.quantization.operand import Operand
 
@@ -46,8 +40,7 @@ def _weight_strided_along_k(scaling: Scaling) -> Operand:
     return Operand(data, None, torch.ones(E))
 
 
-FORWARD = {"blockwise": (blockwise, Scaling.BLOCK), "tensor_scaled": (tensor_scaled, Scaling.TENSOR),
-           "pingpong": (tensor_scaled_pingpong, Scaling.TENSOR)}
+FORWARD = {"blockwise": (blockwise, Scaling.BLOCK), "tensor_scaled": (tensor_scaled, Scaling.TENSOR)}
 
 
 @pytest.mark.parametrize("given_out", [False, True], ids=["fresh", "out"])

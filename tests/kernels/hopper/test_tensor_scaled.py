@@ -1,6 +1,7 @@
-"""The warp-specialized FP8 per-tensor grouped GEMM (Gluon, sm_90) against float64 and, element
-by element, against the Triton kernel it replaces: ragged groups (empty, one row, across tile
-edges, one holding everything, many), N and K tails, bf16 / fp16 outputs, bias, E5M2
+"""The warp-specialized FP8 per-tensor grouped GEMM (Gluon, sm_90; its consumers on alternate
+tiles) against float64 and, element by element, against the Triton kernel it replaces: ragged
+groups (empty, one row, across tile edges, one holding everything, many, so that both consumers
+meet short and long walks), N and K tails, bf16 / fp16 outputs, bias, E5M2
 gradients against an E4M3 weight (dgrad), several tiles a program of more K steps than the ring
 has stages, the dispatch table's route, which calls it serves, and a CUDA graph replayed on
 other split sizes. GPU only: Gluon does not run in Triton's interpreter.
@@ -126,7 +127,8 @@ def test_what_it_serves():
 def many_tiles_each(gemm) -> None:
     """``gemm`` where each persistent program walks several tiles of more K steps than the ring
     has stages (8192 rows over three groups and an empty one, K = 768, N = 1024): the ring's
-    phases carried from tile to tile, against float64 and the Triton kernel."""
+    phases carried from tile to tile (in the ping-pong kernel, a consumer's ring count jumps past
+    the other's tile), against float64 and the Triton kernel."""
     sizes = [3000, 0, 2500, 2692]
     offsets = group_offsets(torch.tensor(sizes, device="cuda"))
     bufs, outer = quantized(torch.randn(1, sum(sizes), 768, device="cuda"), offsets, len(sizes), Scaling.TENSOR,
