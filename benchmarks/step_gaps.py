@@ -302,7 +302,10 @@ def _fp8_step(args) -> Callable[[], None]:
     from benchmarks import fp8_moe
     from benchmarks.moe_layer import SHAPES, composed_layer, fuseops_layer, make_case, quantized
 
-    case = make_case(**SHAPES[args.fp8_shape])
+    shape = dict(SHAPES[args.fp8_shape])
+    if args.fp8_tokens:
+        shape["T"] = args.fp8_tokens
+    case = make_case(**shape)
     layer = composed_layer(case) if args.impl == "composed" else fuseops_layer(case)
     if args.impl != "bf16":
         layer = quantized(layer, fp8_moe.RECIPES[args.recipe])
@@ -365,6 +368,7 @@ def main() -> None:
     parser.add_argument("--cell", default="swiglu:1024:1024", help="dense: act:T:H")
     parser.add_argument("--torch", action="store_true", help="dense: the torch.nn model")
     parser.add_argument("--fp8-shape", choices=("qwen3-30b-a3b", "mixtral-8x7b"), default="qwen3-30b-a3b")
+    parser.add_argument("--fp8-tokens", type=int, default=None, help="fp8: tokens a micro-batch (default: the shape's)")
     parser.add_argument("--recipe", default="fp8 current", help="fp8: a recipe of benchmarks.fp8_moe.RECIPES")
     parser.add_argument("--impl", choices=("layer", "composed", "bf16"), default="layer",
                         help="fp8: the quantized expert_layer, the quantized composition, or the bf16 layer")
@@ -408,7 +412,8 @@ def main() -> None:
     if args.model == "dense":
         label = f"{args.model} {args.cell}"
     elif args.model == "fp8":
-        label = f"{args.impl} {args.recipe if args.impl != 'bf16' else ''} {args.fp8_shape} x{args.micro_batches}"
+        tokens = f" T={args.fp8_tokens}" if args.fp8_tokens else ""
+        label = f"{args.impl} {args.recipe if args.impl != 'bf16' else ''} {args.fp8_shape}{tokens} x{args.micro_batches}"
         # A step of many micro-batches launches hundreds of kernels: the JSON keeps the listing.
         summary["phases"] = [p for p in summary["phases"] if not p[0].startswith(MARK)]
         printed = {k: v for k, v in summary.items() if k != "timeline"}
