@@ -98,14 +98,7 @@ def grouped_gemm_wgrad_kernel(
         offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
         mask_n = offs_n < N
         mask_k = offs_k < K
-        if ACCUMULATE:
-            # The reduction starts from main_grad: the float32 read is issued with the first
-            # slabs' TMA loads instead of stalling after the reduction, and needs no registers
-            # beyond the accumulator's.
-            prior_ptrs = dw + g * stride_dwg + offs_n[:, None] * stride_dwn + offs_k[None, :]
-            acc = tl.load(prior_ptrs, mask=mask_n[:, None] & mask_k[None, :], other=0.0)
-        else:
-            acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         for r in range(tl.cdiv(size, BLOCK_M)):
             if TMA_LOAD:
                 dy_tile = ragged_load(dy, row0, size, r * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N)
@@ -129,7 +122,13 @@ def grouped_gemm_wgrad_kernel(
         # Pointers built after the reduction: a [BLOCK_N, BLOCK_K] pointer tile live across it
         # costs 128 registers and spills.
         dw_ptrs = dw + g * stride_dwg + offs_n[:, None] * stride_dwn + offs_k[None, :]
-        tl.store(dw_ptrs, acc.to(dw.dtype.element_ty), mask=mask_n[:, None] & mask_k[None, :])
+        mask = mask_n[:, None] & mask_k[None, :]
+        if ACCUMULATE:
+            # main_grad plus the finished sum, as every other wgrad (and ``main_grad.add_``)
+            # adds it: a reduction started from main_grad rounds each micro-batch's gradient
+            # into the sum so far, so two micro-batches were not twice one.
+            acc += tl.load(dw_ptrs, mask=mask, other=0.0)
+        tl.store(dw_ptrs, acc.to(dw.dtype.element_ty), mask=mask)
 
 
 @triton.jit

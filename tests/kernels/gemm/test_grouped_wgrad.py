@@ -186,6 +186,28 @@ def test_wgrad_into_a_transposed_buffer(target):
     assert_close_rel(buf, ref, torch.bfloat16, what=target)
 
 
+@pytest.mark.parametrize("gathered", [False, True], ids=["rows", "gathered"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_main_grad_is_the_prior_plus_the_gradient_bit_for_bit(shape, gathered):
+    """Into ``main_grad`` the finished float32 sum is added to the buffer, as ``main_grad.add_``
+    of a float32 dw adds it: bit for bit, over several row slabs a group (a sum started from
+    the buffer rounds differently, and two micro-batches were not twice one)."""
+    sizes, offsets, dy, x = _case("mixed", shape, torch.bfloat16)
+    x_rows = None
+    if gathered:
+        x_rows = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    N, K = SHAPES[shape]
+    dw = grouped_gemm_wgrad(dy, x, offsets, out_dtype=torch.float32, x_rows=x_rows)
+    prior = torch.randn(len(sizes), N, K, device=DEVICE)
+    main_grad = prior.clone()
+    grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad, x_rows=x_rows)
+    assert torch.equal(main_grad, prior + dw)
+    twice = torch.zeros_like(prior)
+    for _ in range(2):
+        grouped_gemm_wgrad(dy, x, offsets, main_grad=twice, x_rows=x_rows)
+    assert torch.equal(twice, 2 * dw)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("shape", SHAPES)
