@@ -1,7 +1,8 @@
 """Warp-specialized Gluon GEMMs for Hopper (sm_90 only; never under the interpreter): a TMA
 producer warp fills a ring of shared-memory stages, two consumer warpgroups run the wgmma
-of each tile's two halves (or, in ``tensor_scaled``, of alternate whole tiles). The dispatch table routes calls here when ``serves*`` holds
-(TMA-ready operands, the format); elsewhere gemm/'s Triton kernels run.
+of each tile's two halves (or, in ``tensor_scaled``, of alternate whole tiles). The dispatch
+table routes calls here when ``serves*`` holds (TMA-ready operands, the format); elsewhere
+gemm/'s Triton kernels run.
 
 | module | launcher (dispatch row) | computes | formats | reference |
 | --- | --- | --- | --- | --- |

@@ -7,8 +7,9 @@ A TMA producer warp fills a ring of stages; two consumer warpgroups take the two
 of each output tile, and release a stage on their own (the ``empty`` barrier counts both). Each
 128-long K step's product needs its own scales. Triton 3.6 compiles that loop so that all warps
 wait for every step's wgmma and rescale in lockstep while the tensor cores idle
-(.notes/quantize.md); here each consumer waits only for its own products and rescales while
-MMAs run (``pipeline.mma_steps``). 128x128 tiles: the products and the sum are accumulators.
+(.notes/quantize.md); here each consumer waits only for its own product and rescales while the
+other's MMAs run (``pipeline.mma_steps``). 128x128 tiles: the product and the sum are two
+accumulators.
 
 Then the consumer's epilogue (``pipeline.store_rows``): the groups' factors, bias, the sum so far
 with ``ACCUMULATE``, and an asynchronous TMA store where every row is the group's, while the
@@ -64,7 +65,8 @@ def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, offs
               b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn, stride_as_step, stride_bs_step,
               stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, half_row,
               B_ROWS_PER_SCALE: gl.constexpr, HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr,
-              HAS_BIAS: gl.constexpr, ACCUMULATE: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr):
+              HAS_BIAS: gl.constexpr, ACCUMULATE: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
+              GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr):
     """Rows ``half_row..+64`` (0 or 64) of each 128-row tile, all its columns (added to y's
     with ACCUMULATE). ``half_row`` is a runtime value: Gluon 3.6 takes no literal constexpr
     among a partition's arguments."""

@@ -8,7 +8,7 @@ hopper/wgrad.py).
 - The ring and its barriers (``ring``): ``ready`` when the producer's TMA copies landed,
   ``empty`` when both consumers are done with a stage; the producer's steps (``load_steps``)
   and the blockwise consumer's, each step's product rescaled on its own (``mma_steps``), or
-  the per-tensor consumer's, chained into one accumulator (``chained_steps``).
+  the per-tensor wgrad's, chained into one accumulator (``chained_steps``).
 - A consumer's rows of a group's output tile (``tile_span``) and their epilogue: the groups'
   scales, bias, the sum so far, a TMA store where the rows are all the group's (``store_rows``).
 - An output tile's float32 prefetch and asynchronous TMA store (``prefetch_tile``,
@@ -204,7 +204,7 @@ def mma_steps(a_bufs, b_bufs, ready, empty, sa_ptrs, sa_mask, sb_ptrs, sb_mask, 
 @gluon.jit
 def chained_steps(a_bufs, b_bufs, ready, empty, steps, i, STAGES: gl.constexpr, acc_layout: gl.constexpr):
     """One consumer's sum over ``steps`` K steps into one accumulator (no per-step scales: the
-    per-tensor kernels, hopper/tensor_scaled*.py): a wgmma in flight while the next stage is
+    per-tensor wgrad, hopper/tensor_scaled_wgrad.py): a wgmma in flight while the next stage is
     awaited, each stage released once the MMA reading it is done."""
     HALF: gl.constexpr = a_bufs.shape[1]
     BN: gl.constexpr = b_bufs.shape[1]
