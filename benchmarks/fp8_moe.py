@@ -100,7 +100,13 @@ def layers(case: Case, recipe_names: list[str], args) -> dict[str, Callable[[], 
 
 def optimizer_step(case: Case, layer: Callable[[], torch.Tensor], micro_batches: int) -> Callable[[], None]:
     """``micro_batches`` forward+backward calls, then one in-place update of the expert
-    weights (an optimizer step's version bump), then their gradients dropped."""
+    weights (an optimizer step's version bump), then their gradients dropped.
+
+    The update's direction alternates from step to step. The benchmark's gradient points the
+    same way at every step (the same tokens, routing and ``dy``), so plain descent grew the
+    weights without bound: at Mixtral's shape they were infinite after ~20 steps and NaN after
+    (session 38), and every row timed after that ran on NaN weights."""
+    alpha = [-LR]
 
     def step() -> None:
         for _ in range(micro_batches):
@@ -110,12 +116,13 @@ def optimizer_step(case: Case, layer: Callable[[], torch.Tensor], micro_batches:
             # Megatron-style: the float32 buffers are the step's gradients, zeroed in place after.
             grads = [case.w1.main_grad, case.w2.main_grad]
             with torch.no_grad():
-                torch._foreach_add_([case.w1, case.w2], grads, alpha=-LR)
+                torch._foreach_add_([case.w1, case.w2], grads, alpha=alpha[0])
                 torch._foreach_zero_(grads)
-            return
-        with torch.no_grad():
-            torch._foreach_add_([case.w1, case.w2], [case.w1.grad, case.w2.grad], alpha=-LR)
-        case.w1.grad = case.w2.grad = None
+        else:
+            with torch.no_grad():
+                torch._foreach_add_([case.w1, case.w2], [case.w1.grad, case.w2.grad], alpha=alpha[0])
+            case.w1.grad = case.w2.grad = None
+        alpha[0] = -alpha[0]
 
     return step
 
@@ -172,6 +179,10 @@ def bitwise_check(case: Case, recipe_names: list[str]) -> dict[str, bool]:
     return result
 
 
+def _allocator_retries(device: str) -> int:
+    return torch.cuda.memory_stats().get("num_alloc_retries", 0) if device == "cuda" else 0
+
+
 def run(args) -> tuple[list[dict], dict]:
     shapes = SMOKE_SHAPES if args.smoke else {name: SHAPES[name] for name in args.shapes}
     if args.tokens:
@@ -190,20 +201,32 @@ def run(args) -> tuple[list[dict], dict]:
             fns = {name: optimizer_step(case, layer, n) for name, layer in impls.items()}
             times: dict[str, list[float]] = {name: [] for name in fns}
             cached: dict[str, int] = {}
+            # The caching allocator's retries (a cudaFree of every cached block, then the malloc
+            # again: a host sync) and its peak reservation while each implementation ran.
+            retries: dict[str, int] = dict.fromkeys(fns, 0)
+            reserved: dict[str, int] = dict.fromkeys(fns, 0)
             for _ in range(args.rounds):
                 for name, fn in fns.items():
                     fuseops.weight_cache.clear()
+                    before = _allocator_retries(device)
+                    if device == "cuda":
+                        torch.cuda.reset_peak_memory_stats()
                     times[name].append(time_ms(fn, args) / n)
                     cached[name] = fuseops.weight_cache.cached_bytes()
+                    retries[name] += _allocator_retries(device) - before
+                    if device == "cuda":
+                        reserved[name] = max(reserved[name], torch.cuda.max_memory_reserved())
             base = sorted(times["bf16"])[len(times["bf16"]) // 2]
             for name, ts in times.items():
                 ms = sorted(ts)[len(ts) // 2]
                 row = dict(shape=shape_name, **shape, micro_batches=n, impl=name, ms_per_micro_batch=ms,
                            tflops=tflops_per_micro_batch(shape, ms), vs_bf16=base / ms,
-                           weight_cache_bytes=cached[name])
+                           weight_cache_bytes=cached[name], allocator_retries=retries[name],
+                           peak_reserved_bytes=reserved[name])
                 rows.append(row)
                 print(f"  {n} micro-batch{'es' if n > 1 else ''} {name:<22} {ms:9.3f} ms {row['tflops']:8.1f} TFLOP/s "
-                      f"{row['vs_bf16']:5.2f}x bf16, cache {cached[name] / 1e6:.3f} MB", flush=True)
+                      f"{row['vs_bf16']:5.2f}x bf16, cache {cached[name] / 1e6:.3f} MB, "
+                      f"allocator retries {retries[name]}, reserved {reserved[name] / 1e9:.1f} GB", flush=True)
         del case, impls, fns
         fuseops.weight_cache.clear()
         if device == "cuda":
