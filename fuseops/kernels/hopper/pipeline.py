@@ -210,8 +210,8 @@ def mma_steps(a_bufs, b_bufs, ready, empty, sa_ptrs, sa_mask, sb_ptrs, sb_mask, 
         part = warpgroup_mma_wait(0, deps=(part,))
         if STAGGER:
             mbarrier.arrive(handoff.index(s), count=1, pred=leads)
-        # Released on its own: neither consumer waits for the other, so one's rescale runs
-        # under the other's MMAs.
+        # Released on its own: neither consumer waits for the other's release, so one's
+        # rescale runs under the other's MMAs.
         mbarrier.arrive(empty.index(s), count=1)
         if SB_PER_COLUMN:
             # Loaded one per thread, then spread: in the product's layout each thread holds
