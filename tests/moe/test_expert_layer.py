@@ -304,7 +304,10 @@ def _kernel_paths():
 
 @pytest.mark.parametrize("kernels", _kernel_paths())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(9, 2, 16, 8, 3), (3, 1, 8, 16, 5)], ids=["fc2-wgrad-first", "fc1-wgrad-first"])
+# (T, K, H, F, E). "several-slabs": 80 rows a group, more than one slab of the interpreted wgrad's 32 rows
+# (a wgrad whose sum started from main_grad gave two micro-batches unequal to twice one there; session 38).
+@pytest.mark.parametrize("shape", [(9, 2, 16, 8, 3), (3, 1, 8, 16, 5), (80, 2, 16, 8, 2)],
+                         ids=["fc2-wgrad-first", "fc1-wgrad-first", "several-slabs"])
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
 @pytest.mark.parametrize("which", MAIN_GRAD_OWNERS)
 def test_weight_gradients_go_into_main_grad(which, lean, shape, dtype, kernels):

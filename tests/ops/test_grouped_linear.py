@@ -1,3 +1,5 @@
+import contextlib
+
 import pytest
 import torch
 
@@ -85,6 +87,33 @@ def test_accumulate_into_main_grad():
     expected[0] += dy[:2].T @ x[:2]
     expected[2] += dy[2:].T @ x[2:]
     torch.testing.assert_close(op.weight.main_grad, expected)
+    assert op.weight.grad is None
+
+
+@pytest.mark.parametrize("kernels", [
+    pytest.param(contextlib.nullcontext, id="reference"),
+    pytest.param(interpreted_kernels, id="kernels",
+                 marks=pytest.mark.skipif(not INTERPRET, reason="Triton interpreter (CPU) only")),
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_main_grad_of_two_micro_batches_is_twice_one(kernels, dtype):
+    """``accumulate_into_main_grad`` adds each micro-batch's finished float32 gradient, as
+    ``main_grad.add_`` would: two identical micro-batches give twice one bit for bit, also where a
+    group spans several of the interpreted wgrad's 32-row slabs (session 38: a sum started from
+    main_grad did not)."""
+    torch.manual_seed(0)
+    op = ops.GroupedLinear(2, 16, 8, accumulate_into_main_grad=True, dtype=dtype)
+    x, dy, split = torch.randn(150, 16, dtype=dtype), torch.randn(150, 8, dtype=dtype), [80, 70]
+    op.weight.main_grad = torch.zeros(2, 8, 16)
+    with kernels():
+        fuseops.Sequential(op)(x, split).backward(dy)
+        once = op.weight.main_grad.clone()
+        op.weight.main_grad.zero_()
+        for _ in range(2):
+            fuseops.Sequential(op)(x, split).backward(dy)
+    expected = torch.stack([dy[:80].double().T @ x[:80].double(), dy[80:].double().T @ x[80:].double()])
+    assert_close_rel(once, expected, dtype, what="main_grad")
+    assert torch.equal(op.weight.main_grad, 2 * once)
     assert op.weight.grad is None
 
 
