@@ -1,7 +1,6 @@
 """Tile configs of the quantized grouped GEMMs at an MoE expert shape: each of the expert layer's
 six GEMMs (FC1 and FC2 forward, their dgrads and wgrads) under each candidate tile, timed alone;
-also on the warp-specialized Gluon kernels (hopper/tensor_scaled*.py under FP8 current scaling;
-hopper/blockwise*.py, with and without staggered consumers, under FP8 blockwise).
+under FP8 current scaling also on the warp-specialized Gluon kernels (hopper/tensor_scaled*.py).
 
 The library picks one tile per format (``gemm/dense_scaled.py``'s ``_configs``, the wgrad's in
 ``gemm/grouped_scaled_wgrad.py``), swept at the Mixtral shape (``benchmarks.quantize --tune``).
@@ -33,8 +32,7 @@ from benchmarks import fp8_moe
 from benchmarks.moe_layer import SHAPES
 from fuseops.kernels.gemm import grouped_scaled, grouped_scaled_wgrad
 from fuseops.kernels.gemm.grouped import GemmConfig
-from fuseops.kernels.hopper import blockwise, blockwise_wgrad, tensor_scaled, tensor_scaled_wgrad
-from fuseops.kernels.hopper.pipeline import grouped_call, wgrad_call
+from fuseops.kernels.hopper import tensor_scaled, tensor_scaled_wgrad
 from fuseops.kernels.quantization.formats import Scaling
 from fuseops.quant import linear_dgrad, linear_forward, linear_wgrad, quantize
 
@@ -54,9 +52,6 @@ FORWARD_CANDIDATES = {
 # tensor_scaled_wgrad.py: (name, output tile columns, stages).
 GLUON_CANDIDATES = [("gluon", 128, 4), ("gluon", 128, 3)]
 GLUON_WGRAD_CANDIDATES = [("gluon wgrad", 256, 3), ("gluon wgrad", 128, 5)]
-# The blockwise Gluon kernels (hopper/blockwise*.py), each with and without its consumers' products
-# staggered (pipeline.mma_steps: written in session 38 without a GPU, off until timed): (name, stagger).
-GLUON_BLOCKWISE_CANDIDATES = [("gluon blockwise", False), ("gluon blockwise stagger", True)]
 WGRAD_CANDIDATES = {
     Scaling.TENSOR: [GemmConfig(128, 128, 256, 1, 8, 3), GemmConfig(128, 256, 128, 1, 8, 3),
                      GemmConfig(128, 128, 256, 1, 8, 4), GemmConfig(128, 128, 128, 1, 8, 4),
@@ -113,16 +108,6 @@ def _gluon_wgrad(a, b, offsets, *, block_n: int, stages: int) -> torch.Tensor:
     return tensor_scaled_wgrad.grouped_tensor_scaled_wgrad(a, b, offsets, dw, False, block_k=block_n, stages=stages)
 
 
-def _gluon_blockwise(a, b, offsets, *, wgrad: bool, stagger: bool) -> torch.Tensor:
-    """The blockwise Gluon kernel through its dispatch entry (a strided weight's contiguous copy, a
-    fresh bf16 result), ``stagger`` as given."""
-    if wgrad:
-        run = functools.partial(blockwise_wgrad.grouped_blockwise_wgrad, stagger=stagger)
-        return wgrad_call(run, a, b, offsets, torch.bfloat16, None, None)
-    return grouped_call(functools.partial(blockwise.grouped_blockwise, stagger=stagger), a, b, offsets, torch.bfloat16,
-                        None, None)
-
-
 def flops(shape: dict, gemm: str) -> float:
     M, H, I = shape["T"] * shape["K"], shape["H"], shape["I"]
     return 2.0 * M * H * (2 * I if gemm.startswith("fc1") else I)
@@ -152,8 +137,6 @@ def main() -> None:
             candidates = candidates[:1]
         if scaling == Scaling.TENSOR:
             candidates += GLUON_WGRAD_CANDIDATES if wgrad else GLUON_CANDIDATES
-        elif scaling == Scaling.BLOCK:
-            candidates += GLUON_BLOCKWISE_CANDIDATES
         times: dict[GemmConfig, list[float]] = {c: [] for c in candidates}
         errors: dict[GemmConfig, float] = {}
         for _ in range(args.rounds):
@@ -161,11 +144,7 @@ def main() -> None:
                 run = fn
                 if isinstance(cfg, tuple):
                     a, b, offsets = kernel_operands[name]
-                    if scaling == Scaling.BLOCK:
-                        run = functools.partial(_gluon_blockwise, a, b, offsets, wgrad=wgrad, stagger=cfg[1])
-                    else:
-                        run = functools.partial(_gluon_wgrad if wgrad else _gluon, a, b, offsets, block_n=cfg[1],
-                                                stages=cfg[2])
+                    run = functools.partial(_gluon_wgrad if wgrad else _gluon, a, b, offsets, block_n=cfg[1], stages=cfg[2])
                 with mock.patch.object(target, attr, lambda *a, c=cfg, **k: c):
                     try:
                         if cfg not in errors:

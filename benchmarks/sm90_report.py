@@ -150,9 +150,8 @@ def _fp8_rows(rows: int, K: int):
     return Operand(torch.empty(rows, K, dtype=torch.float8_e4m3fn), torch.empty(rows, K // 128))
 
 
-def blockwise_fwd_launch(sink, *, out_dtype=torch.bfloat16, stagger=False):
-    """The FP8 blockwise grouped forward (Gluon) at the Mixtral FC1 shape, 128x128 weight blocks
-    (``stagger``: the consumers' products one after the other)."""
+def blockwise_fwd_launch(sink, *, out_dtype=torch.bfloat16):
+    """The FP8 blockwise grouped forward (Gluon) at the Mixtral FC1 shape, 128x128 weight blocks."""
     from fuseops.kernels.hopper import blockwise as mod
     from fuseops.kernels.quantization.operand import Operand
 
@@ -161,21 +160,19 @@ def blockwise_fwd_launch(sink, *, out_dtype=torch.bfloat16, stagger=False):
                 rows_per_scale=128)
     offsets = torch.arange(0, M + 1, M // E, dtype=torch.int64)
     with caught(mod, "grouped_fp8_kernel", sink):
-        mod.grouped_blockwise(_fp8_rows(M, K), w, offsets, torch.empty(M, N, dtype=out_dtype), None,
-                              stagger=stagger)
+        mod.grouped_blockwise(_fp8_rows(M, K), w, offsets, torch.empty(M, N, dtype=out_dtype), None)
 
 
-def blockwise_wgrad_launch(sink, *, accumulate=False, along_n=None, stagger=False):
+def blockwise_wgrad_launch(sink, *, accumulate=False, along_n=None):
     """The FP8 blockwise grouped wgrad (Gluon) at the Mixtral FC1 shape (``along_n``: the
-    walk order, else the shape's; ``stagger`` as in the forward)."""
+    walk order, else the shape's)."""
     from fuseops.kernels.hopper import blockwise_wgrad as mod
 
     E, P, N, K = 8, 16384 + 8 * 128, 28672, 4096
     offsets = torch.arange(0, 16384 + 1, 16384 // E, dtype=torch.int64)
     dw = torch.empty(E, N, K, dtype=torch.float32 if accumulate else torch.bfloat16)
     with caught(mod, "grouped_fp8_wgrad_kernel", sink):
-        mod.grouped_blockwise_wgrad(_fp8_rows(N, P), _fp8_rows(K, P), offsets, dw, accumulate, along_n,
-                                    stagger=stagger)
+        mod.grouped_blockwise_wgrad(_fp8_rows(N, P), _fp8_rows(K, P), offsets, dw, accumulate, along_n)
 
 
 def _tensor_rows(rows: int, K: int):

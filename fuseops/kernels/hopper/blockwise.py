@@ -48,12 +48,10 @@ def usable(*tensors: torch.Tensor | None) -> bool:
 
 
 def grouped_blockwise(a: Operand, b: Operand, offsets: torch.Tensor, y: torch.Tensor,
-                      bias: torch.Tensor | None, accumulate: bool = False, *, stagger: bool = False) -> torch.Tensor:
+                      bias: torch.Tensor | None, accumulate: bool = False) -> torch.Tensor:
     """grouped_gemm_scaled under ``Scaling.BLOCK`` into ``y`` [M, N] (added to it with
     ``accumulate``): ``a`` [M, K] with 1x128 scales, ``b`` [G, N, K] (contiguous) with
-    128x128 or 1x128 scales, ``bias`` [G, N]. Callers check ``usable``. ``stagger``: the
-    consumers' products one after the other (``pipeline.mma_steps``; written in session 38
-    without a GPU, so off until ``benchmarks/fp8_gemm_tiles.py`` times it)."""
+    128x128 or 1x128 scales, ``bias`` [G, N]. Callers check ``usable``."""
     M, (G, N, K) = a.data.shape[0], b.data.shape
     (aog, aom), (bog, bon) = a.outer_strides(), b.outer_strides()
     programs = persistent_programs(y, (cdiv(M, BLOCK) + G) * cdiv(N, BLOCK))
@@ -74,7 +72,7 @@ def grouped_blockwise(a: Operand, b: Operand, offsets: torch.Tensor, y: torch.Te
         B_ROWS_PER_SCALE=b.rows_per_scale, HAS_OUTER_A=a.outer is not None,
         HAS_OUTER_B=b.outer is not None, HAS_BIAS=bias is not None, ACCUMULATE=accumulate,
         NUM_PROGRAMS=programs, STAGES=STAGES, GROUP_M=GROUP_M,
-        BLOCK_G=max(32, next_power_of_2(G)), STAGGER=stagger, num_warps=4,
+        BLOCK_G=max(32, next_power_of_2(G)), num_warps=4,
     )
     return y
 

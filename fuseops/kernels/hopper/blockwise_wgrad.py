@@ -29,11 +29,10 @@ RING_STAGES = {False: 5, True: 4}
 
 
 def grouped_blockwise_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: torch.Tensor,
-                            accumulate: bool, along_n: bool | None = None, *, stagger: bool = False) -> torch.Tensor:
+                            accumulate: bool, along_n: bool | None = None) -> torch.Tensor:
     """grouped_gemm_scaled_wgrad under ``Scaling.BLOCK`` into ``dw`` [G, N, K] (added to it
     when ``accumulate``): ``a`` [N, P] and ``b`` [K, P] with 1x128 scales along P.
-    ``along_n``: the walk order (tests), else wgrad_walk.n_fastest's. ``stagger``: as
-    blockwise.grouped_blockwise's (off until timed)."""
+    ``along_n``: the walk order (tests), else wgrad_walk.n_fastest's."""
     G, N, K = dw.shape
     programs = persistent_programs(dw, G * cdiv(N, BLOCK) * cdiv(K, BLOCK))
     if along_n is None:
@@ -47,7 +46,7 @@ def grouped_blockwise_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, dw: t
         dummy_or(a.outer, dw), dummy_or(b.outer, dw), dw, G, N, K, a_scale.stride(0), b_scale.stride(0),
         a.outer_strides()[0], b.outer_strides()[0], dw.stride(0), dw.stride(1),
         BLOCK_SCALES=True, HAS_OUTER=a.outer is not None, ACCUMULATE=accumulate, DW_TMA=dw_tma,
-        NUM_PROGRAMS=programs, STAGES=RING_STAGES[accumulate], N_FASTEST=along_n, STAGGER=stagger, num_warps=4,
+        NUM_PROGRAMS=programs, STAGES=RING_STAGES[accumulate], N_FASTEST=along_n, num_warps=4,
     )
     return dw
 

@@ -27,7 +27,6 @@ from fuseops.kernels.hopper.pipeline import (
     CONSUMER_REGS,
     PRODUCER_REGS,
     grouped_tile,
-    handoff_ring,
     load_steps,
     mma_layout,
     mma_steps,
@@ -62,12 +61,12 @@ def forward_producer(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offs
 
 
 @gluon.jit
-def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, handoff, offsets, a_scale, b_scale,
-              a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn, stride_as_step, stride_bs_step,
+def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, offsets, a_scale, b_scale, a_outer,
+              b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn, stride_as_step, stride_bs_step,
               stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, half_row,
               B_ROWS_PER_SCALE: gl.constexpr, HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr,
               HAS_BIAS: gl.constexpr, ACCUMULATE: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
-              GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr, STAGGER: gl.constexpr):
+              GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr):
     """Rows ``half_row..+64`` (0 or 64) of each 128-row tile, all its columns (added to y's
     with ACCUMULATE). ``half_row`` is a runtime value: Gluon 3.6 takes no literal constexpr
     among a partition's arguments."""
@@ -92,8 +91,7 @@ def _consumer(a_desc, b_desc, y_desc, a_bufs, b_bufs, y_smem, ready, empty, hand
             sb_ptrs = b_scale + g * stride_bsg + pid_n * stride_bsn
             sb_mask = None
         acc, i = mma_steps(a_bufs, b_bufs, ready, empty, a_scale + rows * stride_as, mask_m, sb_ptrs, sb_mask,
-                           stride_as_step, stride_bs_step, k_tiles, i, handoff, half_row == 0, STAGES,
-                           B_ROWS_PER_SCALE == 1, STAGGER, acc_layout)
+                           stride_as_step, stride_bs_step, k_tiles, i, STAGES, B_ROWS_PER_SCALE == 1, acc_layout)
         store_rows(acc, off_m, row0, size, rows, mask_m, cols, mask_n, g, pid_n, a_outer, b_outer, bias, y, y_desc,
                    y_smem, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym, HAS_OUTER_A,
                    HAS_OUTER_B, False, HAS_BIAS, ACCUMULATE, True)
@@ -107,28 +105,26 @@ def grouped_fp8_kernel(a_desc, b_desc, y_desc, offsets, a_scale, b_scale, a_oute
                        B_ROWS_PER_SCALE: gl.constexpr, HAS_OUTER_A: gl.constexpr, HAS_OUTER_B: gl.constexpr,
                        HAS_BIAS: gl.constexpr, ACCUMULATE: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
                        STAGES: gl.constexpr, GROUP_M: gl.constexpr, BLOCK_G: gl.constexpr,
-                       STAGGER: gl.constexpr, num_warps: gl.constexpr):
+                       num_warps: gl.constexpr):
     """Forward / dgrad: ``a_desc`` over a [M, K] (64-row boxes), ``b_desc`` over b as
     [G * N, K] (BN-row boxes: a tile past N reads the next group's rows, whose columns are never
     stored), ``y_desc`` over y [M, N] ([64, BN] boxes). The scales are ``*_step`` apart from K
-    step to K step; the outer factors are a value per row of a / of b. STAGGER: the consumers'
-    products one after the other (``pipeline.mma_steps``)."""
+    step to K step; the outer factors are a value per row of a / of b."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     gl.static_assert(num_warps == 4, "the default partition is one consumer warpgroup")
     a_top, a_bottom, b_bufs, y_top, y_bottom, ready, empty = ring(a_desc, b_desc, y_desc, STAGES)
-    handoff = handoff_ring(ready, STAGES, STAGGER)
     # Every argument tuple spelled out: a tuple built in steps turns constexprs into values.
     gl.warp_specialize([
-        (_consumer, (a_desc, b_desc, y_desc, a_top, b_bufs, y_top, ready, empty, handoff, offsets, a_scale,
-                     b_scale, a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn, stride_as_step,
+        (_consumer, (a_desc, b_desc, y_desc, a_top, b_bufs, y_top, ready, empty, offsets, a_scale, b_scale,
+                     a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn, stride_as_step,
                      stride_bs_step, stride_aog, stride_aom, stride_bog, stride_bon, stride_biasg, stride_ym,
                      gl.to_tensor(0), B_ROWS_PER_SCALE, HAS_OUTER_A, HAS_OUTER_B, HAS_BIAS, ACCUMULATE,
-                     NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G, STAGGER)),
-        (_consumer, (a_desc, b_desc, y_desc, a_bottom, b_bufs, y_bottom, ready, empty, handoff, offsets, a_scale,
+                     NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
+        (_consumer, (a_desc, b_desc, y_desc, a_bottom, b_bufs, y_bottom, ready, empty, offsets, a_scale,
                      b_scale, a_outer, b_outer, bias, y, G, N, K, stride_as, stride_bsg, stride_bsn,
                      stride_as_step, stride_bs_step, stride_aog, stride_aom, stride_bog, stride_bon,
                      stride_biasg, stride_ym, gl.to_tensor(HALF), B_ROWS_PER_SCALE, HAS_OUTER_A,
-                     HAS_OUTER_B, HAS_BIAS, ACCUMULATE, NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G, STAGGER)),
+                     HAS_OUTER_B, HAS_BIAS, ACCUMULATE, NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
         (forward_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
                             NUM_PROGRAMS, STAGES, GROUP_M, BLOCK_G)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

@@ -25,7 +25,6 @@ from fuseops.kernels.hopper.pipeline import (
     CONSUMER_REGS,
     PRODUCER_REGS,
     chained_steps,
-    handoff_ring,
     load_steps,
     mma_layout,
     mma_steps,
@@ -61,11 +60,11 @@ def _producer(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G,
 
 
 @gluon.jit
-def _consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, empty, handoff, offsets,
-              a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_as, stride_bs, stride_ao, stride_bo,
+def _consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, empty, offsets, a_scale,
+              b_scale, a_outer, b_outer, dw, G, N, K, stride_as, stride_bs, stride_ao, stride_bo,
               stride_dwg, stride_dwn, half_row, BLOCK_SCALES: gl.constexpr, HAS_OUTER: gl.constexpr,
               ACCUMULATE: gl.constexpr, DW_TMA: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
-              N_FASTEST: gl.constexpr, STAGGER: gl.constexpr):
+              N_FASTEST: gl.constexpr):
     """Rows ``half_row..+64`` of each [128, BK] tile of ``dw[g]``, summed over g's steps
     (and added to dw's with ACCUMULATE). With DW_TMA (dw contiguous, 16-byte rows) the tiles
     whose rows stay inside dw[g] go through ``dw_desc`` over dw as [G * N, K]: stored
@@ -94,7 +93,7 @@ def _consumer(a_desc, b_desc, dw_desc, a_bufs, b_bufs, dw_smem, dw_bar, ready, e
             cols_1d = pid_k * BK + gl.arange(0, BK, layout=spread_layout(BK))
             acc, i = mma_steps(a_bufs, b_bufs, ready, empty, a_scale + step0 * stride_as + rows, mask_n,
                                b_scale + step0 * stride_bs + cols_1d, cols_1d < K, stride_as, stride_bs, steps, i,
-                               handoff, half_row == 0, STAGES, True, STAGGER, acc_layout)
+                               STAGES, True, acc_layout)
         else:
             acc, i = chained_steps(a_bufs, b_bufs, ready, empty, steps, i, STAGES, acc_layout)
         if HAS_OUTER:
@@ -116,30 +115,28 @@ def grouped_fp8_wgrad_kernel(a_desc, b_desc, dw_desc, offsets, a_scale, b_scale,
                              stride_as, stride_bs, stride_ao, stride_bo, stride_dwg, stride_dwn,
                              BLOCK_SCALES: gl.constexpr, HAS_OUTER: gl.constexpr, ACCUMULATE: gl.constexpr,
                              DW_TMA: gl.constexpr, NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
-                             N_FASTEST: gl.constexpr, STAGGER: gl.constexpr, num_warps: gl.constexpr):
+                             N_FASTEST: gl.constexpr, num_warps: gl.constexpr):
     """``a_desc`` over dy's column-wise copy [N, P] (64-row boxes), ``b_desc`` over x's [K, P]
     ([BK, 128] boxes), both in the padded grouped layout; with BLOCK_SCALES their scales
     step-major ([P / 128, N] and [P / 128, K], rows ``stride_as`` / ``stride_bs`` apart), else
-    not read; ``dw_desc`` over dw as [G * N, K] ([64, BK] boxes) when DW_TMA. STAGGER (with
-    BLOCK_SCALES): the consumers' products one after the other (``pipeline.mma_steps``)."""
+    not read; ``dw_desc`` over dw as [G * N, K] ([64, BK] boxes) when DW_TMA."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     gl.static_assert(num_warps == 4, "the default partition is one consumer warpgroup")
     # The staging of dw is compiled out when unused (no TMA stores).
     a_top, a_bottom, b_bufs, dw_top, dw_bottom, ready, empty = ring(a_desc, b_desc, dw_desc, STAGES)
-    handoff = handoff_ring(ready, STAGES, STAGGER)
     dw_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for c in gl.static_range(2):
         mbarrier.init(dw_bars.index(c), count=1)
     # Every argument tuple spelled out: a tuple built in steps turns constexprs into values.
     gl.warp_specialize([
-        (_consumer, (a_desc, b_desc, dw_desc, a_top, b_bufs, dw_top, dw_bars.index(0), ready, empty, handoff,
-                     offsets, a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_as, stride_bs, stride_ao,
+        (_consumer, (a_desc, b_desc, dw_desc, a_top, b_bufs, dw_top, dw_bars.index(0), ready, empty, offsets,
+                     a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_as, stride_bs, stride_ao,
                      stride_bo, stride_dwg, stride_dwn, gl.to_tensor(0), BLOCK_SCALES, HAS_OUTER, ACCUMULATE,
-                     DW_TMA, NUM_PROGRAMS, STAGES, N_FASTEST, STAGGER)),
+                     DW_TMA, NUM_PROGRAMS, STAGES, N_FASTEST)),
         (_consumer, (a_desc, b_desc, dw_desc, a_bottom, b_bufs, dw_bottom, dw_bars.index(1), ready, empty,
-                     handoff, offsets, a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_as, stride_bs,
-                     stride_ao, stride_bo, stride_dwg, stride_dwn, gl.to_tensor(HALF), BLOCK_SCALES, HAS_OUTER,
-                     ACCUMULATE, DW_TMA, NUM_PROGRAMS, STAGES, N_FASTEST, STAGGER)),
+                     offsets, a_scale, b_scale, a_outer, b_outer, dw, G, N, K, stride_as, stride_bs, stride_ao,
+                     stride_bo, stride_dwg, stride_dwn, gl.to_tensor(HALF), BLOCK_SCALES, HAS_OUTER, ACCUMULATE,
+                     DW_TMA, NUM_PROGRAMS, STAGES, N_FASTEST)),
         (_producer, (a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, offsets, G, N, K,
                      NUM_PROGRAMS, STAGES, N_FASTEST)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

@@ -125,19 +125,6 @@ def ring(a_desc, b_desc, out_desc, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def handoff_ring(ready, STAGES: gl.constexpr, STAGGER: gl.constexpr):
-    """``mma_steps``' hand-off barriers (one per stage, the first consumer's arrival), or
-    ``ready`` standing in where STAGGER is off (never waited on or arrived at)."""
-    if STAGGER:
-        handoff = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for s in gl.static_range(STAGES):
-            mbarrier.init(handoff.index(s), count=1)
-    else:
-        handoff = ready
-    return handoff
-
-
-@gluon.jit
 def load_steps(a_desc, b_desc, a_top, a_bottom, b_bufs, ready, empty, a_row, b_row, step0, steps, i,
                STAGES: gl.constexpr):
     """Operands of ``steps`` K steps from step ``step0``: A's rows ``a_row..+128`` as two
@@ -172,16 +159,10 @@ def _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, k, steps, sa_step, sb_step,
 
 @gluon.jit
 def mma_steps(a_bufs, b_bufs, ready, empty, sa_ptrs, sa_mask, sb_ptrs, sb_mask, sa_step, sb_step, steps, i,
-              handoff, leads, STAGES: gl.constexpr, SB_PER_COLUMN: gl.constexpr, STAGGER: gl.constexpr,
-              acc_layout: gl.constexpr):
+              STAGES: gl.constexpr, SB_PER_COLUMN: gl.constexpr, acc_layout: gl.constexpr):
     """One consumer's sum over ``steps`` K steps: each step's product times its scales, the
     rows' ``sa_ptrs`` and the columns' ``sb_ptrs`` (one scalar when not SB_PER_COLUMN, else
-    in ``spread_layout``), advanced by ``sa_step`` / ``sb_step`` elements a step.
-
-    STAGGER (``handoff_ring``; ``leads``: this is the first consumer): the second consumer issues
-    a stage's product once the first's is done, so the two products run one after the other
-    and each consumer's rescale runs under the other's MMA. Without it both consumers wait on
-    the same stage, issue together and rescale together while the tensor cores idle."""
+    in ``spread_layout``), advanced by ``sa_step`` / ``sb_step`` elements a step."""
     HALF: gl.constexpr = a_bufs.shape[1]
     BN: gl.constexpr = b_bufs.shape[1]
     zero = gl.zeros([HALF, BN], gl.float32, layout=acc_layout)
@@ -203,15 +184,11 @@ def mma_steps(a_bufs, b_bufs, ready, empty, sa_ptrs, sa_mask, sb_ptrs, sb_mask, 
             sa, sb = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, k, steps, sa_step, sb_step, SB_PER_COLUMN)
         s = i % STAGES
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-        if STAGGER:
-            mbarrier.wait(handoff.index(s), (i // STAGES) & 1, pred=leads == 0)
         part = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), zero, use_acc=False,
                              is_async=True)
         part = warpgroup_mma_wait(0, deps=(part,))
-        if STAGGER:
-            mbarrier.arrive(handoff.index(s), count=1, pred=leads)
-        # Released on its own: neither consumer waits for the other's release, so one's
-        # rescale runs under the other's MMAs.
+        # Released on its own: neither consumer waits for the other, so one's rescale runs
+        # under the other's MMAs.
         mbarrier.arrive(empty.index(s), count=1)
         if SB_PER_COLUMN:
             # Loaded one per thread, then spread: in the product's layout each thread holds

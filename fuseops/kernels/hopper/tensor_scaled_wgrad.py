@@ -55,7 +55,7 @@ def grouped_tensor_scaled_wgrad(a: Operand, b: Operand, offsets: torch.Tensor, d
         descriptor(a.data, HALF), descriptor(b.data, block_k), dw_desc, offsets, dw, dw, dummy_or(a.outer, dw),
         dummy_or(b.outer, dw), dw, G, N, K, 0, 0, a.outer_strides()[0], b.outer_strides()[0], dw.stride(0),
         dw.stride(1), BLOCK_SCALES=False, HAS_OUTER=a.outer is not None, ACCUMULATE=accumulate, DW_TMA=dw_tma,
-        NUM_PROGRAMS=programs, STAGES=stages, N_FASTEST=along_n, STAGGER=False, num_warps=4,
+        NUM_PROGRAMS=programs, STAGES=stages, N_FASTEST=along_n, num_warps=4,
     )
     return dw
 

@@ -167,29 +167,3 @@ def test_dense_linear_gemms(M, accumulate):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3, msg=name)
         oracle = reference_gemm_scaled(a, b, scaling=Scaling.BLOCK, out_dtype=torch.float32)
         assert_close_rel(got, oracle, torch.float32, 100.0, what=name)
-
-
-# (group sizes, (K, N)): ragged groups with N and K tails; and 8192 rows in ~550 tiles, K = 1280 (10
-# steps, more than the ring's stages), so each program walks several tiles.
-STAGGER_CASES = {"ragged": (SPLITS["ragged"], SHAPES["tails"]), "many_tiles": ([3000, 0, 2500, 2692], (1280, 1024))}
-
-
-@pytest.mark.parametrize("case", STAGGER_CASES)
-@pytest.mark.parametrize("block_2d", [True, False])
-def test_staggered_consumers_give_the_same_bits(case, block_2d):
-    """``stagger=True`` (the second consumer issues a stage's product once the first's is done):
-    the same products summed in the same order, so bit for bit the kernel without it; with
-    ``many_tiles`` each program walks several tiles of more K steps than the ring holds (the
-    hand-off barriers' phases carried from tile to tile)."""
-    sizes, (K, N) = STAGGER_CASES[case]
-    offsets = group_offsets(torch.tensor(sizes, device="cuda"))
-    x, _ = quantized(torch.randn(1, sum(sizes), K, device="cuda"), offsets, len(sizes), Scaling.BLOCK, Element.E4M3)
-    G = offsets.shape[0] - 1
-    a, b = Operand(x.data[0], x.scale[0]), _weight(G, N, K, block_2d)
-    bias = torch.randn(G, N, device="cuda").to(torch.bfloat16)
-    plain, staggered = (hopper.grouped_blockwise(a, b, offsets, poison_(torch.empty(sum(sizes), N, device="cuda",
-                                                                                    dtype=torch.bfloat16)),
-                                                 bias, stagger=stagger) for stagger in (False, True))
-    assert torch.equal(plain, staggered)
-    assert_close_rel(plain, oracle_forward(a, b, offsets, Scaling.BLOCK) + torch.repeat_interleave(
-        bias.double(), torch.tensor(sizes, device="cuda"), dim=0), torch.bfloat16)

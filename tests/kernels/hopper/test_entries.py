@@ -6,8 +6,6 @@ into ``main_grad`` where given; a dw that cannot be stored by TMA gets a placeho
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -88,24 +86,3 @@ def test_wgrad_entries(row, into, monkeypatch):
     assert kwargs["DW_TMA"] == (into != "strided_out")
     dw_desc = args[2]
     assert (dw_desc.base.data_ptr() == dw.data_ptr()) == kwargs["DW_TMA"]
-
-
-@pytest.mark.parametrize("stagger", [False, True])
-def test_blockwise_stagger_reaches_the_kernels(stagger, monkeypatch):
-    """The blockwise launchers' ``stagger`` (off on the dispatch rows until timed) is what their
-    kernels get as STAGGER; the per-tensor wgrad, on the same kernel, never staggers."""
-    forward, wgrad, per_tensor = (_caught(monkeypatch, m) for m in (blockwise, blockwise_wgrad, tensor_scaled_wgrad))
-    a, b = _tokens(M, K, Scaling.BLOCK), _weight_strided_along_k(Scaling.BLOCK)
-    blockwise.grouped_blockwise(a, dataclasses.replace(b, data=b.data.contiguous()), _offsets(),
-                                torch.empty(M, N, dtype=torch.bfloat16), None, stagger=stagger)
-    P = M + E * 128
-    blockwise_wgrad.grouped_blockwise_wgrad(_tokens(N, P, Scaling.BLOCK), _tokens(K, P, Scaling.BLOCK), _offsets(),
-                                            torch.empty(E, N, K, dtype=torch.bfloat16), False, stagger=stagger)
-    assert forward[0][1]["STAGGER"] is stagger and wgrad[0][1]["STAGGER"] is stagger
-    blockwise.grouped_gemm_scaled(a, b, _offsets(), scaling=Scaling.BLOCK, out_dtype=torch.bfloat16)
-    blockwise_wgrad.grouped_gemm_scaled_wgrad(_tokens(N, P, Scaling.BLOCK), _tokens(K, P, Scaling.BLOCK), _offsets(),
-                                              scaling=Scaling.BLOCK, out_dtype=torch.bfloat16)
-    tensor_scaled_wgrad.grouped_gemm_scaled_wgrad(_tokens(N, P, Scaling.TENSOR), _tokens(K, P, Scaling.TENSOR),
-                                                  _offsets(), scaling=Scaling.TENSOR, out_dtype=torch.bfloat16)
-    assert forward[1][1]["STAGGER"] is False and wgrad[1][1]["STAGGER"] is False
-    assert per_tensor[0][1]["STAGGER"] is False
