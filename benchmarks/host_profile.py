@@ -5,6 +5,10 @@ most own time and the most cumulative time (issue 20: measure the host path firs
 
     python -m benchmarks.host_profile [--T 1024] [--H 1024] [--steps 20] [--top 35]
     python -m benchmarks.host_profile --device cpu --T 64 --H 64     # CPU, torch references
+    python -m benchmarks.host_profile --compiled --T 4096              # under torch.compile too
+
+``--compiled`` profiles each model under ``torch.compile`` as well (after ``--warmup`` steps:
+the compile, and fuseops' recordings and CUDA-graph decisions inside its operators).
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def profile(name: str, step, device: str, steps: int, top: int) -> None:
-    for _ in range(5):
+def profile(name: str, step, device: str, steps: int, top: int, warmup: int = 5) -> None:
+    for _ in range(warmup):
         step()
     _sync(device)
     start = time.perf_counter()
@@ -70,6 +74,8 @@ def main() -> None:
     parser.add_argument("--no-launch", action="store_true",
                         help="skip Triton's launches (outputs left unwritten): the host path without them")
     parser.add_argument("--count-ops", action="store_true", help="also count the aten ops one step calls")
+    parser.add_argument("--compiled", action="store_true", help="also each model under torch.compile")
+    parser.add_argument("--warmup", type=int, default=30, help="steps before a compiled model's profile")
     args = parser.parse_args()
     if args.no_launch:
         from triton.runtime.jit import KernelInterface
@@ -89,6 +95,11 @@ def main() -> None:
             count_ops("fuseops dense", step_fn(model, (x,), list(model.parameters())))
             count_ops("torch dense", step_fn(reference, (x,), list(reference.parameters())))
         profile("torch dense", step_fn(reference, (x,), list(reference.parameters())), device, args.steps, args.top)
+        if args.compiled:
+            profile("fuseops dense compiled", step_fn(torch.compile(model), (x,), list(model.parameters())), device,
+                    args.steps, args.top, args.warmup)
+            profile("torch dense compiled", step_fn(torch.compile(reference), (x,), list(reference.parameters())),
+                    device, args.steps, 10, args.warmup)
     if "moe" in args.parts:
         E, H, I, K = (64, 2048, 1024, 8) if device == "cuda" else (4, 64, 32, 2)
         model = FuseopsMoE(E, H, I).to(device, dtype)
@@ -104,6 +115,12 @@ def main() -> None:
             count_ops("torch moe", step_fn(reference, inputs, list(reference.parameters())))
         profile("torch moe (OLMoE shape)", step_fn(reference, inputs, list(reference.parameters())), device,
                 args.steps, 10)
+        if args.compiled:
+            profile("fuseops moe compiled", step_fn(torch.compile(model), inputs, list(model.parameters())), device,
+                    args.steps, args.top, args.warmup)
+            if dtype == torch.bfloat16:  # torch.compile of _grouped_mm traces only for bf16 operands
+                profile("torch moe compiled", step_fn(torch.compile(reference), inputs, list(reference.parameters())),
+                        device, args.steps, 10, args.warmup)
 
 
 if __name__ == "__main__":
