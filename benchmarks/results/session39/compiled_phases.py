@@ -14,6 +14,7 @@ import time
 import torch
 
 import fuseops.compiled_sequential as cs
+from benchmarks._timing import step_phases
 from benchmarks.sizes import dense_cell, step_fn, time_ms
 from fuseops.ops.executor import function as fn
 from fuseops.ops.executor import graphed
@@ -67,12 +68,14 @@ def main():
     for cell in a.cells:
         model, reference, x = dense_cell(cell, a.device, dtype)
         params = list(model.parameters())
-        for name, step in (("eager", step_fn(model, (x,), params)),
-                           ("compiled", step_fn(torch.compile(model), (x,), params)),
-                           ("torch eager", step_fn(reference, (x,), list(reference.parameters()))),
-                           ("torch.compile", step_fn(torch.compile(reference), (x,), list(reference.parameters())))):
-            step_ms, total, parts, graphs = phases(step, a.device, a.warmup, a.reps)
+        compiled, compiled_reference = torch.compile(model), torch.compile(reference)
+        tparams = list(reference.parameters())
+        for name, m, ps in (("eager", model, params), ("compiled", compiled, params),
+                            ("torch eager", reference, tparams), ("torch.compile", compiled_reference, tparams)):
+            step_ms, total, parts, graphs = phases(step_fn(m, (x,), ps), a.device, a.warmup, a.reps)
             print(f"{cell:18s} {name:14s} step {step_ms:7.3f} ms enqueue {total:7.3f} ms  {parts} {graphs}", flush=True)
+            if a.device == "cuda":
+                print(f"{'':33s} {step_phases(m, (x,), ps)}", flush=True)
         torch._dynamo.reset()
 
 
