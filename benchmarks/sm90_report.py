@@ -18,6 +18,7 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import torch
 import triton
@@ -276,7 +277,18 @@ def amax_launch(sink, *, gather=False, groups=128, kernel="amax"):
         mod.amax(x, offsets, groups, rows=rows)
 
 
-CASES = {"quantize": quantize_launch, "amax": amax_launch, "gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
+def norm_bwd_launch(sink, *, rows=16384, n=1024, rms=True):
+    """The RMSNorm / LayerNorm backward over [rows, n] bf16 (issue 20's dense stack: T=16384, H=1024)."""
+    from fuseops.kernels.elementwise import norm as mod
+
+    x = torch.empty(rows, n, dtype=torch.bfloat16)
+    rstd = torch.empty(rows, dtype=torch.float32)
+    with caught(mod, "norm_bwd_kernel", sink), mock.patch.object(mod, "sum_partials", lambda p, dtype: p):
+        mod._norm_bwd(torch.empty_like(x), x, torch.empty(n, dtype=torch.bfloat16), None if rms else rstd, rstd,
+                      False, not rms, rms)
+
+
+CASES = {"quantize": quantize_launch, "norm_bwd": norm_bwd_launch, "amax": amax_launch, "gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
          "blockwise_fwd": blockwise_fwd_launch, "blockwise_wgrad": blockwise_wgrad_launch,
          "bf16_wgrad": bf16_wgrad_launch, "triton_wgrad": triton_wgrad_launch,
          "tensor_scaled_fwd": tensor_scaled_fwd_launch, "tensor_scaled_wgrad": tensor_scaled_wgrad_launch}

@@ -37,30 +37,48 @@ class NormConfig:
 def _configs() -> tuple[int, int, int]:
     """``(max_block_n, tile_elements, programs_per_sm)``: rows up to ``max_block_n`` stay
     in registers, and a tile holds about ``tile_elements`` (several short rows per tile).
-    Under the interpreter tiny blocks exercise the chunked path on test shapes. On GPU, not
-    timed yet: 8 values per thread per tile keep ptxas's sm_90 register counts at 50-90
-    forward, 64-128 backward (16 per thread took 167-245); ``benchmarks/elementwise.py``
-    is the measurement to retune them with."""
+    Under the interpreter tiny blocks exercise the chunked path on test shapes. On GPU the
+    forward (not timed yet) keeps 8 values per thread per tile: ptxas's sm_90 register counts
+    50-90 (16 per thread took 167-245); ``benchmarks/elementwise.py`` is the measurement to
+    retune it with. The backward's one-block tiles are ``_BACKWARD``'s."""
     if INTERPRET:
         return 64, 256, 1
     return 8192, 2048, 4
 
 
-def _pick(rows: int, n: int) -> NormConfig:
+# The backward of rows that fit one block, on GPU: ``(tile_elements, values_per_thread,
+# programs_per_sm)``. Swept on an H100 (session 39, ``benchmarks/results/session39/norm_sweep.py``,
+# RMSNorm, bf16, 1-16 rows x 4-16 warps x 2-8 programs a multiprocessor): the forward's tiles (8
+# values per thread, 4 programs a multiprocessor) ran at 234-2158 GB/s; 32 values per thread, two
+# programs a multiprocessor, were 1.78x / 1.66x / 1.25x / 1.02x faster at [16384, 1024],
+# [4096, 1024], [4096, 4096], [16384, 2048]. 64 values per thread were faster still at 1024 columns
+# (up to 1.94x) but spill from 4096 columns (offline for sm_90a: LayerNorm's backward at 8192
+# columns 5.5 KB); at 32, 149-246 registers and no spills up to 8192 columns, RMS and LayerNorm.
+_BACKWARD = (4096, 32, 2)
+
+
+def _pick(rows: int, n: int, backward: bool = False) -> NormConfig:
     max_block_n, tile, _ = _configs()
     block_n = min(next_power_of_2(n), max_block_n)
+    one_block = n <= block_n
+    if backward and one_block and not INTERPRET:
+        tile, per_thread, _ = _BACKWARD
+        block_m = max(1, min(tile // block_n, next_power_of_2(max(rows, 1))))
+        return NormConfig(block_m, block_n, max(4, block_m * block_n // (32 * per_thread)), True)
     block_m = max(1, min(tile // block_n, next_power_of_2(max(rows, 1))))
     # Warps grow with the tile so that a thread holds about 8 values of it.
     num_warps = 1 if INTERPRET else min(32, max(4, block_m * block_n // 256))
-    return NormConfig(block_m, block_n, num_warps, one_block=n <= block_n)
+    return NormConfig(block_m, block_n, num_warps, one_block)
 
 
 @functools.lru_cache(maxsize=1024)
-def _launch_shape(rows: int, n: int, device_index: int) -> tuple[NormConfig, int]:
-    """The config and the program count for a [rows, n] launch on a device (-1: CPU),
-    decided once per shape: a few microseconds of host time a launch otherwise."""
-    cfg = _pick(rows, n)
-    return cfg, max(1, min(cdiv(rows, cfg.block_m), _configs()[2] * num_sms(device_index)))
+def _launch_shape(rows: int, n: int, device_index: int, backward: bool = False) -> tuple[NormConfig, int]:
+    """The config and the program count for a [rows, n] launch (the backward's with
+    ``backward``) on a device (-1: CPU), decided once per shape: a few microseconds of host
+    time a launch otherwise."""
+    cfg = _pick(rows, n, backward)
+    per_sm = _BACKWARD[2] if backward and cfg.one_block and not INTERPRET else _configs()[2]
+    return cfg, max(1, min(cdiv(rows, cfg.block_m), per_sm * num_sms(device_index)))
 
 
 @triton.jit
@@ -273,7 +291,7 @@ def _norm_fwd(x2d, weight, bias, eps, zero_centered_gamma, out, is_rms):
 
 def _norm_bwd(dy2d, x2d, weight, mean, rstd, zero_centered_gamma, has_bias, is_rms):
     M, N = x2d.shape
-    cfg, programs = _launch_shape(M, N, x2d.get_device())
+    cfg, programs = _launch_shape(M, N, x2d.get_device(), backward=True)
     dx = torch.empty_like(x2d)
     # One block: every program stores its whole partial row (zeros when it had no rows), so
     # no memset launch; the chunked path adds into its row in memory, which starts at 0.

@@ -174,8 +174,9 @@ def test_gpu_backward_partial_sums_need_no_zeroed_buffer(kind, monkeypatch):
     device = cuda_or_skip()
     monkeypatch.setattr(torch, "empty", _nan_filled(torch.empty))
     # One block per row on the GPU up to 8192 features; (5000, 512) has more row blocks than
-    # programs, (0, 64) programs with no rows; (7, 9000) the chunked path.
-    for rows, n in [(0, 64), (3, 1024), (5000, 512), (7, 9000)]:
+    # programs, (0, 64) programs with no rows; (7, 9000) the chunked path; (2049, 2048) and
+    # (33, 8192) the backward's own tiles (two rows a tile, the last one short; one row of 8192).
+    for rows, n in [(0, 64), (3, 1024), (5000, 512), (7, 9000), (2049, 2048), (33, 8192)]:
         x = torch.randn(rows, n, device=device) * 2 + 0.5
         weight, bias = _params(n, torch.float32, kind, device)
         _check(x, torch.randn(rows, n, device=device), weight, bias, kind, False, torch.float32)
