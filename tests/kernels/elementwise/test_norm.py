@@ -146,6 +146,22 @@ def test_gpu_large_bf16(kind, shape):
         _check(x, dy, weight, bias, kind, zc, torch.bfloat16)
 
 
+@pytest.mark.parametrize("n", [1, 64, 1000, 4096, 8192])
+def test_backward_gpu_tiles_hold_at_most_32_values_a_thread(n, monkeypatch):
+    """The backward's GPU tiles (``_BACKWARD``, chosen on CPU too): at most 32 values of a tile
+    per thread (64 spilled from 4096 columns, offline for sm_90a, session 39), whole rows in one
+    block up to 8192 columns; wider rows keep the forward's chunked tiles."""
+    monkeypatch.setattr(kernels, "INTERPRET", False)
+    kernels._configs.cache_clear()
+    try:
+        for rows in (1, 3, 4096):
+            cfg = kernels._pick(rows, n, backward=True)
+            assert cfg.one_block and cfg.block_m * cfg.block_n <= 32 * 32 * cfg.num_warps, cfg
+        assert kernels._pick(16, 9000, backward=True) == kernels._pick(16, 9000)
+    finally:
+        kernels._configs.cache_clear()
+
+
 def _nan_filled(empty):
     """``torch.empty`` whose float buffers come back NaN-filled."""
 
