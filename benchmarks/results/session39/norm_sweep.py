@@ -4,7 +4,9 @@ torch's own (eager: autograd of F.rms_norm; compiled: torch.compile of it), GPU 
 stack's shapes. Bitwise equality of dx with the library's is checked per config (the same sums per row; the
 dweight partials differ by program count, so they are compared with a tolerance).
 
-    python benchmarks/results/session39/norm_sweep.py [--library-only]
+    python benchmarks/results/session39/norm_sweep.py [--library-only] [--layernorm]
+
+``--layernorm``: LayerNorm with a bias instead (its mean and dbias too; session 39 swept RMSNorm only).
 """
 import itertools
 import sys
@@ -16,20 +18,22 @@ from fuseops.kernels._triton import cdiv, next_power_of_2, num_sms
 from fuseops.kernels.elementwise import norm
 from fuseops.kernels.launch import launch
 
+LAYERNORM = "--layernorm" in sys.argv
 SHAPES = [(16384, 1024), (4096, 4096), (1024, 2048), (1024, 1024), (4096, 1024), (16384, 2048)]
 
 
-def run(dy, x, w, rstd, block_m, num_warps, per_sm):
+def run(dy, x, w, mean, rstd, block_m, num_warps, per_sm):
     M, N = x.shape
     block_n = next_power_of_2(N)
     programs = max(1, min(cdiv(M, block_m), per_sm * num_sms(0)))
     dx = torch.empty_like(x)
     dw_partials = torch.empty(programs, N, dtype=torch.float32, device=x.device)
-    launch(norm.norm_bwd_kernel, (programs,), dy, x, w, rstd, rstd, dx, dw_partials, dw_partials,
-           M, N, dy.stride(0), x.stride(0), dx.stride(0), programs, IS_RMS=True, HAS_BIAS=False,
+    db_partials = torch.empty_like(dw_partials) if LAYERNORM else dw_partials
+    launch(norm.norm_bwd_kernel, (programs,), dy, x, w, mean, rstd, dx, dw_partials, db_partials,
+           M, N, dy.stride(0), x.stride(0), dx.stride(0), programs, IS_RMS=not LAYERNORM, HAS_BIAS=LAYERNORM,
            ZERO_CENTERED=False, BLOCK_M=block_m, BLOCK_N=block_n, ONE_BLOCK=True, num_warps=num_warps,
            enable_fp_fusion=False)
-    return dx, norm.sum_partials(dw_partials, w.dtype)
+    return dx, norm.sum_partials(dw_partials, w.dtype)  # (dbias: summed as dweight is, not compared)
 
 
 for M, N in SHAPES:
@@ -37,19 +41,28 @@ for M, N in SHAPES:
     x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
     dy = torch.randn_like(x)
     w = torch.randn(N, device="cuda", dtype=torch.bfloat16)
-    y, _, rstd = norm._norm_fwd(x, w, None, 1e-6, False, None, True)
-    lib_dx, lib_dw, _ = norm._norm_bwd(dy, x, w, None, rstd, False, False, True)
-    lib = triton.testing.do_bench(lambda: norm._norm_bwd(dy, x, w, None, rstd, False, False, True), rep=50)
+    b = torch.randn_like(w) if LAYERNORM else None
+    y, mean, rstd = norm._norm_fwd(x, w, b, 1e-6, False, None, not LAYERNORM)
+    mean = mean if LAYERNORM else rstd
+
+    def library():
+        return norm._norm_bwd(dy, x, w, mean, rstd, False, LAYERNORM, not LAYERNORM)
+    lib_dx, lib_dw, _ = library()
+    lib = triton.testing.do_bench(library, rep=50)
     xr = x.detach().requires_grad_()
     wr = w.detach().requires_grad_()
-    yt = torch.nn.functional.rms_norm(xr, (N,), wr, 1e-6)
+    def torch_norm(xr, wr):
+        if LAYERNORM:
+            return torch.nn.functional.layer_norm(xr, (N,), wr, b, 1e-6)
+        return torch.nn.functional.rms_norm(xr, (N,), wr, 1e-6)
+    yt = torch_norm(xr, wr)
     eager = triton.testing.do_bench(lambda: torch.autograd.grad(yt, (xr, wr), dy, retain_graph=True), rep=50)
 
     def fwd_bwd(xr=xr, wr=wr):
-        return torch.autograd.grad(torch.nn.functional.rms_norm(xr, (N,), wr, 1e-6), (xr, wr), dy)
+        return torch.autograd.grad(torch_norm(xr, wr), (xr, wr), dy)
     compiled = torch.compile(fwd_bwd)
     both = triton.testing.do_bench(compiled, rep=50)
-    fwd_only = triton.testing.do_bench(lambda: norm._norm_fwd(x, w, None, 1e-6, False, None, True), rep=50)
+    fwd_only = triton.testing.do_bench(lambda: norm._norm_fwd(x, w, b, 1e-6, False, None, not LAYERNORM), rep=50)
     gb = 3 * M * N * 2 / 1e9
     print(f"\n[{M}, {N}] library bwd {lib * 1e3:7.1f} us ({gb / lib * 1e3:5.0f} GB/s); torch eager bwd {eager * 1e3:7.1f} us; "
           f"torch.compile fwd+bwd {both * 1e3:7.1f} us (ours fwd {fwd_only * 1e3:6.1f} + bwd {lib * 1e3:6.1f})", flush=True)
@@ -60,10 +73,10 @@ for M, N in SHAPES:
         if block_m * next_power_of_2(N) // (32 * num_warps) > 64 or block_m * next_power_of_2(N) < 32 * num_warps:
             continue
         try:
-            dx, dw = run(dy, x, w, rstd, block_m, num_warps, per_sm)
+            dx, dw = run(dy, x, w, mean, rstd, block_m, num_warps, per_sm)
             same = torch.equal(dx, lib_dx)
             dw_ok = torch.allclose(dw.float(), lib_dw.float(), rtol=1e-2, atol=1e-2)
-            ms = triton.testing.do_bench(lambda: run(dy, x, w, rstd, block_m, num_warps, per_sm), rep=30)
+            ms = triton.testing.do_bench(lambda: run(dy, x, w, mean, rstd, block_m, num_warps, per_sm), rep=30)
             rows.append((ms, block_m, num_warps, per_sm, same, dw_ok))
         except Exception as e:  # a config that does not compile: say so, go on
             print(f"  block_m={block_m} warps={num_warps} per_sm={per_sm}: {type(e).__name__}", flush=True)
