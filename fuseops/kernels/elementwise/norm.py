@@ -53,7 +53,7 @@ def _configs() -> tuple[int, int, int]:
 # programs a multiprocessor, were 1.78x / 1.66x / 1.25x / 1.02x faster at [16384, 1024],
 # [4096, 1024], [4096, 4096], [16384, 2048]. 64 values per thread were faster still at 1024 columns
 # (up to 1.94x) but spill from 4096 columns (offline for sm_90a: LayerNorm's backward at 8192
-# columns 5.5 KB); at 32, 149-246 registers and no spills up to 8192 columns, RMS and LayerNorm.
+# columns 5.5 KB); at 32, 128-250 registers and no spills up to 8192 columns, RMS and LayerNorm.
 _BACKWARD = (4096, 32, 2)
 
 
