@@ -9,6 +9,10 @@ most own time and the most cumulative time (issue 20: measure the host path firs
 
 ``--compiled`` profiles each model under ``torch.compile`` as well (after ``--warmup`` steps:
 the compile, and fuseops' recordings and CUDA-graph decisions inside its operators).
+
+The steps run back to back: where the GPU is the bound (session 39: T=4096 H=1024), a full launch
+queue blocks whichever call launches next, and the profile shows that wait, not host work.
+``benchmarks/results/session39/drained_profile.py`` drains the device before each profiled step.
 """
 
 from __future__ import annotations
