@@ -31,6 +31,8 @@ class NormConfig:
     num_warps: int
     # The whole row fits one BLOCK_N block (held in registers, read once).
     one_block: bool
+    # Persistent programs per multiprocessor (fewer where the rows are fewer).
+    programs_per_sm: int
 
 
 @functools.cache
@@ -58,17 +60,17 @@ _BACKWARD = (4096, 32, 2)
 
 
 def _pick(rows: int, n: int, backward: bool = False) -> NormConfig:
-    max_block_n, tile, _ = _configs()
+    max_block_n, tile, programs_per_sm = _configs()
     block_n = min(next_power_of_2(n), max_block_n)
     one_block = n <= block_n
     if backward and one_block and not INTERPRET:
-        tile, per_thread, _ = _BACKWARD
+        tile, per_thread, programs_per_sm = _BACKWARD
         block_m = max(1, min(tile // block_n, next_power_of_2(max(rows, 1))))
-        return NormConfig(block_m, block_n, max(4, block_m * block_n // (32 * per_thread)), True)
+        return NormConfig(block_m, block_n, max(4, block_m * block_n // (32 * per_thread)), True, programs_per_sm)
     block_m = max(1, min(tile // block_n, next_power_of_2(max(rows, 1))))
     # Warps grow with the tile so that a thread holds about 8 values of it.
     num_warps = 1 if INTERPRET else min(32, max(4, block_m * block_n // 256))
-    return NormConfig(block_m, block_n, num_warps, one_block)
+    return NormConfig(block_m, block_n, num_warps, one_block, programs_per_sm)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -77,8 +79,7 @@ def _launch_shape(rows: int, n: int, device_index: int, backward: bool = False) 
     ``backward``) on a device (-1: CPU), decided once per shape: a few microseconds of host
     time a launch otherwise."""
     cfg = _pick(rows, n, backward)
-    per_sm = _BACKWARD[2] if backward and cfg.one_block and not INTERPRET else _configs()[2]
-    return cfg, max(1, min(cdiv(rows, cfg.block_m), per_sm * num_sms(device_index)))
+    return cfg, max(1, min(cdiv(rows, cfg.block_m), cfg.programs_per_sm * num_sms(device_index)))
 
 
 @triton.jit
