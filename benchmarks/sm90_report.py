@@ -288,7 +288,19 @@ def norm_bwd_launch(sink, *, rows=16384, n=1024, rms=True):
                       False, not rms, rms)
 
 
-CASES = {"quantize": quantize_launch, "norm_bwd": norm_bwd_launch, "amax": amax_launch, "gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
+def activation_dbias_launch(sink, *, rows=4096, n=4096, act="GELU_TANH", cfg=None):
+    """The activation backward + dbias over [rows, n] bf16 (issue 20's dense stack), in the
+    library's tile or ``cfg`` (a ReduceConfig)."""
+    from fuseops.kernels.elementwise import activation as mod
+
+    x = torch.empty(rows, n, dtype=torch.bfloat16)
+    configs = mod._configs() if cfg is None else (mod._configs()[0], cfg)
+    with caught(mod, "activation_bwd_dbias_kernel", sink), mock.patch.object(mod, "sum_partials", lambda p, dtype: p), \
+            mock.patch.object(mod, "_configs", lambda: configs):
+        mod.activation_bwd_dbias(x, torch.empty_like(x), getattr(mod.Activation, act))
+
+
+CASES = {"quantize": quantize_launch, "norm_bwd": norm_bwd_launch, "activation_dbias": activation_dbias_launch, "amax": amax_launch, "gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
          "blockwise_fwd": blockwise_fwd_launch, "blockwise_wgrad": blockwise_wgrad_launch,
          "bf16_wgrad": bf16_wgrad_launch, "triton_wgrad": triton_wgrad_launch,
          "tensor_scaled_fwd": tensor_scaled_fwd_launch, "tensor_scaled_wgrad": tensor_scaled_wgrad_launch}
@@ -306,9 +318,11 @@ def main() -> None:
     sink: list = []
     from fuseops.kernels.gemm.grouped import GemmConfig
     from fuseops.kernels.gemm.grouped_gated import GatedGemmConfig
+    from fuseops.kernels.elementwise.bias_grad import ReduceConfig
     from fuseops.kernels.quantization.quantize import QuantizeConfig
 
-    names = dict(torch=torch, GemmConfig=GemmConfig, GatedGemmConfig=GatedGemmConfig, QuantizeConfig=QuantizeConfig)
+    names = dict(torch=torch, GemmConfig=GemmConfig, GatedGemmConfig=GatedGemmConfig, QuantizeConfig=QuantizeConfig,
+                 ReduceConfig=ReduceConfig)
     CASES[args.case](sink, **{k: eval(v, names) for k, v in (kv.split("=", 1) for kv in args.set)})
     kernel, grid, kargs, kwargs = sink[0]
     compiled = compile_sm90(kernel, kargs, dict(kwargs))

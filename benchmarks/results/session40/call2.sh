@@ -1,17 +1,14 @@
-# Session 40, call 2 (prepared in session 39): Nsight Compute's per-instruction view of the FP8 blockwise forward
-# and wgrad at Qwen3's FC1 (session 39 call 8: tensor pipe 61 % / 45 % busy against per-tensor's 82 %, twice the
-# instructions issued): which instructions the consumer warps stall on (the scale loads, the promotion's FMAs,
-# the barrier waits, the wgmma waits). The CSV comes back; read it here (no ncu on the CPU machine). ~2 min.
+# Session 40, call 2: the second stage of the row reductions (`bias_grad.sum_partials`) under other tiles, and the
+# norm backward with the best of them (partials_sweep.py; call 1's LayerNorm library was ~10 us behind its own tile:
+# dbias's second sum_partials); the norm forward's new tiles (_FORWARD) against the old at RMS and LayerNorm. Then
+# the GPU tests of the elementwise kernels (the GELU dbias tile and the norm forward's changed) and the CUDA edge
+# cases of the norms and activations. ~7 min.
 export PYTHONPATH=. PYTHONUNBUFFERED=1
-NCU=$(which ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+nvidia-smi --query-gpu=name --format=csv,noheader
 S=$SECONDS
-timeout 240 $NCU --clock-control none --kernel-name regex:"grouped_fp8" --import-source yes \
-  --section SourceCounters --section WarpStateStats -o $OUT/blockwise -f \
-  python3 benchmarks/results/session39/ncu_gemms.py --recipe "fp8 blockwise" > $OUT/ncu_run.log 2>&1
-echo "ncu rc=$? ($((SECONDS - S)) s)"; tail -3 $OUT/ncu_run.log
-for k in grouped_fp8_kernel grouped_fp8_wgrad_kernel; do
-  $NCU -i $OUT/blockwise.ncu-rep --kernel-name $k --page source --csv --print-source sass > $OUT/source_$k.csv 2>&1
-  echo "$k: $(wc -l < $OUT/source_$k.csv) lines"; head -2 $OUT/source_$k.csv | cut -c1-300
-done
-gzip -f $OUT/source_*.csv
-rm -f $OUT/blockwise.ncu-rep
+timeout 330 python3 benchmarks/results/session40/partials_sweep.py > $OUT/partials_sweep.log 2>&1
+echo "partials sweep rc=$? ($((SECONDS - S)) s)"; grep -E "^partials|^  +[0-9.]+ us|bwd|fwd" $OUT/partials_sweep.log | awk '/^partials/{n=0} {if (n++ < 3) print}' | cut -c1-150
+S=$SECONDS
+timeout -s INT -k 10 100 python3 -m pytest -p no:cacheprovider -q -m gpu tests/kernels/elementwise > $OUT/gpu_elementwise.log 2>&1
+echo "gpu elementwise rc=$? ($((SECONDS - S)) s)"; grep -E "^(FAILED|ERROR)" $OUT/gpu_elementwise.log | cut -c1-200; tail -1 $OUT/gpu_elementwise.log
+LIMIT=120 bash benchmarks/run_gpu.sh edge "BackwardBiasActivation or LayerNorm or RMSNorm" 2>&1 | tail -4
