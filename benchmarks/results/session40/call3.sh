@@ -1,17 +1,14 @@
-# Session 40, call 3 (prepared in session 39): Nsight Compute's per-instruction view of the FP8 blockwise forward
-# and wgrad at Qwen3's FC1 (session 39 call 8: tensor pipe 61 % / 45 % busy against per-tensor's 82 %, twice the
-# instructions issued): which instructions the consumer warps stall on (the scale loads, the promotion's FMAs,
-# the barrier waits, the wgmma waits). The CSV comes back; read it here (no ncu on the CPU machine). ~2 min.
+# Session 40, call 3: the row reductions before / after call 2's second-stage tile (`_SECOND_STAGE`, 64 x 16) and
+# the GELU dbias first-stage tile (32 x 128), GPU time in CUDA graphs (reductions_ab.py). Then the GPU tests of
+# every kernel that sums partials (elementwise; the gated GEMMs' dprobs) and the CUDA edge cases of the
+# dbias / norm ops. ~6 min.
 export PYTHONPATH=. PYTHONUNBUFFERED=1
-NCU=$(which ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+nvidia-smi --query-gpu=name --format=csv,noheader
 S=$SECONDS
-timeout 240 $NCU --clock-control none --kernel-name regex:"grouped_fp8" --import-source yes \
-  --section SourceCounters --section WarpStateStats -o $OUT/blockwise -f \
-  python3 benchmarks/results/session39/ncu_gemms.py --recipe "fp8 blockwise" > $OUT/ncu_run.log 2>&1
-echo "ncu rc=$? ($((SECONDS - S)) s)"; tail -3 $OUT/ncu_run.log
-for k in grouped_fp8_kernel grouped_fp8_wgrad_kernel; do
-  $NCU -i $OUT/blockwise.ncu-rep --kernel-name $k --page source --csv --print-source sass > $OUT/source_$k.csv 2>&1
-  echo "$k: $(wc -l < $OUT/source_$k.csv) lines"; head -2 $OUT/source_$k.csv | cut -c1-300
-done
-gzip -f $OUT/source_*.csv
-rm -f $OUT/blockwise.ncu-rep
+timeout 200 python3 benchmarks/results/session40/reductions_ab.py > $OUT/reductions_ab.log 2>&1
+echo "reductions a/b rc=$? ($((SECONDS - S)) s)"; cat $OUT/reductions_ab.log | cut -c1-150
+S=$SECONDS
+timeout -s INT -k 10 200 python3 -m pytest -p no:cacheprovider -q -m gpu tests/kernels/elementwise \
+  tests/kernels/gemm/test_grouped_gated.py tests/kernels/gemm/test_grouped_scaled_dgrad_gated.py > $OUT/gpu_reductions.log 2>&1
+echo "gpu tests rc=$? ($((SECONDS - S)) s)"; grep -E "^(FAILED|ERROR)" $OUT/gpu_reductions.log | cut -c1-200; tail -1 $OUT/gpu_reductions.log
+LIMIT=100 bash benchmarks/run_gpu.sh edge "BackwardBiasActivation or LayerNorm or RMSNorm" 2>&1 | tail -3

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv, num_sms
+from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2, num_sms
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.launch import launch
 
@@ -82,10 +82,27 @@ def column_sum_kernel(
     tl.store(dst + pid_m * stride_dst + offs_n, out.to(dst.dtype.element_ty), mask=mask_n)
 
 
+@functools.lru_cache(maxsize=256)
+def _second_stage(cols: int) -> ReduceConfig:
+    """The second stage's tile on GPU: 1024 elements of 16 columns (64 rows, 4 warps) while
+    that leaves at most 1024 programs, then wider and shorter. One program walks all P
+    partial rows of its columns, so the first stage's 128-column tile left N / 128 programs
+    (8 at N=1024), each waiting on P / 32 dependent loads: 6.7 us for the norm backward's
+    264 x 1024 partials, 2.3 us in this tile. Measured on an H100 (session 40,
+    ``benchmarks/results/session40/`` ``partials_sweep.py``, ``reductions_ab.py``; GPU time in
+    CUDA graphs): 1.00-3.64x the 128-column tile at P = 17-528, N = 1024-16384, within 12 %
+    of the best of 8-512 rows x 8-256 columns x 1-8 warps at 17 of those 20 shapes (the
+    sweep ran on another H100); but
+    0.60-0.76x at 2-16 rows of 65536-262144 columns (the gated backward's dprobs) in 16
+    columns, hence the widening."""
+    block_n = max(16, next_power_of_2(cdiv(cols, 1024)))
+    return ReduceConfig(block_m=max(4, 1024 // block_n), block_n=block_n, num_warps=4, programs_per_sm=1)
+
+
 def sum_partials(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Second stage: ``partials`` [P, N] float32 summed over P, returned as [N] in ``dtype``."""
-    cfg = _configs()
     P, N = partials.shape
+    cfg = _configs() if INTERPRET else _second_stage(N)
     out = torch.empty(N, dtype=dtype, device=partials.device)
     launch(column_sum_kernel, (1, cdiv(N, cfg.block_n)),
         partials, out, P, N, partials.stride(0), 0, P,

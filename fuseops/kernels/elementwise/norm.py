@@ -40,20 +40,16 @@ def _configs() -> tuple[int, int, int]:
     """``(max_block_n, tile_elements, programs_per_sm)``: rows up to ``max_block_n`` stay
     in registers, and a tile holds about ``tile_elements`` (several short rows per tile).
     Under the interpreter tiny blocks exercise the chunked path on test shapes. On GPU a
-    thread keeps 8 values of a tile: ptxas's sm_90 register counts 50-90 (16 per thread took
-    167-245). These are the chunked rows' tiles (not timed); the one-block rows' are
-    ``_FORWARD``'s and ``_BACKWARD``'s."""
+    forward thread keeps 8 values of a tile: ptxas's sm_90 register counts 50-90 (16 per
+    thread took 167-245). The forward's one-block tiles measured (H100, bf16, GPU time in CUDA
+    graphs; session 40, ``benchmarks/results/session40/partials_sweep.py``) against 4096
+    elements with 8 programs a multiprocessor: RMSNorm 1.08-1.10x slower at [16384, 1024 |
+    2048] and [4096, 4096] but 1.04-1.15x faster at [1024, 1024 | 2048] and [4096, 1024];
+    LayerNorm as fast or faster at all six shapes (1.00-1.29x); kept. The backward's
+    one-block tiles are ``_BACKWARD``'s."""
     if INTERPRET:
         return 64, 256, 1
     return 8192, 2048, 4
-
-
-# The forward of rows that fit one block, on GPU: ``(tile_elements, programs_per_sm)``, 8 values
-# a thread. Swept on an H100 (session 40, ``benchmarks/results/session40/elementwise_sweep.py``,
-# RMSNorm, bf16, tiles of 1024-8192 elements x 1-8 programs a multiprocessor): 4096 elements, 8
-# programs, was within 5 % of the best at each of [1024 | 4096 | 16384, 1024], [4096, 4096],
-# [16384, 2048] and 1.05-1.10x the 2048 elements, 4 programs, used before.
-_FORWARD = (4096, 8)
 
 
 # The backward of rows that fit one block, on GPU: ``(tile_elements, values_per_thread,
@@ -75,8 +71,6 @@ def _pick(rows: int, n: int, backward: bool = False) -> NormConfig:
         tile, per_thread, programs_per_sm = _BACKWARD
         block_m = max(1, min(tile // block_n, next_power_of_2(max(rows, 1))))
         return NormConfig(block_m, block_n, max(4, block_m * block_n // (32 * per_thread)), True, programs_per_sm)
-    if one_block and not INTERPRET:
-        tile, programs_per_sm = _FORWARD
     block_m = max(1, min(tile // block_n, next_power_of_2(max(rows, 1))))
     # Warps grow with the tile so that a thread holds about 8 values of it.
     num_warps = 1 if INTERPRET else min(32, max(4, block_m * block_n // 256))

@@ -41,6 +41,21 @@ def test_row_split_covers_every_row():
         assert programs <= max(1, cfg.programs_per_sm * device_sms(t))
 
 
+@pytest.mark.parametrize("P", [1, 3, 64, 65, 200])
+def test_second_stage_gpu_tile_sums_every_partial_row(P, monkeypatch):
+    """``sum_partials`` in its GPU tiles (``_second_stage``: 64 rows x 16 columns, wider past
+    16384 columns), run by the interpreter: every partial row and column summed, columns past
+    a multiple of the tile's too."""
+    monkeypatch.setattr(kernels, "INTERPRET", False)
+    assert kernels._second_stage(20000) == kernels.ReduceConfig(32, 32, num_warps=4, programs_per_sm=1)
+    for N in (1, 15, 17, 100) + ((20000,) if P == 3 else ()):
+        partials = torch.randn(P, N, dtype=torch.float32)
+        for dtype in (torch.float32, torch.bfloat16):
+            got = kernels.sum_partials(partials, dtype)
+            assert got.dtype == dtype and got.shape == (N,)
+            assert_close_rel(got, partials.double().sum(0), dtype, what=f"[{P}, {N}] {dtype}")
+
+
 def test_deterministic():
     dy = torch.randn(300, 3).to(torch.bfloat16)
     assert torch.equal(kernels.bias_grad(dy), kernels.bias_grad(dy))

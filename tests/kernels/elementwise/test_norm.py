@@ -164,7 +164,7 @@ def test_backward_gpu_tiles_hold_at_most_32_values_a_thread(n, monkeypatch):
 
 @pytest.mark.parametrize("n", [1, 64, 1000, 4096, 8192])
 def test_forward_gpu_tiles_hold_at_most_8_values_a_thread(n, monkeypatch):
-    """The forward's GPU tiles (``_FORWARD``, chosen on CPU too): 8 values of a tile per thread
+    """The forward's GPU tiles (chosen on CPU too): 8 values of a tile per thread
     at most (16 took 167-245 registers, offline for sm_90a), at most 32 warps, whole rows in
     one block up to 8192 columns."""
     monkeypatch.setattr(kernels, "INTERPRET", False)
@@ -173,7 +173,6 @@ def test_forward_gpu_tiles_hold_at_most_8_values_a_thread(n, monkeypatch):
         for rows in (1, 3, 4096):
             cfg = kernels._pick(rows, n)
             assert cfg.one_block and cfg.block_m * cfg.block_n <= 8 * 32 * cfg.num_warps <= 8 * 32 * 32, cfg
-            assert cfg.programs_per_sm == kernels._FORWARD[1]
     finally:
         kernels._configs.cache_clear()
 
