@@ -89,12 +89,11 @@ def _second_stage(cols: int) -> ReduceConfig:
     partial rows of its columns, so the first stage's 128-column tile left N / 128 programs
     (8 at N=1024), each waiting on P / 32 dependent loads: 6.7 us for the norm backward's
     264 x 1024 partials, 2.3 us in this tile. Measured on an H100 (session 40,
-    ``benchmarks/results/session40/`` ``partials_sweep.py``, ``reductions_ab.py``; GPU time in
-    CUDA graphs): 1.00-3.64x the 128-column tile at P = 17-528, N = 1024-16384, within 12 %
-    of the best of 8-512 rows x 8-256 columns x 1-8 warps at 17 of those 20 shapes (the
-    sweep ran on another H100); but
-    0.60-0.76x at 2-16 rows of 65536-262144 columns (the gated backward's dprobs) in 16
-    columns, hence the widening."""
+    ``benchmarks/results/session40/``: ``partials_sweep.py``, ``reductions_ab.py``; GPU time in
+    CUDA graphs) against the 128-column tile: 0.99-3.55x at P = 17-528, N = 1024-16384 (within
+    12 % of the best of 8-512 rows x 8-256 columns x 1-8 warps at 17 of those 20 shapes, the
+    sweep on another H100); at 2-17 rows of 32768-262144 columns (the gated backward's dprobs)
+    1.02-2.47x, where 16 columns had been 0.60-0.76x. The norm backward gained 1.06-2.00x."""
     block_n = max(16, next_power_of_2(cdiv(cols, 1024)))
     return ReduceConfig(block_m=max(4, 1024 // block_n), block_n=block_n, num_warps=4, programs_per_sm=1)
 
