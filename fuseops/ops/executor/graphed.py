@@ -53,9 +53,14 @@ When a program is graphed is decided per program, by measurement (never by a siz
 measuring takes no host synchronisation, checking a capture does (step 2):
 
 1. Its first ``MEASURED_CALLS`` replays run as before, each timed on the host (enqueue time)
-   and between two CUDA events, read once complete (``Event.query``). A program whose GPU span
-   exceeds its enqueue time by ``GPU_BOUND`` stays eager: its host work is hidden already, and
-   a graph would only add copies.
+   and between two CUDA events, read once complete (``Event.query``); calls made before then
+   run untimed (the host is ahead of the GPU). A program whose GPU span exceeds its shortest
+   enqueue time by ``GPU_BOUND`` stays eager: its host work is hidden already, and a graph
+   would only add copies. The shortest, not the median: a host far enough ahead of the GPU
+   waits in its launches for the launch queue to drain, and those enqueue times measure the
+   GPU (session 40, call 15: a 4-block GELU T=4096 H=4096 step, each program 1.5-3.5 ms of GPU
+   work, enqueued in 0.07-0.5 ms until the queue filled, then in 0.8-3.2 ms; by the median
+   every program but one was captured, each capture syncing, from step 60 on).
 2. Otherwise the next call captures. It runs eagerly and finds which inputs (but the
    parameters) the eager run wrote into: those must be pinned (into a copied input the graph
    would write its own copy; the grouped MLP's backward writes dz over the saved z), and are
@@ -82,7 +87,6 @@ the program eagerly. ``FUSEOPS_CUDA_GRAPHS=0`` turns graphs off.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -225,14 +229,16 @@ def in_graph_memory(t: torch.Tensor) -> bool:
 def decision(eager: Sequence[tuple[float, float]], graphed: Sequence[tuple[float, float]] | None) -> str:
     """From ``(enqueue s, GPU span s)`` samples: after the eager ones alone, "capture" or
     "eager"; with the graph's too, "keep" or "drop" (the module docstring's steps 1 and 3)."""
-    host = statistics.median(h for h, _ in eager)
+    # The shortest of each: a host that waited for the launch queue measured the GPU's pace, a
+    # GPU that waited for the host measured the host's (module docstring, step 1).
+    host = min(h for h, _ in eager)
     gpu = min(g for _, g in eager)
     if graphed is None:
         return "eager" if gpu > GPU_BOUND * host else "capture"
     # The host time must shrink, and the GPU span must not grow by more than the graph's copies
     # may cost: where the GPU was behind, the eager span was its own work, which a graph
     # cannot shorten (session 24: a rule asking both to shrink freed every backward's graph).
-    graph_host, graph_gpu = statistics.median(h for h, _ in graphed), min(g for _, g in graphed)
+    graph_host, graph_gpu = min(h for h, _ in graphed), min(g for _, g in graphed)
     return "keep" if graph_host < KEEP * host and graph_gpu < GPU_SLACK * gpu else "drop"
 
 
@@ -438,6 +444,10 @@ class GraphedProgram:
                 self.phase = _EAGER
                 return self.eager_run(*inputs)
             return self._capture(inputs)
+        if len(self.timed) >= MEASURED_CALLS:
+            # The timed runs are not complete yet (the host is ahead of the GPU): untimed, so
+            # that a host running far ahead neither piles up events nor samples its waits.
+            return self.eager_run(*inputs)
         self.addresses.append(tuple(t.data_ptr() if isinstance(t, torch.Tensor) else None for t in inputs))
         timed = _Timed()
         out = self.eager_run(*inputs)
@@ -632,7 +642,7 @@ class GraphedProgram:
             self._judge()
             if self.phase is _EAGER or self.phase is _MEASURING:
                 return None
-        timed = _Timed() if self.phase is _TRIAL else None
+        timed = _Timed() if self.phase is _TRIAL and len(self.timed) < MEASURED_CALLS else None
         for slot, buffer in self.buffers.items():
             t = everything[slot]
             last = self.derived_last.get(slot)

@@ -357,6 +357,11 @@ def test_the_decision_rule():
     # The graph's copies lengthened the GPU span past GPU_SLACK; its host time did not shrink.
     assert graphed.decision(host_bound, [(1e-4, 1.2e-3)] * 3) == "drop"
     assert graphed.decision(host_bound, [(0.95e-3, 3e-4)] * 3) == "drop"
+    # A host that ran ahead until its launches waited for the queue to drain: those enqueue times
+    # are the GPU's pace (session 40, call 15: 0.2 ms, then 3.0-3.1 ms, for 2.9 ms of GPU work).
+    throttled = [(0.2e-3, 2.93e-3), (3.02e-3, 2.93e-3), (3.1e-3, 2.94e-3)]
+    assert graphed.decision(throttled, None) == "eager"
+    assert graphed.decision(host_bound, [(1e-4, 3e-4), (0.9e-3, 3e-4), (0.9e-3, 3e-4)]) == "keep"
 
 
 def test_the_split_around_the_weight_cache_computes_the_program(monkeypatch):

@@ -324,6 +324,36 @@ def test_a_program_writing_into_its_input(where, cpu_graphs):
             "a kernel writing into an input that moves", 0)
 
 
+def test_a_host_ahead_of_the_gpu_times_only_the_measured_calls(cpu_graphs, monkeypatch):
+    """While the timed runs are not complete (the GPU behind the host), later calls run untimed:
+    no more than ``MEASURED_CALLS`` are held, so a host running far ahead piles up no events and
+    the verdict rests on the first calls' samples. Every call equals the eager run."""
+    done = {"gpu": False}
+
+    class Timed(_StandInTimed):
+        def query(self):
+            return done["gpu"]
+
+    monkeypatch.setattr(graphed, "_Timed", Timed)
+
+    def run(x, w):
+        return (x * w,)
+
+    torch.manual_seed(0)
+    w, x = torch.randn(4, 3), torch.randn(4, 3)
+    program = graphed.GraphedProgram(run, None, torch.device("cpu"))
+    for i in range(3 * graphed.MEASURED_CALLS):
+        got = program.run((x, w))
+        assert_bitwise(got[0], x * w, f"call {i}")
+        assert program.phase == "measuring" and len(program.timed) <= graphed.MEASURED_CALLS
+        del got
+    assert len(program.timed) == graphed.MEASURED_CALLS and program.captures == 0
+    done["gpu"] = True
+    got = program.run((x, w))
+    assert_bitwise(got[0], x * w, "the call after the GPU caught up")
+    assert program.captures == 1 and len(program.eager_samples) == graphed.MEASURED_CALLS
+
+
 def test_a_graph_judged_after_its_inputs_moved_is_judged_against_a_fresh_measurement(cpu_graphs, monkeypatch):
     """Kept, then the input moves and the program's GPU span grows (a new cell's routing, in
     session 27's skewed MoE cells): the graph captured again is dropped against the old eager
