@@ -41,9 +41,10 @@ def _configs() -> tuple[int, int, int]:
     in registers, and a tile holds about ``tile_elements`` (several short rows per tile).
     Under the interpreter tiny blocks exercise the chunked path on test shapes. On GPU a
     forward thread keeps 8 values of a tile: ptxas's sm_90 register counts 50-90 (16 per
-    thread took 167-245). The forward's one-block tiles measured (H100, bf16, GPU time in CUDA
-    graphs; session 40, ``benchmarks/results/session40/partials_sweep.py``) against 4096
-    elements with 8 programs a multiprocessor: RMSNorm 1.08-1.10x slower at [16384, 1024 |
+    thread took 167-245). These forward tiles of one-block rows (2048 elements, 4 programs a
+    multiprocessor) measured (H100, bf16, GPU time in CUDA graphs; session 40,
+    ``benchmarks/results/session40/partials_sweep.py``) against 4096 elements with 8 programs
+    a multiprocessor: RMSNorm 1.08-1.10x slower at [16384, 1024 |
     2048] and [4096, 4096] but 1.04-1.15x faster at [1024, 1024 | 2048] and [4096, 1024];
     LayerNorm as fast or faster at all six shapes (1.00-1.29x); kept. The backward's
     one-block tiles are ``_BACKWARD``'s."""
