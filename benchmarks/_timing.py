@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import torch
 import triton.testing
+from torch.profiler import ProfilerActivity, profile
 
 T = TypeVar("T")
 
@@ -132,3 +133,20 @@ def step_phases(model: Callable[..., torch.Tensor], args: tuple, params: list[to
             phases[name].append((b - a) * 1e6)
         del y, loss
     return "phases (median us): " + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in phases.items())
+
+
+def cuda_kernel_times(step: Callable[[], object], steps: int) -> tuple[dict[str, float], dict[str, int]]:
+    """Microseconds of GPU time a step by kernel name, and launches a step, over ``steps`` calls
+    of ``step`` under torch.profiler (CUDA activity only; warm up before)."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    launches: dict[str, int] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            times[e.name] = times.get(e.name, 0.0) + e.device_time / steps
+            launches[e.name] = launches.get(e.name, 0) + 1
+    return times, {k: v // steps for k, v in launches.items()}

@@ -8,28 +8,17 @@ wall time with the device drained (host) for each.
 """
 import argparse
 import time
-from collections import defaultdict
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
+from benchmarks._timing import cuda_kernel_times
 from benchmarks.sizes import dense_cell, step_fn
 
 
 def kernels(step, warmup: int, steps: int) -> tuple[dict[str, float], dict[str, int]]:
     for _ in range(warmup):
         step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    per, count = defaultdict(float), defaultdict(int)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name] += e.device_time / steps
-            count[e.name] += 1
-    return per, {k: v // steps for k, v in count.items()}
+    return cuda_kernel_times(step, steps)
 
 
 def wall(step, steps: int = 20) -> float:

@@ -34,10 +34,12 @@ class ReduceConfig:
 
 @functools.cache
 def _configs() -> ReduceConfig:
-    """Tile of the column sums. Under the interpreter small tiles keep several programs
-    (and the second stage) busy on test shapes. On GPU, not timed yet: 32 values per
-    thread in flight at 88 registers (ptxas, sm_90); ``benchmarks/elementwise.py``
-    (activation bwd + dbias shares the split) is the measurement to retune it with."""
+    """Tile of the column sums' first stage (and, under the interpreter, of the second, where
+    small tiles keep several programs busy on test shapes). On GPU: 32 values per thread in
+    flight at 88 registers (ptxas, sm_90); within 6 % of the best of 192 tiles at [1024 | 4096
+    | 16384, 1024], [1024, 2048], [16384, 4096] (H100, session 40,
+    ``benchmarks/results/session40/elementwise_sweep.py``; do_bench, so host time at the small
+    shapes). The second stage's GPU tile is ``_second_stage``'s."""
     if INTERPRET:
         return ReduceConfig(block_m=8, block_n=64, num_warps=1, programs_per_sm=1)
     return ReduceConfig(block_m=32, block_n=128, num_warps=4, programs_per_sm=4)
@@ -95,6 +97,7 @@ def _second_stage(cols: int) -> ReduceConfig:
     sweep on another H100); at 2-17 rows of 32768-262144 columns (the gated backward's dprobs)
     1.02-2.47x, where 16 columns had been 0.60-0.76x. The norm backward gained 1.06-2.00x."""
     block_n = max(16, next_power_of_2(cdiv(cols, 1024)))
+    # (programs_per_sm is the first stage's: one row of column blocks here.)
     return ReduceConfig(block_m=max(4, 1024 // block_n), block_n=block_n, num_warps=4, programs_per_sm=1)
 
 
