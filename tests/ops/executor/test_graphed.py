@@ -8,6 +8,9 @@ CPU tests pin the decision rule and the program's split around the weight cache.
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 import weakref
 
 import pytest
@@ -362,6 +365,25 @@ def test_the_decision_rule():
     throttled = [(0.2e-3, 2.93e-3), (3.02e-3, 2.93e-3), (3.1e-3, 2.94e-3)]
     assert graphed.decision(throttled, None) == "eager"
     assert graphed.decision(host_bound, [(1e-4, 3e-4), (0.9e-3, 3e-4), (0.9e-3, 3e-4)]) == "keep"
+
+
+def test_all_graphs_gpu_bound_programs_too(monkeypatch):
+    """``FUSEOPS_CUDA_GRAPHS=all``: a GPU-bound program is captured too (``GPU_BOUND`` infinite;
+    step 3 judges its graph as any other); other values are refused, naming the variable."""
+    assert graphed.gpu_bound_from_env("1") == graphed.gpu_bound_from_env("0") == 4.0
+    assert graphed.gpu_bound_from_env("all") == float("inf")
+    with pytest.raises(ValueError, match=r"FUSEOPS_CUDA_GRAPHS='yes': expected '1' .* 'all' .* or '0'"):
+        graphed.gpu_bound_from_env("yes")
+    gpu_bound = [(1e-3, 5e-3)] * 3
+    assert graphed.decision(gpu_bound, None) == "eager"
+    monkeypatch.setattr(graphed, "GPU_BOUND", graphed.gpu_bound_from_env("all"))
+    assert graphed.decision(gpu_bound, None) == "capture"
+    assert graphed.decision(gpu_bound, [(1e-4, 5.1e-3)] * 3) == "keep"
+    # Read at import, as ENABLED is.
+    code = "from fuseops.ops.executor import graphed; print(graphed.ENABLED, graphed.GPU_BOUND)"
+    env = dict(os.environ, FUSEOPS_CUDA_GRAPHS="all", PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.stdout.split() == ["True", "inf"], done.stderr[-2000:]
 
 
 def test_the_split_around_the_weight_cache_computes_the_program(monkeypatch):
