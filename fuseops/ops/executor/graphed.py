@@ -114,7 +114,7 @@ MEASURED_CALLS = 3
 # with 2.0, four of eight programs eager; 2.00 ms with 4.0, all graphed; T=1024 H=2048 2.55 ->
 # 2.09): the step starts with the GPU idle, and a graph also drops the gaps between its kernels.
 # Past it a graph only trades memory for host time (session 41, calls 3 and 5, the GELU stack at
-# T=16384 H=4096 with every program graphed: 40 % less host time a step, the same step time,
+# T=16384 H=4096 with every program graphed: 32-40 % less host time a step, the same step time,
 # 1.7x the peak reserved memory: each graph's private pool keeps what an eager run hands back to
 # the next program). ``FUSEOPS_CUDA_GRAPHS=all`` makes that trade: infinity.
 GPU_BOUND = gpu_bound_from_env(os.environ.get("FUSEOPS_CUDA_GRAPHS", "1"))

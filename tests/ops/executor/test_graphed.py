@@ -375,6 +375,7 @@ def test_all_graphs_gpu_bound_programs_too(monkeypatch):
     with pytest.raises(ValueError, match=r"FUSEOPS_CUDA_GRAPHS='yes': expected '1' .* 'all' .* or '0'"):
         graphed.gpu_bound_from_env("yes")
     gpu_bound = [(1e-3, 5e-3)] * 3
+    monkeypatch.setattr(graphed, "GPU_BOUND", graphed.gpu_bound_from_env("1"))
     assert graphed.decision(gpu_bound, None) == "eager"
     monkeypatch.setattr(graphed, "GPU_BOUND", graphed.gpu_bound_from_env("all"))
     assert graphed.decision(gpu_bound, None) == "capture"
