@@ -8,7 +8,9 @@
 #   bash benchmarks/run_gpu.sh quantize [pytest args]   # gpu-marked quantize kernel tests (~2 min)
 #   bash benchmarks/run_gpu.sh rest [pytest args]       # everything else but the property suite (over 9 min
 #                                                         # in session 11: too long for one call; its two parts:)
-#   bash benchmarks/run_gpu.sh models [pytest args]     # fusions, integrations, offload (not yet timed)
+#   bash benchmarks/run_gpu.sh models [pytest args]     # fusions, integrations, offload but the CUDA edge cases
+#                                                         # (session 41: with them, 34 % in 330 s; they are the
+#                                                         # `edge` part's, by subject)
 #   bash benchmarks/run_gpu.sh layers [pytest args]     # ops, quant, top-level tests (over 9 min in session 20: its two parts:)
 #   bash benchmarks/run_gpu.sh ops [pytest args]        # tests/moe and tests/ops (~7.5 min)
 #   bash benchmarks/run_gpu.sh quant [pytest args]      # tests/quant/test_quantize.py (27 % in 8.5 min in
@@ -16,7 +18,8 @@
 #   bash benchmarks/run_gpu.sh quantops [pytest args]   # tests/quant but test_quantize.py (session 27: 147
 #                                                         # tests, most of a 9.5-minute call with the next two files)
 #   bash benchmarks/run_gpu.sh top [pytest args]        # the top-level tests, tests/test_*.py (session 27: the
-#                                                         # two parts together ran past 9.5 minutes)
+#                                                         # two parts together ran past 9.5 minutes; session 41:
+#                                                         # top alone 2.3 min)
 #   bash benchmarks/run_gpu.sh fp8layer [pytest args]   # session 32's issue-24 change: expert_layer's quantized
 #                                                         # Function, quantize of picked rows, row_amax
 #   bash benchmarks/run_gpu.sh graphs [pytest args]     # CUDA graphs of recorded programs and of the routing
@@ -49,7 +52,7 @@ case "$part" in
   rest) pytest_part tests --ignore=tests/kernels --ignore=tests/distributed \
       --ignore=tests/fusions/test_fusion_properties.py "$@" ;;
   models) pytest_part tests/fusions tests/integrations tests/offload \
-      --ignore=tests/fusions/test_fusion_properties.py "$@" ;;
+      --ignore=tests/fusions/test_fusion_properties.py -k "not test_edge_case_on_cuda" "$@" ;;
   layers) pytest_part tests --ignore=tests/kernels --ignore=tests/distributed --ignore=tests/fusions \
       --ignore=tests/integrations --ignore=tests/offload "$@" ;;
   ops) pytest_part tests/moe tests/ops "$@" ;;
