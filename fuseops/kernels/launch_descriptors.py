@@ -22,6 +22,7 @@ byte where two fresh encodings agree on their bytes.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 # Entries kept per descriptor position (about 600 bytes each: the 256-byte map object, its
@@ -61,11 +62,13 @@ class DescriptorLaunch:
     ``positions`` after the launcher's own) expanded, by ``make_arg(desc, meta)`` or from
     the expansions kept per position (module docstring)."""
 
-    __slots__ = ("raw", "positions", "metas", "kept", "make_arg", "verify")
+    __slots__ = ("indices", "raw", "positions", "metas", "kept", "make_arg", "verify")
 
     def __init__(self, raw, positions: list[int], metas: list, make_arg):
         assert len(positions) == len(metas)
         self.raw = raw
+        # The descriptors' places among the kernel's arguments, and among the launcher's.
+        self.indices = tuple(positions)
         self.positions = tuple(_BASE_ARGS + i for i in positions)
         self.metas = metas
         self.kept: list[dict | None] = [None if m is None else {} for m in metas]
@@ -101,6 +104,34 @@ class DescriptorLaunch:
             self.compare(hit, desc, self.metas[j])
         return hit
 
+    def expansion(self, j: int, desc) -> Callable[[Any], list] | None:
+        """What ``expand(j, d)`` gives for a descriptor ``d`` with ``desc``'s shape, strides and
+        padding over a tensor ``t``, as a function of ``t`` (kept and verified as ``expand``
+        keeps and verifies); None where position ``j``'s expansions are not kept (no metadata)
+        or ``desc``'s key is not hashable: the caller then passes descriptors."""
+        kept = self.kept[j]
+        shape, strides, padding = desc.shape, desc.strides, desc.padding
+        try:
+            hash((shape, strides, padding))
+        except TypeError:
+            return None
+        if kept is None:
+            return None
+        meta, make_arg = self.metas[j], self.make_arg
+
+        def expanded(t) -> list:
+            key = (t.data_ptr(), shape, strides, padding)
+            hit = kept.get(key)
+            if hit is None:
+                hit = make_arg(_Over(t, shape, strides, padding), meta)
+                if len(kept) >= MAX_MAPS_PER_DESCRIPTOR:
+                    kept.clear()
+                kept[key] = hit
+            elif self.verify:
+                self.compare(hit, _Over(t, shape, strides, padding), meta)
+            return hit
+        return expanded
+
     def compare(self, kept: list, desc, meta):
         """Raise if ``kept`` is not what encoding ``desc`` afresh gives. The map's bytes are
         compared only where two fresh encodings agree on them: the driver documents no
@@ -110,6 +141,15 @@ class DescriptorLaunch:
             raise ExpansionMismatch(f"kept descriptor expansion {kept[1:]} differs from a fresh one {fresh[1:]}")
         if map_bytes(kept[0]) != map_bytes(fresh[0]) and map_bytes(fresh[0]) == map_bytes(self.make_arg(desc, meta)[0]):
             raise ExpansionMismatch(f"kept CUtensorMap for {fresh[1:]} differs from a fresh one")
+
+
+class _Over:
+    """What ``make_tensordesc_arg`` reads of a descriptor: its base, shape, strides, padding."""
+
+    __slots__ = ("base", "padding", "shape", "strides")
+
+    def __init__(self, base, shape, strides, padding) -> None:
+        self.base, self.shape, self.strides, self.padding = base, shape, strides, padding
 
 
 def map_bytes(tensor_map) -> bytes:

@@ -16,6 +16,7 @@ from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import make_backend
 from triton.runtime.jit import JITFunction, compute_cache_key, create_function_from_signature
+from triton.backends.nvidia import driver
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels import launch as fl
@@ -30,6 +31,10 @@ def _plain(x_ptr, y_ptr, n, alpha, flag, BLOCK: tl.constexpr, MODE: tl.constexpr
 
 
 def _flagged(x_ptr, n, m, k, CONST: tl.constexpr, BLOCK: tl.constexpr):
+    pass
+
+
+def _with_descriptor(x_ptr, desc, n, BLOCK: tl.constexpr):
     pass
 
 
@@ -199,9 +204,13 @@ class _FakeLauncher:
 
 
 class _FakeCompiled:
-    def __init__(self, scratch: int):
+    def __init__(self, scratch: int, descriptors: tuple | None = None):
         self.run = _FakeLauncher(scratch)
         self.function, self.packed_metadata = 77, (4, 1, 0)
+        if descriptors is not None:
+            # Triton's descriptor-expanding wrapper around the recording C launcher.
+            signature, metas = descriptors
+            self.run.launch = driver.wrap_handle_tensordesc(self.run.launch, signature, metas)
 
 
 def _pretend_cuda(kernel: JITFunction) -> JITFunction:
@@ -217,11 +226,12 @@ def _pretend_cuda(kernel: JITFunction) -> JITFunction:
         kw["instrumentation_mode"] = triton.knobs.compilation.instrumentation_mode
         bound, specialization, options = kernel.device_caches[0][4](*args, **kw)
         key = compute_cache_key(key_cache, specialization, options)
-        compiled = kernel_cache.setdefault(key, _FakeCompiled(kernel.scratch))
+        compiled = kernel_cache.setdefault(key, _FakeCompiled(kernel.scratch, kernel.descriptors))
         triton_launches.append((grid, args, tuple(bound.values())))
         return compiled
 
     kernel.run, kernel.scratch, kernel.triton_launches = run, 0, triton_launches
+    kernel.descriptors = None  # (signature, metadata) of a kernel taking tensor descriptors
     return kernel
 
 
@@ -361,6 +371,52 @@ def test_a_recorded_launch_calls_the_stored_entry_while_the_kernels_globals_are_
     direct_before = len(compiled.run.launches)
     program.run(z)
     assert len(compiled.run.launches) == direct_before + 1  # through ``launch``'s fast path
+
+
+def test_a_recorded_launch_passes_its_descriptors_as_their_kept_expansions(pretend_cuda, monkeypatch):
+    from fuseops.kernels import launch_descriptors
+    from fuseops.ops.executor import replay
+    monkeypatch.setattr(fl, "CHECK", False)
+    encoded = []
+
+    def encode(arg, meta):  # a stand-in for the CUtensorMap encoding: what it would encode
+        encoded.append(arg.base.data_ptr())
+        return [("map", arg.base.data_ptr(), tuple(arg.shape), tuple(arg.strides), arg.padding), *arg.shape,
+                *arg.strides]
+    monkeypatch.setattr(driver, "make_tensordesc_arg", encode)
+    kernel = pretend_cuda(_jit(_with_descriptor))
+    signature = {0: "*fp32", 1: "tensordesc<bf16[16, 32]>", 2: "i32", 3: "constexpr"}
+    kernel.descriptors = (signature, [{"block_size": [16, 32]}])
+    x = torch.zeros(64)
+    over = lambda t: TensorDescriptor.from_tensor(t, [16, 32])  # noqa: E731
+
+    def program_of(y):
+        fl.launch(kernel, (3,), x, over(y), 16, BLOCK=64)  # stored: later calls are fast
+        _, program = replay.record([x, y], lambda notice: fl.launch(kernel, (3,), x, over(y), 16, BLOCK=64),
+                                   lambda out: [])
+        return program
+
+    program = program_of(torch.zeros(64, 64, dtype=torch.bfloat16))
+    (compiled,) = kernel.device_caches[0][0].values()
+    assert isinstance(fl._kernels[id(kernel)].entries[next(iter(fl._kernels[id(kernel)].entries))].call,
+                      launch_descriptors.DescriptorLaunch)
+    assert "base=" not in program.source  # no descriptor object built a call
+    theirs = []
+    tritons = driver.wrap_handle_tensordesc(lambda *a: theirs.append(a), signature, [{"block_size": [16, 32]}])
+    for z in (torch.ones(64, 64, dtype=torch.bfloat16), torch.ones(64, 64, dtype=torch.bfloat16)):
+        direct_before, triton_before = len(compiled.run.launches), len(kernel.triton_launches)
+        encoded.clear()
+        program.run(x, z)
+        program.run(x, z)
+        assert len(kernel.triton_launches) == triton_before
+        assert encoded == [z.data_ptr()]  # a new address is encoded once, then kept
+        tritons(3, 1, 1, 1234, 77, False, True, None, None, (4, 1, 0), None, None, None, x.data_ptr(), over(z), 16, 64)
+        assert compiled.run.launches[direct_before:] == [theirs[-1]] * 2
+    # A launcher whose descriptor is not lowered to TMA (no metadata) takes the descriptor as before.
+    kernel = pretend_cuda(_jit(_with_descriptor))
+    kernel.descriptors = (signature, [None])
+    program = program_of(torch.zeros(64, 64, dtype=torch.bfloat16))
+    assert "base=" in program.source
 
 
 @pytest.mark.skipif(not INTERPRET, reason="the interpreter runs on CPU-only machines")

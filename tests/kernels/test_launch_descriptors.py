@@ -121,3 +121,28 @@ def test_other_launchers_are_left_as_they_are():
     plain = driver.wrap_handle_tensordesc(print, {0: "*bf16", 1: "i32"}, None)
     assert ld.descriptor_launch(plain) is plain
     assert ld.descriptor_launch(print) is print
+
+
+def test_an_expansion_by_base_equals_expand_and_shares_its_kept_maps(encodings, monkeypatch):
+    _, _, our_launch, _ = _pair()
+    calls = _calls()
+    expansions = {j: our_launch.expansion(j, calls[0][i]) for j, i in enumerate(our_launch.indices)}
+    assert our_launch.indices == (1, 3, 4)
+    assert expansions[1] is None  # no metadata: the descriptor itself is passed
+    x = calls[0][1].base
+    for other in (x, torch.zeros_like(x), x):
+        desc = TensorDescriptor(other, x.shape, x.stride(), [16, 32])
+        assert expansions[0](other) == our_launch.expand(0, desc)
+    assert len(our_launch.kept[0]) == 2  # one map per address, shared with ``expand``
+    assert our_launch.expansion(0, TensorDescriptor(x, list(x.shape), list(x.stride()), [16, 32])) is None
+    ((key, kept),) = [item for item in our_launch.kept[0].items() if item[0][0] == x.data_ptr()]
+    our_launch.kept[0][key] = [("map", "stale"), *kept[1:]]
+    our_launch.verify = True
+    with pytest.raises(ld.ExpansionMismatch):
+        expansions[0](x)
+    monkeypatch.setattr(ld, "MAX_MAPS_PER_DESCRIPTOR", 2)
+    our_launch.verify = False
+    bases = [torch.zeros_like(x) for _ in range(4)]
+    for t in bases:
+        expansions[0](t)
+    assert 1 <= len(our_launch.kept[0]) <= 2

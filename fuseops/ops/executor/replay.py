@@ -11,8 +11,9 @@ activation, a gradient) or an earlier op's output. The record becomes one straig
 function (as ``torch.fx`` generates code): later calls of that layout run it, re-issuing the
 same ops and launches on their own tensors: aten ops through torch's own Python bindings (where
 a meta probe shows they dispatch the same overload), launches whose Triton specialization the
-layout fixes straight into the stored C entry point (``launch.bound``), the others through
-``launch``. Outputs are fresh tensors each call; saved activations still cross
+layout fixes straight into the stored C entry point (``launch.bound``; tensor descriptors as
+their kept expansions, looked up by the base's address: ``DescriptorLaunch.expansion``), the
+others through ``launch``. Outputs are fresh tensors each call; saved activations still cross
 ``save_for_backward`` (version checks, saved-tensor hooks and offload see them as before).
 
 The executor runs a program with torch's autocast off, as its ops ran when recorded (their casts
@@ -68,6 +69,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from fuseops.kernels import launch as kernel_launch
+from fuseops.kernels.launch_descriptors import DescriptorLaunch
 from fuseops.ops._checks import debug_checks_enabled
 from fuseops.ops.executor import graphed
 from fuseops.quant import weight_cache
@@ -191,12 +193,22 @@ class _Names:
 
     def direct_launch(self, b: Any, grid: tuple, args: tuple, line: str) -> str:
         """A ``launch`` (``line``) as a call of its stored C entry point (``launch.bound``):
-        tensors as their data pointers, the stream read at the call; where the kernel read
-        globals, only while each is still the object it was (``line`` otherwise)."""
+        tensors as their data pointers, descriptors as their kept expansions (``_expansions``),
+        the stream read at the call; where the kernel read globals, only while each is still
+        the object it was (``line`` otherwise)."""
         dims = (*grid, 1, 1)[:3]
-        parts = [f"{self.expr(a)}.data_ptr()" if i in b.tensors else self.expr(a) for i, a in enumerate(args)]
+        expansions = _expansions(b.call, args)
+        parts = []
+        for i, a in enumerate(args):
+            if i in b.tensors:
+                parts.append(f"{self.expr(a)}.data_ptr()")
+            elif expansions is not None and i in expansions:
+                parts.append(f"*{self.constant(expansions[i])}({self.expr(a.base)})")
+            else:
+                parts.append(self.expr(a))
+        call = b.call if expansions is None else b.call.raw
         head, tail = self.constant(b.head), self.constant(b.tail)
-        direct = (f"{self.constant(b.call)}({', '.join(map(repr, dims))}, stream({b.device}), "
+        direct = (f"{self.constant(call)}({', '.join(map(repr, dims))}, stream({b.device}), "
                   f"{self.constant(b.function)}, *{head}, {', '.join(parts)}{', ' if parts else ''}*{tail})")
         if not b.guards:
             return direct
@@ -215,6 +227,26 @@ class _Names:
         if out is None:
             return "_"
         raise NotRecordable(f"an op returned a {type(out).__name__} to Python")
+
+
+def _expansions(call: Any, args: Sequence[Any]) -> dict[int, Callable[[torch.Tensor], list]] | None:
+    """For a launcher that expands descriptors (``DescriptorLaunch``), each descriptor
+    argument's expansion as a function of its base tensor (``DescriptorLaunch.expansion``), by
+    argument index: the program then calls the C launcher with them in place (no descriptor
+    objects built a call). None for other launchers, and where one descriptor's expansion is
+    not kept (the program then passes descriptors)."""
+    if call.__class__ is not DescriptorLaunch:
+        return None
+    found = {}
+    for j, i in enumerate(call.indices):
+        desc = args[i] if i < len(args) else None
+        if not (dataclasses.is_dataclass(desc) and isinstance(getattr(desc, "base", None), torch.Tensor)):
+            return None
+        expanded = call.expansion(j, desc)
+        if expanded is None:
+            return None
+        found[i] = expanded
+    return found
 
 
 class _Probe(TorchDispatchMode):
