@@ -107,17 +107,23 @@ class DescriptorLaunch:
     def expansion(self, j: int, desc) -> Callable[[Any], list] | None:
         """What ``expand(j, d)`` gives for a descriptor ``d`` with ``desc``'s shape, strides and
         padding over a tensor ``t``, as a function of ``t`` (kept and verified as ``expand``
-        keeps and verifies); None where position ``j``'s expansions are not kept (no metadata)
-        or ``desc``'s key is not hashable: the caller then passes descriptors."""
+        keeps and verifies). Without metadata (a descriptor the kernel does not lower to TMA:
+        one its constexprs leave unused) the expansion is the base itself followed by values of
+        the shape, strides and padding alone, made once. None where ``desc``'s key is not
+        hashable, or an expansion without metadata is not of that form: the caller then
+        passes descriptors."""
         kept = self.kept[j]
         shape, strides, padding = desc.shape, desc.strides, desc.padding
         try:
             hash((shape, strides, padding))
         except TypeError:
             return None
-        if kept is None:
-            return None
         meta, make_arg = self.metas[j], self.make_arg
+        if kept is None:
+            first, *rest = make_arg(_Over(desc.base, shape, strides, padding), meta)
+            if first is not desc.base or any(not isinstance(v, (int, bool)) for v in rest):
+                return None
+            return lambda t: [t, *rest]
 
         def expanded(t) -> list:
             key = (t.data_ptr(), shape, strides, padding)

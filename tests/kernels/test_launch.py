@@ -379,7 +379,11 @@ def test_a_recorded_launch_passes_its_descriptors_as_their_kept_expansions(prete
     monkeypatch.setattr(fl, "CHECK", False)
     encoded = []
 
+    real = driver.make_tensordesc_arg
+
     def encode(arg, meta):  # a stand-in for the CUtensorMap encoding: what it would encode
+        if meta is None:
+            return real(arg, meta)
         encoded.append(arg.base.data_ptr())
         return [("map", arg.base.data_ptr(), tuple(arg.shape), tuple(arg.strides), arg.padding), *arg.shape,
                 *arg.strides]
@@ -412,11 +416,19 @@ def test_a_recorded_launch_passes_its_descriptors_as_their_kept_expansions(prete
         assert encoded == [z.data_ptr()]  # a new address is encoded once, then kept
         tritons(3, 1, 1, 1234, 77, False, True, None, None, (4, 1, 0), None, None, None, x.data_ptr(), over(z), 16, 64)
         assert compiled.run.launches[direct_before:] == [theirs[-1]] * 2
-    # A launcher whose descriptor is not lowered to TMA (no metadata) takes the descriptor as before.
+    # A descriptor the kernel does not lower to TMA (no metadata): the base and its geometry.
     kernel = pretend_cuda(_jit(_with_descriptor))
     kernel.descriptors = (signature, [None])
     program = program_of(torch.zeros(64, 64, dtype=torch.bfloat16))
-    assert "base=" in program.source
+    (compiled,) = kernel.device_caches[0][0].values()
+    assert "base=" not in program.source
+    z = torch.ones(64, 64, dtype=torch.bfloat16)
+    program.run(x, z)
+    tritons = driver.wrap_handle_tensordesc(lambda *a: theirs.append(a), signature, [None])
+    tritons(3, 1, 1, 1234, 77, False, True, None, None, (4, 1, 0), None, None, None, x.data_ptr(), over(z), 16, 64)
+    (launched,) = compiled.run.launches[-1:]
+    assert len(launched) == len(theirs[-1]) and launched[14] is z
+    assert all(a is b or a == b for a, b in zip(launched, theirs[-1]))
 
 
 @pytest.mark.skipif(not INTERPRET, reason="the interpreter runs on CPU-only machines")

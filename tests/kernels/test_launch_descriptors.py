@@ -128,7 +128,11 @@ def test_an_expansion_by_base_equals_expand_and_shares_its_kept_maps(encodings, 
     calls = _calls()
     expansions = {j: our_launch.expansion(j, calls[0][i]) for j, i in enumerate(our_launch.indices)}
     assert our_launch.indices == (1, 3, 4)
-    assert expansions[1] is None  # no metadata: the descriptor itself is passed
+    # No metadata: the base, then values of the shape and strides alone (Triton's expansion).
+    y = calls[0][3].base
+    for other in (y, torch.ones_like(y)):
+        desc = TensorDescriptor(other, y.shape, y.stride(), [16, 32])
+        assert expansions[1](other) == our_launch.expand(1, desc) and expansions[1](other)[0] is other
     x = calls[0][1].base
     for other in (x, torch.zeros_like(x), x):
         desc = TensorDescriptor(other, x.shape, x.stride(), [16, 32])
