@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from benchmarks.sizes import dense_cell, step_fn
+from benchmarks.sizes import dense_cell, step_fn, time_ms
 from fuseops.ops.executor import replay
 
 
@@ -47,13 +47,17 @@ def main() -> None:
             for _ in range(40):
                 steps[name]()
         rounds = {name: [] for name in steps}
+        walls = {name: [] for name in steps}
         for _ in range(a.rounds):
             for name, step in steps.items():
                 rounds[name].append(drained(step, a.steps))
+                walls[name].append(time_ms(step, "cuda", a.steps))
         med = {name: statistics.median(v) for name, v in rounds.items()}
         print(f"{cell:18s} drained issue ms: torch {med['torch']:.2f}  fuseops off {med['off']:.2f}  "
               f"on {med['on']:.2f}  (on-off {med['on'] - med['off']:+.2f}; rounds on "
               f"{', '.join(f'{v:.2f}' for v in rounds['on'])}; off {', '.join(f'{v:.2f}' for v in rounds['off'])})",
+              flush=True)
+        print(f"{cell:18s} step ms (fastest round): " + "  ".join(f"{name} {min(v):.2f}" for name, v in walls.items()),
               flush=True)
         del model, off_model, reference, x, steps
         torch.cuda.empty_cache()
