@@ -8,9 +8,10 @@
 #   bash benchmarks/run_gpu.sh quantize [pytest args]   # gpu-marked quantize kernel tests (~2 min)
 #   bash benchmarks/run_gpu.sh rest [pytest args]       # everything else but the property suite (over 9 min
 #                                                         # in session 11: too long for one call; its two parts:)
-#   bash benchmarks/run_gpu.sh models [pytest args]     # fusions, integrations, offload but the CUDA edge cases
-#                                                         # (session 41: with them, 34 % in 330 s; they are the
-#                                                         # `edge` part's, by subject)
+#   bash benchmarks/run_gpu.sh models [pytest args]     # tests/fusions but the property suite and the CUDA edge
+#                                                         # cases (those are the `props` / `edge` parts'; session
+#                                                         # 42: fusions to test_grouped_mlp.py, 452 tests, in 282 s)
+#   bash benchmarks/run_gpu.sh models2 [pytest args]    # tests/integrations and tests/offload (~420 tests)
 #   bash benchmarks/run_gpu.sh layers [pytest args]     # ops, quant, top-level tests (over 9 min in session 20: its two parts:)
 #   bash benchmarks/run_gpu.sh ops [pytest args]        # tests/moe and tests/ops (~7.5 min)
 #   bash benchmarks/run_gpu.sh quant [pytest args]      # tests/quant/test_quantize.py (27 % in 8.5 min in
@@ -51,8 +52,9 @@ case "$part" in
   quantize) pytest_part -m gpu tests/kernels/quantization/test_quantize.py "$@" ;;
   rest) pytest_part tests --ignore=tests/kernels --ignore=tests/distributed \
       --ignore=tests/fusions/test_fusion_properties.py "$@" ;;
-  models) pytest_part tests/fusions tests/integrations tests/offload \
-      --ignore=tests/fusions/test_fusion_properties.py -k "not test_edge_case_on_cuda" "$@" ;;
+  models) pytest_part tests/fusions --ignore=tests/fusions/test_fusion_properties.py \
+      -k "not test_edge_case_on_cuda" "$@" ;;
+  models2) pytest_part tests/integrations tests/offload "$@" ;;
   layers) pytest_part tests --ignore=tests/kernels --ignore=tests/distributed --ignore=tests/fusions \
       --ignore=tests/integrations --ignore=tests/offload "$@" ;;
   ops) pytest_part tests/moe tests/ops "$@" ;;
