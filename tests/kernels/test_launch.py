@@ -14,9 +14,9 @@ import triton
 import triton.language as tl
 from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia import driver
 from triton.compiler import make_backend
 from triton.runtime.jit import JITFunction, compute_cache_key, create_function_from_signature
-from triton.backends.nvidia import driver
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels import launch as fl
@@ -378,7 +378,6 @@ def test_a_recorded_launch_passes_its_descriptors_as_their_kept_expansions(prete
     from fuseops.ops.executor import replay
     monkeypatch.setattr(fl, "CHECK", False)
     encoded = []
-
     real = driver.make_tensordesc_arg
 
     def encode(arg, meta):  # a stand-in for the CUtensorMap encoding: what it would encode
@@ -402,8 +401,8 @@ def test_a_recorded_launch_passes_its_descriptors_as_their_kept_expansions(prete
 
     program = program_of(torch.zeros(64, 64, dtype=torch.bfloat16))
     (compiled,) = kernel.device_caches[0][0].values()
-    assert isinstance(fl._kernels[id(kernel)].entries[next(iter(fl._kernels[id(kernel)].entries))].call,
-                      launch_descriptors.DescriptorLaunch)
+    (entry,) = fl._kernels[id(kernel)].entries.values()
+    assert isinstance(entry.call, launch_descriptors.DescriptorLaunch)
     assert "base=" not in program.source  # no descriptor object built a call
     theirs = []
     tritons = driver.wrap_handle_tensordesc(lambda *a: theirs.append(a), signature, [{"block_size": [16, 32]}])
@@ -426,7 +425,7 @@ def test_a_recorded_launch_passes_its_descriptors_as_their_kept_expansions(prete
     program.run(x, z)
     tritons = driver.wrap_handle_tensordesc(lambda *a: theirs.append(a), signature, [None])
     tritons(3, 1, 1, 1234, 77, False, True, None, None, (4, 1, 0), None, None, None, x.data_ptr(), over(z), 16, 64)
-    (launched,) = compiled.run.launches[-1:]
+    launched = compiled.run.launches[-1]
     assert len(launched) == len(theirs[-1]) and launched[14] is z
     assert all(a is b or a == b for a, b in zip(launched, theirs[-1]))
 
