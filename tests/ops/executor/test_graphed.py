@@ -105,6 +105,43 @@ def test_a_graphed_replay_equals_the_full_path(name, dtype, kind, always_graph, 
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["dense_gelu", "grouped"])
+def test_an_eager_program_launches_with_kept_descriptor_expansions(name, dtype, monkeypatch):
+    """Programs run eagerly (no graphs) hand their GEMMs' descriptors to the C launcher as the
+    kept expansions (``DescriptorLaunch.expansion``, no descriptor object built a call), with
+    the full path's results bit for bit; the dense GEMM pinned to the fused Triton kernel."""
+    from fuseops.kernels import dense_dispatch
+    from fuseops.kernels.launch_descriptors import DescriptorLaunch
+    device = cuda_or_skip()
+    monkeypatch.setattr(graphed, "ENABLED", False)
+    monkeypatch.setattr(dense_dispatch, "_forced", dense_dispatch.Branch.FUSED)
+    torch.manual_seed(0)
+    model = MODELS[name]().to(device, dtype)
+    _same_as_full_path(model, lambda m: _synced_steps(m, _calls(name, device, dtype, "plain")[:6]), monkeypatch)
+    programs = _programs(model)
+    namespaces = [p.run.__globals__.values() for p in programs]
+    assert programs and not any("base=" in p.source for p in programs)
+    # Every descriptor-taking launch calls the C launcher itself, none the expanding wrapper.
+    assert not any(isinstance(v, DescriptorLaunch) for values in namespaces for v in values)
+    expansions = [v for values in namespaces for v in values if "expansion.<locals>" in getattr(v, "__qualname__", "")]
+    if name == "grouped" or dtype == torch.bfloat16:  # TMA descriptors (float32's dense GEMM may load by pointer)
+        assert expansions, [p.source for p in programs]
+
+
+def _programs(model) -> list:
+    """The recorded programs of ``model``'s Sequentials, forward and backward."""
+    found = []
+    for m in model.modules():
+        if isinstance(m, fuseops.Sequential):
+            for prepared in m._calls._runs.values():
+                layouts = prepared.layouts
+                for table in (layouts.forward, layouts.backward) if layouts is not None else ():
+                    found += [p for p in (table or {}).values() if isinstance(p, replay.Program)]
+    return found
+
+
+@pytest.mark.gpu
 def test_a_held_result_is_never_overwritten(always_graph, monkeypatch):
     """Results held across calls (here: every output and gradient, never copied) keep their
     values: while one lives, the next call runs the program eagerly (``busy``)."""
