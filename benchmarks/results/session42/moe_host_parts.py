@@ -5,6 +5,8 @@ them (session 40: 0.43-0.63 ms a step at Qwen3 / OLMoE T=1024-4096 with forward 
 (nested pieces are inside their parents), after warm-up, over drained steps; the graph states' phases at the end.
 
     python benchmarks/results/session42/moe_host_parts.py [--cells qwen3:1024 olmoe:4096 qwen3:16384] [--steps 30]
+        [--replay 0]   # recorded programs off: with branch moe-eager-replay, the layer's eager runs then run the
+                       # launchers' Python (the A/B of that branch)
 """
 import argparse
 import collections
@@ -15,7 +17,7 @@ import torch
 
 from benchmarks.sizes import MOE_SHAPES, FuseopsExpertLayer, FuseopsMoE, moe_args
 from fuseops.moe import expert_layer_steps, routing_graphs
-from fuseops.ops.executor import graphed
+from fuseops.ops.executor import graphed, replay
 
 # The module (the package's ``expert_layer`` is the function).
 layer_module = importlib.import_module("fuseops.moe.expert_layer")
@@ -45,7 +47,10 @@ def main() -> None:
     p.add_argument("--cells", nargs="+", default=["qwen3:1024", "olmoe:4096", "qwen3:16384"])
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--skewed", action="store_true")
+    p.add_argument("--replay", type=int, choices=(0, 1), default=1,
+                   help="0: replay.ENABLED off (recorded programs, and the eager runs that go through them, off)")
     a = p.parse_args()
+    replay.ENABLED = bool(a.replay)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     timed(layer_module, "check_routing", "  check_routing")
@@ -97,7 +102,8 @@ def main() -> None:
                  "  _fallback", "  _ExpertLayer.apply", "    forward body (graph state)", " .sum()", " .backward()",
                  "    backward body (graph state or eager)", "      routing_graphs.call",
                  "        GraphedProgram.run", "          GraphedProgram._replay"]
-        print(f"\n== {cell} ({'skewed' if a.skewed else 'uniform'}), {device}: host us a drained step, inclusive")
+        print(f"\n== {cell} ({'skewed' if a.skewed else 'uniform'}), {device}, replay {a.replay}: host us a drained "
+              f"step, inclusive")
         for label in order:
             print(f"   {rows.get(label, 0.0) / a.steps * 1e6:8.1f}  {label}")
         phases = collections.Counter(s.phase for states in routing_graphs.states().values() for s in states)
