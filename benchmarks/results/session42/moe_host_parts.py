@@ -17,7 +17,7 @@ import torch
 
 from benchmarks.sizes import MOE_SHAPES, FuseopsExpertLayer, FuseopsMoE, moe_args
 from fuseops.moe import expert_layer_steps, routing_graphs
-from fuseops.ops.executor import graphed, replay
+from fuseops.ops.executor import graphed, op_programs, replay
 
 # The module (the package's ``expert_layer`` is the function).
 layer_module = importlib.import_module("fuseops.moe.expert_layer")
@@ -62,6 +62,7 @@ def main() -> None:
     timed(routing_graphs, "call", "      routing_graphs.call")
     timed(graphed.GraphedProgram, "run", "        GraphedProgram.run")
     timed(graphed.GraphedProgram, "_replay", "          GraphedProgram._replay")
+    timed(op_programs, "call", "        op_programs.call (eager runs, branch moe-eager-replay)")
     for cell in a.cells:
         shape, T = cell.split(":")
         E, H, I, K = MOE_SHAPES[shape] if device == "cuda" else (4, 32, 16, 2)
@@ -101,7 +102,8 @@ def main() -> None:
         order = ["step", " grads = None", " expert_layer (forward call)", "  check_routing", "  check_weights",
                  "  _fallback", "  _ExpertLayer.apply", "    forward body (graph state)", " .sum()", " .backward()",
                  "    backward body (graph state or eager)", "      routing_graphs.call",
-                 "        GraphedProgram.run", "          GraphedProgram._replay"]
+                 "        GraphedProgram.run", "          GraphedProgram._replay",
+                 "        op_programs.call (eager runs, branch moe-eager-replay)"]
         print(f"\n== {cell} ({'skewed' if a.skewed else 'uniform'}), {device}, replay {a.replay}: host us a drained "
               f"step, inclusive")
         for label in order:
