@@ -25,6 +25,7 @@ from tests.ops.executor.test_graphed_states import (
     change_parameters,
     graph_states,
     moving_input_steps,
+    recorded_programs,
     training_loop,
 )
 from tests.ops.executor.test_replay import MODELS, H, _inputs, _step
@@ -119,7 +120,7 @@ def test_an_eager_program_launches_with_kept_descriptor_expansions(name, dtype, 
     torch.manual_seed(0)
     model = MODELS[name]().to(device, dtype)
     _same_as_full_path(model, lambda m: _synced_steps(m, _calls(name, device, dtype, "plain")[:6]), monkeypatch)
-    programs = _programs(model)
+    programs = recorded_programs(model)
     namespaces = [p.run.__globals__.values() for p in programs]
     assert programs and not any("base=" in p.source for p in programs)
     # Every descriptor-taking launch calls the C launcher itself, none the expanding wrapper.
@@ -127,18 +128,6 @@ def test_an_eager_program_launches_with_kept_descriptor_expansions(name, dtype, 
     expansions = [v for values in namespaces for v in values if "expansion.<locals>" in getattr(v, "__qualname__", "")]
     if name == "grouped" or dtype == torch.bfloat16:  # TMA descriptors (float32's dense GEMM may load by pointer)
         assert expansions, [p.source for p in programs]
-
-
-def _programs(model) -> list:
-    """The recorded programs of ``model``'s Sequentials, forward and backward."""
-    found = []
-    for m in model.modules():
-        if isinstance(m, fuseops.Sequential):
-            for prepared in m._calls._runs.values():
-                layouts = prepared.layouts
-                for table in (layouts.forward, layouts.backward) if layouts is not None else ():
-                    found += [p for p in (table or {}).values() if isinstance(p, replay.Program)]
-    return found
 
 
 @pytest.mark.gpu

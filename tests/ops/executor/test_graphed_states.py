@@ -617,14 +617,18 @@ def test_a_block_applied_to_its_own_output_equals_the_full_path(cpu_graphs, monk
     assert delta["graph_replays"] >= 10 and delta["copied_out"] >= 1, str(delta)
 
 
-def graph_states(model) -> list:
-    """The graph states of ``model``'s recorded programs."""
-    states = []
+def recorded_programs(model) -> list:
+    """The recorded programs of ``model``'s Sequentials, forward and backward."""
+    found = []
     for m in model.modules():
         if isinstance(m, fuseops.Sequential):
             for prepared in m._calls._runs.values():
                 layouts = prepared.layouts
                 for table in (layouts.forward, layouts.backward) if layouts is not None else ():
-                    states += [p.graph for p in (table or {}).values()
-                               if isinstance(p, replay.Program) and p.graph is not None]
-    return states
+                    found += [p for p in (table or {}).values() if isinstance(p, replay.Program)]
+    return found
+
+
+def graph_states(model) -> list:
+    """The graph states of ``model``'s recorded programs."""
+    return [p.graph for p in recorded_programs(model) if p.graph is not None]
