@@ -5,7 +5,8 @@ Eagerly, each goes through a graph state of ``routing_graphs`` (one per layer an
 decided by measurement as the routing's calls are): where the host outlasts the GPU work each
 replays as one CUDA graph; elsewhere its eager run replays the program recorded for its layout
 (``op_programs``), as does the backward that no graph state takes (a forward not graphed, a
-``main_grad``), its early release of dead saved tensors included (``replay.effect``). Under ``torch.compile`` each is one custom operator
+``main_grad``), its early release of dead saved tensors included (``replay.effect``). Under
+``torch.compile`` each is one custom operator
 (``fuseops::expert_layer_forward`` / ``fuseops::expert_layer_backward``) whose implementation is
 that same graph-state call: a compiled layer replays the graphs an eager one does, where tracing the
 bodies would run their kernels' launchers one custom operator at a time (session 28: the compiled
