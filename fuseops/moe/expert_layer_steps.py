@@ -3,7 +3,10 @@ Function and its checks), and how each runs.
 
 Eagerly, each goes through a graph state of ``routing_graphs`` (one per layer and direction,
 decided by measurement as the routing's calls are): where the host outlasts the GPU work each
-replays as one CUDA graph. Under ``torch.compile`` each is one custom operator
+replays as one CUDA graph; elsewhere its eager run replays the program recorded for its layout
+(``op_programs``), as does the backward that no graph state takes (a forward not graphed, a
+``main_grad``), its early release of dead saved tensors included (``replay.effect``). Under
+``torch.compile`` each is one custom operator
 (``fuseops::expert_layer_forward`` / ``fuseops::expert_layer_backward``) whose implementation is
 that same graph-state call: a compiled layer replays the graphs an eager one does, where tracing the
 bodies would run their kernels' launchers one custom operator at a time (session 28: the compiled
@@ -27,7 +30,7 @@ from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.moe import memory_model, routing_graphs
 from fuseops.moe.routing import permute_rows
-from fuseops.ops.executor import graphed
+from fuseops.ops.executor import graphed, op_programs, replay
 
 
 @dataclass(frozen=True)
@@ -74,10 +77,14 @@ def token_of_rows(row_map: torch.Tensor) -> torch.Tensor:
 def _release(*tensors: torch.Tensor | None) -> None:
     """Free the memory of saved tensors that are dead: the autograd node would hold them to
     the end of the backward. Only for tensors this Function made, when nothing reads them again
-    (the graph is freed after this backward and no saved-tensor hook holds them)."""
+    (the graph is freed after this backward and no saved-tensor hook holds them). A recorded
+    backward repeats it (``replay.effect``: no dispatch mode sees a storage resize)."""
+    replay.effect(_free_storages, *[t for t in tensors if t is not None])
+
+
+def _free_storages(*tensors: torch.Tensor) -> None:
     for t in tensors:
-        if t is not None:
-            t.untyped_storage().resize_(0)
+        t.untyped_storage().resize_(0)
 
 
 def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: Gate, keep: bool, check: str) -> tuple:
@@ -201,7 +208,15 @@ def _backward_through_graphs(inputs: tuple, gate: Gate, lean: bool, needs: tuple
     if graphs and all(m is None for m in main_grads):
         return routing_graphs.call("expert_layer_backward", partial(_backward, static=static), inputs,
                                    (gate.key, *static[1:]), row_map=row_map)
-    return _backward(*inputs, static=static, main_grads=main_grads)
+    # Eagerly through the program recorded for the inputs' layout (the main_grad buffers are
+    # inputs too: the program adds into this call's).
+    return op_programs.call(("expert_layer_backward_eager", gate.key, *static[1:]),
+                            partial(_backward_into, static=static), (*inputs, *main_grads))
+
+
+def _backward_into(*tensors: torch.Tensor | None, static: tuple) -> tuple:
+    """``_backward`` with FC1's and FC2's ``main_grads`` as the last two arguments."""
+    return _backward(*tensors[:-2], static=static, main_grads=tensors[-2:])
 
 
 _GATE_SCHEMA = "int act, bool interleaved, bool clamped, float limit, float alpha"

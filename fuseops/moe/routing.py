@@ -38,6 +38,7 @@ from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.moe import traceable
 from fuseops.moe import routing_graphs, routing_ops
 from fuseops.moe.routing_ops import sum_rows, unpermute_backward, unpermute_plain
+from fuseops.ops.executor import replay
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -100,7 +101,8 @@ def _range_flag(name: str, device: torch.device) -> torch.Tensor:
     if flag is None:
         flag = torch.ones(1, dtype=torch.int32, device=device)
         if device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
-            _FLAGS[name, device] = flag
+            # Kept for good: a recorded program may read it as a constant.
+            _FLAGS[name, device] = replay.persistent(flag)
     return flag
 
 

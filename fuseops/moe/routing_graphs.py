@@ -36,6 +36,10 @@ results' sizes, ~1.2 GB of weight gradients per Qwen3 backward state against a 4
 H100, session 33's sizes run, one process over Qwen3's, OLMoE's and Mixtral's cells, likely ran out
 of it during Qwen3's second token count: its expert layer's enqueue doubled from there on.)
 
+Every eager run of a call (measured, eager for good, capturing, or without a state at all) goes
+through the program recorded for its inputs' layout (``op_programs.call``, keyed by the call's name
+and static values): the launchers' Python runs on a layout's first two calls only.
+
 Under ``torch.compile`` the calls reach these states from custom operators (``routing_ops.py``, and
 ``expert_layer_steps.py`` for the whole layer): a compiled model replays the graphs an eager one does.
 
@@ -53,7 +57,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from fuseops.ops.executor import graphed
+from fuseops.ops.executor import graphed, op_programs
 
 # Keys kept (the oldest dropped beyond): a key is a signature and, but for permute, the permute
 # state it follows, so a model has about three per MoE layer and shape (a 48-layer model 145).
@@ -168,6 +172,15 @@ def applies(device: torch.device) -> bool:
             and torch._C._autograd._top_saved_tensors_default_hooks(False) is None)
 
 
+def _recorded(name: str, static: tuple, run: Callable[..., tuple]) -> Callable[..., tuple]:
+    """``run`` through the program recorded for its inputs' layout (``op_programs.call``, keyed by
+    the call's name and static values, which fix what ``run`` does): an eager run, and a graph
+    state's capture, re-issue its launches without the launchers' Python (40-80 us a launcher on
+    the H100 host, session 28) where the host is not the bound and no graph is kept."""
+    key = (name, static)
+    return lambda *inputs: op_programs.call(key, run, inputs)
+
+
 def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None, ...], static: tuple = (),
          row_map: torch.Tensor | None = None) -> tuple:
     """``run(*inputs)``: a tuple of tensors computed from ``inputs`` and the ``static`` values
@@ -176,6 +189,8 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     expert_layer's forward): their third result."""
     global _calls
     device = inputs[0].device
+    if not torch.compiler.is_compiling():
+        run = _recorded(name, static, run)
     if not applies(device):
         return run(*inputs)
     owner = None

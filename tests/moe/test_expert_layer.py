@@ -170,6 +170,42 @@ def test_repeatable_bit_for_bit():
 
 
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+@pytest.mark.parametrize("shape", [(9, 2, 16, 8, 3), (3, 1, 8, 16, 5)], ids=["fc2-wgrad-first", "fc1-wgrad-first"])
+def test_eager_bodies_replay_recorded_programs_bit_for_bit(shape, lean, monkeypatch):
+    """Where the layer's bodies run eagerly (no graph state: graphs off, the CPU, a GPU-bound
+    layer), its later calls replay the programs recorded for their layout (``op_programs``,
+    keyed by the call's static values): outputs and gradients equal the full path's bit for bit,
+    call after call; where FC1's weight gradient goes first the program repeats the early
+    release of z and x_sorted (``replay.effect``)."""
+    from fuseops.moe import expert_layer_steps
+    from fuseops.ops.executor import graphed, op_programs, replay
+    from tests.helpers import kernels_on
+
+    T, K, H, F, E = shape
+    fc1_first = mm.fc1_weight_grad_first(mm.LayerShape(T, K, H, F, E, 4), lean)
+    monkeypatch.setattr(graphed, "ENABLED", False)
+    monkeypatch.setattr(op_programs, "_programs", {})
+    with contextlib.ExitStack() as stack:
+        device = stack.enter_context(kernels_on("triton"))
+        experts = make_experts(E, H, F, bias=True, device=device)
+        calls = [(torch.randn(T, H, device=device), routing(T, E, K, seed, device=device),
+                  torch.rand(T, K, device=device), torch.randn(T, H, device=device)) for seed in range(4)]
+        monkeypatch.setattr(replay, "ENABLED", False)
+        want = [step(experts, *call, lean) for call in calls]
+        monkeypatch.setattr(replay, "ENABLED", True)
+        before = replay.counts["replayed"]
+        got = [step(experts, *call, lean) for call in calls]
+    assert replay.counts["replayed"] - before >= 4, replay.refusals  # calls 3 and 4, forward and backward
+    for i, (a, b) in enumerate(zip(got, want)):
+        for j, (u, v) in enumerate(zip(a, b)):
+            assert torch.equal(u, v), f"call {i}, tensor {j}"
+    (backward,) = [p for (name, *_), table in op_programs._programs.items() if name == "expert_layer_backward_eager"
+                   for p in table.values()]
+    releases = any(v is expert_layer_steps._free_storages for v in backward.run.__globals__.values())
+    assert releases == (fc1_first and not lean), backward.source
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
 def test_saves_what_its_mode_promises(lean):
     T, K, H, F = 6, 2, 16, 8
     experts = make_experts(3, H, F)

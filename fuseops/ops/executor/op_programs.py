@@ -19,6 +19,11 @@ recording (a host read of device data, a tensor from outside the call: a CPU ref
 offsets) leaves that layout on the implementation. No CUDA graph is made of these programs: one
 operator's program is a launch or a few, which a graph's input copies would outweigh.
 
+The MoE routing's calls and ``expert_layer``'s bodies take the same path eagerly
+(``routing_graphs._recorded``, ``expert_layer_steps._backward_through_graphs``), keyed by the
+call's name and static values: where no CUDA graph is kept (the host is not the bound, graphs
+off, the CPU) they replay their programs instead of running the launchers' Python.
+
 Not used (the implementation runs as it is) while another recording runs (the executor's: what
 the operator does is part of that record), on meta tensors or a list of tensors, and where
 ``replay.enabled_now()`` is off (``FUSEOPS_REPLAY=0``, ``FUSEOPS_DEBUG=1``).
@@ -26,7 +31,7 @@ the operator does is part of that record), on meta tensors or a list of tensors,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import torch
@@ -39,8 +44,8 @@ from fuseops.ops.executor import replay
 # Layouts kept per operator; beyond, new layouts run the implementation.
 MAX_LAYOUTS = 64
 
-# By operator name: layout -> None (seen once), a recorded program, or a refusal.
-_programs: dict[str, dict[tuple, Any]] = {}
+# By operator name (or ``call``'s other keys): layout -> None (seen once), a recorded program, or a refusal.
+_programs: dict[Hashable, dict[tuple, Any]] = {}
 
 
 class _Unkeyed(Exception):
@@ -75,8 +80,10 @@ def layout(args: tuple) -> tuple | None:
     return (torch.is_autocast_enabled(device), cpu_kernels_active(), replay.layout_key(()), same, *keys)
 
 
-def call(name: str, impl: Callable, args: tuple) -> Any:
-    """``impl(*args)``, through the program recorded for the arguments' layout where there is one."""
+def call(name: Hashable, impl: Callable, args: tuple) -> Any:
+    """``impl(*args)``, through the program recorded for the arguments' layout where there is one.
+    ``name``: the operator's, or any key that fixes what ``impl`` does besides its arguments
+    (``routing_graphs``: a call's name and static values)."""
     key = None if kernel_launch.recording is not None or not replay.enabled_now() else layout(args)
     if key is None:
         return impl(*args)
@@ -100,7 +107,7 @@ def call(name: str, impl: Callable, args: tuple) -> Any:
     return out
 
 
-def programs(name: str) -> dict[tuple, Any]:
+def programs(name: Hashable) -> dict[tuple, Any]:
     """Operator ``name``'s layouts and what each holds (tests)."""
     return _programs.get(name, {})
 

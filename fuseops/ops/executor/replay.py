@@ -37,12 +37,17 @@ refuses is what the ops do, not the layout):
 - an op reads a tensor made outside the call (a main-grad buffer, a cached constant): the
   record cannot name it. Copies from the weight cache (``fuseops.quant.weight_cache.derived``:
   a float32 weight's cast under autocast) are the exception: the program asks the cache again at
-  every call (``_DerivedRecorder``), which remakes a copy whose weight changed;
+  every call (``_DerivedRecorder``), which remakes a copy whose weight changed; so are tensors
+  marked ``persistent`` (kept for the process: the MoE range-check flags), held as constants;
 - an op's output shape or a Python value depends on tensor data: aten ops tagged
   ``dynamic_output_shape`` or ``data_dependent_output`` (``nonzero``, ``bincount``, ``.item()``),
   indexing by a boolean mask, or a host read (``tolist``, ``numpy``, ``bool``, ``int``,
   ``float``) of any tensor but an integer CPU input, whose values the signature holds;
 - an argument the record cannot hold as a constant (a stream, an object of another kind).
+
+A host-side action on tensors that no dispatch mode sees (freeing a dead tensor's storage:
+``untyped_storage().resize_(0)``) goes through ``effect``, which a recording turns into a line of
+the program (never graphed then).
 
 Under a registered save receiver (offload's early notice, ``save_notice.py``) the recorded
 call hands the receiver its notices as usual, and the program repeats each as a call of its
@@ -92,6 +97,31 @@ _ALLOCATING = frozenset({"empty", "empty_like", "empty_strided", "zeros", "zeros
 _HOST_READS = frozenset(getattr(owner, name) for owner in (torch.Tensor, torch._C.TensorBase)
                         for name in ("tolist", "item", "numpy", "__bool__", "__int__", "__float__", "__index__",
                                      "__complex__") if hasattr(owner, name))
+
+
+# Tensors that live as long as the process (``persistent``), by id: a program may hold them.
+_PERSISTENT: dict[int, torch.Tensor] = {}
+# The recording now running (``record``), for ``effect``; None outside one.
+_effects: _EffectRecorder | None = None
+
+
+def persistent(t: torch.Tensor) -> torch.Tensor:
+    """Mark ``t`` as living for the rest of the process (a kept flag): a recorded program that
+    reads it holds it as a constant, where any other tensor made outside the call refuses the
+    recording. Returns ``t``."""
+    _PERSISTENT[id(t)] = t
+    return t
+
+
+def effect(fn: Callable[..., None], *tensors: torch.Tensor) -> None:
+    """``fn(*tensors)``: a host-side action on tensors that no dispatch mode sees (freeing a
+    dead tensor's storage early: ``untyped_storage().resize_(0)``). A call being recorded
+    repeats it in its program, on that call's tensors (such a program is never graphed)."""
+    recorder = _effects
+    if recorder is not None:
+        recorder(fn, tensors)
+    else:
+        fn(*tensors)
 
 
 class NotRecordable(Exception):
@@ -163,6 +193,8 @@ class _Names:
         if isinstance(value, torch.Tensor):
             name = self.name(value)
             if name is None:
+                if _PERSISTENT.get(id(value)) is value:
+                    return self.constant(value)
                 raise NotRecordable("an op read a tensor made outside the call")
             return name
         if value.__class__ in (int, bool) or value is None:
@@ -434,6 +466,25 @@ class _DerivedRecorder:
         return out
 
 
+class _EffectRecorder:
+    """``effect`` while a call records: the action becomes a line of the program (on the
+    call's own thread, outside the ops), then runs."""
+
+    def __init__(self, names: _Names) -> None:
+        self.n = names
+        self.thread = threading.get_ident()
+
+    def __call__(self, fn: Callable[..., None], tensors: tuple) -> None:
+        n = self.n
+        if threading.get_ident() == self.thread and n.refused is None and not n.inside_op:
+            try:
+                n.lines.append(f"{n.constant(fn)}({', '.join(n.expr(t) for t in tensors)})")
+                n.not_graphable = n.not_graphable or "a host-side effect"
+            except NotRecordable as why:
+                n.refused = f"{why} (an effect)"
+        fn(*tensors)
+
+
 class _NoticeRecorder:
     """What the ops notice through while a call records under a save receiver: the notice
     becomes a line of the program, and the receiver runs with the recorders off (its copies
@@ -519,13 +570,15 @@ def record(inputs: Sequence[torch.Tensor | None], body: Callable[[Any], Any],
         params.append(f"a{i}")
     n.host_readable = {id(t) for t in host_readable}
     notice = None if receiver is None else _NoticeRecorder(n, receiver)
-    previous = kernel_launch.recording, weight_cache.recording
+    global _effects
+    previous = kernel_launch.recording, weight_cache.recording, _effects
     kernel_launch.recording, weight_cache.recording = _LaunchRecorder(n), _DerivedRecorder(n)
+    _effects = _EffectRecorder(n)
     try:
         with _HostReadRecorder(n), _AtenRecorder(n):
             out = body(notice)
     finally:
-        kernel_launch.recording, weight_cache.recording = previous
+        kernel_launch.recording, weight_cache.recording, _effects = previous
     with _disable_current_modes():
         try:
             listed = results(out)

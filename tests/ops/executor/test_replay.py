@@ -353,3 +353,26 @@ def test_dropout_draws_a_fresh_mask_in_every_replay(monkeypatch):
         for t, u in zip(a, b):
             assert_bitwise(u, t)
     assert not torch.equal(replayed[2][0], replayed[3][0])
+
+
+def test_a_persistent_tensor_is_a_constant_and_an_effect_is_repeated():
+    """A tensor made outside the call refuses the recording unless marked ``persistent`` (it
+    lives for the process: a program may hold it); ``effect`` runs a host-side action that no
+    dispatch mode sees, and the program repeats it on its own call's tensors."""
+    outside, kept = torch.ones(3), replay.persistent(torch.full((3,), 2.0))
+    _, refused = replay.record([torch.zeros(3)], lambda notice: torch.zeros(3) + outside, lambda out: [out])
+    assert isinstance(refused, replay.Refusal) and "outside" in refused.reason
+    seen = []
+    x = torch.zeros(3)
+
+    def body(notice):
+        y = x + kept
+        replay.effect(lambda t: seen.append(t), y)
+        return y
+
+    out, program = replay.record([x], body, lambda out: [out])
+    assert isinstance(program, replay.Program) and torch.equal(out, torch.full((3,), 2.0)) and seen == [out]
+    (again,) = program.run(torch.ones(3))
+    assert torch.equal(again, torch.full((3,), 3.0)) and seen[-1] is again and len(seen) == 2
+    replay.effect(lambda t: seen.append(t), x)  # outside a recording: just runs
+    assert seen[-1] is x
