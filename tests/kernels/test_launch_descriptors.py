@@ -150,3 +150,18 @@ def test_an_expansion_by_base_equals_expand_and_shares_its_kept_maps(encodings, 
     for t in bases:
         expansions[0](t)
     assert 1 <= len(our_launch.kept[0]) <= 2
+
+
+def test_every_launchers_descriptor_has_a_geometry_the_launch_keeps():
+    """The descriptors our launchers build have hashable (shape, strides, padding): the key
+    ``DescriptorLaunch`` keeps an encoded map under (a list shape made every grouped GEMM's
+    ragged store encode its map afresh each launch, in programs too)."""
+    from fuseops.kernels.gemm import grouped
+    from fuseops.kernels.hopper import pipeline, wgrad
+    t = torch.zeros(64, 32, dtype=torch.bfloat16)
+    descriptors = [grouped.tensor_descriptor(t, [16, 32]), grouped.ragged_descriptor(t, [16, 32]),
+                   wgrad._ragged(t, 32), pipeline.descriptor(t, 64, 32),
+                   TensorDescriptor.from_tensor(t, [16, 32])]
+    for d in descriptors:
+        hash((d.shape, d.strides, d.padding))
+        assert ld.DescriptorLaunch(None, [0], [{}], None).expansion(0, d) is not None

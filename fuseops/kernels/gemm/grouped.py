@@ -106,10 +106,12 @@ RAGGED_ROWS = 0x40000000
 _BIG = tl.constexpr(RAGGED_ROWS)
 
 
-def ragged_geometry(t: torch.Tensor) -> tuple[list[int], list[int]]:
-    """The 4-D (shape, strides) of a ragged descriptor over the rows of a 2-D ``t``."""
+def ragged_geometry(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The 4-D (shape, strides) of a ragged descriptor over the rows of a 2-D ``t``. Tuples, as
+    ``TensorDescriptor.from_tensor``'s: the launcher keeps a descriptor's encoded map only for a
+    hashable geometry (``launch_descriptors``; a list made every launch re-encode it)."""
     rows_stride = t.stride(0)
-    return [0x7FFF0000, 0x7FFF0000, RAGGED_ROWS, t.shape[1]], [2**34 - rows_stride, rows_stride, rows_stride, 1]
+    return (0x7FFF0000, 0x7FFF0000, RAGGED_ROWS, t.shape[1]), (2**34 - rows_stride, rows_stride, rows_stride, 1)
 
 
 @functools.cache

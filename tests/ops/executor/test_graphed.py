@@ -121,13 +121,19 @@ def test_an_eager_program_launches_with_kept_descriptor_expansions(name, dtype, 
     model = MODELS[name]().to(device, dtype)
     _same_as_full_path(model, lambda m: _synced_steps(m, _calls(name, device, dtype, "plain")[:6]), monkeypatch)
     programs = recorded_programs(model)
+    assert programs
+    # A direct launch's fallback (after ``else``, taken only where a global the kernel read has
+    # changed) passes descriptors; the direct launch before it never builds one.
+    lines = [line for p in programs for line in p.source.splitlines()]
+    assert not any("base=" in line.split(" else ")[0] for line in lines), lines
     namespaces = [p.run.__globals__.values() for p in programs]
-    assert programs and not any("base=" in p.source for p in programs)
     # Every descriptor-taking launch calls the C launcher itself, none the expanding wrapper.
     assert not any(isinstance(v, DescriptorLaunch) for values in namespaces for v in values)
     expansions = [v for values in namespaces for v in values if "expansion.<locals>" in getattr(v, "__qualname__", "")]
-    if name == "grouped" or dtype == torch.bfloat16:  # TMA descriptors (float32's dense GEMM may load by pointer)
-        assert expansions, [p.source for p in programs]
+    # bf16 GEMMs load through TMA descriptors; float32 ones may load by pointer (the tiny grouped
+    # GEMMs here do, taking no descriptor at all).
+    if dtype == torch.bfloat16 or any("base=" in line for line in lines):
+        assert expansions, lines
 
 
 @pytest.mark.gpu
