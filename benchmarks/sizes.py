@@ -4,7 +4,8 @@ experts, unpermute, and as ``fuseops.moe.expert_layer``), forward+backward,
 fuseops eager and compiled against torch eager and ``torch.compile`` of the same model built
 from torch.nn, plus torch under ``make_graphed_callables`` (a cell is host-bound when torch
 eager is more than 1.3x slower than graphed) and the host time per step on its own (enqueue
-time: wall time of issuing one step without synchronising). Each variant first runs
+time: wall time of issuing one step without synchronising; "enq" after a drain, "busy" while
+the device still runs the step before). Each variant first runs
 ``WARMUP_STEPS`` steps (compiles, fuseops' recordings and CUDA-graph decisions), then each cell
 keeps the fastest of ``--rounds`` interleaved rounds of its variants. The last line prints
 ``fuseops.ops.executor.graphed.counts``: how the eager fuseops steps used CUDA graphs.
@@ -213,6 +214,22 @@ def enqueue_ms(step: Callable[[], None], device: str, reps: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def busy_enqueue_ms(step: Callable[[], None], device: str, reps: int) -> float:
+    """Median host milliseconds to issue one step while the device still runs the step before
+    it (issued right after a drain). ``enqueue_ms`` times a host that has just waited for the
+    device, which on the H100 hosts runs the same Python up to ~4x slower after a long step
+    (session 42); here the host has not waited, as in a training loop the GPU bounds."""
+    times = []
+    for _ in range(reps):
+        _sync(device)
+        step()
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1e3)
+    _sync(device)
+    return sorted(times)[len(times) // 2]
+
+
 def _device_frees(device: str) -> int:
     """cudaFree calls of the caching allocator so far (0 off the GPU)."""
     return torch.cuda.memory_stats().get("num_device_free", 0) if device == "cuda" else 0
@@ -273,6 +290,8 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
             row[f"{name}_enqueue_device_frees"] = row.get(f"{name}_enqueue_device_frees", 0) + _device_frees(device) - frees
             row[f"{name}_ms"] = min(step_ms, row.get(f"{name}_ms", step_ms))
             row[f"{name}_enqueue_ms"] = min(host_ms, row.get(f"{name}_enqueue_ms", host_ms))
+            busy_ms = busy_enqueue_ms(step, device, reps)
+            row[f"{name}_busy_enqueue_ms"] = min(busy_ms, row.get(f"{name}_busy_enqueue_ms", busy_ms))
             if name == "fuseops":
                 # Recorded runs (fuseops/ops/executor/replay.py): how the eager steps ran.
                 counts = row.setdefault("fuseops_replay_counts", dict.fromkeys(before, 0))
@@ -379,14 +398,16 @@ def _label(r: dict) -> str:
 
 def print_table(rows: list[dict]) -> None:
     print(f"{'cell':34s} {'fuseops':>8s} {'compiled':>8s} {'torch':>8s} {'torch.c':>8s} {'graphed':>8s} "
-          f"{'speedup':>7s} {'enq f/t':>13s} host-bound")
+          f"{'speedup':>7s} {'enq f/t':>13s} {'busy f/t':>13s} host-bound")
     fmt = lambda v: f"{v:8.2f}" if v is not None else f"{'-':>8s}"  # noqa: E731
     for r in rows:
         print(f"{_label(r):34s} {fmt(r['fuseops_ms'])} {fmt(r['fuseops_compiled_ms'])} {fmt(r['torch_ms'])} "
               f"{fmt(r.get('torch_compiled_ms'))} {fmt(r['torch_graphed_ms'])} {r['speedup']:6.2f}x "
-              f"{r['fuseops_enqueue_ms']:6.2f}/{r['torch_enqueue_ms']:<6.2f} {'yes' if r['host_bound'] else '   '}"
+              f"{r['fuseops_enqueue_ms']:6.2f}/{r['torch_enqueue_ms']:<6.2f} "
+              f"{r['fuseops_busy_enqueue_ms']:6.2f}/{r['torch_busy_enqueue_ms']:<6.2f} {'yes' if r['host_bound'] else '   '}"
               + (f" expert_layer {r['fuseops_layer_ms']:.2f} ms {r['layer_speedup']:.2f}x enq "
-                 f"{r['fuseops_layer_enqueue_ms']:.2f}" if "layer_speedup" in r else "")
+                 f"{r['fuseops_layer_enqueue_ms']:.2f} busy {r['fuseops_layer_busy_enqueue_ms']:.2f}"
+                 if "layer_speedup" in r else "")
               + (f" compiled {r['fuseops_layer_compiled_ms']:.2f} ms {r['layer_compiled_speedup']:.2f}x of torch.compile"
                  f" enq {r['fuseops_layer_compiled_enqueue_ms']:.2f}" if "layer_compiled_speedup" in r else ""))
 

@@ -1,8 +1,11 @@
 """Session 43 probe (issue 20): an A/B of the MoE layer's host path in one process. Two layers with the same weights,
 each warmed up in its own mode, then timed in alternating blocks, the mode switched before each: median drained host
-time of a step (issue time, the device synchronised before each step) and median step time (synchronised); torch's
-plain composition (``TorchMoE``) beside. Session 42's call 1 ran each mode in its own process and saw the host vary 2x
-between processes.
+time of a step (issue time, the device synchronised before each step), the issue time of a second step while the
+device still runs the first ("busy": the host has not waited, so it is not slowed by waiting) and median step time
+(the two steps, synchronised, halved); torch's plain composition (``TorchMoE``) beside. Session 42's call 1 ran each mode in its own process and saw the host vary 2x
+between processes. The two layers share the routing's graph states (keyed by call and shape, not by layer): a mode
+that changes the graph decision cannot be compared this way (call 4 tried ``graphed.GPU_BOUND``: both layers kept the
+first one's decisions).
 
     --ab replay: branch moe-eager-replay's routing calls and expert_layer bodies replaying recorded programs eagerly
                  ("replay") against ``replay.ENABLED`` off ("launchers", the launchers' Python as before the branch)
@@ -77,7 +80,8 @@ def main() -> None:
                 q.grad = None
             models[name](x, ids, weights).sum().backward()
 
-        issue, whole, counts = collections.defaultdict(list), collections.defaultdict(list), {}
+        issue, busy, whole = (collections.defaultdict(list) for _ in range(3))
+        counts = {}
         for name in models:
             setter(modes[name])
             for _ in range(30):
@@ -92,17 +96,20 @@ def main() -> None:
                     sync(device)
                     start = time.perf_counter()
                     step(name)
-                    issue[name].append(time.perf_counter() - start)
+                    issued = time.perf_counter()
+                    step(name)  # issued while the device still runs the first: the host never waits
+                    busy[name].append(time.perf_counter() - issued)
                     sync(device)
-                    whole[name].append(time.perf_counter() - start)
+                    issue[name].append(issued - start)
+                    whole[name].append((time.perf_counter() - start) / 2)
                 counts[name] = {k: v - before.get(k, 0) for k, v in graphed.counts.items() if v != before.get(k, 0)}
         setter(values[0])
         print(f"\n== {cell} ({'skewed' if a.skewed else 'uniform'}), {device}, {a.blocks} alternating blocks of "
               f"{a.steps} steps; medians")
-        print(f"   {'':10s} {'issue us':>9s} {'step ms':>8s}  graphed.counts, last block")
+        print(f"   {'':10s} {'issue us':>9s} {'busy us':>8s} {'step ms':>8s}  graphed.counts, last block")
         for name in models:
-            print(f"   {name:10s} {statistics.median(issue[name]) * 1e6:9.1f} {statistics.median(whole[name]) * 1e3:8.3f}"
-                  f"  {counts.get(name, {})}")
+            print(f"   {name:10s} {statistics.median(issue[name]) * 1e6:9.1f} {statistics.median(busy[name]) * 1e6:8.1f}"
+                  f" {statistics.median(whole[name]) * 1e3:8.3f}  {counts.get(name, {})}")
         phases = collections.Counter(s.phase for states in routing_graphs.states().values() for s in states)
         print(f"   graph states' phases (both layers): {dict(phases)}")
         del models, params, mine, x, ids, weights
