@@ -255,8 +255,9 @@ def graphed_ms(model: torch.nn.Module, args: tuple[torch.Tensor, ...], device: s
 def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch: bool = True,
             rounds: int = ROUNDS, layer_model=None) -> dict:
     """One cell: each variant's step and enqueue ms, the fastest of ``rounds`` interleaved rounds
-    (every variant once per round, so that each meets the GPU in the same state: on the H100 a
-    GPU-bound step runs at the power cap, ~1.5 GHz against 1.98 GHz boost, session 23)."""
+    (every variant once per round, the order reversed every other round, so that each meets the
+    GPU in the same state: on the H100 a GPU-bound step runs at the power cap, ~1.5 GHz against
+    1.98 GHz boost, session 23)."""
     row: dict = {}
     cell_graphs = dict(graphed.counts)
     fparams, tparams = list(fuse_model.parameters()), list(torch_model.parameters())
@@ -277,8 +278,11 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
     for step in variants.values():
         for _ in range(WARMUP_STEPS):
             step()
-    for _ in range(rounds):
-        for name, step in variants.items():
+    for round_ in range(rounds):
+        # Every other round in reverse order: a GPU-bound round heats the GPU, and at its power
+        # cap the clock falls, so a fixed order would hand the later variants slower clocks.
+        order = list(variants.items())
+        for name, step in order if round_ % 2 == 0 else order[::-1]:
             before, graphs_before = dict(replay.counts), dict(graphed.counts)
             step_ms = time_ms(step, device, reps)
             frees = _device_frees(device)
