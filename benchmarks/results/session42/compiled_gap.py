@@ -58,6 +58,19 @@ def dy_strides(step) -> list:
     return seen
 
 
+def warm_eager_and_compiled(cell: str) -> tuple[dict, tuple]:
+    """Steps of ``cell``'s fuseops stack, eager and compiled (two models of the same seed), each
+    warmed up 30 steps; and (the eager model, the compiled one's module, the input)."""
+    model, _, x = dense_cell(cell)
+    compiled_model, _, _ = dense_cell(cell)
+    steps = {"eager": step_fn(model, (x,), list(model.parameters())),
+             "compiled": step_fn(torch.compile(compiled_model), (x,), list(compiled_model.parameters()))}
+    for step in steps.values():
+        for _ in range(30):
+            step()
+    return steps, (model, compiled_model, x)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--cells", nargs="+", default=["gelu:16384:4096", "swiglu:16384:4096"])
@@ -66,13 +79,7 @@ def main() -> None:
     p.add_argument("--top", type=int, default=10)
     a = p.parse_args()
     for cell in a.cells:
-        model, _, x = dense_cell(cell)
-        compiled_model, _, _ = dense_cell(cell)
-        steps = {"eager": step_fn(model, (x,), list(model.parameters())),
-                 "compiled": step_fn(torch.compile(compiled_model), (x,), list(compiled_model.parameters()))}
-        for step in steps.values():
-            for _ in range(30):
-                step()
+        steps, (model, compiled_model, x) = warm_eager_and_compiled(cell)
         walls = {name: [] for name in steps}
         kernels = {name: [] for name in steps}
         counts = {name: collections.Counter() for name in steps}

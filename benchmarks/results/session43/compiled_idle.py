@@ -15,7 +15,7 @@ import collections
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.sizes import dense_cell, step_fn
+from benchmarks.results.session42.compiled_gap import warm_eager_and_compiled
 
 
 def idle(step, steps: int, top: int) -> tuple[float, float, float, list]:
@@ -56,13 +56,7 @@ def main() -> None:
     p.add_argument("--top", type=int, default=6)
     a = p.parse_args()
     for cell in a.cells:
-        model, _, x = dense_cell(cell)
-        compiled_model, _, _ = dense_cell(cell)
-        steps = {"eager": step_fn(model, (x,), list(model.parameters())),
-                 "compiled": step_fn(torch.compile(compiled_model), (x,), list(compiled_model.parameters()))}
-        for step in steps.values():
-            for _ in range(30):
-                step()
+        steps, (model, compiled_model, x) = warm_eager_and_compiled(cell)
         rows = collections.defaultdict(list)
         for r in range(a.rounds):
             for name in (list(steps) if r % 2 == 0 else list(reversed(steps))):
