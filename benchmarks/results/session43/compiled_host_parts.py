@@ -23,33 +23,23 @@ import time
 
 import torch
 
+from benchmarks.results.session42.moe_host_parts import SPENT, sync, timed
 from benchmarks.sizes import dense_cell, step_fn
 from fuseops import compiled_sequential
 from fuseops.ops.executor import replay
 
-SPENT: dict[str, float] = collections.defaultdict(float)
 FIRST: list[float] = []  # the first replay's clock reading in the current step, if any
 
 
-def timed(owner, name: str, label: str, first: bool = False) -> None:
-    """Replace ``owner.name`` by a wrapper adding its inclusive host seconds into ``SPENT[label]``
-    (and, with ``first``, noting when its first call of a step began)."""
+def noting_first(owner, name: str) -> None:
+    """Replace ``owner.name`` by a wrapper noting when its first call of a step began (``FIRST``)."""
     real = getattr(owner, name)
 
     def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        if first and not FIRST:
-            FIRST.append(start)
-        try:
-            return real(*args, **kwargs)
-        finally:
-            SPENT[label] += time.perf_counter() - start
+        if not FIRST:
+            FIRST.append(time.perf_counter())
+        return real(*args, **kwargs)
     setattr(owner, name, wrapper)
-
-
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def main() -> None:
@@ -60,7 +50,8 @@ def main() -> None:
     a = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    timed(replay, "replayed", "replay.replayed (every program)", first=True)
+    timed(replay, "replayed", "replay.replayed (every program)")
+    noting_first(replay, "replayed")
     for name in ("_running", "_owns", "_fresh_all", "_new_carried", "_forward_results", "_gradients"):
         timed(compiled_sequential, name, f"compiled_sequential.{name}")
     for cell in a.cells:
