@@ -104,6 +104,10 @@ class Layout:
     results: tuple[tuple[torch.dtype, int], ...]
     # ``record_tensor_fields`` of the trace's records: the carried tensors after the activations.
     fields: tuple[tuple[int, str], ...]
+    # ``carried`` split for a real call's check (``_new_carried``): the positions of the new
+    # tensors, and ``(position, kind, k)`` of each other one.
+    new_at: tuple[int, ...] = ()
+    same_at: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass
@@ -122,9 +126,27 @@ class _Entry:
     # The ``Prepared`` runs (one per Sequential, held weakly: each lives as long as its
     # Sequential) whose records were compared with ``templates``.
     checked: list[weakref.ref] = field(default_factory=list)
-    # Per Sequential running this trace's graph, its own copy of ``prep`` (its own recorded
-    # and graphed programs, as each Sequential has eagerly).
-    preps: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    # Per Sequential running this trace's graph, its ``_Runner``: its own copy of ``prep`` (its
+    # own recorded and graphed programs, as each Sequential has eagerly).
+    runners: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+
+
+@dataclass
+class _Runner:
+    """How one Sequential runs a trace's real calls: its ops, its own copy of the trace's
+    ``Prepared`` run, and where its ops hold the parameters (``held``: per parameter slot, the
+    op's ``_parameters``, the name and the position among the call's parameters), which a
+    call's parameters are checked against before use."""
+
+    ops: list[torch.nn.Module]
+    prep: Prepared
+    held: tuple[tuple[dict, str, int], ...]
+
+    def holds(self, params: Sequence[torch.Tensor]) -> bool:
+        for where, name, i in self.held:
+            if where.get(name) is not params[i]:
+                return False
+        return True
 
 
 def register(module: torch.nn.Module) -> None:
@@ -281,16 +303,18 @@ def _template(entry: _Entry) -> torch.nn.Module:
     return module
 
 
+def _held(ops: Sequence[torch.nn.Module], prep: Prepared) -> tuple[tuple[dict, str, int], ...] | None:
+    """``_Runner.held`` of ``ops`` for ``prep``'s parameter slots; None where they are not
+    ``prep``'s ops (another number of them)."""
+    if len(ops) != len(prep.param_slots):
+        return None
+    return tuple((op._parameters, name, i) for op, slots in zip(ops, prep.param_slots) for name, i in slots.items())
+
+
 def _owns(ops: Sequence[torch.nn.Module], prep: Prepared, params: Sequence[torch.Tensor]) -> bool:
     """Whether ``ops`` hold ``params`` where the trace's ops held its parameters."""
-    if len(ops) != len(prep.param_slots):
-        return False
-    for op, slots in zip(ops, prep.param_slots):
-        held = op._parameters
-        for name, i in slots.items():
-            if held.get(name) is not params[i]:
-                return False
-    return True
+    held = _held(ops, prep)
+    return held is not None and all(where.get(name) is params[i] for where, name, i in held)
 
 
 def _running(entry: _Entry, params: Sequence[torch.Tensor]) -> tuple[list[torch.nn.Module], Prepared, bool]:
@@ -303,17 +327,20 @@ def _running(entry: _Entry, params: Sequence[torch.Tensor]) -> tuple[list[torch.
         return _ops(_template(entry)), prep, False
     known = _owners.get(id(params[0]))
     module = known() if known is not None else None
-    ops = _ops(module) if module is not None else ()
-    if not _owns(ops, prep, params):
+    runner = entry.runners.get(module) if module is not None else None
+    if runner is not None and runner.holds(params):
+        return runner.ops, runner.prep, False
+    if module is None or not _owns(_ops(module), prep, params):
         module = next((m for m in list(_modules) if _owns(_ops(m), prep, params)), None)
         if module is None:
             return _ops(_template(entry)), prep, True
         _owners[id(params[0])] = weakref.ref(module)
-        ops = _ops(module)
-    own = entry.preps.get(module)
-    if own is None:
-        own = entry.preps[module] = dataclasses.replace(
-            prep, layouts=replay.Layouts() if prep.layouts is not None else None)
+    # The Sequential's first call of this trace, or its ops changed since (a replaced parameter
+    # or child): its runner is made again, keeping its programs.
+    ops = _ops(module)
+    own = runner.prep if runner is not None else dataclasses.replace(
+        prep, layouts=replay.Layouts() if prep.layouts is not None else None)
+    entry.runners[module] = _Runner(ops, own, _held(ops, prep))
     return ops, own, False
 
 
@@ -370,20 +397,17 @@ def _carried(outputs: Sequence[torch.Tensor], activations: Sequence[torch.Tensor
     return where, _fresh_all(new, tensors)
 
 
-def _new_carried(layout: Layout, outputs: Sequence[torch.Tensor], activations: Sequence[torch.Tensor], records: list,
+def _new_carried(layout: Layout, outputs: Sequence[torch.Tensor], activations: list[torch.Tensor], records: list,
                  tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """A real call's new carried tensors, each other one checked to lie where the trace's did
     (else the backward would read another tensor)."""
     if len(activations) != layout.num_activations:
         raise RuntimeError(_differs(f"{len(activations)} activations against the trace's {layout.num_activations}"))
-    wanted = [*activations, *[getattr(records[i], name) for i, name in layout.fields]]
-    new = []
-    for n, (t, (kind, k)) in enumerate(zip(wanted, layout.carried)):
-        if kind == _NEW:
-            new.append(t)
-            continue
-        if not _same(t, tensors[k] if kind == _INPUT else outputs[k] if kind == _OUTPUT else wanted[k]):
+    wanted = [*activations, *[getattr(records[i], name) for i, name in layout.fields]] if layout.fields else activations
+    for n, kind, k in layout.same_at:
+        if not _same(wanted[n], tensors[k] if kind == _INPUT else outputs[k] if kind == _OUTPUT else wanted[k]):
             raise RuntimeError(_differs(f"saved tensor {n} is not where the trace's lay"))
+    new = [wanted[n] for n in layout.new_at]
     for t, (dtype, dim) in zip([*outputs, *new], layout.results):
         if t.dtype != dtype or t.dim() != dim:
             raise RuntimeError(_differs(f"a {t.dim()}-dim {t.dtype} result where the trace's was {dim}-dim {dtype}"))
@@ -405,10 +429,7 @@ def _differs(what: str) -> str:
 def _forward_results(entry: _Entry, tensors: Sequence[torch.Tensor], *, fake: bool) -> list[torch.Tensor]:
     """The forward operator's results: the outputs, then the new carried tensors."""
     params = list(tensors[entry.prep.num_inputs:])
-    if fake:
-        ops, prep, reparametrize = _ops(_template(entry)), entry.prep, True
-    else:
-        ops, prep, reparametrize = _running(entry, params)
+    ops, prep, reparametrize = (_ops(_template(entry)), entry.prep, True) if fake else _running(entry, params)
     state = RunState(prep, ops, prep.extra_args, params)
     with _reparametrized(ops, prep.param_slots, params) if reparametrize else _NO_CONTEXT:
         if not prep.needs_backward:
@@ -436,7 +457,9 @@ def _forward_results(entry: _Entry, tensors: Sequence[torch.Tensor], *, fake: bo
         templates = record_templates(records, 0)
         _refuse_symbolic(templates)
         entry.layout = Layout(len(outputs), prep.num_inputs, len(activations), tuple(where),
-                              tuple((t.dtype, t.dim()) for t in [*outputs, *new]), tuple(fields))
+                              tuple((t.dtype, t.dim()) for t in [*outputs, *new]), tuple(fields),
+                              tuple(n for n, (kind, _) in enumerate(where) if kind == _NEW),
+                              tuple((n, kind, k) for n, (kind, k) in enumerate(where) if kind != _NEW))
         entry.templates = templates
         return [*outputs, *new]
     new = _new_carried(entry.layout, outputs, activations, records, tensors)
@@ -478,13 +501,11 @@ def _gradients(entry: _Entry, carried, params, grads, *, fake: bool) -> list[tor
     layout = entry.layout
     params = list(params)
     if fake:
-        ops, prep, reparametrize = _ops(_template(entry)), entry.prep, True
         _stand_in_main_grads(params)
-    else:
-        ops, prep, reparametrize = _running(entry, params)
+    ops, prep, reparametrize = (_ops(_template(entry)), entry.prep, True) if fake else _running(entry, params)
+    state = RunState(prep, ops, prep.extra_args, params)
     activations = carried[:layout.num_activations]
     records = fill_records(entry.templates, carried[layout.num_activations:])
-    state = RunState(prep, ops, prep.extra_args, params)
     dy, extra_output_grads = grads[0], tuple(grads[1:])
     with _reparametrized(ops, prep.param_slots, params) if reparametrize else _NO_CONTEXT:
         if fake:

@@ -149,7 +149,7 @@ def test_a_freed_sequential_takes_its_programs_along() -> None:
             p.grad = None
         _compiled_one_by_one(blocks, copy.deepcopy(blocks), torch.randn(6, 16, requires_grad=True))
     entry = compiled_sequential._entries[max(compiled_sequential._entries)]
-    runs = [weakref.ref(prep) for prep in entry.preps.values()]
+    runs = [weakref.ref(runner.prep) for runner in entry.runners.values()]
     assert len(runs) == 2
     del blocks
     torch._dynamo.reset()
@@ -180,6 +180,41 @@ def test_a_copy_runs_on_its_own_parameters() -> None:
             p.mul_(-0.5)
     eager = copy.deepcopy([model, twin])
     _compiled_one_by_one([model, twin], eager, torch.randn(5, 16, requires_grad=True))
+
+
+def test_parameters_replaced_or_swapped_between_calls_are_the_ones_read(real_calls) -> None:
+    """A real call finds its Sequential's ops by its parameters and keeps them for the next
+    (``_Runner``): after a parameter is replaced (``op.weight = Parameter(...)``) and after two
+    blocks swap a weight, each call reads the parameters it was given and adds into their
+    ``main_grad``, as eager calls do."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    blocks = [_block() for _ in range(2)]
+    eager = [_into_main_grad(b) for b in copy.deepcopy(blocks)]
+    blocks = [_into_main_grad(b) for b in blocks]
+
+    def step() -> None:
+        for p in (p for b in [*blocks, *eager] for p in b.parameters()):
+            p.grad = None
+        _compiled_one_by_one(blocks, eager, torch.randn(5, 16, requires_grad=True))
+
+    for _ in range(3):
+        step()
+    fresh = torch.randn(32, 16)
+    for b in (blocks[0], eager[0]):
+        b[1].weight = torch.nn.Parameter(fresh.clone())
+        b[1].weight.main_grad = torch.zeros(32, 16)
+    for _ in range(3):
+        step()
+    for k in (3, 0):  # a weight inside, then the first parameter (by which a call finds its ops)
+        for pair in (blocks, eager):
+            pair[0][k].weight, pair[1][k].weight = pair[1][k].weight, pair[0][k].weight
+        for _ in range(3):
+            step()
+    for b, e in zip(blocks, eager):
+        for k, (got, want) in enumerate(zip(_main_grads(b), _main_grads(e))):
+            assert_bitwise(got, want, f"main_grad {k}")
+    assert real_calls == {"forward": 24, "backward": 24}
 
 
 def test_parameters_of_no_sequential_are_read_where_given(real_calls) -> None:

@@ -157,6 +157,16 @@ def record_templates(records: Sequence[Saved | None], first: int) -> list[tuple[
 
 
 def fill_records(templates: Sequence[tuple[Saved | None, tuple]], values: Sequence[Any]) -> list[Saved | None]:
-    """``record_templates``' records with this call's tensors from a program's ``values``."""
-    return [saved if not fields else replaced_fields(saved, {name: values[k] for name, k in fields}, compiling=False)
-            for saved, fields in templates]
+    """``record_templates``' records with this call's tensors from a program's ``values``
+    (``replaced_fields`` inlined: every replayed call fills each record)."""
+    out = []
+    for saved, fields in templates:
+        if fields:
+            filled = object.__new__(saved.__class__)
+            held = filled.__dict__
+            held.update(saved.__dict__)
+            for name, k in fields:
+                held[name] = values[k]
+            saved = filled
+        out.append(saved)
+    return out
