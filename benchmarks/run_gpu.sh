@@ -26,6 +26,8 @@
 #   bash benchmarks/run_gpu.sh graphs [pytest args]     # CUDA graphs of recorded programs and of the routing
 #                                                         # (gpu-marked; session 34: 44 tests in 97 s)
 #   bash benchmarks/run_gpu.sh props "GroupedMLP or Backward"   # CUDA property suite, some fusions
+#                                                         # (session 44: all 14 in 1,190 s over four calls; the
+#                                                         # quantized forwards ~130 s each)
 #   bash benchmarks/run_gpu.sh edge "LayerNorm or RMSNorm"      # CUDA edge cases, some subjects (session 21,
 #                                                         # torch 2.11: ~7 s a case for elementwise ops,
 #                                                         # ~13-22 s dense fusions, ~90 s GroupedMLP,

@@ -2,8 +2,9 @@
 to the eager one at a cell whose programs all replay as CUDA graphs in both (call 2: GELU T=4096 H=1024, a step
 2.72 ms compiled against 1.78 eager; drained issue time 2.05 against 1.10 ms, busy 1.90 / 1.35). Per variant,
 one profiled synchronised step (CPU and CUDA activities, after 30 warm-up steps and alternating order): the host
-time of each CUDA graph launch and each kernel launch from the step's start, each kernel's GPU start and end, and
-the GPU's idle gaps; the Chrome traces go to $OUT for a closer look.
+calls that launch or copy (kernel launches only where over 50 us), each kernel's GPU start and end, and the GPU's
+idle gaps, all from the start of the step's first kernel (the latest "step" mark is the profiler's GPU-side one:
+host calls before the first kernel are left out); the Chrome traces go to $OUT for a closer look.
 
     python benchmarks/results/session44/compiled_timeline.py [--cells gelu:4096:1024] [--steps 2]
 """
@@ -15,8 +16,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.results.session42.compiled_gap import warm_eager_and_compiled
 
-LAUNCHES = ("cudaGraphLaunch", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync",
-            "cudaMemsetAsync", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+KERNEL_LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx")
+LAUNCHES = (*KERNEL_LAUNCHES, "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaStreamSynchronize",
+            "cudaDeviceSynchronize", "cudaEventSynchronize")
 
 
 def timeline(step, name: str, cell: str, steps: int) -> None:
@@ -42,7 +44,7 @@ def timeline(step, name: str, cell: str, steps: int) -> None:
         counts[n] = counts.get(n, 0) + 1
     print("   host calls:", counts)
     for t, d, n in host:
-        if n != "cudaLaunchKernel" and n != "cuLaunchKernel" and n != "cuLaunchKernelEx" or d > 50:
+        if n not in KERNEL_LAUNCHES or d > 50:
             print(f"   host {t:8.1f} +{d:7.1f}  {n}")
     print(f"   GPU first kernel at {gpu[0][0]:.1f}, last ends {max(e for _, e, _ in gpu):.1f}; {len(gpu)} kernels")
     end = gpu[0][1]
