@@ -141,13 +141,14 @@ class _Runner:
     ops: list[torch.nn.Module]
     prep: Prepared
     held: tuple[tuple[dict, str, int], ...]
-    # Per recorded program of ``prep`` (by id; the program held, so no other takes its id) a real
-    # call found checked: the positions among its operator's results (the forward's outputs, the
-    # backward's gradients) that alias an argument and go out as copies. A program's results
-    # alias its arguments, and hold None, at the same places every call (a CUDA-graph replay
-    # hands them out alike), so its later calls skip the checks (``_forward_results``,
-    # ``_gradients``).
-    checked: dict[int, tuple[Any, tuple[int, ...]]] = field(default_factory=dict)
+    # Per recorded program of ``prep`` a real call found checked (by id, with a weak reference
+    # that tells the program from a later one of the same id; held weakly, so that a program
+    # its layouts dropped frees its CUDA graph): the positions among its operator's results (the
+    # forward's outputs, the backward's gradients) that alias an argument and go out as copies.
+    # A program's results alias its arguments, and hold None, at the same places every call (a
+    # CUDA-graph replay hands them out alike), so its later calls skip the checks
+    # (``_forward_results``, ``_gradients``).
+    checked: dict[int, tuple[weakref.ref, tuple[int, ...]]] = field(default_factory=dict)
 
     def holds(self, params: Sequence[torch.Tensor]) -> bool:
         for where, name, i in self.held:
@@ -428,6 +429,15 @@ def _wanted(layout: Layout, activations: list[torch.Tensor], records: list) -> l
     return [*activations, *[getattr(records[i], name) for i, name in layout.fields]] if layout.fields else activations
 
 
+def _checked_for(checked: dict | None, program: Any) -> tuple[int, ...] | None:
+    """What ``checked`` (a ``_Runner``'s, or None) holds for ``program`` (None: not checked yet,
+    or no program ran): the positions of its results to copy."""
+    if checked is None or program is None:
+        return None
+    seen = checked.get(id(program))
+    return seen[1] if seen is not None and seen[0]() is program else None
+
+
 def _copied(results: Sequence[torch.Tensor], at: tuple[int, ...]) -> list[torch.Tensor]:
     """``results`` with those ``at`` these positions copied (``_Runner.checked``)."""
     return [t.clone() if i in at else t for i, t in enumerate(results)] if at else list(results)
@@ -476,11 +486,11 @@ def _forward_results(entry: _Entry, tensors: Sequence[torch.Tensor], *, fake: bo
             finally:
                 set_receiver(previous)
     program = state.replayed
-    seen = checked.get(id(program)) if checked is not None and program is not None else None
+    seen = _checked_for(checked, program)
     if seen is not None:
         # This program's results were checked at an earlier call (``_Runner.checked``).
         wanted = _wanted(entry.layout, activations, records)
-        return [*_copied(outputs, seen[1]), *[wanted[n] for n in entry.layout.new_at]]
+        return [*_copied(outputs, seen), *[wanted[n] for n in entry.layout.new_at]]
     raw, outputs = outputs, _fresh_all(outputs, tensors)
     if fake:
         fields = record_tensor_fields(records)
@@ -500,7 +510,7 @@ def _forward_results(entry: _Entry, tensors: Sequence[torch.Tensor], *, fake: bo
             raise RuntimeError(_differs("the records' fields (settings, saved shapes)"))
         entry.checked.append(weakref.ref(prep))
     if checked is not None and program is not None:
-        checked[id(program)] = (program, _copied_at(raw, outputs))
+        checked[id(program)] = (weakref.ref(program), _copied_at(raw, outputs))
     return [*outputs, *new]
 
 
@@ -557,17 +567,17 @@ def _gradients(entry: _Entry, carried, params, grads, *, fake: bool) -> list[tor
             finally:
                 saved_state.functional_backward = False
     program = state.replayed
-    seen = checked.get(id(program)) if checked is not None and program is not None else None
+    seen = _checked_for(checked, program)
     if seen is None and any(g is None and p for g, p in zip(out, entry.present)):
         raise RuntimeError("fuseops: a compiled Sequential's backward gave no gradient where its trace did; "
                            "run it eagerly and report this")
     raw = [g if g is not None else dy.new_empty(0) for g in out]
     if seen is not None:
-        return _copied(raw, seen[1])
+        return _copied(raw, seen)
     # A gradient passed straight through (``dx = dy``) is the only one that can be an argument.
     fresh = _fresh_all(raw, grads)
     if checked is not None and program is not None:
-        checked[id(program)] = (program, _copied_at(raw, fresh))
+        checked[id(program)] = (weakref.ref(program), _copied_at(raw, fresh))
     return fresh
 
 
