@@ -345,8 +345,10 @@ def _running(entry: _Entry, params: Sequence[torch.Tensor]
         if module is None:
             return _ops(_template(entry)), prep, True, None
         _owners[id(params[0])] = weakref.ref(module)
-    # The Sequential's first call of this trace, or its ops changed since (a replaced parameter
-    # or child): its runner is made again, keeping its programs.
+    # The Sequential's first call of this trace, or its ops changed since (a replaced child, a
+    # parameter moved between Sequentials): its runner is made again, keeping its programs (its
+    # own: the runner found first may be another Sequential's, where the parameter was before).
+    runner = entry.runners.get(module)
     ops = _ops(module)
     own = runner.prep if runner is not None else dataclasses.replace(
         prep, layouts=replay.Layouts() if prep.layouts is not None else None)

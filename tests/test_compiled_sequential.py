@@ -215,6 +215,10 @@ def test_parameters_replaced_or_swapped_between_calls_are_the_ones_read(real_cal
         for k, (got, want) in enumerate(zip(_main_grads(b), _main_grads(e))):
             assert_bitwise(got, want, f"main_grad {k}")
     assert real_calls == {"forward": 24, "backward": 24}
+    # Each block still runs its own programs (a block found through a moved parameter's old
+    # owner must not take that owner's).
+    entry = compiled_sequential._entries[max(compiled_sequential._entries)]
+    assert len({id(runner.prep) for runner in entry.runners.values()}) == 2
 
 
 def test_a_programs_results_are_checked_once_and_copied_every_call(monkeypatch) -> None:
