@@ -151,10 +151,7 @@ class _Runner:
     checked: dict[int, tuple[weakref.ref, tuple[int, ...]]] = field(default_factory=dict)
 
     def holds(self, params: Sequence[torch.Tensor]) -> bool:
-        for where, name, i in self.held:
-            if where.get(name) is not params[i]:
-                return False
-        return True
+        return _holds(self.held, params)
 
 
 def register(module: torch.nn.Module) -> None:
@@ -319,10 +316,18 @@ def _held(ops: Sequence[torch.nn.Module], prep: Prepared) -> tuple[tuple[dict, s
     return tuple((op._parameters, name, i) for op, slots in zip(ops, prep.param_slots) for name, i in slots.items())
 
 
+def _holds(held: tuple[tuple[dict, str, int], ...], params: Sequence[torch.Tensor]) -> bool:
+    """Whether each slot of ``held`` (``_Runner.held``) holds its parameter among ``params``."""
+    for where, name, i in held:
+        if where.get(name) is not params[i]:
+            return False
+    return True
+
+
 def _owns(ops: Sequence[torch.nn.Module], prep: Prepared, params: Sequence[torch.Tensor]) -> bool:
     """Whether ``ops`` hold ``params`` where the trace's ops held its parameters."""
     held = _held(ops, prep)
-    return held is not None and all(where.get(name) is params[i] for where, name, i in held)
+    return held is not None and _holds(held, params)
 
 
 def _running(entry: _Entry, params: Sequence[torch.Tensor]
