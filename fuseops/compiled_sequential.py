@@ -141,6 +141,14 @@ class _Runner:
     ops: list[torch.nn.Module]
     prep: Prepared
     held: tuple[tuple[dict, str, int], ...]
+    # Per recorded program of ``prep`` a real call found checked (by id, with a weak reference
+    # that tells the program from a later one of the same id; held weakly, so that a program
+    # its layouts dropped frees its CUDA graph): the positions among its operator's results (the
+    # forward's outputs, the backward's gradients) that alias an argument and go out as copies.
+    # A program's results alias its arguments, and hold None, at the same places every call (a
+    # CUDA-graph replay hands them out alike), so its later calls skip the checks
+    # (``_forward_results``, ``_gradients``).
+    checked: dict[int, tuple[weakref.ref, tuple[int, ...]]] = field(default_factory=dict)
 
     def holds(self, params: Sequence[torch.Tensor]) -> bool:
         return _holds(self.held, params)
@@ -322,23 +330,25 @@ def _owns(ops: Sequence[torch.nn.Module], prep: Prepared, params: Sequence[torch
     return held is not None and _holds(held, params)
 
 
-def _running(entry: _Entry, params: Sequence[torch.Tensor]) -> tuple[list[torch.nn.Module], Prepared, bool]:
-    """``(ops, prep, reparametrize)`` of a real call: the ops of the Sequential whose parameters
-    these are (a graph may serve every block of its settings), with its own copy of the trace's
-    ``Prepared`` run; where no Sequential's are (``torch.func.functional_call`` under compile),
-    the template's ops reading ``params``."""
+def _running(entry: _Entry, params: Sequence[torch.Tensor]
+             ) -> tuple[list[torch.nn.Module], Prepared, bool, dict | None]:
+    """``(ops, prep, reparametrize, checked)`` of a real call: the ops of the Sequential whose
+    parameters these are (a graph may serve every block of its settings), with its own copy of
+    the trace's ``Prepared`` run and its runner's ``checked``; where no Sequential's are
+    (``torch.func.functional_call`` under compile), the template's ops reading ``params``, and
+    no ``checked`` (every call checks)."""
     prep = entry.prep
     if not params:
-        return _ops(_template(entry)), prep, False
+        return _ops(_template(entry)), prep, False, None
     known = _owners.get(id(params[0]))
     module = known() if known is not None else None
     runner = entry.runners.get(module) if module is not None else None
     if runner is not None and runner.holds(params):
-        return runner.ops, runner.prep, False
+        return runner.ops, runner.prep, False, runner.checked
     if module is None or not _owns(_ops(module), prep, params):
         module = next((m for m in list(_modules) if _owns(_ops(m), prep, params)), None)
         if module is None:
-            return _ops(_template(entry)), prep, True
+            return _ops(_template(entry)), prep, True, None
         _owners[id(params[0])] = weakref.ref(module)
     # The Sequential's first call of this trace, or its ops changed since (a replaced child, a
     # parameter moved between Sequentials): its runner is made again, keeping its programs (its
@@ -347,8 +357,8 @@ def _running(entry: _Entry, params: Sequence[torch.Tensor]) -> tuple[list[torch.
     ops = _ops(module)
     own = runner.prep if runner is not None else dataclasses.replace(
         prep, layouts=replay.Layouts() if prep.layouts is not None else None)
-    entry.runners[module] = _Runner(ops, own, _held(ops, prep))
-    return ops, own, False
+    runner = entry.runners[module] = _Runner(ops, own, _held(ops, prep))
+    return ops, own, False, runner.checked
 
 
 def _ops(module: torch.nn.Module) -> list[torch.nn.Module]:
@@ -410,7 +420,7 @@ def _new_carried(layout: Layout, outputs: Sequence[torch.Tensor], activations: l
     (else the backward would read another tensor)."""
     if len(activations) != layout.num_activations:
         raise RuntimeError(_differs(f"{len(activations)} activations against the trace's {layout.num_activations}"))
-    wanted = [*activations, *[getattr(records[i], name) for i, name in layout.fields]] if layout.fields else activations
+    wanted = _wanted(layout, activations, records)
     for n, kind, k in layout.same_at:
         if not _same(wanted[n], tensors[k] if kind == _INPUT else outputs[k] if kind == _OUTPUT else wanted[k]):
             raise RuntimeError(_differs(f"saved tensor {n} is not where the trace's lay"))
@@ -419,6 +429,30 @@ def _new_carried(layout: Layout, outputs: Sequence[torch.Tensor], activations: l
         if t.dtype != dtype or t.dim() != dim:
             raise RuntimeError(_differs(f"a {t.dim()}-dim {t.dtype} result where the trace's was {dim}-dim {dtype}"))
     return new
+
+
+def _wanted(layout: Layout, activations: list[torch.Tensor], records: list) -> list[torch.Tensor]:
+    """What the backward reads of a real call: its activations, then the records' tensor fields."""
+    return [*activations, *[getattr(records[i], name) for i, name in layout.fields]] if layout.fields else activations
+
+
+def _checked_for(checked: dict | None, program: Any) -> tuple[int, ...] | None:
+    """What ``checked`` (a ``_Runner``'s, or None) holds for ``program`` (None: not checked yet,
+    or no program ran): the positions of its results to copy."""
+    if checked is None or program is None:
+        return None
+    seen = checked.get(id(program))
+    return seen[1] if seen is not None and seen[0]() is program else None
+
+
+def _copied(results: Sequence[torch.Tensor], at: tuple[int, ...]) -> list[torch.Tensor]:
+    """``results`` with those ``at`` these positions copied (``_Runner.checked``)."""
+    return [t.clone() if i in at else t for i, t in enumerate(results)] if at else list(results)
+
+
+def _copied_at(raw: Sequence[Any], fresh: Sequence[torch.Tensor]) -> tuple[int, ...]:
+    """The positions ``_fresh_all`` copied: where ``fresh`` holds another tensor than ``raw``."""
+    return tuple(i for i, (r, f) in enumerate(zip(raw, fresh)) if r is not None and r is not f)
 
 
 def _same(t: torch.Tensor, u: torch.Tensor) -> bool:
@@ -436,7 +470,8 @@ def _differs(what: str) -> str:
 def _forward_results(entry: _Entry, tensors: Sequence[torch.Tensor], *, fake: bool) -> list[torch.Tensor]:
     """The forward operator's results: the outputs, then the new carried tensors."""
     params = list(tensors[entry.prep.num_inputs:])
-    ops, prep, reparametrize = (_ops(_template(entry)), entry.prep, True) if fake else _running(entry, params)
+    ops, prep, reparametrize, checked = (_ops(_template(entry)), entry.prep, True, None) if fake else _running(
+        entry, params)
     state = RunState(prep, ops, prep.extra_args, params)
     with _reparametrized(ops, prep.param_slots, params) if reparametrize else _NO_CONTEXT:
         if not prep.needs_backward:
@@ -457,7 +492,13 @@ def _forward_results(entry: _Entry, tensors: Sequence[torch.Tensor], *, fake: bo
                 outputs, activations, records = forward_body(state, tensors, notice=True, checked_params=False)
             finally:
                 set_receiver(previous)
-    outputs = _fresh_all(outputs, tensors)
+    program = state.replayed
+    seen = _checked_for(checked, program)
+    if seen is not None:
+        # This program's results were checked at an earlier call (``_Runner.checked``).
+        wanted = _wanted(entry.layout, activations, records)
+        return [*_copied(outputs, seen), *[wanted[n] for n in entry.layout.new_at]]
+    raw, outputs = outputs, _fresh_all(outputs, tensors)
     if fake:
         fields = record_tensor_fields(records)
         where, new = _carried(outputs, activations, [getattr(records[i], name) for i, name in fields], tensors)
@@ -475,6 +516,8 @@ def _forward_results(entry: _Entry, tensors: Sequence[torch.Tensor], *, fake: bo
         if record_templates(records, 0) != entry.templates:
             raise RuntimeError(_differs("the records' fields (settings, saved shapes)"))
         entry.checked.append(weakref.ref(prep))
+    if checked is not None and program is not None:
+        checked[id(program)] = (weakref.ref(program), _copied_at(raw, outputs))
     return [*outputs, *new]
 
 
@@ -509,7 +552,8 @@ def _gradients(entry: _Entry, carried, params, grads, *, fake: bool) -> list[tor
     params = list(params)
     if fake:
         _stand_in_main_grads(params)
-    ops, prep, reparametrize = (_ops(_template(entry)), entry.prep, True) if fake else _running(entry, params)
+    ops, prep, reparametrize, checked = (_ops(_template(entry)), entry.prep, True, None) if fake else _running(
+        entry, params)
     state = RunState(prep, ops, prep.extra_args, params)
     activations = carried[:layout.num_activations]
     records = fill_records(entry.templates, carried[layout.num_activations:])
@@ -529,11 +573,19 @@ def _gradients(entry: _Entry, carried, params, grads, *, fake: bool) -> list[tor
                     out = backward_body(state, records, activations, dy, extra_output_grads)[1:]
             finally:
                 saved_state.functional_backward = False
-    if any(g is None and p for g, p in zip(out, entry.present)):
+    program = state.replayed
+    seen = _checked_for(checked, program)
+    if seen is None and any(g is None and p for g, p in zip(out, entry.present)):
         raise RuntimeError("fuseops: a compiled Sequential's backward gave no gradient where its trace did; "
                            "run it eagerly and report this")
+    raw = [g if g is not None else dy.new_empty(0) for g in out]
+    if seen is not None:
+        return _copied(raw, seen)
     # A gradient passed straight through (``dx = dy``) is the only one that can be an argument.
-    return _fresh_all([g if g is not None else dy.new_empty(0) for g in out], grads)
+    fresh = _fresh_all(raw, grads)
+    if checked is not None and program is not None:
+        checked[id(program)] = (weakref.ref(program), _copied_at(raw, fresh))
+    return fresh
 
 
 def _stand_in_main_grads(params: Sequence[torch.Tensor]) -> None:

@@ -221,6 +221,48 @@ def test_parameters_replaced_or_swapped_between_calls_are_the_ones_read(real_cal
     assert len({id(runner.prep) for runner in entry.runners.values()}) == 2
 
 
+def test_a_programs_results_are_checked_once_and_copied_every_call(monkeypatch) -> None:
+    """A real call's checks of its results (where the trace's saved tensors lie, which results
+    alias an argument) run until the call replays a recorded program, once for that program
+    (``_Runner.checked``); a result aliasing an argument still goes out as a copy at every call:
+    here the residual's gradient, ``dy`` passed straight through."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.Linear(16, 16), ops.AddExtraInput())
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    checks = collections.Counter()
+    new_carried, gradients = compiled_sequential._new_carried, compiled_sequential._gradients
+
+    def counted_new_carried(*args):
+        checks["forward"] += 1
+        return new_carried(*args)
+
+    def unaliased_gradients(entry, carried, params, grads, *, fake):
+        out = gradients(entry, carried, params, grads, fake=fake)
+        if not fake:
+            checks["backward calls"] += 1
+            for g in out:
+                assert all(g is not a and g._base is not a for a in grads), "a gradient aliases an argument"
+        return out
+
+    monkeypatch.setattr(compiled_sequential, "_new_carried", counted_new_carried)
+    monkeypatch.setattr(compiled_sequential, "_gradients", unaliased_gradients)
+    for step in range(6):
+        x, r = torch.randn(5, 16, requires_grad=True), torch.randn(5, 16, requires_grad=True)
+        x_ref, r_ref = x.detach().requires_grad_(), r.detach().requires_grad_()
+        y, y_ref = compiled(x, r), eager(x_ref, r_ref)
+        assert_bitwise(y, y_ref, "output")
+        dy = torch.randn_like(y)
+        grads = torch.autograd.grad(y, [x, r, *model.parameters()], dy)
+        want = torch.autograd.grad(y_ref, [x_ref, r_ref, *eager.parameters()], dy)
+        for i, (g, w) in enumerate(zip(grads, want)):
+            assert_bitwise(g, w, f"gradient {i} at step {step}")
+        assert not any(g is dy or g._base is dy for g in grads)
+    # Calls 1 and 2 run the ops and record, 3 replays and checks, 4-6 replay unchecked.
+    assert checks == {"forward": 3, "backward calls": 6}
+
+
 def test_parameters_of_no_sequential_are_read_where_given(real_calls) -> None:
     torch._dynamo.reset()
     torch.manual_seed(0)

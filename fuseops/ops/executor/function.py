@@ -68,6 +68,10 @@ class RunState:
     records: list[Saved | None] = field(default_factory=list)
     save_from: list[tuple[bool, int]] = field(default_factory=list)
     num_outputs: int = 0
+    # The recorded program the body replayed (``replay.Program``), else None: what a caller
+    # finds of the results' structure (which alias an argument, which are None) is fixed by the
+    # program, so it may be found once per program (``compiled_sequential``).
+    replayed: Any = None
 
 
 # Reusable: entering it does nothing.
@@ -211,6 +215,7 @@ def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found:
     # The ops ran with torch's autocast off when recorded (``forward_ops``): so does their replay.
     with autocast_off(state.prep.device_type):
         values = replay.replayed(found, *inputs, notice=receiver)
+    state.replayed = found
     num_outputs, num_saved, templates, slots = found.meta
     return (list(values[:num_outputs]), list(values[num_outputs:num_outputs + num_saved]),
             fill_records(templates, values), slots)
@@ -347,6 +352,7 @@ def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_o
     values = [getattr(records[i], name) for i, name in found.meta]
     if not all(isinstance(v, torch.Tensor) for v in values):
         return None
+    state.replayed = found
     return replay.replayed(found, *inputs, *values)
 
 

@@ -533,7 +533,8 @@ class Program:
     ``results`` listed at recording time, in that order. ``meta``: the caller's, to read them.
     ``graph``: its CUDA-graph replay (``graphed.GraphedProgram``), where one may pay."""
 
-    __slots__ = ("graph", "meta", "run", "source")
+    # (Weakly referenced by callers that note something per program: ``compiled_sequential``.)
+    __slots__ = ("__weakref__", "graph", "meta", "run", "source")
 
     def __init__(self, run: Callable[..., tuple], source: str) -> None:
         self.run = run
