@@ -1,0 +1,78 @@
+"""Session 45 probe (issue 20, the GPU-bound dense cells at 0.98-1.0x torch): the GPU time a step spends in each
+kernel, fuseops eager against torch eager and torch.compile of the same stack, so that the cells' remaining gap
+can be put on kernels (the dense dispatch's table, the backward's GEMMs and reductions) or on the wait before the
+first kernel (``step_start.py``).
+
+    python benchmarks/results/session45/kernel_sums.py --cells gelu:4096:4096 [--steps 3]
+"""
+import argparse
+import collections
+import re
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks.sizes import dense_cell, step_fn
+
+
+def short(name: str) -> str:
+    """A kernel's name without its template arguments and launch suffixes."""
+    name = re.sub(r"<.*", "", name)
+    name = re.sub(r"^void ", "", name)
+    return name[:60]
+
+
+def kernel_ms(step, steps: int) -> tuple[dict[str, float], dict[str, int], float]:
+    """Per step: GPU ms by kernel name, launches by name, and the summed kernel ms."""
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    ms: dict[str, float] = collections.defaultdict(float)
+    calls: dict[str, int] = collections.defaultdict(int)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            ms[short(e.name)] += (e.time_range.end - e.time_range.start) / 1e3 / steps
+            calls[short(e.name)] += 1
+    return ms, {k: v // steps for k, v in calls.items()}, sum(ms.values())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--cells", nargs="+", default=["gelu:4096:4096"])
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2)
+    a = p.parse_args()
+    for cell in a.cells:
+        model, reference, x = dense_cell(cell)
+        _, compiled_reference, _ = dense_cell(cell)
+        steps = {"fuseops": step_fn(model, (x,), list(model.parameters())),
+                 "torch": step_fn(reference, (x,), list(reference.parameters())),
+                 "torch_compiled": step_fn(torch.compile(compiled_reference), (x,),
+                                           list(compiled_reference.parameters()))}
+        for step in steps.values():
+            for _ in range(30):
+                step()
+        totals = collections.defaultdict(list)
+        last = {}
+        for r in range(a.rounds):
+            for name in (list(steps) if r % 2 == 0 else list(reversed(steps))):
+                ms, calls, total = kernel_ms(steps[name], a.steps)
+                totals[name].append(total)
+                last[name] = (ms, calls)
+        print(f"\n== {cell}: summed kernel ms a step, each round: "
+              + "; ".join(f"{n} " + " / ".join(f"{t:.2f}" for t in ts) for n, ts in totals.items()))
+        for name, (ms, calls) in last.items():
+            print(f"   {name} (last round): ms a step, launches, kernel")
+            for k, v in sorted(ms.items(), key=lambda kv: -kv[1]):
+                print(f"      {v:8.3f} {calls[k]:4d}  {k}")
+        del model, reference, compiled_reference, x, steps
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
