@@ -13,7 +13,7 @@ import re
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.sizes import dense_cell, step_fn
+from benchmarks.results.session45.step_start import warm_steps
 
 
 def short(name: str) -> str:
@@ -68,15 +68,7 @@ def main() -> None:
     p.add_argument("--top", type=int, default=8)
     a = p.parse_args()
     for cell in a.cells:
-        model, reference, x = dense_cell(cell)
-        _, compiled_reference, _ = dense_cell(cell)
-        steps = {"fuseops": step_fn(model, (x,), list(model.parameters())),
-                 "torch": step_fn(reference, (x,), list(reference.parameters())),
-                 "torch_compiled": step_fn(torch.compile(compiled_reference), (x,),
-                                           list(compiled_reference.parameters()))}
-        for step in steps.values():
-            for _ in range(30):
-                step()
+        steps = warm_steps(cell, ("fuseops", "torch", "torch_compiled"))
         totals, idles = collections.defaultdict(list), collections.defaultdict(list)
         last = {}
         for r in range(a.rounds):
@@ -96,7 +88,7 @@ def main() -> None:
             print(f"   {name} (last round): largest gaps between a step's kernels (us, before, after)")
             for gap, before, after in largest[:a.top]:
                 print(f"      {gap:8.1f}  {before}  ->  {after}")
-        del model, reference, compiled_reference, x, steps
+        del steps
         torch._dynamo.reset()
         torch.cuda.empty_cache()
 

@@ -65,6 +65,22 @@ def host_to_first_launch(step, top: int) -> list[tuple[float, float, str]]:
     return rows[:top] + ([rows[-1]] if len(rows) > top else [])
 
 
+def warm_steps(cell: str, variants=("fuseops", "fuseops_compiled", "torch", "torch_compiled")) -> dict:
+    """Synchronisable steps of ``cell``'s dense stack per variant (fuseops eager / compiled, the same stack from
+    torch.nn eager / compiled; each its own model and input of the same seed), each warmed up 30 steps. (Calls 2,
+    5 and 6 ran a form in which the variants shared one input tensor.)"""
+    steps = {}
+    for name in variants:
+        fuse_model, torch_model, x = dense_cell(cell)
+        model = fuse_model if name.startswith("fuseops") else torch_model
+        run = torch.compile(model) if name.endswith("compiled") else model
+        steps[name] = step_fn(run, (x,), list(model.parameters()))
+    for step in steps.values():
+        for _ in range(30):
+            step()
+    return steps
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--cells", nargs="+", default=["gelu:4096:4096", "gelu:16384:2048"])
@@ -74,16 +90,7 @@ def main() -> None:
     p.add_argument("--top", type=int, default=40)
     a = p.parse_args()
     for cell in a.cells:
-        model, reference, x = dense_cell(cell)
-        compiled_model, compiled_reference, _ = dense_cell(cell)
-        steps = {"fuseops": step_fn(model, (x,), list(model.parameters())),
-                 "fuseops_compiled": step_fn(torch.compile(compiled_model), (x,), list(compiled_model.parameters())),
-                 "torch": step_fn(reference, (x,), list(reference.parameters())),
-                 "torch_compiled": step_fn(torch.compile(compiled_reference), (x,),
-                                           list(compiled_reference.parameters()))}
-        for step in steps.values():
-            for _ in range(30):
-                step()
+        steps = warm_steps(cell)
         gaps = collections.defaultdict(list)
         for r in range(a.rounds):
             for name in (list(steps) if r % 2 == 0 else list(reversed(steps))):
@@ -97,7 +104,7 @@ def main() -> None:
                 print(f"\n   {name}: CPU events from the step's start to its first launch (offset us, us, name)")
                 for offset, dur, ev in host_to_first_launch(steps[name], a.top):
                     print(f"      {offset:8.1f} {dur:8.1f}  {ev[:90]}")
-        del model, reference, compiled_model, compiled_reference, x, steps
+        del steps
         torch._dynamo.reset()
         torch.cuda.empty_cache()
 
