@@ -293,6 +293,7 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
             # none in any dense cell, so that growth is not this).
             row[f"{name}_enqueue_device_frees"] = row.get(f"{name}_enqueue_device_frees", 0) + _device_frees(device) - frees
             row[f"{name}_ms"] = min(step_ms, row.get(f"{name}_ms", step_ms))
+            row.setdefault(f"{name}_round_ms", []).append(step_ms)
             row[f"{name}_enqueue_ms"] = min(host_ms, row.get(f"{name}_enqueue_ms", host_ms))
             busy_ms = busy_enqueue_ms(step, device, reps)
             row[f"{name}_busy_enqueue_ms"] = min(busy_ms, row.get(f"{name}_busy_enqueue_ms", busy_ms))
@@ -315,6 +316,11 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
         row["graphs_held_mb"] = graphed.held_bytes() / 2**20
     best_torch = min(row["torch_ms"], row.get("torch_compiled_ms") or float("inf"))
     row["speedup"] = best_torch / row["fuseops_ms"]
+    # The same ratio within each round: how far a ratio from the fastest rounds can move with the GPU's clock
+    # state (session 45: at GPU-bound cells one variant's kernel time moved 3-7 % between rounds).
+    row["speedup_rounds"] = [min(t, tc) / f for t, tc, f in zip(
+        row["torch_round_ms"], row.get("torch_compiled_round_ms") or [float("inf")] * rounds,
+        row["fuseops_round_ms"])]
     if layer_model is not None:
         row["layer_speedup"] = best_torch / row["fuseops_layer_ms"]
         if "torch_compiled_ms" in row:
@@ -402,11 +408,12 @@ def _label(r: dict) -> str:
 
 def print_table(rows: list[dict]) -> None:
     print(f"{'cell':34s} {'fuseops':>8s} {'compiled':>8s} {'torch':>8s} {'torch.c':>8s} {'graphed':>8s} "
-          f"{'speedup':>7s} {'enq f/t':>13s} {'busy f/t':>13s} host-bound")
+          f"{'speedup':>7s} {'by round':>11s} {'enq f/t':>13s} {'busy f/t':>13s} host-bound")
     fmt = lambda v: f"{v:8.2f}" if v is not None else f"{'-':>8s}"  # noqa: E731
     for r in rows:
         print(f"{_label(r):34s} {fmt(r['fuseops_ms'])} {fmt(r['fuseops_compiled_ms'])} {fmt(r['torch_ms'])} "
               f"{fmt(r.get('torch_compiled_ms'))} {fmt(r['torch_graphed_ms'])} {r['speedup']:6.2f}x "
+              f"{min(r['speedup_rounds']):5.2f}-{max(r['speedup_rounds']):<5.2f} "
               f"{r['fuseops_enqueue_ms']:6.2f}/{r['torch_enqueue_ms']:<6.2f} "
               f"{r['fuseops_busy_enqueue_ms']:6.2f}/{r['torch_busy_enqueue_ms']:<6.2f} {'yes' if r['host_bound'] else '   '}"
               + (f" expert_layer {r['fuseops_layer_ms']:.2f} ms {r['layer_speedup']:.2f}x enq "
