@@ -7,7 +7,8 @@
 # in session 44) no slower than torch in kernels or idle time (`kernel_sums.py`), its ratio within the 3-7 % the
 # same variant's kernel time moves between rounds; the per-round ratios say whether a cell's shortfall is the
 # clock's. suite: the GPU parts not run whole since session 44's executor changes (`quantops` reached 16 % in
-# session 45's call 9; `quant`; the CUDA edge cases of the dense and grouped subjects).
+# session 45's call 9; `quant`; the CUDA edge cases of the norms, residual and dense fusions: 55 cases, 7-22 s
+# each, so as far as the call goes; the grouped and quantized subjects after).
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader
 table() {
@@ -31,6 +32,6 @@ case "${1:-}" in
       > $OUT/sizes_dense.log 2>&1; echo "sizes rc=$?"; table ;;
   suite)
     LIMIT=280 bash benchmarks/run_gpu.sh quantops 2>&1 | tail -3
-    LIMIT=$((570 - SECONDS)) bash benchmarks/run_gpu.sh edge "RMSNorm or LayerNorm or Linear" 2>&1 | tail -3 ;;
+    LIMIT=$((570 - SECONDS)) bash benchmarks/run_gpu.sh edge "RMSNorm or LayerNorm or ExtraInput or ExtraOutput or ForwardLinearBiasActivation or ForwardLinearSeparateBiasActivation or BackwardBiasActivation or BackwardActivationLinear or BackwardLinearBiasActivation" 2>&1 | tail -3 ;;
   *) echo "usage: $0 dense_small|dense_large|suite" ;;
 esac
