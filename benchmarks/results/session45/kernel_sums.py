@@ -2,7 +2,8 @@
 kernel, fuseops eager against torch eager and torch.compile of the same stack, so that the cells' remaining gap
 can be put on kernels (the dense dispatch's table, the backward's GEMMs and reductions), on the GPU's idle time
 between a step's kernels (its largest gaps, with the kernels either side) or on the wait before the first kernel
-(``step_start.py``).
+(``step_start.py``). It is session 39's ``dense_kernels.py`` (per-kernel sums, one pass a variant) with rounds in
+alternating order and the idle time between kernels, which needs each kernel's start and end, not only the sums.
 
     python benchmarks/results/session45/kernel_sums.py --cells gelu:4096:4096 [--steps 3]
 """
