@@ -2,6 +2,8 @@
 #   bash benchmarks/results/session45/next_device_calls.sh dense_small   # ~8 min
 #   bash benchmarks/results/session45/next_device_calls.sh dense_large   # ~8 min
 #   bash benchmarks/results/session45/next_device_calls.sh suite         # ~9.5 min
+#   bash benchmarks/results/session45/next_device_calls.sh autocast      # ~4 min: float32 weights under autocast,
+#     owed since session 45's merge touched the hot path (last run session 41: 0.72 / 0.82 / 0.83x, torch.nn 0.63x)
 # dense_small / dense_large: issue 20's dense table with four rounds a cell and the eager ratio per round
 # (`sizes.py`'s new `speedup_rounds`): session 45 found the GPU-bound cell under 1.0x (GELU T=4096 H=4096, 0.982x
 # in session 44) no slower than torch in kernels or idle time (`kernel_sums.py`), its ratio within the 3-7 % the
@@ -33,5 +35,8 @@ case "${1:-}" in
   suite)
     LIMIT=280 bash benchmarks/run_gpu.sh quantops 2>&1 | tail -3
     LIMIT=$((570 - SECONDS)) bash benchmarks/run_gpu.sh edge "RMSNorm or LayerNorm or ExtraInput or ExtraOutput or ForwardLinearBiasActivation or ForwardLinearSeparateBiasActivation or BackwardBiasActivation or BackwardActivationLinear or BackwardLinearBiasActivation" 2>&1 | tail -3 ;;
-  *) echo "usage: $0 dense_small|dense_large|suite" ;;
+  autocast)
+    timeout 300 python3 -m benchmarks.autocast --T 1024 > $OUT/autocast.log 2>&1
+    echo "autocast rc=$?"; tail -6 $OUT/autocast.log | cut -c1-200 ;;
+  *) echo "usage: $0 dense_small|dense_large|suite|autocast" ;;
 esac
