@@ -34,20 +34,23 @@ What a call does, keeping what eager calls guarantee:
   3), so that the graph replays under the caller's references. A result kept for good (handed
   out before it was copied) holds the graph's memory: after ``MEASURED_CALLS`` such calls the
   program is captured again, into memory of its own.
-- **Memory.** Each graph has its own private memory pool (its intermediates and results,
-  held while the graph lives). One pool shared by all graphs would hold only the largest, but
-  a pool outlives its graphs only through a live graph: capturing into a shared pool whose
-  graphs were all freed fails in ``capture_begin``, after torch has marked its random
-  generator as capturing (every later random op on the device then raises; session 24 met it).
+- **Memory.** The graphs of a device share one memory pool (``graph_pool.py``): their results
+  stay allocated while they live, and each capture's intermediates reuse what earlier captures
+  freed. A replay writes where its capture allocated (its write set), so a graph whose write
+  set holds a later graph's result that is still alive runs its call eagerly instead (as a
+  busy one does: ``counts["clobbered"]``), and after ``MEASURED_CALLS`` such calls in a row is
+  captured again, around that result. (Where the caller records the allocator's history, the
+  write set cannot be read: that graph gets a private pool, holding its intermediates too.)
   A graph in use costs little beyond the eager program's own tensors (its results are the
   activations and gradients the eager calls would make), but one whose shape is no longer
-  called keeps its pool: a model through several token counts, an evaluation batch, a trial
+  called keeps its results: a model through several token counts, an evaluation batch, a trial
   never judged because its program was not called again (session 34: SwiGLU H=4096 through
-  T=1024, 4096, 16384 held 6 GB of such graphs). So the graphs of *idle* programs (none of the
-  last ``idle_calls()`` calls of any program, and no result alive) may hold at most
-  ``MEMORY_FRACTION`` of the device's memory, by their results' bytes (a lower bound of their
-  pools): past it, each capture frees the oldest idle graphs, whose programs are measured
-  again if they are called again (within ``MAX_CAPTURES``).
+  T=1024, 4096, 16384 held 6 GB of such graphs in private pools). So the graphs of *idle*
+  programs (none of the last ``idle_calls()`` calls of any program, and no result alive) may
+  hold at most ``MEMORY_FRACTION`` of the device's memory, by their results' bytes: past it,
+  each capture frees the oldest idle graphs (their memory goes back to the pool, for the next
+  captures), whose programs are measured again if they are called again (within
+  ``MAX_CAPTURES``). With no graph left, the pool itself is released.
 
 When a program is graphed is decided per program, by measurement (never by a size rule);
 measuring takes no host synchronisation, checking a capture does (step 2):
@@ -87,13 +90,17 @@ GPU-bound programs too (``GPU_BOUND``).
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+
+from fuseops.ops.executor import graph_pool
 
 
 def gpu_bound_from_env(value: str) -> float:
@@ -115,8 +122,9 @@ MEASURED_CALLS = 3
 # 2.09): the step starts with the GPU idle, and a graph also drops the gaps between its kernels.
 # Past it a graph only trades memory for host time (session 41, calls 3 and 5, the GELU stack at
 # T=16384 H=4096 with every program graphed: 32-40 % less host time a step, the same step time,
-# 1.7x the peak reserved memory: each graph's private pool keeps what an eager run hands back to
-# the next program). ``FUSEOPS_CUDA_GRAPHS=all`` makes that trade: infinity.
+# 1.7x the peak reserved memory in private pools; session 46, one shared pool: 1.22x, the backward
+# graphs' results, weight gradients among them, staying allocated through the next forward).
+# ``FUSEOPS_CUDA_GRAPHS=all`` makes that trade: infinity.
 GPU_BOUND = gpu_bound_from_env(os.environ.get("FUSEOPS_CUDA_GRAPHS", "1"))
 KEEP = 0.9
 GPU_SLACK = 1.1
@@ -132,7 +140,7 @@ DEVICE_TYPES = frozenset({"cuda"})
 
 # What happened, counted (the tests and benchmarks read them).
 counts: dict[str, int] = {"captured": 0, "kept": 0, "graph_replays": 0, "stayed_eager": 0, "dropped": 0,
-                          "busy": 0, "moved": 0, "recaptured": 0, "copied_out": 0, "evicted": 0}
+                          "busy": 0, "moved": 0, "recaptured": 0, "copied_out": 0, "evicted": 0, "clobbered": 0}
 refusals: dict[str, int] = {}
 
 _MEASURING, _TRIAL, _GRAPHED, _EAGER = "measuring", "trial", "graphed", "eager"
@@ -147,6 +155,8 @@ _graph_memory: set[int] = set()
 _holding: weakref.WeakSet[GraphedProgram] = weakref.WeakSet()
 # Calls of any program so far (``GraphedProgram.last_call``).
 _calls = 0
+# Numbers each capture kept, from 1 (``GraphedProgram.capture_id``; 0: no graph).
+_capture_ids = itertools.count(1)
 
 
 class Parts:
@@ -210,8 +220,9 @@ def held_bytes() -> int:
 
 
 def free(device: torch.device | str | None = None) -> int:
-    """Free the graphs (and pools) of every program on ``device`` (any, if None; "cuda" is every
-    CUDA device) whose results are not alive; their programs are measured again if called again.
+    """Free the graphs of every program on ``device`` (any, if None; "cuda" is every CUDA device)
+    whose results are not alive, and the device's graph pool once no graph is left in it; their
+    programs are measured again if called again.
     The number freed. (What a user calls before an evaluation or a checkpoint, or between
     benchmark cells; the routing's states: ``fuseops.moe.routing_graphs.clear()``.)"""
     want = None if device is None else torch.device(device)
@@ -288,26 +299,37 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
 
 
 def capture(body: Callable[..., tuple], static: Sequence[Any], device: torch.device,
-            after_warm_up: Callable[[], None]) -> tuple[torch.cuda.CUDAGraph, tuple]:
-    """``body`` on ``static`` captured as a CUDA graph, and the results it captured (written by
-    each replay). Runs once before capturing, on a side stream, so that lazy initialisations
-    happen outside the capture, then ``after_warm_up`` (which restores the inputs the body
-    writes into). Raises RuntimeError where the capture failed."""
+            after_warm_up: Callable[[], None],
+            pool: graph_pool.SharedPool) -> tuple[torch.cuda.CUDAGraph, tuple, graph_pool.Ranges | None]:
+    """``body`` on ``static`` captured as a CUDA graph into ``pool``, the results it captured
+    (written by each replay) and its write set (``graph_pool.py``); None for the write set where
+    the graph went to a private pool instead (the caller records the allocator's history). Runs
+    once before capturing, on a side stream, so that lazy initialisations happen outside the
+    capture, then ``after_warm_up`` (which restores the inputs the body writes into). Raises
+    RuntimeError where the capture failed."""
     current, side = torch.cuda.current_stream(device), _side_stream(device)
     side.wait_stream(current)
     graph = torch.cuda.CUDAGraph()
+    shared = not graph_pool.history_recorded()
     try:
         with torch.cuda.stream(side):
             body(*static)
             after_warm_up()
-            graph.capture_begin(capture_error_mode="thread_local")
-            try:
-                results = body(*static)
-            finally:
-                graph.capture_end()
+            handle = pool.handle() if shared else None
+            with graph_pool.allocations(pool.device, side) if shared else _no_record() as found:
+                graph.capture_begin(pool=handle, capture_error_mode="thread_local")
+                try:
+                    results = body(*static)
+                finally:
+                    graph.capture_end()
     finally:
         current.wait_stream(side)
-    return graph, results
+    return graph, results, found.ranges
+
+
+@contextlib.contextmanager
+def _no_record() -> Iterator[graph_pool.Allocations]:
+    yield graph_pool.Allocations()
 
 
 class _Written:
@@ -405,6 +427,9 @@ class GraphedProgram:
     def _forget_results(self) -> None:
         for t in getattr(self, "pool_results", ()):
             _graph_memory.discard(t.data_ptr())
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.leave(self)
 
     def _free(self) -> None:
         self._forget_results()
@@ -412,6 +437,14 @@ class GraphedProgram:
         # Bytes of its results in graph memory (the budget's measure of its pool).
         self.held = 0
         self.graph: torch.cuda.CUDAGraph | None = None
+        # Its shared pool (None: none, or a private pool), its write set there, and the later
+        # graphs' results in that write set, as (program, its capture_id, result position)
+        # (``graph_pool.py``).
+        self.pool: graph_pool.SharedPool | None = None
+        self.writes: graph_pool.Ranges = ()
+        self.clobbers: list[tuple[weakref.ref, int, int]] = []
+        self.capture_id = 0
+        self.clobber_calls = 0
         self.buffers: dict[int, torch.Tensor] = {}  # copied slot -> its covering buffer
         self.pinned: list[tuple[int, int]] = []  # (slot, address)
         self.from_graphs: set[int] = set()  # pinned slots captured over another graph's results
@@ -475,6 +508,9 @@ class GraphedProgram:
         counts["stayed_eager"] += 1
         self.phase = _EAGER
         self._free()
+        # A capture that failed its checks may have started its device's pool: released if
+        # no graph is in it.
+        graph_pool.for_device(self.device).leave(self)
 
     def _capture(self, inputs: Sequence[Any]) -> tuple:
         """This call's result: the graph's where the capture and its checks pass (step 2), else
@@ -517,8 +553,9 @@ class GraphedProgram:
                 static.append(buffer.as_strided(t.shape, t.stride(), 0))
                 if i >= len(inputs):
                     self.derived_last[i] = (weakref.ref(t), t._version)
+        pool = graph_pool.for_device(self.device)
         try:
-            graph, results = capture(self.body, static, self.device, written.restore)
+            graph, results, writes = capture(self.body, static, self.device, written.restore, pool)
         except RuntimeError as why:
             self._stay_eager(f"the capture failed ({type(why).__name__}: {str(why)[:120]})")
             return written.eager_result()
@@ -527,6 +564,8 @@ class GraphedProgram:
         del results, static
         if not planned:
             return written.eager_result()
+        if writes is not None:
+            pool.in_order()
         graph.replay()
         differs = written.differs(self._outputs(everything))
         if differs is not None:
@@ -534,6 +573,10 @@ class GraphedProgram:
             return written.eager_result()
         # Only this object holds the graph's results now: their storages' use counts alone.
         self.alone = [(s._cdata, torch._C._storage_Use_Count(s._cdata)) for s in self.storages]
+        self.capture_id = next(_capture_ids)
+        if writes is not None:
+            self.pool, self.writes = pool, writes
+            pool.admit(self)
         _graph_memory.update(t.data_ptr() for t in self.pool_results)
         counts["captured"] += 1
         self.phase = _TRIAL
@@ -658,6 +701,15 @@ class GraphedProgram:
             self._judge()
             if self.phase is _EAGER or self.phase is _MEASURING:
                 return None
+        if self.clobbers and graph_pool.clobbered(self.clobbers):
+            # A later graph's result that lies where this replay writes is alive: eager, as for
+            # a busy graph. Kept for good, it makes this graph capture again, around it.
+            counts["clobbered"] += 1
+            self.clobber_calls += 1
+            if self.clobber_calls >= MEASURED_CALLS and self.captures < MAX_CAPTURES:
+                return self._capture_again(inputs, self._pinned_slots())
+            return None
+        self.clobber_calls = 0
         timed = _Timed() if self.phase is _TRIAL and len(self.timed) < MEASURED_CALLS else None
         for slot, buffer in self.buffers.items():
             t = everything[slot]
@@ -667,6 +719,8 @@ class GraphedProgram:
                     continue
                 self.derived_last[slot] = (weakref.ref(t), t._version)
             buffer.copy_(_covering(t))
+        if self.pool is not None:
+            self.pool.in_order()
         self.graph.replay()
         out = self._outputs(everything)
         counts["graph_replays"] += 1

@@ -18,7 +18,7 @@ import torch
 
 import fuseops
 from fuseops import ops
-from fuseops.ops.executor import graphed, replay
+from fuseops.ops.executor import graph_pool, graphed, replay
 from tests.helpers import assert_bitwise, cuda_or_skip
 from tests.ops.executor.test_graphed_states import (
     blocks,
@@ -289,6 +289,49 @@ def test_idle_graphs_past_the_budget_give_their_memory_back(always_graph, monkey
     assert phases == ["graphed"] * 4 + ["measuring"] * 4, phases
     assert memory["held"] > 0 and torch.cuda.memory_allocated() <= memory["allocated"] - memory["held"] // 2, (
         memory, torch.cuda.memory_allocated())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rule", ["on", "off"])
+def test_a_later_graphs_live_result_in_an_earlier_write_set_is_never_overwritten(rule, always_graph, monkeypatch):
+    """Two programs in the device's shared graph pool (``graph_pool.py``): A's capture frees two
+    4 MB intermediates, B's capture, next, places its 4 MB result in that memory. While the
+    caller keeps B's result, A's call runs eagerly and the kept result stays as B made it; once
+    it is dropped, A replays. With the rule off (control), A's replay overwrites it."""
+    device = cuda_or_skip()
+    monkeypatch.setattr(graphed, "_holding", weakref.WeakSet())
+    if rule == "off":
+        monkeypatch.setattr(graph_pool, "clobbered", lambda clobbers: False)
+
+    def run_a(x):
+        return ((x * 2 + 1).sum(0),)
+
+    def run_b(x):
+        return (x * 3,)
+
+    a = graphed.GraphedProgram(run_a, None, device)
+    b = graphed.GraphedProgram(run_b, None, device)
+    x = torch.randn(1024, 1024, device=device)
+    for _ in range(10):
+        assert_bitwise(a.run((x,))[0], run_a(x)[0], "A's result")
+        assert_bitwise(b.run((x,))[0], x * 3, "B's result")
+        torch.cuda.synchronize()
+    assert a.phase == b.phase == "graphed", (a.phase, b.phase)
+    assert a.pool is not None and a.pool is b.pool, "not in one shared pool"
+    assert a.clobbers, "B's result does not lie in A's write set: the test shows nothing"
+    before = dict(graphed.counts)
+    (kept,) = b.run((x,))
+    (got,) = a.run((x,))
+    torch.cuda.synchronize()
+    if rule == "off":
+        assert not torch.equal(kept, x * 3), "A's replay did not write where B's result lies"
+        return
+    assert_bitwise(kept, x * 3, "B's kept result")
+    assert_bitwise(got, run_a(x)[0], "A's eager result")
+    del kept, got
+    assert_bitwise(a.run((x,))[0], run_a(x)[0], "A's result")
+    delta = {k: graphed.counts[k] - before[k] for k in before}
+    assert delta["clobbered"] == 1 and delta["graph_replays"] == 2, str(delta)
 
 
 @pytest.mark.gpu

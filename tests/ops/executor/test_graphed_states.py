@@ -17,7 +17,7 @@ import torch
 
 import fuseops
 from fuseops import ops
-from fuseops.ops.executor import graphed, replay
+from fuseops.ops.executor import graph_pool, graphed, replay
 from tests.helpers import assert_bitwise
 from tests.ops.executor.test_replay import MODELS, H, _inputs, _step
 
@@ -41,7 +41,7 @@ class _StandInGraph:
                 kept.copy_(fresh)
 
 
-def _stand_in_capture(body, static, device, after_warm_up):
+def _stand_in_capture(body, static, device, after_warm_up, pool):
     body(*static)  # as the real capture's warm-up
     after_warm_up()
     results = body(*static)
@@ -51,7 +51,7 @@ def _stand_in_capture(body, static, device, after_warm_up):
     args = [next((i for i, x in enumerate(inputs) if x is t), t) if t is not None else None for t in static]
     static_storages = {t.untyped_storage().data_ptr() for t in static if t is not None}
     kept = [None if r is None or r.untyped_storage().data_ptr() in static_storages else r for r in results]
-    return _StandInGraph(body, args, kept), results
+    return _StandInGraph(body, args, kept), results, ()
 
 
 class _StandInTimed:
@@ -632,3 +632,122 @@ def recorded_programs(model) -> list:
 def graph_states(model) -> list:
     """The graph states of ``model``'s recorded programs."""
     return [p.graph for p in recorded_programs(model) if p.graph is not None]
+
+
+class _PoolThatClobbers:
+    """Stand-in captures into one shared pool (``graph_pool.py``) whose every write set is all
+    the memory free at its capture: a replay writes (NaN) over the results of every graph
+    captured after it, which the allocator could have placed there."""
+
+    def __init__(self) -> None:
+        self.order: list[weakref.ref] = []
+
+    def capture(self, body, static, device, after_warm_up, pool):
+        graph, results, _ = _stand_in_capture(body, static, device, after_warm_up, pool)
+        self.order.append(weakref.ref(graph))
+        replay, me = graph.replay, weakref.ref(graph)
+
+        def replay_over_later_results():
+            replay()
+            graphs = [ref() for ref in self.order]
+            for later in graphs[graphs.index(me()) + 1:]:
+                for t in later.results if later is not None else ():
+                    if t is not None:
+                        t.fill_(float("nan"))
+        graph.replay = replay_over_later_results
+        return graph, results, ((0, 2**64),)
+
+
+@pytest.mark.parametrize("rule", ["on", "off"])
+def test_a_graph_never_replays_over_a_later_graphs_live_result(rule, cpu_graphs, monkeypatch):
+    """Two programs, A feeding B, graphed in one shared pool, B captured after A into memory A's
+    replays write. While the caller keeps B's result past the next call of A, A runs eagerly
+    (``clobbered``) and the kept result stays as it was; B, finding its result alive at its own
+    call, hands it out as a copy from then on, so A replays again. With the rule off (control),
+    A's replay overwrites the kept result: the stand-in does what a shared pool would."""
+    monkeypatch.setattr(graphed, "capture", _PoolThatClobbers().capture)
+    if rule == "off":
+        monkeypatch.setattr(graph_pool, "clobbered", lambda clobbers: False)
+
+    def run_a(x):
+        return (x * 2 + 1,)
+
+    def run_b(y):
+        return (y.sin(),)
+
+    a = graphed.GraphedProgram(run_a, None, torch.device("cpu"))
+    b = graphed.GraphedProgram(run_b, None, torch.device("cpu"))
+    x = torch.empty(4, 3)
+    torch.manual_seed(0)
+    values = [torch.randn(4, 3) for _ in range(14)]
+    before = dict(graphed.counts)
+    kept = want_kept = None
+    for i, v in enumerate(values):
+        x.copy_(v)
+        (ya,) = a.run((x,))
+        if kept is not None:
+            # Read before B's call: B's own replay would rewrite its kept result with this call's.
+            intact = torch.equal(kept, want_kept)
+            if rule == "off":
+                assert not intact, "the stand-in's replay of A did not write over B's kept result"
+                return
+            assert intact, f"call {i}: B's result kept from the last call was overwritten"
+        (yb,) = b.run((ya,))
+        assert_bitwise(ya, v * 2 + 1, f"call {i}: A's result")
+        assert_bitwise(yb, (v * 2 + 1).sin(), f"call {i}: B's result")
+        del ya
+        # From call 10 on (both graphed), the caller keeps B's result until the next call.
+        kept, want_kept = (yb, yb.clone()) if i >= 10 else (None, None)
+        del yb
+    delta = _delta(before)
+    assert a.phase == "graphed" and b.phase in ("graphed", "trial"), (a.phase, b.phase)
+    assert a.clobbers, "B's results are not noted in A's write set"
+    assert delta["clobbered"] == 1 and delta["copied_out"] == 1, str(delta)
+
+
+def test_the_shared_pool_notes_later_results_in_earlier_write_sets():
+    """``SharedPool.admit``: a newcomer's result in an earlier member's write set is noted there
+    (and only there); ``clobbered`` sees it alive while a tensor beyond the holder's shares its
+    storage; a member whose graph was freed or captured again no longer counts."""
+    class Member:
+        def __init__(self, writes, results):
+            self.writes, self.clobbers, self.capture_id = writes, [], 1
+            self.storages = [r.untyped_storage() for r in results]
+            self.alone = [(s._cdata, torch._C._storage_Use_Count(s._cdata)) for s in self.storages]
+
+    pool = graph_pool.SharedPool(torch.device("cpu"))
+    r = torch.zeros(16)
+    start = r.untyped_storage().data_ptr()
+    inside = Member(((start - 64, start + 8),), [torch.zeros(1)])
+    outside = Member(((start + 64, start + 128),), [torch.zeros(1)])
+    pool.admit(inside)
+    pool.admit(outside)
+    newcomer = Member((), [r])
+    pool.admit(newcomer)
+    assert len(inside.clobbers) == 1 and outside.clobbers == [] and newcomer.clobbers == []
+    alive = r.view(4, 4)
+    assert graph_pool.clobbered(inside.clobbers)
+    del alive
+    newcomer.alone = [(s._cdata, torch._C._storage_Use_Count(s._cdata)) for s in newcomer.storages]
+    assert not graph_pool.clobbered(inside.clobbers)
+    alive = r.view(4, 4)
+    newcomer.capture_id = 2  # captured again: its old results are no longer its graph's
+    assert not graph_pool.clobbered(inside.clobbers)
+    pool.leave(inside)
+    pool.leave(outside)
+    assert pool.members and pool._handle is None
+    pool.leave(newcomer)
+    assert not pool.members
+
+
+def test_write_sets_merge_and_overlap():
+    trace = [{"action": "alloc", "addr": 100, "size": 50, "stream": 7},
+             {"action": "alloc", "addr": 140, "size": 20, "stream": 7},
+             {"action": "free_requested", "addr": 300, "size": 10, "stream": 7},
+             {"action": "alloc", "addr": 400, "size": 10, "stream": 8},
+             {"action": "alloc", "addr": 200, "size": 10, "stream": 7}]
+    ranges = graph_pool.write_set(trace, 7)
+    assert ranges == ((100, 160), (200, 210))
+    assert graph_pool.overlaps(ranges, 150, 170) and graph_pool.overlaps(ranges, 205, 206)
+    assert not graph_pool.overlaps(ranges, 160, 200) and not graph_pool.overlaps(ranges, 0, 100)
+    assert not graph_pool.overlaps(ranges, 400, 410) and not graph_pool.overlaps((), 0, 10)
