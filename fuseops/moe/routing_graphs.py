@@ -22,14 +22,15 @@ permute), so that they pin that layer's tensors. Where the layers' calls share a
 results already gone when the next layer permutes: inference), its pinned inputs move between
 calls and the state captures again until ``graphed.MAX_CAPTURES``, then runs eagerly.
 
-Graph memory is bounded: a state's pool keeps its call's results between steps, where eager
+Graph memory is bounded: a state's graph keeps its call's results between steps, where eager
 calls free them within the step (at Qwen3's shape and 16384 tokens a layer's ``x_sorted`` and
 ``dy_sorted`` are 0.5 GB each; an expert layer's backward holds its weight gradients, 1.2 GB at
 Qwen3's shape). A state is made only while the states that may hold graph memory keep within
 ``MEMORY_FRACTION`` of the device's memory (counted from each signature's results, so one state a
 signature may go past it). Where a new state would pass it, the keys not called for a while (idle:
 none of the last ``idle_calls()`` calls, and no result of theirs alive) are dropped first, oldest
-first, freeing their graphs and pools: a model that moved on to other shapes (another token count,
+first, freeing their graphs (their memory goes back to the device's shared graph pool,
+``fuseops/ops/executor/graph_pool.py``): a model that moved on to other shapes (another token count,
 an evaluation batch, the next benchmark cell) gets graphs again. Without idle keys enough, further
 calls run eagerly. (Before, states of shapes no longer called held the budget for good. By their
 results' sizes, ~1.2 GB of weight gradients per Qwen3 backward state against a 4 GB budget on an
@@ -44,7 +45,7 @@ Under ``torch.compile`` the calls reach these states from custom operators (``ro
 ``expert_layer_steps.py`` for the whole layer): a compiled model replays the graphs an eager one does.
 
 Not graphed: calls under saved-tensor hooks (offloading: a saved result in graph memory would
-stay allocated in its pool), while torch.compile traces and under torch.func (the caller runs the
+stay allocated in graph memory), while torch.compile traces and under torch.func (the caller runs the
 traceable ops instead), and with ``FUSEOPS_CUDA_GRAPHS=0``.
 """
 
@@ -115,7 +116,7 @@ _states: dict[tuple, _Entry] = {}
 # Keys of calls given a row map that no permute state made (their states served before that
 # layer's permute had its graph): dropped once an owned call of their signature comes.
 _unowned: set[tuple] = set()
-# Weak: a state dropped with its key frees its graph and pool.
+# Weak: a state dropped with its key frees its graph.
 _owners: dict[int, weakref.ref] = {}
 # Bytes of one call's results, by signature (from its first call): a new key's first state is
 # budgeted with them (``_held`` counts each key's own, which a clearing of this bound keeps).

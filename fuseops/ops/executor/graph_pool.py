@@ -11,9 +11,9 @@ and a later capture may have placed another graph's results there.
 
 - A capture records its write set: the address ranges it allocated, read from the caching
   allocator's history, turned on for the capture alone (its alloc events on the capturing
-  stream: ``allocations``). Where the caller records that history already (a memory profile),
-  the graph gets a private pool instead (its events would end up in their trace and ours in
-  theirs).
+  stream: ``allocations``). Where the caller records that history already (a memory profile:
+  its events would end up in their trace and ours in theirs), or the allocator keeps none
+  (``cudaMallocAsync``), the graph gets a private pool instead.
 - A graph captured later whose results lie in an earlier graph's write set is noted in the
   earlier graph's ``clobbers`` (``SharedPool.admit``). The earlier graph replays only while none
   of those results is alive (``clobbered``: their storages' use counts, as a graph reads its
@@ -168,10 +168,11 @@ class Allocations:
         self.ranges: Ranges | None = None
 
 
-def history_recorded() -> bool:
-    """Whether the caller records the allocator's history already (CUDA must be initialised:
-    torch 2.11 crashes otherwise)."""
-    return torch._C._cuda_isHistoryEnabled()
+def can_share() -> bool:
+    """Whether a capture can go to the shared pool: the write set is read from the native
+    caching allocator's history (``cudaMallocAsync`` keeps none), which the caller must not be
+    recording already. (CUDA must be initialised: torch 2.11 crashes otherwise.)"""
+    return torch.cuda.get_allocator_backend() == "native" and not torch._C._cuda_isHistoryEnabled()
 
 
 @contextlib.contextmanager

@@ -39,8 +39,9 @@ What a call does, keeping what eager calls guarantee:
   freed. A replay writes where its capture allocated (its write set), so a graph whose write
   set holds a later graph's result that is still alive runs its call eagerly instead (as a
   busy one does: ``counts["clobbered"]``), and after ``MEASURED_CALLS`` such calls in a row is
-  captured again, around that result. (Where the caller records the allocator's history, the
-  write set cannot be read: that graph gets a private pool, holding its intermediates too.)
+  captured again, around that result. (Where the write set cannot be read, the caller recording
+  the allocator's history or the allocator ``cudaMallocAsync``, that graph gets a private pool,
+  holding its intermediates too.)
   A graph in use costs little beyond the eager program's own tensors (its results are the
   activations and gradients the eager calls would make), but one whose shape is no longer
   called keeps its results: a model through several token counts, an evaluation batch, a trial
@@ -303,14 +304,14 @@ def capture(body: Callable[..., tuple], static: Sequence[Any], device: torch.dev
             pool: graph_pool.SharedPool) -> tuple[torch.cuda.CUDAGraph, tuple, graph_pool.Ranges | None]:
     """``body`` on ``static`` captured as a CUDA graph into ``pool``, the results it captured
     (written by each replay) and its write set (``graph_pool.py``); None for the write set where
-    the graph went to a private pool instead (the caller records the allocator's history). Runs
+    the graph went to a private pool instead (``graph_pool.can_share``). Runs
     once before capturing, on a side stream, so that lazy initialisations happen outside the
     capture, then ``after_warm_up`` (which restores the inputs the body writes into). Raises
     RuntimeError where the capture failed."""
     current, side = torch.cuda.current_stream(device), _side_stream(device)
     side.wait_stream(current)
     graph = torch.cuda.CUDAGraph()
-    shared = not graph_pool.history_recorded()
+    shared = graph_pool.can_share()
     try:
         with torch.cuda.stream(side):
             body(*static)

@@ -319,6 +319,7 @@ def test_a_later_graphs_live_result_in_an_earlier_write_set_is_never_overwritten
     assert a.phase == b.phase == "graphed", (a.phase, b.phase)
     assert a.pool is not None and a.pool is b.pool, "not in one shared pool"
     assert a.clobbers, "B's result does not lie in A's write set: the test shows nothing"
+    assert not torch._C._cuda_isHistoryEnabled(), "the allocator's history was left on"
     before = dict(graphed.counts)
     (kept,) = b.run((x,))
     (got,) = a.run((x,))
@@ -332,6 +333,25 @@ def test_a_later_graphs_live_result_in_an_earlier_write_set_is_never_overwritten
     assert_bitwise(a.run((x,))[0], run_a(x)[0], "A's result")
     delta = {k: graphed.counts[k] - before[k] for k in before}
     assert delta["clobbered"] == 1 and delta["graph_replays"] == 2, str(delta)
+
+
+@pytest.mark.gpu
+def test_a_capture_under_the_callers_memory_history_gets_a_private_pool(always_graph, monkeypatch):
+    """A caller recording the allocator's history (a memory profile) keeps it on through the
+    captures, which go to private pools (a write set would mix with their trace)."""
+    device = cuda_or_skip()
+    monkeypatch.setattr(graphed, "_holding", weakref.WeakSet())
+    x = torch.randn(256, 256, device=device)
+    program = graphed.GraphedProgram(lambda t: (t * 2,), None, device)
+    torch.cuda.memory._record_memory_history("all", context=None, stacks="python")
+    try:
+        for _ in range(10):
+            assert_bitwise(program.run((x,))[0], x * 2, "the result")
+            torch.cuda.synchronize()
+        assert torch._C._cuda_isHistoryEnabled(), "the caller's history was turned off"
+    finally:
+        torch.cuda.memory._record_memory_history(None)
+    assert program.phase == "graphed" and program.pool is None, (program.phase, program.pool)
 
 
 @pytest.mark.gpu
