@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -159,6 +160,12 @@ def write_set(trace: Sequence[dict], stream: int) -> Ranges:
     return tuple(merged)
 
 
+# One recording at a time: the history is the process's, and a second capture turning it on (with
+# its ``clear_history``) or off in the middle of another's would lose that one's events (the
+# autograd engine runs the backward of each device on its own thread).
+_recording = threading.Lock()
+
+
 class Allocations:
     """What ``allocations`` found: ``ranges``, the write set (None: not recorded)."""
 
@@ -180,10 +187,11 @@ def allocations(device: torch.device, stream: torch.cuda.Stream) -> Iterator[All
     """The address ranges allocated on ``stream`` inside the block, in the yielded object's
     ``ranges`` once the block has exited (the allocator's history, on for the block alone)."""
     found = Allocations()
-    torch.cuda.memory._record_memory_history("all", context=None, stacks="python", clear_history=True)
-    try:
-        yield found
-        trace = torch.cuda.memory._snapshot(device)["device_traces"][device.index]
-    finally:
-        torch.cuda.memory._record_memory_history(None)
+    with _recording:
+        torch.cuda.memory._record_memory_history("all", context=None, stacks="python", clear_history=True)
+        try:
+            yield found
+            trace = torch.cuda.memory._snapshot(device)["device_traces"][device.index]
+        finally:
+            torch.cuda.memory._record_memory_history(None)
     found.ranges = write_set(trace, stream.cuda_stream)
