@@ -751,3 +751,34 @@ def test_write_sets_merge_and_overlap():
     assert graph_pool.overlaps(ranges, 150, 170) and graph_pool.overlaps(ranges, 205, 206)
     assert not graph_pool.overlaps(ranges, 160, 200) and not graph_pool.overlaps(ranges, 0, 100)
     assert not graph_pool.overlaps(ranges, 400, 410) and not graph_pool.overlaps((), 0, 10)
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_a_capture_records_the_allocator_history_alone_and_turns_it_off(raises, monkeypatch):
+    """``graph_pool.allocations`` (the allocator's calls stood in for): the history is turned on
+    with a cleared trace, read for the capturing stream's allocations, and turned off, also when
+    the capture raises; one recording at a time (the lock is free again after)."""
+    calls = []
+    trace = [{"action": "alloc", "addr": 64, "size": 32, "stream": 5},
+             {"action": "alloc", "addr": 512, "size": 8, "stream": 6}]
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history",
+                        lambda enabled, **kw: calls.append((enabled, kw.get("clear_history"))))
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda device: {"device_traces": [[], trace]})
+
+    class Stream:
+        cuda_stream = 5
+
+    def capture():
+        with graph_pool.allocations(torch.device("cuda", 1), Stream()) as found:
+            assert graph_pool._recording.locked(), "recorded without the lock"
+            if raises:
+                raise RuntimeError("capture failed")
+        return found
+
+    if raises:
+        with pytest.raises(RuntimeError, match="capture failed"):
+            capture()
+    else:
+        assert capture().ranges == ((64, 96),)
+    assert calls == [("all", True), (None, None)], calls
+    assert not graph_pool._recording.locked()
