@@ -435,7 +435,7 @@ class GraphedProgram:
     def _free(self) -> None:
         self._forget_results()
         _holding.discard(self)
-        # Bytes of its results in graph memory (the budget's measure of its pool).
+        # Bytes of its results in graph memory (the budget's measure of what it holds).
         self.held = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         # Its shared pool (None: none, or a private pool), its write set there, and the later
