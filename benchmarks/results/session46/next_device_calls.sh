@@ -1,6 +1,7 @@
 # Prepared in session 46 for the next device session. One call each (run `check` first: session 46's last commits,
 # the recording lock in graph_pool.allocations and its CPU test, ran on the CPU only):
-#   bash benchmarks/results/session46/next_device_calls.sh check         # ~5 min: graphs part, compile tests, lock
+#   bash benchmarks/results/session46/next_device_calls.sh check         # ~7 min: graphs part, compile tests (the lock),
+#     float32 weights under autocast (the hot path changed after session 46's call 1 measured it)
 #   bash benchmarks/results/session46/next_device_calls.sh dense_small   # ~8 min: host-bound cells, shared pool
 #   bash benchmarks/results/session46/next_device_calls.sh moe qwen3     # one MoE shape a call (qwen3, olmoe, mixtral)
 #   bash benchmarks/results/session46/next_device_calls.sh suite         # edge cases of the grouped / quantized fusions
@@ -13,7 +14,9 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 case "${1:-}" in
   check)
     LIMIT=200 bash benchmarks/run_gpu.sh graphs 2>&1 | tail -2
-    timeout 250 python3 -m pytest -q -p no:cacheprovider tests/test_compile.py tests/test_compiled_sequential.py 2>&1 | tail -2 ;;
+    timeout 250 python3 -m pytest -q -p no:cacheprovider tests/test_compile.py tests/test_compiled_sequential.py 2>&1 | tail -2
+    timeout 150 python3 -m benchmarks.autocast --T 1024 > $OUT/autocast.log 2>&1; echo "autocast rc=$?"
+    tail -5 $OUT/autocast.log | cut -c1-200 ;;
   dense_small)
     timeout 570 python3 -m benchmarks.sizes --part dense --H 1024 2048 --rounds 4 --out $OUT/sizes_dense \
       > $OUT/sizes_dense.log 2>&1; echo "sizes rc=$?"; tail -16 $OUT/sizes_dense.log | cut -c1-200 ;;
