@@ -782,3 +782,30 @@ def test_a_capture_records_the_allocator_history_alone_and_turns_it_off(raises, 
         assert capture().ranges == ((64, 96),)
     assert calls == [("all", True), (None, None)], calls
     assert not graph_pool._recording.locked()
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_a_training_loop_under_worst_case_write_sets_equals_the_full_path(set_to_none, cpu_graphs, monkeypatch):
+    """Every graph's replay writing over the results of every graph captured after it (the
+    largest write sets a shared pool could give): a 4-block stack whose output the loop keeps
+    until the next step, gradients set to None or kept and zeroed by ``zero_grad``. Every step
+    equals the full path bit for bit, and every program replays in the last steps. (The MoE
+    routing's states under such write sets also equal their calls without graphs, but churn:
+    captured again and again, some still on trial at the end; a real pool's write sets are its
+    captures' own allocations.)"""
+    monkeypatch.setattr(graphed, "capture", _PoolThatClobbers().capture)
+    torch.manual_seed(0)
+    model = blocks(4)
+    x = torch.randn(8, H)
+    kept = {}
+
+    def one_step(m, i):
+        kept["out"] = m(x)  # bound until the next step's
+        kept["out"].square().mean().backward()
+        return [kept["out"].detach().clone(), *[p.grad.clone() for p in m.parameters()]]
+
+    steps, tail = training_loop(one_step, set_to_none=lambda i: set_to_none or i < 15)
+    delta = _same_as_full_path(model, steps, monkeypatch)
+    # The rule was met (the kept output lies in every earlier graph's write set here) and settled.
+    assert delta["clobbered"] >= 1, str(delta)
+    assert tail["last"]["graph_replays"] == 5 * 8 and tail["last"]["clobbered"] == 0, str(tail["last"])
