@@ -17,7 +17,9 @@ and a later capture may have placed another graph's results there.
 - A graph captured later whose results lie in an earlier graph's write set is noted in the
   earlier graph's ``clobbers`` (``SharedPool.admit``). The earlier graph replays only while none
   of those results is alive (``clobbered``: their storages' use counts, as a graph reads its
-  own); otherwise its call runs eagerly (``graphed.py``). Results held when a graph is captured
+  own); otherwise its call runs eagerly, and one that keeps meeting them is captured again
+  around them, after ``graphed.SHARED_CAPTURES`` such captures into a private pool
+  (``graphed.py``). Results held when a graph is captured
   are outside its write set (the allocator never hands out a live block), so only later
   captures need checking.
 - Replays in one pool run in stream order (two graphs' intermediates may share memory): a

@@ -39,7 +39,8 @@ What a call does, keeping what eager calls guarantee:
   freed. A replay writes where its capture allocated (its write set), so a graph whose write
   set holds a later graph's result that is still alive runs its call eagerly instead (as a
   busy one does: ``counts["clobbered"]``), and after ``MEASURED_CALLS`` such calls in a row is
-  captured again, around that result. (Where the write set cannot be read, the caller recording
+  captured again, around that result (after ``SHARED_CAPTURES`` such captures, into a private
+  pool). (Where the write set cannot be read, the caller recording
   the allocator's history or the allocator ``cudaMallocAsync``, that graph gets a private pool,
   holding its intermediates too.)
   A graph in use costs little beyond the eager program's own tensors (its results are the
@@ -131,6 +132,11 @@ KEEP = 0.9
 GPU_SLACK = 1.1
 # Captures of one program (pinned inputs that moved free a graph); then it stays eager.
 MAX_CAPTURES = 6
+# Captures again around a later graph's live result (``clobbered``) after which a program's next
+# captures go to a private pool, whose memory no other graph shares: two programs each capturing
+# into the other's write set could otherwise go on until ``MAX_CAPTURES`` (a CPU stand-in with
+# the largest write sets did, in the MoE routing's 48-layer stack).
+SHARED_CAPTURES = 2
 # The graph memory idle programs may hold, as a fraction of the device's memory (module
 # docstring), and the fewest calls of others after which a program is idle (``idle_after``).
 MEMORY_FRACTION = 0.05
@@ -301,17 +307,17 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
 
 def capture(body: Callable[..., tuple], static: Sequence[Any], device: torch.device,
             after_warm_up: Callable[[], None],
-            pool: graph_pool.SharedPool) -> tuple[torch.cuda.CUDAGraph, tuple, graph_pool.Ranges | None]:
+            pool: graph_pool.SharedPool | None) -> tuple[torch.cuda.CUDAGraph, tuple, graph_pool.Ranges | None]:
     """``body`` on ``static`` captured as a CUDA graph into ``pool``, the results it captured
     (written by each replay) and its write set (``graph_pool.py``); None for the write set where
-    the graph went to a private pool instead (``graph_pool.can_share``). Runs
+    the graph went to a private pool instead (``pool`` None, or not ``graph_pool.can_share``). Runs
     once before capturing, on a side stream, so that lazy initialisations happen outside the
     capture, then ``after_warm_up`` (which restores the inputs the body writes into). Raises
     RuntimeError where the capture failed."""
     current, side = torch.cuda.current_stream(device), _side_stream(device)
     side.wait_stream(current)
     graph = torch.cuda.CUDAGraph()
-    shared = graph_pool.can_share()
+    shared = pool is not None and graph_pool.can_share()
     try:
         with torch.cuda.stream(side):
             body(*static)
@@ -410,6 +416,7 @@ class GraphedProgram:
         self.graph_samples: list[tuple[float, float]] = []
         self.addresses: list[tuple] = []
         self.captures = 0
+        self.clobber_captures = 0  # captures again around a later graph's live result
         # How often each slot's address moved under a graph (weighted: ``_note_move``), and the
         # slots copied from the next capture on.
         self.moves: dict[int, int] = {}
@@ -554,7 +561,7 @@ class GraphedProgram:
                 static.append(buffer.as_strided(t.shape, t.stride(), 0))
                 if i >= len(inputs):
                     self.derived_last[i] = (weakref.ref(t), t._version)
-        pool = graph_pool.for_device(self.device)
+        pool = graph_pool.for_device(self.device) if self.clobber_captures < SHARED_CAPTURES else None
         try:
             graph, results, writes = capture(self.body, static, self.device, written.restore, pool)
         except RuntimeError as why:
@@ -708,6 +715,7 @@ class GraphedProgram:
             counts["clobbered"] += 1
             self.clobber_calls += 1
             if self.clobber_calls >= MEASURED_CALLS and self.captures < MAX_CAPTURES:
+                self.clobber_captures += 1
                 return self._capture_again(inputs, self._pinned_slots())
             return None
         self.clobber_calls = 0

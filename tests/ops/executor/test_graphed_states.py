@@ -51,7 +51,9 @@ def _stand_in_capture(body, static, device, after_warm_up, pool):
     args = [next((i for i, x in enumerate(inputs) if x is t), t) if t is not None else None for t in static]
     static_storages = {t.untyped_storage().data_ptr() for t in static if t is not None}
     kept = [None if r is None or r.untyped_storage().data_ptr() in static_storages else r for r in results]
-    return _StandInGraph(body, args, kept), results, ()
+    # A shared pool's write set: empty (no graph writes where another's results lie); a private
+    # pool (``pool`` None): none.
+    return _StandInGraph(body, args, kept), results, (() if pool is not None else None)
 
 
 class _StandInTimed:
@@ -643,7 +645,9 @@ class _PoolThatClobbers:
         self.order: list[weakref.ref] = []
 
     def capture(self, body, static, device, after_warm_up, pool):
-        graph, results, _ = _stand_in_capture(body, static, device, after_warm_up, pool)
+        graph, results, writes = _stand_in_capture(body, static, device, after_warm_up, pool)
+        if pool is None:  # a private pool: no other graph's memory
+            return graph, results, writes
         self.order.append(weakref.ref(graph))
         replay, me = graph.replay, weakref.ref(graph)
 
@@ -809,3 +813,26 @@ def test_a_training_loop_under_worst_case_write_sets_equals_the_full_path(set_to
     # The rule was met (the kept output lies in every earlier graph's write set here) and settled.
     assert delta["clobbered"] >= 1, str(delta)
     assert tail["last"]["graph_replays"] == 5 * 8 and tail["last"]["clobbered"] == 0, str(tail["last"])
+
+
+def test_a_program_captured_around_live_results_twice_goes_to_a_private_pool(cpu_graphs, monkeypatch):
+    """After ``SHARED_CAPTURES`` captures again around a later graph's live result, a program's
+    next capture gets a private pool (no write set, no clobbers): two programs capturing into
+    each other's write sets stop there, not at ``MAX_CAPTURES``."""
+    pools = []
+
+    def capture(body, static, device, after_warm_up, pool):
+        pools.append(pool)
+        return _stand_in_capture(body, static, device, after_warm_up, pool)
+    monkeypatch.setattr(graphed, "capture", capture)
+    program = graphed.GraphedProgram(lambda t: (t * 2,), None, torch.device("cpu"))
+    x = torch.randn(4, 3)
+    for _ in range(8):
+        assert_bitwise(program.run((x,))[0], x * 2, "the result")
+    assert program.phase == "graphed" and program.pool is not None and pools[-1] is not None
+    program.clobber_captures = graphed.SHARED_CAPTURES
+    assert_bitwise(program._capture_again((x,), program._pinned_slots())[0], x * 2, "the result")
+    assert pools[-1] is None and program.pool is None and program.writes == () and program.clobbers == []
+    for _ in range(4):
+        assert_bitwise(program.run((x,))[0], x * 2, "the result")
+    assert program.phase == "graphed", program.phase
