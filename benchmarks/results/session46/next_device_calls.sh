@@ -1,5 +1,5 @@
 # Prepared in session 46 for the next device session. One call each (run `check` first: session 46's last commits,
-# the recording lock in graph_pool.allocations and its CPU test, ran on the CPU only):
+# the recording lock in graph_pool.allocations and the private-pool fallback after SHARED_CAPTURES, ran on the CPU only):
 #   bash benchmarks/results/session46/next_device_calls.sh check         # ~7 min: graphs part, compile tests (the lock),
 #     float32 weights under autocast (the hot path changed after session 46's call 1 measured it)
 #   bash benchmarks/results/session46/next_device_calls.sh dense_small   # ~8 min: host-bound cells, shared pool
