@@ -413,20 +413,25 @@ def test_a_held_result_sends_the_next_call_the_eager_way(cpu_graphs, monkeypatch
     assert delta["graph_replays"] >= 4, str(delta)
 
 
-def test_a_user_loop_that_keeps_its_output_replays_every_program(cpu_graphs, monkeypatch):
-    """``out = model(x)`` stays bound until the next step reassigns it, an optimizer steps:
-    the last block's output is found alive once, goes out as a copy from then on, and every
-    program replays its graph in the last steps; every step equals the full path."""
-    torch.manual_seed(0)
-    model = blocks(3)
-    x = torch.randn(8, H)
+def keeping_its_output(x):
+    """A user's ``one_step`` (``training_loop``): ``out = m(x)`` stays bound until the next step
+    reassigns it; returns the output and the parameters' gradients."""
     kept = {}
 
     def one_step(m, i):
         kept["out"] = m(x)  # bound until the next step's
         kept["out"].square().mean().backward()
         return [kept["out"].detach().clone(), *[p.grad.clone() for p in m.parameters()]]
+    return one_step
 
+
+def test_a_user_loop_that_keeps_its_output_replays_every_program(cpu_graphs, monkeypatch):
+    """``out = model(x)`` stays bound until the next step reassigns it, an optimizer steps:
+    the last block's output is found alive once, goes out as a copy from then on, and every
+    program replays its graph in the last steps; every step equals the full path."""
+    torch.manual_seed(0)
+    model = blocks(3)
+    one_step = keeping_its_output(torch.randn(8, H))
     steps, tail = training_loop(one_step)
     delta = _same_as_full_path(model, steps, monkeypatch)
     assert delta["copied_out"] >= 1, str(delta)
@@ -800,14 +805,7 @@ def test_a_training_loop_under_worst_case_write_sets_equals_the_full_path(set_to
     monkeypatch.setattr(graphed, "capture", _PoolThatClobbers().capture)
     torch.manual_seed(0)
     model = blocks(4)
-    x = torch.randn(8, H)
-    kept = {}
-
-    def one_step(m, i):
-        kept["out"] = m(x)  # bound until the next step's
-        kept["out"].square().mean().backward()
-        return [kept["out"].detach().clone(), *[p.grad.clone() for p in m.parameters()]]
-
+    one_step = keeping_its_output(torch.randn(8, H))
     steps, tail = training_loop(one_step, set_to_none=lambda i: set_to_none or i < 15)
     delta = _same_as_full_path(model, steps, monkeypatch)
     # The rule was met (the kept output lies in every earlier graph's write set here) and settled.
