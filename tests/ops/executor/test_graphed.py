@@ -452,8 +452,17 @@ def test_the_decision_rule():
     assert graphed.decision(host_bound, [(1e-4, 3e-4)] * 3) == "keep"
     # Where the GPU was behind, the eager span was its own work: a graph that keeps it keeps it.
     assert graphed.decision([(1e-3, 0.8e-3)] * 3, [(1e-4, 0.82e-3)] * 3) == "keep"
-    # The graph's copies lengthened the GPU span past GPU_SLACK; its host time did not shrink.
+    # The graph's copies lengthened the call past GPU_SLACK; its host time did not shrink.
     assert graphed.decision(host_bound, [(1e-4, 1.2e-3)] * 3) == "drop"
+    # A host-bound program's copies may fill the GPU time the host left idle.
+    assert graphed.decision([(1e-3, 0.4e-3)] * 3, [(1e-4, 0.9e-3)] * 3) == "keep"
+    # A GPU-bound program's graph may not lengthen the GPU's work (session 47, call 7: 0.92 ms
+    # enqueue and 3.6 ms of GPU work eager, 3.9 ms with six copied inputs, kept by the rule before).
+    gpu_heavy = [(0.92e-3, 3.6e-3), (3.35e-3, 3.6e-3), (3.31e-3, 3.6e-3)]
+    assert graphed.decision(gpu_heavy, None) == "capture"
+    assert graphed.decision(gpu_heavy, [(0.24e-3, 3.9e-3), (0.25e-3, 3.97e-3), (0.28e-3, 4.03e-3)]) == "drop"
+    # Without copies it keeps the GPU's work, within the clock's drift, and saves host time.
+    assert graphed.decision(gpu_heavy, [(0.05e-3, 3.62e-3)] * 3) == "keep"
     assert graphed.decision(host_bound, [(0.95e-3, 3e-4)] * 3) == "drop"
     # A host that ran ahead until its launches waited for the queue to drain: those enqueue times
     # are the GPU's pace (session 40, call 15: 0.2 ms, then 3.0-3.1 ms, for 2.9 ms of GPU work).
