@@ -17,7 +17,8 @@ and a later capture may have placed another graph's results there.
 - A graph captured later whose results lie in an earlier graph's write set is noted in the
   earlier graph's ``clobbers`` (``SharedPool.admit``). The earlier graph replays only while none
   of those results is alive (``clobbered``: their storages' use counts, as a graph reads its
-  own); otherwise its call runs eagerly, and one that keeps meeting them is captured again
+  own; after the later graph is captured again or freed, a weak reference to the storage, so
+  that a result kept past its graph's life is never written over); otherwise its call runs eagerly, and one that keeps meeting them is captured again
   around them, after ``graphed.SHARED_CAPTURES`` such captures into a private pool
   (``graphed.py``). Results held when a graph is captured
   are outside its write set (the allocator never hands out a live block), so only later
@@ -41,9 +42,38 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 # A write set: sorted, disjoint (start, end) address ranges.
 Ranges = tuple[tuple[int, int], ...]
+
+
+class Result:
+    """A graph's result, as another graph's ``clobbers`` names it: whether a tensor over it lives."""
+
+    __slots__ = ("capture_id", "k", "owner", "weak")
+
+    def __init__(self, owner: Any, k: int, storage: torch.UntypedStorage) -> None:
+        self.owner, self.capture_id, self.k = weakref.ref(owner), owner.capture_id, k
+        self.weak = StorageWeakRef(storage)
+
+    def current(self) -> bool:
+        """Whether its graph is the one captured then (it may hand the result out again)."""
+        owner = self.owner()
+        return owner is not None and owner.capture_id == self.capture_id
+
+    def alive(self) -> bool:
+        """Whether a tensor over it lives: beyond its graph's own references while that graph is
+        current (its storage's use count, as a graph reads its own), any after."""
+        owner = self.owner()
+        if owner is not None and owner.capture_id == self.capture_id:
+            handle, alone = owner.alone[self.k]
+            return torch._C._storage_Use_Count(handle) != alone
+        return not self.weak.expired()
+
+    def gone(self) -> bool:
+        """Dead for good: no longer its graph's, and no tensor over it lives."""
+        return not self.current() and self.weak.expired()
 
 
 class SharedPool:
@@ -79,14 +109,13 @@ class SharedPool:
     def admit(self, newcomer: Any) -> None:
         """``newcomer`` (just captured, its results held: ``storages``, ``alone``) joins; each
         earlier member's ``clobbers`` gains the newcomer's results in its write set."""
-        spans = [(s.data_ptr(), s.data_ptr() + s.nbytes()) for s in newcomer.storages]
-        mark = (weakref.ref(newcomer), newcomer.capture_id)
+        fresh = [(Result(newcomer, k, s), s.data_ptr(), s.data_ptr() + s.nbytes())
+                 for k, s in enumerate(newcomer.storages)]
         for member in list(self.members):
             if member is newcomer:
                 continue
-            member.clobbers = [c for c in member.clobbers if _current(c)]
-            member.clobbers.extend((*mark, k) for k, (start, end) in enumerate(spans)
-                                   if overlaps(member.writes, start, end))
+            member.clobbers = [c for c in member.clobbers if not c.gone()]
+            member.clobbers.extend(r for r, start, end in fresh if overlaps(member.writes, start, end))
         self.members.add(newcomer)
 
     def leave(self, program: Any) -> None:
@@ -123,22 +152,12 @@ def for_device(device: torch.device) -> SharedPool:
     return _pools[key]
 
 
-def _current(clobber: tuple[weakref.ref, int, int]) -> bool:
-    """Whether the graph a clobber entry names is still the one captured then."""
-    later = clobber[0]()
-    return later is not None and later.capture_id == clobber[1]
-
-
-def clobbered(clobbers: Sequence[tuple[weakref.ref, int, int]]) -> bool:
+def clobbered(clobbers: Sequence[Result]) -> bool:
     """Whether a result named in ``clobbers`` (a later graph's, in this graph's write set) is
     alive: this graph's replay would overwrite it."""
-    use_count = torch._C._storage_Use_Count
-    for ref, capture_id, k in clobbers:
-        later = ref()
-        if later is not None and later.capture_id == capture_id:
-            handle, alone = later.alone[k]
-            if use_count(handle) != alone:
-                return True
+    for r in clobbers:
+        if r.alive():
+            return True
     return False
 
 

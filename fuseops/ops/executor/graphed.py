@@ -453,11 +453,10 @@ class GraphedProgram:
         self.held = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         # Its shared pool (None: none, or a private pool), its write set there, and the later
-        # graphs' results in that write set, as (program, its capture_id, result position)
-        # (``graph_pool.py``).
+        # graphs' results in that write set (``graph_pool.py``).
         self.pool: graph_pool.SharedPool | None = None
         self.writes: graph_pool.Ranges = ()
-        self.clobbers: list[tuple[weakref.ref, int, int]] = []
+        self.clobbers: list[graph_pool.Result] = []
         self.capture_id = 0
         self.clobber_calls = 0
         self.buffers: dict[int, torch.Tensor] = {}  # copied slot -> its covering buffer

@@ -644,25 +644,27 @@ def graph_states(model) -> list:
 class _PoolThatClobbers:
     """Stand-in captures into one shared pool (``graph_pool.py``) whose every write set is all
     the memory free at its capture: a replay writes (NaN) over the results of every graph
-    captured after it, which the allocator could have placed there."""
+    captured after it, which the allocator could have placed there, that graph freed or not (a
+    result handed out keeps its memory)."""
 
     def __init__(self) -> None:
-        self.order: list[weakref.ref] = []
+        # Each capture's results in graph memory, in capture order (held: a freed graph's
+        # result handed out reads that memory).
+        self.order: list[list[torch.Tensor]] = []
 
     def capture(self, body, static, device, after_warm_up, pool):
         graph, results, writes = _stand_in_capture(body, static, device, after_warm_up, pool)
         if pool is None:  # a private pool: no other graph's memory
             return graph, results, writes
-        self.order.append(weakref.ref(graph))
-        replay, me = graph.replay, weakref.ref(graph)
+        position = len(self.order)
+        self.order.append([t for t in graph.results if t is not None])
+        replay = graph.replay
 
         def replay_over_later_results():
             replay()
-            graphs = [ref() for ref in self.order]
-            for later in graphs[graphs.index(me()) + 1:]:
-                for t in later.results if later is not None else ():
-                    if t is not None:
-                        t.fill_(float("nan"))
+            for later in self.order[position + 1:]:
+                for t in later:
+                    t.fill_(float("nan"))
         graph.replay = replay_over_later_results
         return graph, results, ((0, 2**64),)
 
@@ -717,31 +719,42 @@ def test_a_graph_never_replays_over_a_later_graphs_live_result(rule, cpu_graphs,
 def test_the_shared_pool_notes_later_results_in_earlier_write_sets():
     """``SharedPool.admit``: a newcomer's result in an earlier member's write set is noted there
     (and only there); ``clobbered`` sees it alive while a tensor beyond the holder's shares its
-    storage; a member whose graph was freed or captured again no longer counts."""
+    storage, and after its graph was captured again while any tensor over it lives (dropped
+    from the earlier member's ``clobbers`` once gone)."""
     class Member:
         def __init__(self, writes, results):
             self.writes, self.clobbers, self.capture_id = writes, [], 1
             self.storages = [r.untyped_storage() for r in results]
+
+        def settle(self):  # the use counts with only this object holding its results
             self.alone = [(s._cdata, torch._C._storage_Use_Count(s._cdata)) for s in self.storages]
+            return self
 
     pool = graph_pool.SharedPool(torch.device("cpu"))
     r = torch.zeros(16)
     start = r.untyped_storage().data_ptr()
-    inside = Member(((start - 64, start + 8),), [torch.zeros(1)])
-    outside = Member(((start + 64, start + 128),), [torch.zeros(1)])
+    inside = Member(((start - 64, start + 8),), [torch.zeros(1)]).settle()
+    outside = Member(((start + 64, start + 128),), [torch.zeros(1)]).settle()
     pool.admit(inside)
     pool.admit(outside)
-    newcomer = Member((), [r])
+    newcomer = Member((), [r]).settle()
     pool.admit(newcomer)
     assert len(inside.clobbers) == 1 and outside.clobbers == [] and newcomer.clobbers == []
     alive = r.view(4, 4)
     assert graph_pool.clobbered(inside.clobbers)
     del alive
-    newcomer.alone = [(s._cdata, torch._C._storage_Use_Count(s._cdata)) for s in newcomer.storages]
+    newcomer.settle()
     assert not graph_pool.clobbered(inside.clobbers)
     alive = r.view(4, 4)
-    newcomer.capture_id = 2  # captured again: its old results are no longer its graph's
-    assert not graph_pool.clobbered(inside.clobbers)
+    newcomer.capture_id = 2  # captured again: its old result is no longer its graph's, but lives
+    assert graph_pool.clobbered(inside.clobbers)
+    del alive, r
+    newcomer.storages = []
+    assert not graph_pool.clobbered(inside.clobbers) and inside.clobbers[0].gone()
+    later = Member((), []).settle()
+    pool.admit(later)
+    assert inside.clobbers == [], "a result gone for good is still noted"
+    pool.leave(later)
     pool.leave(inside)
     pool.leave(outside)
     assert pool.members and pool._handle is None
@@ -834,3 +847,47 @@ def test_a_program_captured_around_live_results_twice_goes_to_a_private_pool(cpu
     for _ in range(4):
         assert_bitwise(program.run((x,))[0], x * 2, "the result")
     assert program.phase == "graphed", program.phase
+
+
+def test_a_later_graphs_result_kept_past_its_graph_is_never_overwritten(cpu_graphs, monkeypatch):
+    """B's result lies in A's write set (the stand-in pool); the caller keeps one past B's
+    graph, which is captured again meanwhile (its old result is no longer its graph's but still
+    lives in that memory). A runs eagerly while it lives, replays once it is gone."""
+    monkeypatch.setattr(graphed, "capture", _PoolThatClobbers().capture)
+
+    def run_a(x):
+        return (x * 2 + 1,)
+
+    def run_b(y):
+        return (y.sin(),)
+
+    a = graphed.GraphedProgram(run_a, None, torch.device("cpu"))
+    b = graphed.GraphedProgram(run_b, None, torch.device("cpu"))
+    x = torch.empty(4, 3)
+    torch.manual_seed(0)
+    values = torch.randn(12, 4, 3)
+    for v in values[:8]:
+        x.copy_(v)
+        (ya,) = a.run((x,))
+        assert_bitwise(b.run((ya,))[0], (v * 2 + 1).sin(), "B's result")
+        del ya
+    assert a.phase == b.phase == "graphed" and a.clobbers, (a.phase, b.phase, a.clobbers)
+    x.copy_(values[8])
+    (ya,) = a.run((x,))
+    (kept,) = b.run((ya,))
+    want = kept.clone()
+    b._capture_again((ya,), b._pinned_slots())
+    del ya
+    before = dict(graphed.counts)
+    for v in values[9:]:
+        x.copy_(v)
+        (ya,) = a.run((x,))
+        assert_bitwise(ya, v * 2 + 1, "A's result")
+        del ya
+        assert_bitwise(kept, want, "B's result kept past its graph")
+    assert _delta(before)["clobbered"] == 3, str(_delta(before))
+    del kept
+    x.copy_(values[0])
+    replays = graphed.counts["graph_replays"]
+    assert_bitwise(a.run((x,))[0], values[0] * 2 + 1, "A's result")
+    assert graphed.counts["graph_replays"] == replays + 1, "A did not replay once the kept result was gone"
