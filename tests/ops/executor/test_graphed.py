@@ -292,12 +292,13 @@ def test_idle_graphs_past_the_budget_give_their_memory_back(always_graph, monkey
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rule", ["on", "off"])
+@pytest.mark.parametrize("rule", ["on", "off", "past_its_graph"])
 def test_a_later_graphs_live_result_in_an_earlier_write_set_is_never_overwritten(rule, always_graph, monkeypatch):
     """Two programs in the device's shared graph pool (``graph_pool.py``): A's capture frees two
     4 MB intermediates, B's capture, next, places its 4 MB result in that memory. While the
     caller keeps B's result, A's call runs eagerly and the kept result stays as B made it; once
-    it is dropped, A replays. With the rule off (control), A's replay overwrites it."""
+    it is dropped, A replays. With the rule off (control), A's replay overwrites it. The same
+    where B is captured again while its result is kept (``past_its_graph``)."""
     device = cuda_or_skip()
     monkeypatch.setattr(graphed, "_holding", weakref.WeakSet())
     if rule == "off":
@@ -322,6 +323,8 @@ def test_a_later_graphs_live_result_in_an_earlier_write_set_is_never_overwritten
     assert not torch._C._cuda_isHistoryEnabled(), "the allocator's history was left on"
     before = dict(graphed.counts)
     (kept,) = b.run((x,))
+    if rule == "past_its_graph":
+        b._capture_again((x,), b._pinned_slots())
     (got,) = a.run((x,))
     torch.cuda.synchronize()
     if rule == "off":
