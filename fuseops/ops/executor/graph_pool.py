@@ -18,11 +18,11 @@ and a later capture may have placed another graph's results there.
   earlier graph's ``clobbers`` (``SharedPool.admit``). The earlier graph replays only while none
   of those results is alive (``clobbered``: their storages' use counts, as a graph reads its
   own; after the later graph is captured again or freed, a weak reference to the storage, so
-  that a result kept past its graph's life is never written over); otherwise its call runs eagerly, and one that keeps meeting them is captured again
-  around them, after ``graphed.SHARED_CAPTURES`` such captures into a private pool
-  (``graphed.py``). Results held when a graph is captured
-  are outside its write set (the allocator never hands out a live block), so only later
-  captures need checking.
+  that a result kept past its graph's life is never written over); otherwise its call runs
+  eagerly, and one that keeps meeting them is captured again around them, after
+  ``graphed.SHARED_CAPTURES`` such captures into a private pool (``graphed.py``). Results held
+  when a graph is captured are outside its write set (the allocator never hands out a live
+  block), so only later captures need checking.
 - Replays in one pool run in stream order (two graphs' intermediates may share memory): a
   replay on another stream than the pool's last waits for that stream (``in_order``).
 - A pool lives while one of its graphs does. A small *sentinel* graph keeps it alive while

@@ -80,8 +80,8 @@ measuring takes no host synchronisation, checking a capture does (step 2):
    longer of its enqueue time and GPU span (copies included) within ``GPU_SLACK`` of the eager
    program's longer one; else it is freed. (A host-bound program's graph may spend on copies
    the GPU time the host kept idle; a GPU-bound program's may not lengthen the GPU's work,
-   which its step waits for.) A graph captured again after its inputs moved is judged against the earlier eager samples;
-   dropped there, the program is measured afresh and captured again (new inputs can mean new
+   which its step waits for.) A graph captured again after its inputs moved is judged against
+   the earlier eager samples; dropped there, the program is measured afresh and captured again (new inputs can mean new
    work: another routing's expert loads), within ``MAX_CAPTURES``.
 
 Never graphed: programs recorded under a save receiver (offload), with random ops (a graph would
