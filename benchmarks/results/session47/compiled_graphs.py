@@ -9,27 +9,12 @@ benchmark), then synchronised steps of eager and compiled fuseops with graph rep
     python benchmarks/results/session47/compiled_graphs.py [--cells gelu:16384:2048 ...] [--rounds 3]
 """
 import argparse
-import weakref
 
 import torch
 
+from benchmarks.results.session40.graph_states import ms, programs  # records every program made
 from benchmarks.sizes import dense_cell, step_fn, time_ms
 from fuseops.ops.executor import graphed
-
-programs: list = []
-_init = graphed.GraphedProgram.__init__
-
-
-def _recording_init(self, *args, **kwargs):
-    _init(self, *args, **kwargs)
-    programs.append(weakref.ref(self))
-
-
-graphed.GraphedProgram.__init__ = _recording_init
-
-
-def ms(samples):
-    return [(round(1e3 * h, 2), round(1e3 * g, 2)) for h, g in samples]
 
 
 def states(label: str) -> None:

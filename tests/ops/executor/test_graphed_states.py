@@ -669,6 +669,12 @@ class _PoolThatClobbers:
         return graph, results, ((0, 2**64),)
 
 
+def _a_feeding_b():
+    """Two programs on the stand-ins: A (``x * 2 + 1``), and B (its sine) taking A's result."""
+    return (graphed.GraphedProgram(lambda x: (x * 2 + 1,), None, torch.device("cpu")),
+            graphed.GraphedProgram(lambda y: (y.sin(),), None, torch.device("cpu")))
+
+
 @pytest.mark.parametrize("rule", ["on", "off"])
 def test_a_graph_never_replays_over_a_later_graphs_live_result(rule, cpu_graphs, monkeypatch):
     """Two programs, A feeding B, graphed in one shared pool, B captured after A into memory A's
@@ -680,14 +686,7 @@ def test_a_graph_never_replays_over_a_later_graphs_live_result(rule, cpu_graphs,
     if rule == "off":
         monkeypatch.setattr(graph_pool, "clobbered", lambda clobbers: False)
 
-    def run_a(x):
-        return (x * 2 + 1,)
-
-    def run_b(y):
-        return (y.sin(),)
-
-    a = graphed.GraphedProgram(run_a, None, torch.device("cpu"))
-    b = graphed.GraphedProgram(run_b, None, torch.device("cpu"))
+    a, b = _a_feeding_b()
     x = torch.empty(4, 3)
     torch.manual_seed(0)
     values = [torch.randn(4, 3) for _ in range(14)]
@@ -855,14 +854,7 @@ def test_a_later_graphs_result_kept_past_its_graph_is_never_overwritten(cpu_grap
     lives in that memory). A runs eagerly while it lives, replays once it is gone."""
     monkeypatch.setattr(graphed, "capture", _PoolThatClobbers().capture)
 
-    def run_a(x):
-        return (x * 2 + 1,)
-
-    def run_b(y):
-        return (y.sin(),)
-
-    a = graphed.GraphedProgram(run_a, None, torch.device("cpu"))
-    b = graphed.GraphedProgram(run_b, None, torch.device("cpu"))
+    a, b = _a_feeding_b()
     x = torch.empty(4, 3)
     torch.manual_seed(0)
     values = torch.randn(12, 4, 3)
