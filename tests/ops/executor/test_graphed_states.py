@@ -858,7 +858,7 @@ def test_a_later_graphs_result_kept_past_its_graph_is_never_overwritten(cpu_grap
     x = torch.empty(4, 3)
     torch.manual_seed(0)
     values = torch.randn(12, 4, 3)
-    for v in values[:8]:
+    for v in values[:8]:  # both graphed
         x.copy_(v)
         (ya,) = a.run((x,))
         assert_bitwise(b.run((ya,))[0], (v * 2 + 1).sin(), "B's result")
