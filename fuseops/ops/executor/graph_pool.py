@@ -46,13 +46,16 @@ and a later capture may have placed another graph's results there.
   graph keeps it alive while programs come and go (capturing into a pool whose graphs were all
   freed fails in ``capture_begin``, after torch has marked the random generator as capturing:
   session 24). When no program holds a graph in it and no result lives, the pool is released
-  (its memory goes back at ``torch.cuda.empty_cache``) and the next capture starts a new one.
+  (its memory goes back at ``torch.cuda.empty_cache``) and the next capture starts a new one:
+  checked as a program leaves, at ``graphed.free`` and after each garbage collection (a model
+  freed in a reference cycle leaves while the cycle still holds its results).
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import gc
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -141,17 +144,18 @@ def give_back(address: int) -> None:
     torch._C._cuda_cudaCachingAllocator_raw_delete(address)
 
 
-def free_blocks(device: torch.device, handle: Any, stream: int) -> list[tuple[int, int]]:
-    """The (start, end) of each free block of the pool ``handle`` on ``stream``."""
+def free_blocks(device: torch.device, handle: Any, stream: int) -> list[tuple[int, int, bool]]:
+    """The (start, end, small) of each free block of the pool ``handle`` on ``stream``; ``small``:
+    in a segment of the allocator's small pool (its requests at most ``SMALL_REQUEST``)."""
     found = []
     for segment in torch.cuda.memory_snapshot():
         if (segment["device"] != device.index or segment["stream"] != stream
                 or tuple(segment.get("segment_pool_id", ())) != tuple(handle)):
             continue
-        address = segment["address"]
+        address, small = segment["address"], segment.get("segment_type") == "small"
         for block in segment["blocks"]:
             if block["state"] == "inactive":
-                found.append((address, address + block["size"]))
+                found.append((address, address + block["size"], small))
             address += block["size"]
     return found
 
@@ -167,8 +171,12 @@ def allocate_in_pool(device: torch.device, handle: Any, stream: torch.cuda.Strea
         torch._C._cuda_releasePool(device.index, handle)
 
 
-# Allocations of one block's size a cover may make before it gets the block (blocks of that size
-# at lower addresses come first: the allocator's best fit breaks ties by address).
+# The largest request the caching allocator serves from its small pool (its 2 MiB segments): a
+# free block there larger than this is taken in pieces (session 48, run 2: a cover asking for
+# such a block whole got memory of the large pool, eight times over, and the capture was dropped).
+SMALL_REQUEST = 1 << 20
+# Allocations a cover may make for one free block (blocks of the asked size at lower addresses,
+# or larger ones smaller than this one, come first: the allocator's best fit).
 PLACEHOLDER_TRIES = 8
 
 
@@ -240,18 +248,27 @@ class SharedPool:
         exposed = [r for r in self.results if r.alive() and not r.allocated]
         if not exposed:
             return
-        for start, end in free_blocks(self.device, self._handle, stream.cuda_stream):
-            if not any(r.start < end and start < r.end for r in exposed):
-                continue
-            for _ in range(PLACEHOLDER_TRIES):
-                p = Placeholder(allocate_in_pool(self.device, self._handle, stream, end - start))
-                self._placeholders.append(p)
-                self.results.append(p)
-                if p.start == start:
-                    break
+        for start, end, small in free_blocks(self.device, self._handle, stream.cuda_stream):
+            if any(r.start < end and start < r.end for r in exposed):
+                self._take(start, end, small, stream)
         taken = [p for p in self._placeholders if p.tensor is not None]
         for r in exposed:
             r.allocated = _covered(r, taken)
+
+    def _take(self, start: int, end: int, small: bool, stream: torch.cuda.Stream) -> None:
+        """The free block ``[start, end)`` taken by placeholders, from its start: each asks for
+        what is left of it (at most ``SMALL_REQUEST`` in the small pool), which the allocator's
+        best fit hands out from the block's start once no better fit is left elsewhere."""
+        at = start
+        for _ in range(PLACEHOLDER_TRIES):
+            if at >= end:
+                return
+            nbytes = min(end - at, SMALL_REQUEST) if small else end - at
+            p = Placeholder(allocate_in_pool(self.device, self._handle, stream, nbytes))
+            self._placeholders.append(p)
+            self.results.append(p)
+            if p.start == at:
+                at = p.end
 
     def exposed(self, writes: Ranges) -> bool:
         """Whether a capture's write set meets a live result it was not kept from (a cover that
@@ -321,6 +338,33 @@ class SharedPool:
 
 # Per device (type, index): the shared pool, created at the first capture there.
 _pools: dict[tuple[str, int | None], SharedPool] = {}
+# Captures under way (``capturing``): a pool is not released between a capture and its ``admit``.
+_captures_under_way = [0]
+
+
+@contextlib.contextmanager
+def capturing() -> Iterator[None]:
+    """Around a program's capture, from its pool's first use to its ``admit`` or its failure."""
+    _captures_under_way[0] += 1
+    try:
+        yield
+    finally:
+        _captures_under_way[0] -= 1
+
+
+def _release_after_collection(phase: str, info: dict) -> None:
+    """After each garbage collection: pools with no graph left released once no result of them
+    lives. A model freed in a reference cycle (a module and its hooks) leaves its pool in its
+    programs' ``__del__``, while the cycle's other objects still hold the results; they are gone
+    by the collection's end, and ``torch.cuda.empty_cache`` can then give the memory back."""
+    if phase != "stop" or _captures_under_way[0]:
+        return
+    for pool in list(_pools.values()):
+        if not pool.members and pool.results:
+            pool.release_if_idle()
+
+
+gc.callbacks.append(_release_after_collection)
 
 
 def pools() -> list[SharedPool]:

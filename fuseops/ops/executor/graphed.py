@@ -451,6 +451,9 @@ class GraphedProgram:
     def _forget_results(self) -> None:
         for t in getattr(self, "pool_results", ()):
             _graph_memory.discard(t.data_ptr())
+        # Its own references dropped before it leaves: the pool is released where no result of
+        # it lives elsewhere (a program freed with its module still holds them in ``__del__``).
+        self.pool_results, self.storages, self.alone, self.capture_id = [], [], [], 0
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.leave(self)
@@ -538,6 +541,10 @@ class GraphedProgram:
     def _capture(self, inputs: Sequence[Any]) -> tuple:
         """This call's result: the graph's where the capture and its checks pass (step 2), else
         the eager run's."""
+        with graph_pool.capturing():
+            return self._capture_into_pool(inputs)
+
+    def _capture_into_pool(self, inputs: Sequence[Any]) -> tuple:
         self.captures += 1
         # Pinned: where the measured calls found the slot at one address, or where it lies in
         # another graph's results now (those stay put; its producer was graphed meanwhile).

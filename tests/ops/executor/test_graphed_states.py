@@ -892,8 +892,8 @@ class _Allocator:
     def __init__(self, monkeypatch) -> None:
         self.checkpoints = self.restores = 0
         self.given: list[int] = []
-        # Free blocks a cover may take (start, end), none unless a test says so.
-        self.free: list[tuple[int, int]] = []
+        # Free blocks a cover may take (start, end, small), none unless a test says so.
+        self.free: list[tuple[int, int, bool]] = []
         self.taken: list[int] = []
         monkeypatch.setattr(graph_pool, "reuses_dead_results", lambda device: True)
         monkeypatch.setattr(graph_pool, "checkpoint_state", self.checkpoint)
@@ -904,8 +904,18 @@ class _Allocator:
         monkeypatch.setattr(graph_pool, "_pools", {})
 
     def allocate(self, device, handle, stream, nbytes):
-        """The best fit: the lowest free block of exactly ``nbytes`` not yet taken."""
-        start = min(s for s, e in self.free if e - s == nbytes and s not in self.taken)
+        """The caching allocator's best fit: of the free blocks of the request's pool (small up to
+        ``SMALL_REQUEST``) at least ``nbytes`` long, the shortest, then the lowest; split, the
+        request at its start; with none, a new segment's (far above the others)."""
+        small = nbytes <= graph_pool.SMALL_REQUEST
+        fits = [b for b in self.free if b[2] == small and b[1] - b[0] >= nbytes]
+        if not fits:
+            self.taken.append((1 << 60) + (len(self.taken) << 30))
+            return _Block(self.taken[-1], nbytes)
+        start, end, _ = min(fits, key=lambda b: (b[1] - b[0], b[0]))
+        self.free.remove((start, end, small))
+        if end > start + nbytes:
+            self.free.append((start + nbytes, end, small))
         self.taken.append(start)
         return _Block(start, nbytes)
 
@@ -1120,7 +1130,8 @@ def test_a_live_result_in_memory_given_back_is_covered_before_the_next_capture(m
     kept = a.pool_results[0].detach()  # A replays: its result lives again, in free memory
     lower = result.start - 4096
     block = (result.start - 64, result.end + 64)
-    allocator.free = [(lower, lower + block[1] - block[0]), block, (result.end + 128, result.end + 256)]
+    allocator.free = [(lower, lower + block[1] - block[0], True), (*block, True),
+                      (result.end + 128, result.end + 256, True)]
     assert pool.exposed(((result.start, result.start + 8),))
     pool.cover(_Stream())
     assert allocator.taken == [lower, result.start - 64], "not the block the live result lies in"
@@ -1135,3 +1146,46 @@ def test_a_live_result_in_memory_given_back_is_covered_before_the_next_capture(m
     assert [p for p in pool.results if isinstance(p, graph_pool.Placeholder)] == [holders[1]]
     assert holders[1].holds and result.allocated
     del kept
+
+
+@pytest.mark.parametrize("segment", ["small", "large"])
+def test_a_cover_takes_a_block_larger_than_the_small_pools_requests_in_pieces(segment, monkeypatch):
+    """A live result in a 1.5 MiB free block: in the allocator's small pool (2 MiB segments,
+    requests of at most 1 MiB) taken in pieces from the block's start (after a 1.25 MiB block
+    elsewhere, the best fit for the first piece); in the large pool at once. Session 48, run 2:
+    asked for whole, the small pool's block was never taken and the capture dropped."""
+    allocator = _Allocator(monkeypatch)
+    pool = graph_pool.for_device(torch.device("cpu"))
+    a = _Member((), [torch.arange(64.0)])
+    pool.admit(a)
+    a.settle()
+    (result,) = pool.results
+    pool.reclaim()
+    kept = a.pool_results[0].detach()  # handed out again, in memory the allocator sees free
+    mib, small = 1 << 20, segment == "small"
+    start = result.start - mib
+    other = start - 4 * mib
+    allocator.free = [(other, other + 5 * mib // 4, small), (start, start + 3 * mib // 2, small)]
+    pool.cover(_Stream())
+    want = [other, start, start + mib] if small else [start]
+    assert allocator.taken == want and result.allocated, (allocator.taken, want)
+    assert not pool.exposed(((result.start, result.end),))
+    del kept
+
+
+def test_the_pool_is_released_when_its_last_program_is_freed_with_its_module(cpu_graphs, monkeypatch):  # noqa: F811
+    """A program graphed in the pool (reusing dead results) and then deleted, no result of it
+    kept: the pool is released at once, as ``torch.cuda.empty_cache`` then gives its memory back
+    (session 48, run 3: released only at the next ``graphed.free``; a program's ``__del__``
+    held its results while it left)."""
+    _Allocator(monkeypatch)
+    monkeypatch.setattr(graphed, "capture", _PoolThatReuses().capture)
+    a = graphed.GraphedProgram(lambda x: (x * 2 + 1,), None, torch.device("cpu"))
+    x = torch.randn(4, 3)
+    for _ in range(8):
+        a.run((x,))
+    pool = a.pool
+    assert a.phase == "graphed" and pool is not None and pool.results, a.phase
+    del a
+    gc.collect()
+    assert pool._state is None and pool.results == [] and not pool.members, "the pool was not released"
