@@ -40,7 +40,9 @@ What a call does, keeping what eager calls guarantee:
   set holds a later graph's result that is still alive runs its call eagerly instead (as a
   busy one does: ``counts["clobbered"]``), and after ``MEASURED_CALLS`` such calls in a row is
   captured again, around that result (after ``SHARED_CAPTURES`` such captures, into a private
-  pool). (Where the write set cannot be read, the caller recording
+  pool). Results dead at a capture are given back for it to reuse, and a graph whose write
+  set holds such a result runs eagerly while that result lives again; a capture whose memory
+  would still meet a live result is dropped unreplayed (``counts["exposed"]``). (Where the write set cannot be read, the caller recording
   the allocator's history or the allocator ``cudaMallocAsync``, that graph gets a private pool,
   holding its intermediates too.)
   A graph in use costs little beyond the eager program's own tensors (its results are the
@@ -153,7 +155,8 @@ DEVICE_TYPES = frozenset({"cuda"})
 
 # What happened, counted (the tests and benchmarks read them).
 counts: dict[str, int] = {"captured": 0, "kept": 0, "graph_replays": 0, "stayed_eager": 0, "dropped": 0,
-                          "busy": 0, "moved": 0, "recaptured": 0, "copied_out": 0, "evicted": 0, "clobbered": 0}
+                          "busy": 0, "moved": 0, "recaptured": 0, "copied_out": 0, "evicted": 0, "clobbered": 0,
+                          "exposed": 0}
 refusals: dict[str, int] = {}
 
 _MEASURING, _TRIAL, _GRAPHED, _EAGER = "measuring", "trial", "graphed", "eager"
@@ -245,6 +248,9 @@ def free(device: torch.device | str | None = None) -> int:
         if on and not p.busy():
             p._evict()
             freed += 1
+    # A pool whose last graph went while a result of it lived is released once none does.
+    for pool in list(graph_pool.pools()):
+        pool.release_if_idle()
     return freed
 
 
@@ -330,6 +336,9 @@ def capture(body: Callable[..., tuple], static: Sequence[Any], device: torch.dev
             body(*static)
             after_warm_up()
             handle = pool.handle() if shared else None
+            if shared:
+                pool.reclaim()
+                pool.cover(side)
             with graph_pool.allocations(pool.device, side) if shared else _no_record() as found:
                 graph.capture_begin(pool=handle, capture_error_mode="thread_local")
                 try:
@@ -442,6 +451,9 @@ class GraphedProgram:
     def _forget_results(self) -> None:
         for t in getattr(self, "pool_results", ()):
             _graph_memory.discard(t.data_ptr())
+        # Its own references dropped before it leaves: the pool is released where no result of
+        # it lives elsewhere (a program freed with its module still holds them in ``__del__``).
+        self.pool_results, self.storages, self.alone, self.capture_id = [], [], [], 0
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.leave(self)
@@ -452,8 +464,8 @@ class GraphedProgram:
         # Bytes of its results in graph memory (the budget's measure of what it holds).
         self.held = 0
         self.graph: torch.cuda.CUDAGraph | None = None
-        # Its shared pool (None: none, or a private pool), its write set there, and the later
-        # graphs' results in that write set (``graph_pool.py``).
+        # Its shared pool (None: none, or a private pool), its write set there, and the other
+        # graphs' results in that write set that its replay must not write over (``graph_pool.py``).
         self.pool: graph_pool.SharedPool | None = None
         self.writes: graph_pool.Ranges = ()
         self.clobbers: list[graph_pool.Result] = []
@@ -529,6 +541,10 @@ class GraphedProgram:
     def _capture(self, inputs: Sequence[Any]) -> tuple:
         """This call's result: the graph's where the capture and its checks pass (step 2), else
         the eager run's."""
+        with graph_pool.capturing():
+            return self._capture_into_pool(inputs)
+
+    def _capture_into_pool(self, inputs: Sequence[Any]) -> tuple:
         self.captures += 1
         # Pinned: where the measured calls found the slot at one address, or where it lies in
         # another graph's results now (those stay put; its producer was graphed meanwhile).
@@ -573,6 +589,14 @@ class GraphedProgram:
         except RuntimeError as why:
             self._stay_eager(f"the capture failed ({type(why).__name__}: {str(why)[:120]})")
             return written.eager_result()
+        if writes is not None and pool.exposed(writes):
+            # Its memory over a live result the cover could not keep it from (``graph_pool.py``):
+            # dropped unreplayed, measured again.
+            counts["exposed"] += 1
+            refuse("a capture over a live result")
+            del graph, results
+            self._measure_again()
+            return written.eager_result()
         self.graph = graph
         planned = self._plan(results, static)
         del results, static
@@ -585,12 +609,12 @@ class GraphedProgram:
         if differs is not None:
             self._stay_eager(f"the graph's {differs} differs from the eager run's")
             return written.eager_result()
-        # Only this object holds the graph's results now: their storages' use counts alone.
-        self.alone = [(s._cdata, torch._C._storage_Use_Count(s._cdata)) for s in self.storages]
         self.capture_id = next(_capture_ids)
         if writes is not None:
             self.pool, self.writes = pool, writes
             pool.admit(self)
+        # Only this object holds the graph's results now: their storages' use counts alone.
+        self.alone = [(s._cdata, torch._C._storage_Use_Count(s._cdata)) for s in self.storages]
         _graph_memory.update(t.data_ptr() for t in self.pool_results)
         counts["captured"] += 1
         self.phase = _TRIAL
@@ -634,6 +658,17 @@ class GraphedProgram:
                 self.storages.append(r.untyped_storage())
             self.plan.append(("graph", held[id(r)]))
         return True
+
+    def disown(self) -> None:
+        """Its results in graph memory over storages that do not own it (``graph_pool.py``, the
+        shared pool's ``admit``): the allocator sees their memory free once the graph's own
+        tensors are dropped, and the pool gives it to a later capture once they are dead."""
+        for k, r in enumerate(self.pool_results):
+            storage = r.untyped_storage()
+            unowned = torch._C._construct_storage_from_data_pointer(storage.data_ptr(), r.device, storage.nbytes())
+            self.pool_results[k] = torch.empty(0, dtype=r.dtype, device=r.device).set_(
+                unowned, r.storage_offset(), r.shape, r.stride())
+            self.storages[k] = unowned
 
     def _outputs(self, everything: Sequence[Any]) -> tuple:
         # A result in graph memory goes out as a new tensor over it: the next replay overwrites

@@ -339,6 +339,100 @@ def test_a_later_graphs_live_result_in_an_earlier_write_set_is_never_overwritten
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("rule", ["on", "off"])
+def test_a_result_dead_at_a_later_capture_is_reused_and_never_overwritten_alive(rule, always_graph, monkeypatch):
+    """The shared pool reuses dead results (``graph_pool.py``): A's 4 MB result, dropped before
+    B is captured, is given back, and B's 4 MB result goes where it lay. While the caller keeps
+    A's result through B's call, B runs eagerly and the kept result stays as A made it; A's
+    result kept for good goes out as a copy from then on and B replays again. A result alive at
+    a capture is never reused (B's second result, captured while A's lives). With the rule off
+    (control), B's replay overwrites A's kept result."""
+    device = cuda_or_skip()
+    monkeypatch.setattr(graphed, "_holding", weakref.WeakSet())
+    monkeypatch.setattr(graph_pool, "_pools", {})
+    if rule == "off":
+        monkeypatch.setattr(graph_pool, "clobbered", lambda clobbers: False)
+
+    def run_a(x):  # one kernel each: the pool holds their 4 MB results alone
+        return (x * 2,)
+
+    def run_b(x):
+        return (x * 3,)
+
+    a = graphed.GraphedProgram(run_a, None, device)
+    b = graphed.GraphedProgram(run_b, None, device)
+    x = torch.randn(1024, 1024, device=device)
+    for _ in range(10):
+        assert_bitwise(a.run((x,))[0], x * 2, "A's result")
+        assert_bitwise(b.run((x,))[0], x * 3, "B's result")
+        torch.cuda.synchronize()
+    assert a.phase == b.phase == "graphed", (a.phase, b.phase)
+    assert a.pool is not None and a.pool is b.pool and a.pool.reuses, "not in one pool that reuses"
+    assert b.storages[0].data_ptr() == a.storages[0].data_ptr(), "A's dead result was not reused"
+    assert [r.owner() for r in b.clobbers] == [a], "A's result is not noted in B's clobbers"
+    before = dict(graphed.counts)
+    (kept,) = a.run((x,))
+    (got,) = b.run((x,))
+    torch.cuda.synchronize()
+    if rule == "off":
+        assert not torch.equal(kept, x * 2), "B's replay did not write where A's result lies"
+        return
+    assert_bitwise(kept, x * 2, "A's kept result")
+    assert_bitwise(got, x * 3, "B's eager result")
+    del got
+    for _ in range(4):  # A's result alive at its next call: copied out from then on; B replays
+        (kept,) = a.run((x,))
+        assert_bitwise(b.run((x,))[0], x * 3, "B's result")
+        torch.cuda.synchronize()
+        assert_bitwise(kept, x * 2, "A's kept result")
+    delta = {k: graphed.counts[k] - before[k] for k in before}
+    assert delta["clobbered"] == 1 and delta["copied_out"] == 1 and delta["graph_replays"] >= 6, str(delta)
+    # A capture while A's result in graph memory lives (where B's old result lay): B captured
+    # again never lands on it, and replays.
+    a.run((x,))
+    held = a.pool_results[0].detach()
+    b._capture_again((x,), b._pinned_slots())
+    assert not graph_pool.overlaps(b.writes, held.data_ptr(), held.data_ptr() + held.nbytes), "reused live memory"
+    assert b.clobbers == [], [r.owner() for r in b.clobbers]
+    assert_bitwise(b.run((x,))[0], x * 3, "B's result")
+    torch.cuda.synchronize()
+    assert_bitwise(held, x * 2, "A's result held")
+
+
+@pytest.mark.gpu
+def test_a_live_result_in_memory_given_back_is_covered_before_a_capture(always_graph, monkeypatch):
+    """A's 4 MB result, dead when B (a small result) is captured, is given back; A's next replay
+    hands it out again in memory the allocator sees free. While the caller keeps it, C (a 4 MB
+    result, the size of that free block) is captured: the pool's cover takes the block first,
+    so C's memory goes elsewhere and its replays leave the kept result as A made it."""
+    device = cuda_or_skip()
+    monkeypatch.setattr(graphed, "_holding", weakref.WeakSet())
+    monkeypatch.setattr(graph_pool, "_pools", {})
+    a = graphed.GraphedProgram(lambda x: (x * 2,), None, device)
+    b = graphed.GraphedProgram(lambda x: (x.sum(0),), None, device)
+    c = graphed.GraphedProgram(lambda x: (x * 3,), None, device)
+    x = torch.randn(1024, 1024, device=device)
+    for _ in range(10):
+        assert_bitwise(a.run((x,))[0], x * 2, "A's result")
+        assert_bitwise(b.run((x,))[0], x.sum(0), "B's result")
+        torch.cuda.synchronize()
+    assert a.phase == b.phase == "graphed" and a.pool.reuses, (a.phase, b.phase)
+    (result,) = [r for r in a.pool.results if isinstance(r, graph_pool.Result) and r.owner() is a]
+    assert not result.in_checkpoint, "A's dead result was not given back at B's capture"
+    before = dict(graphed.counts)
+    (kept,) = a.run((x,))
+    assert kept.data_ptr() == result.start
+    for _ in range(6):
+        assert_bitwise(c.run((x,))[0], x * 3, "C's result")
+        torch.cuda.synchronize()
+        assert_bitwise(kept, x * 2, "A's result kept through C's capture and replays")
+    assert c.phase in ("trial", "graphed") and c.captures == 1, (c.phase, c.captures)
+    assert not graph_pool.overlaps(c.writes, result.start, result.end), "C's memory over A's live result"
+    delta = {k: graphed.counts[k] - before[k] for k in before}
+    assert delta["exposed"] == 0 and delta["graph_replays"] >= 2, str(delta)
+
+
+@pytest.mark.gpu
 def test_a_capture_under_the_callers_memory_history_gets_a_private_pool(always_graph, monkeypatch):
     """A caller recording the allocator's history (a memory profile) keeps it on through the
     captures, which go to private pools (a write set would mix with their trace)."""
