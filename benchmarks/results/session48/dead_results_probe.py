@@ -3,6 +3,7 @@
 memory with every program graphed at gelu T=16384 H=4096 (peak reserved 15.1 GB against 8.1 eager).
 
     python benchmarks/results/session48/dead_results_probe.py routing|dense|release
+    python benchmarks/results/session48/dead_results_probe.py host [CELL [all]]
 
 release: whether the shared pool goes back once a model with every program graphed is deleted (run 1's MoE cell
 after gelu T=16384: 10.4 GB reserved, 2.5 GB allocated).
@@ -84,6 +85,8 @@ def host() -> None:
     in ``graph_pool.clobbered`` a step, and the samples of each drop."""
     import time
     cell = sys.argv[2] if len(sys.argv) > 2 else "gelu:1024:1024"
+    if sys.argv[3:] == ["all"]:  # every program graphed (FUSEOPS_CUDA_GRAPHS=all): why GPU-bound graphs are dropped
+        graphed.GPU_BOUND = float("inf")
     sys.argv = sys.argv[:1]
     from benchmarks.results.session46 import shared_pool
     spent = [0.0, 0]
@@ -107,6 +110,7 @@ def host() -> None:
 
     graph_pool.clobbered, graphed.decision = timed_clobbered, logged_decision
     step = shared_pool.build(cell, False)
+    counted = dict(graphed.counts)
     for i in range(60):
         spent[:] = [0.0, 0]
         torch.cuda.synchronize()
@@ -114,7 +118,10 @@ def host() -> None:
         step()
         t = time.perf_counter() - t
         if i % 10 == 9:
-            print(f"step {i}: {t * 1e3:.2f} ms, clobbered() {spent[1]} calls {spent[0] * 1e3:.3f} ms", flush=True)
+            print(f"step {i}: {t * 1e3:.2f} ms, clobbered() {spent[1]} calls {spent[0] * 1e3:.3f} ms,"
+                  f" counts {delta(counted, graphed.counts)}, reserved {torch.cuda.memory_reserved() / 2**20:.0f} MB",
+                  flush=True)
+            counted = dict(graphed.counts)
     for p in graphed._holding:
         print(p.phase, "clobbers", len(p.clobbers), "writes", len(p.writes), "results", len(p.pool_results))
 

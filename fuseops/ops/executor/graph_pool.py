@@ -38,7 +38,8 @@ and a later capture may have placed another graph's results there.
   allocated (session 47, call 11: a capture placed its memory over such a result, its own
   input, and its checking replay wrote there): before a capture the free blocks such live
   results lie in are taken by *placeholders* (``cover``: allocations in the pool of each
-  block's exact size, which the allocator's best fit hands out), given back at a later capture
+  block's size, in 1 MiB pieces in the allocator's small pool, which its best fit hands out
+  from the block's start: session 48, run 2), given back at a later capture
   once no live result lies in them; a capture whose write set still meets a live result is
   dropped unreplayed (``exposed``, ``graphed.py``). Without checkpoints (CPU stand-ins), a
   graph's results keep their memory while its graph lives.
@@ -274,7 +275,8 @@ class SharedPool:
         """Whether a capture's write set meets a live result it was not kept from (a cover that
         did not get its block): its checking replay would write over it. (Without reuse, live
         results own their memory.)"""
-        return self.reuses and any(not r.allocated and r.alive() and overlaps(writes, r.start, r.end) for r in self.results)
+        return self.reuses and any(not r.allocated and r.alive() and overlaps(writes, r.start, r.end)
+                                   for r in self.results)
 
     def admit(self, newcomer: Any) -> None:
         """``newcomer`` (just captured, its results held: ``storages``, ``alone`` once it has

@@ -42,9 +42,9 @@ What a call does, keeping what eager calls guarantee:
   captured again, around that result (after ``SHARED_CAPTURES`` such captures, into a private
   pool). Results dead at a capture are given back for it to reuse, and a graph whose write
   set holds such a result runs eagerly while that result lives again; a capture whose memory
-  would still meet a live result is dropped unreplayed (``counts["exposed"]``). (Where the write set cannot be read, the caller recording
-  the allocator's history or the allocator ``cudaMallocAsync``, that graph gets a private pool,
-  holding its intermediates too.)
+  would still meet a live result is dropped unreplayed (``counts["exposed"]``). (Where the
+  write set cannot be read, the caller recording the allocator's history or the allocator
+  ``cudaMallocAsync``, that graph gets a private pool, holding its intermediates too.)
   A graph in use costs little beyond the eager program's own tensors (its results are the
   activations and gradients the eager calls would make), but one whose shape is no longer
   called keeps its results: a model through several token counts, an evaluation batch, a trial

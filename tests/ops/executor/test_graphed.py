@@ -291,6 +291,20 @@ def test_idle_graphs_past_the_budget_give_their_memory_back(always_graph, monkey
         memory, torch.cuda.memory_allocated())
 
 
+def _both_graphed(run_a, run_b, device):
+    """Programs A and B on one 1024 x 1024 input, each graphed over ten calls equal to the plain
+    calls; returns them and the input."""
+    a = graphed.GraphedProgram(run_a, None, device)
+    b = graphed.GraphedProgram(run_b, None, device)
+    x = torch.randn(1024, 1024, device=device)
+    for _ in range(10):
+        assert_bitwise(a.run((x,))[0], run_a(x)[0], "A's result")
+        assert_bitwise(b.run((x,))[0], run_b(x)[0], "B's result")
+        torch.cuda.synchronize()
+    assert a.phase == b.phase == "graphed", (a.phase, b.phase)
+    return a, b, x
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rule", ["on", "off", "past_its_graph"])
 def test_a_later_graphs_live_result_in_an_earlier_write_set_is_never_overwritten(rule, always_graph, monkeypatch):
@@ -310,14 +324,7 @@ def test_a_later_graphs_live_result_in_an_earlier_write_set_is_never_overwritten
     def run_b(x):
         return (x * 3,)
 
-    a = graphed.GraphedProgram(run_a, None, device)
-    b = graphed.GraphedProgram(run_b, None, device)
-    x = torch.randn(1024, 1024, device=device)
-    for _ in range(10):
-        assert_bitwise(a.run((x,))[0], run_a(x)[0], "A's result")
-        assert_bitwise(b.run((x,))[0], x * 3, "B's result")
-        torch.cuda.synchronize()
-    assert a.phase == b.phase == "graphed", (a.phase, b.phase)
+    a, b, x = _both_graphed(run_a, run_b, device)
     assert a.pool is not None and a.pool is b.pool, "not in one shared pool"
     assert a.clobbers, "B's result does not lie in A's write set: the test shows nothing"
     assert not torch._C._cuda_isHistoryEnabled(), "the allocator's history was left on"
@@ -359,14 +366,7 @@ def test_a_result_dead_at_a_later_capture_is_reused_and_never_overwritten_alive(
     def run_b(x):
         return (x * 3,)
 
-    a = graphed.GraphedProgram(run_a, None, device)
-    b = graphed.GraphedProgram(run_b, None, device)
-    x = torch.randn(1024, 1024, device=device)
-    for _ in range(10):
-        assert_bitwise(a.run((x,))[0], x * 2, "A's result")
-        assert_bitwise(b.run((x,))[0], x * 3, "B's result")
-        torch.cuda.synchronize()
-    assert a.phase == b.phase == "graphed", (a.phase, b.phase)
+    a, b, x = _both_graphed(run_a, run_b, device)
     assert a.pool is not None and a.pool is b.pool and a.pool.reuses, "not in one pool that reuses"
     assert b.storages[0].data_ptr() == a.storages[0].data_ptr(), "A's dead result was not reused"
     assert [r.owner() for r in b.clobbers] == [a], "A's result is not noted in B's clobbers"

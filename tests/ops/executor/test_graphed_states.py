@@ -805,6 +805,18 @@ def test_a_capture_records_the_allocator_history_alone_and_turns_it_off(raises, 
     assert not graph_pool._recording.locked()
 
 
+def _a_kept_output_loop(pool, set_to_none, monkeypatch):
+    """A 4-block stack's training loop on ``pool``'s stand-in captures, its output kept until the
+    next step, gradients set to None (or, with ``set_to_none`` False, zeroed from step 15 on):
+    equal to the full path bit for bit. Returns the counts' change and the last steps' counts."""
+    monkeypatch.setattr(graphed, "capture", pool.capture)
+    torch.manual_seed(0)
+    model = blocks(4)
+    one_step = keeping_its_output(torch.randn(8, H))
+    steps, tail = training_loop(one_step, set_to_none=lambda i: set_to_none or i < 15)
+    return _same_as_full_path(model, steps, monkeypatch), tail
+
+
 @pytest.mark.parametrize("set_to_none", [True, False])
 def test_a_training_loop_under_worst_case_write_sets_equals_the_full_path(set_to_none, cpu_graphs, monkeypatch):
     """Every graph's replay writing over the results of every graph captured after it (the
@@ -814,12 +826,7 @@ def test_a_training_loop_under_worst_case_write_sets_equals_the_full_path(set_to
     routing's states under such write sets also equal their calls without graphs, but churn:
     captured again and again, some still on trial at the end; a real pool's write sets are its
     captures' own allocations.)"""
-    monkeypatch.setattr(graphed, "capture", _PoolThatClobbers().capture)
-    torch.manual_seed(0)
-    model = blocks(4)
-    one_step = keeping_its_output(torch.randn(8, H))
-    steps, tail = training_loop(one_step, set_to_none=lambda i: set_to_none or i < 15)
-    delta = _same_as_full_path(model, steps, monkeypatch)
+    delta, tail = _a_kept_output_loop(_PoolThatClobbers(), set_to_none, monkeypatch)
     # The rule was met (the kept output lies in every earlier graph's write set here) and settled.
     assert delta["clobbered"] >= 1, str(delta)
     assert tail["last"]["graph_replays"] == 5 * 8 and tail["last"]["clobbered"] == 0, str(tail["last"])
@@ -1102,14 +1109,24 @@ def test_a_training_loop_in_a_pool_that_reuses_dead_results_equals_the_full_path
     also reuses dead results, each replay writing over every result dead at its capture too.
     Every step equals the full path bit for bit, and every program replays in the last steps."""
     allocator = _Allocator(monkeypatch)
-    monkeypatch.setattr(graphed, "capture", _PoolThatReuses().capture)
-    torch.manual_seed(0)
-    model = blocks(4)
-    one_step = keeping_its_output(torch.randn(8, H))
-    steps, tail = training_loop(one_step, set_to_none=lambda i: set_to_none or i < 15)
-    delta = _same_as_full_path(model, steps, monkeypatch)
+    delta, tail = _a_kept_output_loop(_PoolThatReuses(), set_to_none, monkeypatch)
     assert allocator.given, "no dead result was given back: the test shows nothing"
     assert tail["last"]["graph_replays"] == 5 * 8 and tail["last"]["clobbered"] == 0, (str(tail["last"]), str(delta))
+
+
+def _a_result_given_back_and_handed_out_again(monkeypatch):
+    """A member's result, dead at a ``reclaim`` (given back), then handed out again by its
+    graph's replay: alive in memory the allocator sees free. Returns the stand-in allocator, the
+    pool, the member, the result's entry and the tensor over it."""
+    allocator = _Allocator(monkeypatch)
+    pool = graph_pool.for_device(torch.device("cpu"))
+    a = _Member((), [torch.arange(64.0)])
+    pool.admit(a)
+    a.settle()
+    (result,) = pool.results
+    pool.reclaim()
+    assert allocator.given == [result.start] and not result.allocated
+    return allocator, pool, a, result, a.pool_results[0].detach()
 
 
 def test_a_live_result_in_memory_given_back_is_covered_before_the_next_capture(monkeypatch):
@@ -1119,15 +1136,7 @@ def test_a_live_result_in_memory_given_back_is_covered_before_the_next_capture(m
     capture places nothing there; the placeholders are in the next checkpoint and go back at a
     later capture once no live result lies in them. A capture whose write set still meets a
     live result that is not covered is ``exposed``."""
-    allocator = _Allocator(monkeypatch)
-    pool = graph_pool.for_device(torch.device("cpu"))
-    a = _Member((), [torch.arange(64.0)])
-    pool.admit(a)
-    a.settle()
-    (result,) = pool.results
-    pool.reclaim()  # A's result dead: given back
-    assert allocator.given == [result.start] and not result.allocated
-    kept = a.pool_results[0].detach()  # A replays: its result lives again, in free memory
+    allocator, pool, _a, result, kept = _a_result_given_back_and_handed_out_again(monkeypatch)  # A held: current
     lower = result.start - 4096
     block = (result.start - 64, result.end + 64)
     allocator.free = [(lower, lower + block[1] - block[0], True), (*block, True),
@@ -1142,7 +1151,8 @@ def test_a_live_result_in_memory_given_back_is_covered_before_the_next_capture(m
     holders = [p for p in pool.results if isinstance(p, graph_pool.Placeholder)]
     assert [p.start for p in holders] == [lower, result.start - 64] and all(p.in_checkpoint for p in holders)
     pool.reclaim()  # the lower placeholder goes back; the one holding A's live result stays
-    assert allocator.given[-2:] == [lower, b.storages[0].data_ptr()], "not given back: the lower placeholder, B's result"
+    assert allocator.given[-2:] == [lower, b.storages[0].data_ptr()], \
+        "not given back: the lower placeholder, B's result"
     assert [p for p in pool.results if isinstance(p, graph_pool.Placeholder)] == [holders[1]]
     assert holders[1].holds and result.allocated
     del kept
@@ -1154,14 +1164,7 @@ def test_a_cover_takes_a_block_larger_than_the_small_pools_requests_in_pieces(se
     requests of at most 1 MiB) taken in pieces from the block's start (after a 1.25 MiB block
     elsewhere, the best fit for the first piece); in the large pool at once. Session 48, run 2:
     asked for whole, the small pool's block was never taken and the capture dropped."""
-    allocator = _Allocator(monkeypatch)
-    pool = graph_pool.for_device(torch.device("cpu"))
-    a = _Member((), [torch.arange(64.0)])
-    pool.admit(a)
-    a.settle()
-    (result,) = pool.results
-    pool.reclaim()
-    kept = a.pool_results[0].detach()  # handed out again, in memory the allocator sees free
+    allocator, pool, _a, result, kept = _a_result_given_back_and_handed_out_again(monkeypatch)  # A held: current
     mib, small = 1 << 20, segment == "small"
     start = result.start - mib
     other = start - 4 * mib
@@ -1173,7 +1176,7 @@ def test_a_cover_takes_a_block_larger_than_the_small_pools_requests_in_pieces(se
     del kept
 
 
-def test_the_pool_is_released_when_its_last_program_is_freed_with_its_module(cpu_graphs, monkeypatch):  # noqa: F811
+def test_the_pool_is_released_when_its_last_program_is_freed_with_its_module(cpu_graphs, monkeypatch):
     """A program graphed in the pool (reusing dead results) and then deleted, no result of it
     kept: the pool is released at once, as ``torch.cuda.empty_cache`` then gives its memory back
     (session 48, run 3: released only at the next ``graphed.free``; a program's ``__del__``

@@ -1,0 +1,20 @@
+# Prepared in session 48 for the next device session (main, with dead results reused). One call each:
+#   bash benchmarks/results/session48/next_device_calls.sh all_drops  # ~3 min: why the keep rule drops GPU-bound
+#     graphs under FUSEOPS_CUDA_GRAPHS=all (runs 1 / 3: 4-8 drops at T=4096 H=4096, then 1.6-1.9x memory), the
+#     samples of each drop; then the dense GPU-bound cells at the default rule (nothing should have changed there)
+#   bash benchmarks/results/session46/next_device_calls.sh suite       # the CUDA edge cases' Backward subjects (run 10
+#     passed GroupedMLP-non_contiguous and ForwardQuantizedGroupedMLP-non_contiguous, ~150 s each on a fresh machine),
+#     then quantops
+#   bash benchmarks/results/session46/next_device_calls.sh moe mixtral # Mixtral after the keep rule
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader
+case "${1:-}" in
+  all_drops)
+    for cell in gelu:4096:4096 swiglu:4096:4096; do
+      echo "== $cell"
+      timeout 80 python3 benchmarks/results/session48/dead_results_probe.py host $cell all 2>&1 | tail -20 | cut -c1-300
+    done
+    timeout 330 python3 -m benchmarks.sizes --part dense --H 4096 --T 4096 16384 --rounds 2 --out $OUT/sizes_dense_4096 \
+      > $OUT/sizes_dense_4096.log 2>&1; echo "sizes rc=$?"; tail -6 $OUT/sizes_dense_4096.log | cut -c1-220 ;;
+  *) echo "usage: $0 all_drops" ;;
+esac
