@@ -318,3 +318,26 @@ def test_the_pool_is_released_when_its_last_program_is_freed_with_its_module(mon
     del a
     gc.collect()
     assert pool._state is None and pool.results == [] and not pool.members, "the pool was not released"
+
+
+def test_no_pool_is_released_by_a_collection_while_a_capture_is_under_way(monkeypatch):
+    """A pool whose last graph left while its result lived, that result gone since: a garbage
+    collection releases it, but not one that runs while a program's capture into the pool is
+    under way (between its first use of the pool and its ``admit``)."""
+    _Allocator(monkeypatch)
+    pool = graph_pool.for_device(torch.device("cpu"))
+    a = _Member((), [torch.arange(4.0)])
+    pool.admit(a)
+    a.settle()
+    kept = a.pool_results[0].detach()
+    a.capture_id = 0
+    a.pool_results = a.storages = []
+    pool._state = "the last checkpoint"
+    pool.leave(a)
+    del kept
+    assert pool.results and not pool.members
+    with graph_pool.capturing():
+        gc.collect()
+        assert pool._state is not None and pool.results, "released during a capture"
+    gc.collect()
+    assert pool._state is None and pool.results == [], "not released after the capture"
