@@ -30,7 +30,7 @@
 #   bash benchmarks/run_gpu.sh fp8layer [pytest args]   # session 32's issue-24 change: expert_layer's quantized
 #                                                         # Function, quantize of picked rows, row_amax
 #   bash benchmarks/run_gpu.sh graphs [pytest args]     # CUDA graphs of recorded programs and of the routing
-#                                                         # (gpu-marked; session 34: 44 tests in 97 s)
+#                                                         # (gpu-marked; session 48: 71 tests in 99-138 s)
 #   bash benchmarks/run_gpu.sh props "GroupedMLP or Backward"   # CUDA property suite, some fusions
 #                                                         # (session 44: all 14 in 1,190 s over four calls; the
 #                                                         # quantized forwards ~130 s each)
