@@ -249,7 +249,7 @@ def free(device: torch.device | str | None = None) -> int:
             p._evict()
             freed += 1
     # A pool whose last graph went while a result of it lived is released once none does.
-    for pool in list(graph_pool.pools()):
+    for pool in graph_pool.pools():
         pool.release_if_idle()
     return freed
 
