@@ -80,11 +80,14 @@ measuring takes no host synchronisation, checking a capture does (step 2):
 3. ``MEASURED_CALLS`` graph replays are timed the same way. The graph is kept where its
    enqueue time is under ``KEEP`` of the eager program's and the call takes no longer: the
    longer of its enqueue time and GPU span (copies included) within ``GPU_SLACK`` of the eager
-   program's longer one; else it is freed. (A host-bound program's graph may spend on copies
+   program's longer one; else it is freed. Its GPU span counts as at most the eager program's
+   plus its copies' (timed by an event after them): the same kernels, whose spans differ between
+   samples by more than ``GPU_SLACK``. (A host-bound program's graph may spend on copies
    the GPU time the host kept idle; a GPU-bound program's may not lengthen the GPU's work,
    which its step waits for.) A graph captured again after its inputs moved is judged against
-   the earlier eager samples; dropped there, the program is measured afresh and captured again (new inputs can mean new
-   work: another routing's expert loads), within ``MAX_CAPTURES``.
+   the earlier eager samples by its own span; dropped there, the program is measured afresh and
+   captured again (new inputs can mean new work: another routing's expert loads), within
+   ``MAX_CAPTURES``.
 
 Never graphed: programs recorded under a save receiver (offload), with random ops (a graph would
 repeat their draws), writing into an input that moves, or with inputs off the GPU. Calls made
@@ -272,20 +275,31 @@ def in_graph_memory(t: torch.Tensor) -> bool:
     return t.data_ptr() in _graph_memory
 
 
-def decision(eager: Sequence[tuple[float, float]], graphed: Sequence[tuple[float, float]] | None) -> str:
-    """From ``(enqueue s, GPU span s)`` samples: after the eager ones alone, "capture" or
-    "eager"; with the graph's too, "keep" or "drop" (the module docstring's steps 1 and 3)."""
+def decision(eager: Sequence[tuple[float, ...]], graphed: Sequence[tuple[float, float, float]] | None,
+             same_work: bool = True) -> str:
+    """From ``(enqueue s, GPU span s, of which copies s)`` samples (``_Timed``; the eager
+    program's copy nothing, and may leave the third out): after the eager ones alone, "capture"
+    or "eager"; with the graph's too, "keep" or "drop" (the module docstring's steps 1 and 3).
+    ``same_work``: whether the eager samples ran the graph's work (not where they were measured
+    before its inputs moved)."""
     # The shortest of each: a host that waited for the launch queue measured the GPU's pace, a
     # GPU that waited for the host measured the host's (module docstring, step 1).
-    host = min(h for h, _ in eager)
-    gpu = min(g for _, g in eager)
+    host = min(sample[0] for sample in eager)
+    gpu = min(sample[1] for sample in eager)
     if graphed is None:
         return "eager" if gpu > GPU_BOUND * host else "capture"
     # The host time must shrink, and the call must not take longer: a call takes the longer of
     # its host and GPU times. Not the GPU span alone: where the GPU was behind, the eager span
     # was its own work, which a graph cannot shorten (session 24: a rule asking both to shrink
     # freed every backward's graph), and a host-bound program's copies fill GPU time that idled.
-    graph_host, graph_gpu = min(h for h, _ in graphed), min(g for _, g in graphed)
+    graph_host, graph_gpu = min(h for h, _, _ in graphed), min(g for _, g, _ in graphed)
+    if same_work:
+        # A graph runs the eager program's kernels and adds its copies: its span is taken as at
+        # most the eager one's plus its copies'. Two spans of the same kernels differ by more than
+        # GPU_SLACK from noise alone (session 49, run 6: one graph's three replays 1.548-1.727 ms
+        # at GELU T=4096 H=4096; run 1, the same cells under FUSEOPS_CUDA_GRAPHS=all: eight
+        # graphs dropped, their shortest spans 3-11 % over the eager programs').
+        graph_gpu = min(graph_gpu, gpu + min(c for _, _, c in graphed))
     return "keep" if graph_host < KEEP * host and max(graph_host, graph_gpu) < GPU_SLACK * max(host, gpu) else "drop"
 
 
@@ -393,23 +407,31 @@ class _Written:
 
 
 class _Timed:
-    """One timed run: its enqueue time and the CUDA events around it."""
+    """One timed run: its enqueue time and the CUDA events around it (and, in a replay with
+    copied slots, one after the copies)."""
 
-    __slots__ = ("end", "host", "start")
+    __slots__ = ("copied", "end", "host", "start")
 
     def __init__(self) -> None:
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
+        self.copied: torch.cuda.Event | None = None
         self.start.record()
         self.host = time.perf_counter()
+
+    def after_copies(self) -> None:
+        self.copied = torch.cuda.Event(enable_timing=True)
+        self.copied.record()
 
     def stop(self) -> _Timed:
         self.host = time.perf_counter() - self.host
         self.end.record()
         return self
 
-    def sample(self) -> tuple[float, float]:
-        return self.host, self.start.elapsed_time(self.end) / 1e3
+    def sample(self) -> tuple[float, float, float]:
+        """``(enqueue s, GPU span s, of which copies s)``."""
+        copies = self.start.elapsed_time(self.copied) / 1e3 if self.copied is not None else 0.0
+        return self.host, self.start.elapsed_time(self.end) / 1e3, copies
 
 
 class GraphedProgram:
@@ -769,6 +791,8 @@ class GraphedProgram:
                     continue
                 self.derived_last[slot] = (weakref.ref(t), t._version)
             buffer.copy_(_covering(t))
+        if timed is not None and self.buffers:
+            timed.after_copies()
         if self.pool is not None:
             self.pool.in_order()
         self.graph.replay()
@@ -851,7 +875,7 @@ class GraphedProgram:
         if samples is None:
             return
         self.graph_samples = samples
-        if decision(self.eager_samples, samples) == "keep":
+        if decision(self.eager_samples, samples, same_work=not self.samples_carried) == "keep":
             counts["kept"] += 1
             self.phase = _GRAPHED
         elif self.samples_carried:

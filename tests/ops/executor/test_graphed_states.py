@@ -71,8 +71,11 @@ class _StandInTimed:
     def query(self) -> bool:
         return True
 
-    def sample(self) -> tuple[float, float]:
-        return self.host, self.host
+    def after_copies(self) -> None:
+        self.copied = True
+
+    def sample(self) -> tuple[float, float, float]:
+        return self.host, self.host, 0.0
 
 
 @pytest.fixture
@@ -365,7 +368,7 @@ def test_a_graph_judged_after_its_inputs_moved_is_judged_against_a_fresh_measure
 
     class Timed(_StandInTimed):
         def sample(self):
-            return self.host, span["seconds"]
+            return self.host, span["seconds"], 0.0
 
     monkeypatch.setattr(graphed, "_Timed", Timed)
     monkeypatch.setattr(graphed, "GPU_SLACK", 1.1)
@@ -390,6 +393,38 @@ def test_a_graph_judged_after_its_inputs_moved_is_judged_against_a_fresh_measure
     delta = _delta(before)
     assert (program.phase, program.captures) == ("graphed", 3), (program.phase, program.captures, delta)
     assert delta["dropped"] == 1 and delta["stayed_eager"] == 0, str(delta)
+
+
+@pytest.mark.parametrize("copies, phase", [(0.01, "graphed"), (0.5, "eager")])
+def test_a_graph_is_judged_by_the_eager_span_and_its_copies(copies, phase, cpu_graphs, monkeypatch):
+    """Step 3: a graph's GPU span counts as at most the eager program's plus its copies' (an event
+    after them): a span 20 % over the eager one's (noise: the same kernels) keeps a graph whose
+    copies take 1 % of it; copies of half of it drop the graph. Every call equals the eager run."""
+
+    class Timed(_StandInTimed):
+        copied = False
+
+        def sample(self):
+            return (self.host, 1.2, copies) if self.copied else (self.host, 1.0, 0.0)
+
+    monkeypatch.setattr(graphed, "_Timed", Timed)
+    monkeypatch.setattr(graphed, "GPU_SLACK", 1.03)
+
+    def run(x, w):
+        return (x * w,)
+
+    torch.manual_seed(0)
+    w = torch.randn(4, 3)
+    leaves = [torch.empty(4, 3) for _ in range(2)]  # x alternates between two: a copied slot
+    program = graphed.GraphedProgram(run, None, torch.device("cpu"))
+    for i in range(12):
+        x = leaves[i % 2]
+        x.copy_(torch.randn(4, 3))
+        got = program.run((x, w))
+        assert_bitwise(got[0], x * w, f"call {i}")
+        del got
+    assert program.captures == 1 and program.phase == phase, (program.captures, program.phase)
+    assert [c for _, _, c in program.graph_samples] == [copies] * graphed.MEASURED_CALLS
 
 
 def test_a_held_result_sends_the_next_call_the_eager_way(cpu_graphs, monkeypatch):
