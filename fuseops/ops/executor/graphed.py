@@ -61,7 +61,8 @@ measuring takes no host synchronisation, checking a capture does (step 2):
 
 1. Its first ``MEASURED_CALLS`` replays run as before, each timed on the host (enqueue time)
    and between two CUDA events, read once complete (``Event.query``); calls made before then
-   run untimed (the host is ahead of the GPU). A program whose GPU span exceeds its shortest
+   run untimed (the host is ahead of the GPU). (With ``GPU_BOUND`` infinite every program
+   measured captures, which syncs anyway: the call after the timed runs waits for them.) A program whose GPU span exceeds its shortest
    enqueue time by ``GPU_BOUND`` stays eager: its host work is hidden already, and a graph
    would only add copies. The shortest, not the median: a host far enough ahead of the GPU
    waits in its launches for the launch queue to drain, and those enqueue times measure the
@@ -98,6 +99,7 @@ GPU-bound programs too (``GPU_BOUND``).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import os
@@ -169,7 +171,11 @@ _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _side_streams: dict[int, torch.cuda.Stream] = {}
 # Addresses of every live graph's results in graph memory: an input found there lies where the
 # next call's will (that graph's results stay put), so it is pinned, never copied for good.
-_graph_memory: set[int] = set()
+# Counted once per graph whose results lie there: a capture may place its results where an
+# earlier graph's dead ones lie (graph_pool.py's reuse), and freeing that earlier graph must not
+# take the later one's out (session 49, run 11: it did, so the consumers of three recaptured
+# producers found their inputs "moved out of graph memory", ran eagerly and were captured again).
+_graph_memory: collections.Counter[int] = collections.Counter()
 # Programs holding a graph (on trial or graphed), weakly: one freed with its module leaves.
 _holding: weakref.WeakSet[GraphedProgram] = weakref.WeakSet()
 # Calls of any program so far (``GraphedProgram.last_call``).
@@ -267,6 +273,19 @@ def _free_idle(device: torch.device) -> None:
             return
         held -= p.held
         p._evict()
+
+
+def _enter_graph_memory(results: Sequence[torch.Tensor]) -> None:
+    _graph_memory.update(t.data_ptr() for t in results)
+
+
+def _leave_graph_memory(results: Sequence[torch.Tensor]) -> None:
+    for t in results:
+        address = t.data_ptr()
+        if _graph_memory[address] <= 1:
+            _graph_memory.pop(address, None)
+        else:
+            _graph_memory[address] -= 1
 
 
 def in_graph_memory(t: torch.Tensor) -> bool:
@@ -471,8 +490,7 @@ class GraphedProgram:
         self._forget_results()
 
     def _forget_results(self) -> None:
-        for t in getattr(self, "pool_results", ()):
-            _graph_memory.discard(t.data_ptr())
+        _leave_graph_memory(getattr(self, "pool_results", ()))
         # Its own references dropped before it leaves: the pool is released where no result of
         # it lives elsewhere (a program freed with its module still holds them in ``__del__``).
         self.pool_results, self.storages, self.alone, self.capture_id = [], [], [], 0
@@ -524,16 +542,26 @@ class GraphedProgram:
 
     # -- measuring the eager program, then capturing
 
-    def _complete(self) -> list[tuple[float, float]] | None:
-        """The timed runs' samples once all are complete (None before), and a fresh start."""
-        if len(self.timed) < MEASURED_CALLS or not self.timed[-1].end.query():
+    def _complete(self, wait: bool = False) -> list[tuple[float, float, float]] | None:
+        """The timed runs' samples once all are complete (None before; with ``wait``, once all
+        are timed, waiting for the last), and a fresh start."""
+        if len(self.timed) < MEASURED_CALLS:
+            return None
+        if wait:
+            self.timed[-1].end.synchronize()
+        elif not self.timed[-1].end.query():
             return None
         samples = [t.sample() for t in self.timed]
         self.timed = []
         return samples
 
     def _measure(self, inputs: Sequence[Any]) -> tuple:
-        samples = self._complete()
+        # Where every program measured captures (GPU_BOUND infinite), its next call waits for
+        # the last timed run instead of running on untimed: the capture that follows syncs the
+        # host anyway. Session 49, run 14 (fresh processes, GELU / SwiGLU T=4096 H=4096, two
+        # rounds): peak reserved 3,130-3,450 MB with the wait, 3,328-5,632 without (the default
+        # rule: 3,030 / 3,334), with as many captures either way (15-22 for eight programs).
+        samples = self._complete(wait=GPU_BOUND == float("inf"))
         if samples is not None:
             self.eager_samples, self.samples_carried = samples, False
             if decision(samples, None) == "eager":
@@ -637,7 +665,7 @@ class GraphedProgram:
             pool.admit(self)
         # Only this object holds the graph's results now: their storages' use counts alone.
         self.alone = [(s._cdata, torch._C._storage_Use_Count(s._cdata)) for s in self.storages]
-        _graph_memory.update(t.data_ptr() for t in self.pool_results)
+        _enter_graph_memory(self.pool_results)
         counts["captured"] += 1
         self.phase = _TRIAL
         self.held = sum({s.data_ptr(): s.nbytes() for s in self.storages}.values())

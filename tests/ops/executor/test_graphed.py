@@ -7,6 +7,7 @@ CPU tests pin the decision rule and the program's split around the weight cache.
 
 from __future__ import annotations
 
+import collections
 import copy
 import os
 import subprocess
@@ -654,13 +655,33 @@ def test_results_are_compared_by_their_bits():
     assert graphed.same_bits(c, c.clone()) and graphed.same_bits(None, None) and not graphed.same_bits(c, None)
 
 
+def test_a_graph_freed_leaves_a_later_graphs_results_at_its_addresses_in_graph_memory(monkeypatch):
+    """A capture may place its results where an earlier graph's dead results lie (the shared
+    pool's reuse): freeing the earlier graph keeps the later one's there in graph memory, so its
+    consumers' inputs count as staying put (session 49, run 11: three backward programs found
+    theirs "moved out of graph memory" that way, ran eagerly and were captured again)."""
+    monkeypatch.setattr(graphed, "_graph_memory", collections.Counter())
+    storage = torch.empty(8)
+    earlier_result, later_result = storage[:4], storage.view(2, 4)  # one address
+    earlier = graphed.GraphedProgram(lambda: (), None, torch.device("cpu"))
+    later = graphed.GraphedProgram(lambda: (), None, torch.device("cpu"))
+    earlier.pool_results = [earlier_result]
+    graphed._enter_graph_memory(earlier.pool_results)
+    later.pool_results = [later_result]
+    graphed._enter_graph_memory(later.pool_results)
+    earlier._forget_results()
+    assert graphed.in_graph_memory(later_result)
+    later._forget_results()
+    assert not graphed.in_graph_memory(later_result) and not graphed._graph_memory
+
+
 def test_a_moved_input_is_copied_by_where_it_came_from(monkeypatch):
     """A pinned slot that moved between allocator-placed addresses is copied from the next
     capture on; one that left another graph's results (its producer ran eagerly) only at its
     second move; one that moved into another graph's results stays pinned."""
     state = graphed.GraphedProgram(lambda: (), None, torch.device("cpu"))
     elsewhere, graph_result = 1 << 40, 1 << 41
-    monkeypatch.setattr(graphed, "_graph_memory", {graph_result})
+    monkeypatch.setattr(graphed, "_graph_memory", collections.Counter([graph_result]))
     state.from_graphs = {1}
     state._note_move(0, elsewhere)
     state._note_move(1, elsewhere)

@@ -7,6 +7,7 @@ state machine bit for bit against the full path; the GPU tests (test_graphed.py)
 
 from __future__ import annotations
 
+import collections
 import copy
 import gc
 import time
@@ -71,6 +72,9 @@ class _StandInTimed:
     def query(self) -> bool:
         return True
 
+    def synchronize(self) -> None:
+        pass
+
     def after_copies(self) -> None:
         self.copied = True
 
@@ -91,7 +95,7 @@ def cpu_graphs(monkeypatch):
     monkeypatch.setattr(replay, "ENABLED", True)
     for name in ("GPU_BOUND", "KEEP", "GPU_SLACK"):
         monkeypatch.setattr(graphed, name, float("inf"))
-    monkeypatch.setattr(graphed, "_graph_memory", set())
+    monkeypatch.setattr(graphed, "_graph_memory", collections.Counter())
     # This test's graphs only (an earlier test's, not yet collected, would count as idle).
     monkeypatch.setattr(graphed, "_holding", weakref.WeakSet())
     for method in ("_capture", "_replay"):
@@ -340,6 +344,7 @@ def test_a_host_ahead_of_the_gpu_times_only_the_measured_calls(cpu_graphs, monke
             return done["gpu"]
 
     monkeypatch.setattr(graphed, "_Timed", Timed)
+    monkeypatch.setattr(graphed, "GPU_BOUND", graphed.gpu_bound_from_env("1"))  # (under "all" it waits: below)
 
     def run(x, w):
         return (x * w,)
@@ -357,6 +362,36 @@ def test_a_host_ahead_of_the_gpu_times_only_the_measured_calls(cpu_graphs, monke
     got = program.run((x, w))
     assert_bitwise(got[0], x * w, "the call after the GPU caught up")
     assert program.captures == 1 and len(program.eager_samples) == graphed.MEASURED_CALLS
+
+
+def test_every_program_graphed_waits_for_its_timed_runs_and_captures(cpu_graphs, monkeypatch):
+    """With ``GPU_BOUND`` infinite (``FUSEOPS_CUDA_GRAPHS=all``) the call after the timed runs
+    waits for the last of them (a capture syncs anyway) and captures, however far behind the
+    GPU is: a step's programs capture in one step, in order (session 49, run 12). Every call
+    equals the eager run."""
+    waits = []
+
+    class Timed(_StandInTimed):
+        def query(self):
+            return False  # the GPU never caught up by itself
+
+        def synchronize(self):
+            waits.append(self)
+
+    monkeypatch.setattr(graphed, "_Timed", Timed)
+
+    def run(x, w):
+        return (x * w,)
+
+    torch.manual_seed(0)
+    w, x = torch.randn(4, 3), torch.randn(4, 3)
+    program = graphed.GraphedProgram(run, None, torch.device("cpu"))
+    for i in range(graphed.MEASURED_CALLS + 1):
+        got = program.run((x, w))
+        assert_bitwise(got[0], x * w, f"call {i}")
+        del got
+    assert program.captures == 1 and program.phase == "trial" and len(waits) == 1
+    assert len(program.eager_samples) == graphed.MEASURED_CALLS
 
 
 def test_a_graph_judged_after_its_inputs_moved_is_judged_against_a_fresh_measurement(cpu_graphs, monkeypatch):
