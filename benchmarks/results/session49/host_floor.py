@@ -51,7 +51,7 @@ def checks():
     from fuseops.moe.routing import check_routing
     torch.manual_seed(0)
     experts = FuseopsMoE(8, 64, 32).experts
-    x, ids, w = moe_args(16, 8, 64, 2, False, "cpu", torch.float32)
+    x, ids, _ = moe_args(16, 8, 64, 2, False, "cpu", torch.float32)
     parts = em._parts(experts)
     for name, fn in (("_parts", lambda: em._parts(experts)), ("check_routing", lambda: check_routing(x, ids, 8)),
                      ("_fallback", lambda: em._fallback(x, experts, parts, False, None))):

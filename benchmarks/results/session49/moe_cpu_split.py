@@ -3,14 +3,18 @@ and their replays made no-ops, its host time split by function (each wrapped in 
 
     PYTHONPATH=. python3 benchmarks/results/session49/moe_cpu_split.py
 """
-import time, sys
+import sys
+import time
 from collections import defaultdict
-import pytest, torch
-from tests.ops.executor import test_graphed_states as st
+
+import pytest
+import torch
+
 from benchmarks.sizes import FuseopsExpertLayer, FuseopsMoE, moe_args, step_fn
-from fuseops.moe import routing_graphs, expert_layer_steps
-from fuseops.ops.executor import graphed
+from fuseops.moe import expert_layer_steps, routing_graphs
 from fuseops.ops.executor import graphed as _g
+from tests.ops.executor import test_graphed_states as st
+
 originals = {m: _g.GraphedProgram.__dict__[m] for m in ("_capture", "_replay")}
 mp = pytest.MonkeyPatch()
 st.cpu_graphs.__wrapped__(mp)
@@ -20,6 +24,7 @@ model = FuseopsExpertLayer(FuseopsMoE(E,H,I))
 step = step_fn(model, moe_args(T,E,H,K,False,"cpu",torch.float32), list(model.parameters()))
 for _ in range(60): step()
 import fuseops.ops.executor.graphed as g
+
 st._CALL["inputs"] = ()
 for m in ("_capture","_replay"):
     mp.setattr(g.GraphedProgram, m, originals[m])

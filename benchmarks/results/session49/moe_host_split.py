@@ -99,7 +99,6 @@ def main():
     routing_graphs.call = timed("routing_graphs.call", call)
     from fuseops.moe import expert_layer_steps
     expert_layer_steps.routing_graphs.call = routing_graphs.call
-    out = {}
 
     def split_step():
         t0 = time.perf_counter()

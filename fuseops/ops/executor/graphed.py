@@ -61,14 +61,15 @@ measuring takes no host synchronisation, checking a capture does (step 2):
 
 1. Its first ``MEASURED_CALLS`` replays run as before, each timed on the host (enqueue time)
    and between two CUDA events, read once complete (``Event.query``); calls made before then
-   run untimed (the host is ahead of the GPU). (With ``GPU_BOUND`` infinite every program
-   measured captures, which syncs anyway: the call after the timed runs waits for them.) A program whose GPU span exceeds its shortest
-   enqueue time by ``GPU_BOUND`` stays eager: its host work is hidden already, and a graph
-   would only add copies. The shortest, not the median: a host far enough ahead of the GPU
-   waits in its launches for the launch queue to drain, and those enqueue times measure the
-   GPU (session 40, call 15: a 4-block GELU T=4096 H=4096 step, each program 1.5-3.5 ms of GPU
-   work, enqueued in 0.07-0.5 ms until the queue filled, then in 0.8-3.2 ms; by the median
-   every program but one was captured, each capture syncing, from step 60 on).
+   run untimed (the host is ahead of the GPU); with ``GPU_BOUND`` infinite every program
+   measured captures, which syncs anyway, so the call after the timed runs waits for them. A
+   program whose GPU span exceeds its shortest enqueue time by ``GPU_BOUND`` stays eager: its
+   host work is hidden already, and a graph would only add copies. The shortest, not the
+   median: a host far enough ahead of the GPU waits in its launches for the launch queue to
+   drain, and those enqueue times measure the GPU (session 40, call 15: a 4-block GELU T=4096
+   H=4096 step, each program 1.5-3.5 ms of GPU work, enqueued in 0.07-0.5 ms until the queue
+   filled, then in 0.8-3.2 ms; by the median every program but one was captured, each capture
+   syncing, from step 60 on).
 2. Otherwise the next call captures. It runs eagerly and finds which inputs (but the
    parameters) the eager run wrote into: those must be pinned (into a copied input the graph
    would write its own copy; the grouped MLP's backward writes dz over the saved z), and are
@@ -276,10 +277,12 @@ def _free_idle(device: torch.device) -> None:
 
 
 def _enter_graph_memory(results: Sequence[torch.Tensor]) -> None:
+    """A capture's results in graph memory, counted for their graph."""
     _graph_memory.update(t.data_ptr() for t in results)
 
 
 def _leave_graph_memory(results: Sequence[torch.Tensor]) -> None:
+    """A freed graph's results: an address leaves graph memory with its last graph."""
     for t in results:
         address = t.data_ptr()
         if _graph_memory[address] <= 1:
