@@ -333,6 +333,23 @@ def test_a_program_writing_into_its_input(where, cpu_graphs):
             "a kernel writing into an input that moves", 0)
 
 
+def _times(x, w):
+    return (x * w,)
+
+
+def _a_multiplying_program() -> tuple[graphed.GraphedProgram, torch.Tensor]:
+    """A program ``x * w`` on the CPU (graphed through the stand-in), and its ``w``."""
+    torch.manual_seed(0)
+    return graphed.GraphedProgram(_times, None, torch.device("cpu")), torch.randn(4, 3)
+
+
+def _call_checked(program: graphed.GraphedProgram, x: torch.Tensor, w: torch.Tensor, i: int) -> None:
+    """One call of ``_a_multiplying_program``'s program, equal to the eager run; its result is
+    dropped on return (a live result of the last replay would send the next call the eager way)."""
+    got = program.run((x, w))
+    assert_bitwise(got[0], x * w, f"call {i}")
+
+
 def test_a_host_ahead_of_the_gpu_times_only_the_measured_calls(cpu_graphs, monkeypatch):
     """While the timed runs are not complete (the GPU behind the host), later calls run untimed:
     no more than ``MEASURED_CALLS`` are held, so a host running far ahead piles up no events and
@@ -346,17 +363,11 @@ def test_a_host_ahead_of_the_gpu_times_only_the_measured_calls(cpu_graphs, monke
     monkeypatch.setattr(graphed, "_Timed", Timed)
     monkeypatch.setattr(graphed, "GPU_BOUND", graphed.gpu_bound_from_env("1"))  # (under "all" it waits: below)
 
-    def run(x, w):
-        return (x * w,)
-
-    torch.manual_seed(0)
-    w, x = torch.randn(4, 3), torch.randn(4, 3)
-    program = graphed.GraphedProgram(run, None, torch.device("cpu"))
+    program, w = _a_multiplying_program()
+    x = torch.randn(4, 3)
     for i in range(3 * graphed.MEASURED_CALLS):
-        got = program.run((x, w))
-        assert_bitwise(got[0], x * w, f"call {i}")
+        _call_checked(program, x, w, i)
         assert program.phase == "measuring" and len(program.timed) <= graphed.MEASURED_CALLS
-        del got
     assert len(program.timed) == graphed.MEASURED_CALLS and program.captures == 0
     done["gpu"] = True
     got = program.run((x, w))
@@ -380,16 +391,10 @@ def test_every_program_graphed_waits_for_its_timed_runs_and_captures(cpu_graphs,
 
     monkeypatch.setattr(graphed, "_Timed", Timed)
 
-    def run(x, w):
-        return (x * w,)
-
-    torch.manual_seed(0)
-    w, x = torch.randn(4, 3), torch.randn(4, 3)
-    program = graphed.GraphedProgram(run, None, torch.device("cpu"))
+    program, w = _a_multiplying_program()
+    x = torch.randn(4, 3)
     for i in range(graphed.MEASURED_CALLS + 1):
-        got = program.run((x, w))
-        assert_bitwise(got[0], x * w, f"call {i}")
-        del got
+        _call_checked(program, x, w, i)
     assert program.captures == 1 and program.phase == "trial" and len(waits) == 1
     assert len(program.eager_samples) == graphed.MEASURED_CALLS
 
@@ -408,13 +413,8 @@ def test_a_graph_judged_after_its_inputs_moved_is_judged_against_a_fresh_measure
     monkeypatch.setattr(graphed, "_Timed", Timed)
     monkeypatch.setattr(graphed, "GPU_SLACK", 1.1)
 
-    def run(x, w):
-        return (x * w,)
-
-    torch.manual_seed(0)
-    w = torch.randn(4, 3)
+    program, w = _a_multiplying_program()
     leaves = [torch.empty(4, 3) for _ in range(3)]
-    program = graphed.GraphedProgram(run, None, torch.device("cpu"))
     before = dict(graphed.counts)
     for i in range(24):
         if i == 8:
@@ -422,9 +422,7 @@ def test_a_graph_judged_after_its_inputs_moved_is_judged_against_a_fresh_measure
             span["seconds"] = 2.0
         x = leaves[0] if i < 8 else leaves[i % 3]
         x.copy_(torch.randn(4, 3))
-        got = program.run((x, w))
-        assert_bitwise(got[0], x * w, f"call {i}")
-        del got  # a live result of the last replay would send the next call the eager way
+        _call_checked(program, x, w, i)
     delta = _delta(before)
     assert (program.phase, program.captures) == ("graphed", 3), (program.phase, program.captures, delta)
     assert delta["dropped"] == 1 and delta["stayed_eager"] == 0, str(delta)
@@ -445,19 +443,12 @@ def test_a_graph_is_judged_by_the_eager_span_and_its_copies(copies, phase, cpu_g
     monkeypatch.setattr(graphed, "_Timed", Timed)
     monkeypatch.setattr(graphed, "GPU_SLACK", 1.03)
 
-    def run(x, w):
-        return (x * w,)
-
-    torch.manual_seed(0)
-    w = torch.randn(4, 3)
+    program, w = _a_multiplying_program()
     leaves = [torch.empty(4, 3) for _ in range(2)]  # x alternates between two: a copied slot
-    program = graphed.GraphedProgram(run, None, torch.device("cpu"))
     for i in range(12):
         x = leaves[i % 2]
         x.copy_(torch.randn(4, 3))
-        got = program.run((x, w))
-        assert_bitwise(got[0], x * w, f"call {i}")
-        del got
+        _call_checked(program, x, w, i)
     assert program.captures == 1 and program.phase == phase, (program.captures, program.phase)
     assert [c for _, _, c in program.graph_samples] == [copies] * graphed.MEASURED_CALLS
 
