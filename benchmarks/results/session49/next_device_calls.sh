@@ -8,6 +8,9 @@
 #     the launch GPU tests pass. Then merge the branch.
 #   bash benchmarks/results/session49/next_device_calls.sh sizes_all   # ~9 min: the dense sizes at H=4096 (GPU-bound
 #     cells) at the default rule and under `all` (issue 20's busy host at GPU-bound cells; then the MoE cells likewise)
+#   bash benchmarks/results/session49/next_device_calls.sh users       # ~6 min, owed by session 49's hot-path change
+#     (graphed.py's keep rule, graph memory, the wait): where users start, the sizes at T=1024 (eager and compiled)
+#     and float32 weights under autocast
 #   bash benchmarks/results/session46/next_device_calls.sh suite       # the CUDA edge cases' Backward subjects
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader
@@ -26,5 +29,10 @@ case "${1:-}" in
     FUSEOPS_CUDA_GRAPHS=all timeout 280 python3 -m benchmarks.sizes --part dense --H 4096 --T 4096 16384 --rounds 2 \
       --out $OUT/sizes_dense_4096_all > $OUT/sizes_dense_4096_all.log 2>&1; echo "all rc=$?"
     tail -6 $OUT/sizes_dense_4096_all.log | cut -c1-220 ;;
-  *) echo "usage: $0 driver_first|sizes_all" ;;
+  users)
+    timeout 330 python3 -m benchmarks.sizes --part dense --T 1024 --H 1024 2048 --rounds 2 --out $OUT/sizes_T1024 \
+      > $OUT/sizes_T1024.log 2>&1; echo "sizes rc=$?"; tail -8 $OUT/sizes_T1024.log | cut -c1-220
+    timeout 150 python3 -m benchmarks.autocast --T 1024 > $OUT/autocast.log 2>&1; echo "autocast rc=$?"
+    tail -5 $OUT/autocast.log | cut -c1-200 ;;
+  *) echo "usage: $0 driver_first|sizes_all|users" ;;
 esac
