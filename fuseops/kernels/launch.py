@@ -171,9 +171,11 @@ class _Entry:
 
 
 _kernels: dict[int, _Kernel] = {}
-# Triton's current device and stream getters, resolved at the first launch (no driver on CPU).
+# Triton's current device and stream getters, resolved at the first launch or the first
+# ``direct_state`` where a GPU is there (no driver on CPU: ``_driverless``).
 _current_device = None
 _current_stream = None
+_driverless = False
 
 
 def _native_key(state: _Kernel, device: int, x: Any, is_const=False, specialize=True, align=True):
@@ -369,6 +371,14 @@ def _resolve_driver():
     _current_device = driver.active.get_current_device
 
 
+def _resolve_driver_if_present() -> None:
+    global _driverless
+    if torch.cuda.is_available():
+        _resolve_driver()
+    else:
+        _driverless = True
+
+
 def _slow(kernel: JITFunction, grid: tuple, args: tuple, kw: dict):
     if CHECK:
         counts["triton"] += 1
@@ -453,7 +463,13 @@ def bound(kernel: Any, grid: Any, args: tuple, kw: dict) -> Bound | None:
 
 def direct_state() -> tuple:
     """What calling a ``Bound`` launch assumes of the process: fast launches on, no checking,
-    no launch hooks, and the current device."""
+    no launch hooks, and the current device. The same before the process's first launch as
+    after it: a recorded program's layout key holds it (``replay.layout_key``), and the first
+    call of a process's first program, keyed before any launch, would otherwise see its next
+    call as another layout (session 49: a stack's first block recorded a step after the other
+    programs, so under ``FUSEOPS_CUDA_GRAPHS=all`` its consumers were captured again)."""
+    if _current_device is None and ENABLED and not _driverless:
+        _resolve_driver_if_present()
     usable = ENABLED and not CHECK and not _hooks_active() and _current_device is not None
     return (usable, _current_device() if usable else None, knobs.runtime.debug)
 
