@@ -171,11 +171,11 @@ class _Entry:
 
 
 _kernels: dict[int, _Kernel] = {}
-# Triton's current device and stream getters, resolved at the first launch or the first
-# ``direct_state`` where a GPU is there (no driver on CPU: ``_driverless``).
+# Triton's current device and stream getters, resolved at the first launch, or at the first
+# ``direct_state`` once the process has initialised CUDA (no driver on CPU; a CPU model on a GPU
+# machine initialises no CUDA context for them).
 _current_device = None
 _current_stream = None
-_driverless = False
 
 
 def _native_key(state: _Kernel, device: int, x: Any, is_const=False, specialize=True, align=True):
@@ -371,14 +371,6 @@ def _resolve_driver():
     _current_device = driver.active.get_current_device
 
 
-def _resolve_driver_if_present() -> None:
-    global _driverless
-    if torch.cuda.is_available():
-        _resolve_driver()
-    else:
-        _driverless = True
-
-
 def _slow(kernel: JITFunction, grid: tuple, args: tuple, kw: dict):
     if CHECK:
         counts["triton"] += 1
@@ -468,8 +460,8 @@ def direct_state() -> tuple:
     call of a process's first program, keyed before any launch, would otherwise see its next
     call as another layout (session 49: a stack's first block recorded a step after the other
     programs, so under ``FUSEOPS_CUDA_GRAPHS=all`` its consumers were captured again)."""
-    if _current_device is None and ENABLED and not _driverless:
-        _resolve_driver_if_present()
+    if _current_device is None and ENABLED and torch.cuda.is_initialized():
+        _resolve_driver()
     usable = ENABLED and not CHECK and not _hooks_active() and _current_device is not None
     return (usable, _current_device() if usable else None, knobs.runtime.debug)
 
