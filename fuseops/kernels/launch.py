@@ -171,7 +171,9 @@ class _Entry:
 
 
 _kernels: dict[int, _Kernel] = {}
-# Triton's current device and stream getters, resolved at the first launch (no driver on CPU).
+# Triton's current device and stream getters, resolved at the first launch, or at the first
+# ``direct_state`` once the process has initialised CUDA (no driver on CPU; a CPU model on a GPU
+# machine initialises no CUDA context for them).
 _current_device = None
 _current_stream = None
 
@@ -453,7 +455,13 @@ def bound(kernel: Any, grid: Any, args: tuple, kw: dict) -> Bound | None:
 
 def direct_state() -> tuple:
     """What calling a ``Bound`` launch assumes of the process: fast launches on, no checking,
-    no launch hooks, and the current device."""
+    no launch hooks, and the current device. The same before the process's first launch as
+    after it: a recorded program's layout key holds it (``replay.layout_key``), and the first
+    call of a process's first program, keyed before any launch, would otherwise see its next
+    call as another layout (session 49: a stack's first block recorded a step after the other
+    programs, so under ``FUSEOPS_CUDA_GRAPHS=all`` its consumers were captured again)."""
+    if _current_device is None and ENABLED and torch.cuda.is_initialized():
+        _resolve_driver()
     usable = ENABLED and not CHECK and not _hooks_active() and _current_device is not None
     return (usable, _current_device() if usable else None, knobs.runtime.debug)
 

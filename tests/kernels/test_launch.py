@@ -431,6 +431,30 @@ def test_a_recorded_launch_passes_its_descriptors_as_their_kept_expansions(prete
 
 
 @pytest.mark.skipif(not INTERPRET, reason="the interpreter runs on CPU-only machines")
+@pytest.mark.parametrize("cuda", [True, False])
+def test_direct_state_is_the_same_before_the_first_launch(cuda, monkeypatch):
+    """A recorded program's layout key holds ``direct_state``: before the process's first
+    launch it resolves Triton's getters once the process has initialised CUDA, so the key is
+    the one every later call sees (session 49: a stack's first block recorded a step late);
+    before that (a CPU model, on any machine) fast launches stay unusable and nothing resolves."""
+    resolved = []
+    monkeypatch.setattr(fl, "ENABLED", True)
+    monkeypatch.setattr(fl, "CHECK", False)
+    monkeypatch.setattr(fl, "_current_device", None)
+    monkeypatch.setattr(fl, "_current_stream", None)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda)
+
+    def resolve():
+        resolved.append(1)
+        monkeypatch.setattr(fl, "_current_device", lambda: 0)
+
+    monkeypatch.setattr(fl, "_resolve_driver", resolve)
+    first = fl.direct_state()
+    assert first == fl.direct_state() == ((True, 0, triton.knobs.runtime.debug) if cuda
+                                          else (False, None, triton.knobs.runtime.debug))
+    assert len(resolved) == int(cuda)
+
+
 def test_interpreter_path_is_triton_unchanged():
     from fuseops.kernels._triton import interpreted_kernels
     from fuseops.kernels.elementwise.activation import activation_fwd, reference_activation_fwd

@@ -5,6 +5,9 @@ property suite checks a replayed call of every registered fusion; these tests pi
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import weakref
 
 import pytest
@@ -376,3 +379,27 @@ def test_a_persistent_tensor_is_a_constant_and_an_effect_is_repeated():
     assert torch.equal(again, torch.full((3,), 3.0)) and seen[-1] is again and len(seen) == 2
     replay.effect(lambda t: seen.append(t), x)  # outside a recording: just runs
     assert seen[-1] is x
+
+
+@pytest.mark.gpu
+def test_gpu_a_fresh_process_records_every_program_at_its_second_call():
+    """In a fresh process the first program's first call comes before any launch: its layout
+    key must be the one its second call sees (``launch.direct_state``), or that program records a
+    step after the others (session 49: under ``FUSEOPS_CUDA_GRAPHS=all`` its consumers were then
+    captured again). Two blocks, two steps: four programs recorded, none at the first."""
+    code = """
+import torch, fuseops
+from fuseops import ops
+from fuseops.ops.executor import replay
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[fuseops.Sequential(ops.RMSNorm(64), ops.Linear(64, 64), ops.GELU())
+                              for _ in range(2)]).cuda()
+x = torch.randn(32, 64, device="cuda", requires_grad=True)
+for step in range(2):
+    model(x).sum().backward()
+    print(replay.counts["recorded"])
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
+                          check=False)
+    assert done.stdout.split() == ["0", "4"], (done.stdout, done.stderr[-2000:])
