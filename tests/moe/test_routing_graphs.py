@@ -379,6 +379,7 @@ def test_an_eager_forward_leaves_the_backward_eager_and_freeing(cpu_graphs, monk
     """A forward that ran eagerly (here: graphs judged not to pay) hands out memory of its own: the
     backward runs as without graphs, free to release the saved tensors early."""
     monkeypatch.setattr(graphed, "GPU_BOUND", 0.0)  # every program "GPU-bound": eager for good
+    monkeypatch.setattr(graphed, "GPU_BOUND_COPIES", None)  # (``FUSEOPS_CUDA_GRAPHS=host``)
     _same_with_graphs(_expert_training("cpu"), monkeypatch)
     assert _expert_states() == {"expert_layer": ["eager"] * 2}
 

@@ -61,10 +61,14 @@ measuring takes no host synchronisation, checking a capture does (step 2):
 
 1. Its first ``MEASURED_CALLS`` replays run as before, each timed on the host (enqueue time)
    and between two CUDA events, read once complete (``Event.query``); calls made before then
-   run untimed (the host is ahead of the GPU); with ``GPU_BOUND`` infinite every program
-   measured captures, which syncs anyway, so the call after the timed runs waits for them. A
-   program whose GPU span exceeds its shortest enqueue time by ``GPU_BOUND`` stays eager: its
-   host work is hidden already, and a graph would only add copies. The shortest, not the
+   run untimed (the host is ahead of the GPU); where GPU-bound programs may capture too, the
+   call after the timed runs waits for them (the capture that follows syncs anyway). A program
+   whose GPU span exceeds its shortest enqueue time by ``GPU_BOUND`` is *GPU-bound*: its host
+   work is hidden already, so its graph saves host time alone (the host a training loop then has
+   for other work) and must not add GPU work. It is captured only where its graph would copy at
+   most ``GPU_BOUND_COPIES`` of its inputs' bytes a call (its inputs are parameters, other graphs'
+   results, tensors that stay put), else it stays eager, as it does for good once such a capture
+   would copy more or its graph is dropped. The shortest, not the
    median: a host far enough ahead of the GPU waits in its launches for the launch queue to
    drain, and those enqueue times measure the GPU (session 40, call 15: a 4-block GELU T=4096
    H=4096 step, each program 1.5-3.5 ms of GPU work, enqueued in 0.07-0.5 ms until the queue
@@ -94,8 +98,9 @@ measuring takes no host synchronisation, checking a capture does (step 2):
 Never graphed: programs recorded under a save receiver (offload), with random ops (a graph would
 repeat their draws), writing into an input that moves, or with inputs off the GPU. Calls made
 while the stream is being captured (the caller's own CUDA graph, ``make_graphed_callables``) run
-the program eagerly. ``FUSEOPS_CUDA_GRAPHS=0`` turns graphs off; ``FUSEOPS_CUDA_GRAPHS=all`` graphs
-GPU-bound programs too (``GPU_BOUND``).
+the program eagerly. ``FUSEOPS_CUDA_GRAPHS=0`` turns graphs off; ``=host`` graphs only programs
+the host bounds (GPU-bound ones stay eager: the rule before session 50); ``=all`` graphs GPU-bound
+programs whatever they copy (``GPU_BOUND`` infinite).
 """
 
 from __future__ import annotations
@@ -114,14 +119,29 @@ import torch
 from fuseops.ops.executor import graph_pool
 
 
+_MODES = ("0", "1", "host", "all")
+
+
+def _check_mode(value: str) -> str:
+    if value not in _MODES:
+        raise ValueError(f"FUSEOPS_CUDA_GRAPHS={value!r}: expected '1' (graphs where the host is the bound, and of "
+                         f"GPU-bound programs that copy almost nothing), 'host' (only where the host is the bound), "
+                         f"'all' (every program) or '0' (none)")
+    return value
+
+
 def gpu_bound_from_env(value: str) -> float:
-    """``GPU_BOUND`` for a ``FUSEOPS_CUDA_GRAPHS`` value: "1" (the default) or "0" (no graphs),
-    4.0; "all", infinity (every program measured is captured: a GPU-bound one then costs only
-    memory and saves only host time, step 3 judging it as any other)."""
-    if value not in ("0", "1", "all"):
-        raise ValueError(f"FUSEOPS_CUDA_GRAPHS={value!r}: expected '1' (graphs where the host is the bound), "
-                         f"'all' (GPU-bound programs too) or '0' (none)")
-    return float("inf") if value == "all" else 4.0
+    """``GPU_BOUND`` for a ``FUSEOPS_CUDA_GRAPHS`` value: 4.0, or infinity for "all" (every program
+    measured is captured: a GPU-bound one then costs only memory and saves only host time, step 3
+    judging it as any other)."""
+    return float("inf") if _check_mode(value) == "all" else 4.0
+
+
+def gpu_bound_copies_from_env(value: str) -> float | None:
+    """``GPU_BOUND_COPIES`` for a ``FUSEOPS_CUDA_GRAPHS`` value: None for "host" (GPU-bound programs
+    stay eager), infinity for "all", else 0.01."""
+    mode = _check_mode(value)
+    return None if mode == "host" else float("inf") if mode == "all" else 0.01
 
 
 ENABLED: bool = os.environ.get("FUSEOPS_CUDA_GRAPHS", "1") != "0"
@@ -134,9 +154,20 @@ MEASURED_CALLS = 3
 # Past it a graph only trades memory for host time (session 41, calls 3 and 5, the GELU stack at
 # T=16384 H=4096 with every program graphed: 32-40 % less host time a step, the same step time,
 # 1.7x the peak reserved memory in private pools; session 46, one shared pool: 1.22x, the backward
-# graphs' results, weight gradients among them, staying allocated through the next forward).
-# ``FUSEOPS_CUDA_GRAPHS=all`` makes that trade: infinity.
+# graphs' results, weight gradients among them, staying allocated through the next forward;
+# session 50, run 6, where every graph settles: 3,770 against 3,842 MB at GELU T=16384 H=2048,
+# host 3.14 against 4.15 ms a step). ``GPU_BOUND_COPIES`` says which such programs make that
+# trade; ``FUSEOPS_CUDA_GRAPHS=all`` makes it for all: infinity.
 GPU_BOUND = gpu_bound_from_env(os.environ.get("FUSEOPS_CUDA_GRAPHS", "1"))
+# A GPU-bound program is captured where its graph would copy at most this fraction of its inputs'
+# bytes a call (None: it stays eager). A program reads its inputs at least once, so such copies
+# (a read and a write each) add at most ~2 % to its GPU span, within ``GPU_SLACK``: its graph then
+# saves host time for the memory of its results alone. One that would copy more (the experts of
+# an MoE composition, whose permuted rows are a fresh tensor each call) stays eager: its copies
+# would lengthen the step, and its buffers and the graphs captured and dropped on the way held
+# 2.25x the memory under ``all`` (session 50, run 6: OLMoE T=16384, 10,824 against 4,808 MB).
+# A GPU-bound graph dropped for any reason leaves its program eager (no churn of captures).
+GPU_BOUND_COPIES = gpu_bound_copies_from_env(os.environ.get("FUSEOPS_CUDA_GRAPHS", "1"))
 KEEP = 0.9
 # A graph's call against the eager one's, each the longer of enqueue time and GPU span: within the
 # GPU clock's drift between the two measurements. Session 47 (call 7): a GPU-bound program at
@@ -343,6 +374,14 @@ def _span(t: torch.Tensor) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
 
 
+def _copied_fraction(inputs: Sequence[Any], pinned: set[int]) -> float:
+    """The fraction of ``inputs``' bytes (tensors, each the storage range it covers) in the slots
+    not ``pinned``: what a graph would copy a call."""
+    sizes = {i: _span(t) * t.element_size() for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
+    total = sum(sizes.values())
+    return sum(b for i, b in sizes.items() if i not in pinned) / total if total else 0.0
+
+
 def _covering(t: torch.Tensor) -> torch.Tensor:
     """The contiguous run of ``t``'s storage that holds its elements, as a 1-D tensor."""
     return torch.as_strided(t, (_span(t),), (1,), t.storage_offset())
@@ -476,6 +515,9 @@ class GraphedProgram:
         self.graph_samples: list[tuple[float, float]] = []
         self.addresses: list[tuple] = []
         self.captures = 0
+        # Whether its last measurement found it GPU-bound (``GPU_BOUND``) where ``GPU_BOUND_COPIES``
+        # still let it be captured.
+        self.gpu_bound = False
         self.clobber_captures = 0  # captures again around a later graph's live result
         # How often each slot's address moved under a graph (weighted: ``_note_move``), and the
         # slots copied from the next capture on.
@@ -559,15 +601,16 @@ class GraphedProgram:
         return samples
 
     def _measure(self, inputs: Sequence[Any]) -> tuple:
-        # Where every program measured captures (GPU_BOUND infinite), its next call waits for
-        # the last timed run instead of running on untimed: the capture that follows syncs the
-        # host anyway. Session 49, run 14 (fresh processes, GELU / SwiGLU T=4096 H=4096, two
+        # Where a GPU-bound program may capture too (``GPU_BOUND_COPIES``), the call after the
+        # timed runs waits for the last instead of running on untimed: the capture that follows
+        # syncs the host anyway. Session 49, run 14 (fresh processes, GELU / SwiGLU T=4096 H=4096, two
         # rounds): peak reserved 3,130-3,450 MB with the wait, 3,328-5,632 without (the default
         # rule: 3,030 / 3,334), with as many captures either way (15-22 for eight programs).
-        samples = self._complete(wait=GPU_BOUND == float("inf"))
+        samples = self._complete(wait=GPU_BOUND_COPIES is not None)
         if samples is not None:
             self.eager_samples, self.samples_carried = samples, False
-            if decision(samples, None) == "eager":
+            self.gpu_bound = decision(samples, None) == "eager"
+            if self.gpu_bound and GPU_BOUND_COPIES is None:
                 counts["stayed_eager"] += 1
                 self.phase = _EAGER
                 return self.eager_run(*inputs)
@@ -598,11 +641,14 @@ class GraphedProgram:
             return self._capture_into_pool(inputs)
 
     def _capture_into_pool(self, inputs: Sequence[Any]) -> tuple:
-        self.captures += 1
         # Pinned: where the measured calls found the slot at one address, or where it lies in
         # another graph's results now (those stay put; its producer was graphed meanwhile).
         pinned = {i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and i not in self.unsettled
                   and (t.data_ptr() in _graph_memory or all(seen[i] == t.data_ptr() for seen in self.addresses))}
+        if self.gpu_bound and _copied_fraction(inputs, pinned) > GPU_BOUND_COPIES:
+            self._stay_eager("a GPU-bound program whose graph would copy its inputs")
+            return self.eager_run(*inputs)
+        self.captures += 1
         # Inputs the program writes into (the grouped MLP's backward writes dz over the saved z,
         # which nothing reads after it): a graph writes them where they lie, as the eager run
         # does, so they must be pinned (into a copied input it would write its own copy).
@@ -792,8 +838,7 @@ class GraphedProgram:
             if self.misses >= MEASURED_CALLS:
                 for slot in moved:
                     self._note_move(slot, everything[slot].data_ptr())
-                counts["dropped"] += 1
-                self._measure_again()
+                self._drop()
             return None
         self.misses = 0
         settled = self._settled(everything) if self.buffers else set()
@@ -888,6 +933,18 @@ class GraphedProgram:
         self.settling = self.settling + 1 if found else 0
         return found if self.settling >= MEASURED_CALLS and self.captures < MAX_CAPTURES else set()
 
+    def _drop(self) -> None:
+        """Its graph freed for good reason (inputs that left graph memory, a verdict against it
+        after its inputs moved): measured afresh, or eager from now on where it is GPU-bound and
+        not captured under ``all`` (``GPU_BOUND_COPIES``: its graph only ever saved host time)."""
+        counts["dropped"] += 1
+        if self.gpu_bound:
+            counts["stayed_eager"] += 1
+            self.phase = _EAGER
+            self._free()
+        else:
+            self._measure_again()
+
     def _measure_again(self) -> None:
         """Its graph freed, measured afresh at its next calls (eager where it was captured
         ``MAX_CAPTURES`` times): a graph dropped, or evicted (``_evict``)."""
@@ -914,8 +971,7 @@ class GraphedProgram:
             # new cell's routing; session 27: the experts' GPU span grew by a third from uniform to
             # skewed routing, and the graph was dropped for a span the eager program had too).
             # Judged again against a fresh measurement.
-            counts["dropped"] += 1
-            self._measure_again()
+            self._drop()
         else:
             counts["dropped"] += 1
             counts["stayed_eager"] += 1

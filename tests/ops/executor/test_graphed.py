@@ -579,13 +579,19 @@ def test_the_decision_rule():
     assert graphed.decision(host_bound, [(1e-4, 3e-4, 0.0), (0.9e-3, 3e-4, 0.0), (0.9e-3, 3e-4, 0.0)]) == "keep"
 
 
-def test_all_graphs_gpu_bound_programs_too(monkeypatch):
-    """``FUSEOPS_CUDA_GRAPHS=all``: a GPU-bound program is captured too (``GPU_BOUND`` infinite;
-    step 3 judges its graph as any other); other values are refused, naming the variable."""
-    assert graphed.gpu_bound_from_env("1") == graphed.gpu_bound_from_env("0") == 4.0
+def test_the_cuda_graphs_modes(monkeypatch):
+    """``FUSEOPS_CUDA_GRAPHS``: ``1`` (the default) lets a GPU-bound program capture where its graph
+    copies at most 1 % of its inputs' bytes (``GPU_BOUND_COPIES``), ``host`` keeps GPU-bound programs
+    eager, ``all`` captures them whatever they copy (``GPU_BOUND`` infinite; step 3 judges each graph
+    as any other); other values are refused, naming the variable."""
+    assert graphed.gpu_bound_from_env("1") == graphed.gpu_bound_from_env("host") == 4.0
     assert graphed.gpu_bound_from_env("all") == float("inf")
-    with pytest.raises(ValueError, match=r"FUSEOPS_CUDA_GRAPHS='yes': expected '1' .* 'all' .* or '0'"):
-        graphed.gpu_bound_from_env("yes")
+    assert graphed.gpu_bound_copies_from_env("1") == 0.01
+    assert graphed.gpu_bound_copies_from_env("host") is None
+    assert graphed.gpu_bound_copies_from_env("all") == float("inf")
+    for read in (graphed.gpu_bound_from_env, graphed.gpu_bound_copies_from_env):
+        with pytest.raises(ValueError, match=r"FUSEOPS_CUDA_GRAPHS='yes': expected '1' .* 'host' .* 'all' .* or '0'"):
+            read("yes")
     gpu_bound = [(1e-3, 5e-3)] * 3
     monkeypatch.setattr(graphed, "GPU_BOUND", graphed.gpu_bound_from_env("1"))
     assert graphed.decision(gpu_bound, None) == "eager"
@@ -593,10 +599,13 @@ def test_all_graphs_gpu_bound_programs_too(monkeypatch):
     assert graphed.decision(gpu_bound, None) == "capture"
     assert graphed.decision(gpu_bound, [(1e-4, 5.1e-3, 0.0)] * 3) == "keep"
     # Read at import, as ENABLED is.
-    code = "from fuseops.ops.executor import graphed; print(graphed.ENABLED, graphed.GPU_BOUND)"
-    env = dict(os.environ, FUSEOPS_CUDA_GRAPHS="all", PYTHONPATH=os.pathsep.join(sys.path))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert done.stdout.split() == ["True", "inf"], done.stderr[-2000:]
+    code = ("from fuseops.ops.executor import graphed; "
+            "print(graphed.ENABLED, graphed.GPU_BOUND, graphed.GPU_BOUND_COPIES)")
+    for mode, expected in (("all", ["True", "inf", "inf"]), ("host", ["True", "4.0", "None"]),
+                           ("1", ["True", "4.0", "0.01"])):
+        env = dict(os.environ, FUSEOPS_CUDA_GRAPHS=mode, PYTHONPATH=os.pathsep.join(sys.path))
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert done.stdout.split() == expected, (mode, done.stderr[-2000:])
 
 
 def test_the_split_around_the_weight_cache_computes_the_program(monkeypatch):

@@ -361,7 +361,9 @@ def test_a_host_ahead_of_the_gpu_times_only_the_measured_calls(cpu_graphs, monke
             return done["gpu"]
 
     monkeypatch.setattr(graphed, "_Timed", Timed)
-    monkeypatch.setattr(graphed, "GPU_BOUND", graphed.gpu_bound_from_env("1"))  # (under "all" it waits: below)
+    # (Where GPU-bound programs may capture, "1" and "all", it waits: below.)
+    monkeypatch.setattr(graphed, "GPU_BOUND", graphed.gpu_bound_from_env("host"))
+    monkeypatch.setattr(graphed, "GPU_BOUND_COPIES", graphed.gpu_bound_copies_from_env("host"))
 
     program, w = _a_multiplying_program()
     x = torch.randn(4, 3)
@@ -376,10 +378,10 @@ def test_a_host_ahead_of_the_gpu_times_only_the_measured_calls(cpu_graphs, monke
 
 
 def test_every_program_graphed_waits_for_its_timed_runs_and_captures(cpu_graphs, monkeypatch):
-    """With ``GPU_BOUND`` infinite (``FUSEOPS_CUDA_GRAPHS=all``) the call after the timed runs
-    waits for the last of them (a capture syncs anyway) and captures, however far behind the
-    GPU is: a step's programs capture in one step, in order (session 49, run 12). Every call
-    equals the eager run."""
+    """Where GPU-bound programs may capture (``GPU_BOUND_COPIES``: ``FUSEOPS_CUDA_GRAPHS=1`` and
+    ``all``; here ``all``, ``GPU_BOUND`` infinite) the call after the timed runs waits for the last
+    of them (a capture syncs anyway) and captures, however far behind the GPU is: a step's
+    programs capture in one step, in order (session 49, run 12). Every call equals the eager run."""
     waits = []
 
     class Timed(_StandInTimed):
@@ -451,6 +453,87 @@ def test_a_graph_is_judged_by_the_eager_span_and_its_copies(copies, phase, cpu_g
         _call_checked(program, x, w, i)
     assert program.captures == 1 and program.phase == phase, (program.captures, program.phase)
     assert [c for _, _, c in program.graph_samples] == [copies] * graphed.MEASURED_CALLS
+
+
+class _GpuBoundTimed(_StandInTimed):
+    """A GPU span of ``span["seconds"]``, far past ``GPU_BOUND`` times any host time here."""
+
+    span = {"seconds": 1.0}
+
+    def sample(self):
+        return self.host, self.span["seconds"], 0.0
+
+
+def _gpu_bound_rule(monkeypatch, mode: str = "1") -> None:
+    _GpuBoundTimed.span["seconds"] = 1.0
+    monkeypatch.setattr(graphed, "_Timed", _GpuBoundTimed)
+    monkeypatch.setattr(graphed, "GPU_BOUND", graphed.gpu_bound_from_env(mode))
+    monkeypatch.setattr(graphed, "GPU_BOUND_COPIES", graphed.gpu_bound_copies_from_env(mode))
+
+
+@pytest.mark.parametrize("mode, where, phase, captures", [
+    ("1", "one_address", "graphed", 1), ("1", "moving", "eager", 0), ("host", "one_address", "eager", 0)])
+def test_a_gpu_bound_program_is_graphed_where_its_graph_copies_almost_nothing(
+        mode, where, phase, captures, cpu_graphs, monkeypatch):
+    """By default (``FUSEOPS_CUDA_GRAPHS=1``) a GPU-bound program is captured where its graph would
+    copy at most ``GPU_BOUND_COPIES`` of its inputs' bytes: here where ``x`` stays put; where ``x``
+    moves between two tensors the graph would copy half the bytes, and it stays eager, uncaptured,
+    saying why. Under ``host`` it stays eager either way. Every call equals the eager run."""
+    _gpu_bound_rule(monkeypatch, mode)
+    before = dict(graphed.refusals)
+    program, w = _a_multiplying_program()
+    leaves = [torch.empty(4, 3) for _ in range(2)]
+    for i in range(12):
+        x = leaves[0] if where == "one_address" else leaves[i % 2]
+        x.copy_(torch.randn(4, 3))
+        _call_checked(program, x, w, i)
+    assert (program.phase, program.captures) == (phase, captures), (program.phase, program.captures)
+    refused = graphed.refusals.get("a GPU-bound program whose graph would copy its inputs", 0)
+    assert refused - before.get("a GPU-bound program whose graph would copy its inputs", 0) == (
+        where == "moving" and mode == "1")
+
+
+def test_a_gpu_bound_graph_whose_input_starts_to_move_leaves_its_program_eager(cpu_graphs, monkeypatch):
+    """Graphed while ``x`` stayed put; then ``x`` moves between two tensors, so a capture again
+    would copy it: the program stays eager for good (no capture, no measuring again), and every
+    call equals the eager run."""
+    _gpu_bound_rule(monkeypatch)
+    program, w = _a_multiplying_program()
+    leaves = [torch.empty(4, 3) for _ in range(3)]
+    before = dict(graphed.counts)
+    for i in range(24):
+        if i == 8:
+            assert (program.phase, program.captures) == ("graphed", 1)
+        x = leaves[0] if i < 8 else leaves[1 + i % 2]
+        x.copy_(torch.randn(4, 3))
+        _call_checked(program, x, w, i)
+    delta = _delta(before)
+    assert (program.phase, program.captures) == ("eager", 1), (program.phase, program.captures, delta)
+    assert delta["stayed_eager"] == 1 and delta["captured"] == 1, str(delta)
+
+
+def test_a_gpu_bound_graph_dropped_leaves_its_program_eager(cpu_graphs, monkeypatch):
+    """On trial, its parameter is given new storage (captured again, pinned: copying nothing) and
+    its GPU span doubles, so the graph is dropped against the eager samples from before: a
+    GPU-bound program then stays eager for good, where a host-bound one is measured afresh
+    (``test_a_graph_judged_after_its_inputs_moved...``). Every call equals the eager run."""
+    _gpu_bound_rule(monkeypatch)
+    monkeypatch.setattr(graphed, "GPU_SLACK", 1.1)
+    program, _ = _a_multiplying_program()
+    w = torch.nn.Parameter(torch.randn(4, 3))
+    x = torch.empty(4, 3)
+    before = dict(graphed.counts)
+    with torch.no_grad():
+        for i in range(24):
+            if i == graphed.MEASURED_CALLS + 2:
+                assert (program.phase, program.captures) == ("trial", 1)
+                w.data = torch.randn(4, 3)
+                _GpuBoundTimed.span["seconds"] = 2.0
+            x.copy_(torch.randn(4, 3))
+            _call_checked(program, x, w, i)
+    delta = _delta(before)
+    assert (program.phase, program.captures) == ("eager", 2), (program.phase, program.captures, delta)
+    assert delta["dropped"] == 1 and delta["stayed_eager"] == 1 and delta["recaptured"] == 1, str(delta)
 
 
 def test_a_held_result_sends_the_next_call_the_eager_way(cpu_graphs, monkeypatch):
