@@ -36,10 +36,12 @@ Where neither applies (``expert_layer_fallback`` says why) the composition runs.
 
 The forward and the backward bodies are in ``expert_layer_steps.py``: each goes through a graph
 state of ``routing_graphs`` (one per layer, decided by measurement as the routing's calls are):
-where the host path outlasts the GPU work (small token counts) each replays as one CUDA graph.
+where the host path outlasts the GPU work (small token counts) each replays as one CUDA graph,
+and so does a GPU-bound one whose graph would copy almost nothing (``graphed.GPU_BOUND_COPIES``).
 The backward is graphed only where the forward was (its saved tensors lie in graph memory, which
 it never frees early: the forward's graph keeps that memory for its next replay); where the
-forward ran eagerly (GPU-bound token counts) the backward runs eagerly and frees as above. Under
+forward ran eagerly (a GPU-bound one whose input is a fresh tensor each call) the backward runs
+eagerly and frees as above. Under
 ``torch.compile`` each is one custom operator whose implementation is that graph-state call.
 """
 

@@ -376,7 +376,8 @@ def _span(t: torch.Tensor) -> int:
 
 def _copied_fraction(inputs: Sequence[Any], pinned: set[int]) -> float:
     """The fraction of ``inputs``' bytes (tensors, each the storage range it covers) in the slots
-    not ``pinned``: what a graph would copy a call."""
+    not ``pinned``: what a graph would copy a call (the weight cache's copies, once a weight
+    changes)."""
     sizes = {i: _span(t) * t.element_size() for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
     total = sum(sizes.values())
     return sum(b for i, b in sizes.items() if i not in pinned) / total if total else 0.0
@@ -645,10 +646,8 @@ class GraphedProgram:
         # another graph's results now (those stay put; its producer was graphed meanwhile).
         pinned = {i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and i not in self.unsettled
                   and (t.data_ptr() in _graph_memory or all(seen[i] == t.data_ptr() for seen in self.addresses))}
-        if self.gpu_bound and _copied_fraction(inputs, pinned) > GPU_BOUND_COPIES:
-            self._stay_eager("a GPU-bound program whose graph would copy its inputs")
+        if self._copies_too_much(inputs, pinned):
             return self.eager_run(*inputs)
-        self.captures += 1
         # Inputs the program writes into (the grouped MLP's backward writes dz over the saved z,
         # which nothing reads after it): a graph writes them where they lie, as the eager run
         # does, so they must be pinned (into a copied input it would write its own copy).
@@ -666,6 +665,11 @@ class GraphedProgram:
         written.restore()
         derived = self.parts.prologue(*inputs) if self.parts is not None else ()
         everything = (*inputs, *derived)
+        # The weight cache's copies count too: a training step changes the weights, so every
+        # replay after an optimizer step copies them.
+        if derived and self._copies_too_much(everything, pinned):
+            return written.eager_result()
+        self.captures += 1
         static = []
         for i, t in enumerate(everything):
             if t is None or i in pinned:
@@ -724,6 +728,14 @@ class GraphedProgram:
         # this step then pins them where every replay writes them, where the eager results lay
         # only this once (its next call would find its input moved and capture again).
         return self._outputs(everything)
+
+    def _copies_too_much(self, everything: Sequence[Any], pinned: set[int]) -> bool:
+        """Whether this GPU-bound program's graph would copy more than ``GPU_BOUND_COPIES`` of
+        its inputs' bytes a call (then eager from now on: its graph would add GPU work)."""
+        if not self.gpu_bound or _copied_fraction(everything, pinned) <= GPU_BOUND_COPIES:
+            return False
+        self._stay_eager("a GPU-bound program whose graph would copy its inputs")
+        return True
 
     def _plan(self, results: Sequence[torch.Tensor | None], static: list[torch.Tensor | None]) -> bool:
         """How each result is handed out: None, an input, a view of an input, a new empty

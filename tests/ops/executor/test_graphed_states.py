@@ -536,6 +536,32 @@ def test_a_gpu_bound_graph_dropped_leaves_its_program_eager(cpu_graphs, monkeypa
     assert delta["dropped"] == 1 and delta["stayed_eager"] == 1 and delta["recaptured"] == 1, str(delta)
 
 
+@pytest.mark.parametrize("autocast", [False, True])
+def test_gpu_bound_programs_copying_the_weight_casts_stay_eager(autocast, cpu_graphs, monkeypatch):
+    """A training loop of GPU-bound programs whose input stays put, float32 weights: without
+    autocast its programs are graphed; under bf16 autocast a graph would copy the weight cache's
+    casts in after every optimizer step (inputs to it too), far past ``GPU_BOUND_COPIES``, so
+    every program taking casts stays eager, uncaptured. Every call equals the full path."""
+    _gpu_bound_rule(monkeypatch)
+    torch.manual_seed(0)
+    model = blocks(2)
+    x = torch.randn(8, H)
+
+    def one_step(m, i):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = m(x).float().square().mean()
+            loss.backward()
+        return [loss.detach(), *[p.grad.clone() for p in m.parameters()]]
+
+    steps, _ = training_loop(one_step)
+    _same_as_full_path(model, steps, monkeypatch)
+    states = graph_states(model)
+    with_casts = [g for g in states if g.derived_count]
+    assert bool(with_casts) == autocast
+    assert all((g.phase, g.captures) == ("eager", 0) for g in with_casts), [(g.phase, g.captures) for g in states]
+    assert autocast or any(g.phase == "graphed" for g in states), [(g.phase, g.captures) for g in states]
+
+
 def test_a_held_result_sends_the_next_call_the_eager_way(cpu_graphs, monkeypatch):
     """A result of the last replay that is still alive is never overwritten: that call runs
     eagerly (``busy``) and the held result keeps its values. Results found alive go out as
