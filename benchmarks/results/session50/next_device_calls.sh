@@ -23,7 +23,7 @@ case "${1:-}" in
   dense_large) sizes sizes_dense_large --part dense --H 4096 ;;
   moe) sizes sizes_moe --part moe --shapes qwen3 olmoe --T 1024 4096 ;;
   memory)
-    for cell in swiglu:4096:4096 gelu:16384:4096 moec:qwen3:4096:s moe:olmoe:16384 moec:olmoe:4096; do
+    for cell in swiglu:4096:4096 gelu:16384:4096 moec:qwen3:4096:s moe:olmoe:16384; do
       for mode in host 1 all torch; do  # (torch: the torch.nn model, dense cells only)
         v=today; [ $mode = all ] && v=all_shared; [ $mode = torch ] && v=torch
         echo "$mode $(FUSEOPS_CUDA_GRAPHS=${mode/torch/1} timeout 60 python3 benchmarks/results/session50/mem_ab.py $v $cell 2>&1 \
