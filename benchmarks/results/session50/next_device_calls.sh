@@ -11,7 +11,7 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/gpu.txt
 sizes() {  # name, then sizes.py arguments
   local name=$1; shift
-  timeout 290 python3 -m benchmarks.sizes "$@" --rounds 2 --out $OUT/$name > $OUT/$name.log 2>&1; echo "$name rc=$?"
+  timeout 290 python3 -m benchmarks.sizes --rounds 2 "$@" --out $OUT/$name > $OUT/$name.log 2>&1; echo "$name rc=$?"
   grep -E "^cell|^(gelu|swiglu|qwen3|olmoe|mixtral) |CUDA-graph" $OUT/$name.log | cut -c1-200
 }
 case "${1:-}" in
@@ -19,7 +19,7 @@ case "${1:-}" in
     LIMIT=240 bash benchmarks/run_gpu.sh graphs
     timeout 200 python3 -m pytest -p no:cacheprovider -q -m gpu tests/test_compile.py > $OUT/compile.log 2>&1
     echo "compile rc=$?"; tail -2 $OUT/compile.log ;;
-  dense_small) sizes sizes_dense_small --part dense --H 1024 2048 ;;
+  dense_small) sizes sizes_dense_small --part dense --H 1024 2048 --rounds 3 ;;
   dense_large) sizes sizes_dense_large --part dense --H 4096 ;;
   moe) sizes sizes_moe --part moe --shapes qwen3 olmoe --T 1024 4096 ;;
   memory)
