@@ -11,7 +11,7 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/gpu.txt
 sizes() {  # name, then sizes.py arguments
   local name=$1; shift
-  timeout 290 python3 -m benchmarks.sizes --rounds 2 "$@" --out $OUT/$name > $OUT/$name.log 2>&1; echo "$name rc=$?"
+  timeout 540 python3 -m benchmarks.sizes --rounds 2 "$@" --out $OUT/$name > $OUT/$name.log 2>&1; echo "$name rc=$?"
   grep -E "^cell|^(gelu|swiglu|qwen3|olmoe|mixtral) |CUDA-graph" $OUT/$name.log | cut -c1-200
 }
 case "${1:-}" in
