@@ -5,6 +5,8 @@
 #   bash benchmarks/results/session50/next_device_calls.sh dense_small # ~5 min: dense H=1024 / 2048, every T
 #   bash benchmarks/results/session50/next_device_calls.sh dense_large # ~5 min: dense H=4096, every T
 #   bash benchmarks/results/session50/next_device_calls.sh moe         # ~4 min: MoE Qwen3 / OLMoE T=1024 / 4096
+#   bash benchmarks/results/session50/next_device_calls.sh moe_large   # Qwen3 / OLMoE T=16384
+#   bash benchmarks/results/session50/next_device_calls.sh mixtral     # Mixtral, every T (issue 20's table complete)
 #   bash benchmarks/results/session50/next_device_calls.sh memory      # ~5 min: host / 1 / all, fresh processes
 #   bash benchmarks/results/session50/next_device_calls.sh autocast    # ~2 min
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -22,6 +24,8 @@ case "${1:-}" in
   dense_small) sizes sizes_dense_small --part dense --H 1024 2048 --rounds 3 ;;
   dense_large) sizes sizes_dense_large --part dense --H 4096 ;;
   moe) sizes sizes_moe --part moe --shapes qwen3 olmoe --T 1024 4096 ;;
+  moe_large) sizes sizes_moe_large --part moe --shapes qwen3 olmoe --T 16384 ;;
+  mixtral) sizes sizes_mixtral --part moe --shapes mixtral ;;
   memory)
     for cell in swiglu:4096:4096 gelu:16384:4096 moec:qwen3:4096:s moe:olmoe:16384; do
       for mode in host 1 all torch; do  # (torch: the torch.nn model, dense cells only)
@@ -33,5 +37,5 @@ case "${1:-}" in
   autocast)
     timeout 150 python3 -m benchmarks.autocast --T 1024 > $OUT/autocast.log 2>&1; echo "autocast rc=$?"
     tail -5 $OUT/autocast.log | cut -c1-200 ;;
-  *) echo "usage: $0 tests|dense_small|dense_large|moe|memory|autocast" ;;
+  *) echo "usage: $0 tests|dense_small|dense_large|moe|moe_large|mixtral|memory|autocast" ;;
 esac
