@@ -493,44 +493,54 @@ def test_a_gpu_bound_program_is_graphed_where_its_graph_copies_almost_nothing(
         where == "moving" and mode == "1")
 
 
-def test_a_gpu_bound_graph_whose_input_starts_to_move_leaves_its_program_eager(cpu_graphs, monkeypatch):
-    """Graphed while ``x`` stayed put; then ``x`` moves between two tensors, so a capture again
-    would copy it: the program stays eager for good (no capture, no measuring again), and every
-    call equals the eager run."""
+@pytest.mark.parametrize("move", ["activation", "parameter"])
+def test_a_gpu_bound_graph_whose_input_moves_leaves_its_program_eager(move, cpu_graphs, monkeypatch):
+    """Graphed while its inputs stayed put; then ``x`` moves between two tensors (a capture again
+    would copy it), or the parameter is given new storage each call (FSDP-style gathering): the
+    program stays eager for good (no capture again, no measuring again), and every call equals
+    the eager run."""
     _gpu_bound_rule(monkeypatch)
-    program, w = _a_multiplying_program()
-    leaves = [torch.empty(4, 3) for _ in range(3)]
-    before = dict(graphed.counts)
-    for i in range(24):
-        if i == 8:
-            assert (program.phase, program.captures) == ("graphed", 1)
-        x = leaves[0] if i < 8 else leaves[1 + i % 2]
-        x.copy_(torch.randn(4, 3))
-        _call_checked(program, x, w, i)
-    delta = _delta(before)
-    assert (program.phase, program.captures) == ("eager", 1), (program.phase, program.captures, delta)
-    assert delta["stayed_eager"] == 1 and delta["captured"] == 1, str(delta)
-
-
-def test_a_gpu_bound_graph_dropped_leaves_its_program_eager(cpu_graphs, monkeypatch):
-    """On trial, its parameter is given new storage (captured again, pinned: copying nothing) and
-    its GPU span doubles, so the graph is dropped against the eager samples from before: a
-    GPU-bound program then stays eager for good, where a host-bound one is measured afresh
-    (``test_a_graph_judged_after_its_inputs_moved...``). Every call equals the eager run."""
-    _gpu_bound_rule(monkeypatch)
-    monkeypatch.setattr(graphed, "GPU_SLACK", 1.1)
     program, _ = _a_multiplying_program()
     w = torch.nn.Parameter(torch.randn(4, 3))
-    x = torch.empty(4, 3)
+    leaves = [torch.empty(4, 3) for _ in range(3)]
     before = dict(graphed.counts)
     with torch.no_grad():
         for i in range(24):
-            if i == graphed.MEASURED_CALLS + 2:
-                assert (program.phase, program.captures) == ("trial", 1)
+            if i == 8:
+                assert (program.phase, program.captures) == ("graphed", 1)
+            if i >= 8 and move == "parameter":
                 w.data = torch.randn(4, 3)
-                _GpuBoundTimed.span["seconds"] = 2.0
+            x = leaves[0] if i < 8 or move == "parameter" else leaves[1 + i % 2]
             x.copy_(torch.randn(4, 3))
             _call_checked(program, x, w, i)
+    delta = _delta(before)
+    assert (program.phase, program.captures) == ("eager", 1), (program.phase, program.captures, delta)
+    assert delta["stayed_eager"] == 1 and delta["captured"] == 1 and delta["recaptured"] == 0, str(delta)
+
+
+def test_a_gpu_bound_graph_dropped_leaves_its_program_eager(cpu_graphs, monkeypatch):
+    """Graphed; a replay's result is then held over the next calls (a micro-batch's activations),
+    so it is captured again with its results going out as copies, and its GPU span doubles: the graph is
+    dropped against the eager samples from before, and a GPU-bound program then stays eager for
+    good, where a host-bound one is measured afresh (``test_a_graph_judged_after_its_inputs_moved...``).
+    Every call equals the eager run."""
+    _gpu_bound_rule(monkeypatch)
+    monkeypatch.setattr(graphed, "GPU_SLACK", 1.1)
+    program, w = _a_multiplying_program()
+    x = torch.empty(4, 3)
+    before = dict(graphed.counts)
+    for i in range(30):
+        if i == 8:
+            assert (program.phase, program.captures) == ("graphed", 1)
+            _GpuBoundTimed.span["seconds"] = 2.0
+        x.copy_(torch.randn(4, 3))
+        got = program.run((x, w))
+        assert_bitwise(got[0], x * w, f"call {i}")
+        if i == 8:
+            held = got  # through the next MEASURED_CALLS calls: busy each, then captured again
+        if i == 8 + graphed.MEASURED_CALLS:
+            del held
+        del got
     delta = _delta(before)
     assert (program.phase, program.captures) == ("eager", 2), (program.phase, program.captures, delta)
     assert delta["dropped"] == 1 and delta["stayed_eager"] == 1 and delta["recaptured"] == 1, str(delta)
