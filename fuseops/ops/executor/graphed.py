@@ -119,7 +119,6 @@ import torch
 
 from fuseops.ops.executor import graph_pool
 
-
 _MODES = ("0", "1", "host", "all")
 
 

@@ -604,7 +604,8 @@ def test_the_cuda_graphs_modes(monkeypatch):
     for mode, expected in (("all", ["True", "inf", "inf"]), ("host", ["True", "4.0", "None"]),
                            ("1", ["True", "4.0", "0.01"])):
         env = dict(os.environ, FUSEOPS_CUDA_GRAPHS=mode, PYTHONPATH=os.pathsep.join(sys.path))
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                              check=False)
         assert done.stdout.split() == expected, (mode, done.stderr[-2000:])
 
 

@@ -12,6 +12,7 @@ import copy
 import gc
 import time
 import weakref
+from typing import ClassVar
 
 import pytest
 import torch
@@ -458,7 +459,7 @@ def test_a_graph_is_judged_by_the_eager_span_and_its_copies(copies, phase, cpu_g
 class _GpuBoundTimed(_StandInTimed):
     """A GPU span of ``span["seconds"]``, far past ``GPU_BOUND`` times any host time here."""
 
-    span = {"seconds": 1.0}
+    span: ClassVar[dict[str, float]] = {"seconds": 1.0}
 
     def sample(self):
         return self.host, self.span["seconds"], 0.0
