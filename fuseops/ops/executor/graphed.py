@@ -68,8 +68,9 @@ measuring takes no host synchronisation, checking a capture does (step 2):
    for other work) and must not add GPU work. It is captured only where its graph would copy at
    most ``GPU_BOUND_COPIES`` of its inputs' bytes a call (its inputs are parameters, other graphs'
    results, tensors that stay put), else it stays eager, as it does for good once its graph is
-   dropped or an input of it moves other than into another graph's results (a parameter
-   gathered afresh each step would have it captured each step). The shortest, not the
+   dropped, an input of it moves other than into another graph's results (a parameter gathered
+   afresh each step would have it captured each step) or a result of it outlives its next call
+   (copied out from then on: GPU work). The shortest, not the
    median: a host far enough ahead of the GPU waits in its launches for the launch queue to
    drain, and those enqueue times measure the GPU (session 40, call 15: a 4-block GELU T=4096
    H=4096 step, each program 1.5-3.5 ms of GPU work, enqueued in 0.07-0.5 ms until the queue
@@ -166,8 +167,8 @@ GPU_BOUND = gpu_bound_from_env(os.environ.get("FUSEOPS_CUDA_GRAPHS", "1"))
 # an MoE composition, whose permuted rows are a fresh tensor each call) stays eager: its copies
 # would lengthen the step, and its buffers and the graphs captured and dropped on the way held
 # 2.25x the memory under ``all`` (session 50, run 6: OLMoE T=16384, 10,824 against 4,808 MB).
-# A GPU-bound graph dropped for any reason, or whose inputs move other than into graph memory,
-# leaves its program eager (no churn of captures).
+# A GPU-bound graph dropped for any reason, whose inputs move other than into graph memory, or
+# whose results outlive its next call (they would go out as copies), leaves its program eager.
 GPU_BOUND_COPIES = gpu_bound_copies_from_env(os.environ.get("FUSEOPS_CUDA_GRAPHS", "1"))
 KEEP = 0.9
 # A graph's call against the eager one's, each the longer of enqueue time and GPU span: within the
@@ -814,8 +815,14 @@ class GraphedProgram:
         A pinned input that moved elsewhere makes this call capture the program again (its result
         is then the new graph's)."""
         if self.busy():
-            alive = self._alive()
             counts["busy"] += 1
+            if self.gpu_bound:
+                # Its results would go out as copies: GPU work its graph must not add (the keep
+                # rule's span cap counts its input copies only; session 50). A micro-batch's
+                # saved activations, an output kept until the next step, a ``.grad`` kept.
+                self._stay_eager("a GPU-bound program whose results outlive its next call")
+                return None
+            alive = self._alive()
             # Kept past the next call (an output bound until the next step reassigns it, a
             # gradient kept as ``.grad`` across steps): such results go out as copies from now
             # on, so that the graph replays under them. Results handed out before then and kept

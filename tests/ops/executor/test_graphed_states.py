@@ -519,31 +519,62 @@ def test_a_gpu_bound_graph_whose_input_moves_leaves_its_program_eager(move, cpu_
     assert delta["stayed_eager"] == 1 and delta["captured"] == 1 and delta["recaptured"] == 0, str(delta)
 
 
-def test_a_gpu_bound_graph_dropped_leaves_its_program_eager(cpu_graphs, monkeypatch):
-    """Graphed; a replay's result is then held over the next calls (a micro-batch's activations),
-    so it is captured again with its results going out as copies, and its GPU span doubles: the graph is
-    dropped against the eager samples from before, and a GPU-bound program then stays eager for
-    good, where a host-bound one is measured afresh (``test_a_graph_judged_after_its_inputs_moved...``).
-    Every call equals the eager run."""
+def test_a_gpu_bound_graph_whose_result_outlives_its_next_call_leaves_its_program_eager(cpu_graphs, monkeypatch):
+    """Graphed; a replay's result is then held over the next call (a micro-batch's activations):
+    its results would go out as copies from then on, GPU work a GPU-bound graph must not add, so
+    the program stays eager for good. The held result keeps its values; every call equals the
+    eager run."""
     _gpu_bound_rule(monkeypatch)
-    monkeypatch.setattr(graphed, "GPU_SLACK", 1.1)
     program, w = _a_multiplying_program()
     x = torch.empty(4, 3)
     before = dict(graphed.counts)
-    for i in range(30):
+    for i in range(16):
         if i == 8:
             assert (program.phase, program.captures) == ("graphed", 1)
-            _GpuBoundTimed.span["seconds"] = 2.0
         x.copy_(torch.randn(4, 3))
         got = program.run((x, w))
         assert_bitwise(got[0], x * w, f"call {i}")
         if i == 8:
-            held = got  # through the next MEASURED_CALLS calls: busy each, then captured again
-        if i == 8 + graphed.MEASURED_CALLS:
-            del held
+            held, want = got[0], got[0].clone()
         del got
+    assert_bitwise(held, want, "the held result")
     delta = _delta(before)
-    assert (program.phase, program.captures) == ("eager", 2), (program.phase, program.captures, delta)
+    assert (program.phase, program.captures) == ("eager", 1), (program.phase, program.captures, delta)
+    assert delta["busy"] == 1 and delta["stayed_eager"] == 1 and delta["copied_out"] == 0, str(delta)
+
+
+def test_a_gpu_bound_graph_dropped_leaves_its_program_eager(cpu_graphs, monkeypatch):
+    """A consumer on trial finds its input moved into its producer's graph (graphed a step
+    later): captured again there (pinned: no copy), judged against its eager samples from before
+    by its own span, which has doubled, and dropped: a GPU-bound program then stays eager for
+    good, where a host-bound one is measured afresh (``test_a_graph_judged_after_its_inputs_moved...``).
+    The producer's graph is kept (its span counts as at most the eager one's). Every call
+    equals the eager run."""
+    _gpu_bound_rule(monkeypatch)
+    monkeypatch.setattr(graphed, "GPU_SLACK", 1.1)
+    producer, w = _a_multiplying_program()
+    consumer = graphed.GraphedProgram(_times, None, torch.device("cpu"))
+    w2 = torch.randn(4, 3)
+    x, y_before = torch.empty(4, 3), torch.empty(4, 3)
+    before = dict(graphed.counts)
+    for i in range(20):
+        x.copy_(torch.randn(4, 3))
+        if i == graphed.MEASURED_CALLS + 2:
+            assert (consumer.phase, consumer.captures) == ("trial", 1)
+            assert (producer.phase, producer.captures) == ("trial", 1)
+            _GpuBoundTimed.span["seconds"] = 2.0
+        if i >= 1:  # the producer starts a call later
+            y = producer.run((x, w))[0]
+            assert_bitwise(y, x * w, f"producer call {i}")
+        if i < graphed.MEASURED_CALLS + 2:  # until the producer's graph hands out its result
+            torch.mul(x, w, out=y_before)
+            y = y_before
+        z = consumer.run((y, w2))[0]
+        assert_bitwise(z, x * w * w2, f"consumer call {i}")
+        del y, z
+    delta = _delta(before)
+    assert (consumer.phase, consumer.captures) == ("eager", 2), (consumer.phase, consumer.captures, delta)
+    assert (producer.phase, producer.captures) == ("graphed", 1), (producer.phase, producer.captures, delta)
     assert delta["dropped"] == 1 and delta["stayed_eager"] == 1 and delta["recaptured"] == 1, str(delta)
 
 
