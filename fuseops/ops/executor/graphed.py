@@ -68,9 +68,9 @@ measuring takes no host synchronisation, checking a capture does (step 2):
    for other work) and must not add GPU work. It is captured only where its graph would copy at
    most ``GPU_BOUND_COPIES`` of its inputs' bytes a call (its inputs are parameters, other graphs'
    results, tensors that stay put), else it stays eager, as it does for good once its graph is
-   dropped, an input of it moves other than into another graph's results (a parameter gathered
-   afresh each step would have it captured each step) or a result of it outlives its next call
-   (copied out from then on: GPU work). The shortest, not the
+   dropped, a capture again would copy more (an input that moved), a parameter of it is given
+   new storage (one gathered afresh each step would have it captured each step) or a result of
+   it outlives its next call (copied out from then on: GPU work). The shortest, not the
    median: a host far enough ahead of the GPU waits in its launches for the launch queue to
    drain, and those enqueue times measure the GPU (session 40, call 15: a 4-block GELU T=4096
    H=4096 step, each program 1.5-3.5 ms of GPU work, enqueued in 0.07-0.5 ms until the queue
@@ -167,8 +167,8 @@ GPU_BOUND = gpu_bound_from_env(os.environ.get("FUSEOPS_CUDA_GRAPHS", "1"))
 # an MoE composition, whose permuted rows are a fresh tensor each call) stays eager: its copies
 # would lengthen the step, and its buffers and the graphs captured and dropped on the way held
 # 2.25x the memory under ``all`` (session 50, run 6: OLMoE T=16384, 10,824 against 4,808 MB).
-# A GPU-bound graph dropped for any reason, whose inputs move other than into graph memory, or
-# whose results outlive its next call (they would go out as copies), leaves its program eager.
+# A GPU-bound graph dropped for any reason, whose parameters are given new storage, or whose
+# results outlive its next call (they would go out as copies), leaves its program eager.
 GPU_BOUND_COPIES = gpu_bound_copies_from_env(os.environ.get("FUSEOPS_CUDA_GRAPHS", "1"))
 KEEP = 0.9
 # A graph's call against the eager one's, each the longer of enqueue time and GPU span: within the
@@ -844,11 +844,11 @@ class GraphedProgram:
         moved = [slot for slot, address in self.pinned if everything[slot].data_ptr() != address]
         if moved:
             counts["moved"] += 1
-            if self.gpu_bound and not all(everything[s].data_ptr() in _graph_memory for s in moved):
-                # Its graph saves host time alone: not worth a capture after every move (a
+            if self.gpu_bound and any(isinstance(everything[s], torch.nn.Parameter) for s in moved):
+                # A parameter given new storage would be pinned there by a capture again: its
+                # graph saves host time alone, not worth a capture after every such move (a
                 # parameter gathered afresh each step, FSDP-style, would capture each step).
-                # Into graph memory it is captured again: its producer was just graphed.
-                self._stay_eager("a GPU-bound program whose inputs moved")
+                self._stay_eager("a GPU-bound program whose parameters moved")
                 return None
             # Into other graphs' results, or a parameter given new storage (``param.data = t``):
             # pinned there (they stay put). An activation from one allocator-placed address to

@@ -541,6 +541,50 @@ def test_an_outer_capture_runs_the_programs_eagerly(always_graph):
         assert_bitwise(a.grad, b.grad, "input grad")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("where", ["one_address", "fresh_each_step"])
+def test_the_default_graphs_a_gpu_bound_program_where_its_graph_copies_almost_nothing(where, monkeypatch):
+    """``FUSEOPS_CUDA_GRAPHS=1`` on programs the GPU bounds (two 4096-wide GEMMs of 8,192 rows a
+    direction, far past ``GPU_BOUND`` times their host time): with the input at one address the
+    forward and backward are graphed and kept; with a fresh input tensor each step (as the MoE
+    composition's permuted rows) their graphs would copy it (a third of the forward's bytes), so
+    both stay eager, uncaptured. Every step equals the full path bit for bit."""
+    device = cuda_or_skip()
+    for name, value in (("GPU_BOUND", graphed.gpu_bound_from_env("1")),
+                        ("GPU_BOUND_COPIES", graphed.gpu_bound_copies_from_env("1")), ("ENABLED", True)):
+        monkeypatch.setattr(graphed, name, value)
+    monkeypatch.setattr(replay, "ENABLED", True)
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.Linear(4096, 4096), ops.GELU(), ops.Linear(4096, 4096)).to(device, torch.bfloat16)
+    x0 = torch.randn(8192, 4096, device=device, dtype=torch.bfloat16)
+
+    def steps(m):
+        out, last = [], None
+        for _ in range(CALLS):
+            for p in m.parameters():
+                p.grad = None
+            # A fresh copy made while the last one lives: at another address each step.
+            x = x0 if where == "one_address" else x0.clone()
+            last = x  # noqa: F841 (held until the next step's copy is made)
+            y = m(x)
+            y.sum().backward()  # dy a stride-0 view: a graph copies one element of it
+            out.append([y.detach().clone(), *[p.grad.clone() for p in m.parameters()]])
+            del y
+            torch.cuda.synchronize()
+        return out
+
+    before = dict(graphed.refusals)
+    _same_as_full_path(model, steps, monkeypatch)
+    states = [(g.phase, g.gpu_bound, g.captures) for g in graph_states(model)]
+    assert len(states) == 2 and all(bound for _, bound, _ in states), states
+    if where == "one_address":
+        assert all(phase == "graphed" for phase, _, _ in states), states
+    else:
+        assert all((phase, captures) == ("eager", 0) for phase, _, captures in states), states
+        reason = "a GPU-bound program whose graph would copy its inputs"
+        assert graphed.refusals.get(reason, 0) > before.get(reason, 0)
+
+
 def test_the_decision_rule():
     """Steps 1 and 3 of the module docstring, on (enqueue s, GPU span s) samples of the eager
     program and (enqueue s, GPU span s, of which copies s) of its graph."""
