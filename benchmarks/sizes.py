@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import time
 from collections.abc import Callable
 from copy import deepcopy as copy_module
@@ -445,11 +446,14 @@ def main() -> None:
         dense, moe = (args.T or DENSE_T, args.H or DENSE_H), (args.T or MOE_T, shapes)
     out = args.out or Path(__file__).parent / "results" / f"sizes_{args.part}{'_smoke' if args.smoke else ''}"
     done: list[dict] = []
+    # Which CUDA-graph rule the fuseops columns ran under (``graphed.py``'s modes; "1" the default).
+    graphs_mode = os.environ.get("FUSEOPS_CUDA_GRAPHS", "1")
 
     def save(rows: list[dict]) -> None:
         # After every cell, so that a run stopped by a time limit keeps what it measured.
         out.with_suffix(".json").write_text(
-            json.dumps({"device": device, "dtype": str(dtype), "rows": done + rows}, indent=1))
+            json.dumps({"device": device, "dtype": str(dtype), "cuda_graphs": graphs_mode, "rows": done + rows},
+                       indent=1))
 
     rows = []
     if args.part in ("dense", "all"):
@@ -460,7 +464,7 @@ def main() -> None:
     save(rows[len(done):])
     plot(rows, out.with_suffix(".png"))
     print_table(rows)
-    print(f"CUDA-graph replays (FUSEOPS_CUDA_GRAPHS={int(graphed.ENABLED)}): {graphed.counts}; not graphed: "
+    print(f"CUDA-graph replays (FUSEOPS_CUDA_GRAPHS={graphs_mode}): {graphed.counts}; not graphed: "
           f"{graphed.refusals}")
 
 
