@@ -30,3 +30,6 @@ if __name__ == "__main__":
     shared_pool.build = build_composition
     sys.argv = [sys.argv[0], "--cells", sys.argv[2], "--variants", sys.argv[1], "--steps", "30"]
     shared_pool.main()
+    # Why programs were not graphed (``graphed.refusals``; one variant and cell a process).
+    from fuseops.ops.executor import graphed
+    print(f"{sys.argv[2]} not graphed: {graphed.refusals}")

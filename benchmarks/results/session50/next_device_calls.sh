@@ -31,7 +31,7 @@ case "${1:-}" in
       for mode in host 1 all torch; do  # (torch: the torch.nn model, dense cells only)
         v=today; [ $mode = all ] && v=all_shared; [ $mode = torch ] && v=torch
         echo "$mode $(FUSEOPS_CUDA_GRAPHS=${mode/torch/1} timeout 60 python3 benchmarks/results/session50/mem_ab.py $v $cell 2>&1 \
-          | grep -E "^(moe|gelu|swiglu)" | cut -c1-175)" | tee -a $OUT/memory.txt
+          | grep -E "^(moe|gelu|swiglu)" | cut -c1-300)" | tee -a $OUT/memory.txt
       done
     done ;;
   autocast)
