@@ -145,7 +145,9 @@ def gpu_bound_copies_from_env(value: str) -> float | None:
     return None if mode == "host" else float("inf") if mode == "all" else 0.01
 
 
-ENABLED: bool = os.environ.get("FUSEOPS_CUDA_GRAPHS", "1") != "0"
+# The mode, read once at import (a value not among ``_MODES`` raises there).
+_MODE = _check_mode(os.environ.get("FUSEOPS_CUDA_GRAPHS", "1"))
+ENABLED: bool = _MODE != "0"
 MEASURED_CALLS = 3
 # A host-bound program's GPU span is its enqueue time plus its last kernels (session 24: 1.1-1.3x
 # at T=4096 H=1024, where graphs pay): GPU-bound only well past that. Programs at 2-4x still pay
@@ -159,7 +161,7 @@ MEASURED_CALLS = 3
 # session 50, run 6, where every graph settles: 3,770 against 3,842 MB at GELU T=16384 H=2048,
 # host 3.14 against 4.15 ms a step). ``GPU_BOUND_COPIES`` says which such programs make that
 # trade; ``FUSEOPS_CUDA_GRAPHS=all`` makes it for all: infinity.
-GPU_BOUND = gpu_bound_from_env(os.environ.get("FUSEOPS_CUDA_GRAPHS", "1"))
+GPU_BOUND = gpu_bound_from_env(_MODE)
 # A GPU-bound program is captured where its graph would copy at most this fraction of its inputs'
 # bytes a call (None: it stays eager). A program reads its inputs at least once, so such copies
 # (a read and a write each) add at most ~2 % to its GPU span, within ``GPU_SLACK``: its graph then
@@ -169,7 +171,7 @@ GPU_BOUND = gpu_bound_from_env(os.environ.get("FUSEOPS_CUDA_GRAPHS", "1"))
 # 2.25x the memory under ``all`` (session 50, run 6: OLMoE T=16384, 10,824 against 4,808 MB).
 # A GPU-bound graph dropped for any reason, whose parameters are given new storage, or whose
 # results outlive its next call (they would go out as copies), leaves its program eager.
-GPU_BOUND_COPIES = gpu_bound_copies_from_env(os.environ.get("FUSEOPS_CUDA_GRAPHS", "1"))
+GPU_BOUND_COPIES = gpu_bound_copies_from_env(_MODE)
 KEEP = 0.9
 # A graph's call against the eager one's, each the longer of enqueue time and GPU span: within the
 # GPU clock's drift between the two measurements. Session 47 (call 7): a GPU-bound program at
