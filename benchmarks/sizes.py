@@ -284,7 +284,7 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
         # cap the clock falls, so a fixed order would hand the later variants slower clocks.
         order = list(variants.items())
         for name, step in order if round_ % 2 == 0 else order[::-1]:
-            before, graphs_before = dict(replay.counts), dict(graphed.counts)
+            before, graphs_before, refused_before = dict(replay.counts), dict(graphed.counts), dict(graphed.refusals)
             step_ms = time_ms(step, device, reps)
             frees = _device_frees(device)
             host_ms = enqueue_ms(step, device, reps)
@@ -307,6 +307,11 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
                 graphs = row.setdefault("fuseops_graph_counts", dict.fromkeys(graphed.counts, 0))
                 for k, v in graphs_before.items():
                     graphs[k] += graphed.counts[k] - v
+                # Why programs went eager during them (session 51: four drops said no reason).
+                refused = row.setdefault("fuseops_graph_refusals", {})
+                for k, v in graphed.refusals.items():
+                    if v != refused_before.get(k, 0):
+                        refused[k] = refused.get(k, 0) + v - refused_before.get(k, 0)
     # The graph states' decisions over the whole cell, warm-up and every variant included.
     row["graph_counts"] = {k: graphed.counts[k] - v for k, v in cell_graphs.items()}
     row["torch_graphed_ms"] = graphed_ms(torch_model, args, device, reps)

@@ -5,7 +5,9 @@ import sys
 print("| cell | fuseops ms | torch ms | torch.compile ms | eager ratio | compiled ratio | host ms f / t | layer ratio | layer host ms |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for path in sys.argv[1:]:
-    for r in json.load(open(path))["rows"]:
+    with open(path) as f:
+        rows = json.load(f)["rows"]
+    for r in rows:
         name = f"{r['act']} H={r['H']} T={r['T']}" if r["part"] == "dense" else f"{r.get('shape')} T={r['T']} {r.get('routing', '')}"
         best = min(r["torch_ms"], r["torch_compiled_ms"])
         hb = " (host-bound)" if r.get("host_bound") else ""

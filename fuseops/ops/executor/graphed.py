@@ -198,6 +198,7 @@ DEVICE_TYPES = frozenset({"cuda"})
 counts: dict[str, int] = {"captured": 0, "kept": 0, "graph_replays": 0, "stayed_eager": 0, "dropped": 0,
                           "busy": 0, "moved": 0, "recaptured": 0, "copied_out": 0, "evicted": 0, "clobbered": 0,
                           "exposed": 0}
+# Why programs were not graphed, or not any longer (a drop that leaves a program eager), by reason.
 refusals: dict[str, int] = {}
 
 _MEASURING, _TRIAL, _GRAPHED, _EAGER = "measuring", "trial", "graphed", "eager"
@@ -866,7 +867,8 @@ class GraphedProgram:
             if self.misses >= MEASURED_CALLS:
                 for slot in moved:
                     self._note_move(slot, everything[slot].data_ptr())
-                self._drop()
+                self._drop("a graph whose inputs moved after its last capture" if self.captures >= MAX_CAPTURES
+                           else "a graph whose inputs left other graphs' memory")
             return None
         self.misses = 0
         settled = self._settled(everything) if self.buffers else set()
@@ -961,16 +963,20 @@ class GraphedProgram:
         self.settling = self.settling + 1 if found else 0
         return found if self.settling >= MEASURED_CALLS and self.captures < MAX_CAPTURES else set()
 
-    def _drop(self) -> None:
-        """Its graph freed for good reason (inputs that left graph memory, a verdict against it
+    def _drop(self, reason: str) -> None:
+        """Its graph freed for ``reason`` (inputs that left graph memory, a verdict against it
         after its inputs moved): measured afresh, or eager from now on where it is GPU-bound and
-        not captured under ``all`` (``GPU_BOUND_COPIES``: its graph only ever saved host time)."""
+        not captured under ``all`` (``GPU_BOUND_COPIES``: its graph only ever saved host time) or
+        was captured ``MAX_CAPTURES`` times; then ``reason`` is among the ``refusals``."""
         counts["dropped"] += 1
         if self.gpu_bound:
+            refuse(f"{reason} (GPU-bound)")
             counts["stayed_eager"] += 1
             self.phase = _EAGER
             self._free()
         else:
+            if self.captures >= MAX_CAPTURES:
+                refuse(reason)
             self._measure_again()
 
     def _measure_again(self) -> None:
@@ -999,8 +1005,9 @@ class GraphedProgram:
             # new cell's routing; session 27: the experts' GPU span grew by a third from uniform to
             # skewed routing, and the graph was dropped for a span the eager program had too).
             # Judged again against a fresh measurement.
-            self._drop()
+            self._drop("a graph judged slower than its program measured before its inputs moved")
         else:
+            refuse("a graph judged slower than its eager program")
             counts["dropped"] += 1
             counts["stayed_eager"] += 1
             self.phase = _EAGER

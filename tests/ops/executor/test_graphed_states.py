@@ -448,11 +448,14 @@ def test_a_graph_is_judged_by_the_eager_span_and_its_copies(copies, phase, cpu_g
 
     program, w = _a_multiplying_program()
     leaves = [torch.empty(4, 3) for _ in range(2)]  # x alternates between two: a copied slot
+    reason = "a graph judged slower than its eager program"
+    refused_before = graphed.refusals.get(reason, 0)
     for i in range(12):
         x = leaves[i % 2]
         x.copy_(torch.randn(4, 3))
         _call_checked(program, x, w, i)
     assert program.captures == 1 and program.phase == phase, (program.captures, program.phase)
+    assert graphed.refusals.get(reason, 0) - refused_before == (phase == "eager"), graphed.refusals
     assert [c for _, _, c in program.graph_samples] == [copies] * graphed.MEASURED_CALLS
 
 
@@ -558,6 +561,8 @@ def test_a_gpu_bound_graph_dropped_leaves_its_program_eager(cpu_graphs, monkeypa
     w2 = torch.randn(4, 3)
     x, y_before = torch.empty(4, 3), torch.empty(4, 3)
     before = dict(graphed.counts)
+    reason = "a graph judged slower than its program measured before its inputs moved (GPU-bound)"
+    refused_before = graphed.refusals.get(reason, 0)
     for i in range(20):
         x.copy_(torch.randn(4, 3))
         if i == graphed.MEASURED_CALLS + 2:
@@ -577,6 +582,48 @@ def test_a_gpu_bound_graph_dropped_leaves_its_program_eager(cpu_graphs, monkeypa
     assert (consumer.phase, consumer.captures) == ("eager", 2), (consumer.phase, consumer.captures, delta)
     assert (producer.phase, producer.captures) == ("graphed", 1), (producer.phase, producer.captures, delta)
     assert delta["dropped"] == 1 and delta["stayed_eager"] == 1 and delta["recaptured"] == 1, str(delta)
+    assert graphed.refusals.get(reason, 0) - refused_before == 1, graphed.refusals
+
+
+# (Not "gpu": a test id holding the gpu marker's name is taken for a GPU test.)
+@pytest.mark.parametrize("bound", ["host_bound", "gpu_bound"])
+def test_a_graph_whose_input_left_other_graphs_memory_is_dropped_and_says_why(bound, cpu_graphs, monkeypatch):
+    """A consumer graphed over its producer's graphed result (pinned there) finds its input at
+    another address out of graph memory for ``MEASURED_CALLS`` calls (its producer runs eagerly
+    now): the graph is dropped, a host-bound program measured afresh (captured again, the input
+    copied), a GPU-bound one eager from then on with the reason among the refusals (session 51:
+    drops in the sizes tables said no reason). Every call equals the eager run."""
+    if bound == "gpu_bound":
+        _gpu_bound_rule(monkeypatch)
+    producer, w = _a_multiplying_program()
+    consumer = graphed.GraphedProgram(_times, None, torch.device("cpu"))
+    w2 = torch.randn(4, 3)
+    x = torch.empty(4, 3)
+    elsewhere = [torch.empty(4, 3) for _ in range(2)]  # the producer's eager results, alternating
+    before, refusals_before = dict(graphed.counts), dict(graphed.refusals)
+    turn, captured = 12, None
+    for i in range(turn + 2 * graphed.MEASURED_CALLS + 4):
+        x.copy_(torch.randn(4, 3))
+        if i < turn:
+            y = producer.run((x, w))[0]
+        else:
+            if i == turn:
+                assert (producer.phase, consumer.phase) == ("graphed", "graphed"), (producer.phase, consumer.phase)
+                captured = consumer.captures
+            y = torch.mul(x, w, out=elsewhere[i % 2])
+        assert_bitwise(y, x * w, f"producer call {i}")
+        z = consumer.run((y, w2))[0]
+        assert_bitwise(z, x * w * w2, f"consumer call {i}")
+        del y, z
+    delta = _delta(before)
+    refused = {k: v - refusals_before.get(k, 0) for k, v in graphed.refusals.items() if v != refusals_before.get(k, 0)}
+    assert delta["dropped"] == 1, str(delta)
+    if bound == "gpu_bound":
+        assert consumer.phase == "eager" and delta["stayed_eager"] == 1, (consumer.phase, delta)
+        assert refused == {"a graph whose inputs left other graphs' memory (GPU-bound)": 1}, refused
+    else:
+        assert consumer.phase == "graphed" and consumer.captures == captured + 1, (consumer.phase, consumer.captures)
+        assert refused == {}, refused
 
 
 @pytest.mark.parametrize("autocast", [False, True])
