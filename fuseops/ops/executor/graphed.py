@@ -968,16 +968,21 @@ class GraphedProgram:
         after its inputs moved): measured afresh, or eager from now on where it is GPU-bound and
         not captured under ``all`` (``GPU_BOUND_COPIES``: its graph only ever saved host time) or
         was captured ``MAX_CAPTURES`` times; then ``reason`` is among the ``refusals``."""
-        counts["dropped"] += 1
         if self.gpu_bound:
-            refuse(f"{reason} (GPU-bound)")
-            counts["stayed_eager"] += 1
-            self.phase = _EAGER
-            self._free()
-        else:
-            if self.captures >= MAX_CAPTURES:
-                refuse(reason)
-            self._measure_again()
+            self._drop_for_good(f"{reason} (GPU-bound)")
+            return
+        counts["dropped"] += 1
+        if self.captures >= MAX_CAPTURES:
+            refuse(reason)
+        self._measure_again()
+
+    def _drop_for_good(self, reason: str) -> None:
+        """Its graph freed, and the program eager from now on, for ``reason``."""
+        refuse(reason)
+        counts["dropped"] += 1
+        counts["stayed_eager"] += 1
+        self.phase = _EAGER
+        self._free()
 
     def _measure_again(self) -> None:
         """Its graph freed, measured afresh at its next calls (eager where it was captured
@@ -1007,8 +1012,4 @@ class GraphedProgram:
             # Judged again against a fresh measurement.
             self._drop("a graph judged slower than its program measured before its inputs moved")
         else:
-            refuse("a graph judged slower than its eager program")
-            counts["dropped"] += 1
-            counts["stayed_eager"] += 1
-            self.phase = _EAGER
-            self._free()
+            self._drop_for_good("a graph judged slower than its eager program")
