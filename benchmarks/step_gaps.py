@@ -14,6 +14,7 @@ with the API call that launched the later kernel and the innermost torch op arou
     python -m benchmarks.step_gaps --model layer --shape qwen3 --T 1024    # fuseops.moe.expert_layer
     python -m benchmarks.step_gaps --model torch --shape qwen3 --T 1024    # the plain-torch layer
     python -m benchmarks.step_gaps --model dense --cell swiglu:1024:1024
+    python -m benchmarks.step_gaps --model dense --cell gelu:1024:4096 --compiled    # under torch.compile
     python -m benchmarks.step_gaps --model fp8 --fp8-shape qwen3-30b-a3b --recipe "fp8 current" --micro-batches 8
     python -m benchmarks.step_gaps --smoke                                 # CPU: the analysis on a toy trace
 
@@ -285,6 +286,8 @@ def build(args) -> Callable[[], None]:
         m = {"moe": mine, "layer": FuseopsExpertLayer(mine), "torch": TorchMoE(mine).to(device, dtype)}[args.model]
         inputs = moe_args(args.T, E, H, K, args.skewed, device, dtype)
     params = list(m.parameters())
+    if args.compiled:
+        m = torch.compile(m)
 
     def step() -> None:
         # benchmarks.sizes' step_fn, its phases named on the host's timeline.
@@ -383,6 +386,8 @@ def main() -> None:
     parser.add_argument("--no-drain", action="store_true",
                         help="steps back to back (as a sustained loop), not each from a drained GPU")
     parser.add_argument("--gc", action="store_true", help="name Python's garbage collections on the host's timeline")
+    parser.add_argument("--compiled", action="store_true",
+                        help="dense, moe, layer, torch: the model under torch.compile (compiled in the warm-up)")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     for spec in DEFAULT_MARKS if args.mark is None else args.mark:
@@ -410,7 +415,7 @@ def main() -> None:
     summary["phases"] = [(name, a - start, b - start) for a, b, name in phases if start <= a <= end]
     summary["by_op"] = busy_by_op(acts, [window] if args.no_drain else steps, len(steps))[:args.top]
     if args.model == "dense":
-        label = f"{args.model} {args.cell}"
+        label = f"{args.model} {args.cell}{' torch' if args.torch else ''}"
     elif args.model == "fp8":
         tokens = f" T={args.fp8_tokens}" if args.fp8_tokens else ""
         label = f"{args.impl} {args.recipe if args.impl != 'bf16' else ''} {args.fp8_shape}{tokens} x{args.micro_batches}"
@@ -419,6 +424,8 @@ def main() -> None:
         printed = {k: v for k, v in summary.items() if k != "timeline"}
     else:
         label = f"{args.model} {args.shape} T={args.T} {'skewed' if args.skewed else 'uniform'}"
+    if args.compiled and args.model != "fp8":
+        label += " compiled"
     report(printed if args.model == "fp8" else summary, label)
     if args.out:
         args.out.write_text(json.dumps({"label": label, **summary}, indent=1))
