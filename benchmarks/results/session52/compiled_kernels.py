@@ -2,6 +2,9 @@
 GPU is the bound (session 51, H100: GELU T=1024 H=4096 6.25 against 5.42 ms a step, SwiGLU 6.26 against 5.72).
 GPU time per kernel of one dense-stack step, fuseops eager beside fuseops compiled and torch.compile, after warm-up
 (torch.profiler, CUDA activity only); then the kernels whose time differs most between the two fuseops variants.
+Session 40's ``compiled_kernels.py`` and session 42's ``compiled_gap.py`` asked the same at T=4096 / 16384 (the
+materialised ``dy``'s NTT cuBLAS kernels; session 43: kernel times move 2-16 % between rounds); this one adds
+torch.compile's kernels beside them at T=1024.
 
     python benchmarks/results/session52/compiled_kernels.py [--cells gelu:1024:4096 ...] [--top 12]
 """

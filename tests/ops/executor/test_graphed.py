@@ -546,10 +546,11 @@ def test_an_outer_capture_runs_the_programs_eagerly(always_graph):
 def test_the_default_graphs_a_gpu_bound_program_where_its_graph_copies_almost_nothing(where, monkeypatch):
     """``FUSEOPS_CUDA_GRAPHS=1`` on programs the GPU bounds (two 4096-wide GEMMs of 32,768 rows a
     direction, far past ``GPU_BOUND`` times their host time; session 52: with 8,192 rows both
-    programs measured host-bound once, late in the graphs part, passing alone): with the input at one address the
-    forward and backward are graphed and kept; with a fresh input tensor each step (as the MoE
-    composition's permuted rows) their graphs would copy it (most of the forward's bytes), so
-    the GPU-bound ones stay eager, uncaptured. Every step equals the full path bit for bit."""
+    programs measured host-bound in two runs of the graphs part, though not alone): with the
+    input at one address the forward and backward are graphed and kept; with a fresh input
+    tensor each step (as the MoE composition's permuted rows) their graphs would copy it (most
+    of the forward's bytes), so the GPU-bound ones stay eager, uncaptured. Every step equals the
+    full path bit for bit."""
     device = cuda_or_skip()
     for name, value in (("GPU_BOUND", graphed.gpu_bound_from_env("1")),
                         ("GPU_BOUND_COPIES", graphed.gpu_bound_copies_from_env("1")), ("ENABLED", True)):
@@ -577,8 +578,8 @@ def test_the_default_graphs_a_gpu_bound_program_where_its_graph_copies_almost_no
     before = dict(graphed.refusals)
     _same_as_full_path(model, steps, monkeypatch)
     states = [(g.phase, g.gpu_bound, g.captures) for g in graph_states(model)]
-    # What the rule said of these programs (session 52: the one-address case failed once in the
-    # graphs part, passing alone, and the log was lost: a failure now names the reasons).
+    # What the rule said of these programs: a failure names the reasons (session 52: the first
+    # failure's log was lost).
     said = {k: v - before.get(k, 0) for k, v in graphed.refusals.items() if v != before.get(k, 0)}
     # The forward at least is GPU-bound; the backward measured host-bound in one run (session 51,
     # run 1: a first process's timings), and a host-bound program is graphed by the rule before.
