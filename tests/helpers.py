@@ -79,6 +79,12 @@ def reroutable(T: int, E: int, K: int, device) -> tuple[torch.Tensor, torch.Tens
     return ids, weights, route
 
 
+def changed_since(before: dict[str, int], now: dict[str, int]) -> dict[str, int]:
+    """The counters of ``now`` that moved since the snapshot ``before``, by how much
+    (``graphed.counts``, ``graphed.refusals``: what one test's calls did to them)."""
+    return {k: v - before.get(k, 0) for k, v in now.items() if v != before.get(k, 0)}
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     denom = ref.norm().item()

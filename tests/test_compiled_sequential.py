@@ -22,7 +22,8 @@ import fuseops
 from fuseops import compiled_sequential, ops
 from fuseops.ops.executor import graphed, replay
 from fuseops.ops.executor.prepared import parameter_slots
-from tests.helpers import assert_bitwise, kernels_on
+from tests.helpers import assert_bitwise, changed_since, kernels_on
+from tests.ops.executor.test_graphed_states import programs_in
 from tests.test_compile import _call, _inputs, _model, _run
 
 
@@ -438,13 +439,9 @@ def _graph_states_of_runners(model) -> list:
     for entry in list(compiled_sequential._entries.values()):
         for module, runner in list(entry.runners.items()):
             if module is model or any(module is m for m in model.modules()):
-                layouts = runner.prep.layouts
-                for table in (layouts.forward, layouts.backward) if layouts is not None else ():
-                    for p in (table or {}).values():
-                        g = getattr(p, "graph", None)
-                        if g is not None:
-                            found.append((g.phase, g.gpu_bound, g.captures,
-                                          [(round(a * 1e6), round(b * 1e6)) for a, b, *_ in g.eager_samples]))
+                found += [(p.graph.phase, p.graph.gpu_bound, p.graph.captures,
+                           [(round(a * 1e6), round(b * 1e6)) for a, b, *_ in p.graph.eager_samples])
+                          for p in programs_in(runner.prep.layouts) if p.graph is not None]
     return found
 
 
@@ -481,7 +478,5 @@ def test_gpu_compiled_steps_are_the_eager_steps_and_replay_graphs(kind, real_cal
     assert real_calls == {"forward": steps, "backward": steps}
     # What the graphs did in this test, where none replayed (session 51: after the file's other
     # tests, not alone).
-    counts = {k: v - counts_before.get(k, 0) for k, v in graphed.counts.items() if v != counts_before.get(k, 0)}
-    refusals = {k: v - refusals_before.get(k, 0) for k, v in graphed.refusals.items()
-                if v != refusals_before.get(k, 0)}
-    assert replays > 0, (counts, refusals, _graph_states_of_runners(model))
+    assert replays > 0, (changed_since(counts_before, graphed.counts), changed_since(refusals_before, graphed.refusals),
+                         _graph_states_of_runners(model))

@@ -20,7 +20,7 @@ import torch
 import fuseops
 from fuseops import ops
 from fuseops.ops.executor import graph_pool, graphed, replay
-from tests.helpers import assert_bitwise, cuda_or_skip
+from tests.helpers import assert_bitwise, changed_since, cuda_or_skip
 from tests.ops.executor.test_graphed_states import (
     blocks,
     change_parameters,
@@ -580,7 +580,7 @@ def test_the_default_graphs_a_gpu_bound_program_where_its_graph_copies_almost_no
     states = [(g.phase, g.gpu_bound, g.captures) for g in graph_states(model)]
     # What the rule said of these programs: a failure names the reasons (session 52: the first
     # failure's log was lost).
-    said = {k: v - before.get(k, 0) for k, v in graphed.refusals.items() if v != before.get(k, 0)}
+    said = changed_since(before, graphed.refusals)
     # The forward at least is GPU-bound; the backward measured host-bound in one run (session 51,
     # run 1: a first process's timings), and a host-bound program is graphed by the rule before.
     assert len(states) == 2 and any(bound for _, bound, _ in states), (states, said)

@@ -20,7 +20,7 @@ import torch
 import fuseops
 from fuseops import ops
 from fuseops.ops.executor import graphed, replay
-from tests.helpers import assert_bitwise
+from tests.helpers import assert_bitwise, changed_since
 from tests.ops.executor.test_replay import MODELS, H, _inputs, _step
 
 # The inputs of the call being captured or replayed (set by the fixture around those methods).
@@ -616,7 +616,7 @@ def test_a_graph_whose_input_left_other_graphs_memory_is_dropped_and_says_why(bo
         assert_bitwise(z, x * w * w2, f"consumer call {i}")
         del y, z
     delta = _delta(before)
-    refused = {k: v - refusals_before.get(k, 0) for k, v in graphed.refusals.items() if v != refusals_before.get(k, 0)}
+    refused = changed_since(refusals_before, graphed.refusals)
     assert delta["dropped"] == 1, str(delta)
     if bound == "gpu_bound":
         assert consumer.phase == "eager" and delta["stayed_eager"] == 1, (consumer.phase, delta)
@@ -884,16 +884,18 @@ def test_a_block_applied_to_its_own_output_equals_the_full_path(cpu_graphs, monk
     assert delta["graph_replays"] >= 10 and delta["copied_out"] >= 1, str(delta)
 
 
+def programs_in(layouts: replay.Layouts | None) -> list:
+    """The recorded programs of one ``Prepared`` run's ``layouts``, forward and backward."""
+    found = []
+    for table in (layouts.forward, layouts.backward) if layouts is not None else ():
+        found += [p for p in (table or {}).values() if isinstance(p, replay.Program)]
+    return found
+
+
 def recorded_programs(model) -> list:
     """The recorded programs of ``model``'s Sequentials, forward and backward."""
-    found = []
-    for m in model.modules():
-        if isinstance(m, fuseops.Sequential):
-            for prepared in m._calls._runs.values():
-                layouts = prepared.layouts
-                for table in (layouts.forward, layouts.backward) if layouts is not None else ():
-                    found += [p for p in (table or {}).values() if isinstance(p, replay.Program)]
-    return found
+    return [p for m in model.modules() if isinstance(m, fuseops.Sequential)
+            for prepared in m._calls._runs.values() for p in programs_in(prepared.layouts)]
 
 
 def graph_states(model) -> list:
