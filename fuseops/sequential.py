@@ -99,7 +99,7 @@ class Sequential(torch.nn.Module):
             if prepared is not None:
                 if self._plan is not prepared.plan:
                     self._plan = prepared.plan
-                return run_prepared(prepared, ops, input, extra_inputs, params)
+                return run_prepared(prepared, ops, input, extra_inputs, params, compiling=False)
         per_op = split_extra_inputs(ops, extra_inputs)
         specs = check_chain(ops, input, per_op)
         hooked = hooked_ops(ops)
@@ -125,7 +125,7 @@ class Sequential(torch.nn.Module):
             params = flat_parameters(ops)
         prepared = prepare(plan, ops, ctxs, input, extra_inputs, params, kept=signature is not None)
         self._calls.put(signature, prepared)
-        return run_prepared(prepared, ops, input, extra_inputs, params)
+        return run_prepared(prepared, ops, input, extra_inputs, params, compiling=False)
 
     def _run_segments(
         self, plan: Plan, ops: list[BasicOp], hooked: frozenset[int], x: torch.Tensor, per_op: list

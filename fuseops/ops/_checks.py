@@ -131,8 +131,22 @@ def extra_tensor(
         )
 
 
+# ``os.environ``'s own table of encoded names and values: every replayed call asks for the flag
+# (issue 20's host path), and ``os.environ.get`` costs four Python frames a read. Setting the
+# variable through ``os.environ`` (``monkeypatch.setenv`` too) updates this table; where the
+# platform's ``os.environ`` has none, ``os.environ.get`` reads it.
+_ENVIRON_TABLE = getattr(os.environ, "_data", None)
+_ENCODE = getattr(os.environ, "encodekey", None), getattr(os.environ, "encodevalue", None)
+if _ENVIRON_TABLE is not None and None not in _ENCODE:
+    _DEBUG_NAME, _ON = _ENCODE[0]("FUSEOPS_DEBUG"), _ENCODE[1]("1")
+else:
+    _ENVIRON_TABLE = None
+
+
 def debug_checks_enabled() -> bool:
     """``FUSEOPS_DEBUG=1`` turns on checks that read device data (and so sync the host)."""
+    if _ENVIRON_TABLE is not None:
+        return _ENVIRON_TABLE.get(_DEBUG_NAME) == _ON
     return os.environ.get("FUSEOPS_DEBUG", "0") == "1"
 
 

@@ -34,8 +34,9 @@ from fuseops.ops.contract import OpGrads, Saved, role_fields
 from fuseops.ops.executor import replay
 from fuseops.ops.executor.save_notice import Receiver, current_receiver, noticing
 from fuseops.ops.executor.saved_state import (
+    Unfilled,
     activation_tensors,
-    fill_records,
+    filled,
     graph_freed_after_backward,
     pack_saved,
     record_templates,
@@ -198,18 +199,19 @@ def _forward_results(outputs: list, tensors: list, records: list) -> list[torch.
     return [*outputs, *tensors, *[getattr(records[i], name) for i, name in record_tensor_fields(records)]]
 
 
-def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found: Any, receiver: Receiver | None
-                      ) -> tuple[list[torch.Tensor], list[torch.Tensor], list, list[int]]:
+def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found: Any, receiver: Receiver | None,
+                      fill: bool) -> tuple[list[torch.Tensor], list[torch.Tensor], Any, list[int]]:
     """``forward_ops`` through the layout's recorded program, or recording it (``found``
     True; ``replay.py``), with ``_checked_param_slots`` (a program's are those of its
-    recording); a save receiver hears of the same tensors at the same points."""
+    recording); a save receiver hears of the same tensors at the same points. A replay's
+    records are ``Unfilled`` unless ``fill``."""
     if found is True:
         (outputs, tensors, records), program = replay.record(
             inputs, lambda notice: forward_ops(state, inputs, notice, False),
             lambda out: _forward_results(*out), host_readable=replay.host_readable(inputs), receiver=receiver)
         slots = _checked_param_slots(state, records, False)
         if isinstance(program, replay.Program):
-            program.meta = (len(outputs), len(tensors), record_templates(records, len(outputs) + len(tensors)), slots)
+            program.meta = (len(outputs), len(tensors), record_templates(records, 0), slots)
         replay.keep(state.prep.layouts, "forward", key, program)
         return outputs, tensors, records, slots
     # The ops ran with torch's autocast off when recorded (``forward_ops``): so does their replay.
@@ -217,20 +219,23 @@ def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found:
         values = replay.replayed(found, *inputs, notice=receiver)
     state.replayed = found
     num_outputs, num_saved, templates, slots = found.meta
-    return (list(values[:num_outputs]), list(values[num_outputs:num_outputs + num_saved]),
-            fill_records(templates, values), slots)
+    first = num_outputs + num_saved
+    records = Unfilled(templates, values[first:])
+    return (list(values[:num_outputs]), list(values[num_outputs:first]), records.filled() if fill else records,
+            slots)
 
 
 def forward_body(
-    state: RunState, inputs: Sequence[Any], *, notice: bool = False, checked_params: bool = True
-) -> tuple[tuple, list[torch.Tensor], list]:
+    state: RunState, inputs: Sequence[Any], *, notice: bool = False, checked_params: bool = True, fill: bool = True
+) -> tuple[tuple, list[torch.Tensor], Any]:
     """``(outputs, tensors to save, packed records)``; fills fresh op contexts. ``notice``:
     the caller saves the tensors through ``save_for_backward`` (``PlanFunction``), so a
     registered receiver hears of each step's as it is produced (``save_notice.py``),
     unless this forward is being traced. A ``PlanFunction`` forward runs a recorded program
     where its layout (with or without a receiver) has one (``replay.py``). The tensors to
     save end with the parameters backward reads (for torch's version check) unless not
-    ``checked_params`` (the compiled Sequential saves every parameter itself)."""
+    ``checked_params`` (the compiled Sequential saves every parameter itself). Not ``fill``: a
+    replay's records may come back ``Unfilled`` (``backward_body`` takes either)."""
     prep = state.prep
     compiling = torch.compiler.is_compiling()
     receiver = current_receiver() if notice and not compiling else None
@@ -243,7 +248,7 @@ def forward_body(
         outputs, tensors, records = forward_ops(state, inputs, receiver, compiling)
         slots = _checked_param_slots(state, records, compiling)
     else:
-        outputs, tensors, records, slots = _forward_recorded(state, inputs, key, found, receiver)
+        outputs, tensors, records, slots = _forward_recorded(state, inputs, key, found, receiver, fill)
     if checked_params:
         # The parameters as this Function received them (under torch.func, unwrapped).
         params = inputs[prep.num_inputs:]
@@ -327,7 +332,7 @@ _DIFFERENTIATING = ("TransformType.Grad", "TransformType.Jvp")
 
 def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple | None:
     """``run_backward``'s gradients through the layout's recorded program, or recording it
-    (``replay.py``); None where this call takes the full path."""
+    (``replay.py``); None where this call takes the full path. ``records`` may be ``Unfilled``."""
     layouts = state.prep.layouts
     inputs = [*saved_tensors, dy, *flat_extra_output_grads, *state.params]
     key = (*replay.layout_key(inputs), graph_freed_after_backward())
@@ -335,6 +340,7 @@ def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_o
     if found is False:
         return None
     if found is True:
+        records = filled(records)
         try:
             fields = record_tensor_fields(records)
         except replay.NotRecordable as why:
@@ -349,7 +355,10 @@ def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_o
             program.meta = fields
         replay.keep(layouts, "backward", key, program)
         return grads
-    values = [getattr(records[i], name) for i, name in found.meta]
+    if records.__class__ is Unfilled:
+        values = records.tensors(found.meta)
+    else:
+        values = [getattr(records[i], name) for i, name in found.meta]
     if not all(isinstance(v, torch.Tensor) for v in values):
         return None
     state.replayed = found
@@ -357,6 +366,8 @@ def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_o
 
 
 def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
+    """The gradients (``run_backward``'s), through the layout's recorded program where it has one;
+    ``records`` may be ``Unfilled`` (``forward_body``)."""
     # Something will differentiate this backward again: under torch.func, a second grad /
     # jvp transform around the one running it; else create_graph=True (grad mode on).
     compiling = torch.compiler.is_compiling()
@@ -377,9 +388,9 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
                 grads = _backward_recorded(state, records, saved_tensors, dy, flat_extra_output_grads)
                 if grads is not None:
                     return grads
-            return run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)
+            return run_backward(state, filled(records), saved_tensors, dy, flat_extra_output_grads, compiling)
         with torch.no_grad():
-            grads = run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)
+            grads = run_backward(state, filled(records), saved_tensors, dy, flat_extra_output_grads, compiling)
     return _no_second_backward(grads) if create_graph else grads
 
 
@@ -387,7 +398,7 @@ class PlanFunction(torch.autograd.Function):
     @staticmethod
     def forward(autograd_ctx, state: RunState, *inputs: Any):
         autograd_ctx.set_materialize_grads(False)
-        outputs, tensors, records = forward_body(state, inputs, notice=True)
+        outputs, tensors, records = forward_body(state, inputs, notice=True, fill=False)
         autograd_ctx.save_for_backward(*tensors)
         autograd_ctx.state = state
         autograd_ctx.records = records
@@ -398,6 +409,22 @@ class PlanFunction(torch.autograd.Function):
         # Reading saved_tensors runs torch's version check of every saved tensor and parameter.
         return backward_body(autograd_ctx.state, autograd_ctx.records, autograd_ctx.saved_tensors, dy,
                              flat_extra_output_grads)
+
+
+# The autograd Function's own entry point, under ``Function.apply``'s Python wrapper: that wrapper's
+# per-call work (a setup_context probe, a generator over the arguments) is ~2 us of a replayed
+# call's host path (issue 20). Only outside torch.compile's tracing (dynamo traces
+# ``PlanFunction.apply``) and torch.func's transforms (the other form); dead functorch wrappers
+# are unwrapped as the wrapper would. Absent on a torch without them: the wrapper runs.
+_PLAN_ENTRY = super(torch.autograd.Function, PlanFunction).apply
+_unwrap_if_dead = getattr(torch._C._functorch, "unwrap_if_dead", None)
+
+
+def apply_eagerly(state: RunState, *inputs: torch.Tensor) -> Any:
+    """``PlanFunction.apply(state, *inputs)`` for a call outside torch.compile and torch.func."""
+    if _unwrap_if_dead is None:
+        return PlanFunction.apply(state, *inputs)
+    return _PLAN_ENTRY(state, *map(_unwrap_if_dead, inputs))
 
 
 class PlanFunctionForTransforms(torch.autograd.Function):

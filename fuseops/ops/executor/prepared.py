@@ -24,6 +24,7 @@ from fuseops.ops.executor.function import (
     PlanFunction,
     PlanFunctionForTransforms,
     RunState,
+    apply_eagerly,
     autocast_off,
     run_forward,
 )
@@ -173,9 +174,10 @@ def forward_without_grad(prep: Prepared, ops: Sequence[torch.nn.Module], x: torc
 
 def run_prepared(
     prep: Prepared, ops: Sequence[torch.nn.Module], x: torch.Tensor, extra_inputs: Sequence[Any],
-    params: Sequence[torch.nn.Parameter],
+    params: Sequence[torch.nn.Parameter], *, compiling: bool = True,
 ) -> Any:
-    """Run ``prep`` on this call's tensors; returns ``y`` or ``(y, *extra_outputs)``."""
+    """Run ``prep`` on this call's tensors; returns ``y`` or ``(y, *extra_outputs)``. Not
+    ``compiling``: the caller knows torch.compile is not tracing this call."""
     if not prep.needs_backward:
         flat = forward_without_grad(prep, ops, x, extra_inputs, [params[i] for i in prep.param_picks])
         return (*flat,) if prep.num_extra_outputs else flat[0]
@@ -185,10 +187,12 @@ def run_prepared(
     inputs = [extra_inputs[i] for i in prep.input_picks]
     # torch.func needs the setup_context form; torch.compile traces the other.
     transforms = torch._C._are_functorch_transforms_active()
-    function = PlanFunctionForTransforms if transforms else PlanFunction
-    outputs = function.apply(state, x, *inputs, *state.params)
     if transforms:
-        outputs = outputs[: state.num_outputs]
+        outputs = PlanFunctionForTransforms.apply(state, x, *inputs, *state.params)[: state.num_outputs]
+    elif compiling:
+        outputs = PlanFunction.apply(state, x, *inputs, *state.params)
+    else:
+        outputs = apply_eagerly(state, x, *inputs, *state.params)
     y = outputs[0]
     state.output_shape, state.output_dtype, state.output_device = tuple(y.shape), y.dtype, y.device
     return outputs if prep.num_extra_outputs else y

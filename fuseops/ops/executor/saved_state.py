@@ -111,16 +111,19 @@ def unpack_saved(
 functional_backward: bool = False
 
 
+# Whether the running backward keeps its graph; None on a torch that cannot tell.
+_KEEP_GRAPH = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+
+
 def graph_freed_after_backward() -> bool:
     """Whether the backward now running frees its graph (neither ``retain_graph`` nor
     ``create_graph``): saved activations are then read for the last time, so a kernel may
     write its output over one it has consumed. False outside a backward, on a torch that
     cannot tell, while torch.compile traces (a compiled backward may be replayed) and inside
     a compiled Sequential's backward operator (``functional_backward``)."""
-    if functional_backward or torch.compiler.is_compiling():
+    if functional_backward or _KEEP_GRAPH is None or torch.compiler.is_compiling():
         return False
-    probe = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
-    return probe is not None and not probe()
+    return not _KEEP_GRAPH()
 
 
 def record_tensor_fields(records: Sequence[Saved | None]) -> list[tuple[int, str]]:
@@ -154,6 +157,40 @@ def record_templates(records: Sequence[Saved | None], first: int) -> list[tuple[
             saved = replaced_fields(saved, {name: None for name, _ in fields}, compiling=False)
         out.append((saved, fields))
     return out
+
+
+class Unfilled:
+    """A replayed forward's packed records, not filled yet: a backward that replays reads only
+    the records' own tensors (``tensors``), so ``fill_records`` runs only for one that does not
+    (``filled``). ``templates``: ``record_templates`` numbered from 0; ``values``: the program's
+    results from its first record tensor on (never its outputs or activations, which this must
+    not keep alive: those cross ``save_for_backward``)."""
+
+    __slots__ = ("templates", "values")
+
+    def __init__(self, templates: Sequence[tuple[Saved | None, tuple]], values: Sequence[Any]) -> None:
+        self.templates, self.values = templates, values
+
+    def filled(self) -> list[Saved | None]:
+        return fill_records(self.templates, self.values)
+
+    def tensors(self, fields: Sequence[tuple[int, str]]) -> list[Any]:
+        """The value of each ``(op, field)`` of ``record_tensor_fields``' form; None for a field
+        that holds no tensor in these records."""
+        out = []
+        for i, name in fields:
+            for field, k in self.templates[i][1]:
+                if field == name:
+                    out.append(self.values[k])
+                    break
+            else:
+                out.append(None)
+        return out
+
+
+def filled(records: Unfilled | list[Saved | None]) -> list[Saved | None]:
+    """``records`` as a list of records, filled where they are ``Unfilled``."""
+    return records.filled() if records.__class__ is Unfilled else records  # type: ignore[union-attr]
 
 
 def fill_records(templates: Sequence[tuple[Saved | None, tuple]], values: Sequence[Any]) -> list[Saved | None]:

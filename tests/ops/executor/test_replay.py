@@ -5,6 +5,7 @@ property suite checks a replayed call of every registered fusion; these tests pi
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -250,6 +251,63 @@ def test_a_hook_added_after_replays_runs():
     model[2].register_forward_hook(lambda mod, args, out: seen.append(out.shape))
     _step(model, _inputs("dense_gelu", "cpu", 3))
     assert seen == [torch.Size([8, 4 * H])]
+
+
+@pytest.mark.parametrize("backward", ["retain_graph", "create_graph"])
+def test_a_replayed_forward_serves_a_backward_on_the_full_path(backward, monkeypatch):
+    """A replayed forward leaves its records unfilled (``saved_state.Unfilled``); a backward that
+    takes the full path fills them: a new backward layout (the graph kept) or create_graph."""
+    torch.manual_seed(0)
+    model = _dense()
+    reference = copy.deepcopy(model)
+
+    def step(m, inputs):
+        for p in m.parameters():
+            p.grad = None
+        inputs = [t.detach().clone().requires_grad_() for t in inputs]
+        (m(*inputs).double() ** 2).sum().backward(**{backward: True})
+        return [t.grad.detach() for t in inputs] + [p.grad.detach() for p in m.parameters()]
+
+    monkeypatch.setattr(replay, "ENABLED", False)
+    want = step(reference, _inputs("dense_gelu", "cpu", 3))
+    monkeypatch.setattr(replay, "ENABLED", True)
+    for s in range(3):
+        _step(model, _inputs("dense_gelu", "cpu", s))
+    before = dict(replay.counts)
+    got = step(model, _inputs("dense_gelu", "cpu", 3))
+    # The forward replayed; the backward ran the full path.
+    assert {k: replay.counts[k] - before[k] for k in before} == {"recorded": 0, "replayed": 1, "refused": 0}
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert_bitwise(a, b, f"grad {i}")
+
+
+def test_a_tensor_left_by_a_finished_torch_func_transform_is_taken_as_its_value():
+    """A dead functorch wrapper (a tensor kept from inside ``torch.func.grad``) passed in is
+    unwrapped, as ``Function.apply`` unwraps it (the executor enters the Function under it)."""
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.Linear(H, H), ops.GELU())
+    kept = []
+
+    def f(x):
+        y = x * 2
+        kept.append(y)
+        return y.sum()
+
+    x = torch.randn(8, H)
+    torch.func.grad(f)(x)
+    assert torch._C._functorch.is_functorch_wrapped_tensor(kept[0])
+    for _ in range(4):
+        out = model(kept[0])
+        assert_bitwise(out, model(x * 2))
+
+
+def test_fuseops_debug_set_through_os_environ_turns_replay_off_at_once(monkeypatch):
+    monkeypatch.delenv("FUSEOPS_DEBUG", raising=False)
+    assert replay.enabled_now() == replay.ENABLED
+    monkeypatch.setenv("FUSEOPS_DEBUG", "1")
+    assert not replay.enabled_now()
+    monkeypatch.setenv("FUSEOPS_DEBUG", "0")
+    assert replay.enabled_now() == replay.ENABLED
 
 
 def test_replay_off(monkeypatch):
