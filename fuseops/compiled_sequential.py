@@ -70,7 +70,14 @@ from fuseops.ops.executor.function import (
 )
 from fuseops.ops.executor.prepared import Prepared, flat_parameters, forward_without_grad, parameter_slots, prepare
 from fuseops.ops.executor.save_notice import set_receiver
-from fuseops.ops.executor.saved_state import fill_records, record_templates, record_tensor_fields
+from fuseops.ops.executor.saved_state import (
+    Unfilled,
+    fill_records,
+    filled,
+    record_templates,
+    record_tensor_fields,
+    record_tensors,
+)
 
 # Every Sequential (weakly): a trace finds one of its settings here (``_new_entry``) and a
 # real call the one owning its parameters (``_running``).
@@ -414,7 +421,7 @@ def _carried(outputs: Sequence[torch.Tensor], activations: Sequence[torch.Tensor
     return where, _fresh_all(new, tensors)
 
 
-def _new_carried(layout: Layout, outputs: Sequence[torch.Tensor], activations: list[torch.Tensor], records: list,
+def _new_carried(layout: Layout, outputs: Sequence[torch.Tensor], activations: list[torch.Tensor], records: Any,
                  tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """A real call's new carried tensors, each other one checked to lie where the trace's did
     (else the backward would read another tensor)."""
@@ -431,9 +438,9 @@ def _new_carried(layout: Layout, outputs: Sequence[torch.Tensor], activations: l
     return new
 
 
-def _wanted(layout: Layout, activations: list[torch.Tensor], records: list) -> list[torch.Tensor]:
+def _wanted(layout: Layout, activations: list[torch.Tensor], records: Any) -> list[torch.Tensor]:
     """What the backward reads of a real call: its activations, then the records' tensor fields."""
-    return [*activations, *[getattr(records[i], name) for i, name in layout.fields]] if layout.fields else activations
+    return [*activations, *record_tensors(records, layout.fields)] if layout.fields else activations
 
 
 def _checked_for(checked: dict | None, program: Any) -> tuple[int, ...] | None:
@@ -489,7 +496,8 @@ def _forward_results(entry: _Entry, tensors: Sequence[torch.Tensor], *, fake: bo
             # through saved-tensor hooks as any compiled graph's, and not all (some it has).
             previous = set_receiver(None)
             try:
-                outputs, activations, records = forward_body(state, tensors, notice=True, checked_params=False)
+                outputs, activations, records = forward_body(state, tensors, notice=True, checked_params=False,
+                                                             fill=False)
             finally:
                 set_receiver(previous)
     program = state.replayed
@@ -513,7 +521,7 @@ def _forward_results(entry: _Entry, tensors: Sequence[torch.Tensor], *, fake: bo
     new = _new_carried(entry.layout, outputs, activations, records, tensors)
     if not any(ref() is prep for ref in entry.checked):
         # Once per Sequential: its records' other fields are the trace's (each call's are).
-        if record_templates(records, 0) != entry.templates:
+        if record_templates(filled(records), 0) != entry.templates:
             raise RuntimeError(_differs("the records' fields (settings, saved shapes)"))
         entry.checked.append(weakref.ref(prep))
     if checked is not None and program is not None:
@@ -556,7 +564,8 @@ def _gradients(entry: _Entry, carried, params, grads, *, fake: bool) -> list[tor
         entry, params)
     state = RunState(prep, ops, prep.extra_args, params)
     activations = carried[:layout.num_activations]
-    records = fill_records(entry.templates, carried[layout.num_activations:])
+    # A replayed backward reads only the records' tensors (``backward_body``); the trace's fills them.
+    records = (fill_records if fake else Unfilled)(entry.templates, carried[layout.num_activations:])
     dy, extra_output_grads = grads[0], tuple(grads[1:])
     with _reparametrized(ops, prep.param_slots, params) if reparametrize else _NO_CONTEXT:
         if fake:

@@ -41,6 +41,7 @@ from fuseops.ops.executor.saved_state import (
     pack_saved,
     record_templates,
     record_tensor_fields,
+    record_tensors,
     unpack_saved,
 )
 
@@ -355,10 +356,7 @@ def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_o
             program.meta = fields
         replay.keep(layouts, "backward", key, program)
         return grads
-    if records.__class__ is Unfilled:
-        values = records.tensors(found.meta)
-    else:
-        values = [getattr(records[i], name) for i, name in found.meta]
+    values = record_tensors(records, found.meta)
     if not all(isinstance(v, torch.Tensor) for v in values):
         return None
     state.replayed = found

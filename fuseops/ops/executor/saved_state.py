@@ -193,6 +193,14 @@ def filled(records: Unfilled | list[Saved | None]) -> list[Saved | None]:
     return records.filled() if records.__class__ is Unfilled else records  # type: ignore[union-attr]
 
 
+def record_tensors(records: Unfilled | list[Saved | None], fields: Sequence[tuple[int, str]]) -> list[Any]:
+    """The value of each ``(op, field)`` of ``records`` (``record_tensor_fields``' form), filled
+    or not."""
+    if records.__class__ is Unfilled:
+        return records.tensors(fields)  # type: ignore[union-attr]
+    return [getattr(records[i], name) for i, name in fields]  # type: ignore[index]
+
+
 def fill_records(templates: Sequence[tuple[Saved | None, tuple]], values: Sequence[Any]) -> list[Saved | None]:
     """``record_templates``' records with this call's tensors from a program's ``values``
     (``replaced_fields`` inlined: every replayed call fills each record)."""
