@@ -409,9 +409,9 @@ class PlanFunction(torch.autograd.Function):
                              flat_extra_output_grads)
 
 
-# The autograd Function's own entry point, under ``Function.apply``'s Python wrapper: that wrapper's
-# per-call work (a setup_context probe, a generator over the arguments) is ~2 us of a replayed
-# call's host path (issue 20). Only outside torch.compile's tracing (dynamo traces
+# The autograd Function's own entry point, which ``Function.apply``'s Python wrapper calls: that
+# wrapper's per-call work (a setup_context probe, a generator over the arguments) is ~2 us of a
+# replayed call's host path (issue 20). Only outside torch.compile's tracing (dynamo traces
 # ``PlanFunction.apply``) and torch.func's transforms (the other form); dead functorch wrappers
 # are unwrapped as the wrapper would. Absent on a torch without them: the wrapper runs.
 _PLAN_ENTRY = super(torch.autograd.Function, PlanFunction).apply
