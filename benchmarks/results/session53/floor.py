@@ -8,29 +8,19 @@ step ms (median of synchronised steps), host ms to enqueue a step after a drain.
 """
 import argparse
 import copy
-from collections import defaultdict
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
+from benchmarks._timing import cuda_kernel_times
 from benchmarks.sizes import dense_cell, enqueue_ms, step_fn, time_ms
 
 
-def kernel_ms(step, steps: int = 20) -> tuple[float, int]:
-    """GPU ms of one step's kernels and their count."""
+def kernel_ms(step) -> tuple[float, int]:
+    """GPU ms of one step's kernels and their count (``_timing.cuda_kernel_times`` after a warm-up)."""
     for _ in range(10):
         step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    total, count = 0.0, defaultdict(int)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            total += e.device_time
-            count[e.name] += 1
-    return total / steps / 1e3, sum(count.values()) // steps
+    times, launches = cuda_kernel_times(step, 20)
+    return sum(times.values()) / 1e3, sum(launches.values())
 
 
 def main() -> None:
