@@ -136,10 +136,9 @@ def extra_tensor(
 # variable through ``os.environ`` (``monkeypatch.setenv`` too) updates this table; where the
 # platform's ``os.environ`` has none, ``os.environ.get`` reads it.
 _ENVIRON_TABLE = getattr(os.environ, "_data", None)
-_ENCODE = getattr(os.environ, "encodekey", None), getattr(os.environ, "encodevalue", None)
-if _ENVIRON_TABLE is not None and None not in _ENCODE:
-    _DEBUG_NAME, _ON = _ENCODE[0]("FUSEOPS_DEBUG"), _ENCODE[1]("1")
-else:
+try:
+    _DEBUG_NAME, _ON = os.environ.encodekey("FUSEOPS_DEBUG"), os.environ.encodevalue("1")  # type: ignore[attr-defined]
+except AttributeError:
     _ENVIRON_TABLE = None
 
 
