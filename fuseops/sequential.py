@@ -10,6 +10,7 @@ import torch
 from fuseops import compiled_sequential
 from fuseops.call_cache import CallCache, call_signature
 from fuseops.fuser import PlanCache, build_plan, plan_config
+from fuseops.ops import op as op_module
 from fuseops.ops.executor.execute import Plan, check_chain, execute, make_contexts, split_extra_inputs
 from fuseops.ops.executor.prepared import flat_parameters, prepare, run_prepared
 from fuseops.ops.op import BasicOp
@@ -38,6 +39,8 @@ class Sequential(torch.nn.Module):
         self._plans = PlanCache()
         self._calls = CallCache()
         self._plan: Plan | None = None
+        # ``op.settings_epoch`` when the caches were last known to match the ops' settings.
+        self._settings_epoch = op_module.settings_epoch
         # What names this Sequential to its operators under torch.compile.
         compiled_sequential.register(self)
         for op in ops:
@@ -54,15 +57,37 @@ class Sequential(torch.nn.Module):
             for inner in op:
                 self.append(inner)
             return self
-        if not isinstance(op, BasicOp):
-            raise TypeError(
-                f"ops: expected fuseops basic ops or fuseops.Sequential, got {type(op).__name__} "
-                f"at position {len(self)}"
-            )
         self.add_module(str(len(self)), op)
-        self._plans.clear()
-        self._calls.clear()
         return self
+
+    def add_module(self, name: str, module: torch.nn.Module | None) -> None:
+        """Put an op at ``name`` (``append``, ``register_module`` and ``setattr`` come here or to
+        ``__setattr__``): what was planned for the ops before is dropped."""
+        _check_op(name, module)
+        super().add_module(name, module)
+        self._forget()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, torch.nn.Module):
+            # An op put in, or one replaced (``setattr(seq, "1", ops.ReLU())``).
+            _check_op(name, value)
+            super().__setattr__(name, value)
+            self._forget()
+            return
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        if "_calls" in self.__dict__:
+            self._forget()
+
+    def _forget(self) -> None:
+        """Drop the plans and prepared runs (with their recorded programs and graphs): the ops or
+        their settings changed."""
+        if "_calls" in self.__dict__:
+            self._plans.clear()
+            self._calls.clear()
+            self.__dict__["_settings_epoch"] = op_module.settings_epoch
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -90,6 +115,9 @@ class Sequential(torch.nn.Module):
         compiling = torch.compiler.is_compiling()
         signature = None
         if not compiling:
+            if self._settings_epoch != op_module.settings_epoch:
+                # An op's setting changed since the last call (``op.settings_epoch``): perhaps one of these.
+                self._forget()
             # A signature seen before: its checks passed, its plan and contexts are made
             # (``call_cache.py``); only the tensors are gathered.
             signature, params = call_signature(
@@ -157,6 +185,13 @@ class Sequential(torch.nn.Module):
                 x = out
             i = stop
         return (x, *extra_outputs) if extra_outputs else x
+
+
+def _check_op(name: str, module: Any) -> None:
+    """A TypeError unless ``module`` is a basic op (what a Sequential holds as its children)."""
+    if not isinstance(module, BasicOp):
+        raise TypeError(f"ops: expected fuseops basic ops or fuseops.Sequential, got {type(module).__name__} "
+                        f"at position {name}")
 
 
 def hooked_ops(ops: list[BasicOp]) -> frozenset[int]:

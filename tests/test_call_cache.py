@@ -207,3 +207,60 @@ def test_torch_autocast_and_recipes_are_seen() -> None:
         y_ref, grads_ref = fresh(ctx)
         assert y.dtype == y_ref.dtype
         _same((y, grads), (y_ref, grads_ref))
+
+
+def _changed(name: str, model: fuseops.Sequential) -> fuseops.Sequential:
+    """``model`` with one setting (or op) changed after it ran, the way a user would change it."""
+    if name == "eps":
+        model[0].eps = 0.5
+    elif name == "approximate":
+        model[2].approximate = "none"
+    elif name == "op replaced":
+        setattr(model, "2", ops.ReLU())
+    return model
+
+
+@pytest.mark.parametrize("change", ["eps", "approximate", "op replaced"])
+def test_a_setting_or_op_changed_after_replayed_calls_is_seen(change) -> None:
+    """Plans, prepared runs and their recorded programs hold the ops' settings as constants: a
+    change drops them (``op.settings_epoch``, ``Sequential.__setattr__``), as torch.nn reads
+    ``eps`` at every call; the result is a fresh model's with the same setting, and the torch
+    reference's."""
+    model = _dense()
+    x = torch.randn(5, 8)
+    for _ in range(4):
+        _grads(model, x, x)
+    got = _grads(_changed(change, model), x, x)
+    fresh = _changed(change, _dense())
+    _same(got, _grads(fresh, x, x))
+    norm, fc1, act, fc2, _ = fresh
+    with torch.no_grad():
+        h = torch.nn.functional.rms_norm(x.double(), (8,), norm.weight.double(), norm.eps)
+        h = fc1.weight.double() @ h.T
+        h = (h.T + fc1.bias.double())
+        h = torch.relu(h) if change == "op replaced" else torch.nn.functional.gelu(h, approximate=act.approximate)
+        want = h @ fc2.weight.double().T + fc2.bias.double() + x.double()
+    torch.testing.assert_close(got[0], want.float())
+
+
+def test_setting_a_setting_to_its_value_keeps_what_was_planned(monkeypatch) -> None:
+    from fuseops.ops.executor import replay
+
+    monkeypatch.setattr(replay, "ENABLED", True)
+    model = _dense()
+    x = torch.randn(5, 8)
+    for _ in range(3):
+        _grads(model, x, x)
+    before = dict(replay.counts)
+    model[0].eps = float(model[0].eps)
+    model[2].approximate = "tanh"
+    _grads(model, x, x)
+    assert replay.counts["replayed"] - before["replayed"] == 2  # forward and backward
+
+
+def test_only_basic_ops_can_be_put_in() -> None:
+    model = _dense()
+    with pytest.raises(TypeError, match="expected fuseops basic ops"):
+        setattr(model, "1", torch.nn.Linear(8, 16))
+    with pytest.raises(TypeError, match="expected fuseops basic ops"):
+        model.register_module("5", torch.nn.ReLU())

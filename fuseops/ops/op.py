@@ -36,6 +36,26 @@ def _constant(value: Any) -> Any:
     return value
 
 
+# Moves whenever an op's setting (``BasicOp.settings``) changes value after it was first set, on any
+# op: a ``Sequential`` drops what it decided from its ops' settings (its plans, its prepared runs and
+# their recorded programs and graphs, which hold settings as constants) at its next call after it
+# moved, as torch.nn reads ``eps`` at every call. One counter for every op: such a change is rare,
+# and an op knows no Sequential that holds it.
+settings_epoch = 0
+_UNSET = object()
+
+
+def _changed(old: Any, new: Any) -> bool:
+    """Whether setting ``new`` over ``old`` (the attribute's value before, ``_UNSET`` where it had
+    none) changes a setting."""
+    if old is _UNSET or old is new:
+        return False
+    old_setting, new_setting = isinstance(old, _SETTING_TYPES), isinstance(new, _SETTING_TYPES)
+    if old_setting and new_setting:
+        return type(old) is not type(new) or old != new
+    return old_setting or new_setting
+
+
 # Every op class, at the position its ``class_code`` says (set when the class is defined). The
 # fuser matches op types by these ints under torch.compile: reading the classes themselves in
 # a trace costs guards on every call (``fuseops.fuser``).
@@ -90,12 +110,18 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
         """Gradients from ``ctx.saved`` and the output gradient(s)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
+        global settings_epoch
+        old = self.__dict__.get(name, _UNSET)
         super().__setattr__(name, value)
         # Each attribute ever given a plain value, by name (``settings``; torch 2.11's dynamo
         # cannot walk a module's ``__dict__``).
         names = self.__dict__.get("_setting_names", ())
-        if isinstance(value, _SETTING_TYPES) and name not in names and name != "training":
+        if name == "training":
+            return
+        if isinstance(value, _SETTING_TYPES) and name not in names:
             object.__setattr__(self, "_setting_names", (*names, name))
+        if _changed(old, value):
+            settings_epoch += 1
 
     def settings(self) -> tuple:
         """This op's settings: each attribute holding a plain value (a number, a string, a
