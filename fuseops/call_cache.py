@@ -12,6 +12,9 @@ and would pass again, so errors still come before any launch. From the second ca
 layout on, running is a recorded program's replay where one could be recorded
 (``fuseops.ops.executor.replay``).
 
+The signature holds no op setting (``eps``, ``approximate``): a change of one, or an op put in,
+drops every kept run instead (``fuseops.ops.op.settings_epoch``, ``Sequential._forget``).
+
 Calls with per-op module hooks, with an integer device tensor under ``FUSEOPS_DEBUG=1``
 (the checks then read its values), with an extra input of another kind, and calls while
 torch.compile traces take the full path.
