@@ -78,16 +78,15 @@ class Sequential(torch.nn.Module):
 
     def __delattr__(self, name: str) -> None:
         super().__delattr__(name)
-        if "_calls" in self.__dict__:
-            self._forget()
+        self._forget()
 
     def _forget(self) -> None:
         """Drop the plans and prepared runs (with their recorded programs and graphs): the ops or
         their settings changed."""
-        if "_calls" in self.__dict__:
+        if "_calls" in self.__dict__:  # (not while ``__init__`` has not made them yet)
             self._plans.clear()
             self._calls.clear()
-            self.__dict__["_settings_epoch"] = op_module.settings_epoch
+            self._settings_epoch = op_module.settings_epoch
 
     def __len__(self) -> int:
         return len(self._modules)
