@@ -67,8 +67,11 @@ measuring takes no host synchronisation, checking a capture does (step 2):
    work is hidden already, so its graph saves host time alone (the host a training loop then has
    for other work) and must not add GPU work. It is captured only where its graph would copy at
    most ``GPU_BOUND_COPIES`` of its inputs' bytes a call (its inputs are parameters, other graphs'
-   results, tensors that stay put), else it stays eager, as it does for good once its graph is
-   dropped, a capture again would copy more (an input that moved), a parameter of it is given
+   results, tensors that stay put), else it is measured again (an input's producer may still be
+   measuring: its results move until its graph is kept) and stays eager after
+   ``MAX_COPY_MEASUREMENTS`` such measurements, as it does for good once its graph is
+   dropped (but for an input that left another graph's results: measured afresh, as above), a
+   capture again would copy more (an input that moved), a parameter of it is given
    new storage (one gathered afresh each step would have it captured each step) or a result of
    it outlives its next call (copied out from then on: GPU work). The shortest, not the
    median: a host far enough ahead of the GPU waits in its launches for the launch queue to
@@ -88,9 +91,11 @@ measuring takes no host synchronisation, checking a capture does (step 2):
 3. ``MEASURED_CALLS`` graph replays are timed the same way. The graph is kept where its
    enqueue time is under ``KEEP`` of the eager program's and the call takes no longer: the
    longer of its enqueue time and GPU span (copies included) within ``GPU_SLACK`` of the eager
-   program's longer one; else it is freed. Its GPU span counts as at most the eager program's
-   plus its copies' (timed by an event after them): the same kernels, whose spans differ between
-   samples by more than ``GPU_SLACK``. (A host-bound program's graph may spend on copies
+   program's longer one; else it is freed, and the program measured afresh and captured once
+   more where it is host-bound and this was its first such verdict (its samples are taken in a
+   model's first steps, among other programs' captures), eager from the second on. Its GPU
+   span counts as at most the eager program's plus its copies' (timed by an event after them):
+   the same kernels, whose spans differ between samples by more than ``GPU_SLACK``. (A host-bound program's graph may spend on copies
    the GPU time the host kept idle; a GPU-bound program's may not lengthen the GPU's work,
    which its step waits for.) A graph captured again after its inputs moved is judged against
    the earlier eager samples by its own span; dropped there, the program is measured afresh and
@@ -169,8 +174,9 @@ GPU_BOUND = gpu_bound_from_env(_MODE)
 # an MoE composition, whose permuted rows are a fresh tensor each call) stays eager: its copies
 # would lengthen the step, and its buffers and the graphs captured and dropped on the way held
 # 2.25x the memory under ``all`` (session 50, run 6: OLMoE T=16384, 10,824 against 4,808 MB).
-# A GPU-bound graph dropped for any reason, whose parameters are given new storage, or whose
-# results outlive its next call (they would go out as copies), leaves its program eager.
+# A GPU-bound graph dropped for any reason but an input that left another graph's results (its
+# producer's doing: measured afresh), whose parameters are given new storage, or whose results
+# outlive its next call (they would go out as copies), leaves its program eager.
 GPU_BOUND_COPIES = gpu_bound_copies_from_env(_MODE)
 KEEP = 0.9
 # A graph's call against the eager one's, each the longer of enqueue time and GPU span: within the
@@ -181,6 +187,9 @@ KEEP = 0.9
 GPU_SLACK = 1.03
 # Captures of one program (pinned inputs that moved free a graph); then it stays eager.
 MAX_CAPTURES = 6
+# Measurements of a GPU-bound program whose graph would copy too much (``_copies_too_much``);
+# then it stays eager.
+MAX_COPY_MEASUREMENTS = 3
 # Captures again around a later graph's live result (``clobbered``) after which a program's next
 # captures go to a private pool, whose memory no other graph shares: two programs each capturing
 # into the other's write set could otherwise go on until ``MAX_CAPTURES`` (a CPU stand-in with
@@ -525,6 +534,11 @@ class GraphedProgram:
         # still let it be captured.
         self.gpu_bound = False
         self.clobber_captures = 0  # captures again around a later graph's live result
+        self.copy_measurements = 0  # measurements finding its graph would copy too much
+        # A host-bound program's first trial judged slower than its eager program: that
+        # measurement's samples and its graph's, pooled with the next trial's (``_judge``); ()
+        # once that second judgement is made.
+        self.slower_trial: tuple[list, list] | None = None
         # How often each slot's address moved under a graph (weighted: ``_note_move``), and the
         # slots copied from the next capture on.
         self.moves: dict[int, int] = {}
@@ -736,10 +750,18 @@ class GraphedProgram:
 
     def _copies_too_much(self, everything: Sequence[Any], pinned: set[int]) -> bool:
         """Whether this GPU-bound program's graph would copy more than ``GPU_BOUND_COPIES`` of
-        its inputs' bytes a call (then eager from now on: its graph would add GPU work)."""
+        its inputs' bytes a call (its graph would add GPU work): measured again, uncaptured, until
+        ``MAX_COPY_MEASUREMENTS`` found so, then eager from now on. An input whose producer was
+        itself measuring or on trial moved between the measured calls (session 54, run 7: the
+        MoE composition's experts' backward, its rows' gradient from the unpermute backward), and
+        lies in that producer's graph by a later measurement."""
         if not self.gpu_bound or _copied_fraction(everything, pinned) <= GPU_BOUND_COPIES:
             return False
-        self._stay_eager("a GPU-bound program whose graph would copy its inputs")
+        self.copy_measurements += 1
+        if self.copy_measurements < MAX_COPY_MEASUREMENTS:
+            self._measure_again()
+        else:
+            self._stay_eager("a GPU-bound program whose graph would copy its inputs")
         return True
 
     def _plan(self, results: Sequence[torch.Tensor | None], static: list[torch.Tensor | None]) -> bool:
@@ -867,8 +889,13 @@ class GraphedProgram:
             if self.misses >= MEASURED_CALLS:
                 for slot in moved:
                     self._note_move(slot, everything[slot].data_ptr())
-                self._drop("a graph whose inputs moved after its last capture" if self.captures >= MAX_CAPTURES
-                           else "a graph whose inputs left other graphs' memory")
+                if self.captures >= MAX_CAPTURES:
+                    self._drop("a graph whose inputs moved after its last capture")
+                else:
+                    # Its producer runs eagerly now, perhaps only while it is measured again: a
+                    # judgement of the producer, not of this program, which is measured afresh
+                    # too, GPU-bound or not (captured again only where its graph copies little).
+                    self._drop("a graph whose inputs left other graphs' memory", gpu_bound_for_good=False)
             return None
         self.misses = 0
         settled = self._settled(everything) if self.buffers else set()
@@ -963,17 +990,17 @@ class GraphedProgram:
         self.settling = self.settling + 1 if found else 0
         return found if self.settling >= MEASURED_CALLS and self.captures < MAX_CAPTURES else set()
 
-    def _drop(self, reason: str) -> None:
-        """Its graph freed for ``reason`` (inputs that left graph memory, a verdict against it
-        after its inputs moved): measured afresh, or eager from now on where it is GPU-bound and
-        not captured under ``all`` (``GPU_BOUND_COPIES``: its graph only ever saved host time) or
-        was captured ``MAX_CAPTURES`` times; then ``reason`` is among the ``refusals``."""
-        if self.gpu_bound:
+    def _drop(self, reason: str, gpu_bound_for_good: bool = True) -> None:
+        """Its graph freed for ``reason`` (inputs that left graph memory, a verdict against it):
+        measured afresh, or eager from now on where it was captured ``MAX_CAPTURES`` times or,
+        with ``gpu_bound_for_good``, is GPU-bound (its graph only ever saved host time); then
+        ``reason`` is among the ``refusals``."""
+        if self.gpu_bound and gpu_bound_for_good:
             self._drop_for_good(f"{reason} (GPU-bound)")
             return
         counts["dropped"] += 1
         if self.captures >= MAX_CAPTURES:
-            refuse(reason)
+            refuse(f"{reason} (GPU-bound)" if self.gpu_bound else reason)
         self._measure_again()
 
     def _drop_for_good(self, reason: str) -> None:
@@ -1002,7 +1029,12 @@ class GraphedProgram:
         if samples is None:
             return
         self.graph_samples = samples
-        if decision(self.eager_samples, samples, same_work=not self.samples_carried) == "keep":
+        eager, graph = self.eager_samples, samples
+        if self.slower_trial and not self.samples_carried:
+            # Its second judgement: on both trials' samples, the shortest of twice as many.
+            eager, graph = eager + self.slower_trial[0], graph + self.slower_trial[1]
+            self.slower_trial = ()
+        if decision(eager, graph, same_work=not self.samples_carried) == "keep":
             counts["kept"] += 1
             self.phase = _GRAPHED
         elif self.samples_carried:
@@ -1011,5 +1043,14 @@ class GraphedProgram:
             # skewed routing, and the graph was dropped for a span the eager program had too).
             # Judged again against a fresh measurement.
             self._drop("a graph judged slower than its program measured before its inputs moved")
+        elif not self.gpu_bound and self.slower_trial is None:
+            # A host-bound program's samples are taken in a model's first steps, while its other
+            # programs measure and capture: session 54 (run 3) saw the MoE composition's unpermute
+            # backward (the first program of its backward) at 88-193 us of host eager and 88-127
+            # us graphed, where its graph replays in 17-40 us at steady state, and the drop took
+            # the experts' backward after it (their input left graph memory). Measured and
+            # captured once more, and judged on both trials' samples, before it is eager for good.
+            self.slower_trial = (self.eager_samples, samples)
+            self._drop("a graph judged slower than its eager program")
         else:
             self._drop_for_good("a graph judged slower than its eager program")
