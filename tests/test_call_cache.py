@@ -264,3 +264,33 @@ def test_only_basic_ops_can_be_put_in() -> None:
         setattr(model, "1", torch.nn.Linear(8, 16))
     with pytest.raises(TypeError, match="expected fuseops basic ops"):
         model.register_module("5", torch.nn.ReLU())
+
+
+def test_a_gated_activations_scaled_flag_changed_after_calls_is_seen() -> None:
+    """``scaled`` decides whether the op takes the router's probs (``num_extra_inputs``): set
+    after replayed calls, the next call takes them, and unset again, it does not; each result
+    equals the float64 reference. A value that is not a flag raises, naming it."""
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.Linear(8, 32), ops.SwiGLU(), ops.Linear(16, 8))
+    x, probs = torch.randn(5, 8), torch.rand(5)
+
+    def reference(scale: torch.Tensor | None) -> torch.Tensor:
+        fc1, _, fc2 = model
+        with torch.no_grad():
+            z = x.double() @ fc1.weight.double().T + fc1.bias.double()
+            a, b = z.chunk(2, -1)
+            h = torch.nn.functional.silu(a) * b
+            h = h if scale is None else h * scale.double()[:, None]
+            return h @ fc2.weight.double().T + fc2.bias.double()
+
+    for _ in range(3):
+        torch.testing.assert_close(model(x), reference(None).float())
+    model[1].scaled = True
+    for _ in range(3):
+        torch.testing.assert_close(model(x, probs), reference(probs).float())
+    with pytest.raises(TypeError, match=r"expected 1 extra input\(s\) for SwiGLU"):
+        model(x)
+    model[1].scaled = False
+    torch.testing.assert_close(model(x), reference(None).float())
+    with pytest.raises(TypeError, match="scaled: expected True or False, got 'yes'"):
+        model[1].scaled = "yes"

@@ -37,9 +37,20 @@ class GatedActivation(BasicOp):
 
     def __init__(self, *, interleaved: bool = False, scaled: bool = False) -> None:
         super().__init__()
-        self.interleaved = _checks.flag("interleaved", interleaved)
-        self.scaled = _checks.flag("scaled", scaled)
-        self.num_extra_inputs = 1 if scaled else 0
+        self.interleaved = interleaved
+        self.scaled = scaled
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Checked when set after construction too: a fused kernel reads them as constants.
+        if name in ("interleaved", "scaled"):
+            value = _checks.flag(name, value)
+        super().__setattr__(name, value)
+
+    @property
+    def num_extra_inputs(self) -> int:  # type: ignore[override]
+        """1 with ``scaled`` (the probs), read from ``scaled`` at each call: a flag set after
+        construction changes what the op takes, as the settings it is part of do."""
+        return 1 if self.scaled else 0
 
     def extra_repr(self) -> str:
         return f"interleaved={self.interleaved}, scaled={self.scaled}"
