@@ -294,3 +294,33 @@ def test_a_gated_activations_scaled_flag_changed_after_calls_is_seen() -> None:
     torch.testing.assert_close(model(x), reference(None).float())
     with pytest.raises(TypeError, match="scaled: expected True or False, got 'yes'"):
         model[1].scaled = "yes"
+
+
+def test_a_public_object_attribute_replaced_after_calls_is_seen(monkeypatch) -> None:
+    """An op's public attribute holding an object (``Linear.tensor_parallel``, a collective's
+    ``group``) replaced by another after calls drops the Sequential's plans as a setting does:
+    the next call plans afresh, replaying nothing. The same object set again, or an object under a
+    private name (an op's own state), keeps them."""
+    from fuseops.ops import op as op_module
+    from fuseops.ops.executor import replay
+
+    monkeypatch.setattr(replay, "ENABLED", True)
+    model = _dense()
+    x = torch.randn(5, 8)
+    for _ in range(3):
+        _grads(model, x, x)
+    config = object()
+    model[2].config = config
+    epoch = op_module.settings_epoch
+    before = dict(replay.counts)
+    model[2].config = config
+    model[2]._state = object()
+    model[2]._state = object()
+    assert op_module.settings_epoch == epoch
+    _grads(model, x, x)
+    assert replay.counts["replayed"] - before["replayed"] == 2  # forward and backward
+    model[2].config = object()
+    assert op_module.settings_epoch == epoch + 1
+    before = dict(replay.counts)
+    _grads(model, x, x)
+    assert replay.counts["replayed"] == before["replayed"]  # planned afresh: nothing recorded to replay yet

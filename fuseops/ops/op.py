@@ -36,24 +36,27 @@ def _constant(value: Any) -> Any:
     return value
 
 
-# Moves whenever an op's setting (``BasicOp.settings``) changes value after it was first set, on any
-# op: a ``Sequential`` drops what it decided from its ops' settings (its plans, its prepared runs and
-# their recorded programs and graphs, which hold settings as constants) at its next call after it
-# moved, as torch.nn reads ``eps`` at every call. One counter for every op: such a change is rare,
+# Moves whenever an op's setting (``BasicOp.settings``) changes value after it was first set, or a
+# public object attribute of it is replaced (``_changed``), on any op: a ``Sequential`` drops what
+# it decided from its ops' settings (its plans, its prepared runs and their recorded programs and
+# graphs, which hold settings as constants) at its next call after it moved, as torch.nn reads
+# ``eps`` at every call. One counter for every op: such a change is rare,
 # and an op knows no Sequential that holds it.
 settings_epoch = 0
 _UNSET = object()
 
 
-def _changed(old: Any, new: Any) -> bool:
-    """Whether setting ``new`` over ``old`` (the attribute's value before, ``_UNSET`` where it had
-    none) changes a setting."""
+def _changed(name: str, old: Any, new: Any) -> bool:
+    """Whether setting attribute ``name`` to ``new`` over ``old`` (its value before, ``_UNSET``
+    where it had none) changes what the op does: a setting of another value, or a public object
+    replaced by another (a ``TensorParallel``, a process group: a plan holds what it read of
+    them). Not an object under a private name (an op's own state)."""
     if old is _UNSET or old is new:
         return False
     old_setting, new_setting = isinstance(old, _SETTING_TYPES), isinstance(new, _SETTING_TYPES)
     if old_setting and new_setting:
         return type(old) is not type(new) or old != new
-    return old_setting or new_setting
+    return old_setting or new_setting or not name.startswith("_")
 
 
 # Every op class, at the position its ``class_code`` says (set when the class is defined). The
@@ -120,7 +123,7 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
             return
         if isinstance(value, _SETTING_TYPES) and name not in names:
             object.__setattr__(self, "_setting_names", (*names, name))
-        if _changed(old, value):
+        if _changed(name, old, value):
             settings_epoch += 1
 
     def settings(self) -> tuple:
