@@ -758,7 +758,7 @@ class GraphedProgram:
         if not self.gpu_bound or _copied_fraction(everything, pinned) <= GPU_BOUND_COPIES:
             return False
         self.copy_measurements += 1
-        if self.copy_measurements < MAX_COPY_MEASUREMENTS:
+        if self.copy_measurements < MAX_COPY_MEASUREMENTS and self.captures < MAX_CAPTURES:
             self._measure_again()
         else:
             self._stay_eager("a GPU-bound program whose graph would copy its inputs")
