@@ -40,8 +40,8 @@ def _constant(value: Any) -> Any:
 # public object attribute of it is replaced (``_changed``), on any op: a ``Sequential`` drops what
 # it decided from its ops' settings (its plans, its prepared runs and their recorded programs and
 # graphs, which hold settings as constants) at its next call after it moved, as torch.nn reads
-# ``eps`` at every call. One counter for every op: such a change is rare,
-# and an op knows no Sequential that holds it.
+# ``eps`` at every call. One counter for every op: such a change is rare, and an op knows no
+# Sequential that holds it.
 settings_epoch = 0
 _UNSET = object()
 

@@ -69,11 +69,11 @@ measuring takes no host synchronisation, checking a capture does (step 2):
    most ``GPU_BOUND_COPIES`` of its inputs' bytes a call (its inputs are parameters, other graphs'
    results, tensors that stay put), else it is measured again (an input's producer may still be
    measuring: its results move until its graph is kept) and stays eager after
-   ``MAX_COPY_MEASUREMENTS`` such measurements, as it does for good once its graph is
-   dropped (but for an input that left another graph's results: measured afresh, as above), a
-   capture again would copy more (an input that moved), a parameter of it is given
-   new storage (one gathered afresh each step would have it captured each step) or a result of
-   it outlives its next call (copied out from then on: GPU work). The shortest, not the
+   ``MAX_COPY_MEASUREMENTS`` such measurements, as it does for good once its graph is dropped
+   (but for an input that left another graph's results: measured afresh, as above), a capture
+   again would copy more (an input that moved), a parameter of it is given new storage (one
+   gathered afresh each step would have it captured each step) or a result of it outlives its
+   next call (copied out from then on: GPU work). The shortest, not the
    median: a host far enough ahead of the GPU waits in its launches for the launch queue to
    drain, and those enqueue times measure the GPU (session 40, call 15: a 4-block GELU T=4096
    H=4096 step, each program 1.5-3.5 ms of GPU work, enqueued in 0.07-0.5 ms until the queue
@@ -95,9 +95,9 @@ measuring takes no host synchronisation, checking a capture does (step 2):
    more where it is host-bound and this was its first such verdict (its samples are taken in a
    model's first steps, among other programs' captures), eager from the second on. Its GPU
    span counts as at most the eager program's plus its copies' (timed by an event after them):
-   the same kernels, whose spans differ between samples by more than ``GPU_SLACK``. (A host-bound program's graph may spend on copies
-   the GPU time the host kept idle; a GPU-bound program's may not lengthen the GPU's work,
-   which its step waits for.) A graph captured again after its inputs moved is judged against
+   the same kernels, whose spans differ between samples by more than ``GPU_SLACK``. (A
+   host-bound program's graph may spend on copies the GPU time the host kept idle; a GPU-bound
+   program's may not lengthen the GPU's work, which its step waits for.) A graph captured again after its inputs moved is judged against
    the earlier eager samples by its own span; dropped there, the program is measured afresh and
    captured again (new inputs can mean new work: another routing's expert loads), within
    ``MAX_CAPTURES``.
