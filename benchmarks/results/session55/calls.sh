@@ -2,10 +2,15 @@
 # Session 55: the machine goes back 30 s after a call, so one call runs several parts of sessions 52 and 54's
 # next_device_calls.sh in a row. Each part tars its logs into $OUT/<part>.tar.
 #   bash benchmarks/results/session55/calls.sh top threads
-parts52=" edge_rest quantops "
+#   LIMIT=300 bash benchmarks/results/session55/calls.sh gpu:ops gpu:quantops   # run_gpu.sh parts, LIMIT s each
+parts52=" edge_rest "
 for part in "$@"; do
   echo "== $part $(date +%T)"
-  if [[ $parts52 == *" $part "* ]]; then
+  if [[ $part == gpu:* ]]; then
+    name=${part#gpu:}
+    mkdir -p "$OUT/$name" && LIMIT=${LIMIT:-540} OUT=$OUT/$name bash benchmarks/run_gpu.sh "$name" | tail -4
+    tar -cf "$OUT/$name.tar" -C "$OUT" "$name" && rm -rf "${OUT:?}/$name"
+  elif [[ $parts52 == *" $part "* ]]; then
     bash benchmarks/results/session52/next_device_calls.sh "$part"
   elif [[ -f benchmarks/results/session55/$part.sh ]]; then
     mkdir -p "$OUT/$part" && OUT_PART=$OUT/$part bash "benchmarks/results/session55/$part.sh"
