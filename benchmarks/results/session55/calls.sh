@@ -3,6 +3,10 @@
 # next_device_calls.sh in a row. Each part tars its logs into $OUT/<part>.tar.
 #   bash benchmarks/results/session55/calls.sh top threads
 #   LIMIT=300 bash benchmarks/results/session55/calls.sh gpu:ops gpu:quantops   # run_gpu.sh parts, LIMIT s each
+# Prepared for session 56 (one call each line; the machine is warm for 30 s after a call):
+#   bash benchmarks/results/session55/calls.sh guards dense_large   # ~7 min: compiled_guards.py; dense H=4096 cells
+#   bash benchmarks/results/session55/calls.sh mixtral              # ~4 min: Mixtral MoE cells
+#   LIMIT=540 bash benchmarks/results/session55/calls.sh gpu:models2  # integrations + offload (not run since ~s45)
 parts52=" edge_rest "
 for part in "$@"; do
   echo "== $part $(date +%T)"
