@@ -4,6 +4,7 @@
 #   bash benchmarks/results/session55/calls.sh top threads
 #   LIMIT=300 bash benchmarks/results/session55/calls.sh gpu:ops gpu:quantops   # run_gpu.sh parts, LIMIT s each
 # Prepared for session 56 (one call each line; the machine is warm for 30 s after a call):
+#   bash benchmarks/results/session55/calls.sh offload             # ~4 min: issue 23's benchmark, last run session 23
 #   bash benchmarks/results/session55/calls.sh guards dense_large   # ~7 min: compiled_guards.py; dense H=4096 cells
 #   bash benchmarks/results/session55/calls.sh mixtral              # ~4 min: Mixtral MoE cells
 #   LIMIT=540 bash benchmarks/results/session55/calls.sh gpu:models2  # integrations + offload (not run since ~s45)
