@@ -6,7 +6,8 @@
 # Prepared for session 56 (one call each line; the machine is warm for 30 s after a call):
 #   bash benchmarks/results/session55/calls.sh offload             # ~4 min: issue 23's benchmark, last run session 23
 #   bash benchmarks/results/session55/calls.sh guards dense_large   # ~7 min: compiled_guards.py; dense H=4096 cells
-#   bash benchmarks/results/session55/calls.sh mixtral              # ~4 min: Mixtral MoE cells
+#   bash benchmarks/results/session55/calls.sh quantize_eager mixtral  # ~5 min: the blockwise column-wise cast's
+#                                                                   # eager 0.26 ms against its graph's 0.115; Mixtral
 #   LIMIT=540 bash benchmarks/results/session55/calls.sh gpu:models2  # integrations + offload (not run since ~s45)
 parts52=" edge_rest "
 for part in "$@"; do
