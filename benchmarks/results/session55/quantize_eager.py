@@ -11,6 +11,7 @@ import time
 
 import torch
 
+from benchmarks._timing import capture_cuda_graph
 from fuseops import recipes
 from fuseops.quant import quantize
 
@@ -43,15 +44,7 @@ def gpu_us(fn, calls: int = 50) -> tuple[float, float]:
     end.record()
     torch.cuda.synchronize()
     eager = begin.elapsed_time(end) * 1e3 / calls
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
+    graph, _ = capture_cuda_graph(lambda: [fn() for _ in range(calls)])
     graph.replay()
     torch.cuda.synchronize()
     begin.record()
