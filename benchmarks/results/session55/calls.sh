@@ -9,6 +9,7 @@
 #   bash benchmarks/results/session55/calls.sh quantize_eager mixtral  # ~5 min: the blockwise column-wise cast's
 #                                                                   # eager 0.26 ms against its graph's 0.115; Mixtral
 #   LIMIT=540 bash benchmarks/results/session55/calls.sh gpu:models2  # integrations + offload (not run since ~s45)
+#   bash benchmarks/results/session55/calls.sh host_by_width       # ~3 min: why the host grows with H at T=1024
 parts52=" edge_rest "
 for part in "$@"; do
   echo "== $part $(date +%T)"
