@@ -16,6 +16,22 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # (DESIGN.md). Norm-wise: ||out - ref|| / ||ref||.
 REL_TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float64: 1e-12}
 
+# Accuracy floors of one quantized Linear (DESIGN.md), by recipe class: signal-to-quantization
+# noise in dB against float64 of its output, input gradient and weight gradient.
+SQNR_FLOORS_DB = {
+    "FP8CurrentScaling": (27.0, 23.0, 21.0),
+    "FP8Blockwise": (27.0, 23.0, 21.0),
+    "MXFP8": (26.5, 23.0, 21.0),
+    "NVFP4": (14.0, 12.0, 12.0),
+}
+
+
+def quantized_rel_tol(recipe: object) -> float:
+    """The norm-wise relative error against float64 that the lowest of ``recipe``'s SQNR floors
+    allows (``10 ** (-dB / 20)``: NVFP4's 12 dB is 0.25, the FP8 formats' 21 dB 0.089): what one
+    rounding to the format may cost where the test cannot tell a GEMM's output from its gradients."""
+    return 10 ** (-min(SQNR_FLOORS_DB[type(recipe).__name__]) / 20)
+
 T = TypeVar("T")
 
 

@@ -18,7 +18,7 @@ from fuseops.fusions.fusion import measured_declines_ignored
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.quant import recipes
 from tests.fusions.op_strategies import op_chain
-from tests.helpers import REL_TOL, assert_bitwise, rel_err
+from tests.helpers import REL_TOL, assert_bitwise, quantized_rel_tol, rel_err
 
 DTYPES = st.sampled_from([torch.float32, torch.float16, torch.bfloat16])
 QUANTIZED = [recipes.FP8CurrentScaling(), recipes.FP8Blockwise(), recipes.MXFP8(), recipes.NVFP4()]
@@ -44,16 +44,22 @@ def _is_float(e):
     return isinstance(e, torch.Tensor) and e.is_floating_point()
 
 
-def _close_enough(fused, unfused, exact, dtype, what):
+def _close_enough(fused, unfused, exact, dtype, recipe, what):
     """Fused is within the dtype's tolerance of float64, or no worse than twice the
-    unfused error: rounding differences, not a wrong result."""
+    unfused error: rounding differences, not a wrong result. Under a recipe, also within the
+    format's own accuracy floor (``quantized_rel_tol``): a fusion may round once where the
+    unfused ops round twice (ForwardQuantizeLinear quantizes its input's column-wise copy from
+    the input, the unfused Linear from the Quantize op's rounded output), and at a few rows the
+    two errors of a 4-bit format differ by more than 2x either way (NVFP4, 33 rows, K = 1:
+    0.124 against 0.0086)."""
     assert (fused is None) == (unfused is None), f"{what}: presence differs"
     if fused is None:
         return
     assert torch.isfinite(fused).all() == torch.isfinite(unfused).all(), f"{what}: non-finite values differ"
     err, base = rel_err(fused, exact), rel_err(unfused, exact)
-    assert err <= max(2 * base, REL_TOL[dtype]), (
-        f"{what}: error {err:.2e} against float64 (unfused: {base:.2e}, tolerance {REL_TOL[dtype]:.0e}, {dtype})"
+    floor = max(REL_TOL[dtype], quantized_rel_tol(recipe) if recipe is not None else 0.0)
+    assert err <= max(2 * base, floor), (
+        f"{what}: error {err:.2e} against float64 (unfused: {base:.2e}, tolerance {floor:.1e}, {dtype}, {recipe})"
     )
 
 
@@ -116,7 +122,7 @@ def _check_fusion(fusion: Fusion, data, device: str) -> None:
         f"{fusion.name} matched {[type(s.op).__name__ for s in specs]} but is not in the plan"
     )
     for i, (a, b, c) in enumerate(zip(fused_outs + fused_grads, unfused_outs + unfused_grads, exact_outs + exact_grads)):
-        _close_enough(a, b, None if c is None else c.to(device), dtype, f"{fusion.name} output/grad {i}")
+        _close_enough(a, b, None if c is None else c.to(device), dtype, recipe, f"{fusion.name} output/grad {i}")
     if recipe is None:
         _replay_equals_recording(fused, x, extras, requires_grad, seed, fusion.name)
 

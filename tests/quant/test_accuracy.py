@@ -13,14 +13,13 @@ import torch
 from fuseops.kernels._triton import interpreted_kernels
 from fuseops.kernels.gemm.grouped import group_offsets
 from fuseops.quant import linear_dgrad, linear_forward, linear_wgrad, quantize, recipes
-from tests.helpers import sqnr_db
+from tests.helpers import SQNR_FLOORS_DB, sqnr_db
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FLOORS = {
-    "fp8_current": (recipes.FP8CurrentScaling(), (27, 23, 21)),
-    "fp8_blockwise": (recipes.FP8Blockwise(), (27, 23, 21)),
-    "mxfp8": (recipes.MXFP8(), (26.5, 23, 21)),
-    "nvfp4": (recipes.NVFP4(), (14, 12, 12)),
+    name: (recipe, SQNR_FLOORS_DB[type(recipe).__name__])
+    for name, recipe in (("fp8_current", recipes.FP8CurrentScaling()), ("fp8_blockwise", recipes.FP8Blockwise()),
+                         ("mxfp8", recipes.MXFP8()), ("nvfp4", recipes.NVFP4()))
 }
 
 
