@@ -451,8 +451,11 @@ def torch_grouped_mm_serves(*operands: torch.Tensor) -> bool:
 def _grouped_mm_layout(t: torch.Tensor) -> bool:
     *batch, rows_stride, cols_stride = t.stride()
     *_, m, n = t.shape
-    fits = (cols_stride == 1 and rows_stride % 4 == 0 and rows_stride >= n) or (
-        rows_stride == 1 and cols_stride % 4 == 0 and cols_stride >= m)
+    # The other stride at least 1 too: an empty operand may carry a zero stride (a zero-row
+    # gradient [0, 1] with strides (1, 0) is "contiguous"), which torch refuses ("Invalid
+    # strides/sizes").
+    fits = (cols_stride == 1 and rows_stride % 4 == 0 and rows_stride >= max(n, 1)) or (
+        rows_stride == 1 and cols_stride % 4 == 0 and cols_stride >= max(m, 1))
     return fits and all(s % 4 == 0 for s in batch)
 
 

@@ -54,6 +54,18 @@ def test_per_group_products(split, path):
     assert (y[int(offsets[-1]):] == 0).all()
 
 
+@pytest.mark.parametrize("strides", [(1, 0), (0, 1), (1, 4), (4, 1)])
+def test_per_group_products_of_no_rows_whatever_their_strides(strides, path):
+    """An empty operand may carry any strides, a zero one too (a zero-row gradient [0, 1] came
+    with strides (1, 0): "contiguous", as every empty tensor is); ``torch._grouped_mm`` refuses
+    a zero stride, so such operands take the loop (session 55: the unfused GroupedMLP's
+    backward raised "Invalid strides/sizes" at zero rows)."""
+    a = torch.empty_strided((0, 4), strides)
+    b = torch.randn(2, 4, 8)
+    y = per_group_matmul(a, b, torch.tensor([0, 0, 0]))
+    assert y.shape == (0, 8) and y.dtype == torch.float32
+
+
 @pytest.mark.parametrize("split", SPLITS)
 def test_reference_grouped_gemm_leaves_rows_past_the_groups(split, path):
     torch.manual_seed(0)
