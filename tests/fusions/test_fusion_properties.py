@@ -27,14 +27,19 @@ RECIPES = st.sampled_from([None, None, None, *QUANTIZED])
 LEADING = st.sampled_from([(1,), (5,), (2, 3), (33,)])
 
 
-def _forward_backward(model, x, extras, requires_grad, seed):
-    """Outputs, then gradients of a seeded random projection of every output."""
+def _forward_backward(model, x, extras, requires_grad, seed, probe_dtype=None):
+    """Outputs, then gradients of a seeded random projection of every output; ``probe_dtype``:
+    the projection rounded as a run in that dtype receives it (the float64 oracle's, so that
+    it differentiates the same function as the runs it judges)."""
     x = x.detach().clone().requires_grad_(requires_grad)
     extras = [e.detach().clone().requires_grad_() if _is_float(e) else e for e in extras]
     out = model(x, *extras)
     outs = out if isinstance(out, tuple) else (out,)
     g = torch.Generator().manual_seed(seed)
-    loss = sum((o.double() * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device)).sum() for o in outs)
+    probes = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in outs]
+    if probe_dtype is not None:
+        probes = [p.to(probe_dtype).double() for p in probes]
+    loss = sum((o.double() * p.to(o.device)).sum() for o, p in zip(outs, probes))
     loss.backward()
     grads = ([x.grad] if requires_grad else []) + [e.grad for e in extras if _is_float(e)]
     return [o.detach() for o in outs], grads + [p.grad for p in model.parameters()]
@@ -111,7 +116,8 @@ def _check_fusion(fusion: Fusion, data, device: str) -> None:
     # The float64 oracle runs the torch references on the CPU, unquantized.
     exact_extras = [e.double() if _is_float(e) else e for e in extras]
     exact_extras = [e.cpu() if isinstance(e, torch.Tensor) else e for e in exact_extras]
-    exact_outs, exact_grads = _forward_backward(exact, x.double().cpu(), exact_extras, requires_grad, seed)
+    exact_outs, exact_grads = _forward_backward(exact, x.double().cpu(), exact_extras, requires_grad, seed,
+                                                probe_dtype=dtype)
 
     plan = fused.plan
     entries = (plan.forward if fusion.stage & Stage.FORWARD else []) + (
