@@ -17,6 +17,29 @@ from torch.profiler import ProfilerActivity, profile
 T = TypeVar("T")
 
 
+def until_graphs_settle(step: Callable[[], object], sync: Callable[[], object], limit: int = 60) -> int:
+    """Runs ``step`` (each followed by ``sync``, as a training loop reading its loss) until two
+    steps in a row record no program and leave no graph state they call measuring or on trial
+    (``graphed.settling``); the steps run. Until then programs' calls time eager runs and their
+    captures sync the host (``graphed.py``): a step timed before then times the warm-up (session
+    56, run 1: the offload benchmark's MoE stack without offload at 75.7 ms a step, 55.9 once
+    settled). Two: a layout's first call runs the full path, and its second records the program
+    whose graph state the third starts to measure. A RuntimeError after ``limit`` steps
+    (``graphed.MAX_CAPTURES`` bounds a program's captures: it settles)."""
+    from fuseops.ops.executor import graphed, replay
+
+    quiet = 0
+    for n in range(1, limit + 1):
+        since, recorded = graphed.calls(), replay.counts["recorded"]
+        step()
+        sync()
+        settled = replay.counts["recorded"] == recorded and not graphed.settling(since)
+        quiet = quiet + 1 if settled else 0
+        if quiet == 2:
+            return n
+    raise RuntimeError(f"the CUDA-graph states did not settle in {limit} steps: {graphed.counts}")
+
+
 def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int = 3, *, warmup: int = 25,
                         rep: int = 100) -> dict[str, float]:
     """Milliseconds per call of each function: the median over ``rounds`` rounds that time

@@ -5,30 +5,15 @@ sync and no pinned allocation, plans a partial move, and stays bit for bit."""
 import pytest
 import torch
 
+from benchmarks._timing import until_graphs_settle
 from fuseops.offload import host_arena
 from fuseops.offload import planner as planner_module
 from fuseops.offload.planner import planner_for
 from fuseops.offload.timing import timer_for
-from fuseops.ops.executor import graphed
 from tests.offload._models import assert_bitwise, fuseops_layers, mlp_layers, run_step
 from tests.offload.test_moe import moe_stack
 
 AUTO = dict(group_budget_bytes="auto")
-
-
-def graphs_settle(step, limit: int = 40) -> None:
-    """Runs ``step`` (synchronised) until the graph states' counts stay put for one measurement
-    and a judgement (``MEASURED_CALLS`` + 1 steps); fails after ``limit`` steps."""
-    quiet, last = 0, None
-    for _ in range(limit):
-        step()
-        torch.cuda.synchronize()
-        now = {k: v for k, v in graphed.counts.items() if k != "graph_replays"}
-        quiet = quiet + 1 if now == last else 0
-        last = now
-        if quiet > graphed.MEASURED_CALLS:
-            return
-    raise AssertionError(f"the CUDA graph states did not settle in {limit} steps: {graphed.counts}")
 
 
 def model(kind):
@@ -61,7 +46,7 @@ def test_planned_steps_make_no_host_sync_and_no_pinned_allocation(kind):
     # the host (graphed.py, step 2). The fuseops stack's four backward programs captured at the
     # 5th, 9th and 13th planned steps and were judged at the 17th (session 56, run 5): GPU-bound,
     # two of them stay eager for the reloaded inputs their graphs would copy.
-    graphs_settle(lambda: run_step(layers, x, AUTO, groups=groups))
+    until_graphs_settle(lambda: run_step(layers, x, AUTO, groups=groups), torch.cuda.synchronize)
     torch.cuda.synchronize()
     arena = host_arena("cuda")
     allocations = arena.allocations

@@ -224,6 +224,8 @@ _side_streams: dict[int, torch.cuda.Stream] = {}
 _graph_memory: collections.Counter[int] = collections.Counter()
 # Programs holding a graph (on trial or graphed), weakly: one freed with its module leaves.
 _holding: weakref.WeakSet[GraphedProgram] = weakref.WeakSet()
+# Every graph state, weakly (``settling``).
+_programs: weakref.WeakSet[GraphedProgram] = weakref.WeakSet()
 # Calls of any program so far (``GraphedProgram.last_call``).
 _calls = 0
 # Numbers each capture kept, from 1 (``GraphedProgram.capture_id``; 0: no graph).
@@ -307,6 +309,22 @@ def free(device: torch.device | str | None = None) -> int:
     for pool in graph_pool.pools():
         pool.release_if_idle()
     return freed
+
+
+def calls() -> int:
+    """Calls of any graph state so far: the clock ``settling`` counts from."""
+    return _calls
+
+
+def settling(since: int) -> int:
+    """How many graph states called since ``calls()`` returned ``since`` are still measuring or
+    on trial: their next calls time eager runs or replays, and may capture (a host
+    synchronisation, step 2). Zero once every program a loop's step calls is graphed or eager
+    for good, where a benchmark starts timing and a training loop stops syncing for graphs
+    (``benchmarks/_timing.py``'s ``until_graphs_settle``, which also waits out recordings: a
+    program recorded in a step is first called in the next). A program measuring that is not
+    called again (another input shape's) is not counted."""
+    return sum(1 for p in list(_programs) if p.last_call > since and p.phase in (_MEASURING, _TRIAL))
 
 
 def _free_idle(device: torch.device) -> None:
@@ -547,6 +565,7 @@ class GraphedProgram:
         # as copies (``_replay``). The program's results keep their order across captures.
         self.copy_out: set[int] = set()
         self.last_call = _calls
+        _programs.add(self)
         self._free()
 
     def __del__(self) -> None:

@@ -286,6 +286,33 @@ def test_a_chain_of_blocks_settles_with_one_capture_a_program(depth, cpu_graphs,
     assert [(g.phase, g.captures) for g in states] == [("graphed", 1)] * 2 * depth
 
 
+def test_the_benchmarks_warm_up_ends_once_the_graph_states_have_settled(cpu_graphs):
+    """``benchmarks._timing.until_graphs_settle``, which the benchmarks and the GPU offload test
+    run before they time or forbid host syncs: after it, steps capture nothing (a capture syncs
+    the host) and every program replays its graph; a step whose states never settle fails it."""
+    from benchmarks._timing import until_graphs_settle
+
+    torch.manual_seed(0)
+    model = blocks(3)
+    steps = fixed_address_steps([_inputs("residual_branch", torch.device("cpu"), 0)[0]])  # one step a call
+    ran = until_graphs_settle(lambda: steps(model), lambda: None)
+    assert graphed.MEASURED_CALLS < ran < 40
+    before = dict(graphed.counts)
+    steps(model)
+    delta = _delta(before)
+    assert delta.pop("graph_replays") == 2 * 3 and not any(delta.values()), str(delta)
+    assert [g.phase for g in graph_states(model)] == ["graphed"] * 2 * 3
+
+    fresh = blocks(1)  # measured for three calls, captured at the fourth, on trial for three more
+    with pytest.raises(RuntimeError, match="did not settle in 5 steps"):
+        until_graphs_settle(lambda: steps(fresh), lambda: None, limit=5)
+    # ``fresh``'s states still measure, but a step that does not call them is settled.
+    since = graphed.calls()
+    assert graphed.settling(since - 2) == 2
+    steps(model)
+    assert graphed.settling(since) == 0
+
+
 def test_an_input_that_moves_is_copied_from_then_on(cpu_graphs, monkeypatch):
     """The input lies at one address until the graph is kept, then at three in turn: captured
     again at once with that input copied, never measured again."""
