@@ -49,23 +49,77 @@ def _is_float(e):
     return isinstance(e, torch.Tensor) and e.is_floating_point()
 
 
-def _close_enough(fused, unfused, exact, dtype, recipe, what):
-    """Fused is within the dtype's tolerance of float64, or no worse than twice the
-    unfused error: rounding differences, not a wrong result. Under a recipe, also within the
-    format's own accuracy floor (``quantized_rel_tol``): a fusion may round once where the
-    unfused ops round twice (ForwardQuantizeLinear quantizes its input's column-wise copy from
-    the input, the unfused Linear from the Quantize op's rounded output), and at a few rows the
-    two errors of a 4-bit format differ by more than 2x either way (NVFP4, 33 rows, K = 1:
-    0.124 against 0.0086)."""
+def _close_enough(fused, unfused, exact, dtype, recipe, what, nearby=(0.0, 0.0)):
+    """Fused is within the dtype's tolerance of float64, or its worst error no worse than twice
+    the unfused ops' worst, over the example and, where that fails, its neighbours (``nearby``:
+    the two worst errors there, ``_errors_nearby``): rounding differences, not a wrong result.
+    Under a recipe, also within the format's own accuracy floor (``quantized_rel_tol``): a fusion
+    may round once where the unfused ops round twice (ForwardQuantizeLinear quantizes its input's
+    column-wise copy from the input, the unfused Linear from the Quantize op's rounded output),
+    and at a few rows the two errors of a 4-bit format differ by more than 2x either way (NVFP4,
+    33 rows, K = 1: 0.124 against 0.0086)."""
     assert (fused is None) == (unfused is None), f"{what}: presence differs"
     if fused is None:
         return
     assert torch.isfinite(fused).all() == torch.isfinite(unfused).all(), f"{what}: non-finite values differ"
-    err, base = rel_err(fused, exact), rel_err(unfused, exact)
-    floor = max(REL_TOL[dtype], quantized_rel_tol(recipe) if recipe is not None else 0.0)
+    err, base = max(rel_err(fused, exact), nearby[0]), max(rel_err(unfused, exact), nearby[1])
+    floor = _floor(dtype, recipe)
     assert err <= max(2 * base, floor), (
-        f"{what}: error {err:.2e} against float64 (unfused: {base:.2e}, tolerance {floor:.1e}, {dtype}, {recipe})"
+        f"{what}: error {err:.2e} against float64 (unfused: {base:.2e}; the worst of the example"
+        f"{' and its neighbours' if any(nearby) else ''}; tolerance {floor:.1e}, {dtype}, {recipe})"
     )
+
+
+def _floor(dtype, recipe) -> float:
+    """The error any result may have: the dtype's tolerance, or the recipe format's floor."""
+    return max(REL_TOL[dtype], quantized_rel_tol(recipe) if recipe is not None else 0.0)
+
+
+def _nudged(t, dtype, g):
+    """``t`` with each element moved up or down by one or two units in the last place of
+    ``dtype`` (by ``finfo.eps`` of itself), or kept: a third each."""
+    if not _is_float(t):
+        return t
+    step = torch.randint(-1, 2, t.shape, generator=g).to(torch.float64) * torch.finfo(dtype).eps
+    return (t.double().cpu() * (1 + step)).to(device=t.device, dtype=t.dtype)
+
+
+def _errors_nearby(unfused, x, extras, requires_grad, seed, recipe, draws=8):
+    """Per output and gradient, the worst error against float64 of the fused and of the unfused
+    ops over ``draws`` neighbours of the example: each element of its input, extra inputs and
+    parameters moved by a unit or two in the dtype's last place, or kept (``_nudged``). Where a handful of rows makes a
+    result a few roundings (exact GELU in bf16 at one row, its derivative crossing zero near
+    z = -0.75: session 55's random runs found the weight gradient at 2.4e-2 fused against 6.7e-3
+    unfused, and at the neighbours each path ranges over 5e-3 to 3e-2; GroupedMLP in float16 at
+    six rows, 1.12e-3 against 5.2e-4, whose neighbours find fused at most 5.1e-4 and unfused up
+    to 8.9e-4), one example's errors are one draw from each path's spread, and twice one draw
+    fails a correct fusion at random. The worst of several draws of each compares the spreads:
+    a fusion that rounds worse everywhere still fails."""
+    dtype = x.dtype
+    g = torch.Generator().manual_seed(seed + 1)
+    worst = None
+    for _ in range(draws):
+        model = copy.deepcopy(unfused)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(_nudged(p, dtype, g))
+        fused = copy.deepcopy(model)
+        fused.fuse = True
+        exact = copy.deepcopy(model).to(device="cpu", dtype=torch.float64)
+        for m in (model, fused, exact):
+            m.zero_grad(set_to_none=True)
+        xn, en = _nudged(x, dtype, g), [_nudged(e, dtype, g) for e in extras]
+        with fuseops.autocast(recipe=recipe):
+            fused_outs, fused_grads = _forward_backward(fused, xn, en, requires_grad, seed)
+            outs, grads = _forward_backward(model, xn, en, requires_grad, seed)
+        exact_extras = [e.double().cpu() if _is_float(e) else e.cpu() if isinstance(e, torch.Tensor) else e
+                        for e in en]
+        want_outs, want_grads = _forward_backward(exact, xn.double().cpu(), exact_extras, requires_grad, seed,
+                                                  probe_dtype=dtype)
+        errs = [(0.0, 0.0) if a is None or c is None else (rel_err(a, c.to(a.device)), rel_err(b, c.to(b.device)))
+                for a, b, c in zip(fused_outs + fused_grads, outs + grads, want_outs + want_grads)]
+        worst = errs if worst is None else [(max(w[0], e[0]), max(w[1], e[1])) for w, e in zip(worst, errs)]
+    return worst
 
 
 def _recipes_for(fusion: Fusion, ops, x, extra_inputs):
@@ -127,8 +181,15 @@ def _check_fusion(fusion: Fusion, data, device: str) -> None:
     assert any(name == fusion.name for name, _ in entries) or declined, (
         f"{fusion.name} matched {[type(s.op).__name__ for s in specs]} but is not in the plan"
     )
-    for i, (a, b, c) in enumerate(zip(fused_outs + fused_grads, unfused_outs + unfused_grads, exact_outs + exact_grads)):
-        _close_enough(a, b, None if c is None else c.to(device), dtype, recipe, f"{fusion.name} output/grad {i}")
+    results = list(zip(fused_outs + fused_grads, unfused_outs + unfused_grads,
+                       [None if c is None else c.to(device) for c in exact_outs + exact_grads]))
+    # The neighbours only where the example alone fails the rule.
+    nearby = [(0.0, 0.0)] * len(results)
+    floor = _floor(dtype, recipe)
+    if any(a is not None and c is not None and rel_err(a, c) > max(2 * rel_err(b, c), floor) for a, b, c in results):
+        nearby = _errors_nearby(unfused, x, extras, requires_grad, seed, recipe)
+    for i, ((a, b, c), near) in enumerate(zip(results, nearby)):
+        _close_enough(a, b, c, dtype, recipe, f"{fusion.name} output/grad {i}", near)
     if recipe is None:
         _replay_equals_recording(fused, x, extras, requires_grad, seed, fusion.name)
 
