@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import fuseops
-from benchmarks._timing import until_graphs_settle
+from benchmarks._timing import graph_settle_steps
 from fuseops import ops
 from fuseops.offload import mark_not_offload, offload_activations
 from fuseops.offload.planner import planner_for
@@ -223,9 +223,9 @@ def measure(layers, x, clock, budget, steps, warm_up, settle_max=12, retime_max=
         clock.sync()
         warmed += 1
     # Programs recorded under offload's save receiver are other programs than those without it:
-    # their CUDA-graph states settle here (``until_graphs_settle``), and again after the plan
+    # their CUDA-graph states settle here (``graph_settle_steps``), and again after the plan
     # settled (a plan that moves other tensors moves the backward programs' inputs).
-    warmed += until_graphs_settle(lambda: step(layers, x, name, budget), clock.sync)
+    warmed += graph_settle_steps(lambda: step(layers, x, name, budget), clock.sync, 100) or 100
     if budget == "auto":
         before = _plan_state(x.device)
         for _ in range(settle_max):
@@ -236,7 +236,7 @@ def measure(layers, x, clock, budget, steps, warm_up, settle_max=12, retime_max=
             if after == before and after[1]:
                 break
             before = after
-        warmed += until_graphs_settle(lambda: step(layers, x, name, budget), clock.sync)
+        warmed += graph_settle_steps(lambda: step(layers, x, name, budget), clock.sync, 100) or 100
     timed = [clock.times_ms(lambda: step(layers, x, name, budget)) for _ in range(steps)]
     settled = budget != "auto" or _plan_state(x.device) == before
     for _ in range(retime_max if budget == "auto" else 0):
@@ -291,7 +291,7 @@ def curve(kind, args, device, dtype, clock, bytes_per_s):
     # Without offload first: the MoE stack's fuseops programs settle their CUDA-graph states
     # (session 56, run 1: timed while they did, its "none" point ran at 75.7 ms, host 67.6 ms a
     # step, against 55.9 in the interleaved rounds after).
-    until_graphs_settle(lambda: step(layers, x, "none", None), clock.sync)
+    graph_settle_steps(lambda: step(layers, x, "none", None), clock.sync, 100)
     fwd_ms, bwd_ms = compute_ms(layers, x, clock, args.steps)
     everything = measure(layers, x, clock, None, args.steps, args.warm_up)
     group = everything["bytes_offloaded"] / max(1, args.layers - 1)

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 import fuseops
-from benchmarks._timing import until_graphs_settle
+from benchmarks._timing import graph_settle_steps
 from fuseops import ops
 from fuseops.moe import routing_graphs
 from fuseops.ops.executor import graphed, replay
@@ -254,16 +254,6 @@ def graphed_ms(model: torch.nn.Module, args: tuple[torch.Tensor, ...], device: s
     return ms
 
 
-def _settle(step: Callable[[], object], device: str, limit: int = 100) -> int:
-    """Steps run until ``step``'s CUDA-graph states settle (``until_graphs_settle``), or -1 where
-    they had not after ``limit`` (said on stdout; the cell is timed anyway)."""
-    try:
-        return until_graphs_settle(step, torch.cuda.synchronize if device == "cuda" else lambda: None, limit)
-    except RuntimeError as why:
-        print(f"  not settled: {why}", flush=True)
-        return -1
-
-
 def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch: bool = True,
             rounds: int = ROUNDS, layer_model=None) -> dict:
     """One cell: each variant's step and enqueue ms, the fastest of ``rounds`` interleaved rounds
@@ -298,7 +288,9 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
             # Until this variant's graph states settle: the variants before it may have moved its
             # programs' inputs or evicted their graphs, and a capture in a timed step syncs the host
             # (session 56: the Mixtral cells' eager fuseops steps captured 8-21 times while timed).
-            row.setdefault(f"{name}_settle_steps", []).append(_settle(step, device))
+            sync = torch.cuda.synchronize if device == "cuda" else lambda: None
+            # None: not settled after 100 steps (said on stdout; timed anyway).
+            row.setdefault(f"{name}_settle_steps", []).append(graph_settle_steps(step, sync, 100))
             before, graphs_before, refused_before = dict(replay.counts), dict(graphed.counts), dict(graphed.refusals)
             step_ms = time_ms(step, device, reps)
             frees = _device_frees(device)
