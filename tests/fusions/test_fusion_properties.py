@@ -85,16 +85,15 @@ def _nudged(t, dtype, g):
 
 
 def _errors_nearby(unfused, x, extras, requires_grad, seed, recipe, draws=8):
-    """Per output and gradient, the worst error against float64 of the fused and of the unfused
-    ops over ``draws`` neighbours of the example: each element of its input, extra inputs and
-    parameters moved by a unit or two in the dtype's last place, or kept (``_nudged``). Where a
-    handful of rows makes a result a few roundings (exact GELU in bf16 at one row, its derivative
-    crossing zero near z = -0.75: session 55's random runs found the weight gradient at 2.4e-2 fused against 6.7e-3
-    unfused, and at the neighbours each path ranges over 5e-3 to 3e-2; GroupedMLP in float16 at
-    six rows, 1.12e-3 against 5.2e-4, whose neighbours find fused at most 5.1e-4 and unfused up
-    to 8.9e-4), one example's errors are one draw from each path's spread, and twice one draw
-    fails a correct fusion at random. The worst of several draws of each compares the spreads:
-    a fusion that rounds worse everywhere still fails."""
+    """Per output and gradient, the worst error against float64 of the fused and of the unfused ops over
+    ``draws`` neighbours of the example: each element of its input, extra inputs and parameters moved by a
+    unit or two in the dtype's last place, or kept (``_nudged``). Where a handful of rows makes a result a few
+    roundings (exact GELU in bf16 at one row, its derivative crossing zero near z = -0.75: session 55's random
+    runs found the weight gradient at 2.4e-2 fused against 6.7e-3 unfused, and at the neighbours each path
+    ranges over 5e-3 to 3e-2; GroupedMLP in float16 at six rows, 1.12e-3 against 5.2e-4, whose neighbours find
+    fused at most 5.1e-4 and unfused up to 8.9e-4), one example's errors are one draw from each path's spread,
+    and twice one draw fails a correct fusion at random. The worst of several draws of each compares the
+    spreads: a fusion that rounds worse everywhere still fails."""
     dtype = x.dtype
     g = torch.Generator().manual_seed(seed + 1)
     worst = None
