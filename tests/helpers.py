@@ -101,6 +101,16 @@ def changed_since(before: dict[str, int], now: dict[str, int]) -> dict[str, int]
     return {k: v - before.get(k, 0) for k, v in now.items() if v != before.get(k, 0)}
 
 
+def nudged(t: object, dtype: torch.dtype, g: torch.Generator) -> object:
+    """A float tensor ``t`` with each element moved up or down by one or two units in the last
+    place of ``dtype`` (by ``finfo.eps`` of itself), or kept: a third each (anything else as it
+    is). A neighbouring example, for rules that compare two paths' rounding errors."""
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        return t
+    step = torch.randint(-1, 2, t.shape, generator=g).to(torch.float64) * torch.finfo(dtype).eps
+    return (t.double().cpu() * (1 + step)).to(device=t.device, dtype=t.dtype)
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     denom = ref.norm().item()

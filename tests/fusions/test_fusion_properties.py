@@ -18,7 +18,7 @@ from fuseops.fusions.fusion import measured_declines_ignored
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.quant import recipes
 from tests.fusions.op_strategies import op_chain
-from tests.helpers import REL_TOL, assert_bitwise, quantized_rel_tol, rel_err
+from tests.helpers import REL_TOL, assert_bitwise, nudged, quantized_rel_tol, rel_err
 
 DTYPES = st.sampled_from([torch.float32, torch.float16, torch.bfloat16])
 QUANTIZED = [recipes.FP8CurrentScaling(), recipes.FP8Blockwise(), recipes.MXFP8(), recipes.NVFP4()]
@@ -75,19 +75,10 @@ def _floor(dtype, recipe) -> float:
     return max(REL_TOL[dtype], quantized_rel_tol(recipe) if recipe is not None else 0.0)
 
 
-def _nudged(t, dtype, g):
-    """``t`` with each element moved up or down by one or two units in the last place of
-    ``dtype`` (by ``finfo.eps`` of itself), or kept: a third each."""
-    if not _is_float(t):
-        return t
-    step = torch.randint(-1, 2, t.shape, generator=g).to(torch.float64) * torch.finfo(dtype).eps
-    return (t.double().cpu() * (1 + step)).to(device=t.device, dtype=t.dtype)
-
-
 def _errors_nearby(unfused, x, extras, requires_grad, seed, recipe, draws=8):
     """Per output and gradient, the worst error against float64 of the fused and of the unfused ops over
     ``draws`` neighbours of the example: each element of its input, extra inputs and parameters moved by a
-    unit or two in the dtype's last place, or kept (``_nudged``). Where a handful of rows makes a result a few
+    unit or two in the dtype's last place, or kept (``nudged``). Where a handful of rows makes a result a few
     roundings (exact GELU in bf16 at one row, its derivative crossing zero near z = -0.75: session 55's random
     runs found the weight gradient at 2.4e-2 fused against 6.7e-3 unfused, and at the neighbours each path
     ranges over 5e-3 to 3e-2; GroupedMLP in float16 at six rows, 1.12e-3 against 5.2e-4, whose neighbours find
@@ -101,13 +92,13 @@ def _errors_nearby(unfused, x, extras, requires_grad, seed, recipe, draws=8):
         model = copy.deepcopy(unfused)
         with torch.no_grad():
             for p in model.parameters():
-                p.copy_(_nudged(p, dtype, g))
+                p.copy_(nudged(p, dtype, g))
         fused = copy.deepcopy(model)
         fused.fuse = True
         exact = copy.deepcopy(model).to(device="cpu", dtype=torch.float64)
         for m in (model, fused, exact):
             m.zero_grad(set_to_none=True)
-        xn, en = _nudged(x, dtype, g), [_nudged(e, dtype, g) for e in extras]
+        xn, en = nudged(x, dtype, g), [nudged(e, dtype, g) for e in extras]
         with fuseops.autocast(recipe=recipe):
             fused_outs, fused_grads = _forward_backward(fused, xn, en, requires_grad, seed)
             outs, grads = _forward_backward(model, xn, en, requires_grad, seed)
