@@ -11,16 +11,19 @@
 #   LIMIT=540 bash benchmarks/results/session55/calls.sh gpu:models2  # integrations + offload (not run since ~s45)
 #   bash benchmarks/results/session55/calls.sh host_by_width       # ~3 min: why the host grows with H at T=1024
 parts52=" edge_rest "
+# A later session's own parts (PARTS_DIR, session 56's calls.sh) are looked up before session 55's.
 for part in "$@"; do
   echo "== $part $(date +%T)"
+  dir=benchmarks/results/session55
+  [[ -n ${PARTS_DIR:-} && -f $PARTS_DIR/$part.sh ]] && dir=$PARTS_DIR
   if [[ $part == gpu:* ]]; then
     name=${part#gpu:}
     mkdir -p "$OUT/$name" && LIMIT=${LIMIT:-540} OUT=$OUT/$name bash benchmarks/run_gpu.sh "$name" | tail -4
     tar -cf "$OUT/$name.tar" -C "$OUT" "$name" && rm -rf "${OUT:?}/$name"
   elif [[ $parts52 == *" $part "* ]]; then
     bash benchmarks/results/session52/next_device_calls.sh "$part"
-  elif [[ -f benchmarks/results/session55/$part.sh ]]; then
-    mkdir -p "$OUT/$part" && OUT_PART=$OUT/$part bash "benchmarks/results/session55/$part.sh"
+  elif [[ -f $dir/$part.sh ]]; then
+    mkdir -p "$OUT/$part" && OUT_PART=$OUT/$part bash "$dir/$part.sh"
     tar -cf "$OUT/$part.tar" -C "$OUT" "$part" && rm -rf "${OUT:?}/$part"
   else
     bash benchmarks/results/session54/next_device_calls.sh "$part"

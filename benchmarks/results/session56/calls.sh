@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepared in session 56 for the next device session (the machine goes back 30 s after a call, and a one-chip
 # machine counted its whole held time in session 56: put two or three parts in a call). Session 56's own parts are
-# the *.sh files here; any other part goes to session 55's calls.sh (its parts, session 54's and 52's, and
+# the *.sh files here, which session 55's calls.sh runs (PARTS_DIR) beside its own (its parts, session 54's and 52's, and
 # gpu:<run_gpu.sh part>). Each part tars its logs into $OUT/<part>.tar.
 #   bash benchmarks/results/session56/calls.sh settle offload      # ~6 min: the GPU no-sync offload test with the
 #                                                                   # final graph_settle_steps, then issue 23's
@@ -11,15 +11,5 @@
 #                                                                   # before it is timed (session 54's parts)
 #   LIMIT=540 bash benchmarks/results/session56/calls.sh gpu:kernels  # not run lately
 #   LIMIT=540 bash benchmarks/results/session56/calls.sh gpu:models   # not run lately
-set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1
-for part in "$@"; do
-  if [[ -f benchmarks/results/session56/$part.sh ]]; then
-    echo "== $part $(date +%T)"
-    mkdir -p "$OUT/$part" && OUT_PART=$OUT/$part bash "benchmarks/results/session56/$part.sh"
-    tar -cf "$OUT/$part.tar" -C "$OUT" "$part" && rm -rf "${OUT:?}/$part"
-  else
-    bash benchmarks/results/session55/calls.sh "$part"
-  fi
-done
-echo "== done $(date +%T)"
+PARTS_DIR=benchmarks/results/session56 exec bash benchmarks/results/session55/calls.sh "$@"
