@@ -18,7 +18,11 @@ signature whose last results are all gone (graph memory by its storages' use cou
 by weak references, so that layers part from their first step) (in training the first layer's ``x_sorted`` and
 ``row_map`` are saved for its backward while the second layer permutes, so each layer meets its
 own state); the other three calls follow the state that made their ``row_map`` (the layer's
-permute), so that they pin that layer's tensors. Where the layers' calls share a state (permute's
+permute, whether its results lie in graph memory or were made eagerly), so that they pin that layer's
+tensors, or copy them where its permute runs eagerly. (Before session 57 only a row map in graph
+memory named its state: the calls of layers whose permute stayed eager shared one key, which every
+call of a graphed layer dropped, so that an 8-layer stack made and captured states afresh every
+step, 3.3 captures a step on the H100, never settling; see ``tests/moe/test_routing_graphs.py``.) Where the layers' calls share a state (permute's
 results already gone when the next layer permutes: inference), its pinned inputs move between
 calls and the state captures again until ``graphed.MAX_CAPTURES``, then runs eagerly.
 
@@ -65,7 +69,7 @@ from fuseops.ops.executor import graphed, op_programs
 # States per key: permute's one per layer, up to this many (further layers' calls run eagerly).
 MAX_KEYS = 4096
 MAX_STATES = 64
-# Addresses of row maps in graph memory, by the permute state that wrote them (bounded).
+# Addresses of row maps, by the permute state that made them (bounded: cleared past it).
 MAX_OWNED = 1024
 # The graph memory the states may hold, as a fraction of the device's memory (module docstring).
 MEMORY_FRACTION = 0.05
@@ -113,9 +117,7 @@ class _Entry:
 
 # The key (owner, signature) is hashed once a call: a signature hashes a tuple per tensor.
 _states: dict[tuple, _Entry] = {}
-# Keys of calls given a row map that no permute state made (their states served before that
-# layer's permute had its graph): dropped once an owned call of their signature comes.
-_unowned: set[tuple] = set()
+# The state that made each row map, by its address (graph memory or not): the last call made there.
 # Weak: a state dropped with its key frees its graph.
 _owners: dict[int, weakref.ref] = {}
 # Bytes of one call's results, by signature (from its first call): a new key's first state is
@@ -136,7 +138,6 @@ def _held() -> int:
 
 def _drop(key: tuple) -> None:
     _states.pop(key, None)
-    _unowned.discard(key)
 
 
 def idle_calls() -> int:
@@ -193,14 +194,12 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     if not torch.compiler.is_compiling():
         run = _recorded(name, static, run)
     if not applies(device):
-        return run(*inputs)
+        return _owned_by(None, row_map, run(*inputs))
     owner = None
     if row_map is not None:
         owner_ref = _owners.get(row_map.data_ptr())
         owner = None if owner_ref is None else owner_ref()
     signature = (name, static, *map(_signature, inputs))
-    if owner is not None and _unowned:
-        _drop((None, *signature))
     key = (owner, *signature)
     _calls += 1
     entry = _states.get(key)
@@ -208,14 +207,12 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
         if len(_states) >= MAX_KEYS:
             _drop(next(iter(_states)))
         entry = _states[key] = _Entry()
-        if row_map is not None and owner is None:
-            _unowned.add(key)
     entry.last = _calls
     index = entry.free()
     if index is None:
         size = _result_bytes.get(signature, 0)  # unknown before the signature's first call
         if len(entry.states) >= MAX_STATES or not _room(size, device):
-            return run(*inputs)
+            return _owned_by(None, row_map, run(*inputs))
         entry.states.append(graphed.GraphedProgram(run, None, device))
         entry.eager.append([])
         index = len(entry.states) - 1
@@ -231,20 +228,29 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     if state.busy():
         # Its results lie in graph memory (a capture or a replay; eager results are never busy).
         entry.eager[index] = []
-        if row_map is None and out[2].numel():  # (every empty row map lies at address 0)
-            if len(_owners) >= MAX_OWNED:
-                _owners.clear()
-            _owners[out[2].data_ptr()] = weakref.ref(state)
     else:
         entry.eager[index] = [StorageWeakRef(t.untyped_storage()) for t in out
                               if isinstance(t, torch.Tensor) and t.numel()]
+    return _owned_by(state, row_map, out)
+
+
+def _owned_by(state: graphed.GraphedProgram | None, row_map: torch.Tensor | None, out: tuple) -> tuple:
+    """``out``, a call's result; where the call made a row map (``row_map`` None: its third result),
+    that row map's calls follow ``state`` from now on (None: a call without a state; an earlier
+    row map at its address named another)."""
+    if row_map is None and not torch.compiler.is_compiling() and out[2].numel():  # (an empty one lies at 0)
+        if state is None:
+            _owners.pop(out[2].data_ptr(), None)
+        else:
+            if len(_owners) >= MAX_OWNED:
+                _owners.clear()
+            _owners[out[2].data_ptr()] = weakref.ref(state)
     return out
 
 
 def clear() -> None:
     """Forget every state (their graphs and graph memory are freed with them)."""
     _states.clear()
-    _unowned.clear()
     _owners.clear()
     _result_bytes.clear()
 
