@@ -46,6 +46,7 @@ from benchmarks._timing import graph_settle_steps
 from fuseops import ops
 from fuseops.offload import mark_not_offload, offload_activations
 from fuseops.offload.planner import planner_for
+from fuseops.ops.executor import graphed
 
 FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 
@@ -237,6 +238,7 @@ def measure(layers, x, clock, budget, steps, warm_up, settle_max=12, retime_max=
                 break
             before = after
         warmed += graph_settle_steps(lambda: step(layers, x, name, budget), clock.sync, 100) or 100
+    captured = graphed.counts["captured"]
     timed = [clock.times_ms(lambda: step(layers, x, name, budget)) for _ in range(steps)]
     settled = budget != "auto" or _plan_state(x.device) == before
     for _ in range(retime_max if budget == "auto" else 0):
@@ -248,6 +250,9 @@ def measure(layers, x, clock, budget, steps, warm_up, settle_max=12, retime_max=
         timed = [clock.times_ms(lambda: step(layers, x, name, budget)) for _ in range(steps)]
         settled = _plan_state(x.device) == before
     times, host = [t for t, _ in timed], [h for _, h in timed]
+    # Captures while timed: each syncs the host, so such a point times the graphs' warm-up, not a
+    # training step (session 57: the MoE stack without offload, 3.3 captures a step).
+    captured = graphed.counts["captured"] - captured
     clock.sync()
     peak = None
     if clock.cuda:
@@ -261,6 +266,7 @@ def measure(layers, x, clock, budget, steps, warm_up, settle_max=12, retime_max=
         del planner._calibrate
     return dict(budget=budget, auto=budget == "auto", step_ms=statistics.median(times), peak_gb=peak,
                 host_ms=statistics.median(host), warm_up_steps=warmed, plan_settled=settled,
+                graph_captures_while_timed=captured,
                 stall_ms=planner.last_stall_s * 1e3 if budget == "auto" else None,
                 bytes_offloaded=stats["bytes_offloaded"] if stats else 0, stats=stats,
                 calibrations=[c for c in calibrations or () if c["moved_mb"] > 0])
@@ -352,6 +358,9 @@ def report(kind, result):
         print(f"{label:>12} {p['step_ms']:>8.1f} {p['time_ratio']:>7.3f} {p['host_ms']:>8.1f} {peak:>8} "
               f"{p['bytes_offloaded'] / 1e9:>9.3f} {p['moved_over_hideable']:>8.2f} {p['moved_over_hideable_achieved']:>8.2f} "
               f"{ratio:>9} {p['floor_ms']:>9.1f} {p['over_floor']:>8.3f}")
+    unsettled = {p["budget"]: p["graph_captures_while_timed"] for p in result["points"] if p["graph_captures_while_timed"]}
+    if unsettled:
+        print(f"  CUDA-graph captures while timed, by budget (those points time the warm-up): {unsettled}")
     auto = next(p for p in result["points"] if p["auto"])
     print(f"  auto: {auto['warm_up_steps']} steps before timing, plan settled {auto['plan_settled']}, "
           f"compute waited on the link {auto['stall_ms']:.2f} ms in the last planned step read")
