@@ -147,14 +147,28 @@ def _all_states() -> set[int]:
 def test_layers_whose_permute_stays_eager_keep_their_states(verdicts, cpu_graphs, monkeypatch):  # noqa: F811
     """Eight layers, some of whose permute states run eagerly for good (forced on the odd layers,
     or by the verdicts of random timings against the real thresholds): the calls of each layer
-    still follow its own permute state, and the states settle. (Each seed here failed before.) Session 57 (the offload
-    benchmark's 8-layer MoE stack on the H100): only a row map in graph memory named its state, so
-    the eager layers' calls shared one key that each graphed layer's call dropped; states were
-    made and captured afresh every step (3.3 captures a step, never settled)."""
-    if verdicts == "odd_layers_eager":
-        forced = []
+    still follow its own permute state, and the states settle. (Each seed here failed before.)
+    Session 57 (the offload benchmark's 8-layer MoE stack on the H100): only a row map in graph
+    memory named its state, so the eager layers' calls shared one key that each graphed layer's
+    call dropped; states were made and captured afresh every step (3.3 captures a step, never
+    settled)."""
+    if verdicts != "odd_layers_eager":
+        for name, value in _REAL_THRESHOLDS.items():
+            monkeypatch.setattr(graphed, name, value)
+        monkeypatch.setattr(_RandomTimed, "draws", random.Random(int(verdicts[-1])))
+        monkeypatch.setattr(graphed, "_Timed", _RandomTimed)
+    _settle_with_partly_eager_permutes("cpu", verdicts == "odd_layers_eager", monkeypatch)
 
-        def force():
+
+def _settle_with_partly_eager_permutes(device, force: bool, monkeypatch, **shape) -> None:
+    """``_training``'s loop over eight layers, bit for bit the calls without graphs, then settled:
+    a loop that captures nothing within three more, and no state made afresh meanwhile. ``force``:
+    the odd layers' permute states eager for good from the graphed run's second step."""
+    forced = []
+    if force:
+        real_layers = _layers
+
+        def forcing_layers(x, ids, E, scales, weights):
             # Once the graphed run's first step has made the eight permute states (a verdict
             # against them would come later, after their measured calls).
             permutes = [kept for key, kept in routing_graphs.states().items() if key[1] == "permute"]
@@ -162,26 +176,15 @@ def test_layers_whose_permute_stays_eager_keep_their_states(verdicts, cpu_graphs
                 for state in permutes[0][1::2]:
                     state._stay_eager("forced by the test")
                     forced.append(state)
-        real_layers = _layers
-
-        def _forcing_layers(x, ids, E, scales, weights):
-            force()
             return real_layers(x, ids, E, scales, weights)
-        monkeypatch.setattr(sys.modules[__name__], "_layers", _forcing_layers)
-    else:
-        for name, value in _REAL_THRESHOLDS.items():
-            monkeypatch.setattr(graphed, name, value)
-        monkeypatch.setattr(_RandomTimed, "draws", random.Random(int(verdicts[-1])))
-        monkeypatch.setattr(graphed, "_Timed", _RandomTimed)
+        monkeypatch.setattr(sys.modules[__name__], "_layers", forcing_layers)
     monkeypatch.setattr(sys.modules[__name__], "STEPS", 30)
-    steps = _training("cpu", layers=8)
-    _same_with_graphs(steps, monkeypatch)  # bit for bit the calls without graphs, as it settles
-    if verdicts == "odd_layers_eager":
+    steps = _training(device, layers=8, **shape)
+    _same_with_graphs(steps, monkeypatch)
+    if force:
         assert len(forced) == 4 and all(s.phase == "eager" for s in forced)
     made = _all_states()
-    # Settled: a loop of STEPS steps that captures nothing, within three more (each state
-    # captures at most ``MAX_CAPTURES`` times), and no state made afresh meanwhile.
-    for _ in range(3):
+    for _ in range(3):  # each state captures at most ``MAX_CAPTURES`` times
         before = graphed.counts["captured"]
         steps()
         assert _all_states() == made, "states were made afresh in a training loop"
@@ -497,6 +500,15 @@ def test_gpu_two_layers_of_one_shape_each_get_a_graph(dtype, compiled, monkeypat
     delta = _same_with_graphs(_training(device, T=64, H=128, E=8, K=2, dtype=dtype, compiled=compiled), monkeypatch)
     assert delta["dropped"] == 0 and delta["graph_replays"] > 0, delta
     _assert_each_layer_graphed()
+
+
+@pytest.mark.gpu
+def test_gpu_layers_whose_permute_stays_eager_keep_their_states(monkeypatch):
+    """``test_layers_whose_permute_stays_eager_keep_their_states``' forced case with CUDA graphs."""
+    device = cuda_or_skip()
+    for name in ("GPU_BOUND", "KEEP", "GPU_SLACK"):
+        monkeypatch.setattr(graphed, name, float("inf"))
+    _settle_with_partly_eager_permutes(device, True, monkeypatch, T=64, H=128, E=8, K=2)
 
 
 @pytest.mark.gpu
