@@ -9,7 +9,6 @@ torch.autocast (against float64 too). The GPU tests run real graphs."""
 from __future__ import annotations
 
 import contextlib
-import random
 import sys
 
 import pytest
@@ -22,10 +21,7 @@ from fuseops.ops.executor import graphed
 from tests.helpers import assert_bitwise, assert_close_rel, cuda_or_skip
 from tests.kernels.moe.test_permute import routing as random_routing
 from tests.moe.test_expert_layer import make_experts
-from tests.ops.executor.test_graphed_states import _StandInTimed, cpu_graphs  # noqa: F401 (a fixture)
-
-# The thresholds the fixture sets infinite (every program host-bound and kept), as the library has them.
-_REAL_THRESHOLDS = {name: getattr(graphed, name) for name in ("GPU_BOUND", "KEEP", "GPU_SLACK")}
+from tests.ops.executor.test_graphed_states import cpu_graphs, random_verdicts  # noqa: F401 (a fixture)
 
 STEPS = 20
 
@@ -129,16 +125,6 @@ def test_a_deep_stack_gets_a_graph_a_layer_and_call(cpu_graphs, monkeypatch):  #
     _assert_each_layer_graphed(layers=48)
 
 
-class _RandomTimed(_StandInTimed):
-    """Samples drawn from a seeded generator: each program's verdicts (host-bound or GPU-bound,
-    graph kept or judged slower) by chance, as the GPU's noise gives them on a busy host."""
-
-    draws = random.Random(0)
-
-    def sample(self) -> tuple[float, float, float]:
-        return self.draws.uniform(1, 5), self.draws.uniform(0.5, 6), 0.0
-
-
 def _all_states() -> set[int]:
     return {id(s) for kept in routing_graphs.states().values() for s in kept}
 
@@ -155,10 +141,7 @@ def test_layers_whose_permute_stays_eager_keep_their_states(verdicts, cpu_graphs
     call dropped; states were made and captured afresh every step (3.3 captures a step, never
     settled)."""
     if verdicts != "odd_layers_eager":
-        for name, value in _REAL_THRESHOLDS.items():
-            monkeypatch.setattr(graphed, name, value)
-        monkeypatch.setattr(_RandomTimed, "draws", random.Random(int(verdicts[-1])))
-        monkeypatch.setattr(graphed, "_Timed", _RandomTimed)
+        random_verdicts(int(verdicts[-1]), monkeypatch)
     _settle_with_partly_eager_permutes("cpu", verdicts == "odd_layers_eager", monkeypatch)
 
 
