@@ -164,19 +164,26 @@ def _settle_with_partly_eager_permutes(device, force: bool, monkeypatch, **shape
             return real_layers(x, ids, E, scales, weights)
         monkeypatch.setattr(sys.modules[__name__], "_layers", forcing_layers)
     monkeypatch.setattr(sys.modules[__name__], "STEPS", 30)
-    steps = _training(device, layers=8, **shape)
-    _same_with_graphs(steps, monkeypatch)
+    _assert_settles(_training(device, layers=8, **shape), monkeypatch)
     if force:
         assert len(forced) == 4 and all(s.phase == "eager" for s in forced)
+
+
+def _assert_settles(steps, monkeypatch) -> None:
+    """``steps()`` bit for bit the calls without graphs, then settled: a loop that captures
+    nothing within three more (each state captures at most ``MAX_CAPTURES`` times), no state
+    made afresh meanwhile, and every call but those making a row map keyed by the state that
+    made its row map."""
+    _same_with_graphs(steps, monkeypatch)
     made = _all_states()
-    for _ in range(3):  # each state captures at most ``MAX_CAPTURES`` times
+    for _ in range(3):
         before = graphed.counts["captured"]
         steps()
         assert _all_states() == made, "states were made afresh in a training loop"
         if graphed.counts["captured"] == before:
             break
     assert graphed.counts["captured"] == before, "the states did not settle"
-    assert all(key[0] is not None for key in routing_graphs.states() if key[1] != "permute")
+    assert all(key[0] is not None for key in routing_graphs.states() if key[1] not in ("permute", "expert_layer"))
 
 
 @pytest.mark.parametrize("check", ["host", "kernels"])
@@ -372,6 +379,15 @@ def _expert_states() -> dict[str, list[str]]:
     for key, kept in routing_graphs.states().items():
         by_name.setdefault(key[1], []).extend(s.phase for s in kept)
     return by_name
+
+
+@pytest.mark.parametrize("seed", range(1, 4))
+def test_expert_layers_under_any_verdicts_settle(seed, cpu_graphs, monkeypatch):  # noqa: F811
+    """Eight expert layers under ``random_verdicts``: each layer's backward follows its own
+    forward's state whatever the verdicts made of it, and the states settle."""
+    random_verdicts(seed, monkeypatch)
+    monkeypatch.setattr(sys.modules[__name__], "STEPS", 30)
+    _assert_settles(_expert_training("cpu", layers=8), monkeypatch)
 
 
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
