@@ -18,13 +18,14 @@ signature whose last results are all gone (graph memory by its storages' use cou
 by weak references, so that layers part from their first step) (in training the first layer's ``x_sorted`` and
 ``row_map`` are saved for its backward while the second layer permutes, so each layer meets its
 own state); the other three calls follow the state that made their ``row_map`` (the layer's
-permute, whether its results lie in graph memory or were made eagerly), so that they pin that layer's
-tensors, or copy them where its permute runs eagerly. (Before session 57 only a row map in graph
-memory named its state: the calls of layers whose permute stayed eager shared one key, which every
-call of a graphed layer dropped, so that an 8-layer stack made and captured states afresh every
-step, 3.3 captures a step on the H100, never settling; see ``tests/moe/test_routing_graphs.py``.) Where the layers' calls share a state (permute's
-results already gone when the next layer permutes: inference), its pinned inputs move between
-calls and the state captures again until ``graphed.MAX_CAPTURES``, then runs eagerly.
+permute, whether its results lie in graph memory or were made eagerly), so that they pin that
+layer's tensors, or copy them where its permute runs eagerly. (Before session 57 only a row map in
+graph memory named its state: the calls of layers whose permute stayed eager shared one key, which
+every call of a graphed layer dropped, so that an 8-layer stack made and captured states afresh
+every step, 3.3 captures a step on the H100, never settling; ``tests/moe/test_routing_graphs.py``.)
+Where the layers' calls share a state (permute's results already gone when the next layer permutes:
+inference), its pinned inputs move between calls and the state captures again until
+``graphed.MAX_CAPTURES``, then runs eagerly.
 
 Graph memory is bounded: a state's graph keeps its call's results between steps, where eager
 calls free them within the step (at Qwen3's shape and 16384 tokens a layer's ``x_sorted`` and
@@ -194,7 +195,7 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     if not torch.compiler.is_compiling():
         run = _recorded(name, static, run)
     if not applies(device):
-        return _owned_by(None, row_map, run(*inputs))
+        return run(*inputs)
     owner = None
     if row_map is not None:
         owner_ref = _owners.get(row_map.data_ptr())
@@ -236,9 +237,11 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
 
 def _owned_by(state: graphed.GraphedProgram | None, row_map: torch.Tensor | None, out: tuple) -> tuple:
     """``out``, a call's result; where the call made a row map (``row_map`` None: its third result),
-    that row map's calls follow ``state`` from now on (None: a call without a state; an earlier
-    row map at its address named another)."""
-    if row_map is None and not torch.compiler.is_compiling() and out[2].numel():  # (an empty one lies at 0)
+    that row map's calls follow ``state`` from now on (None: a call without a state, past the
+    budget; an earlier row map at its address named another). (Calls where the states do not
+    apply leave ``_owners`` alone: a stale owner splits keys, nothing worse, and their tensors
+    may have no storage to read an address from, fake ones under tracing.)"""
+    if row_map is None and out[2].numel():  # (an empty one lies at 0)
         if state is None:
             _owners.pop(out[2].data_ptr(), None)
         else:
