@@ -133,13 +133,12 @@ def _all_states() -> set[int]:
 def test_layers_whose_permute_stays_eager_keep_their_states(verdicts, cpu_graphs, monkeypatch):  # noqa: F811
     """Eight layers, some of whose permute states run eagerly for good (forced on the odd layers,
     or by the verdicts of random timings against the real thresholds): the calls of each layer
-    still follow its own permute state, and the states settle. (Before the fix the forced case
-    failed, and each seed in nearly every run: the draws a state meets depend on where the CPU
-    allocator puts tensors.)
-    Session 57 (the offload benchmark's 8-layer MoE stack on the H100): only a row map in graph
-    memory named its state, so the eager layers' calls shared one key that each graphed layer's
-    call dropped; states were made and captured afresh every step (3.3 captures a step, never
-    settled)."""
+    still follow its own permute state, and the states settle. Session 57 (the offload
+    benchmark's 8-layer MoE stack on the H100): only a row map in graph memory named its state,
+    so the eager layers' calls shared one key that each graphed layer's call dropped; states were
+    made and captured afresh every step (3.3 captures a step, never settled). Before the fix the
+    forced case failed here, and each seed in nearly every run (the draws a state meets depend on
+    where the CPU allocator puts tensors)."""
     if verdicts != "odd_layers_eager":
         random_verdicts(int(verdicts[-1]), monkeypatch)
     _settle_with_partly_eager_permutes("cpu", verdicts == "odd_layers_eager", monkeypatch)
