@@ -305,17 +305,19 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
             row[f"{name}_enqueue_ms"] = min(host_ms, row.get(f"{name}_enqueue_ms", host_ms))
             busy_ms = busy_enqueue_ms(step, device, reps)
             row[f"{name}_busy_enqueue_ms"] = min(busy_ms, row.get(f"{name}_busy_enqueue_ms", busy_ms))
-            if name == "fuseops":
-                # Recorded runs (fuseops/ops/executor/replay.py): how the eager steps ran.
-                counts = row.setdefault("fuseops_replay_counts", dict.fromkeys(before, 0))
+            if name.startswith("fuseops"):
+                # Recorded runs (fuseops/ops/executor/replay.py): how the timed steps ran.
+                counts = row.setdefault(f"{name}_replay_counts", dict.fromkeys(before, 0))
                 for k, v in before.items():
                     counts[k] += replay.counts[k] - v
-                # And the CUDA-graph states' decisions during them (graphed.py).
-                graphs = row.setdefault("fuseops_graph_counts", dict.fromkeys(graphed.counts, 0))
+                # And the CUDA-graph states' decisions during them (graphed.py; every fuseops variant
+                # since session 57, whose compiled OLMoE T=1024 skewed composition ran at 0.83x of
+                # torch.compile, 1.08x in session 55, with nothing to tell whether it captured).
+                graphs = row.setdefault(f"{name}_graph_counts", dict.fromkeys(graphed.counts, 0))
                 for k, v in graphs_before.items():
                     graphs[k] += graphed.counts[k] - v
                 # Why programs went eager during them (session 51: four drops said no reason).
-                refused = row.setdefault("fuseops_graph_refusals", {})
+                refused = row.setdefault(f"{name}_graph_refusals", {})
                 for k, v in graphed.refusals.items():
                     if v != refused_before.get(k, 0):
                         refused[k] = refused.get(k, 0) + v - refused_before.get(k, 0)
@@ -433,7 +435,16 @@ def print_table(rows: list[dict]) -> None:
                  f"{r['fuseops_layer_enqueue_ms']:.2f} busy {r['fuseops_layer_busy_enqueue_ms']:.2f}"
                  if "layer_speedup" in r else "")
               + (f" compiled {r['fuseops_layer_compiled_ms']:.2f} ms {r['layer_compiled_speedup']:.2f}x of torch.compile"
-                 f" enq {r['fuseops_layer_compiled_enqueue_ms']:.2f}" if "layer_compiled_speedup" in r else ""))
+                 f" enq {r['fuseops_layer_compiled_enqueue_ms']:.2f}" if "layer_compiled_speedup" in r else "")
+              + _captured_while_timed(r))
+
+
+def _captured_while_timed(row: dict) -> str:
+    """The fuseops variants that captured CUDA graphs in their timed steps (each capture syncs the
+    host: such a variant's time holds its graphs' warm-up), with how many; empty if none did."""
+    captured = {key.removesuffix("_graph_counts"): counts["captured"] for key, counts in row.items()
+                if key.endswith("_graph_counts") and key != "graph_counts" and counts["captured"]}
+    return f" captured while timed: {captured}" if captured else ""
 
 
 def main() -> None:
