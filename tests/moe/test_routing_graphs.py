@@ -129,7 +129,8 @@ def _all_states() -> set[int]:
     return {id(s) for kept in routing_graphs.states().values() for s in kept}
 
 
-@pytest.mark.parametrize("verdicts", ["odd_layers_eager", *(f"random_timings_{seed}" for seed in range(1, 5))])
+@pytest.mark.parametrize("verdicts", ["odd_layers_eager", "odd_layers_eager_few_owners",
+                                      *(f"random_timings_{seed}" for seed in range(1, 5))])
 def test_layers_whose_permute_stays_eager_keep_their_states(verdicts, cpu_graphs, monkeypatch):  # noqa: F811
     """Eight layers, some of whose permute states run eagerly for good (forced on the odd layers,
     or by the verdicts of random timings against the real thresholds): the calls of each layer
@@ -138,10 +139,14 @@ def test_layers_whose_permute_stays_eager_keep_their_states(verdicts, cpu_graphs
     so the eager layers' calls shared one key that each graphed layer's call dropped; states were
     made and captured afresh every step (3.3 captures a step, never settled). Before the fix the
     forced case failed here, and each seed in nearly every run (the draws a state meets depend on
-    where the CPU allocator puts tensors)."""
-    if verdicts != "odd_layers_eager":
+    where the CPU allocator puts tensors). ``few_owners``: the row maps' owners bounded at 12
+    entries, which the eager row maps' addresses pass within a few steps: the oldest are forgotten
+    (clearing them all, as before, sent a step's consumers to states made afresh)."""
+    if verdicts.startswith("random"):
         random_verdicts(int(verdicts[-1]), monkeypatch)
-    _settle_with_partly_eager_permutes("cpu", verdicts == "odd_layers_eager", monkeypatch)
+    if verdicts.endswith("few_owners"):
+        monkeypatch.setattr(routing_graphs, "MAX_OWNED", 12)
+    _settle_with_partly_eager_permutes("cpu", verdicts.startswith("odd_layers_eager"), monkeypatch)
 
 
 def _settle_with_partly_eager_permutes(device, force: bool, monkeypatch, **shape) -> None:
