@@ -214,7 +214,8 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     if index is None:
         size = _result_bytes.get(signature, 0)  # unknown before the signature's first call
         if len(entry.states) >= MAX_STATES or not _room(size, device):
-            return _owned_by(None, row_map, run(*inputs))
+            out = run(*inputs)
+            return out if row_map is not None else _made_by(None, out)
         entry.states.append(graphed.GraphedProgram(run, None, device))
         entry.eager.append([])
         index = len(entry.states) - 1
@@ -233,16 +234,16 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     else:
         entry.eager[index] = [StorageWeakRef(t.untyped_storage()) for t in out
                               if isinstance(t, torch.Tensor) and t.numel()]
-    return _owned_by(state, row_map, out)
+    return out if row_map is not None else _made_by(state, out)
 
 
-def _owned_by(state: graphed.GraphedProgram | None, row_map: torch.Tensor | None, out: tuple) -> tuple:
-    """``out``, a call's result; where the call made a row map (``row_map`` None: its third result),
-    that row map's calls follow ``state`` from now on (None: a call without a state, past the
-    budget; an earlier row map at its address named another). (Calls where the states do not
-    apply leave ``_owners`` alone: a stale owner splits keys, nothing worse, and their tensors
-    may have no storage to read an address from, fake ones under tracing.)"""
-    if row_map is None and out[2].numel():  # (an empty one lies at 0)
+def _made_by(state: graphed.GraphedProgram | None, out: tuple) -> tuple:
+    """``out``, the result of a call that made a row map (its third result): that row map's calls
+    follow ``state`` from now on (None: a call without a state, past the budget; an earlier row
+    map at its address named another). (Calls where the states do not apply leave ``_owners``
+    alone: a stale owner splits keys, nothing worse, and their tensors may have no storage to
+    read an address from, fake ones under tracing.)"""
+    if out[2].numel():  # (an empty one lies at 0)
         address = out[2].data_ptr()
         _owners.pop(address, None)  # re-inserted last: the dict's order is the calls' order
         if state is not None:
