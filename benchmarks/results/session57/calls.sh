@@ -5,6 +5,7 @@
 #   bash benchmarks/results/session57/calls.sh routing_fix moe_sizes   # ~7 min: the MoE stack of the offload
 #                                                                      # benchmark settles? tests/moe/test_routing_graphs.py;
 #                                                                      # sizes.py's MoE T=1024/4096 cells again
+#   bash benchmarks/results/session57/calls.sh routing_ab                # ~4 min: run 6's compiled MoE cells, A/B
 #   LIMIT=540 bash benchmarks/results/session57/calls.sh gpu:moe        # tests/moe (last run in session 55)
 #   LIMIT=300 bash benchmarks/results/session57/calls.sh gpu:edge       # not run lately; use -k slices if it is cut
 # The props part needs -k slices (session 57: ForwardQuantizedGroupedMLP alone ran past 5 minutes):
