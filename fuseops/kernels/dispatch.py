@@ -30,9 +30,10 @@ says what its kernels compute, in which dtypes, recipes and architectures.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -285,9 +286,10 @@ def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
             raise LookupError(f"{kernel.value}: a quantized kernel is not traced; ask "
                               "fuseops.kernels.quantized_ops.quantized_launcher, which serves its custom op")
         return runs
-    if maybe_current_level() is not None:
+    if maybe_current_level() is not None or _references_forced:
         # Under torch.func transforms: vmap runs the plan's Function on batched tensors (its
-        # generated vmap rule), which have no storage a Triton kernel could read.
+        # generated vmap rule), which have no storage a Triton kernel could read. Forced: a
+        # plan run that torch differentiates itself (``ops/executor/plain_autograd.py``).
         return _TRACED[kernel.value]
     return _callable(kernel, backend_of(t))
 
@@ -296,9 +298,26 @@ def untraced_launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
     """``launcher`` for a caller that found torch.compile not tracing
     (``quantized_ops.quantized_launcher``): the same answer without a second
     ``torch.compiler.is_compiling()``, which costs ~150 ns a call on the CPU machine."""
-    if maybe_current_level() is not None:
+    if maybe_current_level() is not None or _references_forced:
         return _TRACED[kernel.value]
     return _callable(kernel, backend_of(t))
+
+
+# While set, ``launcher`` serves every kernel by its torch reference, as under torch.func: a plan
+# run under ``torch.autograd.forward_ad`` outside torch.func, whose dual tensors a Triton kernel
+# would read without their tangents (``ops/executor/plain_autograd.py`` sets it).
+_references_forced = False
+
+
+@contextlib.contextmanager
+def references_forced() -> Iterator[None]:
+    """Every kernel served by its torch reference (plain, differentiable torch ops) inside."""
+    global _references_forced
+    previous, _references_forced = _references_forced, True
+    try:
+        yield
+    finally:
+        _references_forced = previous
 
 
 def describe() -> str:

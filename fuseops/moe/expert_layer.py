@@ -50,6 +50,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.autograd import forward_ad
 from torch.autograd.function import once_differentiable
 
 from fuseops.moe import expert_layer_steps as steps
@@ -168,8 +169,11 @@ def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, Gr
     device = x.device
     if torch.is_autocast_enabled(device.type):
         return "torch.autocast is active"
-    if torch._C._are_functorch_transforms_active():
-        return "a torch.func transform is active"
+    # (``forward_ad``'s level is not read while dynamo traces: it would be one more guard.)
+    dual = not torch.compiler.is_compiling() and forward_ad._current_level >= 0
+    if torch._C._are_functorch_transforms_active() or dual:
+        # The composition's permute, experts and unpermute run as plain torch there.
+        return "a torch.func transform or torch.autograd.forward_ad is active"
     for p in (fc1.weight, fc1.bias, fc2.weight):
         if p is not None and (p.dtype != x.dtype or p.device != device):
             return "parameters' dtype or device differ from x's"

@@ -32,9 +32,10 @@ from functools import partial
 
 import torch
 from torch._C._functorch import maybe_current_level
+from torch.autograd import forward_ad
 from torch.autograd.function import once_differentiable
 
-from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.dispatch import Kernel, launcher, references_forced
 from fuseops.kernels.moe import traceable
 from fuseops.moe import routing_graphs, routing_ops
 from fuseops.moe.routing_ops import sum_rows, unpermute_backward, unpermute_plain
@@ -258,7 +259,23 @@ def permute_checked(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int,
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``permute`` of arguments ``check_routing`` already passed, with the ``check`` it returned
     (no second range check)."""
+    if differentiated_by_torch(check):
+        if check == KERNELS:
+            _assert_in_range_async("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
+        with references_forced():
+            return traceable.permute(x, expert_ids, num_experts)
     return _Permute.apply(x, expert_ids, num_experts, check)
+
+
+def differentiated_by_torch(check: str) -> bool:
+    """Under torch.func transforms or ``torch.autograd.forward_ad``: ``permute`` and ``unpermute``
+    run their torch references (index_select, multiply, sum) as plain torch ops, which torch
+    differentiates in either mode and to any order, rather than through ``_Permute`` /
+    ``_Unpermute`` (reverse-mode only, once; no ``setup_context`` form for torch.func). Never
+    while torch.compile traces (``check`` is ``OPS`` then: nothing more is read, no guard)."""
+    if check == OPS and torch.compiler.is_compiling():
+        return False
+    return maybe_current_level() is not None or forward_ad._current_level >= 0
 
 
 def unpermute(
@@ -292,4 +309,9 @@ def unpermute(
     elif check == OPS:  # else the gather kernel flags it (_Unpermute)
         _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
     weights = check_weights(weights, row_map.shape, "row_map's", y_sorted, "y_sorted")
+    if differentiated_by_torch(check):
+        if check == KERNELS:
+            _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
+        with references_forced():
+            return traceable.unpermute(y_sorted.contiguous(), row_map.contiguous(), weights)
     return _Unpermute.apply(y_sorted.contiguous(), row_map.contiguous(), weights, check)

@@ -129,6 +129,11 @@ class Linear(_autocast.AutocastParameters, BasicOp):
         return self.tensor_parallel is None
 
     @property
+    def communicates(self) -> bool:  # type: ignore[override]
+        """A sharded Linear gathers, scatters or reduces around its GEMM."""
+        return self.tensor_parallel is not None
+
+    @property
     def compiled_as_operator(self) -> bool:  # type: ignore[override]
         """A sharded Linear communicates: traced op by op under compile, where the compiler sees
         its collectives (``fuseops/compiled_sequential.py``)."""

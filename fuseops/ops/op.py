@@ -81,6 +81,9 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
     # of it (an operator's results never alias its arguments), nor where the record holds
     # sizes or the op draws random numbers or communicates.
     compiled_as_operator: ClassVar[bool] = True
+    # Whether its forward runs ``torch.distributed`` collectives, which torch does not
+    # differentiate: such an op refuses forward-mode derivatives (``executor/plain_autograd.py``).
+    communicates: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

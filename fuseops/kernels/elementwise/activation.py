@@ -24,6 +24,7 @@ from fuseops.kernels.elementwise.activation_math import (
     chain_grad,
     reference_activation,
     reference_chain_grad,
+    wide,
 )
 from fuseops.kernels.elementwise.bias_grad import ReduceConfig, row_split, sum_partials
 from fuseops.kernels.launch import launch
@@ -189,8 +190,9 @@ def reference_activation_bwd(
     *,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``dx = dy * act'(x)`` in float32, cast to ``x``'s dtype (or written into ``out``)."""
-    dx = reference_chain_grad(dy.float(), x, act, alpha)
+    """``dx = dy * act'(x)`` in float32 (float64 for float64), cast to ``x``'s dtype (or written
+    into ``out``)."""
+    dx = reference_chain_grad(wide(dy), x, act, alpha)
     return out.copy_(dx) if out is not None else as_dtype(dx, x.dtype)
 
 
@@ -204,6 +206,6 @@ def reference_activation_bwd_dbias(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``dx = dy * act'(x)`` and ``dbias[n] = sum_r dx[r, n]``, both from the float32
     ``dx`` (before rounding), cast to ``x2d``'s dtype; ``dx`` into ``out`` when given."""
-    dx = reference_chain_grad(dy2d.float(), x2d, act, alpha)
+    dx = reference_chain_grad(wide(dy2d), x2d, act, alpha)
     dbias = as_dtype(dx.sum(0), x2d.dtype)
     return (out.copy_(dx) if out is not None else as_dtype(dx, x2d.dtype)), dbias

@@ -37,7 +37,8 @@ _INV_SQRT_2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-def _wide(t: torch.Tensor) -> torch.Tensor:
+def wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32, or as it is when wider (float64: the references' oracles compute in it)."""
     # No call when t is wide already: a no-op ``to`` costs about a microsecond.
     return t if t.dtype == torch.float32 or t.dtype == torch.float64 else t.to(torch.promote_types(t.dtype, torch.float32))
 
@@ -156,7 +157,7 @@ def _scaled(alpha: float, x: torch.Tensor) -> torch.Tensor:
 
 def reference_activation(x: torch.Tensor, act: Activation, alpha: float = 1.0) -> torch.Tensor:
     """``act(x)``."""
-    x = _wide(x)
+    x = wide(x)
     if act == Activation.IDENTITY:
         return x
     if act == Activation.RELU:
@@ -176,7 +177,7 @@ def reference_activation_grad(
     x: torch.Tensor, act: Activation, alpha: float = 1.0
 ) -> torch.Tensor:
     """``d act(x) / dx``."""
-    x = _wide(x)
+    x = wide(x)
     if act == Activation.IDENTITY:
         return torch.ones_like(x)
     if act == Activation.RELU:
@@ -218,7 +219,7 @@ def reference_gated(
     alpha: float = 1.0,
 ) -> torch.Tensor:
     """``act(a') * (b' + offset)``."""
-    a, b = _wide(a), _wide(b)
+    a, b = wide(a), wide(b)
     if clamped:
         a = a.clamp(max=limit)
         b = b.clamp(-limit, limit) + 1.0
@@ -235,7 +236,7 @@ def reference_gated_grad(
     alpha: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(da, db)`` of ``reference_gated`` for an upstream ``dy``."""
-    a, b, dy = _wide(a), _wide(b), _wide(dy)
+    a, b, dy = wide(a), wide(b), wide(dy)
     if not clamped:
         da = reference_chain_grad(dy * b, a, act, alpha)
         return da, dy * reference_activation(a, act, alpha)

@@ -25,6 +25,7 @@ from fuseops.kernels.elementwise.activation_math import (
     gated_and_grad,
     reference_gated,
     reference_gated_grad,
+    wide,
 )
 from fuseops.kernels.elementwise.bias_grad import sum_partials
 from fuseops.kernels.launch import launch
@@ -237,7 +238,7 @@ def reference_gated_fwd(
     a, b = _halves(x2d, interleaved)
     y = reference_gated(a, b, act, clamped, limit, alpha)
     if probs is not None:
-        y = y * probs.float()[:, None]
+        y = y * wide(probs)[:, None]
     return out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)
 
 
@@ -261,11 +262,11 @@ def reference_gated_bwd(
     each row's finite ``max |dx|`` of dx as returned.
     """
     a, b = _halves(x2d, interleaved)
-    dy = dy2d.float()
+    dy = wide(dy2d)
     dprobs = None
     if probs is not None:
         dprobs = as_dtype((dy * reference_gated(a, b, act, clamped, limit, alpha)).sum(1), probs.dtype)
-        dy = dy * probs.float()[:, None]
+        dy = dy * wide(probs)[:, None]
     da, db = reference_gated_grad(a, b, dy, act, clamped, limit, alpha)
     if interleaved:
         dx = torch.stack((da, db), dim=-1).reshape(x2d.shape)

@@ -22,6 +22,7 @@ import itertools
 import torch
 import triton
 import triton.language as tl
+from torch.autograd import forward_ad
 from triton._utils import validate_block_shape
 from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -424,6 +425,13 @@ def products_per_group(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) 
     compute = torch.promote_types(a.dtype, torch.float32)
     a, b = as_dtype(a, compute), as_dtype(b, compute)
     groups = offsets.shape[0] - 1
+    if autograd_sees(a, b):
+        # Torch differentiates these products itself (forward-mode or a second derivative:
+        # ``ops/executor/plain_autograd.py``): no ``out=``, which autograd refuses.
+        bounds = offsets.tolist()
+        parts = [a[lo:hi] @ b[g] for g, (lo, hi) in enumerate(itertools.pairwise(bounds))]
+        parts.append(a.new_zeros(a.shape[0] - bounds[-1], b.shape[2]))
+        return torch.cat(parts), bounds[-1]
     if torch_grouped_mm_serves(a, b):
         # CPU tensors only: reading the end back is no device sync.
         y, end = torch._grouped_mm(a, b[:groups], offs=offsets[1:].to(torch.int32)), int(offsets[-1])
@@ -436,6 +444,15 @@ def products_per_group(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) 
     for g, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         torch.mm(a[lo:hi], b[g], out=y[lo:hi])
     return y, bounds[-1]
+
+
+def autograd_sees(*operands: torch.Tensor) -> bool:
+    """Whether autograd will see work on ``operands`` (and refuse ``out=``): under torch.func
+    transforms (vmap too, which has no batching rule for ``mm.out``) or
+    ``torch.autograd.forward_ad``, or grad mode on with one that needs a gradient (never inside
+    the ops' own autograd Function outside those, whose bodies run without grad)."""
+    return (torch._C._functorch.maybe_current_level() is not None or forward_ad._current_level >= 0
+            or (torch.is_grad_enabled() and any(t.requires_grad for t in operands)))
 
 
 def torch_grouped_mm_serves(*operands: torch.Tensor) -> bool:

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.autograd import forward_ad
 
 from fuseops.ops.contract import OpContext
-from fuseops.ops.executor import replay
+from fuseops.ops.executor import plain_autograd, replay
 from fuseops.ops.executor.function import (
     Arg,
     PlanFunction,
@@ -178,6 +179,12 @@ def run_prepared(
 ) -> Any:
     """Run ``prep`` on this call's tensors; returns ``y`` or ``(y, *extra_outputs)``. Not
     ``compiling``: the caller knows torch.compile is not tracing this call."""
+    transforms = torch._C._are_functorch_transforms_active()
+    # (``forward_ad``'s level is not read while dynamo traces: it would be one more guard.)
+    dual = (not compiling or not torch.compiler.is_compiling()) and forward_ad._current_level >= 0
+    if (transforms or dual) and plain_autograd.needed():
+        # Forward-mode or higher-order derivatives: torch differentiates the ops' forward itself.
+        return plain_autograd.run(prep, ops, x, extra_inputs)
     if not prep.needs_backward:
         flat = forward_without_grad(prep, ops, x, extra_inputs, [params[i] for i in prep.param_picks])
         return (*flat,) if prep.num_extra_outputs else flat[0]
@@ -186,7 +193,6 @@ def run_prepared(
     state = RunState(prep, ops, template, [params[i] for i in prep.param_picks])
     inputs = [extra_inputs[i] for i in prep.input_picks]
     # torch.func needs the setup_context form; torch.compile traces the other.
-    transforms = torch._C._are_functorch_transforms_active()
     if transforms:
         outputs = PlanFunctionForTransforms.apply(state, x, *inputs, *state.params)[: state.num_outputs]
     elif compiling:

@@ -62,6 +62,23 @@ def test_reference_is_the_textbook_function(act):
     assert_close_rel(dbias, x64.grad.sum(0), torch.float32, what="dbias")
 
 
+@pytest.mark.parametrize("act", list(Activation), ids=lambda a: a.name)
+def test_reference_keeps_float64(act):
+    """Float64 in, float64 throughout: the references are the oracles' arithmetic (session 58:
+    the backward rounded dy to float32, 1e-8 off torch's float64 gradient)."""
+    alpha = ALPHA.get(act, 1.0)
+    x64 = (torch.randn(37, 130, dtype=torch.float64) * 3).requires_grad_()
+    dy64 = torch.randn(37, 130, dtype=torch.float64)
+    TEXTBOOK[act](x64, alpha).backward(dy64)
+    x = x64.detach()
+    close = {"rtol": 1e-12, "atol": 1e-12}
+    torch.testing.assert_close(kernels.reference_activation_fwd(x, act, alpha), TEXTBOOK[act](x, alpha), **close)
+    torch.testing.assert_close(kernels.reference_activation_bwd(x, dy64, act, alpha), x64.grad, **close)
+    dx, dbias = kernels.reference_activation_bwd_dbias(x, dy64, act, alpha)
+    torch.testing.assert_close(dx, x64.grad, **close)
+    torch.testing.assert_close(dbias, x64.grad.sum(0), **close)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("act", list(Activation), ids=lambda a: a.name)
 def test_large_inputs_stay_finite(act, dtype):

@@ -90,6 +90,26 @@ def test_reference_is_the_textbook_function(act, clamped, alpha, probs_kind, int
         assert_close_rel(dprobs, p64.grad, torch.float32, what="dprobs")
 
 
+@pytest.mark.parametrize("interleaved", [False, True], ids=["halves", "interleaved"])
+@pytest.mark.parametrize("act, clamped, alpha, probs_kind", GATES, ids=GATE_IDS)
+def test_reference_keeps_float64(act, clamped, alpha, probs_kind, interleaved):
+    """Float64 in, float64 throughout (session 58: the backward rounded dy, and the probs, to
+    float32); float32 probs stay float32 and their gradient too."""
+    x64 = (torch.randn(37, 130, dtype=torch.float64) * 4).requires_grad_()
+    dy64 = torch.randn(37, 65, dtype=torch.float64)
+    probs = _probs(probs_kind, 37, torch.float64)
+    p = probs.detach().requires_grad_() if probs is not None else None
+    y64 = _textbook(x64, act, clamped, 7.0, alpha, interleaved, p)
+    y64.backward(dy64)
+    kw = {"interleaved": interleaved, "clamped": clamped, "limit": 7.0, "alpha": alpha, "probs": probs}
+    close = {"rtol": 1e-12, "atol": 1e-12}
+    torch.testing.assert_close(kernels.reference_gated_fwd(x64.detach(), act, **kw), y64.detach(), **close)
+    dx, dprobs = kernels.reference_gated_bwd(x64.detach(), dy64, act, **kw)
+    torch.testing.assert_close(dx, x64.grad, **close)
+    if p is not None:
+        torch.testing.assert_close(dprobs, p.grad, **close)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("interleaved", [False, True], ids=["halves", "interleaved"])
 def test_clamp_boundaries(interleaved, dtype):

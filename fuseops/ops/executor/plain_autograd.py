@@ -1,0 +1,77 @@
+"""A plan run that torch differentiates itself: forward-mode and higher-order derivatives.
+
+The ops' spelled-out backward is reverse-mode and once-differentiable: it gives vector-Jacobian
+products, which is what training, ``torch.func.grad``, ``vjp`` and ``jacrev`` ask for. It
+cannot give a Jacobian-vector product (``torch.func.jvp``, ``jacfwd``, ``hessian``,
+``torch.autograd.forward_ad``) nor differentiate a gradient again (``grad`` of ``grad``). For
+those the call runs no autograd Function: each basic op's forward runs, in op order (unfused:
+the basic ops are the specification), on the kernels' torch references (``launcher`` serves
+them under torch.func, and here under ``forward_ad`` too), which are plain torch ops that
+torch's own forward- and reverse-mode rules differentiate to any order; a parameter's
+autocast copy is made on every call, differentiably, not taken from the weight cache.
+
+What it cannot do raises rather than return a wrong derivative: quantized recipes (their
+rounding has no derivative; the ops' backward defines a straight-through one, which forward
+mode has no way to apply) and ops that communicate (torch differentiates no
+``torch.distributed`` collective). Slower than the Function path (references, no recorded
+programs), as torch.func's other transforms already are here. ``main_grad`` is not written on
+this path: a backward through it leaves gradients where torch's autograd puts them (``.grad``
+or the transform's outputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.autograd import forward_ad
+
+from fuseops.kernels.dispatch import references_forced
+from fuseops.ops.executor.function import _DIFFERENTIATING, autocast_off
+from fuseops.quant import weight_cache
+
+
+def needed() -> bool:
+    """Whether this call must run as plain torch: inside a ``forward_ad.dual_level`` or a
+    torch.func forward-mode transform, or under two differentiating transforms. Cheap where
+    neither torch.func nor forward AD is active (the caller checks those first)."""
+    if forward_ad._current_level >= 0:
+        return True
+    stack = torch._C._functorch.get_interpreter_stack() or ()
+    keys = [str(level.key()) for level in stack]
+    return "TransformType.Jvp" in keys or sum(k in _DIFFERENTIATING for k in keys) > 1
+
+
+def _differentiable_copy(param: torch.Tensor, kind: Any, build: Any, enabled: bool) -> Any:
+    """``weight_cache.derived`` on this path: ``build(param)`` with autograd recording it."""
+    return build(param)
+
+
+def run(prep: Any, ops: Sequence[torch.nn.Module], x: torch.Tensor, extra_inputs: Sequence[Any]) -> Any:
+    """``y`` or ``(y, *extra outputs)`` of ``prep``'s call, as plain differentiable torch ops."""
+    recipe = next((ctx.recipe for ctx in prep.ctxs if ctx.recipe is not None), None)
+    if recipe is not None:
+        raise RuntimeError(
+            f"fuseops: forward-mode and higher-order derivatives (torch.func.jvp, jacfwd, hessian, grad of grad, "
+            f"torch.autograd.forward_ad) are not defined under a quantized recipe ({type(recipe).__name__}): "
+            "quantization rounds, and only the ops' own backward gives it a (straight-through) derivative")
+    talking = [f"{i} ({type(op).__name__})" for i, op in enumerate(ops) if op.communicates]
+    if talking:
+        raise RuntimeError(
+            f"fuseops: forward-mode and higher-order derivatives run the ops as plain torch, and op "
+            f"{', '.join(talking)} communicates: torch does not differentiate torch.distributed collectives")
+    per_op = [tuple(extra_inputs[a:b]) for a, b in prep.extra_spans]
+    ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
+    extra_outputs: list[torch.Tensor] = []
+    previous = weight_cache.recording
+    weight_cache.recording = _differentiable_copy
+    try:
+        with autocast_off(prep.device_type), references_forced():
+            for op, ctx, extras in zip(ops, ctxs, per_op):
+                x, outs = op.op_forward(ctx, x, extras)
+                extra_outputs += outs
+    finally:
+        weight_cache.recording = previous
+    return (x, *extra_outputs) if prep.num_extra_outputs else x
+

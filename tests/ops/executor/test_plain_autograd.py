@@ -1,0 +1,325 @@
+"""Forward-mode and higher-order derivatives (``fuseops/ops/executor/plain_autograd.py``):
+``torch.func.jvp``, ``jacfwd``, ``hessian``, grad of grad and ``torch.autograd.forward_ad``
+through fuseops models equal the same models built from torch.nn (float64 on the CPU), for
+every basic op and every fusion's ops, dense, grouped and MoE; what they cannot do raises."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.autograd import forward_ad
+from torch.utils._pytree import tree_flatten
+
+import fuseops
+from fuseops import ops
+from fuseops.fusions import REGISTRY
+from fuseops.fusions.fusion import OpMatch
+from tests.fusions.op_strategies import BUILDERS, op_chain
+
+
+def _devices():
+    return [
+        "cpu",
+        pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]),
+    ]
+
+
+def _close(device):
+    # CUDA: float32, whose GEMMs (torch.nn's and the references') may take TF32.
+    return {"rtol": 1e-12, "atol": 1e-12} if device == "cpu" else {"rtol": 2e-2, "atol": 2e-2}
+
+
+def _dtype(device):
+    return torch.float64 if device == "cpu" else torch.float32
+
+
+# -- every op and every fusion's ops: forward mode equals the reverse-mode Jacobian -------------
+
+# Each fusion's pattern, and each basic op alone (the property suite's builders).
+PATTERNS = [(f.name, f.pattern) for f in REGISTRY] + [
+    (cls.__name__, (OpMatch((cls,)),)) for cls in sorted(BUILDERS, key=lambda c: c.__name__)]
+
+
+@pytest.mark.parametrize("pattern", [p for _, p in PATTERNS], ids=[name for name, _ in PATTERNS])
+@settings(max_examples=6, deadline=None)
+@given(data=st.data())
+def test_forward_mode_equals_the_reverse_mode_jacobian(pattern, data):
+    """``jacfwd`` (forward mode, torch differentiating the references) against ``jacrev`` (the
+    ops' own backward, which the property suite checks against float64 references), in the
+    input, every float extra input and every parameter; outputs and extra outputs."""
+    in_features, specs = data.draw(op_chain(pattern), label="ops")
+    lead = data.draw(st.sampled_from([(3,), (2, 2), (1,)]), label="leading shape")
+    torch.manual_seed(data.draw(st.integers(0, 2**16), label="seed"))
+    model = fuseops.Sequential(*[s.op for s in specs]).double()
+    x = torch.randn(*lead, in_features, dtype=torch.float64)
+    extras, n, shared = [], in_features, {}
+    for spec in specs:
+        extras += [make(lead, n, torch.float64, "cpu", shared) for make in spec.extra_inputs]
+        n = spec.out_features
+    floats = [i for i, e in enumerate(extras) if isinstance(e, torch.Tensor) and e.is_floating_point()]
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def f(params, x, *float_extras):
+        given = list(extras)
+        for i, e in zip(floats, float_extras):
+            given[i] = e
+        return torch.func.functional_call(model, params, (x, *given))
+
+    args = (params, x, *[extras[i] for i in floats])
+    argnums = tuple(range(len(args)))
+    by_forward = torch.func.jacfwd(f, argnums=argnums)(*args)
+    by_reverse = torch.func.jacrev(f, argnums=argnums)(*args)
+    forward_blocks, layout = tree_flatten(by_forward)
+    reverse_blocks, reverse_layout = tree_flatten(by_reverse)
+    assert layout == reverse_layout
+    for a, b in zip(forward_blocks, reverse_blocks):
+        # A float32 extra input of the float64 model (a gated op's probs): jacrev's block is
+        # float32, its gradient's dtype, and jacfwd's float64, the output's, as for any torch
+        # function. Float64 blocks agree to float64's rounding.
+        wide = a.dtype == b.dtype == torch.float64
+        torch.testing.assert_close(a, b, rtol=1e-10 if wide else 1e-6, atol=1e-12 if wide else 1e-6,
+                                   check_dtype=False)
+
+
+# -- dense: against torch.nn -------------------------------------------------------------------
+
+def _dense(device, fuse=True):
+    torch.manual_seed(0)
+    seq = fuseops.Sequential(ops.LayerNorm(8), ops.Linear(8, 16), ops.GELU(approximate="tanh"), ops.Linear(16, 8),
+                             fuse=fuse)
+    ref = torch.nn.Sequential(torch.nn.LayerNorm(8), torch.nn.Linear(8, 16), torch.nn.GELU(approximate="tanh"),
+                              torch.nn.Linear(16, 8))
+    ref.load_state_dict(seq.state_dict())
+    dtype = _dtype(device)
+    return seq.to(device, dtype), ref.to(device, dtype)
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("fuse", [False, True], ids=["unfused", "fused"])
+def test_jvp_jacfwd_hessian_and_grad_of_grad_match_torch_nn(fuse, device):
+    seq, ref = _dense(device, fuse)
+    close = _close(device)
+    x = torch.randn(5, 8, device=device, dtype=_dtype(device))
+    t = torch.randn_like(x)
+    torch.testing.assert_close(torch.func.jvp(seq, (x,), (t,)), torch.func.jvp(ref, (x,), (t,)), **close)
+    torch.testing.assert_close(torch.func.jacfwd(seq)(x[:2]), torch.func.jacfwd(ref)(x[:2]), **close)
+
+    def hessian(model):
+        return torch.func.hessian(lambda x: model(x).square().sum())(x[:2])
+
+    def grad_of_grad(model):
+        inner = torch.func.grad(lambda x: model(x).square().sum())
+        return torch.func.grad(lambda x: inner(x).sin().sum())(x)
+
+    torch.testing.assert_close(hessian(seq), hessian(ref), **close)
+    torch.testing.assert_close(grad_of_grad(seq), grad_of_grad(ref), **close)
+    # In the parameters too (forward over reverse, through functional_call).
+    params, ref_params = dict(seq.named_parameters()), dict(ref.named_parameters())
+
+    def param_hvp(model, params):
+        loss = torch.func.grad(lambda p: torch.func.functional_call(model, p, (x,)).square().sum())
+        tangents = {k: torch.ones_like(v) for k, v in params.items()}
+        return torch.func.jvp(loss, (params,), (tangents,))[1]
+
+    torch.testing.assert_close(param_hvp(seq, params), param_hvp(ref, ref_params), **close)
+
+
+@pytest.mark.parametrize("device", _devices())
+def test_forward_ad_dual_tensors_match_torch_nn(device):
+    """``torch.autograd.forward_ad`` outside torch.func: on CUDA the kernels would read the dual
+    tensors' primal alone; the references run instead."""
+    seq, ref = _dense(device)
+    x = torch.randn(5, 8, device=device, dtype=_dtype(device))
+    t = torch.randn_like(x)
+    with forward_ad.dual_level():
+        got = forward_ad.unpack_dual(seq(forward_ad.make_dual(x, t)))
+        want = forward_ad.unpack_dual(ref(forward_ad.make_dual(x, t)))
+        # A parameter's tangent too.
+        tangent = torch.randn_like(seq[1].weight)
+        with torch.no_grad():
+            seq_w, ref_w = seq[1].weight, ref[1].weight
+            del seq[1].weight, ref[1].weight
+            seq[1].weight = forward_ad.make_dual(seq_w, tangent)
+            ref[1].weight = forward_ad.make_dual(ref_w, tangent)
+        got_w = forward_ad.unpack_dual(seq(x)).tangent
+        want_w = forward_ad.unpack_dual(ref(x)).tangent
+    torch.testing.assert_close(got.primal, want.primal, **_close(device))
+    torch.testing.assert_close(got.tangent, want.tangent, **_close(device))
+    torch.testing.assert_close(got_w, want_w, **_close(device))
+
+
+@pytest.mark.parametrize("device", _devices())
+def test_a_backward_through_a_jvp_reaches_the_parameters_as_torch_nn(device):
+    """Reverse over forward from the training loop (a Jacobian-norm penalty): the parameters'
+    ``.grad`` are torch.nn's, and the next plain step still runs the ops' own backward."""
+    seq, ref = _dense(device)
+    x = torch.randn(5, 8, device=device, dtype=_dtype(device))
+    t = torch.randn_like(x)
+    for model in (seq, ref):
+        y, jvp_out = torch.func.jvp(model, (x,), (t,))
+        (y.square().mean() + jvp_out.square().mean()).backward()
+    for (name, p), q in zip(seq.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **_close(device), msg=name)
+    for model in (seq, ref):
+        model.zero_grad()
+        model(x).square().mean().backward()
+    assert seq.plan.backward, "the plain step ran no backward of its own"
+    for (name, p), q in zip(seq.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **_close(device), msg=name)
+
+
+def test_jvp_under_autocast_differentiates_the_weights_cast():
+    """float32 weights under CPU autocast: the weight's bfloat16 copy is made differentiably
+    (the weight cache's copy carries no tangent), so a parameter tangent is torch.nn's."""
+    torch.manual_seed(0)
+    seq, ref = fuseops.Sequential(ops.Linear(8, 8)), torch.nn.Linear(8, 8)
+    ref.load_state_dict({k.split(".", 1)[1]: v for k, v in seq.state_dict().items()})
+    x = torch.randn(4, 8)
+    params = {k.split(".", 1)[1]: v.detach() for k, v in seq.named_parameters()}
+    tangents = {k: torch.randn_like(v) for k, v in params.items()}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        seq(x)  # the weight cache holds the cast now
+        got = torch.func.jvp(lambda p: torch.func.functional_call(
+            seq, {f"0.{k}": v for k, v in p.items()}, (x,)), (params,), (tangents,))
+        want = torch.func.jvp(lambda p: torch.func.functional_call(ref, p, (x,)), (params,), (tangents,))
+    assert got[1].dtype == want[1].dtype == torch.bfloat16
+    assert got[1].abs().sum() > 0
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_dropout_tangent_uses_the_forward_mask():
+    torch.manual_seed(0)
+    seq = fuseops.Sequential(ops.Linear(8, 8), ops.Dropout(0.5)).double()
+    x = torch.randn(64, 8, dtype=torch.float64)
+    y, tangent = torch.func.jvp(seq, (x,), (x,))
+    # Linear in x but for the bias: along x, the tangent is the kept rows' x W^T, scaled by 2.
+    kept = y != 0
+    assert 0.3 < kept.double().mean() < 0.7
+    torch.testing.assert_close(tangent[~kept], torch.zeros_like(tangent[~kept]))
+    torch.testing.assert_close(tangent[kept], (x @ seq[0].weight.T * 2)[kept])
+
+
+# -- grouped and MoE ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("form", ["list", "tensor"])
+def test_grouped_experts_jvp_and_hessian_match_plain_torch(form, device):
+    torch.manual_seed(0)
+    dtype = _dtype(device)
+    experts = fuseops.Sequential(ops.GroupedLinear(3, 8, 12), ops.SwiGLU(), ops.GroupedLinear(3, 6, 8)).to(device, dtype)
+    sizes = [2, 0, 4]
+    splits = sizes if form == "list" else torch.tensor(sizes, device=device)
+    w1, w2 = experts[0].weight, experts[2].weight
+
+    def reference(x):
+        outs = []
+        for rows, a, b in zip(x.split(sizes), w1, w2):
+            gate, up = (rows @ a.T).chunk(2, -1)
+            outs.append((torch.nn.functional.silu(gate) * up) @ b.T)
+        return torch.cat(outs)
+
+    x = torch.randn(6, 8, device=device, dtype=dtype)
+    t = torch.randn_like(x)
+    close = _close(device)
+    torch.testing.assert_close(torch.func.jvp(lambda x: experts(x, splits, splits), (x,), (t,)),
+                               torch.func.jvp(reference, (x,), (t,)), **close)
+    torch.testing.assert_close(torch.func.hessian(lambda x: experts(x, splits, splits).sum())(x),
+                               torch.func.hessian(lambda x: reference(x).sum())(x), **close)
+
+
+def _moe(device, dtype, E=4, T=6, K=2):
+    torch.manual_seed(0)
+    x = torch.randn(T, 8, device=device, dtype=dtype)
+    ids = torch.stack([torch.randperm(E, device=device)[:K] for _ in range(T)])
+    weights = torch.rand(T, K, device=device, dtype=dtype)
+    return x, ids, weights
+
+
+def _routed_reference(x, ids, weights, scale):
+    """``sum_k weights[t, k] * scale[ids[t, k]] * x[t]^2``: a plain-torch stand-in for experts."""
+    return ((x[:, None, :] ** 2) * scale[ids] * weights[..., None]).sum(1)
+
+
+@pytest.mark.parametrize("device", _devices())
+def test_permute_and_unpermute_under_every_torch_func_transform(device):
+    """``fuseops.moe.permute`` / ``unpermute`` under grad, vmap, jacrev, jvp, jacfwd, hessian and
+    forward_ad equal plain torch (before, their autograd Functions refused every transform)."""
+    dtype = _dtype(device)
+    x, ids, weights = _moe(device, dtype)
+    scale = torch.rand(4, 1, device=device, dtype=dtype) + 0.5
+    E = 4
+
+    def routed(x, weights):
+        x_sorted, sizes, row_map = fuseops.moe.permute(x, ids, E)
+        per_row = torch.repeat_interleave(scale, sizes, dim=0, output_size=x_sorted.shape[0])
+        return fuseops.moe.unpermute(x_sorted ** 2 * per_row, row_map, weights)
+
+    def reference(x, weights):
+        return _routed_reference(x, ids, weights, scale)
+
+    close = _close(device)
+    torch.testing.assert_close(routed(x, weights), reference(x, weights), **close)
+    for transform in (torch.func.jacrev, torch.func.jacfwd):
+        torch.testing.assert_close(transform(routed, argnums=(0, 1))(x, weights),
+                                   transform(reference, argnums=(0, 1))(x, weights), **close)
+    t, tw = torch.randn_like(x), torch.randn_like(weights)
+    torch.testing.assert_close(torch.func.jvp(routed, (x, weights), (t, tw)),
+                               torch.func.jvp(reference, (x, weights), (t, tw)), **close)
+    torch.testing.assert_close(torch.func.hessian(lambda x: routed(x, weights).sum())(x),
+                               torch.func.hessian(lambda x: reference(x, weights).sum())(x), **close)
+    batch = torch.randn(3, *x.shape, device=device, dtype=dtype)
+    torch.testing.assert_close(torch.func.vmap(routed, in_dims=(0, None))(batch, weights),
+                               torch.func.vmap(reference, in_dims=(0, None))(batch, weights), **close)
+    with forward_ad.dual_level():
+        got = forward_ad.unpack_dual(routed(forward_ad.make_dual(x, t), weights)).tangent
+        want = forward_ad.unpack_dual(reference(forward_ad.make_dual(x, t), weights)).tangent
+    torch.testing.assert_close(got, want, **close)
+
+
+@pytest.mark.parametrize("device", _devices())
+def test_the_expert_layer_under_jvp_runs_the_composition(device):
+    dtype = _dtype(device)
+    torch.manual_seed(0)
+    experts = fuseops.Sequential(ops.GroupedLinear(4, 8, 12), ops.SwiGLU(), ops.GroupedLinear(4, 6, 8)).to(device, dtype)
+    x, ids, weights = _moe(device, dtype)
+    t = torch.randn_like(x)
+
+    def composition(x):
+        x_sorted, sizes, row_map = fuseops.moe.permute(x, ids, 4)
+        return fuseops.moe.unpermute(experts(x_sorted, sizes, sizes), row_map, weights)
+
+    layer = torch.func.jvp(lambda x: fuseops.moe.expert_layer(x, ids, weights, experts), (x,), (t,))
+    torch.testing.assert_close(layer, torch.func.jvp(composition, (x,), (t,)), **_close(device))
+    # The composition's tangent against finite differences (float64 on the CPU).
+    if device == "cpu":
+        h = 1e-6
+        fd = (composition(x + h * t) - composition(x - h * t)) / (2 * h)
+        torch.testing.assert_close(layer[1], fd, rtol=1e-6, atol=1e-6)
+
+
+# -- what cannot be differentiated this way raises -------------------------------------------
+
+def test_forward_mode_under_a_quantized_recipe_raises():
+    seq = fuseops.Sequential(ops.Linear(32, 32))
+    x = torch.randn(4, 32)
+    with fuseops.autocast(recipe=fuseops.recipes.FP8CurrentScaling()), pytest.raises(
+            RuntimeError, match="not defined under a quantized recipe"):
+        torch.func.jvp(seq, (x,), (x,))
+
+
+class _Talking(ops.Identity):
+    """An op that says it communicates (as the collectives and a sharded Linear do)."""
+
+    communicates = True
+    compiled_as_operator = False
+
+
+def test_forward_mode_through_an_op_that_communicates_raises():
+    seq = fuseops.Sequential(ops.Linear(8, 8), _Talking())
+    x = torch.randn(4, 8)
+    with pytest.raises(RuntimeError, match=r"op 1 \(_Talking\) communicates"):
+        torch.func.jvp(seq, (x,), (x,))
+    # Reverse mode, its own backward, is unaffected.
+    seq(x.requires_grad_()).sum().backward()
