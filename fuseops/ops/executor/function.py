@@ -328,7 +328,8 @@ def _no_second_backward(grads: tuple) -> tuple:
     return tuple(next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads)
 
 
-_DIFFERENTIATING = ("TransformType.Grad", "TransformType.Jvp")
+# The torch.func transforms that differentiate (their interpreters' keys, as text).
+DIFFERENTIATING_TRANSFORMS = ("TransformType.Grad", "TransformType.Jvp")
 
 
 def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple | None:
@@ -371,9 +372,11 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
     compiling = torch.compiler.is_compiling()
     stack = None if compiling else torch._C._functorch.get_interpreter_stack()
     if stack:
-        if sum(str(i.key()) in _DIFFERENTIATING for i in stack) > 1:
-            raise RuntimeError("fuseops: higher-order derivatives through torch.func (grad of grad, hessian) "
-                               "are not supported; the ops' backward is not differentiable")
+        if sum(str(i.key()) in DIFFERENTIATING_TRANSFORMS for i in stack) > 1:
+            # Calls made under two such transforms run as plain torch (``plain_autograd.py``):
+            # here a Function made under one is differentiated under another.
+            raise RuntimeError("fuseops: higher-order derivatives through torch.func of a call made under fewer "
+                               "transforms are not supported; the ops' backward is not differentiable")
         create_graph = False
     else:
         create_graph = torch.is_grad_enabled()

@@ -28,7 +28,7 @@ import torch
 from torch.autograd import forward_ad
 
 from fuseops.kernels.dispatch import references_forced
-from fuseops.ops.executor.function import _DIFFERENTIATING, autocast_off
+from fuseops.ops.executor.function import DIFFERENTIATING_TRANSFORMS, autocast_off
 from fuseops.quant import weight_cache
 
 
@@ -40,7 +40,7 @@ def needed() -> bool:
         return True
     stack = torch._C._functorch.get_interpreter_stack() or ()
     keys = [str(level.key()) for level in stack]
-    return "TransformType.Jvp" in keys or sum(k in _DIFFERENTIATING for k in keys) > 1
+    return "TransformType.Jvp" in keys or sum(k in DIFFERENTIATING_TRANSFORMS for k in keys) > 1
 
 
 def _differentiable_copy(param: torch.Tensor, kind: Any, build: Any, enabled: bool) -> Any:
