@@ -198,6 +198,29 @@ def test_double_backward_raises_instead_of_wrong_grads(fuse, device):
         gx.pow(2).sum().backward()
 
 
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("frozen", [False, True], ids=["parameterless", "frozen"])
+def test_create_graph_with_one_gradient_is_right_then_raises(frozen, device):
+    """One gradient needed (x's: a parameterless op, or the parameters frozen) under
+    ``create_graph=True``, as a gradient penalty or ``torch.func.vjp`` asks: torch.nn's gradient,
+    and the second backward raises (session 58: the one gradient came back as its first row)."""
+    seq, ref = _mlp(device=device)
+    if frozen:
+        seq.requires_grad_(False)
+        ref.requires_grad_(False)
+    else:
+        seq, ref = fuseops.Sequential(ops.GELU()).to(device), torch.nn.GELU()
+    x = torch.randn(3, 6, device=device, requires_grad=True)
+    (gx,) = torch.autograd.grad(seq(x).square().sum(), x, create_graph=True)
+    (want,) = torch.autograd.grad(ref(x).square().sum(), x)
+    torch.testing.assert_close(gx, want, **_close(device))
+    with pytest.raises(RuntimeError, match="double backward"):
+        gx.pow(2).sum().backward()
+    u = torch.randn(3, seq(x).shape[-1], device=device)
+    got = torch.func.vjp(seq, x.detach())[1](u)
+    torch.testing.assert_close(got, torch.func.vjp(ref, x.detach())[1](u), **_close(device))
+
+
 @pytest.mark.parametrize("fuse", [False, True])
 @pytest.mark.parametrize("device", _devices())
 def test_parameter_changed_in_place_before_backward_raises(fuse, device):

@@ -324,7 +324,10 @@ def _no_second_backward(grads: tuple) -> tuple:
         "gradients) is not supported; the ops' backward is not differentiable",
         len(present),
     )
-    wrapped = iter(err(*[g.detach().requires_grad_() for g in present]))
+    wrapped = err(*[g.detach().requires_grad_() for g in present])
+    # One input, one Tensor back (not a tuple): iterated, it gave its rows (session 58: a
+    # create_graph=True backward with one gradient, torch.func.vjp of a parameterless op).
+    wrapped = iter((wrapped,) if isinstance(wrapped, torch.Tensor) else wrapped)
     return tuple(next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads)
 
 

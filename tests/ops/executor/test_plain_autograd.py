@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.autograd import forward_ad
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 import fuseops
 from fuseops import ops
@@ -81,6 +81,44 @@ def test_forward_mode_equals_the_reverse_mode_jacobian(pattern, data):
         wide = a.dtype == b.dtype == torch.float64
         torch.testing.assert_close(a, b, rtol=1e-10 if wide else 1e-6, atol=1e-12 if wide else 1e-6,
                                    check_dtype=False)
+
+
+@pytest.mark.parametrize("pattern", [p for _, p in PATTERNS], ids=[name for name, _ in PATTERNS])
+@settings(max_examples=6, deadline=None)
+@given(data=st.data())
+def test_the_ops_backward_is_the_adjoint_of_forward_mode(pattern, data):
+    """``<u, J t> = <J^T u, t>`` for random ``u`` and ``t`` in float64: the ops' own backward (a
+    vector-Jacobian product with a dense random cotangent, the Function path) against forward
+    mode (torch differentiating the references). jacrev's one-hot cotangents are exact in
+    float32, so this is what catches a backward that rounds ``dy`` (session 58: the activation
+    references' ``dy.float()``)."""
+    in_features, specs = data.draw(op_chain(pattern), label="ops")
+    lead = data.draw(st.sampled_from([(3,), (2, 2), (5,)]), label="leading shape")
+    torch.manual_seed(data.draw(st.integers(0, 2**16), label="seed"))
+    model = fuseops.Sequential(*[s.op for s in specs]).double()
+    x = torch.randn(*lead, in_features, dtype=torch.float64)
+    extras, n, shared = [], in_features, {}
+    for spec in specs:
+        extras += [make(lead, n, torch.float64, "cpu", shared) for make in spec.extra_inputs]
+        n = spec.out_features
+    floats = [i for i, e in enumerate(extras) if isinstance(e, torch.Tensor) and e.is_floating_point()]
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def f(params, x, *float_extras):
+        given = list(extras)
+        for i, e in zip(floats, float_extras):
+            given[i] = e.double()  # a float32 extra input (probs) differentiated in float64
+        return torch.func.functional_call(model, params, (x, *given))
+
+    args = (params, x, *[extras[i].double() for i in floats])
+    tangents = tree_map(torch.randn_like, args)
+    outputs, forward = torch.func.jvp(f, args, tangents)
+    cotangents = tree_map(torch.randn_like, outputs)
+    _, vjp = torch.func.vjp(f, *args)
+    reverse = vjp(cotangents)
+    forward_dot = sum((u * jt).sum() for u, jt in zip(*[tree_flatten(v)[0] for v in (cotangents, forward)]))
+    reverse_dot = sum((g * t).sum() for g, t in zip(*[tree_flatten(v)[0] for v in (reverse, tangents)]))
+    torch.testing.assert_close(reverse_dot, forward_dot, rtol=1e-11, atol=1e-11)
 
 
 # -- dense: against torch.nn -------------------------------------------------------------------
