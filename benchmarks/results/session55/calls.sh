@@ -17,8 +17,11 @@ for part in "$@"; do
   dir=benchmarks/results/session55
   [[ -n ${PARTS_DIR:-} && -f $PARTS_DIR/$part.sh ]] && dir=$PARTS_DIR
   if [[ $part == gpu:* ]]; then
-    name=${part#gpu:}
-    mkdir -p "$OUT/$name" && LIMIT=${LIMIT:-540} OUT=$OUT/$name bash benchmarks/run_gpu.sh "$name" | tail -4
+    # gpu:<part>[:<selection>] (session 58: `gpu:edge` alone reran the subjects an earlier call had run), e.g.
+    #   "gpu:edge:ForwardQuantizeLinear or GroupedMLP"   (quote it: one argument)
+    name=${part#gpu:}; selection=()
+    [[ $name == *:* ]] && selection=("${name#*:}") && name=${name%%:*}
+    mkdir -p "$OUT/$name" && LIMIT=${LIMIT:-540} OUT=$OUT/$name bash benchmarks/run_gpu.sh "$name" "${selection[@]}" | tail -4
     tar -cf "$OUT/$name.tar" -C "$OUT" "$name" && rm -rf "${OUT:?}/$name"
   elif [[ $parts52 == *" $part "* ]]; then
     bash benchmarks/results/session52/next_device_calls.sh "$part"
