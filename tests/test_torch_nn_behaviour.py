@@ -267,6 +267,37 @@ def test_torch_func_vmap_grad_jacrev_match_torch_nn(fuse, device):
 
 
 @pytest.mark.parametrize("device", _devices())
+def test_per_sample_gradients_vmap_of_grad(device):
+    """``vmap(grad(loss))`` over a batch (per-sample gradients, as Opacus-style training asks):
+    torch.nn's for a dense model, a loop of ``grad`` calls for a grouped one (session 58: the
+    grouped references' ``mm(out=)`` had no batching rule)."""
+    seq, ref = _mlp(device=device)
+    x = torch.randn(4, 3, 6, device=device)
+
+    def per_sample(model, loss_of):
+        params = {k: v.detach() for k, v in model.named_parameters()}
+        return params, torch.func.vmap(torch.func.grad(loss_of), in_dims=(None, 0))(params, x)
+
+    def loss(model):
+        return lambda p, xi: torch.func.functional_call(model, p, (xi,)).square().sum()
+
+    _, got = per_sample(seq, loss(seq))
+    _, want = per_sample(ref, loss(ref))
+    torch.testing.assert_close(got, want, **_close(device))
+
+    torch.manual_seed(0)
+    experts = fuseops.Sequential(ops.GroupedLinear(2, 6, 8), ops.SwiGLU(), ops.GroupedLinear(2, 4, 6)).to(device)
+
+    def grouped_loss(p, xi):
+        return torch.func.functional_call(experts, p, (xi, [1, 2], [1, 2])).square().sum()
+
+    params, got = per_sample(experts, grouped_loss)
+    for i in range(x.shape[0]):
+        one = torch.func.grad(grouped_loss)(params, x[i])
+        torch.testing.assert_close({k: v[i] for k, v in got.items()}, one, **_close(device))
+
+
+@pytest.mark.parametrize("device", _devices())
 def test_torch_func_higher_order_matches_torch_nn(device):
     """Grad of grad (raised until session 58) runs the ops as plain torch, which torch
     differentiates again (``fuseops/ops/executor/plain_autograd.py``, where jvp, jacfwd and
