@@ -337,6 +337,43 @@ def test_the_expert_layer_under_jvp_runs_the_composition(device):
         torch.testing.assert_close(layer[1], fd, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
+@pytest.mark.parametrize("act", ["SwiGLU", "GeGLU", "ClampedSwiGLU", "scaled SwiGLU"])
+def test_the_expert_layers_backward_is_the_adjoint_of_forward_mode(act, lean):
+    """``fuseops.moe.expert_layer``'s own Function (its fused backward, not the composition's)
+    against forward mode of the composition, float64, dense random cotangents and tangents in
+    x, the router weights and every parameter."""
+    torch.manual_seed(0)
+    gate = {"SwiGLU": ops.SwiGLU(), "GeGLU": ops.GeGLU(approximate="tanh"), "ClampedSwiGLU": ops.ClampedSwiGLU(),
+            "scaled SwiGLU": ops.SwiGLU(scaled=True)}[act]
+    experts = fuseops.Sequential(ops.GroupedLinear(4, 8, 12, bias=True), gate, ops.GroupedLinear(4, 6, 8)).double()
+    x, ids, weights = _moe("cpu", torch.float64, T=7)
+    assert fuseops.moe.expert_layer_fallback(x, weights, experts, lean=lean) is None
+    names = [k for k, _ in experts.named_parameters()]
+    xx, ww = x.clone().requires_grad_(), weights.clone().requires_grad_()
+    y = fuseops.moe.expert_layer(xx, ids, ww, experts, lean=lean)
+    u = torch.randn_like(y)
+    reverse = torch.autograd.grad(y, [xx, ww, *experts.parameters()], u)
+
+    layer = _ExpertLayer(experts, ids, lean)
+    params = {k: v.detach() for k, v in layer.named_parameters()}
+    tangents = ({k: torch.randn_like(v) for k, v in params.items()}, torch.randn_like(x), torch.randn_like(weights))
+    _, forward = torch.func.jvp(lambda p, x, w: torch.func.functional_call(layer, p, (x, w)),
+                                (params, x, weights), tangents)
+    reverse_dot = (reverse[0] * tangents[1]).sum() + (reverse[1] * tangents[2]).sum() + sum(
+        (g * tangents[0][f"experts.{k}"]).sum() for k, g in zip(names, reverse[2:]))
+    torch.testing.assert_close(reverse_dot, (u * forward).sum(), rtol=1e-11, atol=1e-11)
+
+
+class _ExpertLayer(torch.nn.Module):
+    def __init__(self, experts, ids, lean):
+        super().__init__()
+        self.experts, self.ids, self.lean = experts, ids, lean
+
+    def forward(self, x, weights):
+        return fuseops.moe.expert_layer(x, self.ids, weights, self.experts, lean=self.lean)
+
+
 # -- what cannot be differentiated this way raises -------------------------------------------
 
 def test_forward_mode_under_a_quantized_recipe_raises():
