@@ -5,6 +5,8 @@ every basic op and every fusion's ops, dense, grouped and MoE; what they cannot 
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -16,6 +18,7 @@ import fuseops
 from fuseops import ops
 from fuseops.fusions import REGISTRY
 from fuseops.fusions.fusion import OpMatch
+from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from tests.fusions.op_strategies import BUILDERS, op_chain
 
 
@@ -83,6 +86,45 @@ def test_forward_mode_equals_the_reverse_mode_jacobian(pattern, data):
                                    check_dtype=False)
 
 
+def _adjoint_case(pattern, data, dtype, device):
+    """A drawn chain of ``pattern``, its arguments (parameters, x, float extra inputs in
+    ``dtype``), random tangents and the forward-mode ``(outputs, J t)`` (the references, as
+    plain torch); ``call(*leaves)`` runs the model on given x and float extra inputs."""
+    in_features, specs = data.draw(op_chain(pattern), label="ops")
+    lead = data.draw(st.sampled_from([(3,), (2, 2), (5,)]), label="leading shape")
+    torch.manual_seed(data.draw(st.integers(0, 2**16), label="seed"))
+    model = fuseops.Sequential(*[s.op for s in specs]).to(device, dtype)
+    x = torch.randn(*lead, in_features, dtype=dtype, device=device)
+    extras, n, shared = [], in_features, {}
+    for spec in specs:
+        extras += [make(lead, n, dtype, device, shared) for make in spec.extra_inputs]
+        n = spec.out_features
+    floats = [i for i, e in enumerate(extras) if isinstance(e, torch.Tensor) and e.is_floating_point()]
+
+    def call(x, *float_extras):
+        given = list(extras)
+        for i, e in zip(floats, float_extras):
+            given[i] = e.to(dtype)  # a float32 extra input (probs) differentiated in dtype
+        return model(x, *given)
+
+    def f(params, *leaves):
+        with torch.nn.utils.stateless._reparametrize_module(model, params):
+            return call(*leaves)
+
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    args = (params, x, *[extras[i].to(dtype) for i in floats])
+    tangents = tree_map(torch.randn_like, args)
+    outputs, forward = torch.func.jvp(f, args, tangents)
+    return model, call, f, args, tangents, tree_map(torch.randn_like, outputs), forward
+
+
+def _dots(cotangents, forward, reverse, tangents):
+    """``(<u, J t>, <J^T u, t>, sum |u * J t|)``: the last scales a tolerance (the dot may cancel)."""
+    terms = [u * jt for u, jt in zip(*[tree_flatten(v)[0] for v in (cotangents, forward)])]
+    reverse_dot = sum((g * t).sum() for g, t in zip(*[tree_flatten(v)[0] for v in (reverse, tangents)]) if g is not None)
+    return sum(t.sum() for t in terms), reverse_dot, sum(t.abs().sum() for t in terms)
+
+
 @pytest.mark.parametrize("pattern", [p for _, p in PATTERNS], ids=[name for name, _ in PATTERNS])
 @settings(max_examples=6, deadline=None)
 @given(data=st.data())
@@ -92,33 +134,41 @@ def test_the_ops_backward_is_the_adjoint_of_forward_mode(pattern, data):
     mode (torch differentiating the references). jacrev's one-hot cotangents are exact in
     float32, so this is what catches a backward that rounds ``dy`` (session 58: the activation
     references' ``dy.float()``)."""
-    in_features, specs = data.draw(op_chain(pattern), label="ops")
-    lead = data.draw(st.sampled_from([(3,), (2, 2), (5,)]), label="leading shape")
-    torch.manual_seed(data.draw(st.integers(0, 2**16), label="seed"))
-    model = fuseops.Sequential(*[s.op for s in specs]).double()
-    x = torch.randn(*lead, in_features, dtype=torch.float64)
-    extras, n, shared = [], in_features, {}
-    for spec in specs:
-        extras += [make(lead, n, torch.float64, "cpu", shared) for make in spec.extra_inputs]
-        n = spec.out_features
-    floats = [i for i, e in enumerate(extras) if isinstance(e, torch.Tensor) and e.is_floating_point()]
-    params = {k: v.detach() for k, v in model.named_parameters()}
-
-    def f(params, x, *float_extras):
-        given = list(extras)
-        for i, e in zip(floats, float_extras):
-            given[i] = e.double()  # a float32 extra input (probs) differentiated in float64
-        return torch.func.functional_call(model, params, (x, *given))
-
-    args = (params, x, *[extras[i].double() for i in floats])
-    tangents = tree_map(torch.randn_like, args)
-    outputs, forward = torch.func.jvp(f, args, tangents)
-    cotangents = tree_map(torch.randn_like, outputs)
-    _, vjp = torch.func.vjp(f, *args)
-    reverse = vjp(cotangents)
-    forward_dot = sum((u * jt).sum() for u, jt in zip(*[tree_flatten(v)[0] for v in (cotangents, forward)]))
-    reverse_dot = sum((g * t).sum() for g, t in zip(*[tree_flatten(v)[0] for v in (reverse, tangents)]))
+    _, _, f, args, tangents, cotangents, forward = _adjoint_case(pattern, data, torch.float64, "cpu")
+    reverse = torch.func.vjp(f, *args)[1](cotangents)
+    forward_dot, reverse_dot, _ = _dots(cotangents, forward, reverse, tangents)
     torch.testing.assert_close(reverse_dot, forward_dot, rtol=1e-11, atol=1e-11)
+
+
+def _kernel_devices():
+    return [
+        pytest.param("cpu", marks=pytest.mark.skipif(not INTERPRET, reason="the interpreter runs on CPU-only machines")),
+        pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]),
+    ]
+
+
+@pytest.mark.parametrize("device", _kernel_devices())
+@pytest.mark.parametrize("pattern", [p for _, p in PATTERNS], ids=[name for name, _ in PATTERNS])
+@settings(max_examples=3, deadline=None)
+@given(data=st.data())
+def test_the_triton_backward_is_the_adjoint_of_forward_mode(pattern, device, data):
+    """The same in float32 through the Triton kernels (the interpreter on the CPU, the GPU's on
+    CUDA: fused forward and backward, eager, as a training step runs them) against forward mode
+    of the references: a kernel's backward against the derivative of the specification, with a
+    dense cotangent."""
+    model, call, _, args, tangents, cotangents, forward = _adjoint_case(pattern, data, torch.float32, device)
+    leaves = [a.clone().requires_grad_() for a in args[1:]]
+    with interpreted_kernels() if device == "cpu" else contextlib.nullcontext():
+        out = call(*leaves)
+        outs = out if isinstance(out, tuple) else (out,)
+        wrt = [*leaves, *model.parameters()]
+        grads = torch.autograd.grad(outs, wrt, tree_flatten(cotangents)[0], allow_unused=True)
+    names = [k for k, _ in model.named_parameters()]
+    reverse = (dict(zip(names, grads[len(leaves):])), *grads[:len(leaves)])
+    forward_dot, reverse_dot, scale = _dots(cotangents, forward, reverse, tangents)
+    # float32 sums (TF32 products on CUDA) over terms of size ``scale``.
+    assert abs(reverse_dot - forward_dot) <= (1e-5 if device == "cpu" else 5e-3) * scale, (
+        f"{model.plan.forward} / {model.plan.backward}: {reverse_dot.item()} against {forward_dot.item()}")
 
 
 # -- dense: against torch.nn -------------------------------------------------------------------
