@@ -3,7 +3,7 @@
 #   bash benchmarks/results/session58/calls.sh forward_mode        # ~9 min: this session's tests on torch 2.11, `top`
 # Prepared for session 59 (one call a line; the machine goes back 30 s after a call; chain them):
 #   bash benchmarks/results/session58/calls.sh hot_path_ab         # ~6 min: this session's per-call reads, A/B
-#   bash benchmarks/results/session58/calls.sh forward_mode        # again after the create_graph fix (1b88a4a)
+#   bash benchmarks/results/session58/calls.sh forward_mode        # ~6 min: again, with the adjoint tests (CUDA)
 #   LIMIT=540 bash benchmarks/results/session58/calls.sh "gpu:edge:Backward or ForwardActivation or ForwardNorm"
 #   LIMIT=540 bash benchmarks/results/session58/calls.sh "gpu:edge:ForwardQuantize or GroupedMLP or Linear"
 #   LIMIT=500 bash benchmarks/results/session58/calls.sh "gpu:props:Backward"   # then other -k slices
