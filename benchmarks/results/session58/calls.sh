@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 58's parts (the *.sh files here) beside session 55's and earlier (see session 57's calls.sh).
-#   bash benchmarks/results/session58/calls.sh forward_mode        # ~9 min: this session's tests on torch 2.11, `top`
+#   (run 7: a first version of forward_mode, then `top`)
 # Prepared for session 59 (one call a line; the machine goes back 30 s after a call; chain them):
 #   bash benchmarks/results/session58/calls.sh hot_path_ab         # ~6 min: this session's per-call reads, A/B
 #   bash benchmarks/results/session58/calls.sh forward_mode        # ~6 min: again, with the adjoint tests (CUDA)
