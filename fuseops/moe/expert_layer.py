@@ -50,9 +50,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.autograd import forward_ad
 from torch.autograd.function import once_differentiable
 
+from fuseops.kernels import autodiff_state
 from fuseops.moe import expert_layer_steps as steps
 from fuseops.moe.expert_layer_quantized import QuantizedExpertLayer
 from fuseops.moe.routing import check_routing, check_weights, permute_checked, unpermute
@@ -170,7 +170,7 @@ def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, Gr
     if torch.is_autocast_enabled(device.type):
         return "torch.autocast is active"
     # (``forward_ad``'s level is not read while dynamo traces: it would be one more guard.)
-    dual = not torch.compiler.is_compiling() and forward_ad._current_level >= 0
+    dual = not torch.compiler.is_compiling() and autodiff_state.dual_level_active()
     if torch._C._are_functorch_transforms_active() or dual:
         # The composition's permute, experts and unpermute run as plain torch there.
         return "a torch.func transform or torch.autograd.forward_ad is active"

@@ -32,9 +32,9 @@ from functools import partial
 
 import torch
 from torch._C._functorch import maybe_current_level
-from torch.autograd import forward_ad
 from torch.autograd.function import once_differentiable
 
+from fuseops.kernels import autodiff_state
 from fuseops.kernels.dispatch import Kernel, launcher, references_forced
 from fuseops.kernels.moe import traceable
 from fuseops.moe import routing_graphs, routing_ops
@@ -275,7 +275,7 @@ def differentiated_by_torch(check: str) -> bool:
     while torch.compile traces (``check`` is ``OPS`` then: nothing more is read, no guard)."""
     if check == OPS and torch.compiler.is_compiling():
         return False
-    return maybe_current_level() is not None or forward_ad._current_level >= 0
+    return autodiff_state.differentiated_by_torch()
 
 
 def unpermute(

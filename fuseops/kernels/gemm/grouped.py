@@ -22,10 +22,10 @@ import itertools
 import torch
 import triton
 import triton.language as tl
-from torch.autograd import forward_ad
 from triton._utils import validate_block_shape
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from fuseops.kernels import autodiff_state
 from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot, next_power_of_2
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
@@ -451,8 +451,8 @@ def autograd_sees(*operands: torch.Tensor) -> bool:
     transforms (vmap too, which has no batching rule for ``mm.out``) or
     ``torch.autograd.forward_ad``, or grad mode on with one that needs a gradient (never inside
     the ops' own autograd Function outside those, whose bodies run without grad)."""
-    return (torch._C._functorch.maybe_current_level() is not None or forward_ad._current_level >= 0
-            or (torch.is_grad_enabled() and any(t.requires_grad for t in operands)))
+    return autodiff_state.differentiated_by_torch() or (
+        torch.is_grad_enabled() and any(t.requires_grad for t in operands))
 
 
 def torch_grouped_mm_serves(*operands: torch.Tensor) -> bool:

@@ -335,6 +335,11 @@ def _no_second_backward(grads: tuple) -> tuple:
 DIFFERENTIATING_TRANSFORMS = ("TransformType.Grad", "TransformType.Jvp")
 
 
+def differentiating_levels(stack) -> int:
+    """How many of torch.func's interpreter ``stack`` differentiate (grad, jvp)."""
+    return sum(str(level.key()) in DIFFERENTIATING_TRANSFORMS for level in stack or ())
+
+
 def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple | None:
     """``run_backward``'s gradients through the layout's recorded program, or recording it
     (``replay.py``); None where this call takes the full path. ``records`` may be ``Unfilled``."""
@@ -375,7 +380,7 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
     compiling = torch.compiler.is_compiling()
     stack = None if compiling else torch._C._functorch.get_interpreter_stack()
     if stack:
-        if sum(str(i.key()) in DIFFERENTIATING_TRANSFORMS for i in stack) > 1:
+        if differentiating_levels(stack) > 1:
             # Calls made under two such transforms run as plain torch (``plain_autograd.py``):
             # here a Function made under one is differentiated under another.
             raise RuntimeError("fuseops: higher-order derivatives through torch.func of a call made under fewer "

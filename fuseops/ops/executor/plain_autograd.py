@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.autograd import forward_ad
 
+from fuseops.kernels.autodiff_state import dual_level_active
 from fuseops.kernels.dispatch import references_forced
-from fuseops.ops.executor.function import DIFFERENTIATING_TRANSFORMS, autocast_off
+from fuseops.ops.executor.function import autocast_off, differentiating_levels
 from fuseops.quant import weight_cache
 
 
@@ -36,11 +36,10 @@ def needed() -> bool:
     """Whether this call must run as plain torch: inside a ``forward_ad.dual_level`` or a
     torch.func forward-mode transform, or under two differentiating transforms. Cheap where
     neither torch.func nor forward AD is active (the caller checks those first)."""
-    if forward_ad._current_level >= 0:
+    if dual_level_active():
         return True
     stack = torch._C._functorch.get_interpreter_stack() or ()
-    keys = [str(level.key()) for level in stack]
-    return "TransformType.Jvp" in keys or sum(k in DIFFERENTIATING_TRANSFORMS for k in keys) > 1
+    return any(str(level.key()) == "TransformType.Jvp" for level in stack) or differentiating_levels(stack) > 1
 
 
 def _differentiable_copy(param: torch.Tensor, kind: Any, build: Any, enabled: bool) -> Any:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.autograd import forward_ad
 
+from fuseops.kernels import autodiff_state
 from fuseops.ops.contract import OpContext
 from fuseops.ops.executor import plain_autograd, replay
 from fuseops.ops.executor.function import (
@@ -181,7 +181,7 @@ def run_prepared(
     ``compiling``: the caller knows torch.compile is not tracing this call."""
     transforms = torch._C._are_functorch_transforms_active()
     # (``forward_ad``'s level is not read while dynamo traces: it would be one more guard.)
-    dual = (not compiling or not torch.compiler.is_compiling()) and forward_ad._current_level >= 0
+    dual = (not compiling or not torch.compiler.is_compiling()) and autodiff_state.dual_level_active()
     if (transforms or dual) and plain_autograd.needed():
         # Forward-mode or higher-order derivatives: torch differentiates the ops' forward itself.
         return plain_autograd.run(prep, ops, x, extra_inputs)
