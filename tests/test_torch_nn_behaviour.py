@@ -4,6 +4,7 @@ before backward, torch.func, package conventions."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import logging
@@ -14,6 +15,7 @@ from torch.func import vmap
 
 import fuseops
 from fuseops import ops
+from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.ops.executor import graphed
 from tests.helpers import assert_bitwise
 
@@ -198,12 +200,22 @@ def test_double_backward_raises_instead_of_wrong_grads(fuse, device):
         gx.pow(2).sum().backward()
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", [*_devices(), pytest.param("cpu-kernels", marks=pytest.mark.skipif(
+    not INTERPRET, reason="the interpreter runs on CPU-only machines"))])
 @pytest.mark.parametrize("frozen", [False, True], ids=["parameterless", "frozen"])
 def test_create_graph_with_one_gradient_is_right_then_raises(frozen, device):
     """One gradient needed (x's: a parameterless op, or the parameters frozen) under
     ``create_graph=True``, as a gradient penalty or ``torch.func.vjp`` asks: torch.nn's gradient,
-    and the second backward raises (session 58: the one gradient came back as its first row)."""
+    and the second backward raises (session 58: the one gradient came back as its first row).
+    ``cpu-kernels``: the Triton kernels through the interpreter, as on CUDA (session 59: vjp_fn
+    ran the kernels on the transform's dead wrappers, which have no storage)."""
+    kernels = device == "cpu-kernels"
+    device = "cpu" if kernels else device
+    with interpreted_kernels() if kernels else contextlib.nullcontext():
+        _one_gradient_under_create_graph(frozen, device)
+
+
+def _one_gradient_under_create_graph(frozen, device):
     seq, ref = _mlp(device=device)
     if frozen:
         seq.requires_grad_(False)

@@ -484,4 +484,16 @@ class PlanFunctionForTransforms(torch.autograd.Function):
     def backward(autograd_ctx, dy: torch.Tensor | None, *output_grads):
         state: RunState = autograd_ctx.state
         flat_extra_output_grads = output_grads[: state.num_outputs - 1]
-        return backward_body(state, autograd_ctx.records, autograd_ctx.saved_tensors, dy, flat_extra_output_grads)
+        saved_tensors = autograd_ctx.saved_tensors
+        if _unwrap_if_dead is not None:
+            # ``torch.func.vjp``'s vjp_fn runs this backward after the transform's level has
+            # ended: the cotangents and saved tensors are then dead wrappers, with no storage a
+            # Triton kernel could read (torch's own ops unwrap them as they dispatch).
+            dy, saved_tensors, flat_extra_output_grads = (
+                _unwrap_dead(dy), tuple(map(_unwrap_dead, saved_tensors)),
+                tuple(map(_unwrap_dead, flat_extra_output_grads)))
+        return backward_body(state, autograd_ctx.records, saved_tensors, dy, flat_extra_output_grads)
+
+
+def _unwrap_dead(t: torch.Tensor | None) -> torch.Tensor | None:
+    return t if t is None else _unwrap_if_dead(t)
