@@ -574,14 +574,10 @@ def _gradients(entry: _Entry, carried, params, grads, *, fake: bool) -> list[tor
         else:
             # Grad mode off, as the engine runs a backward: an operator's results are not
             # differentiated again (a compiled graph's backward never is).
-            saved_state.functional_backward = True
-            try:
-                # (The engine runs a compiled backward with grad mode off already, unless
-                # ``create_graph``: the context only where it is on.)
-                with torch.no_grad() if torch.is_grad_enabled() else _NO_CONTEXT:
-                    out = backward_body(state, records, activations, dy, extra_output_grads)[1:]
-            finally:
-                saved_state.functional_backward = False
+            # (The engine runs a compiled backward with grad mode off already, unless
+            # ``create_graph``: the context only where it is on.)
+            with saved_state.functional(), torch.no_grad() if torch.is_grad_enabled() else _NO_CONTEXT:
+                out = backward_body(state, records, activations, dy, extra_output_grads)[1:]
     program = state.replayed
     seen = _checked_for(checked, program)
     if seen is None and any(g is None and p for g, p in zip(out, entry.present)):
@@ -607,8 +603,10 @@ def _stand_in_main_grads(params: Sequence[torch.Tensor]) -> None:
             p.main_grad = p.new_empty(p.shape, dtype=torch.float32)
 
 
+# ``batched``: cotangents batched by torch's older vmap (``is_grads_batched=True``) reach it too,
+# and ``backward_body`` runs the references on them (the vmap has no fallback for tensor lists).
 @fuseops_op("plan_backward(int entry, Tensor[] carried, Tensor[] params, Tensor[] grads) -> Tensor[]",
-            recorded=False)
+            recorded=False, batched=True)
 def _plan_backward(entry_id, carried, params, grads):
     return _gradients(_entries[entry_id], carried, params, grads, fake=False)
 
@@ -624,3 +622,4 @@ torch.fx.node.has_side_effect(_plan_backward)
 def _(entry_id, carried, params, grads):
     with _compiling():
         return _gradients(_entries[entry_id], carried, params, grads, fake=True)
+

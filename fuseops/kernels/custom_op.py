@@ -25,11 +25,13 @@ _LIB = torch.library.Library("fuseops", "FRAGMENT")
 calling: Callable[[str, Callable, tuple], Any] | None = None
 
 
-def fuseops_op(schema: str, recorded: bool = True) -> Callable[[Callable], torch._ops.OpOverload]:
+def fuseops_op(schema: str, recorded: bool = True, batched: bool = False
+               ) -> Callable[[Callable], torch._ops.OpOverload]:
     """Define ``fuseops::<schema>`` with the decorated function as its implementation on every
     device; returns the operator (call it with positional arguments). ``recorded``: its calls
     go through ``calling`` (False: an implementation that decides per call, as a graph state
-    does, runs as it is)."""
+    does, runs as it is). ``batched``: the implementation also takes tensors batched by torch's
+    older vmap (``torch.autograd.grad(..., is_grads_batched=True)``; its ``Batched`` key)."""
     name = schema.split("(", 1)[0]
 
     def define(impl: Callable) -> torch._ops.OpOverload:
@@ -40,5 +42,7 @@ def fuseops_op(schema: str, recorded: bool = True) -> Callable[[Callable], torch
             return through(name, impl, args)
         _LIB.define(schema)
         _LIB.impl(name, run if recorded else impl, "CompositeExplicitAutograd")
+        if batched:
+            _LIB.impl(name, impl, "Batched")
         return getattr(torch.ops.fuseops, name).default
     return define

@@ -84,6 +84,11 @@ class _ExpertLayer(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
+        if autodiff_state.batched_cotangents(dy):
+            autodiff_state.refuse_batched_cotangents(False, [], [name for name, w in zip(("FC1", "FC2"), ctx.main_grad_of)
+                                                                 if w is not None])
+            return *steps.backward_batched(dy, *ctx.saved_tensors, gate=ctx.gate, lean=ctx.lean,
+                                           needs=tuple(ctx.needs_input_grad[:5])), None, None, None, None, None, None
         # dz goes over z when nothing reads z again; dead saved tensors are freed early, but
         # never in graph memory (steps.py).
         freed = graph_freed_after_backward()

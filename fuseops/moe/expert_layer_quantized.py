@@ -37,6 +37,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from fuseops.kernels import library
+from fuseops.kernels.autodiff_state import batched_cotangents, refuse_batched_cotangents
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.gemm import grouped_scaled_act
 from fuseops.kernels.quantization.epilogue import Emitted
@@ -116,6 +117,8 @@ class QuantizedExpertLayer(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
+        if batched_cotangents(dy):
+            refuse_batched_cotangents(quantized=True, communicating=[])
         z, probs, row_map, tokens, offsets, w1, b1, w2, *rest = ctx.saved_tensors
         fc1 = ctx.fc1.restore(tuple(rest[:ctx.fc1.x_count]))
         fc2 = ctx.fc2.restore(tuple(rest[ctx.fc1.x_count:]))

@@ -26,7 +26,7 @@ import torch
 
 from fuseops.kernels import library
 from fuseops.kernels.custom_op import fuseops_op
-from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.dispatch import Kernel, launcher, references_forced
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.moe import memory_model, routing_graphs
 from fuseops.moe.routing import permute_rows
@@ -187,6 +187,17 @@ def backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, gate: G
         grads = _backward_op(*inputs, *gate.fields(), lean, list(needs), overwrite, may_release)
         return tuple(g if need else None for g, need in zip(grads, needs, strict=True))
     return _backward_through_graphs(inputs, gate, lean, needs, overwrite, may_release, main_grads)
+
+
+def backward_batched(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gate, lean: bool,
+                     needs: tuple[bool, ...]) -> tuple:
+    """``backward`` of a cotangent batched by torch's older vmap (``is_grads_batched=True``,
+    ``jacobian(vectorize=True)``): the references, which batch, with nothing overwritten or
+    freed and no graph or recorded program (a batched tensor has no storage to read). Not with
+    a ``main_grad`` to add to (the caller refuses)."""
+    with references_forced():
+        return _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2,
+                         static=(gate, lean, needs, False, False))
 
 
 def _backward_through_graphs(inputs: tuple, gate: Gate, lean: bool, needs: tuple[bool, ...], overwrite: bool,

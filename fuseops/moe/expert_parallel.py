@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from fuseops.kernels.autodiff_state import batched_cotangents, refuse_batched_cotangents
 from fuseops.ops.parallel import tensor_parallel as tp
 
 
@@ -164,4 +165,6 @@ class _Exchange(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
+        if batched_cotangents(dy):
+            refuse_batched_cotangents(quantized=False, communicating=["the expert-parallel exchange"])
         return (_return(dy, ctx.handle) if ctx.to_experts else _send(dy, ctx.handle)), None, None

@@ -147,6 +147,15 @@ def _routed_call(name: str, check: str, run, inputs: tuple, static: tuple = (),
     return run(*inputs)
 
 
+def _backward_call(name: str, check: str, run, inputs: tuple, row_map: torch.Tensor) -> tuple:
+    """A backward's ``_routed_call``; the references where torch's older vmap batched the
+    cotangent (``inputs[0]``: ``is_grads_batched=True``), which no kernel or graph can read."""
+    if autodiff_state.batched_cotangents(inputs[0]):
+        with references_forced():
+            return run(*inputs)
+    return _routed_call(name, check, run, inputs, row_map=row_map)
+
+
 def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -> None:
     """Device-side check of ``0 <= t < bound`` without a host sync (module docstring);
     ``upper`` names the bound in the message (a number there would pin a compiled graph to
@@ -168,8 +177,7 @@ class _Permute(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dx_sorted, _split_sizes, _row_map):
         (row_map,) = ctx.saved_tensors
-        (dx,) = _routed_call("permute_backward", ctx.check, sum_rows, (dx_sorted, row_map),
-                            row_map=row_map)
+        (dx,) = _backward_call("permute_backward", ctx.check, sum_rows, (dx_sorted, row_map), row_map)
         return dx, None, None, None
 
 
@@ -191,8 +199,8 @@ class _Unpermute(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         row_map, weights, y_sorted = ctx.saved_tensors
-        dy_sorted, dweights = _routed_call("unpermute_backward", ctx.check, unpermute_backward,
-                                           (dy, row_map, weights, y_sorted), row_map=row_map)
+        dy_sorted, dweights = _backward_call("unpermute_backward", ctx.check, unpermute_backward,
+                                             (dy, row_map, weights, y_sorted), row_map)
         return (dy_sorted if ctx.needs_input_grad[0] else None), None, dweights, None
 
 

@@ -447,11 +447,12 @@ def products_per_group(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) 
 
 
 def autograd_sees(*operands: torch.Tensor) -> bool:
-    """Whether autograd will see work on ``operands`` (and refuse ``out=``): under torch.func
-    transforms (vmap too, which has no batching rule for ``mm.out``) or
-    ``torch.autograd.forward_ad``, or grad mode on with one that needs a gradient (never inside
-    the ops' own autograd Function outside those, whose bodies run without grad)."""
-    return autodiff_state.differentiated_by_torch() or (
+    """Whether autograd or vmap will see work on ``operands`` (and refuse ``out=``): under
+    torch.func transforms (vmap too, which has no batching rule for ``mm.out``) or
+    ``torch.autograd.forward_ad``, an operand batched by torch's older vmap (a batched
+    cotangent), or grad mode on with one that needs a gradient (never inside the ops' own
+    autograd Function outside those, whose bodies run without grad)."""
+    return autodiff_state.differentiated_by_torch() or autodiff_state.batched_cotangents(*operands) or (
         torch.is_grad_enabled() and any(t.requires_grad for t in operands))
 
 

@@ -379,8 +379,11 @@ def reference_unpermute_bwd(
     flat = row_map.reshape(-1)
     dyf = dy.to(acc)[:, None, :].expand(T, top_k, H)
     vals = dyf * weights.to(acc)[..., None] if weights is not None else dyf
-    dy_sorted = out if out is not None else torch.empty(T * top_k, H, dtype=dy.dtype, device=dy.device)
-    dy_sorted[flat] = vals.reshape(T * top_k, H).to(dy_sorted.dtype)
+    vals = vals.reshape(T * top_k, H).to(dy.dtype if out is None else out.dtype)
+    # Out of place where no ``out`` is given: a batched cotangent (torch's vmap) cannot be
+    # written into an unbatched buffer.
+    dy_sorted = out.index_put_((flat,), vals) if out is not None else torch.empty(
+        T * top_k, H, dtype=dy.dtype, device=dy.device).index_put((flat,), vals)
     dweights = None
     if y_sorted is not None:
         ys = y_sorted.index_select(0, flat).view(T, top_k, H).to(acc)

@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch.nn.utils.stateless import _reparametrize_module
 
+from fuseops.kernels.autodiff_state import batched_cotangents, refuse_batched_cotangents
+from fuseops.kernels.dispatch import references_forced
 from fuseops.ops.contract import OpGrads, Saved, role_fields
 from fuseops.ops.executor import replay
 from fuseops.ops.executor.save_notice import Receiver, current_receiver, noticing
@@ -37,6 +39,7 @@ from fuseops.ops.executor.saved_state import (
     Unfilled,
     activation_tensors,
     filled,
+    functional,
     graph_freed_after_backward,
     pack_saved,
     record_templates,
@@ -388,6 +391,12 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
         create_graph = False
     else:
         create_graph = torch.is_grad_enabled()
+    if batched_cotangents(dy, *flat_extra_output_grads):
+        # Batched by torch's older vmap (``is_grads_batched=True``): tensors without storage,
+        # which no kernel or recorded program reads; the references batch.
+        with references_forced():
+            grads = _backward_unrecorded(state, records, saved_tensors, dy, flat_extra_output_grads)
+        return _no_second_backward(grads) if create_graph else grads
     with autocast_off(state.prep.device_type):
         if not torch.is_grad_enabled():
             # The engine runs backward with grad mode off unless create_graph is set.
@@ -401,6 +410,16 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
         with torch.no_grad():
             grads = run_backward(state, filled(records), saved_tensors, dy, flat_extra_output_grads, compiling)
     return _no_second_backward(grads) if create_graph else grads
+
+
+def _backward_unrecorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
+    named = [f"{i} ({type(op).__name__})" for i, op in enumerate(state.ops)]
+    refuse_batched_cotangents(any(ctx.recipe is not None for ctx in state.prep.ctxs),
+                              [n for n, op in zip(named, state.ops) if op.communicates],
+                              [n for n, op in zip(named, state.ops) if getattr(op, "accumulate_into_main_grad", False)
+                               and op.weight.requires_grad])
+    with autocast_off(state.prep.device_type), torch.no_grad(), functional():
+        return run_backward(state, filled(records), saved_tensors, dy, flat_extra_output_grads, False)
 
 
 class PlanFunction(torch.autograd.Function):

@@ -5,7 +5,8 @@ plain references in the op's ``Saved`` record."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -106,9 +107,21 @@ def unpack_saved(
     return out
 
 
-# Set while a compiled Sequential's backward operator runs the eager backward
-# (``compiled_sequential.py``): an operator never writes into its arguments.
+# Set while a backward may not write into what it was given (``functional()``).
 functional_backward: bool = False
+
+
+@contextlib.contextmanager
+def functional() -> Iterator[None]:
+    """Inside: no backward writes its outputs over saved activations. For a compiled
+    Sequential's backward operator (an operator never writes into its arguments) and a backward
+    of batched cotangents (``function.py``: its gradients are batched, the activations not)."""
+    global functional_backward
+    previous, functional_backward = functional_backward, True
+    try:
+        yield
+    finally:
+        functional_backward = previous
 
 
 # Whether the running backward keeps its graph; None on a torch that cannot tell.
