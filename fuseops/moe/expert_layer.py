@@ -85,8 +85,8 @@ class _ExpertLayer(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         if autodiff_state.batched_cotangents(dy):
-            autodiff_state.refuse_batched_cotangents(False, [], [name for name, w in zip(("FC1", "FC2"), ctx.main_grad_of)
-                                                                 if w is not None])
+            into_main_grad = [name for name, w in zip(("FC1", "FC2"), ctx.main_grad_of) if w is not None]
+            autodiff_state.refuse_batched_cotangents(False, [], into_main_grad)
             return *steps.backward_batched(dy, *ctx.saved_tensors, gate=ctx.gate, lean=ctx.lean,
                                            needs=tuple(ctx.needs_input_grad[:5])), None, None, None, None, None, None
         # dz goes over z when nothing reads z again; dead saved tensors are freed early, but
