@@ -12,6 +12,7 @@ import logging
 import pytest
 import torch
 from torch.func import vmap
+from torch.utils.checkpoint import checkpoint
 
 import fuseops
 from fuseops import ops
@@ -321,6 +322,58 @@ def test_torch_func_higher_order_matches_torch_nn(device):
         return torch.func.grad(lambda x: torch.func.grad(lambda x: model(x).square().sum())(x).sum())(x)
 
     torch.testing.assert_close(grad_of_grad(seq), grad_of_grad(ref), **_close(device))
+
+
+# -- activation checkpointing ----------------------------------------------------------------
+
+def _checkpointed_models(device):
+    """``(build, call)`` per model: dense, grouped (split sizes as a tensor), the MoE
+    composition and ``expert_layer``."""
+    ids = torch.tensor([[0, 1], [1, 2], [2, 0], [0, 2], [1, 0], [2, 1]], device=device)
+    weights = torch.rand(6, 2, device=device, generator=torch.Generator(device).manual_seed(3))
+    sizes = torch.tensor([2, 1, 3], device=device)
+
+    def dense():
+        torch.manual_seed(0)
+        return fuseops.Sequential(ops.RMSNorm(16), ops.Linear(16, 32), ops.GELU("tanh"), ops.Linear(32, 16)).to(device)
+
+    def experts():
+        torch.manual_seed(0)
+        return fuseops.Sequential(ops.GroupedLinear(3, 16, 24), ops.SwiGLU(), ops.GroupedLinear(3, 12, 16)).to(device)
+
+    def composition(m, x):
+        x_sorted, splits, row_map = fuseops.moe.permute(x, ids, 3)
+        return fuseops.moe.unpermute(m(x_sorted, splits, splits), row_map, weights)
+
+    return {"dense": (dense, lambda m, x: m(x)), "grouped": (experts, lambda m, x: m(x, sizes, sizes)),
+            "composition": (experts, composition),
+            "expert_layer": (experts, lambda m, x: fuseops.moe.expert_layer(x, ids, weights, m))}
+
+
+@pytest.mark.parametrize("device", [*_devices(), pytest.param("cpu-kernels", marks=pytest.mark.skipif(
+    not INTERPRET, reason="the interpreter runs on CPU-only machines"))])
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
+@pytest.mark.parametrize("model", ["dense", "grouped", "composition", "expert_layer"])
+def test_activation_checkpointing_equals_no_checkpoint(model, reentrant, device):
+    """``torch.utils.checkpoint`` around a fuseops model (its forward run again in the backward,
+    where recorded programs and CUDA graphs replay): the same gradients, bit for bit, as the
+    model without it, three steps in a row (the first records, the later ones replay)."""
+    kernels = device == "cpu-kernels"
+    device = "cpu" if kernels else device
+    build, call = _checkpointed_models(device)[model]
+    plain, checkpointed = build(), build()
+    with interpreted_kernels() if kernels else contextlib.nullcontext():
+        for step in range(3):
+            x = torch.randn(6, 16, device=device, generator=torch.Generator(device).manual_seed(step))
+            grads = []
+            for m, wrap in ((plain, False), (checkpointed, True)):
+                xx = x.clone().requires_grad_()
+                y = checkpoint(lambda t, m=m: call(m, t), xx, use_reentrant=reentrant) if wrap else call(m, xx)
+                y.square().sum().backward()
+                grads.append([xx.grad, *(p.grad.clone() for p in m.parameters())])
+                m.zero_grad()
+            for got, want in zip(*grads):
+                assert_bitwise(got, want)
 
 
 # -- package conventions -------------------------------------------------------------------
