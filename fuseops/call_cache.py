@@ -76,7 +76,8 @@ def call_signature(
         return None, params
     per_op: list[Any] = []
     for op in ops:
-        if op._forward_hooks or op._forward_pre_hooks or op._backward_hooks or op._backward_pre_hooks:
+        # Hooks, or submodules: no basic op has any but a parametrized one (torch.nn.utils.parametrize).
+        if op._forward_hooks or op._forward_pre_hooks or op._backward_hooks or op._backward_pre_hooks or op._modules:
             return None, params
         per_op.append(op.training)
         for p in op._parameters.values():

@@ -58,7 +58,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from fuseops.fuser import build_plan, plan_config
 from fuseops.kernels.custom_op import fuseops_op
 from fuseops.ops.contract import Saved
-from fuseops.ops.executor import replay, saved_state
+from fuseops.ops.executor import plain_autograd, replay, saved_state
 from fuseops.ops.executor.execute import Plan, check_chain, current_autocast, make_contexts, split_extra_inputs
 from fuseops.ops.executor.function import (
     RunState,
@@ -204,7 +204,8 @@ def _present_of(entry_id: int) -> tuple[bool, ...]:
 def applies(ops: Sequence[torch.nn.Module], x: torch.Tensor, extra_inputs: Sequence[Any], recipe: Any) -> bool:
     """Whether this traced call runs as the two operators (the module docstring's conditions)."""
     return (recipe is None and x.dim() == 2 and all(isinstance(e, torch.Tensor) for e in extra_inputs)
-            and all(op.compiled_as_operator for op in ops) and not _exporting()
+            and all(op.compiled_as_operator for op in ops) and not plain_autograd.parametrized(ops)
+            and not _exporting()
             and not torch._C._are_functorch_transforms_active())
 
 

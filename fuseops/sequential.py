@@ -11,6 +11,7 @@ from fuseops import compiled_sequential
 from fuseops.call_cache import CallCache, call_signature
 from fuseops.fuser import PlanCache, build_plan, plan_config
 from fuseops.ops import op as op_module
+from fuseops.ops.executor import plain_autograd
 from fuseops.ops.executor.execute import Plan, check_chain, execute, make_contexts, split_extra_inputs
 from fuseops.ops.executor.prepared import flat_parameters, prepare, run_prepared
 from fuseops.ops.op import BasicOp
@@ -146,7 +147,8 @@ class Sequential(torch.nn.Module):
         if hooked:
             return self._run_segments(plan, ops, hooked, input, per_op)
         ctxs = make_contexts(ops, input, per_op, recipe=recipe, grad_enabled=grad_enabled, input_specs=specs)
-        if compiling:
+        if compiling or signature is None and plain_autograd.parametrized(ops):
+            # (A parametrized op has submodules: ``call_signature`` sends it here every call.)
             return execute(plan, ops, ctxs, input, per_op)
         if signature is None:
             params = flat_parameters(ops)

@@ -20,7 +20,8 @@ import torch._dynamo
 
 import fuseops
 from fuseops import compiled_sequential, ops
-from fuseops.ops.executor import graphed, replay
+from fuseops.moe import routing_graphs
+from fuseops.ops.executor import graphed, op_programs, replay
 from fuseops.ops.executor.prepared import parameter_slots
 from tests.helpers import assert_bitwise, changed_since, kernels_on
 from tests.ops.executor.test_graphed_states import programs_in
@@ -92,8 +93,11 @@ def test_each_size_of_a_dynamic_trace_replays_its_own_programs(kind) -> None:
     """One trace serves every size (``dynamic=True``), its run too: a program recorded at one
     size is never replayed at another of the same strides. The Triton kernels (interpreted on
     CPU) bake their grids and allocations into a program: 10 rows' program replayed at 13 rows
-    crashed the interpreter's process, and on the GPU wrote out of bounds (session 33)."""
+    crashed the interpreter's process, and on the GPU wrote out of bounds (session 33). The
+    operators' programs start from none (a test before may have recorded this layout's)."""
     torch._dynamo.reset()
+    op_programs.clear()
+    routing_graphs.clear()
     with kernels_on("triton") as device:
         model = _model(kind).to(device)
         eager_model = copy.deepcopy(model)

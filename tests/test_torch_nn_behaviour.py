@@ -376,6 +376,80 @@ def test_activation_checkpointing_equals_no_checkpoint(model, reentrant, device)
                 assert_bitwise(got, want)
 
 
+# -- parametrizations --------------------------------------------------------------------------
+
+class _Doubled(torch.nn.Module):
+    def forward(self, w):
+        return w * 2.0
+
+
+def _parametrize(module, kind):
+    if kind == "weight_norm":
+        torch.nn.utils.parametrizations.weight_norm(module)
+    else:
+        torch.nn.utils.parametrize.register_parametrization(module, "weight", _Doubled())
+
+
+@pytest.mark.parametrize("device", [*_devices(), pytest.param("cpu-kernels", marks=pytest.mark.skipif(
+    not INTERPRET, reason="the interpreter runs on CPU-only machines"))])
+@pytest.mark.parametrize("run", ["eager", "compiled"])
+@pytest.mark.parametrize("kind", ["doubled", "weight_norm"])
+def test_parametrized_weights_train_like_torch_nn(kind, run, device):
+    """``torch.nn.utils.parametrize`` on a Linear's weight (weight_norm, a custom one): the
+    same outputs and gradients (the parametrization's own parameters included) as torch.nn,
+    also when only that weight needs a gradient (session 59: the backward raised KeyError; a
+    model whose only trainable tensor was parametrized ran no backward at all)."""
+    kernels = device == "cpu-kernels"
+    device = "cpu" if kernels else device
+    seq, ref = _mlp(device=device)
+    seq, ref = seq.double(), ref.double()
+    for m in (seq[0], ref[0]):
+        _parametrize(m, kind)
+    assert [n for n, _ in seq.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    call = torch.compile(seq, backend="aot_eager") if run == "compiled" else seq
+    with interpreted_kernels() if kernels else contextlib.nullcontext():
+        for only_parametrized in (False, True):
+            if only_parametrized:
+                for m in (seq, ref):
+                    for name, p in m.named_parameters():
+                        p.requires_grad_("parametrizations" in name)
+            x = torch.randn(5, 6, device=device, dtype=torch.float64, requires_grad=not only_parametrized)
+            got, want = call(x), ref(x)
+            torch.testing.assert_close(got, want)
+            got.square().sum().backward()
+            want.square().sum().backward()
+            for (name, p), q in zip(seq.named_parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, msg=name)
+            seq.zero_grad(), ref.zero_grad()
+
+
+@pytest.mark.parametrize("model", ["grouped", "composition", "expert_layer"])
+def test_parametrized_expert_weights_train_like_the_plain_weights(model):
+    """FC1's weight of a grouped / MoE model parametrized as ``2 w`` against the same model with
+    ``2 w`` as its plain weight (float64): outputs, and the gradients (the original's twice)."""
+    build, call = _checkpointed_models("cpu")[model]
+    parametrized, plain = build().double(), build().double()
+    _parametrize(parametrized[0], "doubled")
+    with torch.no_grad():
+        plain[0].weight.mul_(2)
+    x = torch.randn(6, 16, dtype=torch.float64)
+    got, want = call(parametrized, x), call(plain, x)
+    torch.testing.assert_close(got, want)
+    got.square().sum().backward()
+    want.square().sum().backward()
+    torch.testing.assert_close(parametrized[0].parametrizations.weight.original.grad, 2 * plain[0].weight.grad)
+    torch.testing.assert_close(parametrized[2].weight.grad, plain[2].weight.grad)
+
+
+def test_parametrized_weights_under_a_quantized_recipe_raise():
+    seq, _ = _mlp()
+    _parametrize(seq[0], "doubled")
+    x = torch.randn(4, 6, requires_grad=True)
+    with fuseops.autocast(recipe=fuseops.recipes.FP8CurrentScaling()), pytest.raises(
+            RuntimeError, match="parametrize.*quantized recipe"):
+        seq(x)
+
+
 # -- package conventions -------------------------------------------------------------------
 
 def test_version_py_typed_and_logger():

@@ -18,6 +18,7 @@ import torch
 
 from fuseops.ops._autocast import autocast_dtype
 from fuseops.ops.contract import OpContext, OpGrads, TensorSpec
+from fuseops.ops.executor import plain_autograd
 from fuseops.ops.executor.prepared import flat_parameters, prepare, run_prepared
 from fuseops.quant.autocast import current_recipe
 
@@ -156,7 +157,8 @@ def make_contexts(
     autocast = current_autocast(x)
     ctxs = []
     for i, (op, extras) in enumerate(zip(ops, extra_inputs)):
-        weight_rg = grad_enabled and any(p.requires_grad for _, p in op.own_parameters())
+        # (All of them: a parametrized op's tensor is computed from its parametrization's.)
+        weight_rg = grad_enabled and any(p.requires_grad for p in op.parameters())
         extra_rg = tuple(
             grad_enabled and isinstance(e, torch.Tensor) and e.requires_grad for e in extras
         )
@@ -185,7 +187,10 @@ def execute(
     """Run ``plan`` (prepared for this call alone); returns ``y`` or ``(y, *extra_outputs)``."""
     flat = [e for extras in extra_inputs for e in extras]
     params = flat_parameters(ops)
-    return run_prepared(prepare(plan, ops, ctxs, x, flat, params), ops, x, flat, params)
+    prep = prepare(plan, ops, ctxs, x, flat, params)
+    if prep.needs_backward and plain_autograd.parametrized(ops):
+        return plain_autograd.run(prep, ops, x, flat, plain_autograd.PARAMETRIZED)
+    return run_prepared(prep, ops, x, flat, params)
 
 
 def run_ops(ops: Sequence[Op], x: torch.Tensor, extra_inputs: Sequence[Any]) -> Any:

@@ -80,6 +80,11 @@ def layout(args: tuple) -> tuple | None:
     return (torch.is_autocast_enabled(device), cpu_kernels_active(), replay.layout_key(()), same, *keys)
 
 
+def clear() -> None:
+    """Forget every operator's layouts and programs (a test that counts recordings from none)."""
+    _programs.clear()
+
+
 def call(name: Hashable, impl: Callable, args: tuple) -> Any:
     """``impl(*args)``, through the program recorded for the arguments' layout where there is one.
     ``name``: the operator's, or any key that fixes what ``impl`` does besides its arguments

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch.nn.utils import parametrize
 
 from fuseops.kernels.autodiff_state import dual_level_active
 from fuseops.kernels.dispatch import references_forced
@@ -47,18 +48,34 @@ def _differentiable_copy(param: torch.Tensor, kind: Any, build: Any, enabled: bo
     return build(param)
 
 
-def run(prep: Any, ops: Sequence[torch.nn.Module], x: torch.Tensor, extra_inputs: Sequence[Any]) -> Any:
-    """``y`` or ``(y, *extra outputs)`` of ``prep``'s call, as plain differentiable torch ops."""
+# What a plain run is for, as its errors name it.
+FORWARD_MODE = ("forward-mode and higher-order derivatives (torch.func.jvp, jacfwd, hessian, grad of grad, "
+                "torch.autograd.forward_ad)")
+PARAMETRIZED = "gradients through parametrized parameters (torch.nn.utils.parametrize)"
+
+
+def parametrized(ops: Sequence[torch.nn.Module]) -> list[str]:
+    """``"i (Op).name"`` of every parametrized parameter of ``ops`` (``torch.nn.utils.parametrize``:
+    the op reads a tensor computed from the parametrization's own parameters, which torch, not
+    the op's backward, differentiates)."""
+    return [f"{i} ({type(op).__name__}).{name}" for i, op in enumerate(ops)
+            if op._modules and parametrize.is_parametrized(op) for name in op.parametrizations]
+
+
+def run(prep: Any, ops: Sequence[torch.nn.Module], x: torch.Tensor, extra_inputs: Sequence[Any],
+        what: str = FORWARD_MODE) -> Any:
+    """``y`` or ``(y, *extra outputs)`` of ``prep``'s call, as plain differentiable torch ops;
+    ``what`` asks for it (``FORWARD_MODE``, ``PARAMETRIZED``), as the errors say."""
     recipe = next((ctx.recipe for ctx in prep.ctxs if ctx.recipe is not None), None)
     if recipe is not None:
         raise RuntimeError(
-            f"fuseops: forward-mode and higher-order derivatives (torch.func.jvp, jacfwd, hessian, grad of grad, "
-            f"torch.autograd.forward_ad) are not defined under a quantized recipe ({type(recipe).__name__}): "
-            "quantization rounds, and only the ops' own backward gives it a (straight-through) derivative")
+            f"fuseops: {what} are not defined under a quantized recipe ({type(recipe).__name__}): they run the "
+            "ops as plain torch, and quantization rounds: only the ops' own backward gives it a (straight-through) "
+            "derivative")
     talking = [f"{i} ({type(op).__name__})" for i, op in enumerate(ops) if op.communicates]
     if talking:
         raise RuntimeError(
-            f"fuseops: forward-mode and higher-order derivatives run the ops as plain torch, and op "
+            f"fuseops: {what} run the ops as plain torch, and op "
             f"{', '.join(talking)} communicates: torch does not differentiate torch.distributed collectives")
     per_op = [tuple(extra_inputs[a:b]) for a, b in prep.extra_spans]
     ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
