@@ -219,8 +219,8 @@ def test_compiled_models_take_batched_cotangents(model, device):
 @pytest.mark.parametrize("model", ["dense_gelu", "dense_swiglu", "grouped", "composition", "expert_layer"])
 def test_batched_equals_one_cotangent_at_a_time_through_the_kernels(model, device):
     """The forward (and the loop's backward) on the Triton kernels in float32; the batched
-    backward on the references. The first call records the layout's programs, the second
-    replays them (CUDA graphs where they settle): a batched backward after either."""
+    backward on the references. The first calls record the layout's programs, the third
+    replays its forward (CUDA graphs where they settle): a batched backward after each."""
     dtype = torch.float32
     with _kernels(device):
         if model.startswith("dense"):
@@ -235,7 +235,7 @@ def test_batched_equals_one_cotangent_at_a_time_through_the_kernels(model, devic
             experts = _experts(device, dtype)
             x, ids, weights = _routing(device, dtype)
             args, run = (x, weights), _moe_layers(experts, ids)[model]
-        for _ in range(2):
+        for _ in range(3):
             leaves = [a.clone().requires_grad_() for a in args]
             y = run(*leaves)
             cotangents = torch.randn(3, *y.shape, device=device, dtype=dtype)
