@@ -210,3 +210,26 @@ def run_device_assert(code: str):
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
                           check=False)
+
+
+def grouped_swiglu_reference(experts, sizes):
+    """Plain torch of ``Sequential(GroupedLinear, SwiGLU, GroupedLinear)`` (no biases) with
+    ``sizes`` rows per group: each group's rows through its own two weights."""
+    w1, w2 = experts[0].weight, experts[2].weight
+
+    def reference(x):
+        outs = []
+        for rows, a, b in zip(x.split(sizes), w1, w2):
+            gate, up = (rows @ a.T).chunk(2, -1)
+            outs.append((torch.nn.functional.silu(gate) * up) @ b.T)
+        return torch.cat(outs)
+    return reference
+
+
+def routed_tokens(device, dtype, *, E: int, T: int, K: int = 2, seed: int = 0):
+    """``(x [T, 8], expert_ids [T, K], weights [T, K])``: each token's K distinct experts of E."""
+    torch.manual_seed(seed)
+    x = torch.randn(T, 8, device=device, dtype=dtype)
+    ids = torch.stack([torch.randperm(E, device=device)[:K] for _ in range(T)])
+    weights = torch.rand(T, K, device=device, dtype=dtype)
+    return x, ids, weights

@@ -5,7 +5,8 @@
 # this tree, then on a copy with fuseops/ at e2cbdbe (session 58's whole fuseops diff reversed: hot_path_session58.patch), then this
 # tree again; compare enqueue ms (host) and step ms.
 rm -rf /tmp/before && mkdir /tmp/before && cp -r fuseops benchmarks tests pyproject.toml /tmp/before/
-( cd /tmp/before && git apply -R benchmarks/results/session58/hot_path_session58.patch ) || echo "patch failed"
+# PATCH: another session's diff to reverse (session 59's hot_path_ab.sh passes its own).
+( cd /tmp/before && git apply -R "${PATCH:-benchmarks/results/session58/hot_path_session58.patch}" ) || echo "patch failed"
 for side in after before after_again; do
   dir=.; [[ $side == before ]] && dir=/tmp/before
   ( cd "$dir" && timeout 100 python3 -m benchmarks.sizes --part dense --acts gelu --H 1024 --T 1024 --rounds 2 \

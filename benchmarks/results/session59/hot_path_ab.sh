@@ -4,13 +4,4 @@
 # check 12.9 -> 13.4 us on the CPU machine, within its noise). On the H100 (~6 min): sizes.py's host-bound dense GELU
 # cell (H=1024, T=1024) and the Qwen3 T=1024 cells on this tree, on a copy with fuseops/ at 7f979d7 (session 59's
 # fuseops diff reversed: hot_path_session59.patch), then this tree again; compare enqueue ms and the compiled columns.
-rm -rf /tmp/before && mkdir /tmp/before && cp -r fuseops benchmarks tests pyproject.toml /tmp/before/
-( cd /tmp/before && git apply -R benchmarks/results/session59/hot_path_session59.patch ) || echo "patch failed"
-for side in after before after_again; do
-  dir=.; [[ $side == before ]] && dir=/tmp/before
-  ( cd "$dir" && timeout 100 python3 -m benchmarks.sizes --part dense --acts gelu --H 1024 --T 1024 --rounds 2 \
-      --out "$OUT_PART/dense_$side" > "$OUT_PART/dense_$side.log" 2>&1; echo "$side dense rc=$?"
-    timeout 80 python3 -m benchmarks.sizes --part moe --shapes qwen3 --T 1024 --rounds 2 \
-      --out "$OUT_PART/moe_$side" > "$OUT_PART/moe_$side.log" 2>&1; echo "$side moe rc=$?" )
-  grep -hE "^(gelu|swiglu|qwen3) " "$OUT_PART/dense_$side.log" "$OUT_PART/moe_$side.log" | cut -c1-300
-done
+PATCH=benchmarks/results/session59/hot_path_session59.patch bash benchmarks/results/session58/hot_path_ab.sh

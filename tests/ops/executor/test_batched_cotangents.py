@@ -18,6 +18,7 @@ from torch.autograd.functional import jacobian
 import fuseops
 from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
+from tests.helpers import grouped_swiglu_reference, routed_tokens
 
 REFUSED = "batched cotangents"
 
@@ -80,18 +81,6 @@ def _experts(device, dtype, E=3):
     return fuseops.Sequential(ops.GroupedLinear(E, 8, 12), ops.SwiGLU(), ops.GroupedLinear(E, 6, 8)).to(device, dtype)
 
 
-def _grouped_reference(experts, sizes):
-    w1, w2 = experts[0].weight, experts[2].weight
-
-    def reference(x):
-        outs = []
-        for rows, a, b in zip(x.split(sizes), w1, w2):
-            gate, up = (rows @ a.T).chunk(2, -1)
-            outs.append((torch.nn.functional.silu(gate) * up) @ b.T)
-        return torch.cat(outs)
-    return reference
-
-
 def _moe_reference(experts, ids):
     """``y[t] = sum_k weights[t, k] * expert_{ids[t, k]}(x[t])``, gathered per (token, k)."""
     w1, w2 = experts[0].weight, experts[2].weight
@@ -104,12 +93,8 @@ def _moe_reference(experts, ids):
     return reference
 
 
-def _routing(device, dtype, T=5, E=3, K=2):
-    torch.manual_seed(1)
-    x = torch.randn(T, 8, device=device, dtype=dtype)
-    ids = torch.stack([torch.randperm(E, device=device)[:K] for _ in range(T)])
-    weights = torch.rand(T, K, device=device, dtype=dtype)
-    return x, ids, weights
+def _routing(device, dtype):
+    return routed_tokens(device, dtype, E=3, T=5, seed=1)
 
 
 def _composition(experts, ids, E=3):
@@ -157,7 +142,7 @@ def test_grouped_jacobian_matches_plain_torch(form, device):
     sizes = [2, 0, 3]
     splits = sizes if form == "list" else torch.tensor(sizes, device=device)
     x = torch.randn(5, 8, device=device, dtype=dtype)
-    reference = _grouped_reference(experts, sizes)
+    reference = grouped_swiglu_reference(experts, sizes)
     torch.testing.assert_close(jacobian(lambda x: experts(x, splits, splits), x, vectorize=True),
                                jacobian(reference, x, vectorize=True), **_close(device))
     xx = x.clone().requires_grad_()

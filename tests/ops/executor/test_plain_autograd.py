@@ -20,6 +20,7 @@ from fuseops.fusions import REGISTRY
 from fuseops.fusions.fusion import OpMatch
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from tests.fusions.op_strategies import BUILDERS, op_chain
+from tests.helpers import grouped_swiglu_reference, routed_tokens
 
 
 def _devices():
@@ -299,15 +300,7 @@ def test_grouped_experts_jvp_and_hessian_match_plain_torch(form, device):
     experts = fuseops.Sequential(ops.GroupedLinear(3, 8, 12), ops.SwiGLU(), ops.GroupedLinear(3, 6, 8)).to(device, dtype)
     sizes = [2, 0, 4]
     splits = sizes if form == "list" else torch.tensor(sizes, device=device)
-    w1, w2 = experts[0].weight, experts[2].weight
-
-    def reference(x):
-        outs = []
-        for rows, a, b in zip(x.split(sizes), w1, w2):
-            gate, up = (rows @ a.T).chunk(2, -1)
-            outs.append((torch.nn.functional.silu(gate) * up) @ b.T)
-        return torch.cat(outs)
-
+    reference = grouped_swiglu_reference(experts, sizes)
     x = torch.randn(6, 8, device=device, dtype=dtype)
     t = torch.randn_like(x)
     close = _close(device)
@@ -317,12 +310,8 @@ def test_grouped_experts_jvp_and_hessian_match_plain_torch(form, device):
                                torch.func.hessian(lambda x: reference(x).sum())(x), **close)
 
 
-def _moe(device, dtype, E=4, T=6, K=2):
-    torch.manual_seed(0)
-    x = torch.randn(T, 8, device=device, dtype=dtype)
-    ids = torch.stack([torch.randperm(E, device=device)[:K] for _ in range(T)])
-    weights = torch.rand(T, K, device=device, dtype=dtype)
-    return x, ids, weights
+def _moe(device, dtype, T=6):
+    return routed_tokens(device, dtype, E=4, T=T)
 
 
 def _routed_reference(x, ids, weights, scale):
