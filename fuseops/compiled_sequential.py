@@ -623,4 +623,3 @@ torch.fx.node.has_side_effect(_plan_backward)
 def _(entry_id, carried, params, grads):
     with _compiling():
         return _gradients(_entries[entry_id], carried, params, grads, fake=True)
-

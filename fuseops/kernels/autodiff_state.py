@@ -15,6 +15,8 @@ tell (``batched_cotangents``). A backward given them runs the references too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch._C._functorch import is_legacy_batchedtensor, maybe_current_level
 from torch.autograd import forward_ad
@@ -42,7 +44,8 @@ def batched_cotangents(*grads: object) -> bool:
     return False
 
 
-def refuse_batched_cotangents(quantized: bool, communicating: list[str], into_main_grad: list[str] = ()) -> None:
+def refuse_batched_cotangents(quantized: bool, communicating: Sequence[str], into_main_grad: Sequence[str] = ()
+                              ) -> None:
     """Raises ``RuntimeError`` for a backward of batched cotangents that cannot batch: under a
     quantized recipe (the quantize kernels' references reinterpret and regroup storage, which
     the older vmap cannot batch), through ``communicating`` ops (a collective sends storage) or

@@ -413,6 +413,8 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
 
 
 def _backward_unrecorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
+    """``run_backward`` of batched cotangents: no recorded program, nothing written over a saved
+    activation (``functional``); raises where they cannot batch."""
     named = [f"{i} ({type(op).__name__})" for i, op in enumerate(state.ops)]
     refuse_batched_cotangents(any(ctx.recipe is not None for ctx in state.prep.ctxs),
                               [n for n, op in zip(named, state.ops) if op.communicates],

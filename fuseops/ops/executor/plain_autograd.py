@@ -10,6 +10,11 @@ them under torch.func, and here under ``forward_ad`` too), which are plain torch
 torch's own forward- and reverse-mode rules differentiate to any order; a parameter's
 autocast copy is made on every call, differentiably, not taken from the weight cache.
 
+The same run serves a call through parametrized parameters (``torch.nn.utils.parametrize``,
+``parametrized``): the op reads a tensor computed from the parametrization's own parameters,
+which only torch can differentiate (``execute`` and ``Sequential.forward`` send such a call here
+when it needs a backward).
+
 What it cannot do raises rather than return a wrong derivative: quantized recipes (their
 rounding has no derivative; the ops' backward defines a straight-through one, which forward
 mode has no way to apply) and ops that communicate (torch differentiates no
