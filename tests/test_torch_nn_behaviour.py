@@ -30,6 +30,20 @@ def _devices():
     ]
 
 
+def _devices_and_kernels():
+    """``_devices()`` and ``cpu-kernels``: the CPU with the Triton kernels through the interpreter
+    (``_on``), as CUDA runs them, where the references would hide a kernel-only failure."""
+    return [*_devices(), pytest.param("cpu-kernels", marks=pytest.mark.skipif(
+        not INTERPRET, reason="the interpreter runs on CPU-only machines"))]
+
+
+def _on(device):
+    """``(torch device, context)`` of a ``_devices_and_kernels`` entry."""
+    if device == "cpu-kernels":
+        return "cpu", interpreted_kernels()
+    return device, contextlib.nullcontext()
+
+
 def _close(device):
     """Tolerances of a comparison with torch.nn: float32 on CUDA multiplies in TF32 (our
     kernels and, for the GEMMs, cuBLAS under torch's defaults may differ)."""
@@ -201,8 +215,7 @@ def test_double_backward_raises_instead_of_wrong_grads(fuse, device):
         gx.pow(2).sum().backward()
 
 
-@pytest.mark.parametrize("device", [*_devices(), pytest.param("cpu-kernels", marks=pytest.mark.skipif(
-    not INTERPRET, reason="the interpreter runs on CPU-only machines"))])
+@pytest.mark.parametrize("device", _devices_and_kernels())
 @pytest.mark.parametrize("frozen", [False, True], ids=["parameterless", "frozen"])
 def test_create_graph_with_one_gradient_is_right_then_raises(frozen, device):
     """One gradient needed (x's: a parameterless op, or the parameters frozen) under
@@ -210,9 +223,8 @@ def test_create_graph_with_one_gradient_is_right_then_raises(frozen, device):
     and the second backward raises (session 58: the one gradient came back as its first row).
     ``cpu-kernels``: the Triton kernels through the interpreter, as on CUDA (session 59: vjp_fn
     ran the kernels on the transform's dead wrappers, which have no storage)."""
-    kernels = device == "cpu-kernels"
-    device = "cpu" if kernels else device
-    with interpreted_kernels() if kernels else contextlib.nullcontext():
+    device, kernels = _on(device)
+    with kernels:
         _one_gradient_under_create_graph(frozen, device)
 
 
@@ -350,19 +362,17 @@ def _checkpointed_models(device):
             "expert_layer": (experts, lambda m, x: fuseops.moe.expert_layer(x, ids, weights, m))}
 
 
-@pytest.mark.parametrize("device", [*_devices(), pytest.param("cpu-kernels", marks=pytest.mark.skipif(
-    not INTERPRET, reason="the interpreter runs on CPU-only machines"))])
+@pytest.mark.parametrize("device", _devices_and_kernels())
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
 @pytest.mark.parametrize("model", ["dense", "grouped", "composition", "expert_layer"])
 def test_activation_checkpointing_equals_no_checkpoint(model, reentrant, device):
     """``torch.utils.checkpoint`` around a fuseops model (its forward run again in the backward,
     where recorded programs and CUDA graphs replay): the same gradients, bit for bit, as the
     model without it, three steps in a row (the first records, the later ones replay)."""
-    kernels = device == "cpu-kernels"
-    device = "cpu" if kernels else device
+    device, kernels = _on(device)
     build, call = _checkpointed_models(device)[model]
     plain, checkpointed = build(), build()
-    with interpreted_kernels() if kernels else contextlib.nullcontext():
+    with kernels:
         for step in range(3):
             x = torch.randn(6, 16, device=device, generator=torch.Generator(device).manual_seed(step))
             grads = []
@@ -390,8 +400,7 @@ def _parametrize(module, kind):
         torch.nn.utils.parametrize.register_parametrization(module, "weight", _Doubled())
 
 
-@pytest.mark.parametrize("device", [*_devices(), pytest.param("cpu-kernels", marks=pytest.mark.skipif(
-    not INTERPRET, reason="the interpreter runs on CPU-only machines"))])
+@pytest.mark.parametrize("device", _devices_and_kernels())
 @pytest.mark.parametrize("run", ["eager", "compiled"])
 @pytest.mark.parametrize("kind", ["doubled", "weight_norm"])
 def test_parametrized_weights_train_like_torch_nn(kind, run, device):
@@ -399,15 +408,14 @@ def test_parametrized_weights_train_like_torch_nn(kind, run, device):
     same outputs and gradients (the parametrization's own parameters included) as torch.nn,
     also when only that weight needs a gradient (session 59: the backward raised KeyError; a
     model whose only trainable tensor was parametrized ran no backward at all)."""
-    kernels = device == "cpu-kernels"
-    device = "cpu" if kernels else device
+    device, kernels = _on(device)
     seq, ref = _mlp(device=device)
     seq, ref = seq.double(), ref.double()
     for m in (seq[0], ref[0]):
         _parametrize(m, kind)
     assert [n for n, _ in seq.named_parameters()] == [n for n, _ in ref.named_parameters()]
     call = torch.compile(seq, backend="aot_eager") if run == "compiled" else seq
-    with interpreted_kernels() if kernels else contextlib.nullcontext():
+    with kernels:
         for only_parametrized in (False, True):
             if only_parametrized:
                 for m in (seq, ref):
