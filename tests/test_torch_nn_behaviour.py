@@ -100,6 +100,38 @@ def test_a_model_that_has_run_deep_copies_and_saves_like_torch_nn(device, monkey
     assert_bitwise(seq(x), before, "the original's output")
 
 
+# -- meta-device initialization -------------------------------------------------------------
+
+def _every_parametrized_op(device=None):
+    return fuseops.Sequential(
+        ops.LayerNorm(16, device=device), ops.Linear(16, 24, device=device), ops.Bias(24, device=device),
+        ops.GELU(), ops.RMSNorm(24, zero_centered_gamma=True, device=device), ops.Linear(24, 16, device=device),
+        ops.RMSNorm(16, device=device)), fuseops.Sequential(
+        ops.GroupedLinear(3, 16, 24, bias=True, device=device), ops.SwiGLU(), ops.GroupedLinear(3, 12, 16, device=device))
+
+
+def test_a_model_built_on_the_meta_device_initializes_like_an_eager_one():
+    """Built on the meta device, moved with ``to_empty`` and each module's ``reset_parameters``
+    called (FSDP2's and torchtitan's initialization): every parameter equals the eagerly built
+    model's, bit for bit (session 59: the norms and Bias had no ``reset_parameters``: their
+    parameters stayed uninitialized memory)."""
+    torch.manual_seed(0)
+    eager = _every_parametrized_op()
+    with torch.device("meta"):
+        meta = _every_parametrized_op()
+    torch.manual_seed(0)
+    for model in meta:
+        model.to_empty(device="cpu")
+        for module in model.modules():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+    for built, want in zip(meta, eager):
+        for (name, p), q in zip(built.named_parameters(), want.parameters()):
+            assert_bitwise(p.detach(), q.detach(), name)
+    x = torch.randn(5, 16)
+    torch.testing.assert_close(meta[1](meta[0](x), [2, 0, 3], [2, 0, 3]), eager[1](eager[0](x), [2, 0, 3], [2, 0, 3]))
+
+
 # -- hooks ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("device", _devices())

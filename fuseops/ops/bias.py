@@ -37,7 +37,12 @@ class Bias(BasicOp):
         super().__init__()
         self.size = _checks.positive_int("size", size)
         _checks.float_dtype("dtype", dtype)
-        self.bias = torch.nn.Parameter(torch.zeros(size, device=device, dtype=dtype))
+        self.bias = torch.nn.Parameter(torch.empty(size, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Zeros (what a model moved from the meta device with ``to_empty`` calls per module)."""
+        torch.nn.init.zeros_(self.bias)
 
     def extra_repr(self) -> str:
         return f"size={self.size}"

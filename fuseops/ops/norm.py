@@ -43,10 +43,18 @@ class _Norm(BasicOp):
         _checks.float_dtype("dtype", dtype)
         self.eps = float(eps)
         self.zero_centered_gamma = bool(zero_centered_gamma)
-        init = torch.zeros if zero_centered_gamma else torch.ones
         factory = {"device": device, "dtype": dtype}
-        self.weight = torch.nn.Parameter(init(normalized_shape, **factory))
-        self.bias = torch.nn.Parameter(torch.zeros(normalized_shape, **factory)) if self.has_bias else None
+        self.weight = torch.nn.Parameter(torch.empty(normalized_shape, **factory))
+        self.bias = torch.nn.Parameter(torch.empty(normalized_shape, **factory)) if self.has_bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The initial values (gamma ones, or zeros when zero-centered; beta zeros), as
+        torch.nn's norms: what a model built on the meta device and moved with ``to_empty``
+        calls per module (FSDP2, torchtitan), whose parameters are otherwise uninitialized."""
+        (torch.nn.init.zeros_ if self.zero_centered_gamma else torch.nn.init.ones_)(self.weight)
+        if self.bias is not None:
+            torch.nn.init.zeros_(self.bias)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, zero_centered_gamma={self.zero_centered_gamma}"
