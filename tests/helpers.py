@@ -10,6 +10,8 @@ from typing import TypeVar
 import pytest
 import torch
 
+from fuseops.kernels._triton import INTERPRET
+
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # Relative tolerance against a float64 reference, by the dtype of the computation
@@ -233,3 +235,19 @@ def routed_tokens(device, dtype, *, E: int, T: int, K: int = 2, seed: int = 0):
     ids = torch.stack([torch.randperm(E, device=device)[:K] for _ in range(T)])
     weights = torch.rand(T, K, device=device, dtype=dtype)
     return x, ids, weights
+
+
+def cpu_and_cuda():
+    """Test devices: the CPU, and CUDA (a ``gpu`` test, skipped without one)."""
+    return ["cpu", _CUDA]
+
+
+def kernel_devices():
+    """Where the Triton kernels run: the CPU through the interpreter (``TRITON_INTERPRET=1``,
+    ``interpreted_kernels()``), and CUDA."""
+    interpreter = pytest.mark.skipif(not INTERPRET, reason="the interpreter runs on CPU-only machines")
+    return [pytest.param("cpu", marks=interpreter), _CUDA]
+
+
+_CUDA = pytest.param("cuda", marks=[pytest.mark.gpu,
+                                    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")])

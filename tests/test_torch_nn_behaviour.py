@@ -18,27 +18,20 @@ import fuseops
 from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.ops.executor import graphed
-from tests.helpers import assert_bitwise
+from tests.helpers import assert_bitwise, cpu_and_cuda
 
 INPLACE = "modified by an inplace operation"
 
 
-def _devices():
-    return [
-        "cpu",
-        pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]),
-    ]
-
-
-def _devices_and_kernels():
-    """``_devices()`` and ``cpu-kernels``: the CPU with the Triton kernels through the interpreter
+def _cpu_cuda_and_kernels():
+    """``cpu_and_cuda()`` and ``cpu-kernels``: the CPU with the Triton kernels through the interpreter
     (``_on``), as CUDA runs them, where the references would hide a kernel-only failure."""
-    return [*_devices(), pytest.param("cpu-kernels", marks=pytest.mark.skipif(
+    return [*cpu_and_cuda(), pytest.param("cpu-kernels", marks=pytest.mark.skipif(
         not INTERPRET, reason="the interpreter runs on CPU-only machines"))]
 
 
 def _on(device):
-    """``(torch device, context)`` of a ``_devices_and_kernels`` entry."""
+    """``(torch device, context)`` of a ``_cpu_cuda_and_kernels`` entry."""
     if device == "cpu-kernels":
         return "cpu", interpreted_kernels()
     return device, contextlib.nullcontext()
@@ -63,7 +56,7 @@ def _mlp(fuse=True, device="cpu"):
 
 # -- copies ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_a_model_that_has_run_deep_copies_and_saves_like_torch_nn(device, monkeypatch):
     """``copy.deepcopy`` and ``torch.save`` of a model after training steps (its calls
     prepared and recorded; on CUDA replayed as graphs, kept whatever they measure): the copy and
@@ -102,12 +95,11 @@ def test_a_model_that_has_run_deep_copies_and_saves_like_torch_nn(device, monkey
 
 # -- meta-device initialization -------------------------------------------------------------
 
-def _every_parametrized_op(device=None):
-    return fuseops.Sequential(
-        ops.LayerNorm(16, device=device), ops.Linear(16, 24, device=device), ops.Bias(24, device=device),
-        ops.GELU(), ops.RMSNorm(24, zero_centered_gamma=True, device=device), ops.Linear(24, 16, device=device),
-        ops.RMSNorm(16, device=device)), fuseops.Sequential(
-        ops.GroupedLinear(3, 16, 24, bias=True, device=device), ops.SwiGLU(), ops.GroupedLinear(3, 12, 16, device=device))
+def _every_parametrized_op():
+    dense = fuseops.Sequential(ops.LayerNorm(16), ops.Linear(16, 24), ops.Bias(24), ops.GELU(),
+                               ops.RMSNorm(24, zero_centered_gamma=True), ops.Linear(24, 16), ops.RMSNorm(16))
+    experts = fuseops.Sequential(ops.GroupedLinear(3, 16, 24, bias=True), ops.SwiGLU(), ops.GroupedLinear(3, 12, 16))
+    return dense, experts
 
 
 def test_a_model_built_on_the_meta_device_initializes_like_an_eager_one():
@@ -134,7 +126,7 @@ def test_a_model_built_on_the_meta_device_initializes_like_an_eager_one():
 
 # -- hooks ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_hooks_on_an_inner_op_fire_like_torch_nn(device):
     seq, ref = _mlp(device=device)
     calls = {"mine": [], "theirs": []}
@@ -205,7 +197,7 @@ def _inplace_cases():
     }
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("fuse", [False, True])
 @pytest.mark.parametrize("case", list(_inplace_cases()))
 def test_inplace_on_output_works_and_grads_match_unmodified_math(case, fuse, device):
@@ -225,7 +217,7 @@ def test_inplace_on_output_works_and_grads_match_unmodified_math(case, fuse, dev
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_inplace_on_an_output_backward_needs_raises_torch_error(device):
     seq = fuseops.Sequential(ops.Linear(4, 4), ops.MakeExtraOutput(), ops.GELU()).to(device)
     x = torch.randn(2, 4, device=device, requires_grad=True)
@@ -237,7 +229,7 @@ def test_inplace_on_an_output_backward_needs_raises_torch_error(device):
 
 # -- double backward, version checks -------------------------------------------------------
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("fuse", [False, True])
 def test_double_backward_raises_instead_of_wrong_grads(fuse, device):
     seq, _ = _mlp(fuse, device)
@@ -247,7 +239,7 @@ def test_double_backward_raises_instead_of_wrong_grads(fuse, device):
         gx.pow(2).sum().backward()
 
 
-@pytest.mark.parametrize("device", _devices_and_kernels())
+@pytest.mark.parametrize("device", _cpu_cuda_and_kernels())
 @pytest.mark.parametrize("frozen", [False, True], ids=["parameterless", "frozen"])
 def test_create_graph_with_one_gradient_is_right_then_raises(frozen, device):
     """One gradient needed (x's: a parameterless op, or the parameters frozen) under
@@ -279,7 +271,7 @@ def _one_gradient_under_create_graph(frozen, device):
 
 
 @pytest.mark.parametrize("fuse", [False, True])
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_parameter_changed_in_place_before_backward_raises(fuse, device):
     seq, ref = _mlp(fuse, device)
     x = torch.randn(3, 6, device=device, requires_grad=True)
@@ -291,7 +283,7 @@ def test_parameter_changed_in_place_before_backward_raises(fuse, device):
             y.sum().backward()
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_saved_input_changed_in_place_before_backward_raises(device):
     seq = fuseops.Sequential(ops.Linear(6, 4)).to(device)
     x = torch.randn(3, 6, device=device)
@@ -303,7 +295,7 @@ def test_saved_input_changed_in_place_before_backward_raises(device):
 
 # -- torch.func ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("fuse", [False, True], ids=["unfused", "fused"])
 def test_torch_func_vmap_grad_jacrev_match_torch_nn(fuse, device):
     seq, ref = _mlp(fuse=fuse, device=device)
@@ -323,7 +315,7 @@ def test_torch_func_vmap_grad_jacrev_match_torch_nn(fuse, device):
     torch.testing.assert_close(torch.func.jacrev(seq)(x[0]), torch.func.jacrev(ref)(x[0]), **close)
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_per_sample_gradients_vmap_of_grad(device):
     """``vmap(grad(loss))`` over a batch (per-sample gradients, as Opacus-style training asks):
     torch.nn's for a dense model, a loop of ``grad`` calls for a grouped one (session 58: the
@@ -354,7 +346,7 @@ def test_per_sample_gradients_vmap_of_grad(device):
         torch.testing.assert_close({k: v[i] for k, v in got.items()}, one, **_close(device))
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_torch_func_higher_order_matches_torch_nn(device):
     """Grad of grad (raised until session 58) runs the ops as plain torch, which torch
     differentiates again (``fuseops/ops/executor/plain_autograd.py``, where jvp, jacfwd and
@@ -394,7 +386,7 @@ def _checkpointed_models(device):
             "expert_layer": (experts, lambda m, x: fuseops.moe.expert_layer(x, ids, weights, m))}
 
 
-@pytest.mark.parametrize("device", _devices_and_kernels())
+@pytest.mark.parametrize("device", _cpu_cuda_and_kernels())
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
 @pytest.mark.parametrize("model", ["dense", "grouped", "composition", "expert_layer"])
 def test_activation_checkpointing_equals_no_checkpoint(model, reentrant, device):
@@ -432,7 +424,7 @@ def _parametrize(module, kind):
         torch.nn.utils.parametrize.register_parametrization(module, "weight", _Doubled())
 
 
-@pytest.mark.parametrize("device", _devices_and_kernels())
+@pytest.mark.parametrize("device", _cpu_cuda_and_kernels())
 @pytest.mark.parametrize("run", ["eager", "compiled"])
 @pytest.mark.parametrize("kind", ["doubled", "weight_norm"])
 def test_parametrized_weights_train_like_torch_nn(kind, run, device):

@@ -10,16 +10,9 @@ import fuseops
 from fuseops import ops
 from fuseops.ops import _autocast
 from fuseops.quant import weight_cache
-from tests.helpers import assert_close_rel
+from tests.helpers import assert_close_rel, cpu_and_cuda
 
 LOW = [torch.bfloat16, torch.float16]
-
-
-def _devices():
-    return [
-        "cpu",
-        pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]),
-    ]
 
 
 def _grads(params):
@@ -43,7 +36,7 @@ def _dense(H, fuse, device, norm):
     return seq, ref
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("fuse", [False, True])
 @pytest.mark.parametrize("norm", ["layer", "rms"])
@@ -71,7 +64,7 @@ def test_dense_block_matches_torch_nn_under_autocast(device, dtype, fuse, norm):
         assert_close_rel(p.grad, q.grad, dtype, factor=2, what=f"grad {tuple(p.shape)}")
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", LOW)
 def test_norm_output_dtype_follows_torch(device, dtype):
     H = 8
@@ -93,7 +86,7 @@ def _grouped_reference(x, weight, bias, sizes):
     return torch.cat(out)
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("fuse", [False, True])
 def test_grouped_mlp_matches_torch_under_autocast(device, fuse):
     torch.manual_seed(1)

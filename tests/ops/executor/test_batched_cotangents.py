@@ -17,24 +17,10 @@ from torch.autograd.functional import jacobian
 
 import fuseops
 from fuseops import ops
-from fuseops.kernels._triton import INTERPRET, interpreted_kernels
-from tests.helpers import grouped_swiglu_reference, routed_tokens
+from fuseops.kernels._triton import interpreted_kernels
+from tests.helpers import cpu_and_cuda, grouped_swiglu_reference, kernel_devices, routed_tokens
 
 REFUSED = "batched cotangents"
-
-
-def _devices():
-    return [
-        "cpu",
-        pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]),
-    ]
-
-
-def _kernel_devices():
-    return [
-        pytest.param("cpu", marks=pytest.mark.skipif(not INTERPRET, reason="the interpreter runs on CPU-only machines")),
-        pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]),
-    ]
 
 
 def _kernels(device):
@@ -117,7 +103,7 @@ def _moe_layers(experts, ids):
 
 # -- against torch.nn: the Jacobian, and every parameter's batched vector-Jacobian products ----
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("fuse", [True, False], ids=["fused", "unfused"])
 @pytest.mark.parametrize("act", ["gelu", "swiglu"])
 def test_dense_jacobian_and_batched_grads_match_torch_nn(act, fuse, device):
@@ -134,7 +120,7 @@ def test_dense_jacobian_and_batched_grads_match_torch_nn(act, fuse, device):
     torch.testing.assert_close(got, want, **_close(device))
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("form", ["list", "tensor"])
 def test_grouped_jacobian_matches_plain_torch(form, device):
     dtype = _dtype(device)
@@ -154,7 +140,7 @@ def test_grouped_jacobian_matches_plain_torch(form, device):
     torch.testing.assert_close(got, want, **_close(device))
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("layer", ["composition", "expert_layer", "expert_layer_lean"])
 def test_moe_jacobian_matches_plain_torch(layer, device):
     """In ``x`` and the router weights; the expert layer's own Function (not its fallback)."""
@@ -174,7 +160,7 @@ def test_moe_jacobian_matches_plain_torch(layer, device):
     torch.testing.assert_close(got, want, **_close(device))
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("model", ["dense", "composition", "expert_layer"])
 def test_compiled_models_take_batched_cotangents(model, device):
     """A compiled Sequential's backward operator (its ``Batched`` kernel), the compiled MoE
@@ -200,7 +186,7 @@ def test_compiled_models_take_batched_cotangents(model, device):
 
 # -- through the Triton kernels: the batched backward equals the kernels' one at a time ----------
 
-@pytest.mark.parametrize("device", _kernel_devices())
+@pytest.mark.parametrize("device", kernel_devices())
 @pytest.mark.parametrize("model", ["dense_gelu", "dense_swiglu", "grouped", "composition", "expert_layer"])
 def test_batched_equals_one_cotangent_at_a_time_through_the_kernels(model, device):
     """The forward (and the loop's backward) on the Triton kernels in float32; the batched

@@ -18,16 +18,9 @@ import fuseops
 from fuseops import ops
 from fuseops.fusions import REGISTRY
 from fuseops.fusions.fusion import OpMatch
-from fuseops.kernels._triton import INTERPRET, interpreted_kernels
+from fuseops.kernels._triton import interpreted_kernels
 from tests.fusions.op_strategies import BUILDERS, op_chain
-from tests.helpers import grouped_swiglu_reference, routed_tokens
-
-
-def _devices():
-    return [
-        "cpu",
-        pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]),
-    ]
+from tests.helpers import cpu_and_cuda, grouped_swiglu_reference, kernel_devices, routed_tokens
 
 
 def _close(device):
@@ -141,14 +134,7 @@ def test_the_ops_backward_is_the_adjoint_of_forward_mode(pattern, data):
     torch.testing.assert_close(reverse_dot, forward_dot, rtol=1e-11, atol=1e-11)
 
 
-def _kernel_devices():
-    return [
-        pytest.param("cpu", marks=pytest.mark.skipif(not INTERPRET, reason="the interpreter runs on CPU-only machines")),
-        pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]),
-    ]
-
-
-@pytest.mark.parametrize("device", _kernel_devices())
+@pytest.mark.parametrize("device", kernel_devices())
 @pytest.mark.parametrize("pattern", [p for _, p in PATTERNS], ids=[name for name, _ in PATTERNS])
 @settings(max_examples=3, deadline=None)
 @given(data=st.data())
@@ -185,7 +171,7 @@ def _dense(device, fuse=True):
     return seq.to(device, dtype), ref.to(device, dtype)
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("fuse", [False, True], ids=["unfused", "fused"])
 def test_jvp_jacfwd_hessian_and_grad_of_grad_match_torch_nn(fuse, device):
     seq, ref = _dense(device, fuse)
@@ -215,7 +201,7 @@ def test_jvp_jacfwd_hessian_and_grad_of_grad_match_torch_nn(fuse, device):
     torch.testing.assert_close(param_hvp(seq, params), param_hvp(ref, ref_params), **close)
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_forward_ad_dual_tensors_match_torch_nn(device):
     """``torch.autograd.forward_ad`` outside torch.func: on CUDA the kernels would read the dual
     tensors' primal alone; the references run instead."""
@@ -239,7 +225,7 @@ def test_forward_ad_dual_tensors_match_torch_nn(device):
     torch.testing.assert_close(got_w, want_w, **_close(device))
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_a_backward_through_a_jvp_reaches_the_parameters_as_torch_nn(device):
     """Reverse over forward from the training loop (a Jacobian-norm penalty): the parameters'
     ``.grad`` are torch.nn's, and the next plain step still runs the ops' own backward."""
@@ -292,7 +278,7 @@ def test_dropout_tangent_uses_the_forward_mask():
 
 # -- grouped and MoE ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("form", ["list", "tensor"])
 def test_grouped_experts_jvp_and_hessian_match_plain_torch(form, device):
     torch.manual_seed(0)
@@ -319,7 +305,7 @@ def _routed_reference(x, ids, weights, scale):
     return ((x[:, None, :] ** 2) * scale[ids] * weights[..., None]).sum(1)
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_permute_and_unpermute_under_every_torch_func_transform(device):
     """``fuseops.moe.permute`` / ``unpermute`` under grad, vmap, jacrev, jvp, jacfwd, hessian and
     forward_ad equal plain torch (before, their autograd Functions refused every transform)."""
@@ -355,7 +341,7 @@ def test_permute_and_unpermute_under_every_torch_func_transform(device):
     torch.testing.assert_close(got, want, **close)
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_the_expert_layer_under_jvp_runs_the_composition(device):
     dtype = _dtype(device)
     torch.manual_seed(0)
