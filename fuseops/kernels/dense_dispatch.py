@@ -1,5 +1,6 @@
 """Shape-aware dispatch of the dense forward GEMM with an epilogue: fused, or cuBLAS + one
-elementwise kernel. The measured table behind the dispatch table's ``GEMM`` row for sm_90.
+elementwise kernel. The measured tables behind the dispatch table's ``GEMM`` and ``GEMM_GATED``
+rows for sm_90 (the gated one: "The gated GEMM" below).
 
 Source: ``benchmarks/results/session14/dense_dispatch.json`` (``python -m
 benchmarks.dense_dispatch``, H100 SXM, 132 SMs, bf16): ``y = act(x @ W^T + b) (+ r)`` through
@@ -38,8 +39,29 @@ residual was not measured: fused). CPU and other GPUs keep their routes (the tab
 sm_90's). The eager column of the same run is the host path's business (the fused launcher's
 host cost), not this table's.
 
+The gated GEMM (``dense_gated.gemm_gated``: ``y = silu(z_a) * z_b`` of ``z = x @ W^T + b``,
+SwiGLU and the other GLUs) against ``dense_cublas.gemm_gated`` (``torch.addmm``, then fuseops'
+gated activation kernel, which runs at 2.8-2.9 TB/s from 1024 x 10880 on: tile configs do not
+matter there, ``results/session60/gated_probe.py``). Source:
+``benchmarks/results/session60/run8/dense_dispatch_gated.json`` (the same script, H100 SXM,
+bf16, the two branches timed in two interleaved rounds, the faster of each): 60 cells, 6
+(K, 2F) widths (896 x 9728, 1024 x 5376, 2048 x 10880, 4096 x 21760, 4096 x 28672,
+8192 x 7168) x M in 64, 256, 1024, 4096, 16384, with ``z`` saved (a training forward) or not.
+Tiles count the output's F columns. Two classes, two thresholds:
+
+- ``z`` not saved (``GATED``, 2 waves): the fused kernel writes only ``y``, cuBLAS writes ``z``
+  and reads it back: from 2 waves on fused runs 1.03-1.23x but at two ties (0.96x, 0.98x);
+  below, cuBLAS up to 2.2x (M=64, K=1024: 13.9 against 6.3 us). 3 of 30 cells wrong, worst
+  1.04x (run 5, the branches timed one after the other: 1 wrong, 1.06x).
+- ``z`` saved (``GATED_SAVED``, 3 waves): both write ``z``; the fused kernel's two-accumulator
+  main loop is no faster than cuBLAS's, so from 5 waves on the branches tie (0.94-1.07x) and
+  below 3 cuBLAS wins or ties (1.0-2.4x; M=1024, K=1024, 2F=5376, 1.27 waves: 32.2 against
+  24.8 us).
+  7 of 30 wrong, worst 1.07x, all at ties (run 5: 8, 1.06x). Always cuBLAS would err by up
+  to 1.07-1.17x (M=16384, K=1024), always fused by up to 2.4x.
+
 ``FUSEOPS_DENSE_DISPATCH=table|fused|cublas`` (read at the first decision) or
-``force_branch()`` pins one branch for every call this row can serve (benchmarks, tests).
+``force_branch()`` pins one branch for every call these rows can serve (benchmarks, tests).
 """
 
 from __future__ import annotations
@@ -66,6 +88,10 @@ class Epilogue(enum.Enum):
     ACTIVATION = "bias+act"
     RESIDUAL = "bias+residual"
     ACTIVATION_RESIDUAL = "bias+act+residual"
+    # ``dense_gated.gemm_gated`` (SwiGLU and the other GLUs; output tiles count its F columns),
+    # without and with the pre-activation saved (an inference and a training forward).
+    GATED = "bias+gated"
+    GATED_SAVED = "bias+gated+saved"
 
 
 # Side of the square tile that counts the output's tiles (the fused kernel's BLOCK_M).
@@ -76,6 +102,8 @@ RULE: dict[Epilogue, float | None] = {
     Epilogue.ACTIVATION: 1.0,
     Epilogue.RESIDUAL: 1.0,
     Epilogue.ACTIVATION_RESIDUAL: None,
+    Epilogue.GATED: 2.0,
+    Epilogue.GATED_SAVED: 3.0,
 }
 MEASURED_DTYPES = frozenset({torch.bfloat16})
 
@@ -102,6 +130,11 @@ def choose(tiles_m: int, tiles_n: int, epilogue: Epilogue, sms: int) -> Branch:
 def _choice(tiles_m: int, tiles_n: int, has_act: bool, has_residual: bool, device_index: int) -> Branch:
     # Keyed by plain bools and ints: an Enum's hash is Python code, a few hundred ns a call.
     return choose(tiles_m, tiles_n, epilogue_class(has_act, has_residual), num_sms(device_index))
+
+
+@functools.lru_cache(maxsize=4096)
+def _gated_choice(tiles_m: int, tiles_n: int, save_preact: bool, device_index: int) -> Branch:
+    return choose(tiles_m, tiles_n, Epilogue.GATED_SAVED if save_preact else Epilogue.GATED, num_sms(device_index))
 
 
 def _parse(value: str) -> Branch | None:
@@ -157,3 +190,32 @@ def prefers_cublas(
     tiles_m, tiles_n = -(-a.shape[0] // TILE), -(-b.shape[1] // TILE)
     branch = _choice(tiles_m, tiles_n, act is not Activation.IDENTITY, residual is not None, a.get_device())
     return branch is Branch.CUBLAS
+
+
+def prefers_cublas_gated(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    act: Activation,
+    interleaved: bool = False,
+    clamped: bool = False,
+    limit: float = 7.0,
+    alpha: float = 1.0,
+    save_preact: bool = False,
+    out: torch.Tensor | None = None,
+) -> bool:
+    """Whether a ``dense_gated.gemm_gated`` call goes to cuBLAS + the gated activation kernel
+    (``dense_cublas.gemm_gated``; the rule in the module docstring): O(1), cached per tile grid
+    and device."""
+    dtype = a.dtype
+    if (b.stride(1) == 1 or (bias is not None and bias.dtype != dtype)
+            or (out is not None and (out.dtype != dtype or out.stride(1) != 1))):
+        return False
+    forced = _forced if _forced is not _UNREAD else forced_branch()
+    if forced is not None:
+        return forced is Branch.CUBLAS
+    if dtype not in MEASURED_DTYPES:
+        return False
+    tiles_m, tiles_n = -(-a.shape[0] // TILE), -(-b.shape[1] // (2 * TILE))
+    return _gated_choice(tiles_m, tiles_n, bool(save_preact), a.get_device()) is Branch.CUBLAS

@@ -1,5 +1,6 @@
-"""The dense GEMM's shape-aware dispatch: the rule against its measured source, the row's
-``when`` on fake device properties, the forced branches, and the routing through the table."""
+"""The dense GEMMs' shape-aware dispatch (plain epilogues and gated): the rules against their
+measured sources, the rows' ``when`` on fake device properties, the forced branches, the
+routing through the table, and the gated cuBLAS branch against the unfused ops."""
 
 from __future__ import annotations
 
@@ -12,14 +13,25 @@ import torch
 
 from fuseops.kernels import dense_dispatch
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
-from fuseops.kernels.dense_dispatch import Branch, Epilogue, choose, force_branch, forced_branch, prefers_cublas
+from fuseops.kernels.dense_dispatch import (
+    Branch,
+    Epilogue,
+    choose,
+    force_branch,
+    forced_branch,
+    prefers_cublas,
+    prefers_cublas_gated,
+)
 from fuseops.kernels.dispatch import Backend, Kernel, _callable, launcher
 from fuseops.kernels.elementwise.activation_math import Activation
-from fuseops.kernels.gemm import dense, dense_cublas
-from tests.helpers import assert_bitwise, is_sm90
+from fuseops.kernels.elementwise.gated_activation import reference_gated_fwd
+from fuseops.kernels.gemm import dense, dense_cublas, dense_gated
+from tests.helpers import assert_bitwise, assert_close_rel, is_sm90
 
 SOURCE = pathlib.Path(__file__).parents[2] / "benchmarks" / "results" / "session14" / "dense_dispatch.json"
 CLASS = {"bias": Epilogue.BIAS, "bias+gelu": Epilogue.ACTIVATION, "bias+residual": Epilogue.RESIDUAL}
+GATED_SOURCE = SOURCE.parents[1] / "session60" / "run8" / "dense_dispatch_gated.json"
+GATED_CLASS = {"bias+swiglu": Epilogue.GATED, "bias+swiglu+saved": Epilogue.GATED_SAVED}
 
 
 @pytest.fixture(autouse=True)
@@ -47,6 +59,23 @@ def test_rule_errs_on_the_measured_cells_as_its_docstring_says():
     assert wrong == 10 and worst < 1.06, (wrong, worst)
 
 
+def test_gated_rules_err_on_the_measured_cells_as_the_docstring_says():
+    cells = json.loads(GATED_SOURCE.read_text())["cells"]
+    assert len(cells) == 60
+    for epilogue, (want_wrong, want_worst) in {"bias+swiglu": (3, 1.05), "bias+swiglu+saved": (7, 1.08)}.items():
+        wrong, worst = 0, 1.0
+        for cell in (c for c in cells if c["epilogue"] == epilogue):
+            # Output tiles count the F = N / 2 columns of y.
+            tiles_m, tiles_n = math.ceil(cell["M"] / 128), math.ceil(cell["N"] / 256)
+            fused, cublas = cell["fuseops_graphed_us"], cell["cublas_graphed_us"]
+            branch = choose(tiles_m, tiles_n, GATED_CLASS[epilogue], 132)
+            picked = fused if branch is Branch.FUSED else cublas
+            if picked > min(fused, cublas):
+                wrong += 1
+                worst = max(worst, picked / min(fused, cublas))
+        assert wrong == want_wrong and worst < want_worst, (epilogue, wrong, worst)
+
+
 def test_rule_on_fake_devices():
     # 132 SMs (H100 SXM): 128 tiles below a wave, 256 above.
     assert choose(8, 16, Epilogue.ACTIVATION, 132) is Branch.CUBLAS
@@ -58,6 +87,12 @@ def test_rule_on_fake_devices():
     # Not measured: an activation and a residual; an empty output launches nothing either way.
     assert choose(1, 1, Epilogue.ACTIVATION_RESIDUAL, 132) is Branch.FUSED
     assert choose(0, 8, Epilogue.BIAS, 132) is Branch.FUSED
+    # The gated GEMM: 2 waves without the pre-activation saved, 3 with it.
+    assert choose(8, 32, Epilogue.GATED, 132) is Branch.CUBLAS
+    assert choose(8, 33, Epilogue.GATED, 132) is Branch.FUSED
+    assert choose(8, 33, Epilogue.GATED_SAVED, 132) is Branch.CUBLAS
+    assert choose(8, 49, Epilogue.GATED_SAVED, 132) is Branch.CUBLAS
+    assert choose(8, 50, Epilogue.GATED_SAVED, 132) is Branch.FUSED
 
 
 def _forward(m, k, n, dtype=torch.bfloat16):
@@ -82,14 +117,37 @@ def test_when_serves_the_measured_call_class_only():
     assert not prefers_cublas(a, b, bias=bias, act=Activation.GELU_TANH)
 
 
+def test_gated_when_serves_the_measured_call_class_only():
+    # num_sms(-1) is 4 here: 2 waves are 8 tiles of y, 3 waves 12.
+    a, b, bias = _forward(64, 16, 64)  # y [64, 32]: one tile
+    swiglu = dict(bias=bias, act=Activation.SILU)
+    assert prefers_cublas_gated(a, b, **swiglu)
+    assert prefers_cublas_gated(a, b, **swiglu, save_preact=True, interleaved=True)
+    assert prefers_cublas_gated(a, b, act=Activation.GELU_TANH, clamped=True)  # any gate, no bias
+    assert prefers_cublas_gated(a, b, **swiglu, out=torch.empty(64, 32, dtype=torch.bfloat16))
+    assert not prefers_cublas_gated(a, b.t().contiguous(), **swiglu)  # not a weight's transpose
+    assert not prefers_cublas_gated(a, b, bias=bias.float(), act=Activation.SILU)
+    assert not prefers_cublas_gated(a, b, **swiglu, out=torch.empty(64, 32))  # a float32 out
+    assert not prefers_cublas_gated(a, b, **swiglu, out=torch.empty(32, 64, dtype=torch.bfloat16).t())
+    assert not prefers_cublas_gated(a.half(), b.half(), bias=bias.half(), act=Activation.SILU)  # fp16
+    a, b, bias = _forward(1024, 16, 256)  # y [1024, 128]: 8 tiles, 2 waves
+    assert not prefers_cublas_gated(a, b, bias=bias, act=Activation.SILU)
+    assert prefers_cublas_gated(a, b, bias=bias, act=Activation.SILU, save_preact=True)
+    a, b, bias = _forward(1536, 16, 256)  # 12 tiles, 3 waves
+    assert not prefers_cublas_gated(a, b, bias=bias, act=Activation.SILU, save_preact=True)
+
+
 def test_forced_branches_and_the_environment(monkeypatch):
     a, b, bias = _forward(512, 16, 128)
     force_branch("cublas")
     assert prefers_cublas(a, b, bias=bias)
     assert prefers_cublas(a.float(), b.float(), bias=bias.float())  # any dtype when forced
     assert not prefers_cublas(a, b.t().contiguous(), bias=bias)  # never outside its call class
+    assert prefers_cublas_gated(a, b, bias=bias, act=Activation.SILU)  # the gated row too
+    assert not prefers_cublas_gated(a, b.t().contiguous(), act=Activation.SILU)
     force_branch(Branch.FUSED)
     assert not prefers_cublas(*_forward(64, 16, 64)[:2])
+    assert not prefers_cublas_gated(*_forward(64, 16, 64)[:2], act=Activation.SILU)
     monkeypatch.setattr(dense_dispatch, "_forced", dense_dispatch._UNREAD)
     monkeypatch.setenv(dense_dispatch.ENV, "cublas")
     assert forced_branch() is Branch.CUBLAS
@@ -116,6 +174,85 @@ def test_sm90_routing_runs_the_branch_the_table_picks():
         assert_bitwise(z, want_z, "preact")
         # The two branches round differently, so the bitwise match says which one ran.
         assert not torch.equal(y, other_y)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1")
+def test_sm90_gated_routing_runs_the_branch_the_table_picks():
+    routed = _callable(Kernel.GEMM_GATED, Backend.SM90)
+    for (m, k, n), branch in (((64, 16, 64), dense_cublas.gemm_gated), ((1024, 16, 256), dense_gated.gemm_gated)):
+        a, b, bias = _forward(m, k, n)
+        epi = dict(bias=bias, act=Activation.SILU)
+        with interpreted_kernels():
+            y, z = routed(a, b, **epi)
+            want_y, want_z = branch(a, b, **epi)
+            other_y, _ = (dense_gated.gemm_gated if branch is dense_cublas.gemm_gated else dense_cublas.gemm_gated)(
+                a, b, **epi)
+        assert_bitwise(y, want_y, "y")
+        assert z is None and want_z is None
+        assert not torch.equal(y, other_y)
+
+
+_GATES = {
+    "swiglu": dict(act=Activation.SILU),
+    "geglu_interleaved": dict(act=Activation.GELU_TANH, interleaved=True),
+    "clamped_swiglu": dict(act=Activation.SILU, clamped=True, limit=0.5, alpha=1.702),
+}
+
+
+@pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1")
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("gate", list(_GATES))
+@pytest.mark.parametrize("rows", [0, 1, 37])
+def test_cublas_gated_branch_is_the_unfused_linear_then_gate(rows, gate, bias):
+    """``dense_cublas.gemm_gated`` computes what the unfused ops do: ``z`` as the Linear's
+    product rounded to bf16, then the gate on that ``z``; the gate against float64."""
+    a, b, b_vec = _forward(rows, 24, 48)
+    epi = dict(bias=b_vec if bias else None, **_GATES[gate])
+    with interpreted_kernels():
+        y, z = dense_cublas.gemm_gated(a, b, save_preact=True, **epi)
+        out = torch.full((rows, 24), float("nan"), dtype=torch.bfloat16)
+        y_out, none = dense_cublas.gemm_gated(a, b, out=out, **epi)
+    linear = torch.nn.functional.linear(a, b.t(), epi["bias"])
+    assert_bitwise(z, linear, "preact")
+    assert none is None and y_out is out
+    assert_bitwise(y_out, y, "y written into out")
+    gate_args = {k: v for k, v in epi.items() if k != "bias"}
+    assert_close_rel(y, reference_gated_fwd(z.double(), **gate_args), torch.bfloat16, what="y")
+    assert y.shape == (rows, 24) and y.dtype == torch.bfloat16
+
+
+@pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1")
+def test_cublas_gated_branch_propagates_non_finite_values_like_the_unfused_ops():
+    a, b, bias = _forward(8, 16, 32)
+    a[1, 3], a[5, 0], bias[20] = float("inf"), float("nan"), float("-inf")
+    epi = dict(bias=bias, act=Activation.SILU)
+    with interpreted_kernels():
+        y, _ = dense_cublas.gemm_gated(a, b, **epi)
+    want = reference_gated_fwd(torch.nn.functional.linear(a, b.t(), bias).double(), Activation.SILU)
+    assert torch.equal(torch.isnan(y), torch.isnan(want)) and torch.equal(torch.isinf(y), torch.isinf(want))
+    finite = torch.isfinite(want)
+    assert_close_rel(y[finite], want[finite], torch.bfloat16, what="finite y")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not is_sm90(), reason="the table's row is sm_90's")
+def test_cuda_gated_launcher_consults_the_table():
+    device = torch.device("cuda")
+    small = [t.to(device) for t in _forward(64, 4096, 2 * 1024)]  # 8 tiles of y
+    large = [t.to(device) for t in _forward(2048, 1024, 2 * 4096)]  # 512 tiles
+    for (a, b, bias), branch in ((small, dense_cublas.gemm_gated), (large, dense_gated.gemm_gated)):
+        for save_preact in (False, True):
+            epi = dict(bias=bias, act=Activation.SILU, save_preact=save_preact)
+            y, z = launcher(Kernel.GEMM_GATED, a)(a, b, **epi)
+            want_y, want_z = branch(a, b, **epi)
+            assert_bitwise(y, want_y, "y")
+            assert_bitwise(z, want_z, "preact")
+            assert_close_rel(y, reference_gated_fwd(torch.addmm(bias, a, b).double(), Activation.SILU),
+                             torch.bfloat16, what="y against float64")
+    a, b, bias = small
+    force_branch("fused")
+    y = launcher(Kernel.GEMM_GATED, a)(a, b, bias=bias, act=Activation.SILU)[0]
+    assert_bitwise(y, dense_gated.gemm_gated(a, b, bias=bias, act=Activation.SILU)[0], "forced fused")
 
 
 @pytest.mark.gpu

@@ -1,8 +1,10 @@
 """The dense GEMM's epilogues unfused: cuBLAS (``torch.addmm`` / ``torch.mm``), then one
-elementwise kernel. What the dispatch table runs on sm_90 instead of ``dense.gemm`` where
-the output has too few tiles to fill the GPU (kernels/dense_dispatch.py has the measurement).
+elementwise kernel. What the dispatch table runs on sm_90 instead of ``dense.gemm`` and
+``dense_gated.gemm_gated`` where cuBLAS plus the elementwise kernel measured faster
+(kernels/dense_dispatch.py has the measurements and the rules).
 
-Same signature, outputs and dtypes as ``dense.gemm``; its spec is ``dense.reference_gemm``.
+Same signatures, outputs and dtypes as ``dense.gemm`` and ``dense_gated.gemm_gated``; their
+specs are the references beside them.
 The GEMM accumulates in float32 inside cuBLAS (bias added in its epilogue) and writes
 ``z = a @ b + bias`` in ``a``'s dtype; the activation and the residual add then read that
 rounded ``z`` and compute in float32 (the activation through fuseops' own Triton kernel,
@@ -17,6 +19,7 @@ import torch
 
 from fuseops.kernels.elementwise.activation import activation_fwd
 from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.elementwise.gated_activation import gated_fwd
 
 
 def gemm(
@@ -54,4 +57,32 @@ def gemm(
         y = z.clone()
     if out is not None:
         y = out.copy_(y)
+    return y, (z if save_preact else None)
+
+
+def gemm_gated(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    act: Activation,
+    interleaved: bool = False,
+    clamped: bool = False,
+    limit: float = 7.0,
+    alpha: float = 1.0,
+    save_preact: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``dense_gated.gemm_gated`` as cuBLAS (``z = a @ b + bias`` [M, 2F] in ``a``'s dtype),
+    then fuseops' gated activation kernel on that rounded ``z``: what the unfused Linear and
+    gated activation ops compute. ``z`` is the saved pre-activation as it is.
+
+    Args:
+        a: [M, K]; b: [K, 2F]; bias: [2F] or None; ``out`` [M, F] if given; all in ``a``'s
+            dtype (the dispatch table's ``when`` checks this).
+    Returns:
+        ``(y, preact)``; ``preact`` is None unless ``save_preact``.
+    """
+    z = torch.mm(a, b) if bias is None else torch.addmm(bias, a, b)
+    y = gated_fwd(z, act, interleaved=interleaved, clamped=clamped, limit=limit, alpha=alpha, out=out)
     return y, (z if save_preact else None)
