@@ -4,7 +4,10 @@
 branch, ``dense_cublas.gemm`` (``torch.addmm``, then fuseops' activation kernel or an in-place
 ``add``), and of ``y = silu(z_a) * z_b`` with ``z = x @ W^T + b`` through ``dense_gated.gemm_gated``
 against ``dense_cublas.gemm_gated`` (``torch.addmm``, then fuseops' gated activation kernel), with
-``z`` saved (a training forward, "+saved") or not; bf16 on the GPU, timed two ways:
+``z`` saved (a training forward, "+saved") or not, and of the dgrad epilogues ``dz = (dy @ W) * gelu'(z)``
+and ``dx = dy @ W + r`` (``dense.gemm`` with ``act_grad_input`` or ``residual`` and ``W`` as it is,
+against ``torch.mm`` then fuseops' activation backward kernel or an in-place ``add``); bf16 on
+the GPU, timed two ways:
 
 - eager: wall time per call, calls back to back (what a user's eager step pays; the host's
   cost counts where it exceeds the GPU's),
@@ -41,7 +44,10 @@ WIDTHS = ((1024, 4096), (4096, 1024), (2048, 8192), (8192, 2048), (4096, 14336),
 GATED_WIDTHS = ((896, 9728), (1024, 5376), (2048, 10880), (4096, 21760), (4096, 28672), (8192, 7168))
 GATED = ("bias+swiglu+saved", "bias+swiglu")
 ROUNDS = 2
-EPILOGUES = ("bias+gelu", "bias", "bias+residual", *GATED)
+# The dgrad epilogues (``dz = (dy @ W) * gelu'(z)``, BackwardActivationLinear; ``dx = dy @ W + dbranch``,
+# BackwardExtraOutputLinear): ``W`` [K, N] row-major, the forward's weight as it is, over WIDTHS' (K, N).
+DGRAD = ("dgrad+gelu", "dgrad+residual")
+EPILOGUES = ("bias+gelu", "bias", "bias+residual", *GATED, *DGRAD)
 
 
 def _calls(fn, most: int, budget_us: float) -> int:
@@ -100,6 +106,12 @@ def implementations(M: int, K: int, N: int, epilogue: str) -> tuple[dict, str]:
     """The two branches of one cell, and the one the dispatch table picks for it."""
     kw = dict(device="cuda", dtype=torch.bfloat16)
     x, w, b = torch.randn(M, K, **kw), torch.randn(N, K, **kw) / K**0.5, torch.randn(N, **kw)
+    if epilogue in DGRAD:
+        w, z = torch.randn(K, N, **kw) / K**0.5, torch.randn(M, N, **kw)
+        epi = dict(act=Activation.GELU_TANH, act_grad_input=z) if epilogue == "dgrad+gelu" else dict(residual=z)
+        picks_cublas = backend_of(x) is Backend.SM90 and prefers_cublas(x, w, **epi)
+        impls = {"fuseops": lambda: dense.gemm(x, w, **epi), "cublas": lambda: dense_cublas.gemm(x, w, **epi)}
+        return impls, "cublas" if picks_cublas else "fuseops"
     if epilogue in GATED:
         epi = dict(bias=b, act=Activation.SILU, save_preact=epilogue.endswith("+saved"))
         picks_cublas = backend_of(x) is Backend.SM90 and prefers_cublas_gated(x, w.t(), **epi)

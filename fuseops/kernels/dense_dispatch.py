@@ -32,8 +32,8 @@ alone "always cuBLAS" is as good over the three runs (8 / 8 / 7 wrong, worst 1.1
 1.25x): no reason to give that class a rule of its own.
 
 Where it applies (``prefers_cublas``, the row's ``when``): the forward orientation ``x @ W^T``
-(``b`` a transposed [N, K] weight), no activation-gradient input (the dgrad epilogues were
-not measured: they stay fused), epilogue operands and output in ``a``'s dtype, ``a`` in a
+(``b`` a transposed [N, K] weight) with no activation-gradient input, or the dgrad one below;
+epilogue operands and output in ``a``'s dtype, ``a`` in a
 measured dtype (bf16), an epilogue class with a threshold (an activation followed by a
 residual was not measured: fused). CPU and other GPUs keep their routes (the table's row is
 sm_90's). The eager column of the same run is the host path's business (the fused launcher's
@@ -59,6 +59,22 @@ Tiles count the output's F columns. Two classes, two thresholds:
   24.8 us).
   7 of 30 wrong, worst 1.07x, all at ties (run 5: 8, 1.06x). Always cuBLAS would err by up
   to 1.07-1.17x (M=16384, K=1024), always fused by up to 2.4x.
+
+The dgrad epilogues (``dense.gemm`` on ``dy @ W``, ``W`` the forward's weight as it is: the
+activation's derivative, ``dz = (dy @ W) * act'(z)`` of BackwardActivationLinear, or a branch's
+gradient, ``dx = dy @ W + dbranch`` of BackwardExtraOutputLinear) against ``torch.mm`` then
+fuseops' activation backward kernel or an in-place add. Sources:
+``benchmarks/results/session60/run10/dense_dispatch_dgrad.json`` (GELU) and ``run11/`` (both),
+30 cells each: WIDTHS' six (K, N) x M in 64, 256, 1024, 4096, 16384, interleaved rounds. Below
+a wave the fused kernel is up to 5.9x slower (M=64, K=8192, N=2048: 80.8 against 13.8 us:
+cuBLAS splits K, the fused kernel has 16 tiles for 132 SMs).
+
+- act'(z) (``DGRAD_ACTIVATION``, 2 waves): between one and two waves cuBLAS still wins or ties
+  (M=1024, K=8192, N=2048, 0.97 waves: 82.8 against 53.1 us; 1.94 waves: 0.96-1.04x); above,
+  the two tie (0.93-1.09x). 6 of 30 cells wrong in each run, worst 1.06x / 1.07x.
+- A residual (``DGRAD_RESIDUAL``, 1 wave, as the forward's): from a wave on the fused kernel
+  wins (to 1.25x: it reads the residual in its epilogue, cuBLAS's add reads and writes dx
+  again). 2 of 30 cells wrong, worst 1.02x.
 
 ``FUSEOPS_DENSE_DISPATCH=table|fused|cublas`` (read at the first decision) or
 ``force_branch()`` pins one branch for every call these rows can serve (benchmarks, tests).
@@ -92,6 +108,9 @@ class Epilogue(enum.Enum):
     # without and with the pre-activation saved (an inference and a training forward).
     GATED = "bias+gated"
     GATED_SAVED = "bias+gated+saved"
+    # The dgrad orientation ``dy @ W`` (``b`` the forward's weight as it is, no bias).
+    DGRAD_ACTIVATION = "dgrad+act"
+    DGRAD_RESIDUAL = "dgrad+residual"
 
 
 # Side of the square tile that counts the output's tiles (the fused kernel's BLOCK_M).
@@ -104,6 +123,8 @@ RULE: dict[Epilogue, float | None] = {
     Epilogue.ACTIVATION_RESIDUAL: None,
     Epilogue.GATED: 2.0,
     Epilogue.GATED_SAVED: 3.0,
+    Epilogue.DGRAD_ACTIVATION: 2.0,
+    Epilogue.DGRAD_RESIDUAL: 1.0,
 }
 MEASURED_DTYPES = frozenset({torch.bfloat16})
 
@@ -130,6 +151,12 @@ def choose(tiles_m: int, tiles_n: int, epilogue: Epilogue, sms: int) -> Branch:
 def _choice(tiles_m: int, tiles_n: int, has_act: bool, has_residual: bool, device_index: int) -> Branch:
     # Keyed by plain bools and ints: an Enum's hash is Python code, a few hundred ns a call.
     return choose(tiles_m, tiles_n, epilogue_class(has_act, has_residual), num_sms(device_index))
+
+
+@functools.lru_cache(maxsize=4096)
+def _dgrad_choice(tiles_m: int, tiles_n: int, has_act: bool, device_index: int) -> Branch:
+    epilogue = Epilogue.DGRAD_ACTIVATION if has_act else Epilogue.DGRAD_RESIDUAL
+    return choose(tiles_m, tiles_n, epilogue, num_sms(device_index))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -176,10 +203,19 @@ def prefers_cublas(
     """Whether a ``dense.gemm`` call goes to cuBLAS + one elementwise kernel (module
     docstring): O(1), the decision cached per (tile grid, epilogue class, device)."""
     dtype = a.dtype
-    # The forward orientation only (dense.gemm's B_TRANS), operands the cuBLAS branch takes as they are.
-    if (act_grad_input is not None or out is not None or b.stride(1) == 1
-            or (bias is not None and bias.dtype != dtype)
+    # Operands the cuBLAS branch takes as they are.
+    if (out is not None or (bias is not None and bias.dtype != dtype)
             or (residual is not None and residual.dtype != dtype)):
+        return False
+    # ``b`` row-major (dense.gemm without B_TRANS): ``dy @ W``, W the forward's weight as it is. Its
+    # measured epilogues: act'(z) (BackwardActivationLinear) or a residual (BackwardExtraOutputLinear),
+    # one of them, no bias. The forward orientation: every epilogue but act'(z).
+    dgrad = b.stride(1) == 1
+    if dgrad:
+        if (bias is not None or save_preact or (act_grad_input is None) == (residual is None)
+                or (act_grad_input is not None and act_grad_input.dtype != dtype)):
+            return False
+    elif act_grad_input is not None:
         return False
     forced = _forced if _forced is not _UNREAD else forced_branch()
     if forced is not None:
@@ -188,7 +224,10 @@ def prefers_cublas(
         return False
     # Ceiling divisions inline: this runs on every forward GEMM call on sm_90.
     tiles_m, tiles_n = -(-a.shape[0] // TILE), -(-b.shape[1] // TILE)
-    branch = _choice(tiles_m, tiles_n, act is not Activation.IDENTITY, residual is not None, a.get_device())
+    if dgrad:
+        branch = _dgrad_choice(tiles_m, tiles_n, act_grad_input is not None, a.get_device())
+    else:
+        branch = _choice(tiles_m, tiles_n, act is not Activation.IDENTITY, residual is not None, a.get_device())
     return branch is Branch.CUBLAS
 
 

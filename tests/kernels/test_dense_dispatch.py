@@ -76,6 +76,26 @@ def test_gated_rules_err_on_the_measured_cells_as_the_docstring_says():
         assert wrong == want_wrong and worst < want_worst, (epilogue, wrong, worst)
 
 
+DGRAD_CLASS = {"dgrad+gelu": Epilogue.DGRAD_ACTIVATION, "dgrad+residual": Epilogue.DGRAD_RESIDUAL}
+
+
+@pytest.mark.parametrize("run, epilogue, want_wrong, want_worst", [
+    ("run10", "dgrad+gelu", 6, 1.07), ("run11", "dgrad+gelu", 6, 1.08), ("run11", "dgrad+residual", 2, 1.03)])
+def test_dgrad_rules_err_on_the_measured_cells_as_the_docstring_says(run, epilogue, want_wrong, want_worst):
+    source = SOURCE.parents[1] / "session60" / run / "dense_dispatch_dgrad.json"
+    cells = [c for c in json.loads(source.read_text())["cells"] if c["epilogue"] == epilogue]
+    assert len(cells) == 30
+    wrong, worst = 0, 1.0
+    for cell in cells:
+        branch = choose(math.ceil(cell["M"] / 128), math.ceil(cell["N"] / 128), DGRAD_CLASS[epilogue], 132)
+        fused, cublas = cell["fuseops_graphed_us"], cell["cublas_graphed_us"]
+        picked = fused if branch is Branch.FUSED else cublas
+        if picked > min(fused, cublas):
+            wrong += 1
+            worst = max(worst, picked / min(fused, cublas))
+    assert wrong == want_wrong and worst < want_worst, (wrong, worst)
+
+
 def test_rule_on_fake_devices():
     # 132 SMs (H100 SXM): 128 tiles below a wave, 256 above.
     assert choose(8, 16, Epilogue.ACTIVATION, 132) is Branch.CUBLAS
@@ -93,6 +113,11 @@ def test_rule_on_fake_devices():
     assert choose(8, 33, Epilogue.GATED_SAVED, 132) is Branch.CUBLAS
     assert choose(8, 49, Epilogue.GATED_SAVED, 132) is Branch.CUBLAS
     assert choose(8, 50, Epilogue.GATED_SAVED, 132) is Branch.FUSED
+    # The dgrad epilogues: act'(z) from 2 waves, a residual from 1.
+    assert choose(8, 32, Epilogue.DGRAD_ACTIVATION, 132) is Branch.CUBLAS
+    assert choose(8, 33, Epilogue.DGRAD_ACTIVATION, 132) is Branch.FUSED
+    assert choose(4, 32, Epilogue.DGRAD_RESIDUAL, 132) is Branch.CUBLAS
+    assert choose(4, 33, Epilogue.DGRAD_RESIDUAL, 132) is Branch.FUSED
 
 
 def _forward(m, k, n, dtype=torch.bfloat16):
@@ -107,7 +132,8 @@ def test_when_serves_the_measured_call_class_only():
     a, b, bias = _forward(64, 16, 64)
     assert prefers_cublas(a, b, bias=bias, act=Activation.GELU_TANH, save_preact=True)
     assert prefers_cublas(a, b, bias=bias, residual=torch.randn(64, 64).to(torch.bfloat16))
-    assert not prefers_cublas(a, b.t().contiguous(), bias=bias)  # dgrad layout: not measured
+    assert not prefers_cublas(a, b.t().contiguous(), bias=bias)  # dgrad layout: no bias there
+    # act'(z) on the forward orientation: not measured.
     assert not prefers_cublas(a, b, act=Activation.GELU, act_grad_input=torch.randn(64, 64).to(torch.bfloat16))
     assert not prefers_cublas(a, b, bias=bias.float())  # a float32 bias: the fused kernel's
     assert not prefers_cublas(a, b, out=torch.empty(64, 64, dtype=torch.bfloat16))
@@ -135,6 +161,51 @@ def test_gated_when_serves_the_measured_call_class_only():
     assert prefers_cublas_gated(a, b, bias=bias, act=Activation.SILU, save_preact=True)
     a, b, bias = _forward(1536, 16, 256)  # 12 tiles, 3 waves
     assert not prefers_cublas_gated(a, b, bias=bias, act=Activation.SILU, save_preact=True)
+
+
+def test_dgrad_when_serves_the_measured_call_classes_only():
+    # dy [64, 16] @ W [16, 64] (W row-major, the forward's weight as it is): one tile, below a wave of 4 SMs.
+    dy, w_t, _ = _forward(64, 16, 64)
+    w = w_t.contiguous()  # [16, 64] row-major
+    z = torch.randn(64, 64).to(torch.bfloat16)
+    assert prefers_cublas(dy, w, act=Activation.GELU_TANH, act_grad_input=z)
+    assert prefers_cublas(dy, w, residual=z)
+    assert not prefers_cublas(dy, w)  # no epilogue: the Linear's own dgrad is torch's
+    assert not prefers_cublas(dy, w, act=Activation.GELU_TANH, act_grad_input=z, residual=z)  # both: not measured
+    assert not prefers_cublas(dy, w, bias=torch.zeros(64, dtype=torch.bfloat16), residual=z)
+    assert not prefers_cublas(dy, w, act=Activation.GELU_TANH, act_grad_input=z.float())
+    assert not prefers_cublas(dy, w, residual=z, save_preact=True)
+    assert not prefers_cublas(dy, w, residual=z, out=torch.empty_like(z))
+    assert not prefers_cublas(dy.half(), w.half(), residual=z.half())  # fp16: not measured
+    # 512 x 64 outputs: 4 tiles, one wave: the residual class is fused from there, act'(z) from 2 waves.
+    dy, z = torch.randn(512, 16).to(torch.bfloat16), torch.randn(512, 64).to(torch.bfloat16)
+    assert not prefers_cublas(dy, w, residual=z)
+    assert prefers_cublas(dy, w, act=Activation.GELU_TANH, act_grad_input=z)
+    dy, z = torch.randn(1024, 16).to(torch.bfloat16), torch.randn(1024, 64).to(torch.bfloat16)
+    assert not prefers_cublas(dy, w, act=Activation.GELU_TANH, act_grad_input=z)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1")
+@pytest.mark.parametrize("epilogue", ["act_grad", "residual"])
+def test_sm90_dgrad_routing_runs_the_branch_the_table_picks_and_both_are_the_unfused_ops(epilogue):
+    routed = _callable(Kernel.GEMM, Backend.SM90)
+    torch.manual_seed(0)
+    w = (torch.randn(16, 64) / 4).to(torch.bfloat16)
+    for m, branch in ((64, dense_cublas.gemm), (1024, dense.gemm)):  # 1 and 8 tiles of 4 SMs
+        dy, z = torch.randn(m, 16).to(torch.bfloat16), torch.randn(m, 64).to(torch.bfloat16)
+        epi = dict(act=Activation.GELU_TANH, act_grad_input=z) if epilogue == "act_grad" else dict(residual=z)
+        with interpreted_kernels():
+            y, none = routed(dy, w, **epi)
+            want, _ = branch(dy, w, **epi)
+            other, _ = (dense.gemm if branch is dense_cublas.gemm else dense_cublas.gemm)(dy, w, **epi)
+        assert none is None
+        assert_bitwise(y, want, "dx")
+        assert not torch.equal(y, other)
+        # Both branches: the unfused ops in float64 (the product rounded to bf16 in cuBLAS's).
+        ref, _ = dense.reference_gemm(dy.double(), w.double(), **{k: (v.double() if torch.is_tensor(v) else v)
+                                                                  for k, v in epi.items()})
+        assert_close_rel(y, ref, torch.bfloat16, what=f"dx ({branch.__module__})")
+        assert_close_rel(other, ref, torch.bfloat16, what="the other branch's dx")
 
 
 def test_forced_branches_and_the_environment(monkeypatch):
@@ -270,3 +341,20 @@ def test_cuda_launcher_consults_the_table():
     a, b, bias = small
     force_branch("fused")
     assert_bitwise(launcher(Kernel.GEMM, a)(a, b, bias=bias)[0], dense.gemm(a, b, bias=bias)[0], "forced fused")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not is_sm90(), reason="the table's row is sm_90's")
+def test_cuda_dgrad_launcher_consults_the_table():
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    w = (torch.randn(1024, 4096, device=device) / 32).to(torch.bfloat16)  # the forward's [K, N] weight
+    for m, branch in ((64, dense_cublas.gemm), (4096, dense.gemm)):  # 0.24 and 7.8 waves of 128x128 tiles
+        dy = torch.randn(m, 1024, device=device).to(torch.bfloat16)
+        z = torch.randn(m, 4096, device=device).to(torch.bfloat16)
+        for epi in (dict(act=Activation.GELU_TANH, act_grad_input=z), dict(residual=z)):
+            y, _ = launcher(Kernel.GEMM, dy)(dy, w, **epi)
+            assert_bitwise(y, branch(dy, w, **epi)[0], f"dx {sorted(epi)}")
+            ref, _ = dense.reference_gemm(dy.double(), w.double(), **{k: (v.double() if torch.is_tensor(v) else v)
+                                                                      for k, v in epi.items()})
+            assert_close_rel(y, ref, torch.bfloat16, what=f"dx {sorted(epi)} against float64")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from fuseops.kernels.elementwise.activation import activation_fwd
+from fuseops.kernels.elementwise.activation import activation_bwd, activation_fwd
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.kernels.elementwise.gated_activation import gated_fwd
 
@@ -34,20 +34,25 @@ def gemm(
     residual: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``dense.gemm``'s forward epilogues (``act_grad_input`` must be None: the dgrad
-    epilogue stays fused) as cuBLAS plus one elementwise kernel.
+    """``dense.gemm``'s epilogues as cuBLAS plus one elementwise kernel: the forward ones,
+    and the dgrad one (``act_grad_input``: ``dz = (a @ b) * act'(act_grad_input)``, the
+    activation's backward kernel on the rounded product, as the unfused ops run it).
 
     Args:
-        a: [M, K]; b: [K, N]; bias: [N] or None; residual: [M, N] or None; all, and ``out``
-            [M, N] if given, in ``a``'s dtype (the dispatch table's ``when`` checks this).
+        a: [M, K]; b: [K, N]; bias: [N] or None; residual, act_grad_input: [M, N] or None;
+            all, and ``out`` [M, N] if given, in ``a``'s dtype (the dispatch table's ``when``
+            checks this).
     Returns:
         ``(y, preact)``; ``preact`` is None unless ``save_preact``.
     """
-    if act_grad_input is not None:
-        raise ValueError("act_grad_input: the cuBLAS branch serves forward epilogues only, got a tensor")
     z = torch.mm(a, b) if bias is None else torch.addmm(bias, a, b)
     y = z
-    if act is not Activation.IDENTITY and z.numel():
+    if act_grad_input is not None:
+        if z.numel():
+            # Into the product's own buffer where nothing else holds it: an element is read
+            # before it is written, by the same program.
+            y = activation_bwd(act_grad_input.contiguous(), z, act, alpha, out=None if save_preact else z)
+    elif act is not Activation.IDENTITY and z.numel():
         y = activation_fwd(z, act, alpha)
     if residual is not None:
         # In place unless y is still z and z is also the saved preact (one kernel either way).
