@@ -7,7 +7,7 @@ against ``dense_cublas.gemm_gated`` (``torch.addmm``, then fuseops' gated activa
 ``z`` saved (a training forward, "+saved") or not, and of the dgrad epilogues ``dz = (dy @ W) * gelu'(z)``
 and ``dx = dy @ W + r`` (``dense.gemm`` with ``act_grad_input`` or ``residual`` and ``W`` as it is,
 against ``torch.mm`` then fuseops' activation backward kernel or an in-place ``add``); bf16 on
-the GPU, timed two ways:
+the GPU, timed two ways (``--dtype``: float16 or float32 instead):
 
 - eager: wall time per call, calls back to back (what a user's eager step pays; the host's
   cost counts where it exceeds the GPU's),
@@ -102,9 +102,9 @@ def graphed_us(fn, calls: int = 50) -> float:
     return start.elapsed_time(end) * 1e3 / (5 * calls)
 
 
-def implementations(M: int, K: int, N: int, epilogue: str) -> tuple[dict, str]:
+def implementations(M: int, K: int, N: int, epilogue: str, dtype: torch.dtype = torch.bfloat16) -> tuple[dict, str]:
     """The two branches of one cell, and the one the dispatch table picks for it."""
-    kw = dict(device="cuda", dtype=torch.bfloat16)
+    kw = dict(device="cuda", dtype=dtype)
     x, w, b = torch.randn(M, K, **kw), torch.randn(N, K, **kw) / K**0.5, torch.randn(N, **kw)
     if epilogue in DGRAD:
         w, z = torch.randn(K, N, **kw) / K**0.5, torch.randn(M, N, **kw)
@@ -130,6 +130,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "dense_dispatch.json")
     parser.add_argument("--rows", nargs="*", type=int, default=list(ROWS))
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                        help="the operands' dtype (the rules were fitted on bfloat16)")
     parser.add_argument("--epilogues", nargs="*", default=list(EPILOGUES), choices=EPILOGUES)
     args = parser.parse_args()
     cells = []
@@ -138,8 +140,8 @@ def main() -> None:
     for epilogue in args.epilogues:
         for K, N in (GATED_WIDTHS if epilogue in GATED else WIDTHS):
             for M in args.rows:
-                impls, picked = implementations(M, K, N, epilogue)
-                cell = {"epilogue": epilogue, "M": M, "K": K, "N": N}
+                impls, picked = implementations(M, K, N, epilogue, getattr(torch, args.dtype))
+                cell = {"epilogue": epilogue, "M": M, "K": K, "N": N, "dtype": args.dtype}
                 # Two interleaved rounds, the faster of each: a large cell's GEMMs heat the GPU, so the
                 # branch timed second ran slower (session 60: cuBLAS 323 against 262 us timed alone).
                 for _ in range(ROUNDS):

@@ -34,7 +34,7 @@ alone "always cuBLAS" is as good over the three runs (8 / 8 / 7 wrong, worst 1.1
 Where it applies (``prefers_cublas``, the row's ``when``): the forward orientation ``x @ W^T``
 (``b`` a transposed [N, K] weight) with no activation-gradient input, or the dgrad one below;
 epilogue operands and output in ``a``'s dtype, ``a`` in a
-measured dtype (bf16), an epilogue class with a threshold (an activation followed by a
+measured dtype (bf16, fp16; float32: always cuBLAS, below), an epilogue class with a threshold (an activation followed by a
 residual was not measured: fused). CPU and other GPUs keep their routes (the table's row is
 sm_90's). The eager column of the same run is the host path's business (the fused launcher's
 host cost), not this table's.
@@ -75,6 +75,21 @@ cuBLAS splits K, the fused kernel has 16 tiles for 132 SMs).
 - A residual (``DGRAD_RESIDUAL``, 1 wave, as the forward's): from a wave on the fused kernel
   wins (to 1.25x: it reads the residual in its epilogue, cuBLAS's add reads and writes dx
   again). 2 of 30 cells wrong, worst 1.02x.
+
+Other dtypes (``results/session60/run13/``, ``run14/``, the same script with ``--dtype``):
+
+- float16 (``MEASURED_DTYPES``): the bf16 thresholds hold where re-measured, bias+GELU (1 wave:
+  1 of 30 cells wrong, worst 1.10x) and the gated GEMM with ``z`` saved (3 waves: 9 of 30,
+  worst 1.04x); the other classes take their bf16 thresholds unmeasured (the same kernels,
+  tiles and tensor-core rate).
+- float32: cuBLAS on every cell, whatever the epilogue. The fused kernels multiply float32 in
+  full IEEE precision (torch's default, ``allow_tf32=False``), which Triton runs off the tensor
+  cores: 3.3-10.7x slower than cuBLAS's SGEMM for bias+GELU (18 cells, M in 64, 1024, 4096;
+  M=4096, K=4096, N=14336: 66.1 against 9.6 ms), 3.7-7.2x for the gated GEMM (18 cells),
+  1.3-6.4x for the dgrad with act'(z) (15 cells). The dgrad with a residual was not timed in
+  float32: its fused epilogue saves one pass (at most 1.25x in bf16), its main loop is the
+  dgrad's, 1.5-1.7x slower from M=1024 on. cuBLAS also follows ``torch.backends.cuda.matmul``'s
+  TF32 setting, as the unfused ops do.
 
 ``FUSEOPS_DENSE_DISPATCH=table|fused|cublas`` (read at the first decision) or
 ``force_branch()`` pins one branch for every call these rows can serve (benchmarks, tests).
@@ -126,7 +141,8 @@ RULE: dict[Epilogue, float | None] = {
     Epilogue.DGRAD_ACTIVATION: 2.0,
     Epilogue.DGRAD_RESIDUAL: 1.0,
 }
-MEASURED_DTYPES = frozenset({torch.bfloat16})
+# The rules' dtypes (module docstring, "Other dtypes"); float32 always takes cuBLAS.
+MEASURED_DTYPES = frozenset({torch.bfloat16, torch.float16})
 
 ENV = "FUSEOPS_DENSE_DISPATCH"
 _UNREAD = object()
@@ -221,7 +237,7 @@ def prefers_cublas(
     if forced is not None:
         return forced is Branch.CUBLAS
     if dtype not in MEASURED_DTYPES:
-        return False
+        return dtype == torch.float32
     # Ceiling divisions inline: this runs on every forward GEMM call on sm_90.
     tiles_m, tiles_n = -(-a.shape[0] // TILE), -(-b.shape[1] // TILE)
     if dgrad:
@@ -255,6 +271,6 @@ def prefers_cublas_gated(
     if forced is not None:
         return forced is Branch.CUBLAS
     if dtype not in MEASURED_DTYPES:
-        return False
+        return dtype == torch.float32
     tiles_m, tiles_n = -(-a.shape[0] // TILE), -(-b.shape[1] // (2 * TILE))
     return _gated_choice(tiles_m, tiles_n, bool(save_preact), a.get_device()) is Branch.CUBLAS

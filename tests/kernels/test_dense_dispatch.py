@@ -137,10 +137,15 @@ def test_when_serves_the_measured_call_class_only():
     assert not prefers_cublas(a, b, act=Activation.GELU, act_grad_input=torch.randn(64, 64).to(torch.bfloat16))
     assert not prefers_cublas(a, b, bias=bias.float())  # a float32 bias: the fused kernel's
     assert not prefers_cublas(a, b, out=torch.empty(64, 64, dtype=torch.bfloat16))
-    assert not prefers_cublas(a.half(), b.half(), bias=bias.half())  # fp16: not measured
+    assert prefers_cublas(a.half(), b.half(), bias=bias.half())  # fp16: the bf16 rule
     assert not prefers_cublas(a, b, bias=bias, act=Activation.RELU, residual=torch.randn(64, 64).to(torch.bfloat16))
     a, b, bias = _forward(512, 16, 128)  # 4 tiles: a wave of 4 SMs
     assert not prefers_cublas(a, b, bias=bias, act=Activation.GELU_TANH)
+    assert not prefers_cublas(a.half(), b.half(), bias=bias.half(), act=Activation.GELU_TANH)
+    # float32: cuBLAS at any size and epilogue (its IEEE products run off the tensor cores in the fused kernel).
+    assert prefers_cublas(a.float(), b.float(), bias=bias.float(), act=Activation.GELU_TANH)
+    assert prefers_cublas(a.float(), b.float(), bias=bias.float(), act=Activation.RELU, residual=torch.randn(512, 128))
+    assert not prefers_cublas(a.double(), b.double(), bias=bias.double())  # float64: not measured
 
 
 def test_gated_when_serves_the_measured_call_class_only():
@@ -155,12 +160,14 @@ def test_gated_when_serves_the_measured_call_class_only():
     assert not prefers_cublas_gated(a, b, bias=bias.float(), act=Activation.SILU)
     assert not prefers_cublas_gated(a, b, **swiglu, out=torch.empty(64, 32))  # a float32 out
     assert not prefers_cublas_gated(a, b, **swiglu, out=torch.empty(32, 64, dtype=torch.bfloat16).t())
-    assert not prefers_cublas_gated(a.half(), b.half(), bias=bias.half(), act=Activation.SILU)  # fp16
+    assert prefers_cublas_gated(a.half(), b.half(), bias=bias.half(), act=Activation.SILU)  # fp16: bf16's rule
+    assert not prefers_cublas_gated(a.double(), b.double(), bias=bias.double(), act=Activation.SILU)
     a, b, bias = _forward(1024, 16, 256)  # y [1024, 128]: 8 tiles, 2 waves
     assert not prefers_cublas_gated(a, b, bias=bias, act=Activation.SILU)
     assert prefers_cublas_gated(a, b, bias=bias, act=Activation.SILU, save_preact=True)
     a, b, bias = _forward(1536, 16, 256)  # 12 tiles, 3 waves
     assert not prefers_cublas_gated(a, b, bias=bias, act=Activation.SILU, save_preact=True)
+    assert prefers_cublas_gated(a.float(), b.float(), bias=bias.float(), act=Activation.SILU, save_preact=True)
 
 
 def test_dgrad_when_serves_the_measured_call_classes_only():
@@ -176,13 +183,15 @@ def test_dgrad_when_serves_the_measured_call_classes_only():
     assert not prefers_cublas(dy, w, act=Activation.GELU_TANH, act_grad_input=z.float())
     assert not prefers_cublas(dy, w, residual=z, save_preact=True)
     assert not prefers_cublas(dy, w, residual=z, out=torch.empty_like(z))
-    assert not prefers_cublas(dy.half(), w.half(), residual=z.half())  # fp16: not measured
+    assert prefers_cublas(dy.half(), w.half(), residual=z.half())  # fp16: bf16's rule
+    assert not prefers_cublas(dy.double(), w.double(), residual=z.double())
     # 512 x 64 outputs: 4 tiles, one wave: the residual class is fused from there, act'(z) from 2 waves.
     dy, z = torch.randn(512, 16).to(torch.bfloat16), torch.randn(512, 64).to(torch.bfloat16)
     assert not prefers_cublas(dy, w, residual=z)
     assert prefers_cublas(dy, w, act=Activation.GELU_TANH, act_grad_input=z)
     dy, z = torch.randn(1024, 16).to(torch.bfloat16), torch.randn(1024, 64).to(torch.bfloat16)
     assert not prefers_cublas(dy, w, act=Activation.GELU_TANH, act_grad_input=z)
+    assert prefers_cublas(dy.float(), w.float(), act=Activation.GELU_TANH, act_grad_input=z.float())
 
 
 @pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1")
@@ -245,6 +254,25 @@ def test_sm90_routing_runs_the_branch_the_table_picks():
         assert_bitwise(z, want_z, "preact")
         # The two branches round differently, so the bitwise match says which one ran.
         assert not torch.equal(y, other_y)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1")
+def test_sm90_routing_sends_float32_to_cublas_at_any_size():
+    """float32 products: cuBLAS's (the fused kernels' IEEE float32 runs off the tensor cores)."""
+    a, b, bias = (t.float() for t in _forward(512, 16, 128))  # a full wave of 4 SMs: fused in bf16
+    epi = dict(bias=bias, act=Activation.GELU_TANH, save_preact=True)
+    gated = _callable(Kernel.GEMM_GATED, Backend.SM90)
+    with interpreted_kernels():
+        y, z = _callable(Kernel.GEMM, Backend.SM90)(a, b, **epi)
+        want_y, want_z = dense_cublas.gemm(a, b, **epi)
+        g, gz = gated(a, b, bias=bias, act=Activation.SILU, save_preact=True)
+        want_g, want_gz = dense_cublas.gemm_gated(a, b, bias=bias, act=Activation.SILU, save_preact=True)
+        fused_y, _ = dense.gemm(a, b, **epi)
+    assert not torch.equal(y, fused_y)  # the branches round differently: the match above says which ran
+    for out, want, what in ((y, want_y, "y"), (z, want_z, "preact"), (g, want_g, "gated y"), (gz, want_gz, "gated z")):
+        assert_bitwise(out, want, what)
+    ref, _ = dense.reference_gemm(a.double(), b.double(), bias=bias.double(), act=Activation.GELU_TANH)
+    assert_close_rel(y, ref, torch.float32, what="y against float64")
 
 
 @pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1")

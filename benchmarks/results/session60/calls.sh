@@ -3,6 +3,6 @@
 # Run in session 60: runs 1-4 session 59's calls.sh (batched, hot_path_ab, a gpu:edge slice, gpu:fp8layer +
 # gpu:hopper); runs 5 and 8 `python -m benchmarks.dense_dispatch --epilogues bias+swiglu+saved bias+swiglu` (the gated
 # GEMM's measured table), runs 6-7 `gated_probe.py`; run 9 `gated_ab`; runs 10-11 `dense_dispatch --epilogues dgrad+gelu
-# [dgrad+residual]` (the dgrad epilogues' table).
+# [dgrad+residual]` (the dgrad epilogues' table); run 12 `dispatch_gpu`; runs 13-14 `dense_dispatch --dtype float32 / float16`.
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 PARTS_DIR=benchmarks/results/session60 exec bash benchmarks/results/session55/calls.sh "$@"
