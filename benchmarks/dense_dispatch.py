@@ -6,8 +6,9 @@ branch, ``dense_cublas.gemm`` (``torch.addmm``, then fuseops' activation kernel 
 against ``dense_cublas.gemm_gated`` (``torch.addmm``, then fuseops' gated activation kernel), with
 ``z`` saved (a training forward, "+saved") or not, and of the dgrad epilogues ``dz = (dy @ W) * gelu'(z)``
 and ``dx = dy @ W + r`` (``dense.gemm`` with ``act_grad_input`` or ``residual`` and ``W`` as it is,
-against ``torch.mm`` then fuseops' activation backward kernel or an in-place ``add``); bf16 on
-the GPU, timed two ways (``--dtype``: float16 or float32 instead):
+against ``torch.mm`` then fuseops' activation backward kernel or an in-place ``add``); bf16
+(``--dtype`` float16 or float32) on the GPU, the two branches in two interleaved rounds, the
+faster of each, timed two ways:
 
 - eager: wall time per call, calls back to back (what a user's eager step pays; the host's
   cost counts where it exceeds the GPU's),
