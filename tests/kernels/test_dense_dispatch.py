@@ -366,6 +366,14 @@ def test_cuda_launcher_consults_the_table():
         want_y, want_z = branch(a, b, **epi)
         assert_bitwise(y, want_y, "y")
         assert_bitwise(z, want_z, "preact")
+    a, b, bias = (t.float() for t in large)  # float32: cuBLAS at any size
+    epi = dict(bias=bias, act=Activation.GELU_TANH, save_preact=True)
+    for got, want, what in zip(launcher(Kernel.GEMM, a)(a, b, **epi), dense_cublas.gemm(a, b, **epi), ("y", "z")):
+        assert_bitwise(got, want, f"float32 {what}")
+    y, z = launcher(Kernel.GEMM_GATED, a)(a, b, bias=bias, act=Activation.SILU, save_preact=True)
+    want_y, want_z = dense_cublas.gemm_gated(a, b, bias=bias, act=Activation.SILU, save_preact=True)
+    assert_bitwise(y, want_y, "float32 gated y")
+    assert_bitwise(z, want_z, "float32 gated z")
     a, b, bias = small
     force_branch("fused")
     assert_bitwise(launcher(Kernel.GEMM, a)(a, b, bias=bias)[0], dense.gemm(a, b, bias=bias)[0], "forced fused")
