@@ -1,6 +1,7 @@
-"""Shape-aware dispatch of the dense forward GEMM with an epilogue: fused, or cuBLAS + one
-elementwise kernel. The measured tables behind the dispatch table's ``GEMM`` and ``GEMM_GATED``
-rows for sm_90 (the gated one: "The gated GEMM" below).
+"""Shape-aware dispatch of the dense GEMMs with an epilogue (the forward's, the gated one, the
+dgrad's): fused, or cuBLAS + one elementwise kernel. The measured tables behind the dispatch
+table's ``GEMM`` and ``GEMM_GATED`` rows for sm_90: the forward epilogues first, then "The gated
+GEMM", "The dgrad epilogues" and "Other dtypes" below.
 
 Source: ``benchmarks/results/session14/dense_dispatch.json`` (``python -m
 benchmarks.dense_dispatch``, H100 SXM, 132 SMs, bf16): ``y = act(x @ W^T + b) (+ r)`` through
@@ -33,9 +34,9 @@ alone "always cuBLAS" is as good over the three runs (8 / 8 / 7 wrong, worst 1.1
 
 Where it applies (``prefers_cublas``, the row's ``when``): the forward orientation ``x @ W^T``
 (``b`` a transposed [N, K] weight) with no activation-gradient input, or the dgrad one below;
-epilogue operands and output in ``a``'s dtype, ``a`` in a
-measured dtype (bf16, fp16; float32: always cuBLAS, below), an epilogue class with a threshold (an activation followed by a
-residual was not measured: fused). CPU and other GPUs keep their routes (the table's row is
+epilogue operands and output in ``a``'s dtype, ``a`` in a measured dtype (bf16, fp16;
+float32 always takes cuBLAS, below), an epilogue class with a threshold (an activation
+followed by a residual was not measured: fused). CPU and other GPUs keep their routes (the table's row is
 sm_90's). The eager column of the same run is the host path's business (the fused launcher's
 host cost), not this table's.
 
@@ -56,9 +57,8 @@ Tiles count the output's F columns. Two classes, two thresholds:
 - ``z`` saved (``GATED_SAVED``, 3 waves): both write ``z``; the fused kernel's two-accumulator
   main loop is no faster than cuBLAS's, so from 5 waves on the branches tie (0.94-1.07x) and
   below 3 cuBLAS wins or ties (1.0-2.4x; M=1024, K=1024, 2F=5376, 1.27 waves: 32.2 against
-  24.8 us).
-  7 of 30 wrong, worst 1.07x, all at ties (run 5: 8, 1.06x). Always cuBLAS would err by up
-  to 1.07-1.17x (M=16384, K=1024), always fused by up to 2.4x.
+  24.8 us). 7 of 30 wrong, worst 1.07x, all at ties (run 5: 8, 1.06x). Always cuBLAS would
+  err by up to 1.07-1.17x (M=16384, K=1024), always fused by up to 2.4x.
 
 The dgrad epilogues (``dense.gemm`` on ``dy @ W``, ``W`` the forward's weight as it is: the
 activation's derivative, ``dz = (dy @ W) * act'(z)`` of BackwardActivationLinear, or a branch's

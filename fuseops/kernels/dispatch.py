@@ -146,11 +146,13 @@ def _launcher_and_reference(module: Any, name: str, kernel: Kernel, why: str = "
 # On sm_90 the Gluon rows come first; everything else has one Triton and one torch row.
 TABLE: tuple[Route, ...] = (
     Route(Kernel.GEMM, Backend.SM90, dense_cublas.gemm, dense_dispatch.prefers_cublas,
-          "bf16 x @ W^T under one wave of 128x128 output tiles: cuBLAS + one elementwise kernel, "
-          "1.18-5.3x the fused kernel there (H100, dense_dispatch.py; the rule in dense_dispatch.py)"),
+          "bf16 / fp16 x @ W^T under one wave of 128x128 output tiles, dy @ W with act'(z) under 2 (a residual: "
+          "1), float32 always: cuBLAS + one elementwise kernel, 1.18-5.9x (float32 up to 10.7x) the fused kernel "
+          "there (H100; the rules in dense_dispatch.py)"),
     Route(Kernel.GEMM_GATED, Backend.SM90, dense_cublas.gemm_gated, dense_dispatch.prefers_cublas_gated,
-          "bf16 x @ W^T + b with SwiGLU / GLU under 2 waves of 128x128 output tiles (3 with the "
-          "pre-activation saved): cuBLAS + the gated kernel, up to 2.4x the fused kernel there (H100, dense_dispatch.py)"),
+          "bf16 / fp16 x @ W^T + b with SwiGLU / GLU under 2 waves of 128x128 output tiles (3 with the "
+          "pre-activation saved), float32 always: cuBLAS + the gated kernel, up to 2.4x (float32 7.2x) the "
+          "fused kernel there (H100, dense_dispatch.py)"),
     Route(Kernel.GEMM_SCALED, Backend.SM90, blockwise.gemm_scaled, blockwise.serves_gemm_scaled,
           "FP8 blockwise, TMA-ready operands: 1.3-1.7x the Triton kernel (H100, 16384x4096x14336)"),
     Route(Kernel.GROUPED_GEMM_SCALED, Backend.SM90, blockwise.grouped_gemm_scaled,
