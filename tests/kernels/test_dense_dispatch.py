@@ -291,48 +291,6 @@ def test_sm90_gated_routing_runs_the_branch_the_table_picks():
         assert not torch.equal(y, other_y)
 
 
-_GATES = {
-    "swiglu": dict(act=Activation.SILU),
-    "geglu_interleaved": dict(act=Activation.GELU_TANH, interleaved=True),
-    "clamped_swiglu": dict(act=Activation.SILU, clamped=True, limit=0.5, alpha=1.702),
-}
-
-
-@pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1")
-@pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("gate", list(_GATES))
-@pytest.mark.parametrize("rows", [0, 1, 37])
-def test_cublas_gated_branch_is_the_unfused_linear_then_gate(rows, gate, bias):
-    """``dense_cublas.gemm_gated`` computes what the unfused ops do: ``z`` as the Linear's
-    product rounded to bf16, then the gate on that ``z``; the gate against float64."""
-    a, b, b_vec = _forward(rows, 24, 48)
-    epi = dict(bias=b_vec if bias else None, **_GATES[gate])
-    with interpreted_kernels():
-        y, z = dense_cublas.gemm_gated(a, b, save_preact=True, **epi)
-        out = torch.full((rows, 24), float("nan"), dtype=torch.bfloat16)
-        y_out, none = dense_cublas.gemm_gated(a, b, out=out, **epi)
-    linear = torch.nn.functional.linear(a, b.t(), epi["bias"])
-    assert_bitwise(z, linear, "preact")
-    assert none is None and y_out is out
-    assert_bitwise(y_out, y, "y written into out")
-    gate_args = {k: v for k, v in epi.items() if k != "bias"}
-    assert_close_rel(y, reference_gated_fwd(z.double(), **gate_args), torch.bfloat16, what="y")
-    assert y.shape == (rows, 24) and y.dtype == torch.bfloat16
-
-
-@pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1")
-def test_cublas_gated_branch_propagates_non_finite_values_like_the_unfused_ops():
-    a, b, bias = _forward(8, 16, 32)
-    a[1, 3], a[5, 0], bias[20] = float("inf"), float("nan"), float("-inf")
-    epi = dict(bias=bias, act=Activation.SILU)
-    with interpreted_kernels():
-        y, _ = dense_cublas.gemm_gated(a, b, **epi)
-    want = reference_gated_fwd(torch.nn.functional.linear(a, b.t(), bias).double(), Activation.SILU)
-    assert torch.equal(torch.isnan(y), torch.isnan(want)) and torch.equal(torch.isinf(y), torch.isinf(want))
-    finite = torch.isfinite(want)
-    assert_close_rel(y[finite], want[finite], torch.bfloat16, what="finite y")
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not is_sm90(), reason="the table's row is sm_90's")
 def test_cuda_gated_launcher_consults_the_table():
