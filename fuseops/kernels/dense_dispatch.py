@@ -204,6 +204,17 @@ def force_branch(branch: Branch | str | None) -> None:
     _forced = _parse(branch) if isinstance(branch, str) else branch
 
 
+def _decided_without_thresholds(dtype: torch.dtype) -> bool | None:
+    """Whether cuBLAS serves a call the rows can take, where no threshold decides: a pinned
+    branch, float32 (always cuBLAS), an unmeasured dtype (always fused); None: the thresholds."""
+    forced = _forced if _forced is not _UNREAD else forced_branch()
+    if forced is not None:
+        return forced is Branch.CUBLAS
+    if dtype not in MEASURED_DTYPES:
+        return dtype == torch.float32
+    return None
+
+
 def prefers_cublas(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -233,11 +244,9 @@ def prefers_cublas(
             return False
     elif act_grad_input is not None:
         return False
-    forced = _forced if _forced is not _UNREAD else forced_branch()
-    if forced is not None:
-        return forced is Branch.CUBLAS
-    if dtype not in MEASURED_DTYPES:
-        return dtype == torch.float32
+    decided = _decided_without_thresholds(dtype)
+    if decided is not None:
+        return decided
     # Ceiling divisions inline: this runs on every forward GEMM call on sm_90.
     tiles_m, tiles_n = -(-a.shape[0] // TILE), -(-b.shape[1] // TILE)
     if dgrad:
@@ -267,10 +276,8 @@ def prefers_cublas_gated(
     if (b.stride(1) == 1 or (bias is not None and bias.dtype != dtype)
             or (out is not None and (out.dtype != dtype or out.stride(1) != 1))):
         return False
-    forced = _forced if _forced is not _UNREAD else forced_branch()
-    if forced is not None:
-        return forced is Branch.CUBLAS
-    if dtype not in MEASURED_DTYPES:
-        return dtype == torch.float32
+    decided = _decided_without_thresholds(dtype)
+    if decided is not None:
+        return decided
     tiles_m, tiles_n = -(-a.shape[0] // TILE), -(-b.shape[1] // (2 * TILE))
     return _gated_choice(tiles_m, tiles_n, bool(save_preact), a.get_device()) is Branch.CUBLAS
