@@ -1,4 +1,4 @@
-"""The arguments the grouped launchers hand to ``launch``, captured with ``launch`` stubbed and
+"""The arguments the grouped launchers (and the dense gated one) hand to ``launch``, captured with ``launch`` stubbed and
 written as plain data: tensors and descriptor bases by which named tensor (an input or an
 output the launcher returned) they point into and where, with shape, strides and dtype;
 descriptors by class, shape, strides, block shape, layout and padding. The golden file beside
@@ -24,11 +24,11 @@ import torch
 
 from fuseops.kernels._triton import INTERPRET
 from fuseops.kernels.elementwise.activation_math import Activation
-from fuseops.kernels.gemm import grouped, grouped_gated, grouped_gated_bwd
+from fuseops.kernels.gemm import dense_gated, grouped, grouped_gated, grouped_gated_bwd
 from fuseops.kernels.hopper import wgrad
 
 GOLDEN = pathlib.Path(__file__).with_name(f"launch_capture_golden_{'interpreter' if INTERPRET else 'gpu_configs'}.json")
-_MODULES = (grouped, grouped_gated, grouped_gated_bwd, wgrad)
+_MODULES = (grouped, grouped_gated, grouped_gated_bwd, wgrad, dense_gated)
 
 
 @contextlib.contextmanager
@@ -128,6 +128,19 @@ def cases() -> dict[str, tuple[Callable[[], object], dict[str, torch.Tensor]]]:
             out[f"gated dgrad plain {itag}"] = (lambda d=dy, w=w2, o=offsets, z=z, i=inter:
                 grouped_gated_bwd.grouped_gemm_dgrad_gated(d, w, o, z, act=Activation.SILU, interleaved=i),
                 named_g)
+            # The dense gated GEMM (Linear + bias + SwiGLU / GLU, session 60), with a Linear's weight.
+            b_dense, y_dense = _t(2 * F, K, dtype=dtype), _t(M, F, dtype=dtype)
+            named_d = dict(named, b_dense=b_dense, y_dense=y_dense, b1_dense=b1[0])
+            out[f"dense gated {itag}"] = (lambda a=a, w=b_dense, b=b1[0], i=inter: dense_gated.gemm_gated(
+                a, w.t(), bias=b, act=Activation.SILU, interleaved=i, save_preact=True), named_d)
+            out[f"dense gated plain {itag}"] = (lambda a=a, w=b_dense, i=inter: dense_gated.gemm_gated(
+                a, w.t(), act=Activation.GELU_TANH, interleaved=i, clamped=True, limit=3.0, alpha=1.5), named_d)
+            out[f"dense gated out {itag}"] = (lambda a=a, w=b_dense, y=y_dense, i=inter: dense_gated.gemm_gated(
+                a, w.t(), act=Activation.SILU, interleaved=i, out=y), named_d)
+            out[f"dense gated unaligned {itag}"] = (lambda a=a_odd, w=b_dense, i=inter: dense_gated.gemm_gated(
+                a, w.t(), act=Activation.SILU, interleaved=i, save_preact=True), named_d)
+            out[f"dense gated row-major b {itag}"] = (lambda a=a, w=b_dense, i=inter: dense_gated.gemm_gated(
+                a, w.t().contiguous(), act=Activation.SILU, interleaved=i, save_preact=True), named_d)
         if dtype != torch.float32:
             x, dyw = _t(M, 2 * F, dtype=dtype), _t(M, K, dtype=dtype)
             main_grad = torch.zeros(G, K, 2 * F)
