@@ -325,7 +325,7 @@ def launch_gemm(a, b, bias, act, alpha, save_preact, act_grad_input, residual, o
     return y, preact
 
 
-class _Descriptor:
+class PlannedDescriptor:
     """A TensorDescriptor's shape, strides and block, fixed by a plan: ``over(t)`` makes the
     descriptor with base ``t`` (``TensorDescriptor.from_tensor`` without its checks, which
     the plan's ``tma_ok`` did, and without reading ``t``'s shape and strides, which the
@@ -360,12 +360,12 @@ class _GemmPlan:
     grid: tuple[int]
     ints: tuple[int, ...]
     constexprs: dict
-    a_desc: _Descriptor | None
-    b_desc: _Descriptor | None
-    epi_desc: _Descriptor | None
-    preact_desc: _Descriptor | None
-    agi_desc: _Descriptor | None
-    residual_desc: _Descriptor | None
+    a_desc: PlannedDescriptor | None
+    b_desc: PlannedDescriptor | None
+    epi_desc: PlannedDescriptor | None
+    preact_desc: PlannedDescriptor | None
+    agi_desc: PlannedDescriptor | None
+    residual_desc: PlannedDescriptor | None
 
 
 # Plans by call class; a new shape adds one (bounded: cleared when it grows past the limit).
@@ -421,17 +421,17 @@ def _new_plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg) -> _Gem
             0 if residual is None else residual.stride(0))
     a_desc = b_desc = None
     if tma_load:
-        a_desc = _descriptor(a, (bm, bk))
-        b_desc = _descriptor(b.t(), (bn, bk)) if b_trans else _descriptor(b, (bk, bn))
+        a_desc = planned_descriptor(a, (bm, bk))
+        b_desc = planned_descriptor(b.t(), (bn, bk)) if b_trans else planned_descriptor(b, (bk, bn))
     epi = (None,) * 4
     if tma_epi:
         block = (bm, bn // 2 if cfg.split_epilogue else bn)
-        epi = tuple(None if t is None else _descriptor(t, block) for t in (y, preact, act_grad_input, residual))
+        epi = tuple(None if t is None else planned_descriptor(t, block) for t in (y, preact, act_grad_input, residual))
     return _GemmPlan(tma_load, tma_epi, (programs,), ints, constexprs, a_desc, b_desc, *epi)
 
 
-def _descriptor(t: torch.Tensor, block: tuple[int, int]) -> _Descriptor:
-    return _Descriptor(tuple(t.shape), t.stride(), block)
+def planned_descriptor(t: torch.Tensor, block: tuple[int, int]) -> PlannedDescriptor:
+    return PlannedDescriptor(tuple(t.shape), t.stride(), block)
 
 
 def reference_gemm(

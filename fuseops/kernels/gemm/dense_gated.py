@@ -12,23 +12,23 @@ up columns, or (interleaved) one [BLOCK_M, 2 * BLOCK_N] accumulator split in the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
 from fuseops.kernels.gemm.dense import (
     GemmConfig,
-    descriptor_or_tensor,
+    PlannedDescriptor,
     load_a,
     load_b,
-    operand_b,
     pick_config,
+    planned_descriptor,
     store_mn,
     swizzle,
     tma_ok,
@@ -159,8 +159,9 @@ def gemm_gated(
 def launch_gemm_gated(a, b, bias, act, interleaved, clamped, limit, alpha, save_preact, out,
                       cfg: GemmConfig | None):
     """``gemm_gated`` with an explicit tile config (what the offline tuner passes), else the
-    table's."""
-    M, K = a.shape
+    table's. What the call's class decides (``_plan``) is kept from the first call of the
+    class: the per-call work is the outputs, the halves' views and the descriptors' bases."""
+    M = a.shape[0]
     F = b.shape[1] // 2
     y = out if out is not None else torch.empty(M, F, dtype=a.dtype, device=a.device)
     preact = torch.empty(M, 2 * F, dtype=a.dtype, device=a.device) if save_preact else None
@@ -168,6 +169,78 @@ def launch_gemm_gated(a, b, bias, act, interleaved, clamped, limit, alpha, save_
         return y, preact
     a = a if a.stride(1) == 1 else a.contiguous()
     b = b if 1 in b.stride() else b.contiguous()
+    plan = _plan(a, b, y, preact, bias, act, interleaved, clamped, cfg)
+    # The gate and up halves (``split``: both views in one call); interleaved, the whole tensors.
+    if plan.tma_load:
+        # Descriptors over b's halves as the kernel reads them: transposed when K is contiguous.
+        a_arg = plan.a_desc.over(a)
+        b_read = b.t() if plan.b_trans else b
+        halves = (b_read, b_read) if interleaved else b_read.split(F, 0 if plan.b_trans else 1)
+        b_a_arg, b_b_arg = plan.b_desc.over(halves[0]), plan.b_desc.over(halves[1])
+    else:
+        a_arg = a
+        b_a_arg, b_b_arg = (b, b) if interleaved else b.split(F, 1)
+    p_a_arg = p_b_arg = y  # the kernel's stand-ins when nothing is saved
+    if preact is not None:
+        p_a_arg, p_b_arg = (preact, preact) if interleaved else preact.split(F, 1)
+    if plan.tma_epi:
+        y_arg = plan.y_desc.over(y)
+        if preact is not None:
+            p_a_arg, p_b_arg = plan.preact_desc.over(p_a_arg), plan.preact_desc.over(p_b_arg)
+    else:
+        y_arg = y
+    launch(gemm_gated_kernel, plan.grid,
+        a_arg, b_a_arg, b_b_arg, y_arg, p_a_arg, p_b_arg, y if bias is None else bias,
+        *plan.ints, float(limit), float(alpha),
+        **plan.constexprs,
+    )
+    return y, preact
+
+
+@dataclasses.dataclass(frozen=True)
+class _GatedPlan:
+    """What ``launch_gemm_gated`` decides from shapes, strides, dtypes and 16-byte alignment:
+    the grid, the int arguments, the constexprs and, on the TMA paths, the descriptors'
+    shapes, strides and blocks (one for both halves of ``b``, one for both of ``preact``)."""
+
+    tma_load: bool
+    tma_epi: bool
+    b_trans: bool
+    grid: tuple[int]
+    ints: tuple[int, ...]
+    constexprs: dict
+    a_desc: PlannedDescriptor | None
+    b_desc: PlannedDescriptor | None
+    y_desc: PlannedDescriptor | None
+    preact_desc: PlannedDescriptor | None
+
+
+# Plans by call class; a new class adds one (bounded: cleared when it grows past the limit).
+_plans: dict[tuple, _GatedPlan] = {}
+_MAX_PLANS = 4096
+
+
+def _plan(a, b, y, preact, bias, act, interleaved, clamped, cfg) -> _GatedPlan:
+    """The plan of one call, from the cache when its class was seen before. The class holds
+    what ``tma_ok``, the config table, the grid and the descriptors read besides data pointers
+    (shapes, strides, dtypes), and whether ``a`` and ``b`` and the outputs are 16-byte aligned:
+    the halves' alignment follows from their base's and the class (a misaligned base makes
+    the first half misaligned, so TMA is off either way). ``act`` keyed as an int."""
+    key = (a.shape, a.stride(0), a.dtype, b.shape, b.stride(), b.dtype, y.shape, y.stride(), y.dtype,
+           a.get_device(), bias is not None, int(act), bool(interleaved), bool(clamped), preact is not None, cfg,
+           not (a.data_ptr() | b.data_ptr()) & 15,
+           not (y.data_ptr() | (0 if preact is None else preact.data_ptr())) & 15)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        plan = _plans[key] = _new_plan(a, b, y, preact, bias, act, interleaved, clamped, cfg)
+    return plan
+
+
+def _new_plan(a, b, y, preact, bias, act, interleaved, clamped, cfg) -> _GatedPlan:
+    M, K = a.shape
+    F = b.shape[1] // 2
     if interleaved:
         b_a, b_b, p_a, p_b = b, b, preact, preact
     else:
@@ -179,26 +252,25 @@ def launch_gemm_gated(a, b, bias, act, interleaved, clamped, limit, alpha, save_
     cfg = cfg or pick_config(_configs(), a.dtype, tma_load and tma_epi)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     width = 2 * bn if interleaved else bn
-    b_args = [operand_b(t, bk, width, tma_load)[0] for t in (b_a, b_b)]
-    a_arg = TensorDescriptor.from_tensor(a, [bm, bk]) if tma_load else a
     tiles = cdiv(M, bm) * cdiv(F, bn)
     programs = max(1, min(cfg.programs_per_sm * device_sms(a), tiles))
-    launch(gemm_gated_kernel, (programs,),
-        a_arg, *b_args,
-        descriptor_or_tensor(y, [bm, bn], tma_epi, y),
-        *(descriptor_or_tensor(t, [bm, bn], tma_epi, y) for t in (p_a, p_b)),
-        y if bias is None else bias,
-        M, F, K, programs,
-        a.stride(0), b.stride(0), b.stride(1), y.stride(0),
-        0 if preact is None else preact.stride(0),
-        float(limit), float(alpha),
+    constexprs = dict(
         ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_BIAS=bias is not None,
-        SAVE_PREACT=save_preact, TMA_LOAD=tma_load, TMA_EPI=tma_epi, B_TRANS=b_trans,
+        SAVE_PREACT=preact is not None, TMA_LOAD=tma_load, TMA_EPI=tma_epi, B_TRANS=b_trans,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         FLATTEN=not cfg.warp_specialize, WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    return y, preact
+    ints = (M, F, K, programs, a.stride(0), b.stride(0), b.stride(1), y.stride(0),
+            0 if preact is None else preact.stride(0))
+    a_desc = b_desc = y_desc = preact_desc = None
+    if tma_load:
+        a_desc = planned_descriptor(a, (bm, bk))
+        b_desc = planned_descriptor(b_a.t(), (width, bk)) if b_trans else planned_descriptor(b_a, (bk, width))
+    if tma_epi:
+        y_desc = planned_descriptor(y, (bm, bn))
+        preact_desc = None if p_a is None else planned_descriptor(p_a, (bm, bn))
+    return _GatedPlan(tma_load, tma_epi, b_trans, (programs,), ints, constexprs, a_desc, b_desc, y_desc, preact_desc)
 
 
 def reference_gemm_gated(
