@@ -106,24 +106,6 @@ def fresh_tma_ok(shape: tuple[int, ...], dtype: torch.dtype) -> bool:
     return True
 
 
-def operand_b(b: torch.Tensor, block_k: int, block_n: int, tma: bool):
-    """``b`` [K, N] as the kernels take it: ``(arg, b_trans)``; ``b_trans`` when K is the
-    contiguous dim (a descriptor over ``b.t()`` then, blocks [block_n, block_k])."""
-    b_trans = b.stride(1) != 1
-    if not tma:
-        return b, b_trans
-    if b_trans:
-        return TensorDescriptor.from_tensor(b.t(), [block_n, block_k]), True
-    return TensorDescriptor.from_tensor(b, [block_k, block_n]), False
-
-
-def descriptor_or_tensor(t: torch.Tensor | None, block: list[int], tma: bool, dummy: torch.Tensor):
-    """A descriptor over ``t`` (TMA path), ``t`` itself (pointer path), or ``dummy`` if absent."""
-    if t is None:
-        return dummy
-    return TensorDescriptor.from_tensor(t, block) if tma else t
-
-
 @triton.jit
 def swizzle(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
     """Bands of GROUP_M M-tiles walked column by column, so B tiles are reused from L2."""
