@@ -1,6 +1,7 @@
-"""The dense GEMMs' shape-aware dispatch (plain epilogues and gated): the rules against their
-measured sources, the rows' ``when`` on fake device properties, the forced branches, the
-routing through the table, and the gated cuBLAS branch against the unfused ops."""
+"""The dense GEMMs' shape-aware dispatch (the forward epilogues, the gated GEMM, the dgrad
+epilogues; bf16, fp16, float32): the rules against their measured sources, the rows' ``when``
+on fake device properties, the forced branches and the routing through the table. The cuBLAS
+branches themselves: tests/kernels/gemm/test_dense_cublas.py."""
 
 from __future__ import annotations
 
@@ -41,21 +42,28 @@ def _table_mode():
     force_branch(None)
 
 
-def _branch_of_cell(cell: dict, sms: int) -> Branch:
-    tiles_m, tiles_n = math.ceil(cell["M"] / 128), math.ceil(cell["N"] / 128)
-    return choose(tiles_m, tiles_n, CLASS[cell["epilogue"]], sms)
+def _errors(cells: list[dict], epilogue: Epilogue, n_per_tile: int = 128) -> tuple[int, float]:
+    """Of a measured table's cells: how many the rule sends to the slower branch (graphed GPU
+    time, an H100's 132 SMs), and by how much at worst. ``n_per_tile``: 256 for the gated GEMM,
+    whose output tiles count the F = N / 2 columns of y."""
+    wrong, worst = 0, 1.0
+    for cell in cells:
+        branch = choose(math.ceil(cell["M"] / 128), math.ceil(cell["N"] / n_per_tile), epilogue, 132)
+        fused, cublas = cell["fuseops_graphed_us"], cell["cublas_graphed_us"]
+        picked = fused if branch is Branch.FUSED else cublas
+        if picked > min(fused, cublas):
+            wrong += 1
+            worst = max(worst, picked / min(fused, cublas))
+    return wrong, worst
 
 
 def test_rule_errs_on_the_measured_cells_as_its_docstring_says():
     cells = json.loads(SOURCE.read_text())["cells"]
     assert len(cells) == 72
     wrong, worst = 0, 1.0
-    for cell in cells:
-        fused, cublas = cell["fuseops_graphed_us"], cell["cublas_graphed_us"]
-        picked = fused if _branch_of_cell(cell, sms=132) is Branch.FUSED else cublas
-        if picked > min(fused, cublas):
-            wrong += 1
-            worst = max(worst, picked / min(fused, cublas))
+    for name, epilogue in CLASS.items():
+        w, x = _errors([c for c in cells if c["epilogue"] == name], epilogue)
+        wrong, worst = wrong + w, max(worst, x)
     assert wrong == 10 and worst < 1.06, (wrong, worst)
 
 
@@ -63,16 +71,7 @@ def test_gated_rules_err_on_the_measured_cells_as_the_docstring_says():
     cells = json.loads(GATED_SOURCE.read_text())["cells"]
     assert len(cells) == 60
     for epilogue, (want_wrong, want_worst) in {"bias+swiglu": (3, 1.05), "bias+swiglu+saved": (7, 1.08)}.items():
-        wrong, worst = 0, 1.0
-        for cell in (c for c in cells if c["epilogue"] == epilogue):
-            # Output tiles count the F = N / 2 columns of y.
-            tiles_m, tiles_n = math.ceil(cell["M"] / 128), math.ceil(cell["N"] / 256)
-            fused, cublas = cell["fuseops_graphed_us"], cell["cublas_graphed_us"]
-            branch = choose(tiles_m, tiles_n, GATED_CLASS[epilogue], 132)
-            picked = fused if branch is Branch.FUSED else cublas
-            if picked > min(fused, cublas):
-                wrong += 1
-                worst = max(worst, picked / min(fused, cublas))
+        wrong, worst = _errors([c for c in cells if c["epilogue"] == epilogue], GATED_CLASS[epilogue], 256)
         assert wrong == want_wrong and worst < want_worst, (epilogue, wrong, worst)
 
 
@@ -85,14 +84,7 @@ def test_dgrad_rules_err_on_the_measured_cells_as_the_docstring_says(run, epilog
     source = SOURCE.parents[1] / "session60" / run / "dense_dispatch_dgrad.json"
     cells = [c for c in json.loads(source.read_text())["cells"] if c["epilogue"] == epilogue]
     assert len(cells) == 30
-    wrong, worst = 0, 1.0
-    for cell in cells:
-        branch = choose(math.ceil(cell["M"] / 128), math.ceil(cell["N"] / 128), DGRAD_CLASS[epilogue], 132)
-        fused, cublas = cell["fuseops_graphed_us"], cell["cublas_graphed_us"]
-        picked = fused if branch is Branch.FUSED else cublas
-        if picked > min(fused, cublas):
-            wrong += 1
-            worst = max(worst, picked / min(fused, cublas))
+    wrong, worst = _errors(cells, DGRAD_CLASS[epilogue])
     assert wrong == want_wrong and worst < want_worst, (wrong, worst)
 
 
