@@ -27,7 +27,7 @@ from fuseops.kernels.dispatch import Backend, Kernel, _callable, launcher
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.kernels.elementwise.gated_activation import reference_gated_fwd
 from fuseops.kernels.gemm import dense, dense_cublas, dense_gated
-from tests.helpers import assert_bitwise, assert_close_rel, is_sm90
+from tests.helpers import REL_TOL, assert_bitwise, assert_close_rel, is_sm90, rel_err
 
 SOURCE = pathlib.Path(__file__).parents[2] / "benchmarks" / "results" / "session14" / "dense_dispatch.json"
 CLASS = {"bias": Epilogue.BIAS, "bias+gelu": Epilogue.ACTIVATION, "bias+residual": Epilogue.RESIDUAL}
@@ -281,6 +281,48 @@ def test_sm90_gated_routing_runs_the_branch_the_table_picks():
         assert_bitwise(y, want_y, "y")
         assert z is None and want_z is None
         assert not torch.equal(y, other_y)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1")
+@pytest.mark.parametrize("autocast", [torch.bfloat16, None], ids=["autocast-bf16", "float32"])
+def test_float32_weights_on_the_sm90_routes_train_as_float64_does(autocast):
+    """A user's model, float32 weights, under ``torch.autocast`` or not, with the kernels
+    routed as on an H100 (the gated, GELU and dgrad GEMMs through the dense rows: bf16 by
+    the thresholds, float32 always cuBLAS): outputs and every gradient against the same model
+    in float64, fused and unfused; gradients in the parameters' float32."""
+    import copy
+
+    import fuseops
+    from fuseops import ops
+    from tests.fusions.test_fusion_properties import _sm90_routes
+
+    torch.manual_seed(0)
+    h = 32
+    fused = fuseops.Sequential(ops.RMSNorm(h), ops.Linear(h, 4 * h), ops.SwiGLU(), ops.Linear(2 * h, h),
+                               ops.Linear(h, 2 * h), ops.GELU(approximate="tanh"), ops.Linear(2 * h, h))
+    unfused = copy.deepcopy(fused)
+    unfused.fuse = False
+    exact = copy.deepcopy(fused).double()
+    exact.fuse = False
+    x = torch.randn(37, h)
+
+    def step(model, x, dtype):
+        x = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            y = model(x)
+        y.double().square().sum().backward()
+        return [y, x.grad, *(p.grad for p in model.parameters())]
+
+    with interpreted_kernels(), _sm90_routes():
+        results = {"fused": step(fused, x, autocast), "unfused": step(unfused, x, autocast)}
+    want = step(exact, x.double(), None)
+    assert all(p.grad.dtype == torch.float32 for p in [*fused.parameters(), *unfused.parameters()])
+    dtype = autocast or torch.float32
+    for i, (f, u, w) in enumerate(zip(results["fused"], results["unfused"], want)):
+        # Seven ops each rounding to ``dtype``: the chain's tolerance is a few of one op's;
+        # fused within twice the unfused error (DESIGN.md's rule).
+        assert_close_rel(u, w, dtype, factor=3, what=f"unfused output / gradient {i}")
+        assert rel_err(f, w) <= max(2 * rel_err(u, w), REL_TOL[dtype] / 10), f"fused output / gradient {i}"
 
 
 @pytest.mark.gpu
