@@ -6,11 +6,14 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator
 from typing import TypeVar
+from unittest import mock
 
 import pytest
 import torch
 
-from fuseops.kernels._triton import INTERPRET
+from fuseops.kernels import dispatch
+from fuseops.kernels._triton import INTERPRET, runs_triton
+from fuseops.kernels.dispatch import Backend
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -251,3 +254,16 @@ def kernel_devices():
 
 _CUDA = pytest.param("cuda", marks=[pytest.mark.gpu,
                                     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")])
+
+
+@contextlib.contextmanager
+def sm90_routes() -> Iterator[None]:
+    """Work the Triton kernels run (``interpreted_kernels``) routed as on an H100: the dispatch
+    table's sm_90 rows first. The dense GEMM rows (``dense_dispatch``: cuBLAS + one elementwise
+    kernel, or the fused kernel, by tile count and dtype) decide as on the GPU, with the
+    interpreter's 4 SMs; the Gluon rows ask ``on_sm90`` themselves and decline on the CPU."""
+    def backend_of(t: torch.Tensor) -> Backend:
+        return Backend.SM90 if runs_triton(t) else Backend.TORCH
+
+    with mock.patch.object(dispatch, "backend_of", backend_of):
+        yield

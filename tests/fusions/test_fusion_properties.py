@@ -4,9 +4,7 @@ by being registered."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from unittest import mock
 
 import pytest
 import torch
@@ -17,12 +15,10 @@ import fuseops
 from fuseops.fuser import plan_config
 from fuseops.fusions import REGISTRY, Fusion, Stage
 from fuseops.fusions.fusion import measured_declines_ignored
-from fuseops.kernels import dispatch
-from fuseops.kernels._triton import INTERPRET, interpreted_kernels, runs_triton
-from fuseops.kernels.dispatch import Backend
+from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.quant import recipes
 from tests.fusions.op_strategies import op_chain
-from tests.helpers import REL_TOL, assert_bitwise, nudged, quantized_rel_tol, rel_err
+from tests.helpers import REL_TOL, assert_bitwise, nudged, quantized_rel_tol, rel_err, sm90_routes
 
 DTYPES = st.sampled_from([torch.float32, torch.float16, torch.bfloat16])
 QUANTIZED = [recipes.FP8CurrentScaling(), recipes.FP8Blockwise(), recipes.MXFP8(), recipes.NVFP4()]
@@ -217,25 +213,12 @@ def test_fusion_equals_basic_ops_with_triton_kernels(fusion, data):
         check_fusion(fusion, data, "cpu")
 
 
-@contextlib.contextmanager
-def _sm90_routes():
-    """Work the Triton kernels run (``interpreted_kernels``) routed as on an H100: the dispatch
-    table's sm_90 rows first. The dense GEMM rows (``dense_dispatch``: cuBLAS + one elementwise
-    kernel, or the fused kernel, by tile count and dtype) decide as on the GPU, with the
-    interpreter's 4 SMs; the Gluon rows ask ``on_sm90`` themselves and decline on the CPU."""
-    def backend_of(t: torch.Tensor) -> Backend:
-        return Backend.SM90 if runs_triton(t) else Backend.TORCH
-
-    with mock.patch.object(dispatch, "backend_of", backend_of):
-        yield
-
-
 @pytest.mark.skipif(not INTERPRET, reason="the interpreter runs only on CPU-only machines")
 @pytest.mark.parametrize("fusion", REGISTRY, ids=lambda f: f.name)
 @settings(max_examples=3)
 @given(data=st.data())
 def test_fusion_equals_basic_ops_on_the_sm90_routes(fusion, data):
-    with interpreted_kernels(), _sm90_routes():
+    with interpreted_kernels(), sm90_routes():
         check_fusion(fusion, data, "cpu")
 
 

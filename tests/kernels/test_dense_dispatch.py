@@ -5,6 +5,7 @@ branches themselves: tests/kernels/gemm/test_dense_cublas.py."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import pathlib
@@ -12,6 +13,8 @@ import pathlib
 import pytest
 import torch
 
+import fuseops
+from fuseops import ops
 from fuseops.kernels import dense_dispatch
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.kernels.dense_dispatch import (
@@ -27,7 +30,7 @@ from fuseops.kernels.dispatch import Backend, Kernel, _callable, launcher
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.kernels.elementwise.gated_activation import reference_gated_fwd
 from fuseops.kernels.gemm import dense, dense_cublas, dense_gated
-from tests.helpers import REL_TOL, assert_bitwise, assert_close_rel, is_sm90, rel_err
+from tests.helpers import REL_TOL, assert_bitwise, assert_close_rel, is_sm90, rel_err, sm90_routes
 
 SOURCE = pathlib.Path(__file__).parents[2] / "benchmarks" / "results" / "session14" / "dense_dispatch.json"
 CLASS = {"bias": Epilogue.BIAS, "bias+gelu": Epilogue.ACTIVATION, "bias+residual": Epilogue.RESIDUAL}
@@ -290,12 +293,6 @@ def test_float32_weights_on_the_sm90_routes_train_as_float64_does(autocast):
     routed as on an H100 (the gated, GELU and dgrad GEMMs through the dense rows: bf16 by
     the thresholds, float32 always cuBLAS): outputs and every gradient against the same model
     in float64, fused and unfused; gradients in the parameters' float32."""
-    import copy
-
-    import fuseops
-    from fuseops import ops
-    from tests.fusions.test_fusion_properties import _sm90_routes
-
     torch.manual_seed(0)
     h = 32
     fused = fuseops.Sequential(ops.RMSNorm(h), ops.Linear(h, 4 * h), ops.SwiGLU(), ops.Linear(2 * h, h),
@@ -313,7 +310,7 @@ def test_float32_weights_on_the_sm90_routes_train_as_float64_does(autocast):
         y.double().square().sum().backward()
         return [y, x.grad, *(p.grad for p in model.parameters())]
 
-    with interpreted_kernels(), _sm90_routes():
+    with interpreted_kernels(), sm90_routes():
         results = {"fused": step(fused, x, autocast), "unfused": step(unfused, x, autocast)}
     want = step(exact, x.double(), None)
     assert all(p.grad.dtype == torch.float32 for p in [*fused.parameters(), *unfused.parameters()])
