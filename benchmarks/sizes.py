@@ -458,13 +458,15 @@ def main() -> None:
     parser.add_argument("--H", nargs="*", type=int, help="dense widths (default: the issue's)")
     parser.add_argument("--shapes", nargs="*", choices=list(MOE_SHAPES), help="MoE shapes (default: all)")
     parser.add_argument("--out", type=Path, help="results path without suffix (default results/sizes_<part>)")
+    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16",
+                        help="parameters' and inputs' dtype on the GPU (no autocast: a model built in that dtype)")
     args = parser.parse_args()
     if args.smoke:
         device, dtype, reps = "cpu", torch.float32, 3
         dense = ((64,), (32,))
         moe = ((64,), {"tiny": (4, 32, 48, 2)})
     else:
-        device, dtype, reps = "cuda", torch.bfloat16, args.reps
+        device, dtype, reps = "cuda", getattr(torch, args.dtype), args.reps
         shapes = {k: v for k, v in MOE_SHAPES.items() if not args.shapes or k in args.shapes}
         dense, moe = (args.T or DENSE_T, args.H or DENSE_H), (args.T or MOE_T, shapes)
     out = args.out or Path(__file__).parent / "results" / f"sizes_{args.part}{'_smoke' if args.smoke else ''}"

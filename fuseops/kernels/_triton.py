@@ -97,13 +97,36 @@ def reciprocal(x):
 
 
 @triton.jit
-def dot(a, b, acc):
-    """``acc + a @ b`` on the tensor cores; float32 operands in full IEEE precision."""
+def dot(a, b, acc, F32_DOT: tl.constexpr):
+    """``acc + a @ b`` on the tensor cores; float32 operands in ``F32_DOT`` precision
+    ("ieee" or "tf32": ``float32_dot_precision``)."""
     if _UPCAST_BF16_DOT:
         if a.dtype == tl.bfloat16:
             a = a.to(tl.float32)
         if b.dtype == tl.bfloat16:
             b = b.to(tl.float32)
     if a.dtype == tl.float32:
-        return tl.dot(a, b.to(tl.float32), acc, input_precision="ieee")
+        return tl.dot(a, b.to(tl.float32), acc, input_precision=F32_DOT)
     return tl.dot(a, b, acc)
+
+
+def float32_dot_precision(dtype: torch.dtype) -> str:
+    """The ``F32_DOT`` constexpr of a GEMM kernel whose operands are ``dtype``: "tf32" for
+    float32 operands where torch runs float32 matmuls in TF32 on CUDA
+    (``torch.set_float32_matmul_precision("high")``, ``torch.backends.cuda.matmul.fp32_precision
+    = "tf32"`` or the older ``allow_tf32 = True``), as cuBLAS then does for ``torch.mm``; else
+    "ieee", torch's default. Other dtypes: "ieee" (unused by their products, and one
+    specialization whatever the setting). The interpreter multiplies float32 exactly either way."""
+    return "tf32" if dtype == torch.float32 and float32_matmul_in_tf32() else "ieee"
+
+
+def float32_matmul_in_tf32() -> bool:
+    """Whether torch runs CUDA float32 matmuls in TF32 now: ``torch.backends.cuda.matmul.
+    fp32_precision == "tf32"``, as inductor reads it (it sees a setting made through either API;
+    the older ``allow_tf32`` getter raises once the new one was used). Through the attribute's
+    own getter: 0.1 us a read against the module ``__getattr__``'s 0.7, and every recorded
+    program's key reads it (``replay.layout_key``)."""
+    return _fp32_precision("cuda", "matmul") == "tf32"
+
+
+_fp32_precision = torch._C._get_fp32_precision_getter

@@ -88,8 +88,10 @@ Other dtypes (``results/session60/run13/``, ``run14/``, the same script with ``-
   M=4096, K=4096, N=14336: 66.1 against 9.6 ms), 3.7-7.2x for the gated GEMM (18 cells),
   1.3-6.4x for the dgrad with act'(z) (15 cells). The dgrad with a residual was not timed in
   float32: its fused epilogue saves one pass (at most 1.25x in bf16), its main loop is the
-  dgrad's, 1.5-1.7x slower from M=1024 on. cuBLAS also follows ``torch.backends.cuda.matmul``'s
-  TF32 setting, as the unfused ops do.
+  dgrad's, 1.5-1.7x slower from M=1024 on. Under torch's TF32 setting
+  (``torch.set_float32_matmul_precision("high")``) both branches multiply in TF32 (the fused
+  kernels through their ``F32_DOT``, session 61), and cuBLAS stays the choice: the fused TF32
+  kernels were not timed against cuBLAS's TF32 GEMMs.
 
 ``FUSEOPS_DENSE_DISPATCH=table|fused|cublas`` (read at the first decision) or
 ``force_branch()`` pins one branch for every call these rows can serve (benchmarks, tests).

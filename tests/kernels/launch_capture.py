@@ -32,20 +32,22 @@ _MODULES = (grouped, grouped_gated, grouped_gated_bwd, wgrad, dense_gated)
 
 
 @contextlib.contextmanager
-def captured_launches() -> Iterator[list]:
-    """``launch`` of the grouped launchers' modules replaced by one that records its call."""
+def captured_launches(extra_modules: tuple = ()) -> Iterator[list]:
+    """``launch`` of the grouped launchers' modules (and of ``extra_modules``) replaced by one
+    that records its call."""
     calls: list = []
 
     def record(kernel, grid, *args, **kw):
         calls.append((kernel, grid, args, kw))
 
-    saved = [m.launch for m in _MODULES]
-    for m in _MODULES:
+    modules = _MODULES + tuple(extra_modules)
+    saved = [m.launch for m in modules]
+    for m in modules:
         m.launch = record
     try:
         yield calls
     finally:
-        for m, fn in zip(_MODULES, saved):
+        for m, fn in zip(modules, saved):
             m.launch = fn
 
 

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot, float32_dot_precision, float32_matmul_in_tf32
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
@@ -54,7 +54,8 @@ class GemmConfig:
 @functools.cache
 def _configs() -> dict[str, GemmConfig]:
     """Tile shapes by operand class: ``tma`` for 16-bit operands and outputs that are all
-    16-byte aligned, ``pointer`` when one is not, ``fp32`` for float32 operands (IEEE dot).
+    16-byte aligned, ``pointer`` when one is not, ``fp32`` for float32 operands (IEEE dot;
+    TF32 under torch's TF32 setting on the same tiles, not tuned for it).
 
     ``tma`` was chosen on an H100 by ``python -m benchmarks.gemm --tune`` (bf16, every
     epilogue; .notes/gemm.md has the sweep): 128x256x64, 8 warps, 3 stages, split epilogue
@@ -204,7 +205,7 @@ def gemm_kernel(
     HAS_RESIDUAL: tl.constexpr, SAVE_PREACT: tl.constexpr,
     TMA_LOAD: tl.constexpr, TMA_EPI: tl.constexpr, B_TRANS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT_EPILOGUE: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    SPLIT_EPILOGUE: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, F32_DOT: tl.constexpr,
 ):
     # With TMA_EPI, y, preact, act_in and residual are descriptors of [BLOCK_M, BLOCK_N / 2]
     # blocks (SPLIT_EPILOGUE) or [BLOCK_M, BLOCK_N].
@@ -221,7 +222,7 @@ def gemm_kernel(
             a_tile = load_a(a, m0, ki * BLOCK_K, M, K, stride_am, TMA_LOAD, BLOCK_M, BLOCK_K)
             b_tile = load_b(b, ki * BLOCK_K, n0, K, N, stride_bk, stride_bn, TMA_LOAD, B_TRANS,
                             BLOCK_K, BLOCK_N)
-            acc = dot(a_tile, b_tile, acc)
+            acc = dot(a_tile, b_tile, acc, F32_DOT)
         if SPLIT_EPILOGUE:
             halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
             acc_lo, acc_hi = tl.split(halves)
@@ -359,7 +360,8 @@ def _plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg) -> _GemmPla
     """The plan of one call, from the cache when its class was seen before. The class holds
     everything ``tma_ok``, the config table, the grid and the descriptors read besides data
     pointers (shapes and strides of every operand), and whether those pointers are 16-byte
-    aligned (two bits: the operands, the epilogue's). ``act`` is keyed as an int (an
+    aligned (two bits: the operands, the epilogue's), and for float32 operands the matmul
+    precision torch asks for now (``float32_dot_precision``). ``act`` is keyed as an int (an
     IntEnum member hashes through Python code)."""
     load_aligned = not (a.data_ptr() | b.data_ptr()) & 15
     epi_ptrs = y.data_ptr()
@@ -370,7 +372,7 @@ def _plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg) -> _GemmPla
            a.get_device(), bias is not None, int(act), preact is not None,
            None if act_grad_input is None else (act_grad_input.dtype, act_grad_input.shape, act_grad_input.stride()),
            None if residual is None else (residual.dtype, residual.shape, residual.stride()),
-           cfg, load_aligned, not epi_ptrs & 15)
+           cfg, load_aligned, not epi_ptrs & 15, a.dtype is torch.float32 and float32_matmul_in_tf32())
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) >= _MAX_PLANS:
@@ -395,7 +397,8 @@ def _new_plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg) -> _Gem
         TMA_LOAD=tma_load, TMA_EPI=tma_epi, B_TRANS=b_trans,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         SPLIT_EPILOGUE=cfg.split_epilogue, FLATTEN=not cfg.warp_specialize,
-        WARP_SPECIALIZE=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        WARP_SPECIALIZE=cfg.warp_specialize, F32_DOT=float32_dot_precision(a.dtype),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     ints = (M, N, K, programs, a.stride(0), b.stride(0), b.stride(1), y.stride(0),
             0 if preact is None else preact.stride(0),

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot, float32_dot_precision, float32_matmul_in_tf32
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
 from fuseops.kernels.gemm.dense import (
@@ -67,7 +67,7 @@ def gemm_gated_kernel(
     HAS_BIAS: tl.constexpr, SAVE_PREACT: tl.constexpr,
     TMA_LOAD: tl.constexpr, TMA_EPI: tl.constexpr, B_TRANS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, F32_DOT: tl.constexpr,
 ):
     # Concatenated: b_a / b_b and preact_a / preact_b are the [.., F] gate and up halves
     # (views or descriptors over them). Interleaved: b_a and preact_a span all 2F columns.
@@ -89,7 +89,7 @@ def gemm_gated_kernel(
                 a_tile = load_a(a, m0, ki * BLOCK_K, M, K, stride_am, TMA_LOAD, BLOCK_M, BLOCK_K)
                 b_tile = load_b(b_a, ki * BLOCK_K, 2 * n0, K, 2 * F, stride_bk, stride_bn,
                                 TMA_LOAD, B_TRANS, BLOCK_K, 2 * BLOCK_N)
-                acc = dot(a_tile, b_tile, acc)
+                acc = dot(a_tile, b_tile, acc, F32_DOT)
             offs_2n = 2 * n0 + tl.arange(0, 2 * BLOCK_N)
             if HAS_BIAS:
                 acc += tl.load(bias + offs_2n, mask=offs_2n < 2 * F, other=0.0).to(tl.float32)[None, :]
@@ -112,10 +112,10 @@ def gemm_gated_kernel(
                 a_tile = load_a(a, m0, ki * BLOCK_K, M, K, stride_am, TMA_LOAD, BLOCK_M, BLOCK_K)
                 b_tile = load_b(b_a, ki * BLOCK_K, n0, K, F, stride_bk, stride_bn, TMA_LOAD,
                                 B_TRANS, BLOCK_K, BLOCK_N)
-                z_a = dot(a_tile, b_tile, z_a)
+                z_a = dot(a_tile, b_tile, z_a, F32_DOT)
                 b_tile = load_b(b_b, ki * BLOCK_K, n0, K, F, stride_bk, stride_bn, TMA_LOAD,
                                 B_TRANS, BLOCK_K, BLOCK_N)
-                z_b = dot(a_tile, b_tile, z_b)
+                z_b = dot(a_tile, b_tile, z_b, F32_DOT)
             if HAS_BIAS:
                 z_a += tl.load(bias + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
                 z_b += tl.load(bias + F + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
@@ -225,11 +225,13 @@ def _plan(a, b, y, preact, bias, act, interleaved, clamped, cfg) -> _GatedPlan:
     what ``tma_ok``, the config table, the grid and the descriptors read besides data pointers
     (shapes, strides, dtypes), and whether ``a`` and ``b`` and the outputs are 16-byte aligned:
     the halves' alignment follows from their base's and the class (a misaligned base makes
-    the first half misaligned, so TMA is off either way). ``act`` keyed as an int."""
+    the first half misaligned, so TMA is off either way); for float32 operands the matmul
+    precision torch asks for now. ``act`` keyed as an int."""
     key = (a.shape, a.stride(0), a.dtype, b.shape, b.stride(), b.dtype, y.shape, y.stride(), y.dtype,
            a.get_device(), bias is not None, int(act), bool(interleaved), bool(clamped), preact is not None, cfg,
            not (a.data_ptr() | b.data_ptr()) & 15,
-           not (y.data_ptr() | (0 if preact is None else preact.data_ptr())) & 15)
+           not (y.data_ptr() | (0 if preact is None else preact.data_ptr())) & 15,
+           a.dtype is torch.float32 and float32_matmul_in_tf32())
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) >= _MAX_PLANS:
@@ -259,7 +261,7 @@ def _new_plan(a, b, y, preact, bias, act, interleaved, clamped, cfg) -> _GatedPl
         SAVE_PREACT=preact is not None, TMA_LOAD=tma_load, TMA_EPI=tma_epi, B_TRANS=b_trans,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         FLATTEN=not cfg.warp_specialize, WARP_SPECIALIZE=cfg.warp_specialize,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        F32_DOT=float32_dot_precision(a.dtype), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     ints = (M, F, K, programs, a.stride(0), b.stride(0), b.stride(1), y.stride(0),
             0 if preact is None else preact.stride(0))

@@ -120,13 +120,15 @@ def dequantize_tile(raw, s, rows, mask_r, stride_s, ki, KS, SCALING: tl.constexp
 def accumulate(acc, a_tile, b_tile, a_scale, b_scale, a_rows, b_rows, mask_a, mask_b, stride_as,
                stride_bs, ki, SCALING: tl.constexpr, A_ROWS_PER_SCALE: tl.constexpr,
                B_ROWS_PER_SCALE: tl.constexpr):
-    """``acc + a_tile @ b_tile^T``; for BLOCK, the K step's product times its block scales."""
+    """``acc + a_tile @ b_tile^T``; for BLOCK, the K step's product times its block scales.
+    Dequantized float32 tiles multiply in IEEE precision whatever torch's float32 matmul
+    setting: they stand for the quantized operands, not a user's float32 tensors."""
     if SCALING == 1:
         sa = tl.load(a_scale + (a_rows // A_ROWS_PER_SCALE) * stride_as + ki, mask=mask_a, other=0.0)
         sb = tl.load(b_scale + (b_rows // B_ROWS_PER_SCALE) * stride_bs + ki, mask=mask_b, other=0.0)
-        part = dot(a_tile, tl.trans(b_tile), tl.zeros(acc.shape, dtype=tl.float32))
+        part = dot(a_tile, tl.trans(b_tile), tl.zeros(acc.shape, dtype=tl.float32), "ieee")
         return acc + part * (sa[:, None] * sb[None, :])
-    return dot(a_tile, tl.trans(b_tile), acc)
+    return dot(a_tile, tl.trans(b_tile), acc, "ieee")
 
 
 @triton.jit

@@ -26,7 +26,7 @@ from triton._utils import validate_block_shape
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels import autodiff_state
-from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot, next_power_of_2
+from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot, float32_dot_precision, next_power_of_2
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
@@ -66,7 +66,8 @@ def _configs() -> dict[str, GemmConfig]:
     """Tile shapes by shape class. 16-bit operands behind TMA: ``wide`` (N >= 512),
     ``narrow``, and ``fused`` when the epilogue reads or writes a second [M, N] tensor (the
     128x256 tile leaves it no registers or SMEM); ``pointer`` for unaligned 16-bit operands;
-    ``fp32`` (IEEE float32 runs on the FMA units, so small tiles).
+    ``fp32`` (IEEE float32 runs on the FMA units, so small tiles; TF32, under torch's TF32
+    setting, on the same tiles: not tuned for it).
 
     ``wide`` was chosen on an H100 by ``python -m benchmarks.grouped_gemm --tune`` (bf16, the
     four MoE shapes x uniform/skewed routing, forward and dgrad): geometric mean 1.11x / 1.18x
@@ -280,7 +281,7 @@ def grouped_gemm_kernel(
     TMA_LOAD: tl.constexpr, TMA_STORE: tl.constexpr, B_TRANS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_EPILOGUE: tl.constexpr, BLOCK_G: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, F32_DOT: tl.constexpr,
 ):
     # With TMA_LOAD, ``a`` is a descriptor over [M, K] and ``b`` one over the weight as it
     # lies in memory: [G, N, K] when B_TRANS (K contiguous), else [G, K, N].
@@ -313,7 +314,7 @@ def grouped_gemm_kernel(
                 b_ptrs = b + g * stride_bg + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
                 # [BLOCK_K, BLOCK_N]
                 b_tile = tl.load(b_ptrs, mask=mask_k[:, None] & (offs_n < N)[None, :], other=0.0)
-            acc = dot(a_tile, b_tile, acc)
+            acc = dot(a_tile, b_tile, acc, F32_DOT)
         if SPLIT_EPILOGUE:
             # Two [BLOCK_M, BLOCK_N / 2] halves: half the registers and staging SMEM at once.
             acc_l, acc_r = tl.split(tl.permute(tl.reshape(acc, [BLOCK_M, 2, BLOCK_N // 2]), (0, 2, 1)))
@@ -408,7 +409,7 @@ def launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
         TMA_LOAD=tma_load, TMA_STORE=tma_store, B_TRANS=b_trans,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, SPLIT_EPILOGUE=split,
         BLOCK_G=max(16, next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
-        WARP_SPECIALIZE=cfg.warp_specialize,
+        WARP_SPECIALIZE=cfg.warp_specialize, F32_DOT=float32_dot_precision(a.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y, preact

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv, dot, next_power_of_2
+from fuseops.kernels._triton import INTERPRET, cdiv, dot, float32_dot_precision, next_power_of_2
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
 from fuseops.kernels.gemm.grouped import (
@@ -244,7 +244,7 @@ def grouped_gemm_gated_fwd_kernel(
     TMA_LOAD: tl.constexpr, TMA_STORE: tl.constexpr, B_TRANS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EPILOGUE_PARTS: tl.constexpr, BLOCK_G: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, F32_DOT: tl.constexpr,
 ):
     # b_a / b_b: the gate and up halves of b (views or descriptors); interleaved, b_a is all
     # of b and a tile reads its 2 * BLOCK_N columns from 2 * off_n.
@@ -266,7 +266,7 @@ def grouped_gemm_gated_fwd_kernel(
                                 BLOCK_M, BLOCK_K)
                 b_tile = load_b(b_a, g, ki * BLOCK_K, 2 * off_n, K, 2 * F, stride_bg, stride_bk,
                                 stride_bn, TMA_LOAD, B_TRANS, BLOCK_K, 2 * BLOCK_N)
-                acc = dot(a_tile, b_tile, acc)
+                acc = dot(a_tile, b_tile, acc, F32_DOT)
             acc_a, acc_b = tl.split(tl.reshape(acc, [BLOCK_M, BLOCK_N, 2]))
         else:
             acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -276,10 +276,10 @@ def grouped_gemm_gated_fwd_kernel(
                                 BLOCK_M, BLOCK_K)
                 b_tile = load_b(b_a, g, ki * BLOCK_K, off_n, K, F, stride_bg, stride_bk,
                                 stride_bn, TMA_LOAD, B_TRANS, BLOCK_K, BLOCK_N)
-                acc_a = dot(a_tile, b_tile, acc_a)
+                acc_a = dot(a_tile, b_tile, acc_a, F32_DOT)
                 b_tile = load_b(b_b, g, ki * BLOCK_K, off_n, K, F, stride_bg, stride_bk,
                                 stride_bn, TMA_LOAD, B_TRANS, BLOCK_K, BLOCK_N)
-                acc_b = dot(a_tile, b_tile, acc_b)
+                acc_b = dot(a_tile, b_tile, acc_b, F32_DOT)
         _fwd_epilogue(acc_a, acc_b, h, z_a, z_b, bias, probs, g, row0, size, off_m, off_n, F,
                       stride_hm, stride_zm, stride_bias_g, limit, alpha, ACT, CLAMPED, INTERLEAVED,
                       HAS_BIAS, HAS_PROBS, SAVE_PREACT, TMA_STORE, EPILOGUE_PARTS, BLOCK_M, BLOCK_N)
@@ -385,7 +385,7 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
         TMA_STORE=tma_store, B_TRANS=b_trans, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
         GROUP_M=cfg.group_m, EPILOGUE_PARTS=cfg.epilogue_parts,
         BLOCK_G=max(16, next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
-        WARP_SPECIALIZE=cfg.warp_specialize,
+        WARP_SPECIALIZE=cfg.warp_specialize, F32_DOT=float32_dot_precision(a.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return h, z

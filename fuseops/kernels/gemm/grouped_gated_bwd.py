@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv, dot, next_power_of_2
+from fuseops.kernels._triton import INTERPRET, cdiv, dot, float32_dot_precision, next_power_of_2
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
@@ -131,7 +131,7 @@ def grouped_gemm_gated_bwd_kernel(
     TMA_LOAD: tl.constexpr, TMA_Z: tl.constexpr, TMA_STORE: tl.constexpr, B_TRANS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EPILOGUE_PARTS: tl.constexpr, BLOCK_G: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, F32_DOT: tl.constexpr,
 ):
     # partials: [tiles_n, M]; the tile (g, pid_m, pid_n) owns its group's rows of row pid_n.
     tiles_n = tl.cdiv(F, BLOCK_N)
@@ -151,7 +151,7 @@ def grouped_gemm_gated_bwd_kernel(
                             BLOCK_M, BLOCK_K)
             b_tile = load_b(b, g, ki * BLOCK_K, off_n, K, F, stride_bg, stride_bk, stride_bn,
                             TMA_LOAD, B_TRANS, BLOCK_K, BLOCK_N)
-            acc = dot(a_tile, b_tile, acc)
+            acc = dot(a_tile, b_tile, acc, F32_DOT)
         partial = _dgrad_epilogue(
             acc, z_a, z_b, dz_a, dz_b, h, probs, g, row0, size, off_m, off_n, F, stride_zm,
             stride_dzm, stride_hm, limit, alpha, ACT, CLAMPED, INTERLEAVED, HAS_PROBS, WANT_H,
@@ -237,7 +237,7 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         EPILOGUE_PARTS=cfg.epilogue_parts, BLOCK_G=max(16, next_power_of_2(G)),
         NUM_PROGRAMS=programs, FLATTEN=cfg.flatten, WARP_SPECIALIZE=cfg.warp_specialize,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        F32_DOT=float32_dot_precision(dy.dtype), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     dprobs = None
     if partials is not None:

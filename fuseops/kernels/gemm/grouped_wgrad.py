@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv, dot
+from fuseops.kernels._triton import INTERPRET, cdiv, dot, float32_dot_precision
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.gemm.grouped import (
     GemmConfig,
@@ -87,7 +87,7 @@ def grouped_gemm_wgrad_kernel(
     ACCUMULATE: tl.constexpr, TMA_LOAD: tl.constexpr, X_GATHER: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-    N_FASTEST: tl.constexpr,
+    N_FASTEST: tl.constexpr, F32_DOT: tl.constexpr,
 ):
     # Tiles of one group are consecutive, so a wave shares the group's rows of dy and x in L2.
     tiles_n, tiles_k = tl.cdiv(N, BLOCK_N), tl.cdiv(K, BLOCK_K)
@@ -120,7 +120,7 @@ def grouped_gemm_wgrad_kernel(
                 x_ptrs = x + x_src[:, None] * stride_xm + offs_k[None, :]
                 # [BLOCK_M, BLOCK_K]
                 x_tile = tl.load(x_ptrs, mask=mask_r[:, None] & mask_k[None, :], other=0.0)
-            acc = dot(tl.trans(dy_tile), x_tile, acc)
+            acc = dot(tl.trans(dy_tile), x_tile, acc, F32_DOT)
         # Pointers built after the reduction: a [BLOCK_N, BLOCK_K] pointer tile live across it
         # costs 128 registers and spills.
         dw_ptrs = dw + g * stride_dwg + offs_n[:, None] * stride_dwn + offs_k[None, :]
@@ -214,7 +214,7 @@ def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig, a
         dy.stride(0), x.stride(0), dw.stride(0), dw.stride(1),
         ACCUMULATE=main_grad is not None, TMA_LOAD=tma_load, X_GATHER=x_rows is not None,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
-        WARP_SPECIALIZE=cfg.warp_specialize, N_FASTEST=along_n,
+        WARP_SPECIALIZE=cfg.warp_specialize, N_FASTEST=along_n, F32_DOT=float32_dot_precision(dy.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return dw

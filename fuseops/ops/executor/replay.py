@@ -74,6 +74,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from fuseops.kernels import launch as kernel_launch
+from fuseops.kernels._triton import float32_matmul_in_tf32
 from fuseops.kernels.launch_descriptors import DescriptorLaunch
 from fuseops.ops._checks import debug_checks_enabled
 from fuseops.ops.executor import graphed
@@ -648,12 +649,13 @@ def _graph_parts(n: _Names, params: list[str], results: Sequence[torch.Tensor | 
 
 def layout_key(tensors: Sequence[Any]) -> tuple:
     """What a recorded program assumed of its inputs: shape, strides and 16-byte alignment of
-    each tensor (None stays None), the deterministic-algorithms flag, and what its direct
-    launches assumed (``launch.direct_state``). The shapes too, though an eager ``Prepared`` run
+    each tensor (None stays None), the deterministic-algorithms flag, torch's float32 matmul
+    precision (the GEMM kernels' ``F32_DOT``, cuBLAS's TF32 in a captured graph), and what its
+    direct launches assumed (``launch.direct_state``). The shapes too, though an eager ``Prepared`` run
     is one signature: a compiled ``Sequential``'s serves every size of a dynamic trace
     (``compiled_sequential.py``), and a program replays the sizes it was recorded with (its
     launches' grids, its allocations): session 33 replayed T=1024's at T=4096 on the GPU."""
-    return (torch.are_deterministic_algorithms_enabled(), kernel_launch.direct_state(),
+    return (torch.are_deterministic_algorithms_enabled(), float32_matmul_in_tf32(), kernel_launch.direct_state(),
             *[None if t is None else (t.shape, t.stride(), t.data_ptr() & 15) for t in tensors])
 
 

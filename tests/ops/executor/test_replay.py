@@ -17,7 +17,7 @@ import torch
 import fuseops
 from fuseops import ops
 from fuseops.ops.executor import replay
-from tests.helpers import assert_bitwise, kernels_on
+from tests.helpers import assert_bitwise, float32_matmul_precision, kernels_on
 
 H = 16
 
@@ -95,6 +95,20 @@ def test_a_new_input_layout_records_its_own_program(monkeypatch):
     transposed = [[torch.randn(H, 8).t()] for _ in range(3)]
     delta = _full_then_replayed(model, contiguous + transposed, monkeypatch)
     assert delta == {"recorded": 4, "replayed": 4, "refused": 0}
+
+
+def test_a_change_of_the_float32_matmul_precision_records_its_own_program(monkeypatch):
+    # A program keeps its launches' F32_DOT: replayed after the setting changed, its float32
+    # GEMMs would multiply in the old precision (tests/kernels/gemm/test_float32_precision.py).
+    with kernels_on("triton") as device:
+        torch.manual_seed(0)
+        model = MODELS["grouped"]().to(device)
+        calls = [_inputs("grouped", device, s) for s in range(3)]
+        deltas = []
+        for precision in ("ieee", "tf32"):
+            with float32_matmul_precision(precision):
+                deltas.append(_full_then_replayed(model, calls, monkeypatch))
+    assert deltas == [{"recorded": 2, "replayed": 2, "refused": 0}] * 2
 
 
 class _HostRead(ops.Identity):

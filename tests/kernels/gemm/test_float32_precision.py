@@ -1,0 +1,129 @@
+"""The GEMM kernels multiply float32 operands as torch multiplies float32 matrices on CUDA: in
+IEEE precision by default, in TF32 where torch runs float32 matmuls in TF32
+(``torch.set_float32_matmul_precision("high")``, ``torch.backends.cuda.matmul.fp32_precision``).
+The precision is each launch's ``F32_DOT`` constexpr, decided at the call, never from a plan kept
+from a call made under the other setting; other dtypes always launch "ieee" (one
+specialization). On the GPU the TF32 products are TF32's accuracy, the IEEE ones float32's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fuseops.kernels._triton import float32_matmul_in_tf32
+from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.gemm import dense, dense_gated, grouped, grouped_gated, grouped_gated_bwd, grouped_wgrad
+from tests.helpers import cuda_or_skip, float32_matmul_precision
+from tests.kernels.launch_capture import captured_launches
+
+G, M, K, N = 3, 40, 32, 48
+_GEMM_KERNELS = ("gemm_kernel", "gemm_gated_kernel", "grouped_gemm_kernel", "grouped_gemm_gated_fwd_kernel",
+                 "grouped_gemm_gated_bwd_kernel", "grouped_gemm_wgrad_kernel")
+
+
+def _calls(device, dtype, reference: bool = False):
+    """One call of every launcher whose kernel multiplies through ``_triton.dot`` (or, with
+    ``reference``, of its torch reference), on the same values whatever ``dtype``."""
+    g = torch.Generator().manual_seed(0)
+
+    def t(*shape):
+        return torch.randn(*shape, generator=g).to(device, dtype)
+
+    def fn(module, name):
+        return getattr(module, f"reference_{name}" if reference else name)
+
+    offsets = torch.tensor([0, 10, 10, M], device=device)
+    a, w, w2, dy, z = t(M, K), t(G, N, K), t(G, K, N // 2), t(M, K), t(M, N)
+    silu = Activation.SILU
+    return {
+        "dense": lambda: fn(dense, "gemm")(a, w[0].t(), act=Activation.GELU_TANH, save_preact=True),
+        "dense gated": lambda: fn(dense_gated, "gemm_gated")(a, w[0].t(), act=silu),
+        "grouped": lambda: fn(grouped, "grouped_gemm")(a, w.transpose(1, 2), offsets),
+        "grouped gated": lambda: fn(grouped_gated, "grouped_gemm_gated")(a, w.transpose(1, 2), offsets, act=silu),
+        "grouped gated dgrad": lambda: fn(grouped_gated_bwd, "grouped_gemm_dgrad_gated")(dy, w2, offsets, z, act=silu),
+        "grouped wgrad": lambda: fn(grouped_wgrad, "grouped_gemm_wgrad")(dy, z, offsets),
+    }
+
+
+def _precisions(call) -> list[str]:
+    """The ``F32_DOT`` of each GEMM launch of ``call`` (``launch`` stubbed: nothing runs)."""
+    with captured_launches(extra_modules=(dense, grouped_wgrad)) as launches:
+        call()
+    found = [kw["F32_DOT"] for kernel, _, _, kw in launches if getattr(kernel, "fn", kernel).__name__ in _GEMM_KERNELS]
+    assert found, "no GEMM kernel launched"
+    return found
+
+
+@pytest.mark.parametrize("name", list(_calls("cpu", torch.float32)))
+def test_float32_operands_launch_the_precision_torch_asks_for_now(name):
+    call = _calls("cpu", torch.float32)[name]
+    # The order catches a launch plan kept across the setting: ieee, tf32, ieee again.
+    with float32_matmul_precision("ieee"):
+        first = _precisions(call)
+    with float32_matmul_precision("tf32"):
+        tf32 = _precisions(call)
+    with float32_matmul_precision("ieee"):
+        again = _precisions(call)
+    assert set(first) == set(again) == {"ieee"}
+    assert set(tf32) == {"tf32"}
+
+
+def test_set_float32_matmul_precision_high_reaches_the_kernels():
+    call = _calls("cpu", torch.float32)["grouped"]
+    saved = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        high = _precisions(call)
+        torch.set_float32_matmul_precision("highest")
+        highest = _precisions(call)
+    finally:
+        torch.set_float32_matmul_precision(saved)
+    assert set(high) == {"tf32"} and set(highest) == {"ieee"}
+
+
+@pytest.mark.parametrize("setting", ["high", "highest", "tf32", "ieee", "allow_tf32", "disallow_tf32"])
+def test_the_setting_is_read_as_torch_reads_it(setting):
+    # float32_matmul_in_tf32 calls the getter behind torch.backends.cuda.matmul.fp32_precision
+    # directly: it must agree with the public attribute under every way of setting it.
+    saved = torch.backends.cuda.matmul.fp32_precision
+    try:
+        if setting in ("high", "highest"):
+            torch.set_float32_matmul_precision(setting)
+        elif setting.endswith("allow_tf32"):
+            torch.backends.cuda.matmul.allow_tf32 = setting == "allow_tf32"
+        else:
+            torch.backends.cuda.matmul.fp32_precision = setting
+        expected = setting in ("high", "tf32", "allow_tf32")
+        assert torch.backends.cuda.matmul.fp32_precision == ("tf32" if expected else "ieee")
+        assert float32_matmul_in_tf32() is expected
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = saved
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", list(_calls("cpu", torch.float32)))
+def test_half_precision_operands_launch_one_specialization_whatever_the_setting(name, dtype):
+    call = _calls("cpu", dtype)[name]
+    with float32_matmul_precision("tf32"):
+        assert set(_precisions(call)) == {"ieee"}
+
+
+def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref).norm() / ref.norm())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["dense", "grouped", "grouped gated", "grouped gated dgrad", "grouped wgrad"])
+def test_gpu_float32_products_have_the_accuracy_of_the_precision_asked_for(name):
+    # The relative error of a TF32 product of K-long rows is ~1e-4-1e-3 (10-bit mantissas),
+    # IEEE's ~1e-6: the setting measurably changes the products, and IEEE stays IEEE.
+    device = cuda_or_skip()
+    ref = _calls(device, torch.float64, reference=True)[name]()
+    ref = ref[0] if isinstance(ref, tuple) else ref
+    errors = {}
+    for precision in ("ieee", "tf32"):
+        with float32_matmul_precision(precision):
+            out = _calls(device, torch.float32)[name]()
+        errors[precision] = _relative_error(out[0] if isinstance(out, tuple) else out, ref)
+    assert errors["ieee"] < 1e-5, errors
+    assert 1e-5 < errors["tf32"] < 5e-3, errors
