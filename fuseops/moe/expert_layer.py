@@ -50,7 +50,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from fuseops.kernels import autodiff_state
 from fuseops.moe import expert_layer_steps as steps
@@ -58,6 +57,7 @@ from fuseops.moe.expert_layer_quantized import QuantizedExpertLayer
 from fuseops.moe.routing import check_routing, check_weights, permute_checked, unpermute
 from fuseops.ops import _checks
 from fuseops.ops.executor.saved_state import graph_freed_after_backward
+from fuseops.ops.executor.second_backward import once_differentiable
 from fuseops.ops.gated import GatedActivation
 from fuseops.ops.grouped_linear import GroupedLinear
 from fuseops.quant.autocast import current_recipe

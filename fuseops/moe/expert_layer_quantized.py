@@ -34,7 +34,6 @@ are read on the host at every call, and FP8 pays where the GPU work is large).
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from fuseops.kernels import library
 from fuseops.kernels.autodiff_state import batched_cotangents, refuse_batched_cotangents
@@ -47,6 +46,7 @@ from fuseops.moe.expert_layer_steps import Gate, sum_token_rows, token_of_rows
 from fuseops.moe.routing import permute_rows
 from fuseops.ops import _checks
 from fuseops.ops._quantized import QuantizedLinearSaved, quantized_forward, quantized_operands, quantized_wgrad
+from fuseops.ops.executor.second_backward import once_differentiable
 from fuseops.quant import linear_dgrad
 from fuseops.quant.emit import EmitPlan, emitted_storage
 from fuseops.quant.quantize import quantize_derived

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from fuseops.kernels.autodiff_state import batched_cotangents, refuse_batched_cotangents
+from fuseops.ops.executor.second_backward import once_differentiable
 from fuseops.ops.parallel import tensor_parallel as tp
 
 
@@ -164,6 +165,7 @@ class _Exchange(torch.autograd.Function):
         return _send(x, handle) if to_experts else _return(x, handle)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy: torch.Tensor):
         if batched_cotangents(dy):
             refuse_batched_cotangents(quantized=False, communicating=["the expert-parallel exchange"])

@@ -32,7 +32,6 @@ from functools import partial
 
 import torch
 from torch._C._functorch import maybe_current_level
-from torch.autograd.function import once_differentiable
 
 from fuseops.kernels import autodiff_state
 from fuseops.kernels.dispatch import Kernel, launcher, references_forced
@@ -40,6 +39,7 @@ from fuseops.kernels.moe import traceable
 from fuseops.moe import routing_graphs, routing_ops
 from fuseops.moe.routing_ops import sum_rows, unpermute_backward, unpermute_plain
 from fuseops.ops.executor import replay
+from fuseops.ops.executor.second_backward import once_differentiable
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 

@@ -47,6 +47,7 @@ from fuseops.ops.executor.saved_state import (
     record_tensors,
     unpack_saved,
 )
+from fuseops.ops.executor.second_backward import no_second_backward, refuse_batched_create_graph
 
 
 @dataclass(frozen=True)
@@ -316,24 +317,6 @@ def run_backward(state: RunState, records, saved_tensors, dy, flat_extra_output_
     return (None, *input_grads, *param_grads)
 
 
-def _no_second_backward(grads: tuple) -> tuple:
-    """The gradients, each behind a node that raises if differentiated again: the ops'
-    backward is not differentiable, and a second backward must fail, never be wrong."""
-    present = [g for g in grads if isinstance(g, torch.Tensor)]
-    if not present:
-        return grads
-    err = torch._C._functions.DelayedError(
-        "fuseops: double backward (create_graph=True, then a backward through these "
-        "gradients) is not supported; the ops' backward is not differentiable",
-        len(present),
-    )
-    wrapped = err(*[g.detach().requires_grad_() for g in present])
-    # One input, one Tensor back (not a tuple): iterated, it gave its rows (session 58: a
-    # create_graph=True backward with one gradient, torch.func.vjp of a parameterless op).
-    wrapped = iter((wrapped,) if isinstance(wrapped, torch.Tensor) else wrapped)
-    return tuple(next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads)
-
-
 # The torch.func transforms that differentiate (their interpreters' keys, as text).
 DIFFERENTIATING_TRANSFORMS = ("TransformType.Grad", "TransformType.Jvp")
 
@@ -394,9 +377,10 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
     if batched_cotangents(dy, *flat_extra_output_grads):
         # Batched by torch's older vmap (``is_grads_batched=True``): tensors without storage,
         # which no kernel or recorded program reads; the references batch.
+        if create_graph:
+            refuse_batched_create_graph()
         with references_forced():
-            grads = _backward_unrecorded(state, records, saved_tensors, dy, flat_extra_output_grads)
-        return _no_second_backward(grads) if create_graph else grads
+            return _backward_unrecorded(state, records, saved_tensors, dy, flat_extra_output_grads)
     with autocast_off(state.prep.device_type):
         if not torch.is_grad_enabled():
             # The engine runs backward with grad mode off unless create_graph is set.
@@ -409,7 +393,7 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
             return run_backward(state, filled(records), saved_tensors, dy, flat_extra_output_grads, compiling)
         with torch.no_grad():
             grads = run_backward(state, filled(records), saved_tensors, dy, flat_extra_output_grads, compiling)
-    return _no_second_backward(grads) if create_graph else grads
+    return no_second_backward(grads) if create_graph else grads
 
 
 def _backward_unrecorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:

@@ -161,21 +161,23 @@ def test_moe_jacobian_matches_plain_torch(layer, device):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("model", ["dense", "composition", "expert_layer"])
-def test_compiled_models_take_batched_cotangents(model, device):
+def test_compiled_models_take_batched_cotangents(model, backend, device):
     """A compiled Sequential's backward operator (its ``Batched`` kernel), the compiled MoE
-    composition and expert layer, against torch.nn / plain torch."""
+    composition and expert layer, against torch.nn / plain torch; under inductor too, whose
+    generated backward calls the operators with the batched cotangents as aot_eager's does."""
     dtype = _dtype(device)
     torch._dynamo.reset()
     if model == "dense":
         seq, reference, _ = _dense("gelu", True, device, dtype)
         x = torch.randn(3, 8, device=device, dtype=dtype)
-        args, run = (x,), torch.compile(seq, backend="aot_eager", fullgraph=True)
+        args, run = (x,), torch.compile(seq, backend=backend, fullgraph=True)
     else:
         experts = _experts(device, dtype)
         x, ids, weights = _routing(device, dtype)
         args, reference = (x, weights), _moe_reference(experts, ids)
-        run = torch.compile(_moe_layers(experts, ids)[model], backend="aot_eager", fullgraph=True)
+        run = torch.compile(_moe_layers(experts, ids)[model], backend=backend, fullgraph=True)
     leaves = [a.clone().requires_grad_() for a in args]
     y = run(*leaves)
     cotangents = torch.randn(4, *y.shape, device=device, dtype=dtype)
