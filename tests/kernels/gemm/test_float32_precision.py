@@ -81,19 +81,19 @@ def test_set_float32_matmul_precision_high_reaches_the_kernels():
     assert set(high) == {"tf32"} and set(highest) == {"ieee"}
 
 
-@pytest.mark.parametrize("setting", ["high", "highest", "tf32", "ieee", "allow_tf32", "disallow_tf32"])
+@pytest.mark.parametrize("setting", ["high", "medium", "highest", "tf32", "ieee", "allow_tf32", "disallow_tf32"])
 def test_the_setting_is_read_as_torch_reads_it(setting):
     # float32_matmul_in_tf32 calls the getter behind torch.backends.cuda.matmul.fp32_precision
     # directly: it must agree with the public attribute under every way of setting it.
     saved = torch.backends.cuda.matmul.fp32_precision
     try:
-        if setting in ("high", "highest"):
+        if setting in ("high", "medium", "highest"):
             torch.set_float32_matmul_precision(setting)
         elif setting.endswith("allow_tf32"):
             torch.backends.cuda.matmul.allow_tf32 = setting == "allow_tf32"
         else:
             torch.backends.cuda.matmul.fp32_precision = setting
-        expected = setting in ("high", "tf32", "allow_tf32")
+        expected = setting in ("high", "medium", "tf32", "allow_tf32")
         assert torch.backends.cuda.matmul.fp32_precision == ("tf32" if expected else "ieee")
         assert float32_matmul_in_tf32() is expected
     finally:
