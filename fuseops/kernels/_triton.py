@@ -116,7 +116,7 @@ def float32_dot_precision(dtype: torch.dtype) -> str:
     (``torch.set_float32_matmul_precision("high")``, ``torch.backends.cuda.matmul.fp32_precision
     = "tf32"`` or the older ``allow_tf32 = True``), as cuBLAS then does for ``torch.mm``; else
     "ieee", torch's default. Other dtypes: "ieee" (unused by their products, and one
-    specialization whatever the setting). The interpreter multiplies float32 exactly either way."""
+    specialization whatever the setting). The interpreter multiplies float32 in IEEE either way."""
     return "tf32" if dtype == torch.float32 and float32_matmul_in_tf32() else "ieee"
 
 

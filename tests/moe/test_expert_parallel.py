@@ -66,7 +66,23 @@ def check_dispatch_roundtrip(device, dtypes, report: Report):
             dy = torch.randn(y_sorted.shape, generator=gen).to(device, dtype)
             y_sorted.backward(dy)
             report.close(x_sorted.grad, dy * row_scale, dtype, "dispatch-combine input grad")
+    _check_create_graph(device, group)
     _check_errors(device)
+
+
+def _check_create_graph(device, group):
+    # Under create_graph=True the exchange's gradient sits behind the raising node, as every fuseops
+    # backward's does (second_backward.py): x's gradient depends on w (the experts' side), and a
+    # second backward through it raises, never takes that dependence as zero (session 61: it did).
+    x = torch.randn(4, 3, device=device, requires_grad=True)
+    w = torch.randn(3, device=device, requires_grad=True)
+    world = dist.get_world_size()
+    x_local, _, handle = dispatch(x, [4] + [0] * (world - 1), group)
+    y = combine(x_local * w, handle)
+    (gx,) = torch.autograd.grad(y, x, torch.ones_like(y), create_graph=True)
+    assert gx.requires_grad, "the exchange's gradient came back a constant"
+    with pytest.raises(RuntimeError, match="double backward"):
+        (gx.square().sum() + y.sum()).backward()
 
 
 def _check_errors(device):
