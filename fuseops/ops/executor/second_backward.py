@@ -29,19 +29,47 @@ MESSAGE = ("fuseops: double backward (create_graph=True, then a backward through
            "supported; the ops' backward is not differentiable")
 
 
-def no_second_backward(grads: tuple) -> tuple:
-    """``grads``, each tensor behind one node that raises ``MESSAGE`` if differentiated."""
+def no_second_backward(grads: tuple, links: tuple = ()) -> tuple:
+    """``grads``, each tensor behind one node that raises ``MESSAGE`` if differentiated. The node
+    also links to ``links``' tensors that require grad: what the backward read (its cotangents,
+    saved tensors, parameters), everything the gradients depend on. A second backward that asks
+    for the derivative with respect to one of them (``torch.autograd.grad(..., inputs,
+    allow_unused=True)``, ``backward(inputs=...)``, ``gradgradcheck``) reaches the node and
+    raises; linked to nothing, the engine left the node out and returned None, a zero (session 61)."""
     present = [g for g in grads if isinstance(g, torch.Tensor)]
     if not present:
         return grads
     if batched_cotangents(*present):
         refuse_batched_create_graph()
-    err = torch._C._functions.DelayedError(MESSAGE, len(present))
-    wrapped = err(*[g.detach().requires_grad_() for g in present])
+    linked = [t for t in links if isinstance(t, torch.Tensor) and t.requires_grad]
+    err = torch._C._functions.DelayedError(MESSAGE, len(present) + len(linked))
+    # The node's outputs alias its inputs (no copy); the links' are dropped.
+    wrapped = err(*[g.detach().requires_grad_() for g in present], *linked)
     # One input, one Tensor back (not a tuple): iterated, it gave its rows (session 58: a
     # create_graph=True backward with one gradient, torch.func.vjp of a parameterless op).
     wrapped = iter((wrapped,) if isinstance(wrapped, torch.Tensor) else wrapped)
     return tuple(next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads)
+
+
+def unsaved_input_links(inputs: tuple, saved: tuple) -> tuple:
+    """Links for the inputs of a Function's forward that require grad but that it did not save
+    (``no_second_backward``): a gradient can depend on such an input through an intermediate
+    the forward saved (a frozen first Linear's ``z``, the expert layer's permuted rows), which
+    autograd cannot see. Each an empty clone of a 0-row view of its input: no kernel, and the
+    nodes keep sizes only, neither the input's storage (a view itself would keep the whole input
+    alive until the backward) nor a saved tensor (a 0-row ``index_select``, 2.5 us against
+    these 4 on the CPU, saves its index: saved-tensor hooks, offloading's among them, saw it).
+    Empty where every such input is saved (the common case: a residual input, or one that a
+    recipe or autocast casts before saving, is not) and while compiling (AOTAutograd refuses a
+    compiled graph's double backward itself)."""
+    if torch.compiler.is_compiling():
+        return ()
+    unsaved = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad
+               and not any(t is s for s in saved)]
+    if not unsaved:
+        return ()
+    with torch.enable_grad():
+        return tuple((t if t.dim() else t.unsqueeze(0)).narrow(0, 0, 0).clone() for t in unsaved)
 
 
 def refuse_batched_create_graph() -> None:
@@ -53,7 +81,9 @@ def refuse_batched_create_graph() -> None:
 
 def once_differentiable(backward: Callable) -> Callable:
     """An autograd Function's ``backward`` run without grad; under ``create_graph=True`` its
-    gradients behind the raising node (``no_second_backward``), whatever the cotangents."""
+    gradients behind the raising node (``no_second_backward``), whatever the cotangents, linked
+    to the cotangents, the saved tensors and ``ctx.unsaved_links`` (``unsaved_input_links``,
+    where the forward set them)."""
 
     @functools.wraps(backward)
     def wrapper(ctx, *grads):
@@ -64,6 +94,8 @@ def once_differentiable(backward: Callable) -> Callable:
             out = backward(ctx, *grads)
         if not create_graph:
             return out
-        return no_second_backward(out) if isinstance(out, tuple) else no_second_backward((out,))[0]
+        # Read again for the links (create_graph=True only): saved-tensor hooks unpack twice.
+        links = (*grads, *ctx.saved_tensors, *getattr(ctx, "unsaved_links", ()))
+        return no_second_backward(out, links) if isinstance(out, tuple) else no_second_backward((out,), links)[0]
 
     return wrapper

@@ -3,13 +3,20 @@ layer, a Sequential's plan): the first-order gradients are torch's, and every on
 behind a node that raises if a second backward reaches it (``second_backward.py``). Session 61:
 under a plain cotangent ``expert_layer``'s gradients and ``unpermute``'s weights gradient came
 back as constants, so a gradient penalty's second backward ran and took their derivatives as
-zero; with batched cotangents the first backward failed inside torch's vmap."""
+zero; with batched cotangents the first backward failed inside torch's vmap; and the raising
+node, linked to nothing, was left out by ``torch.autograd.grad(..., inputs, allow_unused=True)``
+(``gradgradcheck``'s call), which returned None, a zero, for every second derivative."""
 
 from __future__ import annotations
+
+import gc
+import weakref
 
 import pytest
 import torch
 
+import fuseops
+from fuseops import ops
 from tests.helpers import cpu_and_cuda
 from tests.ops.executor.test_batched_cotangents import (
     _close,
@@ -65,3 +72,63 @@ def test_create_graph_with_batched_cotangents_raises_naming_both(model, device):
         torch.autograd.grad(y, leaves, cotangents, is_grads_batched=True, create_graph=True)
     # Without create_graph the same call batches (test_batched_cotangents.py checks the values).
     torch.autograd.grad(run(*leaves), leaves, cotangents, is_grads_batched=True)
+
+
+def _frozen_first_linear(device, dtype):
+    # The frozen Linear saves nothing; GELU saves its input, an intermediate made from x.
+    seq = fuseops.Sequential(ops.Linear(8, 8), ops.GELU(), ops.Linear(8, 8)).to(device, dtype)
+    seq[0].requires_grad_(False)
+    return seq
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("model", ["dense", "frozen_first_linear", "residual", *MOE])
+def test_a_second_derivative_asked_for_by_input_raises_never_returns_none(model, device):
+    """``torch.autograd.grad(g, x, allow_unused=True)`` after ``create_graph=True``: the raising
+    node must lie on the path to x, also where no op saved x (a frozen first Linear, a residual
+    input, the expert layer's tokens), never be pruned away into a None."""
+    dtype = _dtype(device)
+    x = torch.randn(5, 8, device=device, dtype=dtype)
+    if model == "dense":
+        seq, _, _ = _dense("gelu", True, device, dtype)
+        run = seq
+    elif model == "frozen_first_linear":
+        run = _frozen_first_linear(device, dtype)
+    elif model == "residual":
+        seq = fuseops.Sequential(ops.AddExtraInput(), ops.RMSNorm(8)).to(device, dtype)
+        branch = torch.randn(5, 8, device=device, dtype=dtype)
+        # x is the residual input (the extra one), which no op saves.
+        run = lambda x: seq(branch, x)
+    else:
+        moe, _, args, _ = _moe(model, device)
+        x, weights = args
+        run = lambda x: moe(x, weights)
+    x = x.clone().requires_grad_()
+    y = run(x)
+    (g,) = torch.autograd.grad(y, x, torch.randn_like(y), create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(g.square().sum(), x, allow_unused=True)
+
+
+def test_gradgradcheck_raises_instead_of_a_wrong_second_derivative():
+    seq, _, _ = _dense("swiglu", True, "cpu", torch.float64)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.gradgradcheck(seq, (torch.randn(3, 8, dtype=torch.float64, requires_grad=True),))
+
+
+def test_the_link_to_an_unsaved_input_keeps_none_of_its_memory_and_saves_nothing():
+    # The residual input is not saved: its link must not keep it alive until the backward, as a
+    # view of it would, nor save a tensor of its own (saved-tensor hooks, offloading's, see those).
+    seq = fuseops.Sequential(ops.GELU(), ops.AddExtraInput())
+    leaf = torch.randn(64, 8, requires_grad=True)
+    residual = leaf * 2
+    alive = weakref.ref(residual)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        y = seq(torch.randn(64, 8, requires_grad=True), residual)
+    assert all(t.numel() for t in packed), "the link saved a tensor"
+    del residual
+    gc.collect()
+    assert alive() is None, "the forward kept the unsaved residual input alive"
+    y.sum().backward()
+    torch.testing.assert_close(leaf.grad, torch.full_like(leaf, 2.0))
