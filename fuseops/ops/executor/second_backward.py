@@ -9,6 +9,8 @@ grad. A gradient that depends on the forward's tensors through what the backward
 routing weights' ``<dy, expert output>``, every weight gradient) then came back a constant
 (session 61: ``expert_layer``'s gradients and ``unpermute``'s weights gradient under a plain
 cotangent). ``once_differentiable`` here wraps whenever the backward runs with grad mode on.
+The node links to everything the gradients depend on (``no_second_backward``'s ``links``):
+linked to nothing, it was pruned by a second backward that names its inputs.
 
 With batched cotangents (``is_grads_batched=True``, ``jacobian(vectorize=True)``) the raising
 node cannot be attached (torch's older vmap drops the gradients' autograd history; its
@@ -59,9 +61,9 @@ def unsaved_input_links(inputs: tuple, saved: tuple) -> tuple:
     nodes keep sizes only, neither the input's storage (a view itself would keep the whole input
     alive until the backward) nor a saved tensor (a 0-row ``index_select``, 2.5 us against
     these 4 on the CPU, saves its index: saved-tensor hooks, offloading's among them, saw it).
-    Empty where every such input is saved (the common case: a residual input, or one that a
-    recipe or autocast casts before saving, is not) and while compiling (AOTAutograd refuses a
-    compiled graph's double backward itself)."""
+    Empty where every such input is saved, the common case (not so: a residual input, an input
+    that a recipe or autocast casts before saving, the expert layer's x and router weights), and
+    while compiling (AOTAutograd refuses a compiled graph's double backward itself)."""
     if torch.compiler.is_compiling():
         return ()
     unsaved = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad
