@@ -15,7 +15,7 @@ import argparse
 import contextlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -29,18 +29,21 @@ SHAPES = [(32, 16384, 4096, 2048), (64, 32768, 2048, 1408)]  # E, rows, H, F
 
 
 @contextlib.contextmanager
-def precision(value: str):
+def float32_matmul_precision(precision: str) -> Iterator[None]:
+    """Torch's CUDA float32 matmul precision set to ``precision`` ("tf32" or "ieee") inside the
+    block (what ``torch.set_float32_matmul_precision("high" / "highest")`` sets), restored after
+    (the tests use it too: ``tests/helpers.py``)."""
     saved = torch.backends.cuda.matmul.fp32_precision
-    torch.backends.cuda.matmul.fp32_precision = value
+    torch.backends.cuda.matmul.fp32_precision = precision
     try:
         yield
     finally:
         torch.backends.cuda.matmul.fp32_precision = saved
 
 
-def under(value: str, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+def under(precision: str, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
     def run():
-        with precision(value):
+        with float32_matmul_precision(precision):
             return fn()
     return run
 

@@ -11,6 +11,7 @@ from unittest import mock
 import pytest
 import torch
 
+from benchmarks.float32_precision import float32_matmul_precision  # noqa: F401 - the tests' import point
 from fuseops.kernels import dispatch
 from fuseops.kernels._triton import INTERPRET, runs_triton
 from fuseops.kernels.dispatch import Backend
@@ -267,15 +268,3 @@ def sm90_routes() -> Iterator[None]:
 
     with mock.patch.object(dispatch, "backend_of", backend_of):
         yield
-
-
-@contextlib.contextmanager
-def float32_matmul_precision(precision: str) -> Iterator[None]:
-    """Torch's CUDA float32 matmul precision set to ``precision`` ("tf32" or "ieee") inside the
-    block (what ``torch.set_float32_matmul_precision("high" / "highest")`` sets), restored after."""
-    saved = torch.backends.cuda.matmul.fp32_precision
-    torch.backends.cuda.matmul.fp32_precision = precision
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.fp32_precision = saved
