@@ -4,7 +4,7 @@
 # ForwardLinearBiasActivation`; run 4 `gpu:kernels`; run 5 `float32`; run 6 `float32_tf32`; `fp32_tiles` prepared, not run (no device time left).
 # Prepared for session 62 (one call a line; chain them within 30 s):
 #   TILES_LIMIT=300 SWEEP_S=260 bash benchmarks/results/session61/calls.sh fp32_tiles   # float32 grouped GEMM tiles,
-#                                                   # ieee and tf32 (fuseops 1.6-7x slower than a torch.mm loop, run 6)
+#                                                   # ieee and tf32 (fuseops 1.4-7x slower than a torch.mm loop, run 6)
 #   bash benchmarks/results/session61/calls.sh second_backward hot_path_ab   # ~9 min: create_graph tests on CUDA; A/B
 #   LIMIT=300 bash benchmarks/results/session58/calls.sh "gpu:kernels:test_launch"     # the six kernels tests run 4 left
 #   then session 59's list: gpu:edge slices (ForwardQuantize*), gpu:models2, gpu:quantops (540 s)
