@@ -113,7 +113,7 @@ def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["dense", "grouped", "grouped gated", "grouped gated dgrad", "grouped wgrad"])
+@pytest.mark.parametrize("name", ["dense", "dense gated", "grouped", "grouped gated", "grouped gated dgrad", "grouped wgrad"])
 def test_gpu_float32_products_have_the_accuracy_of_the_precision_asked_for(name):
     # The relative error of a TF32 product of K-long rows is ~1e-4-1e-3 (10-bit mantissas),
     # IEEE's ~1e-6: the setting measurably changes the products, and IEEE stays IEEE.
