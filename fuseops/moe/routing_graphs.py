@@ -64,7 +64,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from fuseops.ops.executor import graphed, op_programs
+from fuseops.ops.executor import graphed, op_programs, replay
 
 # Keys kept (the oldest dropped beyond): a key is a signature and, but for permute, the permute
 # state it follows, so a model has about three per MoE layer and shape (a 48-layer model 145).
@@ -201,7 +201,8 @@ def call(name: str, run: Callable[..., tuple], inputs: tuple[torch.Tensor | None
     if row_map is not None:
         owner_ref = _owners.get(row_map.data_ptr())
         owner = None if owner_ref is None else owner_ref()
-    signature = (name, static, *map(_signature, inputs))
+    # And the global settings a graph holds (its GEMMs' F32_DOT, the aten kernels deterministic mode picks).
+    signature = (name, static, *map(_signature, inputs), replay.global_state())
     key = (owner, *signature)
     _calls += 1
     entry = _states.get(key)
@@ -271,6 +272,6 @@ def clear() -> None:
 
 
 def states() -> dict[tuple, list[Any]]:
-    """The graph states by key, ``(owner, name, static, *input signatures)`` (tests and
-    benchmarks read their phases)."""
+    """The graph states by key, ``(owner, name, static, *input signatures,
+    replay.global_state())`` (tests and benchmarks read their phases)."""
     return {key: entry.states for key, entry in _states.items()}

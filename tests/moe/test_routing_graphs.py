@@ -18,7 +18,7 @@ from fuseops import moe
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.moe import routing, routing_graphs, routing_ops
 from fuseops.ops.executor import graphed
-from tests.helpers import assert_bitwise, assert_close_rel, cuda_or_skip
+from tests.helpers import assert_bitwise, assert_close_rel, cuda_or_skip, float32_matmul_precision
 from tests.kernels.moe.test_permute import routing as random_routing
 from tests.moe.test_expert_layer import make_experts
 from tests.ops.executor.test_graphed_states import cpu_graphs, random_verdicts  # noqa: F401 (a fixture)
@@ -415,6 +415,31 @@ def test_expert_layers_with_graphs_equal_the_calls_without(case, cpu_graphs, mon
               "retain_lean": {"loop": "retain", "lean": True}}[case]
     delta = _same_with_graphs(_expert_training("cpu", **kwargs), monkeypatch)
     assert delta["graph_replays"] > 0, delta
+
+
+@contextlib.contextmanager
+def _deterministic():
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.parametrize("setting", ["float32 in tf32", "deterministic"])
+def test_a_changed_global_setting_gets_graphs_of_its_own(setting, cpu_graphs, monkeypatch):  # noqa: F811
+    """A graph holds its GEMMs' F32_DOT and the aten kernels deterministic mode picked: after
+    either setting changes, the expert layers' calls take states of their own, never a graph
+    captured under the other (``replay.global_state``)."""
+    _same_with_graphs(_expert_training("cpu", layers=1), monkeypatch)
+    before = set(routing_graphs.states())
+    changed, index = {"float32 in tf32": (float32_matmul_precision("tf32"), 1),
+                      "deterministic": (_deterministic(), 0)}[setting]
+    with changed:
+        _expert_training("cpu", layers=1)()
+    added = set(routing_graphs.states()) - before
+    assert {key[1] for key in added} == {"expert_layer", "expert_layer_backward"}, added
+    assert all(key[-1][index] is True for key in added) and all(key[-1][index] is False for key in before)
 
 
 def test_expert_layers_at_two_token_counts_in_turn(cpu_graphs, monkeypatch):  # noqa: F811

@@ -655,8 +655,15 @@ def layout_key(tensors: Sequence[Any]) -> tuple:
     is one signature: a compiled ``Sequential``'s serves every size of a dynamic trace
     (``compiled_sequential.py``), and a program replays the sizes it was recorded with (its
     launches' grids, its allocations): session 33 replayed T=1024's at T=4096 on the GPU."""
-    return (torch.are_deterministic_algorithms_enabled(), float32_matmul_in_tf32(), kernel_launch.direct_state(),
+    return (*global_state(), kernel_launch.direct_state(),
             *[None if t is None else (t.shape, t.stride(), t.data_ptr() & 15) for t in tensors])
+
+
+def global_state() -> tuple[bool, bool]:
+    """The process-wide settings a recorded program or a captured graph holds: torch's
+    deterministic-algorithms flag (which aten kernels run) and whether float32 matmuls run in
+    TF32 (cuBLAS's, and the GEMM kernels' ``F32_DOT``). Part of every key that replays work."""
+    return torch.are_deterministic_algorithms_enabled(), float32_matmul_in_tf32()
 
 
 def enabled_now() -> bool:
