@@ -6,7 +6,8 @@
 #   TILES_LIMIT=300 SWEEP_S=260 bash benchmarks/results/session61/calls.sh fp32_tiles   # float32 grouped GEMM tiles,
 #                                                   # ieee and tf32 (fuseops 1.4-7x slower than a torch.mm loop, run 6)
 #   bash benchmarks/results/session61/calls.sh second_backward hot_path_ab   # ~9 min: create_graph tests on CUDA; A/B
-#   LIMIT=300 bash benchmarks/results/session58/calls.sh "gpu:kernels:test_launch"     # the six kernels tests run 4 left
+#   LIMIT=540 bash benchmarks/results/session58/calls.sh gpu:kernels   # again: every GEMM kernel has F32_DOT since run 4
+#   LIMIT=540 bash benchmarks/results/session58/calls.sh gpu:hopper "gpu:props:ForwardLinearBiasActivation"
 #   then session 59's list: gpu:edge slices (ForwardQuantize*), gpu:models2, gpu:quantops (540 s)
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 PARTS_DIR=benchmarks/results/session61 exec bash benchmarks/results/session55/calls.sh "$@"
