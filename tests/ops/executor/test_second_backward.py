@@ -132,3 +132,22 @@ def test_the_link_to_an_unsaved_input_keeps_none_of_its_memory_and_saves_nothing
     assert alive() is None, "the forward kept the unsaved residual input alive"
     y.sum().backward()
     torch.testing.assert_close(leaf.grad, torch.full_like(leaf, 2.0))
+
+
+@pytest.mark.parametrize("recipe", ["FP8CurrentScaling", "FP8Blockwise", "MXFP8", "NVFP4"])
+def test_the_quantized_expert_layer_under_create_graph_is_right_then_raises(recipe):
+    # QuantizedExpertLayer saves quantized buffers, not x: its link to x is an unsaved input's.
+    from fuseops import moe
+    from fuseops.quant import recipes
+
+    experts = _experts("cpu", torch.bfloat16)
+    x, ids, weights = _routing("cpu", torch.bfloat16)
+    grads = []
+    for create_graph in (False, True):
+        leaf = x.clone().requires_grad_()
+        with fuseops.autocast(recipe=getattr(recipes, recipe)()):
+            y = moe.expert_layer(leaf, ids, weights, experts)
+        grads.append(torch.autograd.grad(y, leaf, torch.ones_like(y), create_graph=create_graph)[0])
+    assert torch.equal(grads[0], grads[1])
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(grads[1].float().square().sum(), leaf, allow_unused=True)
