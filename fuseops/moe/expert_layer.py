@@ -57,7 +57,7 @@ from fuseops.moe.expert_layer_quantized import QuantizedExpertLayer
 from fuseops.moe.routing import check_routing, check_weights, permute_checked, unpermute
 from fuseops.ops import _checks
 from fuseops.ops.executor.saved_state import graph_freed_after_backward
-from fuseops.ops.executor.second_backward import once_differentiable, unsaved_input_links
+from fuseops.ops.executor.second_backward import input_links, once_differentiable
 from fuseops.ops.gated import GatedActivation
 from fuseops.ops.grouped_linear import GroupedLinear
 from fuseops.quant.autocast import current_recipe
@@ -72,9 +72,8 @@ class _ExpertLayer(torch.autograd.Function):
         keep = backward and not lean
         y, x_sorted, row_map, z, probs, offsets = steps.forward(x, weights, w1, b1, w2, expert_ids, gate, keep, check)
         if backward:
-            saved = (x if lean else None, x_sorted, z, probs, row_map, offsets, w1, b1, w2)
-            ctx.save_for_backward(*saved)
-            ctx.unsaved_links = unsaved_input_links((x, weights), saved)
+            ctx.save_for_backward(x if lean else None, x_sorted, z, probs, row_map, offsets, w1, b1, w2)
+            ctx.input_links = input_links((x, weights))
             ctx.gate, ctx.lean = gate, lean
             ctx.main_grad_of = _main_grad_owners((w1, w2), into_main_grad)
             # Saved-tensor hooks (offloading) may hand back tensors that are not ours to free;

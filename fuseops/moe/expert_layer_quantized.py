@@ -46,7 +46,7 @@ from fuseops.moe.expert_layer_steps import Gate, sum_token_rows, token_of_rows
 from fuseops.moe.routing import permute_rows
 from fuseops.ops import _checks
 from fuseops.ops._quantized import QuantizedLinearSaved, quantized_forward, quantized_operands, quantized_wgrad
-from fuseops.ops.executor.second_backward import once_differentiable, unsaved_input_links
+from fuseops.ops.executor.second_backward import input_links, once_differentiable
 from fuseops.quant import linear_dgrad
 from fuseops.quant.emit import EmitPlan, emitted_storage
 from fuseops.quant.quantize import quantize_derived
@@ -106,10 +106,9 @@ class QuantizedExpertLayer(torch.autograd.Function):
         y = sum_token_rows(y_sorted, row_map)
         if any((need_x, need_weights, need_w1, need_b1, need_w2)):
             ctx.fc1, ctx.fc2 = _Saved(fc1), _Saved(fc2)
-            saved = (z if need_dh else None, probs, row_map, tokens, offsets, w1, b1, w2, *ctx.fc1.tensors(),
-                     *ctx.fc2.tensors())
-            ctx.save_for_backward(*saved)
-            ctx.unsaved_links = unsaved_input_links((x, weights), saved)
+            ctx.save_for_backward(z if need_dh else None, probs, row_map, tokens, offsets, w1, b1, w2,
+                                  *ctx.fc1.tensors(), *ctx.fc2.tensors())
+            ctx.input_links = input_links((x, weights))
             ctx.gate, ctx.recipe = gate, recipe
             ctx.needs = (need_x, need_weights, need_w1, need_b1, need_w2)
             # The parameters whose main_grad the backward adds to (read then, as GroupedLinear does).

@@ -47,7 +47,12 @@ from fuseops.ops.executor.saved_state import (
     record_tensors,
     unpack_saved,
 )
-from fuseops.ops.executor.second_backward import no_second_backward, refuse_batched_create_graph, unsaved_input_links
+from fuseops.ops.executor.second_backward import (
+    input_links,
+    linked_inputs,
+    no_second_backward,
+    refuse_batched_create_graph,
+)
 
 
 @dataclass(frozen=True)
@@ -358,11 +363,11 @@ def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_o
     return replay.replayed(found, *inputs, *values)
 
 
-def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output_grads, unsaved_links: tuple = ()
+def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output_grads, input_refs: tuple = ()
                   ) -> tuple:
     """The gradients (``run_backward``'s), through the layout's recorded program where it has one;
-    ``records`` may be ``Unfilled`` (``forward_body``); ``unsaved_links``: the forward's
-    ``second_backward.unsaved_input_links``, for ``create_graph=True``."""
+    ``records`` may be ``Unfilled`` (``forward_body``); ``input_refs``: the forward's
+    ``second_backward.input_links``, for ``create_graph=True``."""
     # Something will differentiate this backward again: under torch.func, a second grad /
     # jvp transform around the one running it; else create_graph=True (grad mode on).
     compiling = torch.compiler.is_compiling()
@@ -397,7 +402,8 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
             grads = run_backward(state, filled(records), saved_tensors, dy, flat_extra_output_grads, compiling)
     if not create_graph:
         return grads
-    return no_second_backward(grads, (dy, *flat_extra_output_grads, *saved_tensors, *state.params, *unsaved_links))
+    links = (dy, *flat_extra_output_grads, *saved_tensors, *state.params, *linked_inputs(input_refs))
+    return no_second_backward(grads, links)
 
 
 def _backward_unrecorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
@@ -419,7 +425,7 @@ class PlanFunction(torch.autograd.Function):
         outputs, tensors, records = forward_body(state, inputs, notice=True, fill=False)
         autograd_ctx.save_for_backward(*tensors)
         # The parameters (after the inputs) are linked as they are (``backward_body``).
-        autograd_ctx.unsaved_links = unsaved_input_links(inputs[:state.prep.num_inputs], tensors)
+        autograd_ctx.input_links = input_links(inputs[:state.prep.num_inputs])
         autograd_ctx.state = state
         autograd_ctx.records = records
         return outputs
@@ -428,7 +434,7 @@ class PlanFunction(torch.autograd.Function):
     def backward(autograd_ctx, dy: torch.Tensor | None, *flat_extra_output_grads):
         # Reading saved_tensors runs torch's version check of every saved tensor and parameter.
         return backward_body(autograd_ctx.state, autograd_ctx.records, autograd_ctx.saved_tensors, dy,
-                             flat_extra_output_grads, autograd_ctx.unsaved_links)
+                             flat_extra_output_grads, autograd_ctx.input_links)
 
 
 # The autograd Function's own entry point, which ``Function.apply``'s Python wrapper calls: that

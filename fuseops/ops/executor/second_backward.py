@@ -21,6 +21,7 @@ once.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -53,25 +54,31 @@ def no_second_backward(grads: tuple, links: tuple = ()) -> tuple:
     return tuple(next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads)
 
 
-def unsaved_input_links(inputs: tuple, saved: tuple) -> tuple:
-    """Links for the inputs of a Function's forward that require grad but that it did not save
-    (``no_second_backward``): a gradient can depend on such an input through an intermediate
-    the forward saved (a frozen first Linear's ``z``, the expert layer's permuted rows), which
-    autograd cannot see. Each an empty clone of a 0-row view of its input: no kernel, and the
-    nodes keep sizes only, neither the input's storage (a view itself would keep the whole input
-    alive until the backward) nor a saved tensor (a 0-row ``index_select``, 2.5 us against
-    these 4 on the CPU, saves its index: saved-tensor hooks, offloading's among them, saw it).
-    Empty where every such input is saved, the common case (not so: a residual input, an input
-    that a recipe or autocast casts before saving, the expert layer's x and router weights), and
-    while compiling (AOTAutograd refuses a compiled graph's double backward itself)."""
+def input_links(inputs: tuple) -> tuple:
+    """Weak references to the inputs of a Function's forward that require grad, for
+    ``no_second_backward``'s links at a ``create_graph=True`` backward (``linked_inputs``). A
+    gradient can depend on an input the forward did not save through an intermediate it did save
+    (a frozen first Linear's ``z``, the expert layer's permuted rows, a residual input's sum),
+    which autograd cannot see. Weak: nothing kept alive, no graph built in the forward (a 0-row
+    clone of each unsaved input, tried first, cost its leaf's first graph use there: ~25 us a
+    call on the CPU). A saved input stays referenced by the backward's saved tensors. Empty while
+    compiling (AOTAutograd refuses a compiled graph's double backward itself)."""
     if torch.compiler.is_compiling():
         return ()
-    unsaved = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad
-               and not any(t is s for s in saved)]
-    if not unsaved:
-        return ()
-    with torch.enable_grad():
-        return tuple((t if t.dim() else t.unsqueeze(0)).narrow(0, 0, 0).clone() for t in unsaved)
+    return tuple(weakref.ref(t) for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad)
+
+
+def linked_inputs(refs: tuple) -> tuple:
+    """The inputs ``input_links`` referred to, at a ``create_graph=True`` backward; raises where
+    one is gone (not saved, so the gradients' dependence on it could not be linked, and a second
+    backward would take it as zero)."""
+    inputs = tuple(ref() for ref in refs)
+    if any(t is None for t in inputs):
+        raise RuntimeError(
+            "fuseops: create_graph=True through a call whose input (one its ops did not save) is no longer "
+            "referenced: the raising node of a second backward cannot be linked to it. Double backward is not "
+            "supported; differentiate twice with torch.func (jacrev, hessian), or keep a reference to the input")
+    return inputs
 
 
 def refuse_batched_create_graph() -> None:
@@ -84,8 +91,8 @@ def refuse_batched_create_graph() -> None:
 def once_differentiable(backward: Callable) -> Callable:
     """An autograd Function's ``backward`` run without grad; under ``create_graph=True`` its
     gradients behind the raising node (``no_second_backward``), whatever the cotangents, linked
-    to the cotangents, the saved tensors and ``ctx.unsaved_links`` (``unsaved_input_links``,
-    where the forward set them)."""
+    to the cotangents, the saved tensors and the inputs of ``ctx.input_links``
+    (``input_links``, where the forward set them)."""
 
     @functools.wraps(backward)
     def wrapper(ctx, *grads):
@@ -97,7 +104,7 @@ def once_differentiable(backward: Callable) -> Callable:
         if not create_graph:
             return out
         # Read again for the links (create_graph=True only): saved-tensor hooks unpack twice.
-        links = (*grads, *ctx.saved_tensors, *getattr(ctx, "unsaved_links", ()))
+        links = (*grads, *ctx.saved_tensors, *linked_inputs(getattr(ctx, "input_links", ())))
         return no_second_backward(out, links) if isinstance(out, tuple) else no_second_backward((out,), links)[0]
 
     return wrapper

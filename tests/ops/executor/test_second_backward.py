@@ -134,6 +134,21 @@ def test_the_link_to_an_unsaved_input_keeps_none_of_its_memory_and_saves_nothing
     torch.testing.assert_close(leaf.grad, torch.full_like(leaf, 2.0))
 
 
+def test_create_graph_through_a_call_whose_unsaved_input_is_gone_raises():
+    # Its gradient's dependence on that input cannot be linked: create_graph=True raises at once,
+    # naming why (a first-order backward of the same graph runs).
+    seq = fuseops.Sequential(ops.AddExtraInput(), ops.RMSNorm(8))
+    leaf = torch.randn(5, 8, requires_grad=True)
+    residual = leaf * 2
+    y = seq(torch.randn(5, 8), residual)
+    del residual
+    gc.collect()
+    with pytest.raises(RuntimeError, match="no longer referenced"):
+        torch.autograd.grad(y.sum(), leaf, create_graph=True)
+    (g,) = torch.autograd.grad(y.sum(), leaf)
+    assert torch.isfinite(g).all()
+
+
 @pytest.mark.parametrize("recipe", ["FP8CurrentScaling", "FP8Blockwise", "MXFP8", "NVFP4"])
 def test_the_quantized_expert_layer_under_create_graph_is_right_then_raises(recipe):
     # QuantizedExpertLayer saves quantized buffers, not x: its link to x is an unsaved input's.
