@@ -66,15 +66,19 @@ def _configs() -> dict[str, GemmConfig]:
     """Tile shapes by shape class. 16-bit operands behind TMA: ``wide`` (N >= 512),
     ``narrow``, and ``fused`` when the epilogue reads or writes a second [M, N] tensor (the
     128x256 tile leaves it no registers or SMEM); ``pointer`` for unaligned 16-bit operands;
-    ``fp32`` (IEEE float32 runs on the FMA units, so small tiles; TF32, under torch's TF32
-    setting, on the same tiles: not tuned for it).
+    ``fp32`` for float32 operands in either precision (IEEE on the FMA units, TF32 on the
+    tensor cores under torch's TF32 setting).
 
     ``wide`` was chosen on an H100 by ``python -m benchmarks.grouped_gemm --tune`` (bf16, the
     four MoE shapes x uniform/skewed routing, forward and dgrad): geometric mean 1.11x / 1.18x
     torch._grouped_mm over 7 candidates (sweep in .notes/grouped_gemm.md). ``narrow`` is the
     best 128x128 tile of the first sweep (0.96x there, on wide shapes; no MoE shape has
-    N < 512). ``fused``, ``pointer`` and ``fp32`` are the largest tiles that compile for
-    sm_90 without spills or SMEM overflow (checked with ptxas, not timed).
+    N < 512). ``fused`` and ``pointer`` are the largest tiles that compile for sm_90 without
+    spills or SMEM overflow (checked with ptxas, not timed). ``fp32`` was timed on an H100
+    (benchmarks/results/session62: E=64, M=32768, K=2048, N=1408, uniform; six tiles in each
+    precision): 0.94 ms in TF32 (1.51x a per-expert torch.mm loop, 4.5x the 64x64 tile it
+    replaced), 9.0 ms in IEEE (0.53x the loop, 1.9x the old tile; 128x256 ran 8.2 ms but
+    leaves a fused epilogue's second tile no registers).
     """
     if INTERPRET:
         small = GemmConfig(32, 32, 32, 2, 4, 1)
@@ -84,7 +88,7 @@ def _configs() -> dict[str, GemmConfig]:
         "narrow": GemmConfig(128, 128, 64, 8, 4, 4),
         "fused": GemmConfig(128, 128, 64, 8, 8, 4, split_epilogue=True),
         "pointer": GemmConfig(128, 128, 64, 8, 8, 3),
-        "fp32": GemmConfig(64, 64, 32, 8, 4, 2),
+        "fp32": GemmConfig(128, 128, 32, 8, 8, 3),
     }
 
 

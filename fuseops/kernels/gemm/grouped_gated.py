@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv, dot, float32_dot_precision, next_power_of_2
+from fuseops.kernels._triton import INTERPRET, cdiv, dot, float32_dot_precision, float32_matmul_in_tf32, next_power_of_2
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
 from fuseops.kernels.gemm.grouped import (
@@ -65,7 +65,8 @@ class GatedGemmConfig:
 
 @functools.cache
 def _configs() -> dict[str, GatedGemmConfig]:
-    """Tiles by operand class: 16-bit behind TMA, unaligned 16-bit (``pointer``), float32.
+    """Tiles by operand class: 16-bit behind TMA, unaligned 16-bit (``pointer``), float32 in
+    IEEE (``fp32``) and in TF32 (``tf32``, under torch's TF32 setting).
     Under the interpreter the TMA class slices its epilogue as on GPU (both forms tested).
 
     ``tma`` was timed on an H100 (bf16 SwiGLU with probs, z saved; .notes/grouped_gemm.md):
@@ -74,19 +75,23 @@ def _configs() -> dict[str, GatedGemmConfig]:
     K=2048, 2F=1536); without flattening 703 / 611, and with warp-specialized loads and 4
     stages 707 / 637. ``tma_interleaved``: the interleaved layout stores z in [128, 128]
     pairs, whose buffer does not fit beside 4 stages (246 KB): 3 stages (663 for the
-    concatenated layout). ``pointer`` and ``fp32`` are the largest tiles that compile for
-    sm_90 without spills (ptxas), not timed.
+    concatenated layout). ``pointer`` is the largest tile that compiles for sm_90 without
+    spills (ptxas), not timed. ``fp32`` / ``tf32`` were timed on an H100 (SiLU-gated, z saved,
+    E=64, M=32768, K=2048, 2F=2816, uniform; benchmarks/results/session62): 18.8 ms in IEEE
+    (0.44x a per-expert torch.mm loop of the same product; the 64x32 tile before, 55.1 ms),
+    2.14 ms in TF32 (0.96x; before 10.5 ms), where the IEEE tile ran 2.48 ms.
     """
     if INTERPRET:
         tiny = GatedGemmConfig(32, 32, 32, 2, 4, 1)
         sliced = dataclasses.replace(tiny, epilogue_parts=2)
-        return {"tma": sliced, "tma_interleaved": sliced, "pointer": tiny, "fp32": tiny}
+        return {"tma": sliced, "tma_interleaved": sliced, "pointer": tiny, "fp32": tiny, "tf32": tiny}
     return {
         "tma": GatedGemmConfig(128, 128, 64, 8, 8, 4, epilogue_parts=2, flatten=False, warp_specialize=True),
         "tma_interleaved": GatedGemmConfig(128, 128, 64, 8, 8, 3, epilogue_parts=2, flatten=False,
                                            warp_specialize=True),
         "pointer": GatedGemmConfig(64, 64, 64, 8, 8, 3),
-        "fp32": GatedGemmConfig(64, 32, 32, 8, 4, 2),
+        "fp32": GatedGemmConfig(128, 128, 32, 8, 8, 2, epilogue_parts=2),
+        "tf32": GatedGemmConfig(128, 64, 32, 8, 8, 3),
     }
 
 
@@ -95,7 +100,7 @@ def pick_config(table: dict[str, GatedGemmConfig], dtype: torch.dtype, tma: bool
     """The entry of a ``_configs()`` table for the operands' class (and z's layout, where the
     table tells the two apart)."""
     if dtype == torch.float32:
-        return table["fp32"]
+        return table["tf32" if float32_matmul_in_tf32() else "fp32"]
     if not tma:
         return table["pointer"]
     return table.get("tma_interleaved", table["tma"]) if interleaved else table["tma"]

@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import INTERPRET, cdiv, dot, float32_dot_precision
+from fuseops.kernels._triton import INTERPRET, cdiv, dot, float32_dot_precision, float32_matmul_in_tf32
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.gemm.grouped import (
     GemmConfig,
@@ -49,22 +49,28 @@ def _configs() -> dict[str, GemmConfig]:
     """Tile shapes by shape class; ``block_m`` is the reduction slab over rows. 16-bit operands
     behind TMA: ``store``, and ``accumulate`` (a float32 tile in the epilogue: ``main_grad``
     read and written, or a float32 ``dw`` written; a narrower tile); ``pointer`` for unaligned
-    16-bit operands; ``fp32``.
+    16-bit operands; float32 operands in IEEE (``fp32``) and in TF32 (``tf32``, under torch's
+    TF32 setting).
 
     ``store`` and ``accumulate`` were chosen on an H100 by ``python -m benchmarks.grouped_gemm
     --tune`` (bf16, the four MoE shapes x uniform/skewed routing): 1.03x torch._grouped_mm
     and 1.18x grouped_mm + ``main_grad.add_`` in geometric mean (sweep in
     .notes/grouped_gemm.md); flatten=False edges out the flattened loop in both. ``pointer``
-    and ``fp32`` are the largest tiles that compile for sm_90 without spills (ptxas, not timed).
+    is the largest tile that compiles for sm_90 without spills (ptxas, not timed). ``fp32`` /
+    ``tf32`` were timed on an H100 (E=64, M=32768, N=1408, K=2048, uniform, float32 dw;
+    benchmarks/results/session62): 4.4 ms in IEEE (1.26x a per-expert torch.mm loop; the
+    32x64x64 tile before, 7.8 ms), 3.7 ms in TF32 (0.63x the loop, which TF32 speeds 2.4x;
+    before 7.7 ms).
     """
     if INTERPRET:
         small = GemmConfig(32, 32, 32, 1, 4, 1)
-        return {"store": small, "accumulate": small, "pointer": small, "fp32": small}
+        return {"store": small, "accumulate": small, "pointer": small, "fp32": small, "tf32": small}
     return {
         "store": GemmConfig(64, 128, 256, 1, 8, 3, flatten=False),
         "accumulate": GemmConfig(64, 128, 128, 1, 8, 4, flatten=False),
         "pointer": GemmConfig(64, 128, 128, 1, 8, 3),
-        "fp32": GemmConfig(32, 64, 64, 1, 4, 2),
+        "fp32": GemmConfig(64, 128, 128, 1, 8, 2),
+        "tf32": GemmConfig(32, 256, 128, 1, 8, 2),
     }
 
 
@@ -73,7 +79,7 @@ def pick_wgrad_config(dtype: torch.dtype, tma: bool, float32_dw: bool) -> GemmCo
     float32 tile (``main_grad``, or a float32 ``dw``). One serves every M, N and K of the
     MoE shapes measured."""
     if dtype == torch.float32:
-        return _configs()["fp32"]
+        return _configs()["tf32" if float32_matmul_in_tf32() else "fp32"]
     if not tma:
         return _configs()["pointer"]
     return _configs()["accumulate" if float32_dw else "store"]

@@ -7,6 +7,8 @@ specialization). On the GPU the TF32 products are TF32's accuracy, the IEEE ones
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -16,23 +18,26 @@ from fuseops.kernels.gemm import dense, dense_gated, grouped, grouped_gated, gro
 from tests.helpers import cuda_or_skip, float32_matmul_precision
 from tests.kernels.launch_capture import captured_launches
 
-G, M, K, N = 3, 40, 32, 48
+# (group sizes, K, N): one tile a group, and several tiles of every kernel's GPU table (a group empty).
+SMALL, MID = ([10, 0, 30], 32, 48), ([300, 0, 517, 129, 900], 512, 384)
 _GEMM_KERNELS = ("gemm_kernel", "gemm_gated_kernel", "grouped_gemm_kernel", "grouped_gemm_gated_fwd_kernel",
                  "grouped_gemm_gated_bwd_kernel", "grouped_gemm_wgrad_kernel")
 
 
-def _calls(device, dtype, reference: bool = False):
+def _calls(device, dtype, reference: bool = False, shape=SMALL):
     """One call of every launcher whose kernel multiplies through ``_triton.dot`` (or, with
     ``reference``, of its torch reference), on the same values whatever ``dtype``."""
     g = torch.Generator().manual_seed(0)
+    sizes, K, N = shape
+    G, M = len(sizes), sum(sizes)
 
-    def t(*shape):
-        return torch.randn(*shape, generator=g).to(device, dtype)
+    def t(*dims):
+        return torch.randn(*dims, generator=g).to(device, dtype)
 
     def fn(module, name):
         return getattr(module, f"reference_{name}" if reference else name)
 
-    offsets = torch.tensor([0, 10, 10, M], device=device)
+    offsets = torch.tensor([0, *itertools.accumulate(sizes)], device=device)
     a, w, w2, dy, z = t(M, K), t(G, N, K), t(G, K, N // 2), t(M, K), t(M, N)
     silu = Activation.SILU
     return {
@@ -108,6 +113,34 @@ def test_half_precision_operands_launch_one_specialization_whatever_the_setting(
         assert set(_precisions(call)) == {"ieee"}
 
 
+@pytest.fixture
+def gpu_tile_tables(monkeypatch):
+    """The tile tables a GPU run reads (the interpreter's are one small tile everywhere)."""
+    modules = (grouped_gated, grouped_wgrad)
+    for module in modules:
+        monkeypatch.setattr(module, "INTERPRET", False)
+        module._configs.cache_clear()
+    yield
+    monkeypatch.undo()
+    for module in modules:
+        module._configs.cache_clear()
+
+
+def test_float32_tiles_follow_the_precision(gpu_tile_tables):
+    # TF32 runs on the tensor cores, IEEE on the FMA units: each has its own measured tile
+    # (benchmarks/results/session62), picked by the setting at the call.
+    picks = {
+        "gated": lambda: grouped_gated.pick_config(grouped_gated._configs(), torch.float32, True),
+        "wgrad": lambda: grouped_wgrad.pick_wgrad_config(torch.float32, True, True),
+    }
+    tables = {"gated": grouped_gated._configs(), "wgrad": grouped_wgrad._configs()}
+    for name, pick in picks.items():
+        assert tables[name]["fp32"] != tables[name]["tf32"], name
+        for precision, entry in (("ieee", "fp32"), ("tf32", "tf32"), ("ieee", "fp32")):
+            with float32_matmul_precision(precision):
+                assert pick() == tables[name][entry], (name, precision)
+
+
 def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref).norm() / ref.norm())
 
@@ -117,13 +150,20 @@ def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 def test_gpu_float32_products_have_the_accuracy_of_the_precision_asked_for(name):
     # The relative error of a TF32 product of K-long rows is ~1e-4-1e-3 (10-bit mantissas),
     # IEEE's ~1e-6: the setting measurably changes the products, and IEEE stays IEEE.
+    # At both sizes: the float32 tiles (one a precision, benchmarks/results/session62) span
+    # several row and column tiles of a group only at the larger one.
     device = cuda_or_skip()
-    ref = _calls(device, torch.float64, reference=True)[name]()
+    for shape in (SMALL, MID):
+        _check_both_precisions(device, name, shape)
+
+
+def _check_both_precisions(device, name, shape):
+    ref = _calls(device, torch.float64, reference=True, shape=shape)[name]()
     ref = ref[0] if isinstance(ref, tuple) else ref
     errors = {}
     for precision in ("ieee", "tf32"):
         with float32_matmul_precision(precision):
-            out = _calls(device, torch.float32)[name]()
+            out = _calls(device, torch.float32, shape=shape)[name]()
         errors[precision] = _relative_error(out[0] if isinstance(out, tuple) else out, ref)
     assert errors["ieee"] < 1e-5, errors
     assert 1e-5 < errors["tf32"] < 5e-3, errors
