@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -51,6 +51,9 @@ class Sequential(torch.nn.Module):
         # A copy (``copy.deepcopy``, unpickling) is another Sequential to its operators.
         super().__setstate__(state)
         compiled_sequential.register(self)
+
+    def __prepare_scriptable__(self) -> NoReturn:
+        op_module.refuse_torchscript(self)
 
     def append(self, op: BasicOp | Sequential) -> Sequential:
         """Add an op (or every op of a Sequential) at the end."""

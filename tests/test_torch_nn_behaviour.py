@@ -124,6 +124,27 @@ def test_a_model_built_on_the_meta_device_initializes_like_an_eager_one():
     torch.testing.assert_close(meta[1](meta[0](x), [2, 0, 3], [2, 0, 3]), eager[1](eager[0](x), [2, 0, 3], [2, 0, 3]))
 
 
+def test_torchscript_raises_a_type_error_that_names_the_ways_that_work():
+    """``torch.jit.script`` of a fuseops Sequential, of one op, or of a torch model holding one
+    (torch.nn's script): TorchScript compiles neither the executor nor the Triton kernels, so a
+    TypeError naming torch.compile and torch.export, rather than TorchScript's frontend failing
+    inside fuseops' annotations (session 62: "Unknown type annotation: 'torch.Tensor'")."""
+    dense, _ = _every_parametrized_op()
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head, self.body = torch.nn.Linear(16, 16), dense
+
+        def forward(self, x):
+            return self.body(self.head(x))
+
+    torch.jit.script(torch.nn.Sequential(torch.nn.Linear(16, 16)))  # torch.nn's own scripts
+    for module in (dense, dense[1], Outer()):
+        with pytest.raises(TypeError, match=r"cannot be scripted.*torch\.compile.*torch\.export"):
+            torch.jit.script(module)
+
+
 # -- hooks ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

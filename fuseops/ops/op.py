@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import torch
 
@@ -63,6 +63,16 @@ def _changed(name: str, old: Any, new: Any) -> bool:
 # fuser matches op types by these ints under torch.compile: reading the classes themselves in
 # a trace costs guards on every call (``fuseops.fuser``).
 OP_CLASSES: list[type[BasicOp]] = []
+
+
+def refuse_torchscript(module: torch.nn.Module) -> NoReturn:
+    """``torch.jit.script`` of a fuseops module, or of a model holding one (torch calls each
+    submodule's ``__prepare_scriptable__`` first): TorchScript compiles neither the executor's
+    Python nor the Triton kernels, and failed deep inside its frontend with an unrelated message."""
+    raise TypeError(
+        f"torch.jit.script: {type(module).__name__} cannot be scripted (TorchScript compiles neither fuseops' "
+        "executor nor its Triton kernels); use torch.compile, or torch.export for a saved program"
+    )
 
 
 class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
@@ -145,6 +155,9 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
         """``named_parameters(recurse=False)`` without its generator machinery (the
         executor reads it per call)."""
         return [(name, p) for name, p in self._parameters.items() if p is not None]
+
+    def __prepare_scriptable__(self) -> NoReturn:
+        refuse_torchscript(self)
 
     def forward(self, x: torch.Tensor, *extra_inputs: Any) -> Any:
         """Run this op alone, exactly as a one-op ``fuseops.Sequential`` would."""
