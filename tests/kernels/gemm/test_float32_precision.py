@@ -15,7 +15,7 @@ import torch
 from fuseops.kernels._triton import float32_matmul_in_tf32
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.kernels.gemm import dense, dense_gated, grouped, grouped_gated, grouped_gated_bwd, grouped_wgrad
-from tests.helpers import cuda_or_skip, float32_matmul_precision
+from tests.helpers import assert_close_rel, cuda_or_skip, float32_matmul_precision
 from tests.kernels.launch_capture import captured_launches
 
 # (group sizes, K, N): one tile a group, and several tiles of every kernel's GPU table (a group empty).
@@ -116,7 +116,7 @@ def test_half_precision_operands_launch_one_specialization_whatever_the_setting(
 @pytest.fixture
 def gpu_tile_tables(monkeypatch):
     """The tile tables a GPU run reads (the interpreter's are one small tile everywhere)."""
-    modules = (grouped_gated, grouped_wgrad)
+    modules = (grouped, grouped_gated, grouped_gated_bwd, grouped_wgrad)
     for module in modules:
         monkeypatch.setattr(module, "INTERPRET", False)
         module._configs.cache_clear()
@@ -139,6 +139,79 @@ def test_float32_tiles_follow_the_precision(gpu_tile_tables):
         for precision, entry in (("ieee", "fp32"), ("tf32", "tf32"), ("ieee", "fp32")):
             with float32_matmul_precision(precision):
                 assert pick() == tables[name][entry], (name, precision)
+
+
+def _tiled_calls(cfg_of):
+    """Every grouped launcher at three groups (one empty, one of 130 rows: two row tiles of the
+    GPU tables' 128-row tiles) with each epilogue it has, float32 on the CPU, each with its
+    float64 reference: ``{case: (kernel call, reference call)}``; ``cfg_of(module)`` the tile."""
+    g = torch.Generator().manual_seed(3)
+    sizes, K, F = [130, 0, 70], 64, 96
+    G, M = len(sizes), sum(sizes)
+    offsets = torch.tensor([0, *itertools.accumulate(sizes)])
+
+    def t(*dims, scale=1.0):
+        return torch.randn(*dims, generator=g) * scale
+
+    a, w, w2 = t(M, K), t(G, 2 * F, K, scale=K**-0.5), t(G, K, F, scale=F**-0.5)
+    bias, probs, dy, z = t(G, 2 * F), torch.rand(M, generator=g), t(M, K), t(M, 2 * F)
+    main_grad = t(G, K, 2 * F)
+    silu, gelu = Activation.SILU, Activation.GELU_TANH
+    d = {"a": a.double(), "w": w.double(), "w2": w2.double(), "bias": bias.double(), "probs": probs.double(),
+         "dy": dy.double(), "z": z.double()}
+    cases = {
+        "grouped forward": (
+            lambda: grouped.launch_grouped_gemm(a, w.transpose(1, 2), offsets, bias, probs, gelu, 1.0, True, None, None,
+                                                cfg_of(grouped)),
+            lambda: grouped.reference_grouped_gemm(d["a"], d["w"].transpose(1, 2), offsets, bias=d["bias"],
+                                                   row_scale=d["probs"], act=gelu, save_preact=True)),
+        "grouped dgrad": (
+            lambda: grouped.launch_grouped_gemm(z, w, offsets, None, probs, gelu, 1.0, False, a, None, cfg_of(grouped)),
+            lambda: grouped.reference_grouped_gemm(d["z"], d["w"], offsets, row_scale=d["probs"], act=gelu,
+                                                   act_grad_input=d["a"])),
+        "wgrad": (
+            lambda: (grouped_wgrad.launch_grouped_gemm_wgrad(dy, z, offsets, None, None, cfg_of(grouped_wgrad),
+                                                             out_dtype=torch.float32),
+                     grouped_wgrad.launch_grouped_gemm_wgrad(dy, z, offsets, main_grad.clone(), None,
+                                                             cfg_of(grouped_wgrad))),
+            lambda: (grouped_wgrad.reference_grouped_gemm_wgrad(d["dy"], d["z"], offsets),
+                     grouped_wgrad.reference_grouped_gemm_wgrad(d["dy"], d["z"], offsets,
+                                                                main_grad=main_grad.double()))),
+    }
+    for il, cl in itertools.product((False, True), (False, True)):  # interleaved, clamped (limit 2)
+        gate64 = {"act": silu, "interleaved": il, "clamped": cl, "limit": 2.0, "probs": d["probs"]}
+        cases[f"gated forward interleaved={il} clamped={cl}"] = (
+            lambda il=il, cl=cl: grouped_gated.launch_grouped_gemm_gated(
+                a, w.transpose(1, 2), offsets, bias, silu, il, cl, 2.0, 1.0, probs, True, None, cfg_of(grouped_gated)),
+            lambda gate64=gate64: grouped_gated.reference_grouped_gemm_gated(
+                d["a"], d["w"].transpose(1, 2), offsets, bias=d["bias"], save_preact=True, **gate64))
+        cases[f"gated dgrad interleaved={il} clamped={cl}"] = (
+            lambda il=il, cl=cl: grouped_gated_bwd.launch_grouped_gemm_dgrad_gated(
+                dy, w2, offsets, z, silu, il, cl, 2.0, 1.0, probs, True, None, cfg_of(grouped_gated_bwd)),
+            lambda gate64=gate64: grouped_gated_bwd.reference_grouped_gemm_dgrad_gated(
+                d["dy"], d["w2"], offsets, d["z"], want_h=True, **gate64))
+    return cases
+
+
+@pytest.mark.parametrize("precision", ["ieee", "tf32"])
+def test_the_gpu_float32_tiles_compute_every_epilogue(gpu_tile_tables, precision):
+    # The GPU tables' float32 tiles (session 62: 128-row tiles, a gated forward's epilogue in
+    # two column slices through pointer stores) never run under the interpreter, whose tables
+    # hold one small tile, and ran on the H100 with a few epilogues only: here each tile with
+    # every epilogue, through the interpreter (which multiplies in IEEE whatever the entry).
+    with float32_matmul_precision(precision):
+        def cfg_of(module):
+            if module is grouped:
+                return grouped.pick_config(256, torch.float32, False, False)
+            if module is grouped_wgrad:
+                return grouped_wgrad.pick_wgrad_config(torch.float32, False, True)
+            return grouped_gated.pick_config(module._configs(), torch.float32, False)
+
+        for case, (call, reference) in _tiled_calls(cfg_of).items():
+            got, want = call(), reference()
+            for i, (out, ref) in enumerate(zip(got, want)):
+                if ref is not None:
+                    assert_close_rel(out, ref, torch.float32, what=f"{case} output {i}")
 
 
 def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
