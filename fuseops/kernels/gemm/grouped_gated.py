@@ -79,7 +79,7 @@ def _configs() -> dict[str, GatedGemmConfig]:
     spills (ptxas), not timed. ``fp32`` / ``tf32`` were timed on an H100 (SiLU-gated, z saved,
     E=64, M=32768, K=2048, 2F=2816, uniform; benchmarks/results/session62): 18.8 ms in IEEE
     (0.44x a per-expert torch.mm loop of the same product; the 64x32 tile before, 55.1 ms),
-    2.14 ms in TF32 (0.96x; before 10.5 ms), where the IEEE tile ran 2.48 ms.
+    2.14 ms in TF32 (0.96x; before 10.5 ms; the IEEE entry's tile ran 2.48 ms in TF32).
     """
     if INTERPRET:
         tiny = GatedGemmConfig(32, 32, 32, 2, 4, 1)
