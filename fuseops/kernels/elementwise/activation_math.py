@@ -208,7 +208,7 @@ def reference_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alp
     (torch's threshold_backward: an infinite ``up`` there gives 0, not NaN)."""
     if act == Activation.GELU_TANH:
         # As reference_activation: torch's backward kernel, one pass for fifteen.
-        dtype = torch.promote_types(up.dtype, wide(x).dtype)
+        dtype = torch.promote_types(torch.promote_types(up.dtype, x.dtype), torch.float32)  # as wide(x) * up
         return torch.ops.aten.gelu_backward(up.to(dtype), x.to(dtype), approximate="tanh")
     d = up * reference_activation_grad(x, act, alpha)
     if act in (Activation.RELU, Activation.SRELU):
