@@ -58,3 +58,24 @@ def test_zero_rows(cls, kwargs, fn):
     y = fuseops.Sequential(cls(**kwargs))(x)
     y.sum().backward()
     assert y.shape == (0, 5) and x.grad.shape == (0, 5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("cls, kwargs, fn", [c for c in CASES if c[0] is not ops.SReLU],
+                         ids=lambda c: getattr(c, "__name__", None))
+def test_cpu_references_are_torch_nn_bit_for_bit(dtype, cls, kwargs, fn):
+    # On the CPU the references are what runs: they call torch's own kernels where torch has the
+    # function (activation_math.py), so a user's model gives torch.nn's values exactly, its tails
+    # and non-finite inputs too, in one pass each way where the formulas spelled out took up to fifteen.
+    import fuseops
+
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 3e38, -3e38])
+    x = torch.cat([torch.linspace(-12, 12, 2001), special]).to(dtype)[None].requires_grad_()
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(0)).to(dtype)
+    y = fuseops.Sequential(cls(**kwargs))(x)
+    y.backward(dy)
+    x_nn = x.detach().clone().requires_grad_()
+    y_nn = fn(x_nn)
+    y_nn.backward(dy)
+    torch.testing.assert_close(y, y_nn, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(x.grad, x_nn.grad, rtol=0, atol=0, equal_nan=True)

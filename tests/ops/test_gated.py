@@ -114,3 +114,21 @@ def test_clamped_swiglu_rejects_non_finite_alpha(bad):
         ops.ClampedSwiGLU(limit=float("nan"))
     with pytest.raises(TypeError, match=r"alpha: expected a finite float, got '1'"):
         ops.ClampedSwiGLU(alpha="1")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("cls, kwargs, fn", CASES[:4], ids=lambda c: getattr(c, "__name__", None))
+def test_cpu_references_are_torch_nn_bit_for_bit(dtype, cls, kwargs, fn):
+    # As the activations' (tests/ops/test_activation.py): act(a) * b through torch's own
+    # activation kernels, forward and backward, so torch.nn's values exactly on the CPU.
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 3e38, -3e38])
+    a = torch.cat([torch.linspace(-12, 12, 2001), special])
+    x = torch.cat([a, a.roll(1001)]).to(dtype)[None].requires_grad_()
+    dy = torch.randn(a.shape, generator=torch.Generator().manual_seed(0)).to(dtype)[None]
+    y = fuseops.Sequential(cls(**kwargs))(x)
+    y.backward(dy)
+    x_nn = x.detach().clone().requires_grad_()
+    y_nn = fn(*x_nn.chunk(2, -1))
+    y_nn.backward(dy)
+    torch.testing.assert_close(y, y_nn, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(x.grad, x_nn.grad, rtol=0, atol=0, equal_nan=True)

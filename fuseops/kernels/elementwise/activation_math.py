@@ -162,14 +162,15 @@ def reference_activation(x: torch.Tensor, act: Activation, alpha: float = 1.0) -
         return x
     if act == Activation.RELU:
         return torch.relu(x)
+    # GELU, GELU(tanh), SiLU with alpha 1: torch's kernels of the same formulas (their values at
+    # +-inf and NaN too): on the CPU, where the references are what runs, and for an unfused
+    # activation on the GPU, one pass where the formula spelled out took two (SiLU) to ten.
     if act == Activation.GELU:
-        return 0.5 * x * (1.0 + torch.erf(x * _INV_SQRT_2))
+        return torch.nn.functional.gelu(x)
     if act == Activation.GELU_TANH:
-        # torch's kernel of the same formula (its values at +-inf and NaN too): on the CPU, where
-        # the references are what runs, one pass where the formula spelled out took ten.
         return torch.nn.functional.gelu(x, approximate="tanh")
     if act == Activation.SILU:
-        return x * torch.sigmoid(_scaled(alpha, x))
+        return torch.nn.functional.silu(x) if alpha == 1.0 else x * torch.sigmoid(_scaled(alpha, x))
     if act == Activation.SRELU:
         return torch.relu(x).square()
     return torch.sigmoid(x)
@@ -206,12 +207,23 @@ def reference_activation_grad(
 def reference_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alpha: float = 1.0) -> torch.Tensor:
     """``up * d act(x) / dx``, zero where ``x <= 0`` for ReLU and SReLU whatever ``up`` holds
     (torch's threshold_backward: an infinite ``up`` there gives 0, not NaN)."""
-    if act == Activation.GELU_TANH:
-        # As reference_activation: torch's backward kernel, one pass for fifteen.
+    if act in (Activation.GELU, Activation.GELU_TANH, Activation.RELU, Activation.SIGMOID) or (
+            act == Activation.SILU and alpha == 1.0):
+        # As reference_activation: torch's backward kernels, one pass (two for the sigmoid) where
+        # the formulas took four (ReLU, sigmoid) to fifteen (GELU(tanh)). The same values but the
+        # sign of some zeros (SiLU's at x = -3e38 is -0 here, +0 spelled out) and GELU's
+        # underflow (its gradient at x = -10 is 0 here, -7.7e-22 spelled out).
         dtype = torch.promote_types(torch.promote_types(up.dtype, x.dtype), torch.float32)  # as wide(x) * up
-        return torch.ops.aten.gelu_backward(up.to(dtype), x.to(dtype), approximate="tanh")
+        up, x = up.to(dtype), x.to(dtype)
+        if act == Activation.SILU:
+            return torch.ops.aten.silu_backward(up, x)
+        if act == Activation.RELU:
+            return torch.ops.aten.threshold_backward(up, x, 0)
+        if act == Activation.SIGMOID:
+            return torch.ops.aten.sigmoid_backward(up, torch.sigmoid(x))
+        return torch.ops.aten.gelu_backward(up, x, approximate="none" if act == Activation.GELU else "tanh")
     d = up * reference_activation_grad(x, act, alpha)
-    if act in (Activation.RELU, Activation.SRELU):
+    if act == Activation.SRELU:
         d = torch.where(x <= 0, 0.0, d)
     return d
 
