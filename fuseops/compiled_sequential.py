@@ -37,8 +37,8 @@ Where it applies (``applies``): no module hooks on the ops (they run as modules)
 recipe (their scaling state is per call), two-dimensional inputs and tensor extra inputs only
 (a saved view of an input could not be named), ops whose outputs are never their input and
 whose records hold no shapes (``BasicOp.compiled_as_operator``), not under ``torch.export`` (an
-exported program must not name this process's entries) nor torch.func transforms. Elsewhere the
-Sequential is traced op by op as before.
+exported program must not name this process's entries) nor torch.func transforms, and not on the
+CPU (``OPERATORS_ON_CPU``). Elsewhere the Sequential is traced op by op as before.
 """
 
 from __future__ import annotations
@@ -201,9 +201,18 @@ def _present_of(entry_id: int) -> tuple[bool, ...]:
     return _entries[entry_id].present
 
 
+# On the CPU a compiled Sequential is traced op by op: there the operators' bodies, the eager
+# executor's, run the kernels' torch references one aten op at a time, while traced those
+# references reach Inductor, which fuses them as it fuses torch.nn's (session 63, this CPU, the
+# quickstart's 4-block stack fwd+bwd at T=256 H=128: 11.7 ms a step traced, 18.0 as the two
+# operators, torch.compile of the torch.nn twin 12.3). The operators' tests set it.
+OPERATORS_ON_CPU = False
+
+
 def applies(ops: Sequence[torch.nn.Module], x: torch.Tensor, extra_inputs: Sequence[Any], recipe: Any) -> bool:
     """Whether this traced call runs as the two operators (the module docstring's conditions)."""
     return (recipe is None and x.dim() == 2 and all(isinstance(e, torch.Tensor) for e in extra_inputs)
+            and (x.device.type != "cpu" or OPERATORS_ON_CPU)
             and all(op.compiled_as_operator for op in ops) and not plain_autograd.parametrized(ops)
             and not _exporting()
             and not torch._C._are_functorch_transforms_active())

@@ -28,6 +28,12 @@ from tests.ops.executor.test_graphed_states import programs_in
 from tests.test_compile import _call, _inputs, _model, _run
 
 
+@pytest.fixture(autouse=True)
+def operators_on_cpu(monkeypatch) -> None:
+    """The operators on the CPU too: this file tests them (a user's CPU model is traced op by op)."""
+    monkeypatch.setattr(compiled_sequential, "OPERATORS_ON_CPU", True)
+
+
 @pytest.fixture
 def real_calls(monkeypatch) -> collections.Counter:
     """How many times each operator's real implementation ran."""
@@ -420,6 +426,29 @@ def test_where_the_operators_do_not_apply_the_ops_are_traced(case, real_calls) -
     eager = copy.deepcopy(model)
     y = torch.compile(model, backend="aot_eager", fullgraph=True)(x)
     torch.testing.assert_close(y, eager(x), rtol=1e-5, atol=1e-5)
+    assert real_calls == {}
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("kind", ["dense", "grouped"])
+def test_on_the_cpu_the_ops_are_traced_for_inductor_to_fuse(kind, backend, real_calls, monkeypatch) -> None:
+    # By default (OPERATORS_ON_CPU False): no operator runs, the steps equal eager's (bit for bit
+    # under aot_eager, which runs the same references; within rounding where Inductor fuses them).
+    monkeypatch.setattr(compiled_sequential, "OPERATORS_ON_CPU", False)
+    torch._dynamo.reset()
+    model = _model(kind)
+    eager_model = copy.deepcopy(model)
+    compiled = torch.compile(lambda *a: _call(kind, model, a), backend=backend, fullgraph=True)
+    for step, rows in enumerate((10, 13, 0)):
+        args = _inputs(kind, rows, seed=step)
+        if backend == "aot_eager":
+            _assert_same_steps(kind, model, eager_model, compiled, args)
+            continue
+        y, grads = _run(kind, model, compiled, args)
+        y_ref, grads_ref = _run(kind, eager_model, lambda *a: _call(kind, eager_model, a), args)
+        torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+        for g, g_ref in zip(grads, grads_ref, strict=True):
+            torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-5)
     assert real_calls == {}
 
 

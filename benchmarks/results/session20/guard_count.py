@@ -26,7 +26,11 @@ sys.path.insert(0, ".")
 # FUSEOPS_ROOT: a directory holding another version's ``fuseops`` package (an A/B on one machine).
 sys.path.insert(0, os.environ.get("FUSEOPS_ROOT", "."))
 import fuseops
+import fuseops.compiled_sequential
 from benchmarks.sizes import FuseopsMoE, TorchMoE, fuseops_dense, routing, torch_dense
+
+# The two operators, as a GPU runs them (session 63: on the CPU a compiled Sequential is traced op by op).
+fuseops.compiled_sequential.OPERATORS_ON_CPU = True
 
 _MANAGER = re.compile(r"\+- (?:\w*GuardManager|KeyManager|ValueManager|KeyValueManager)")
 _SOURCE = re.compile(r"source=(.*?), (?:accessed_by|type)=")
