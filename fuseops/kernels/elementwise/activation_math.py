@@ -11,7 +11,6 @@ activations ignore it. Kernels compute in float32; the references in float32, or
 from __future__ import annotations
 
 import enum
-import math
 
 import torch
 import triton
@@ -30,11 +29,6 @@ class Activation(enum.IntEnum):
     SILU = 4
     SRELU = 5
     SIGMOID = 6
-
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def wide(t: torch.Tensor) -> torch.Tensor:
@@ -176,52 +170,51 @@ def reference_activation(x: torch.Tensor, act: Activation, alpha: float = 1.0) -
     return torch.sigmoid(x)
 
 
+def _torch_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alpha: float) -> torch.Tensor | None:
+    """``up * d act(x) / dx`` from torch's backward kernel where torch has the function, else None.
+
+    As reference_activation: one pass (two for the sigmoid) where the formulas took four (ReLU,
+    sigmoid) to fifteen (GELU(tanh)). The same values but the sign of some zeros (SiLU's at
+    x = -3e38 is -0 here, +0 spelled out) and GELU's underflow (its gradient at x = -10 is 0 here,
+    -7.7e-22 spelled out)."""
+    if act not in (Activation.GELU, Activation.GELU_TANH, Activation.RELU, Activation.SIGMOID) and not (
+            act == Activation.SILU and alpha == 1.0):
+        return None
+    dtype = torch.promote_types(torch.promote_types(up.dtype, x.dtype), torch.float32)  # as wide(x) * up
+    up, x = up.to(dtype), x.to(dtype)
+    if act == Activation.SILU:
+        return torch.ops.aten.silu_backward(up, x)
+    if act == Activation.RELU:
+        # Zero where x <= 0 only: a NaN input passes the gradient, as torch.relu's backward.
+        return torch.ops.aten.threshold_backward(up, x, 0)
+    if act == Activation.SIGMOID:
+        return torch.ops.aten.sigmoid_backward(up, torch.sigmoid(x))
+    return torch.ops.aten.gelu_backward(up, x, approximate="none" if act == Activation.GELU else "tanh")
+
+
 def reference_activation_grad(
     x: torch.Tensor, act: Activation, alpha: float = 1.0
 ) -> torch.Tensor:
     """``d act(x) / dx``."""
     x = wide(x)
+    d = _torch_chain_grad(torch.ones_like(x), x, act, alpha)
+    if d is not None:
+        return d
     if act == Activation.IDENTITY:
         return torch.ones_like(x)
-    if act == Activation.RELU:
-        # torch.relu's backward zeroes where x <= 0 only: a NaN input passes the gradient.
-        return (~(x <= 0)).to(x.dtype)
-    if act == Activation.GELU:
-        cdf = 0.5 * (1.0 + torch.erf(x * _INV_SQRT_2))
-        return cdf + x * _INV_SQRT_2PI * torch.exp(-0.5 * x * x)
-    if act == Activation.GELU_TANH:
-        t = torch.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))
-        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (
-            1.0 + 3 * 0.044715 * x * x
-        )
     if act == Activation.SILU:
         s = torch.sigmoid(_scaled(alpha, x))
         # x * s first, as the kernel: alpha * x overflows at the dtype's max where x * s is 0.
         return s + _scaled(alpha, x * s) * (1.0 - s)
-    if act == Activation.SRELU:
-        return 2.0 * torch.relu(x)
-    s = torch.sigmoid(x)
-    return s * (1.0 - s)
+    return 2.0 * torch.relu(x)  # SReLU
 
 
 def reference_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alpha: float = 1.0) -> torch.Tensor:
     """``up * d act(x) / dx``, zero where ``x <= 0`` for ReLU and SReLU whatever ``up`` holds
     (torch's threshold_backward: an infinite ``up`` there gives 0, not NaN)."""
-    if act in (Activation.GELU, Activation.GELU_TANH, Activation.RELU, Activation.SIGMOID) or (
-            act == Activation.SILU and alpha == 1.0):
-        # As reference_activation: torch's backward kernels, one pass (two for the sigmoid) where
-        # the formulas took four (ReLU, sigmoid) to fifteen (GELU(tanh)). The same values but the
-        # sign of some zeros (SiLU's at x = -3e38 is -0 here, +0 spelled out) and GELU's
-        # underflow (its gradient at x = -10 is 0 here, -7.7e-22 spelled out).
-        dtype = torch.promote_types(torch.promote_types(up.dtype, x.dtype), torch.float32)  # as wide(x) * up
-        up, x = up.to(dtype), x.to(dtype)
-        if act == Activation.SILU:
-            return torch.ops.aten.silu_backward(up, x)
-        if act == Activation.RELU:
-            return torch.ops.aten.threshold_backward(up, x, 0)
-        if act == Activation.SIGMOID:
-            return torch.ops.aten.sigmoid_backward(up, torch.sigmoid(x))
-        return torch.ops.aten.gelu_backward(up, x, approximate="none" if act == Activation.GELU else "tanh")
+    d = _torch_chain_grad(up, x, act, alpha)
+    if d is not None:
+        return d
     d = up * reference_activation_grad(x, act, alpha)
     if act == Activation.SRELU:
         d = torch.where(x <= 0, 0.0, d)
