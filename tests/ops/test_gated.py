@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import fuseops
 from fuseops import ops
 from tests.helpers import DTYPES, kernels_on
-from tests.ops.harness import check_op_against_float64, devices
+from tests.ops.harness import assert_torch_nn_values, check_op_against_float64, devices
 
 
 def _clamped_swiglu(a, b, limit=7.0, alpha=1.702):
@@ -131,4 +131,7 @@ def test_cpu_references_are_torch_nn_bit_for_bit(dtype, cls, kwargs, fn):
     y_nn = fn(*x_nn.chunk(2, -1))
     y_nn.backward(dy)
     torch.testing.assert_close(y, y_nn, rtol=0, atol=0, equal_nan=True)
-    torch.testing.assert_close(x.grad, x_nn.grad, rtol=0, atol=0, equal_nan=True)
+    # But where torch's GELU(tanh) backward overflows (tests/ops/test_activation.py).
+    overflowed = assert_torch_nn_values(x.grad, x_nn.grad, x.detach())
+    assert overflowed.any() == (kwargs.get("approximate", "tanh") == "tanh" and cls is ops.GeGLU
+                                and dtype == torch.float32)

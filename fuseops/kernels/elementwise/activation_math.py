@@ -93,9 +93,11 @@ def activation_and_grad(x, ACT: tl.constexpr, alpha):
         x2 = x * x
         t = _tanh(0.7978845608028654 * (x + 0.044715 * x2 * x))
         y = 0.5 * x * (1.0 + t)
-        g = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (
-            1.0 + 0.134145 * x2
-        )
+        # x (1 - t^2) first: 0 once t rounds to +-1 (|x| > ~10), where x^2 would overflow from
+        # |x| ~ 1.8e19 and 0 * inf make a NaN of a derivative that is 1 or 0 (an inf x still
+        # gives NaN, as torch's gelu_backward).
+        xs = x * (1.0 - t * t)
+        g = 0.5 * (1.0 + t) + 0.3989422804014327 * (xs + 0.134145 * (xs * x) * x)
     elif ACT == 4:
         s = _sigmoid(alpha * x)
         y = x * s
@@ -159,10 +161,10 @@ def reference_activation(x: torch.Tensor, act: Activation, alpha: float = 1.0) -
     # GELU, GELU(tanh), SiLU with alpha 1: torch's kernels of the same formulas (their values at
     # +-inf and NaN too): on the CPU, where the references are what runs, and for an unfused
     # activation on the GPU, one pass where the formula spelled out took two (SiLU) to ten.
-    if act == Activation.GELU:
-        return torch.nn.functional.gelu(x)
-    if act == Activation.GELU_TANH:
-        return torch.nn.functional.gelu(x, approximate="tanh")
+    if act == Activation.GELU or act == Activation.GELU_TANH:
+        y = torch.nn.functional.gelu(x, approximate="none" if act == Activation.GELU else "tanh")
+        # Saturated: x (0 for x < 0), an inf or NaN x as torch places them (x * 0 is NaN there).
+        return y if _unsaturated(x) else torch.where(x.abs() < _GELU_SATURATED, y, torch.where(x > 0, x, x * 0))
     if act == Activation.SILU:
         return torch.nn.functional.silu(x) if alpha == 1.0 else x * torch.sigmoid(_scaled(alpha, x))
     if act == Activation.SRELU:
@@ -189,7 +191,31 @@ def _torch_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alpha:
         return torch.ops.aten.threshold_backward(up, x, 0)
     if act == Activation.SIGMOID:
         return torch.ops.aten.sigmoid_backward(up, torch.sigmoid(x))
-    return torch.ops.aten.gelu_backward(up, x, approximate="none" if act == Activation.GELU else "tanh")
+    if act == Activation.GELU:
+        return torch.ops.aten.gelu_backward(up, x)
+    d = torch.ops.aten.gelu_backward(up, x, approximate="tanh")
+    # Saturated: up (0 for x < 0); NaN at an inf or NaN x, as torch's kernel places it (x * 0).
+    return d if _unsaturated(x) else torch.where(x.abs() < _GELU_SATURATED, d, up * (x > 0) + x * 0)
+
+
+# torch's GELU kernels overflow inside at large finite inputs: GELU(tanh)'s backward squares x,
+# past the float32 maximum from |x| ~ 1.8e19, and 0 * inf makes a NaN of a derivative that is 1
+# or 0; torch 2.11's CPU forward of the exact GELU gives NaN at +inf and inf at 3e38 (x (1 + erf)
+# overflows before the halving; session 64, device run 2). From this bound on, in every float
+# dtype, erf and tanh round to +-1: GELU is x (x > 0) or 0, GELU(tanh)'s derivative 1 or 0, and
+# the references set those values there themselves.
+_GELU_SATURATED = 2.0**40
+
+
+def _unsaturated(x: torch.Tensor) -> bool:
+    """Whether every ``|x|`` is known to lie below ``_GELU_SATURATED`` (so torch's GELU kernels
+    are exact as they are): read on the host for an eager CPU tensor (one pass, no device to
+    wait for); elsewhere (CUDA, compiled, functorch transforms) not known, and the caller's
+    ``torch.where`` runs (Inductor fuses it into the kernel). NaN fails the comparison."""
+    if (x.device.type != "cpu" or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
+            or type(x) is not torch.Tensor):
+        return False
+    return x.numel() == 0 or bool(torch.linalg.vector_norm(x, float("inf")) < _GELU_SATURATED)
 
 
 def reference_activation_grad(
