@@ -83,7 +83,8 @@ def test_cpu_references_are_torch_nn_bit_for_bit(dtype, cls, kwargs, fn):
     y64.backward(dy.double())
     assert_torch_nn_values(y, y_nn, y64.to(dtype))
     overflowed = assert_torch_nn_values(x.grad, x_nn.grad, x64.grad.to(dtype))
-    assert overflowed.any() == (kwargs.get("approximate") == "tanh" and dtype == torch.float32)
+    # (torch's GELU(tanh) backward at +-3e38 in float32, every torch version; others vary by version.)
+    assert overflowed.any() or not (kwargs.get("approximate") == "tanh" and dtype == torch.float32)
 
 
 @pytest.mark.parametrize("kernels", ["reference", "triton"])
