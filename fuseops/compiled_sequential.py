@@ -168,10 +168,11 @@ def register(module: torch.nn.Module) -> None:
 
 def describe(module: torch.nn.Module, ops: Sequence[torch.nn.Module]) -> tuple:
     """What a trace of ``module`` depends on besides tensors: fusing or not, each op's class and
-    settings, and which of its parameters are one tensor (tied). Traced, each part is guarded."""
+    settings (its ``settings_key``), and which of its parameters are one tensor (tied). Traced,
+    each part is guarded."""
     _, _, slots = parameter_slots(ops)
     tying = tuple([i for op_slots in slots for i in op_slots.values()])
-    return module.fuse, tuple([(op.class_code, op.settings()) for op in ops]), tying
+    return module.fuse, tuple([op.settings_key for op in ops]), tying
 
 
 @torch.compiler.assume_constant_result

@@ -181,6 +181,42 @@ def test_other_settings_get_a_graph_of_their_own() -> None:
     assert counters["stats"]["unique_graphs"] == 3, dict(counters["stats"])
 
 
+def test_a_setting_changed_after_compiling_retraces_with_it() -> None:
+    """A graph guards each op's ``settings_key`` (one int for its class and settings, kept by
+    every assignment): eps, the approximation and train / eval changed between calls are read."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _block()
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(lambda x: model(x, x), backend="aot_eager", fullgraph=True)
+    x = torch.randn(5, 16, requires_grad=True)
+    for change in (None, ("eps", 1e-2, 0), ("approximate", "none", 2), "eval", "train", ("eps", 1e-5, 0),
+                   ("approximate", "tanh", 2)):
+        for m in (model, eager):
+            if change in ("eval", "train"):
+                getattr(m, change)()
+            elif change is not None:
+                setattr(m[change[2]], change[0], change[1])
+        y, y_ref = compiled(x), eager(x, x)
+        assert_bitwise(y, y_ref, f"output after {change}")
+        assert_bitwise(torch.autograd.grad(y.sum(), model[0].weight)[0],
+                       torch.autograd.grad(y_ref.sum(), eager[0].weight)[0], f"gradient after {change}")
+    keys = [op.settings_key for op in model]
+    assert keys == [op.settings_key for op in _block()]  # back to the first settings: the first keys
+
+
+def test_an_unpickled_op_makes_its_settings_key_again() -> None:
+    # A key indexes this process's table: one saved by another process must not be read here.
+    import pickle
+
+    op = ops.RMSNorm(16, eps=1e-3)
+    saved = copy.deepcopy(op)
+    saved.__dict__["settings_key"] = -1  # as another process's key would be: anything
+    assert pickle.loads(pickle.dumps(saved)).settings_key == op.settings_key
+    assert copy.deepcopy(saved).settings_key == op.settings_key
+    assert ops.RMSNorm(16, eps=1e-2).settings_key != op.settings_key != ops.LayerNorm(16, eps=1e-3).settings_key
+
+
 def test_a_copy_runs_on_its_own_parameters() -> None:
     torch._dynamo.reset()
     torch.manual_seed(0)

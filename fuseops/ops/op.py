@@ -59,6 +59,11 @@ def _changed(name: str, old: Any, new: Any) -> bool:
     return old_setting or new_setting or not name.startswith("_")
 
 
+# ``(class_code, settings())`` -> a small int, an op's ``settings_key``: equal for ops of one class
+# and equal settings, in this process (a pickled op makes its own again: ``BasicOp.__setstate__``).
+_SETTINGS_KEYS: dict[tuple, int] = {}
+
+
 # Every op class, at the position its ``class_code`` says (set when the class is defined). The
 # fuser matches op types by these ints under torch.compile: reading the classes themselves in
 # a trace costs guards on every call (``fuseops.fuser``).
@@ -94,6 +99,11 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
     # Whether its forward runs ``torch.distributed`` collectives, which torch does not
     # differentiate: such an op refuses forward-mode derivatives (``executor/plain_autograd.py``).
     communicates: ClassVar[bool] = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # (``nn.Module.__init__`` sets ``training`` past ``__setattr__``.)
+        self._refresh_settings_key()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -133,11 +143,27 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
         # cannot walk a module's ``__dict__``).
         names = self.__dict__.get("_setting_names", ())
         if name == "training":
+            self._refresh_settings_key()
             return
         if isinstance(value, _SETTING_TYPES) and name not in names:
-            object.__setattr__(self, "_setting_names", (*names, name))
+            names = (*names, name)
+            object.__setattr__(self, "_setting_names", names)
         if _changed(name, old, value):
             settings_epoch += 1
+        if name in names:
+            self._refresh_settings_key()
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        # A key is an index of this process's table: one unpickled here is made again.
+        self._refresh_settings_key()
+
+    def _refresh_settings_key(self) -> None:
+        """``settings_key``: one int for the op's class and ``settings()``, kept current by every
+        assignment that can change them, so that a compiled graph guards one value per op where
+        reading the settings in the trace guarded each (and the method's lookup: ~10 guards an op)."""
+        key = (type(self).class_code, self.settings())
+        object.__setattr__(self, "settings_key", _SETTINGS_KEYS.setdefault(key, len(_SETTINGS_KEYS)))
 
     def settings(self) -> tuple:
         """This op's settings: each attribute holding a plain value (a number, a string, a

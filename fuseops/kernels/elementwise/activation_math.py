@@ -161,10 +161,12 @@ def reference_activation(x: torch.Tensor, act: Activation, alpha: float = 1.0) -
     # GELU, GELU(tanh), SiLU with alpha 1: torch's kernels of the same formulas (their values at
     # +-inf and NaN too): on the CPU, where the references are what runs, and for an unfused
     # activation on the GPU, one pass where the formula spelled out took two (SiLU) to ten.
-    if act == Activation.GELU or act == Activation.GELU_TANH:
-        y = torch.nn.functional.gelu(x, approximate="none" if act == Activation.GELU else "tanh")
-        # Saturated: x (0 for x < 0), an inf or NaN x as torch places them (x * 0 is NaN there).
-        return y if _unsaturated(x) else torch.where(x.abs() < _GELU_SATURATED, y, torch.where(x > 0, x, x * 0))
+    if act == Activation.GELU:
+        y = torch.nn.functional.gelu(x)
+        # Where the exact GELU saturates it is x (torch 2.11's CPU kernel: NaN at +inf, inf at 3e38).
+        return y if x.device.type == "cpu" and not _CPU_GELU_OVERFLOWS else torch.where(x > _GELU_SATURATED, x, y)
+    if act == Activation.GELU_TANH:
+        return torch.nn.functional.gelu(x, approximate="tanh")
     if act == Activation.SILU:
         return torch.nn.functional.silu(x) if alpha == 1.0 else x * torch.sigmoid(_scaled(alpha, x))
     if act == Activation.SRELU:
@@ -193,33 +195,30 @@ def _torch_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alpha:
         return torch.ops.aten.sigmoid_backward(up, torch.sigmoid(x))
     if act == Activation.GELU:
         return torch.ops.aten.gelu_backward(up, x)
-    d = torch.ops.aten.gelu_backward(up, x, approximate="tanh")
-    # Saturated: up (0 for x < 0); NaN at an inf or NaN x, as torch's kernel places it (x * 0).
-    return d if _unsaturated(x) else torch.where(x.abs() < _GELU_SATURATED, d, up * (x > 0) + x * 0)
+    # torch's kernel squares x, past the float32 maximum from |x| ~ 1.8e19, and 0 * inf made a NaN
+    # of a derivative that is 1 or 0 there: it reads x clamped where the derivative saturates, and
+    # up + x * 0 keeps its NaN at an inf x. One pass: addcmul by a 0-dim zero, made per call (a
+    # global tensor is refused by fake tensors); Inductor 2.13 turns ``add(mm, x, alpha=0)`` into
+    # an addmm that drops the alpha. No host read: a recorded program replays it as it is. CPU
+    # [256, 1024] float32, one thread: 1.25 ms against 1.06.
+    up = torch.addcmul(up, x, x.new_zeros(()))
+    return torch.ops.aten.gelu_backward(up, x.clamp(-_GELU_SATURATED, _GELU_SATURATED), approximate="tanh")
 
 
-# torch's GELU kernels overflow inside at large finite inputs: GELU(tanh)'s backward squares x,
-# past the float32 maximum from |x| ~ 1.8e19, and 0 * inf makes a NaN of a derivative that is 1
-# or 0; torch 2.11's CPU forward of the exact GELU gives NaN at +inf and inf at 3e38 (x (1 + erf)
-# overflows before the halving; session 64, device run 2). From this bound on, in every float
-# dtype, erf and tanh round to +-1: GELU is x (x > 0) or 0, GELU(tanh)'s derivative 1 or 0, and
-# the references set those values there themselves.
+# From this bound on, in every float dtype, erf and tanh round to +-1: GELU is x (x > 0) or 0,
+# and GELU(tanh)'s derivative 1 or 0.
 _GELU_SATURATED = 2.0**40
 
 
-def _unsaturated(x: torch.Tensor) -> bool:
-    """Whether every ``|x|`` is known to lie below ``_GELU_SATURATED`` (so torch's GELU kernels
-    are exact as they are): read on the host for an eager CPU tensor (one pass, no device to
-    wait for); elsewhere (CUDA, compiled, functorch transforms) not known, and the caller's
-    ``torch.where`` runs (Inductor fuses it into the kernel). NaN fails the comparison."""
-    if (x.device.type != "cpu" or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
-            or type(x) is not torch.Tensor):
-        return False
-    if x.numel() == 0:
-        return True
-    # aminmax: 43 us at [256, 1024] float32 on one thread (GELU(tanh) 1.0 ms), the inf-norm 900.
-    lo, hi = torch.aminmax(x)
-    return bool((lo > -_GELU_SATURATED) & (hi < _GELU_SATURATED))
+def _cpu_gelu_overflows() -> bool:
+    """Whether torch's CPU GELU (exact) is wrong where it saturates: torch 2.11's gives NaN at
+    +inf and inf at 3e38 (session 64, device run 2: ``x (1 + erf)`` overflows before the halving),
+    in its vector body and tail alike; torch 2.13's gives x."""
+    x = torch.tensor([float("inf"), 3e38] * 33)
+    return not (torch.equal(torch.nn.functional.gelu(x), x) and torch.equal(torch.nn.functional.gelu(x[:3]), x[:3]))
+
+
+_CPU_GELU_OVERFLOWS = _cpu_gelu_overflows()
 
 
 def reference_activation_grad(
