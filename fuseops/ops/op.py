@@ -167,9 +167,9 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
 
     def settings(self) -> tuple:
         """This op's settings: each attribute holding a plain value (a number, a string, a
-        flag, an enum, a dtype, None, a tuple), with its name, and its training flag. Traced by
-        torch.compile, each becomes a guard: Sequentials of equal settings share a compiled
-        graph and its two operators (``fuseops/compiled_sequential.py``), others do not."""
+        flag, an enum, a dtype, None, a tuple), with its name, and its training flag. A compiled
+        graph guards them through ``settings_key``: Sequentials of equal settings share a
+        compiled graph and its two operators (``fuseops/compiled_sequential.py``), others do not."""
         out = [("training", self.training)]
         for name in getattr(self, "_setting_names", ()):
             value = getattr(self, name, None)
