@@ -4,7 +4,7 @@
 # Prepared for session 65 (one call a line; chain them within 30 s of each other):
 #   SIDE_LIMIT=400 bash benchmarks/results/session64/calls.sh compile_gpu   # settings_key, GELU refs: torch 2.11
 #   bash benchmarks/results/session64/calls.sh guards_ab                   # ~9 min: compiled dense H=1024, A/B
-#   LIMIT=540 bash benchmarks/results/session64/calls.sh "gpu:quantops:not test_compile"   # quantops past 28 %
+#   LIMIT=540 bash benchmarks/results/session64/calls.sh gpu:quantops     # 28 % (37 tests) in 290 s in run 5
 #   LIMIT=300 bash benchmarks/results/session64/calls.sh "gpu:edge:GELU or GeGLU or BackwardLinearBiasActivation"
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 PARTS_DIR=benchmarks/results/session64 exec bash benchmarks/results/session55/calls.sh "$@"
