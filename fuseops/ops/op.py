@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import itertools
 from typing import Any, ClassVar, NoReturn
 
 import torch
@@ -62,6 +63,9 @@ def _changed(name: str, old: Any, new: Any) -> bool:
 # ``(class_code, settings())`` -> a small int, an op's ``settings_key``: equal for ops of one class
 # and equal settings, in this process (a pickled op makes its own again: ``BasicOp.__setstate__``).
 _SETTINGS_KEYS: dict[tuple, int] = {}
+# A fresh int per new key: two threads adding two keys at once never share one (``next`` and
+# ``setdefault`` are each atomic; a length read before the insert is not).
+_NEW_KEYS = itertools.count()
 
 
 # Every op class, at the position its ``class_code`` says (set when the class is defined). The
@@ -163,7 +167,10 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
         assignment that can change them, so that a compiled graph guards one value per op where
         reading the settings in the trace guarded each (and the method's lookup: ~10 guards an op)."""
         key = (type(self).class_code, self.settings())
-        object.__setattr__(self, "settings_key", _SETTINGS_KEYS.setdefault(key, len(_SETTINGS_KEYS)))
+        key_id = _SETTINGS_KEYS.get(key)
+        if key_id is None:
+            key_id = _SETTINGS_KEYS.setdefault(key, next(_NEW_KEYS))
+        object.__setattr__(self, "settings_key", key_id)
 
     def settings(self) -> tuple:
         """This op's settings: each attribute holding a plain value (a number, a string, a
