@@ -2,7 +2,7 @@
 # the CPU's 4-block stack), A/B on one machine: the compiled dense cells at H=1024 (the host floor, run 6) with this
 # tree ("key") and with a copy where describe() traces settings() again ("settings"), alternating; then the guards'
 # own cost per side (session 55's compiled_guards.py: host with guards evaluated against skipped).
-rm -rf /tmp/ab && mkdir -p /tmp/ab && cp -r fuseops benchmarks /tmp/ab/
+rm -rf /tmp/ab && mkdir -p /tmp/ab && cp -r fuseops benchmarks pyproject.toml /tmp/ab/
 sed -i 's/tuple(\[op.settings_key for op in ops\])/tuple([(op.class_code, op.settings()) for op in ops])/' \
   /tmp/ab/fuseops/compiled_sequential.py
 grep -c "op.class_code, op.settings()" /tmp/ab/fuseops/compiled_sequential.py
