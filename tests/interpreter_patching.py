@@ -82,7 +82,6 @@ def skip_repeated_patching() -> bool:
     return True
 
 
-
 def skip_overflow_checks() -> bool:
     """Turn off the interpreter's int32 overflow sanitizer; returns whether it was off or turned off."""
     builder = getattr(interpreter, "interpreter_builder", None)

@@ -108,12 +108,13 @@ def test_the_shipped_sanitizer_reports_no_overflow(monkeypatch):
 
     from triton.runtime import interpreter
 
-    options = interpreter.interpreter_builder.options
-    monkeypatch.setattr(interpreter.interpreter_builder, "options", dataclasses.replace(options, sanitize_overflow=True))
+    builder = interpreter.interpreter_builder
+    options = builder.options
+    monkeypatch.setattr(builder, "options", dataclasses.replace(options, sanitize_overflow=True))
     y = torch.empty(16, dtype=torch.int32)
     _wrapping_kernel[(1,)](y, 2**30)
     assert (y == 0).all()  # 2^32 wrapped to 0 in int32
-    monkeypatch.setattr(interpreter.interpreter_builder, "options", dataclasses.replace(options, sanitize_overflow=False))
+    monkeypatch.setattr(builder, "options", dataclasses.replace(options, sanitize_overflow=False))
     y.fill_(1)
     _wrapping_kernel[(1,)](y, 2**30)
     assert (y == 0).all()
