@@ -23,6 +23,14 @@ from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.bias_grad import sum_partials
 from fuseops.kernels.launch import launch
 
+# Rows whose largest magnitude is above this are normalized by it first: their squares (and a
+# LayerNorm row's sum) could pass float32's maximum, 3.4e38, which a row of N values of
+# magnitude m reaches from m ~ 1.8e19 / sqrt(N): the sum is inf, rstd 0 and the output 0 where
+# the normalized row is right (torch.nn's RMSNorm and LayerNorm give those 0s; session 65,
+# ``benchmarks/results/session65/norm_overflow_probe.py``). Below it no row's squares overflow
+# (N * 2^80 < 2^128 for any N < 2^47) and every row keeps its unscaled statistics bit for bit.
+SCALED_ROWS_FROM: tl.constexpr = tl.constexpr(2.0**40)
+
 
 @dataclass(frozen=True)
 class NormConfig:
@@ -133,37 +141,81 @@ def _row_mean(row_sums, N):
 
 
 @triton.jit
+def _row_scale(largest):
+    """``(scale, 1 / scale)`` per row from its largest magnitude: itself where finite and above
+    ``SCALED_ROWS_FROM`` (the references' ``_reference_row_scale``), else exactly 1."""
+    scaled = (largest > SCALED_ROWS_FROM) & (largest <= 3.4028234663852886e38)
+    inverse = tl.div_rn(tl.full(largest.shape, 1.0, tl.float32), largest)
+    return tl.where(scaled, largest, 1.0), tl.where(scaled, inverse, 1.0)
+
+
+@triton.jit
 def centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS: tl.constexpr,
                        BLOCK_M: tl.constexpr):
-    """Rows that fit one [BLOCK_M, BLOCK_N] tile: (x - mean with zeros past N, mean, rstd) in
-    float32. RMSNorm is LayerNorm with the mean held at zero."""
+    """Rows that fit one [BLOCK_M, BLOCK_N] tile: ``(xc, mean, rstd, r)`` in float32, with the
+    output ``xc * r``: ``xc`` the row centred (zeros past N) and ``r`` its rstd, both of the row
+    divided by its ``_row_scale`` (1 for every row below ``SCALED_ROWS_FROM``, where ``r`` is
+    ``rstd``); ``mean`` and ``rstd`` of the row itself. RMSNorm is LayerNorm with the mean held
+    at zero."""
     xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
+    scale, inverse = _row_scale(tl.max(tl.abs(xt), 1))
+    xt = xt * inverse[:, None]
     mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
     if not IS_RMS:
         mean = _row_mean(tl.sum(xt, 1), N)
     xc = tl.where(mask_n[None, :], xt - mean[:, None], 0.0)
-    return xc, mean, 1.0 / tl.sqrt(_row_mean(tl.sum(xc * xc, 1), N) + eps)
+    r = 1.0 / tl.sqrt(_row_mean(tl.sum(xc * xc, 1), N) + eps * inverse * inverse)
+    return xc, mean * scale, r * inverse, r
 
 
 @triton.jit
 def row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr):
-    """(mean, rstd) in float32 of rows wider than a tile, read BLOCK_N columns at a time."""
+    """(mean, rstd) in float32 of rows wider than a tile, read BLOCK_N columns at a time. The
+    first pass also finds each row's largest magnitude; a block holding a row above
+    ``SCALED_ROWS_FROM`` reads its rows again, divided by their ``_row_scale`` (1 for the
+    others, whose sums are then the same bit for bit)."""
     mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    largest = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if not IS_RMS:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for n0 in range(0, N, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
-            acc += _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)
+            xt = _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)
+            acc += xt
+            largest = tl.maximum(largest, tl.abs(xt))
         mean = _row_mean(tl.sum(acc, 1), N)
     # Squared deviations from the mean (not E[x^2] - mean^2, which cancels).
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for n0 in range(0, N, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < N
-        xc = tl.where(mask_n[None, :], _load(x, offs_m, offs_n, mask_m, mask_n, stride_x) - mean[:, None], 0.0)
+        xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
+        if IS_RMS:
+            largest = tl.maximum(largest, tl.abs(xt))
+        xc = tl.where(mask_n[None, :], xt - mean[:, None], 0.0)
         acc += xc * xc
-    return mean, 1.0 / tl.sqrt(_row_mean(tl.sum(acc, 1), N) + eps)
+    rstd = 1.0 / tl.sqrt(_row_mean(tl.sum(acc, 1), N) + eps)
+    scale, inverse = _row_scale(tl.max(largest, 1))
+    if tl.max(scale, 0) > 1.0:
+        mean_s = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        if not IS_RMS:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for n0 in range(0, N, BLOCK_N):
+                offs_n = n0 + tl.arange(0, BLOCK_N)
+                acc += _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x) * inverse[:, None]
+            mean_s = _row_mean(tl.sum(acc, 1), N)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for n0 in range(0, N, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            mask_n = offs_n < N
+            xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x) * inverse[:, None]
+            xc = tl.where(mask_n[None, :], xt - mean_s[:, None], 0.0)
+            acc += xc * xc
+        r = 1.0 / tl.sqrt(_row_mean(tl.sum(acc, 1), N) + eps * inverse * inverse)
+        mean = tl.where(scale > 1.0, mean_s * scale, mean)
+        rstd = tl.where(scale > 1.0, r * inverse, rstd)
+    return mean, rstd
 
 
 @triton.jit
@@ -182,9 +234,9 @@ def norm_fwd_kernel(
         offs_m = rb * BLOCK_M + tl.arange(0, BLOCK_M)
         mask_m = offs_m < M
         if ONE_BLOCK:
-            xc, mean, rstd = centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS,
-                                                BLOCK_M)
-            _store(y, xc * rstd[:, None] * g[None, :] + shift[None, :], offs_m, offs_n, mask_m, mask_n, stride_y)
+            xc, mean, rstd, r = centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS,
+                                                   BLOCK_M)
+            _store(y, xc * r[:, None] * g[None, :] + shift[None, :], offs_m, offs_n, mask_m, mask_n, stride_y)
         else:
             mean, rstd = row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS, BLOCK_M, BLOCK_N)
             for n0 in range(0, N, BLOCK_N):
@@ -392,6 +444,18 @@ def rmsnorm_bwd(
     return dx, dw
 
 
+
+
+def _reference_row_scale(xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``xf``: ``(scale, 1 / scale)``, the largest magnitude where it is finite and
+    above ``SCALED_ROWS_FROM``, else exactly 1 (a row with an inf or a NaN keeps 1: its
+    statistics stay inf / NaN as torch's are)."""
+    largest = xf.abs().amax(1) if xf.shape[1] else xf.new_zeros(xf.shape[0])
+    scaled = (largest > SCALED_ROWS_FROM.value) & (largest <= torch.finfo(xf.dtype).max)
+    one = torch.ones_like(largest)
+    return torch.where(scaled, largest, one), torch.where(scaled, largest.reciprocal(), one)
+
+
 def _gamma(weight: torch.Tensor, zero_centered_gamma: bool, dtype: torch.dtype) -> torch.Tensor:
     return weight.to(dtype) + 1.0 if zero_centered_gamma else weight.to(dtype)
 
@@ -406,13 +470,15 @@ def reference_layernorm_fwd(
     ``mean`` and ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``)."""
     c = torch.promote_types(x2d.dtype, torch.float32)
     xf = x2d.to(c)
-    mean = xf.mean(1)
-    xc = xf - mean[:, None]
-    rstd = torch.rsqrt(xc.square().mean(1) + eps)
-    y = xc * rstd[:, None] * _gamma(weight, zero_centered_gamma, c)
+    scale, inverse = _reference_row_scale(xf)
+    xs = xf * inverse[:, None]
+    mean = xs.mean(1)
+    xc = xs - mean[:, None]
+    r = torch.rsqrt(xc.square().mean(1) + eps * inverse * inverse)
+    y = xc * r[:, None] * _gamma(weight, zero_centered_gamma, c)
     if bias is not None:
         y = y + bias.to(c)
-    return (out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)), mean, rstd
+    return (out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)), mean * scale, r * inverse
 
 
 def reference_layernorm_bwd(
@@ -441,9 +507,11 @@ def reference_rmsnorm_fwd(
     ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``)."""
     c = torch.promote_types(x2d.dtype, torch.float32)
     xf = x2d.to(c)
-    rstd = torch.rsqrt(xf.square().mean(1) + eps)
-    y = xf * rstd[:, None] * _gamma(weight, zero_centered_gamma, c)
-    return (out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)), rstd
+    _, inverse = _reference_row_scale(xf)
+    xs = xf * inverse[:, None]
+    r = torch.rsqrt(xs.square().mean(1) + eps * inverse * inverse)
+    y = xs * r[:, None] * _gamma(weight, zero_centered_gamma, c)
+    return (out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)), r * inverse
 
 
 def reference_rmsnorm_bwd(

@@ -78,9 +78,9 @@ def norm_quantize_fwd_kernel(
         offs_m = rb * BLOCK_M + tl.arange(0, BLOCK_M)
         mask_m = offs_m < M
         if ONE_BLOCK:
-            xc, mean, rstd = centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS,
-                                                BLOCK_M)
-            qe.store_quantized(xc * rstd[:, None] * g[None, :] + shift[None, :], offs_m, mask_m, 0, N,
+            xc, mean, rstd, r = centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS,
+                                                   BLOCK_M)
+            qe.store_quantized(xc * r[:, None] * g[None, :] + shift[None, :], offs_m, mask_m, 0, N,
                                y, stride_y, data, stride_d, scale, stride_s, row_amax,
                                SCALING, ELEM, BLOCK, STORE_Y, BLOCK_M, BLOCK_N)
         else:

@@ -91,6 +91,54 @@ def test_reference_is_the_textbook_function(kind, zc):
         assert (db - bias.grad).norm() <= tol * bias.grad.norm()
 
 
+# Rows of magnitude 1e19 and more: their float32 squares pass 3.4e38 (torch.nn's norms give 0
+# there). Beside them ordinary rows, whose values must not move.
+LARGE_ROWS = (1e19, 1e25, 1e30)
+
+
+# (The chunked path's first, unscaled pass overflows on the way, in numpy's float32.)
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("path", ["reference", "launcher"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kind", KINDS)
+def test_large_finite_rows_normalize_as_in_float64(kind, dtype, path):
+    for rows, n in ((6, 5), (19, 130)):  # one block, and rows read in chunks under the interpreter
+        base = torch.randn(rows, n) * 2 + 0.5
+        x = base.clone()
+        for i, magnitude in enumerate(LARGE_ROWS):
+            x[2 * i] *= magnitude
+        x, base = x.to(dtype), base.to(dtype)
+        dy = torch.randn(rows, n).to(dtype)
+        weight, bias = _params(n, dtype, kind)
+        x64 = x.double().requires_grad_()
+        w64 = weight.double().requires_grad_()
+        b64 = None if bias is None else bias.double()
+        y64 = _textbook(kind, x64, w64, b64, False)
+        y64.backward(dy.double())
+        if kind == "rmsnorm":
+            fwd = kernels.reference_rmsnorm_fwd if path == "reference" else kernels.rmsnorm_fwd
+            bwd = kernels.reference_rmsnorm_bwd if path == "reference" else kernels.rmsnorm_bwd
+            y, rstd = fwd(x, weight, EPS)
+            dx, dw = bwd(dy, x, weight, rstd)
+            y_base = fwd(base, weight, EPS)[0]
+        else:
+            fwd = kernels.reference_layernorm_fwd if path == "reference" else kernels.layernorm_fwd
+            bwd = kernels.reference_layernorm_bwd if path == "reference" else kernels.layernorm_bwd
+            y, mean, rstd = fwd(x, weight, bias, EPS)
+            dx, dw, _ = bwd(dy, x, weight, mean, rstd, has_bias=bias is not None)
+            y_base = fwd(base, weight, bias, EPS)[0]
+            mean64 = x.double().mean(1)
+            assert_close_rel(mean, mean64, torch.float32, what="mean")
+        rstd64 = torch.rsqrt((x.double() - (0 if kind == "rmsnorm" else mean64[:, None])).square().mean(1) + EPS)
+        assert ((rstd.double() - rstd64).abs() <= REL_TOL[torch.float32] * rstd64).all(), "rstd"
+        for i in range(rows):
+            assert_close_rel(y[i], y64[i].detach(), dtype, what=f"y row {i}")
+            assert_close_rel(dx[i], x64.grad[i], dtype, factor=4, what=f"dx row {i}")
+        assert_close_rel(dw, w64.grad, dtype, factor=4, what="dweight")
+        ordinary = [i for i in range(rows) if i not in (0, 2, 4)]
+        assert torch.equal(y[ordinary], y_base[ordinary]), "an ordinary row moved beside large ones"
+
+
 def test_against_torch_in_low_precision():
     # The launcher in bf16 against torch's layer norm in float64 (the ops-level spec).
     x = torch.randn(19, 130).to(torch.bfloat16)

@@ -12,6 +12,7 @@ import torch
 from fuseops.kernels.elementwise import norm_quantize as kernels
 from fuseops.kernels.quantization import epilogue as qe
 from tests.helpers import DTYPES, assert_bitwise, assert_close_rel, cuda_or_skip
+from tests.kernels.elementwise.test_norm import _textbook
 from tests.kernels.quantization.test_epilogue import FORMATS, poisoned_outputs
 
 # (3, 5) holds each row in one block; (19, 200) reads rows in chunks under the interpreter
@@ -69,6 +70,25 @@ def test_launchers_match_reference(kind, fmt, dtype):
     zc = kind == "layernorm-nobias"
     for rows, n in SHAPES:
         _check(*_inputs(rows, n, dtype, kind, zc), kind, zc, fmt)
+
+
+# (The chunked path's first, unscaled pass overflows on the way, in numpy's float32.)
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("fmt", ["tensor", "mx"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_large_finite_rows_match_reference(kind, fmt):
+    """Rows of 1e19 and 1e30 (their float32 squares overflow) beside ordinary ones: y as float64's
+    (test_norm.py has the statistics and gradients), the statistics as the reference's, every
+    epilogue output its bit-for-bit quantization."""
+    scaling, element = FORMATS[fmt]
+    for rows, n in SHAPES[:2]:
+        x, weight, bias = _inputs(rows, n, torch.float32, kind, False)
+        x[0] *= 1e19
+        x[2] *= 1e30
+        _check(x, weight, bias, kind, False, fmt)
+        emitted, _, _ = _run(x, weight, bias, kind, False, scaling, element, True)
+        assert_close_rel(emitted.y, _textbook(kind, x.double(), weight.double(),
+                                              None if bias is None else bias.double(), False), torch.float32)
 
 
 @pytest.mark.gpu
