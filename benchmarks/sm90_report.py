@@ -288,6 +288,16 @@ def norm_bwd_launch(sink, *, rows=16384, n=1024, rms=True):
                       False, not rms, rms)
 
 
+def norm_fwd_launch(sink, *, rows=16384, n=1024, rms=True):
+    """The RMSNorm / LayerNorm forward over [rows, n] bf16 (rows wider than 8192 read in chunks)."""
+    from fuseops.kernels.elementwise import norm as mod
+
+    x = torch.empty(rows, n, dtype=torch.bfloat16)
+    with caught(mod, "norm_fwd_kernel", sink):
+        mod._norm_fwd(x, torch.empty(n, dtype=torch.bfloat16), None if rms else torch.empty(n, dtype=torch.bfloat16),
+                      1e-5, False, None, rms)
+
+
 def activation_dbias_launch(sink, *, rows=4096, n=4096, act="GELU_TANH", cfg=None):
     """The activation backward + dbias over [rows, n] bf16 (issue 20's dense stack), in the
     library's tile or ``cfg`` (a ReduceConfig)."""
@@ -300,7 +310,7 @@ def activation_dbias_launch(sink, *, rows=4096, n=4096, act="GELU_TANH", cfg=Non
         mod.activation_bwd_dbias(x, torch.empty_like(x), getattr(mod.Activation, act))
 
 
-CASES = {"quantize": quantize_launch, "norm_bwd": norm_bwd_launch, "activation_dbias": activation_dbias_launch, "amax": amax_launch, "gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
+CASES = {"quantize": quantize_launch, "norm_bwd": norm_bwd_launch, "norm_fwd": norm_fwd_launch, "activation_dbias": activation_dbias_launch, "amax": amax_launch, "gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
          "blockwise_fwd": blockwise_fwd_launch, "blockwise_wgrad": blockwise_wgrad_launch,
          "bf16_wgrad": bf16_wgrad_launch, "triton_wgrad": triton_wgrad_launch,
          "tensor_scaled_fwd": tensor_scaled_fwd_launch, "tensor_scaled_wgrad": tensor_scaled_wgrad_launch}

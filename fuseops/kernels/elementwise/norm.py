@@ -176,14 +176,14 @@ def row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS: tl.constexpr, BLOCK_M
     ``SCALED_ROWS_FROM`` reads its rows again, divided by their ``_row_scale`` (1 for the
     others, whose sums are then the same bit for bit)."""
     mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    largest = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    largest = tl.zeros((BLOCK_M,), dtype=tl.float32)
     if not IS_RMS:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for n0 in range(0, N, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
             xt = _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)
             acc += xt
-            largest = tl.maximum(largest, tl.abs(xt))
+            largest = tl.maximum(largest, tl.max(tl.abs(xt), 1))
         mean = _row_mean(tl.sum(acc, 1), N)
     # Squared deviations from the mean (not E[x^2] - mean^2, which cancels).
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -192,11 +192,11 @@ def row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS: tl.constexpr, BLOCK_M
         mask_n = offs_n < N
         xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
         if IS_RMS:
-            largest = tl.maximum(largest, tl.abs(xt))
+            largest = tl.maximum(largest, tl.max(tl.abs(xt), 1))
         xc = tl.where(mask_n[None, :], xt - mean[:, None], 0.0)
         acc += xc * xc
     rstd = 1.0 / tl.sqrt(_row_mean(tl.sum(acc, 1), N) + eps)
-    scale, inverse = _row_scale(tl.max(largest, 1))
+    scale, inverse = _row_scale(largest)
     if tl.max(scale, 0) > 1.0:
         mean_s = tl.zeros((BLOCK_M,), dtype=tl.float32)
         if not IS_RMS:
