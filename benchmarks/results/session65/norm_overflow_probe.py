@@ -1,7 +1,7 @@
 """Session 65 probe (CPU): fuseops' RMSNorm / LayerNorm against torch.nn's and float64's at large finite inputs.
 Both float32 formulas square x (sum of x^2, or of (x - mean)^2): past |x| ~ 1.8e19 / sqrt(N) the sum is inf, rstd
-0 and the output 0 where float64's is the normalized row. fuseops equals torch.nn there (found, not mended: the
-open items' norms entry).
+0 and the output 0 where float64's is the normalized row. fuseops equalled torch.nn there before session 65's
+change (``SCALED_ROWS_FROM`` in kernels/elementwise/norm.py); it gives float64's values since.
 
     python benchmarks/results/session65/norm_overflow_probe.py
 """
