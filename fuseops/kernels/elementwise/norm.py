@@ -444,8 +444,6 @@ def rmsnorm_bwd(
     return dx, dw
 
 
-
-
 def _reference_row_scale(xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row of ``xf``: ``(scale, 1 / scale)``, the largest magnitude where it is finite and
     above ``SCALED_ROWS_FROM``, else exactly 1 (a row with an inf or a NaN keeps 1: its
@@ -467,7 +465,9 @@ def reference_layernorm_fwd(
     """Per row: ``mean = sum(x) / N``, ``var = sum((x - mean)^2) / N`` (biased),
     ``rstd = 1 / sqrt(var + eps)``, ``y = (x - mean) * rstd * g + bias`` with ``g = weight``
     or ``1 + weight`` (zero-centred gamma). In float32 (float64 for float64 input, as are
-    ``mean`` and ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``)."""
+    ``mean`` and ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``). A row
+    whose largest magnitude is above ``SCALED_ROWS_FROM`` is first divided by it (its squares
+    would overflow): the same function, computed on ``x / scale`` with ``eps / scale^2``."""
     c = torch.promote_types(x2d.dtype, torch.float32)
     xf = x2d.to(c)
     scale, inverse = _reference_row_scale(xf)
@@ -504,7 +504,8 @@ def reference_rmsnorm_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row: ``rstd = 1 / sqrt(sum(x^2) / N + eps)``, ``y = x * rstd * g`` with
     ``g = weight`` or ``1 + weight``. In float32 (float64 for float64 input, as is
-    ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``)."""
+    ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``). Rows above
+    ``SCALED_ROWS_FROM`` as in ``reference_layernorm_fwd``."""
     c = torch.promote_types(x2d.dtype, torch.float32)
     xf = x2d.to(c)
     _, inverse = _reference_row_scale(xf)
