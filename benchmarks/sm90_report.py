@@ -310,10 +310,21 @@ def activation_dbias_launch(sink, *, rows=4096, n=4096, act="GELU_TANH", cfg=Non
         mod.activation_bwd_dbias(x, torch.empty_like(x), getattr(mod.Activation, act))
 
 
-CASES = {"quantize": quantize_launch, "norm_bwd": norm_bwd_launch, "norm_fwd": norm_fwd_launch, "activation_dbias": activation_dbias_launch, "amax": amax_launch, "gated_dgrad": gated_dgrad_launch, "gated_fwd": gated_fwd_launch,
-         "blockwise_fwd": blockwise_fwd_launch, "blockwise_wgrad": blockwise_wgrad_launch,
-         "bf16_wgrad": bf16_wgrad_launch, "triton_wgrad": triton_wgrad_launch,
-         "tensor_scaled_fwd": tensor_scaled_fwd_launch, "tensor_scaled_wgrad": tensor_scaled_wgrad_launch}
+CASES = {
+    "quantize": quantize_launch,
+    "norm_bwd": norm_bwd_launch,
+    "norm_fwd": norm_fwd_launch,
+    "activation_dbias": activation_dbias_launch,
+    "amax": amax_launch,
+    "gated_dgrad": gated_dgrad_launch,
+    "gated_fwd": gated_fwd_launch,
+    "blockwise_fwd": blockwise_fwd_launch,
+    "blockwise_wgrad": blockwise_wgrad_launch,
+    "bf16_wgrad": bf16_wgrad_launch,
+    "triton_wgrad": triton_wgrad_launch,
+    "tensor_scaled_fwd": tensor_scaled_fwd_launch,
+    "tensor_scaled_wgrad": tensor_scaled_wgrad_launch,
+}
 
 
 def main() -> None:
