@@ -27,7 +27,7 @@ def _outer(x):
 def _kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask)
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
     tl.store(y_ptr + offsets, _outer(x) + tl.sum(x, axis=0), mask=mask)
 
 
