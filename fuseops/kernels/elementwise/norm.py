@@ -22,6 +22,7 @@ from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2, num_sms
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.bias_grad import sum_partials
 from fuseops.kernels.launch import launch
+from fuseops.kernels.quantization.formats import FP32_MAX
 
 # Rows whose largest magnitude is above this are normalized by it first: their squares (and a
 # LayerNorm row's sum) could pass float32's maximum, 3.4e38, which a row of N values of
@@ -30,6 +31,7 @@ from fuseops.kernels.launch import launch
 # ``benchmarks/results/session65/norm_overflow_probe.py``). Below it no row's squares overflow
 # (N * 2^80 < 2^128 for any N < 2^47) and every row keeps its unscaled statistics bit for bit.
 SCALED_ROWS_FROM: tl.constexpr = tl.constexpr(2.0**40)
+_FP32_MAX: tl.constexpr = tl.constexpr(FP32_MAX)
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ def _row_mean(row_sums, N):
 def _row_scale(largest):
     """``(scale, 1 / scale)`` per row from its largest magnitude: itself where finite and above
     ``SCALED_ROWS_FROM`` (the references' ``_reference_row_scale``), else exactly 1."""
-    scaled = (largest > SCALED_ROWS_FROM) & (largest <= 3.4028234663852886e38)
+    scaled = (largest > SCALED_ROWS_FROM) & (largest <= _FP32_MAX)
     inverse = tl.div_rn(tl.full(largest.shape, 1.0, tl.float32), largest)
     return tl.where(scaled, largest, 1.0), tl.where(scaled, inverse, 1.0)
 
