@@ -298,6 +298,18 @@ def norm_fwd_launch(sink, *, rows=16384, n=1024, rms=True):
                       1e-5, False, None, rms)
 
 
+def norm_quantize_fwd_launch(sink, *, rows=16384, n=1024, rms=True, scaling="TENSOR"):
+    """The RMSNorm / LayerNorm forward quantized in its epilogue (FP8, ``scaling`` a Scaling name)
+    over [rows, n] bf16."""
+    from fuseops.kernels.elementwise import norm_quantize as mod
+    from fuseops.kernels.quantization.formats import Element, Scaling
+
+    x, w = torch.empty(rows, n, dtype=torch.bfloat16), torch.empty(n, dtype=torch.bfloat16)
+    with caught(mod, "norm_quantize_fwd_kernel", sink):
+        mod._norm_quantize_fwd(x, w, None if rms else w, 1e-5, False, getattr(Scaling, scaling), Element.E4M3,
+                               False, None, rms)
+
+
 def activation_dbias_launch(sink, *, rows=4096, n=4096, act="GELU_TANH", cfg=None):
     """The activation backward + dbias over [rows, n] bf16 (issue 20's dense stack), in the
     library's tile or ``cfg`` (a ReduceConfig)."""
@@ -314,6 +326,7 @@ CASES = {
     "quantize": quantize_launch,
     "norm_bwd": norm_bwd_launch,
     "norm_fwd": norm_fwd_launch,
+    "norm_quantize_fwd": norm_quantize_fwd_launch,
     "activation_dbias": activation_dbias_launch,
     "amax": amax_launch,
     "gated_dgrad": gated_dgrad_launch,

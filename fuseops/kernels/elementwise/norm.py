@@ -24,13 +24,14 @@ from fuseops.kernels.elementwise.bias_grad import sum_partials
 from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.formats import FP32_MAX
 
-# Rows whose largest magnitude is above this are normalized by it first: their squares (and a
-# LayerNorm row's sum) could pass float32's maximum, 3.4e38, which a row of N values of
-# magnitude m reaches from m ~ 1.8e19 / sqrt(N): the sum is inf, rstd 0 and the output 0 where
-# the normalized row is right (torch.nn's RMSNorm and LayerNorm give those 0s; session 65,
-# ``benchmarks/results/session65/norm_overflow_probe.py``). Below it no row's squares overflow
-# (N * 2^80 < 2^128 for any N < 2^47) and every row keeps its unscaled statistics bit for bit.
-SCALED_ROWS_FROM: tl.constexpr = tl.constexpr(2.0**40)
+# A row whose float32 sum of squared deviations passes float32's maximum, 3.4e38 (from
+# magnitudes of about 1.8e19 / sqrt(N); a LayerNorm row's sum, for its mean, later), is computed
+# again divided by its largest magnitude: the plain formula (torch.nn's RMSNorm and LayerNorm too)
+# gives an inf sum, rstd 0 and an output of zeros where the normalized row is right (session 65,
+# ``benchmarks/results/session65/norm_overflow_probe.py``). Every other row keeps the plain
+# formula's statistics bit for bit, and its kernels pay one comparison a row: session 65's first
+# form, which found every row's largest magnitude, made the forward 9-76 % slower on an H200
+# (session 66, call 2). The same rule in the kernels and the references (``_reference_row_scale``).
 _FP32_MAX: tl.constexpr = tl.constexpr(FP32_MAX)
 
 
@@ -43,6 +44,8 @@ class NormConfig:
     one_block: bool
     # Persistent programs per multiprocessor (fewer where the rows are fewer).
     programs_per_sm: int
+    # A register cap for ptxas (0: its own choice); ``_FORWARD_MAXNREG``.
+    maxnreg: int = 0
 
 
 @functools.cache
@@ -74,7 +77,25 @@ def _configs() -> tuple[int, int, int]:
 _BACKWARD = (4096, 32, 2)
 
 
-def _pick(rows: int, n: int, backward: bool = False) -> NormConfig:
+# The forward's register caps by warps a program, RMSNorm's and the chunked path's: the
+# registers at which as many programs stay resident on a multiprocessor as before the check for
+# rows whose squares overflow (``_overflowed``), which raised them: RMSNorm's one-block forward
+# 36 -> 47 at 4096 columns (16 warps: three programs -> two), 32 -> 47 at 8192 (32 warps: two ->
+# one), the chunked forward 32 -> 44-47 (32 warps), for sm_90a. Uncapped on an H200 (bf16;
+# session 66, call 3, ``benchmarks/results/session66/norm_ab.py``) the 32-warp shapes took 1.46x
+# and 1.26-1.28x the time before the check, capped at 32 1.06x and 0.85-1.06x. LayerNorm's
+# one-block forward held 48 before it (the same programs resident after) and ran slower capped
+# (1.067x against 1.023x at 8192 columns): no cap.
+_FORWARD_MAXNREG = {16: 40, 32: 32}
+
+
+def forward_maxnreg(num_warps: int, one_block: bool, rms: bool) -> int:
+    """The register cap of a forward program (0: none), ``_FORWARD_MAXNREG``'s rule; the norm +
+    quantize forward's too (its rows' statistics are these kernels')."""
+    return _FORWARD_MAXNREG.get(num_warps, 0) if rms or not one_block else 0
+
+
+def _pick(rows: int, n: int, backward: bool = False, rms: bool = False) -> NormConfig:
     max_block_n, tile, programs_per_sm = _configs()
     block_n = min(next_power_of_2(n), max_block_n)
     one_block = n <= block_n
@@ -85,15 +106,17 @@ def _pick(rows: int, n: int, backward: bool = False) -> NormConfig:
     block_m = max(1, min(tile // block_n, next_power_of_2(max(rows, 1))))
     # Warps grow with the tile so that a thread holds about 8 values of it.
     num_warps = 1 if INTERPRET else min(32, max(4, block_m * block_n // 256))
-    return NormConfig(block_m, block_n, num_warps, one_block, programs_per_sm)
+    maxnreg = 0 if backward else forward_maxnreg(num_warps, one_block, rms)
+    return NormConfig(block_m, block_n, num_warps, one_block, programs_per_sm, maxnreg)
 
 
 @functools.lru_cache(maxsize=1024)
-def _launch_shape(rows: int, n: int, device_index: int, backward: bool = False) -> tuple[NormConfig, int]:
+def _launch_shape(rows: int, n: int, device_index: int, backward: bool = False,
+                  rms: bool = False) -> tuple[NormConfig, int]:
     """The config and the program count for a [rows, n] launch (the backward's with
-    ``backward``) on a device (-1: CPU), decided once per shape: a few microseconds of host
-    time a launch otherwise."""
-    cfg = _pick(rows, n, backward)
+    ``backward``, RMSNorm's with ``rms``) on a device (-1: CPU), decided once per shape: a few
+    microseconds of host time a launch otherwise."""
+    cfg = _pick(rows, n, backward, rms)
     return cfg, max(1, min(cdiv(rows, cfg.block_m), cfg.programs_per_sm * num_sms(device_index)))
 
 
@@ -143,63 +166,87 @@ def _row_mean(row_sums, N):
 
 
 @triton.jit
-def _row_scale(largest):
-    """``(scale, 1 / scale)`` per row from its largest magnitude: itself where finite and above
-    ``SCALED_ROWS_FROM`` (the references' ``_reference_row_scale``), else exactly 1."""
-    scaled = (largest > SCALED_ROWS_FROM) & (largest <= _FP32_MAX)
+def _overflowed(sum_sq):
+    """Rows whose sum of squares is not finite: it overflowed, or the row holds an inf / a NaN."""
+    return ~(sum_sq <= _FP32_MAX)
+
+
+@triton.jit
+def _row_scale(largest, overflowed):
+    """``(scale, 1 / scale, scaled)`` per row: the largest magnitude where the row ``overflowed``
+    and it is finite (a row with an inf or a NaN keeps its inf / NaN statistics, as torch's),
+    else exactly 1."""
+    scaled = overflowed & (largest <= _FP32_MAX)
     inverse = tl.div_rn(tl.full(largest.shape, 1.0, tl.float32), largest)
-    return tl.where(scaled, largest, 1.0), tl.where(scaled, inverse, 1.0)
+    return tl.where(scaled, largest, 1.0), tl.where(scaled, inverse, 1.0), scaled
+
+
+@triton.jit
+def _centered(xt, mask_n, N, IS_RMS: tl.constexpr, BLOCK_M: tl.constexpr):
+    """``(xc, mean, sum of xc^2)`` per row of a tile; ``xc`` zero past N."""
+    mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    if not IS_RMS:
+        mean = _row_mean(tl.sum(xt, 1), N)
+    xc = tl.where(mask_n[None, :], xt - mean[:, None], 0.0)
+    return xc, mean, tl.sum(xc * xc, 1)
 
 
 @triton.jit
 def centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS: tl.constexpr,
                        BLOCK_M: tl.constexpr):
-    """Rows that fit one [BLOCK_M, BLOCK_N] tile: ``(xc, mean, rstd, r)`` in float32, with the
-    output ``xc * r``: ``xc`` the row centred (zeros past N) and ``r`` its rstd, both of the row
-    divided by its ``_row_scale`` (1 for every row below ``SCALED_ROWS_FROM``, where ``r`` is
-    ``rstd``); ``mean`` and ``rstd`` of the row itself. RMSNorm is LayerNorm with the mean held
-    at zero."""
+    """Rows that fit one [BLOCK_M, BLOCK_N] tile: ``(xc, mean, rstd, overflowed)`` in float32:
+    ``xc`` the row centred (zeros past N), the output ``xc * rstd``, right wherever the row's
+    squares did not overflow (``overflowed``: ``scaled_one_block`` then). RMSNorm is LayerNorm
+    with the mean held at zero."""
+    xc, mean, sum_sq = _centered(_load(x, offs_m, offs_n, mask_m, mask_n, stride_x), mask_n, N, IS_RMS, BLOCK_M)
+    return xc, mean, 1.0 / tl.sqrt(_row_mean(sum_sq, N) + eps), _overflowed(sum_sq)
+
+
+@triton.jit
+def scaled_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, overflowed, IS_RMS: tl.constexpr,
+                     BLOCK_M: tl.constexpr):
+    """``centered_one_block``'s rows again from memory, each divided by its ``_row_scale``
+    (exactly 1 where it did not overflow: the same values bit for bit): ``(xc, mean, rstd, r)``
+    with the output ``xc * r``, ``xc`` and ``r`` of the scaled row, ``mean`` and ``rstd`` of the
+    row itself. For blocks with an ``overflowed`` row alone: the common path holds no second
+    tile (keeping ``xc`` beside this one cost 8-24 registers for sm_90a and 5-46 % of the
+    forward's time on an H200; session 66, call 3)."""
     xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
-    scale, inverse = _row_scale(tl.max(tl.abs(xt), 1))
-    xt = xt * inverse[:, None]
-    mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    if not IS_RMS:
-        mean = _row_mean(tl.sum(xt, 1), N)
-    xc = tl.where(mask_n[None, :], xt - mean[:, None], 0.0)
-    r = 1.0 / tl.sqrt(_row_mean(tl.sum(xc * xc, 1), N) + eps * inverse * inverse)
+    scale, inverse, _ = _row_scale(tl.max(tl.abs(xt), 1), overflowed)
+    xc, mean, sum_sq = _centered(xt * inverse[:, None], mask_n, N, IS_RMS, BLOCK_M)
+    r = 1.0 / tl.sqrt(_row_mean(sum_sq, N) + eps * inverse * inverse)
     return xc, mean * scale, r * inverse, r
 
 
 @triton.jit
 def row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr):
-    """(mean, rstd) in float32 of rows wider than a tile, read BLOCK_N columns at a time. The
-    first pass also finds each row's largest magnitude; a block holding a row above
-    ``SCALED_ROWS_FROM`` reads its rows again, divided by their ``_row_scale`` (1 for the
-    others, whose sums are then the same bit for bit)."""
+    """(mean, rstd) in float32 of rows wider than a tile, read BLOCK_N columns at a time. A block
+    holding a row whose squares overflowed reads its rows twice more: their largest magnitudes,
+    then their statistics divided by their ``_row_scale`` (kept for the scaled rows alone)."""
     mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    largest = tl.zeros((BLOCK_M,), dtype=tl.float32)
     if not IS_RMS:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for n0 in range(0, N, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
-            xt = _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)
-            acc += xt
-            largest = tl.maximum(largest, tl.max(tl.abs(xt), 1))
+            acc += _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)
         mean = _row_mean(tl.sum(acc, 1), N)
     # Squared deviations from the mean (not E[x^2] - mean^2, which cancels).
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for n0 in range(0, N, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < N
-        xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
-        if IS_RMS:
-            largest = tl.maximum(largest, tl.max(tl.abs(xt), 1))
-        xc = tl.where(mask_n[None, :], xt - mean[:, None], 0.0)
+        xc = tl.where(mask_n[None, :], _load(x, offs_m, offs_n, mask_m, mask_n, stride_x) - mean[:, None], 0.0)
         acc += xc * xc
-    rstd = 1.0 / tl.sqrt(_row_mean(tl.sum(acc, 1), N) + eps)
-    scale, inverse = _row_scale(largest)
-    if tl.max(scale, 0) > 1.0:
+    sum_sq = tl.sum(acc, 1)
+    rstd = 1.0 / tl.sqrt(_row_mean(sum_sq, N) + eps)
+    overflowed = _overflowed(sum_sq)
+    if tl.max(overflowed.to(tl.int32), 0) > 0:
+        largest = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for n0 in range(0, N, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            largest = tl.maximum(largest, tl.max(tl.abs(_load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)), 1))
+        scale, inverse, scaled = _row_scale(largest, overflowed)
         mean_s = tl.zeros((BLOCK_M,), dtype=tl.float32)
         if not IS_RMS:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -215,8 +262,8 @@ def row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS: tl.constexpr, BLOCK_M
             xc = tl.where(mask_n[None, :], xt - mean_s[:, None], 0.0)
             acc += xc * xc
         r = 1.0 / tl.sqrt(_row_mean(tl.sum(acc, 1), N) + eps * inverse * inverse)
-        mean = tl.where(scale > 1.0, mean_s * scale, mean)
-        rstd = tl.where(scale > 1.0, r * inverse, rstd)
+        mean = tl.where(scaled, mean_s * scale, mean)
+        rstd = tl.where(scaled, r * inverse, rstd)
     return mean, rstd
 
 
@@ -236,9 +283,15 @@ def norm_fwd_kernel(
         offs_m = rb * BLOCK_M + tl.arange(0, BLOCK_M)
         mask_m = offs_m < M
         if ONE_BLOCK:
-            xc, mean, rstd, r = centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS,
-                                                   BLOCK_M)
-            _store(y, xc * r[:, None] * g[None, :] + shift[None, :], offs_m, offs_n, mask_m, mask_n, stride_y)
+            xc, mean, rstd, overflowed = centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps,
+                                                            IS_RMS, BLOCK_M)
+            _store(y, xc * rstd[:, None] * g[None, :] + shift[None, :], offs_m, offs_n, mask_m, mask_n, stride_y)
+            # Checked after the store, which is in flight meanwhile, and written again (each thread
+            # its own elements, in order): the common path waits on no extra reduction.
+            if tl.max(overflowed.to(tl.int32), 0) > 0:
+                xc, mean, rstd, r = scaled_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, overflowed,
+                                                     IS_RMS, BLOCK_M)
+                _store(y, xc * r[:, None] * g[None, :] + shift[None, :], offs_m, offs_n, mask_m, mask_n, stride_y)
         else:
             mean, rstd = row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS, BLOCK_M, BLOCK_N)
             for n0 in range(0, N, BLOCK_N):
@@ -335,7 +388,7 @@ def norm_bwd_kernel(
 
 def _norm_fwd(x2d, weight, bias, eps, zero_centered_gamma, out, is_rms):
     M, N = x2d.shape
-    cfg, programs = _launch_shape(M, N, x2d.get_device())
+    cfg, programs = _launch_shape(M, N, x2d.get_device(), rms=is_rms)
     y = out if out is not None else torch.empty_like(x2d)
     rstd = torch.empty(M, dtype=torch.float32, device=x2d.device)
     # RMSNorm stores no mean: rstd stands in for the unused pointer.
@@ -345,6 +398,7 @@ def _norm_fwd(x2d, weight, bias, eps, zero_centered_gamma, out, is_rms):
         M, N, x2d.stride(0), y.stride(0), eps, programs,
         IS_RMS=is_rms, HAS_BIAS=bias is not None, ZERO_CENTERED=zero_centered_gamma,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ONE_BLOCK=cfg.one_block, num_warps=cfg.num_warps,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
     return y, mean, rstd
 
@@ -446,12 +500,13 @@ def rmsnorm_bwd(
     return dx, dw
 
 
-def _reference_row_scale(xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row of ``xf``: ``(scale, 1 / scale)``, the largest magnitude where it is finite and
-    above ``SCALED_ROWS_FROM``, else exactly 1 (a row with an inf or a NaN keeps 1: its
-    statistics stay inf / NaN as torch's are)."""
+def _reference_row_scale(xf: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``xf``: ``(scale, 1 / scale)``, its largest magnitude where its plain variance
+    ``var`` is not finite (its squares overflowed) and that magnitude is finite, else exactly 1
+    (a row with an inf or a NaN keeps 1: its statistics stay inf / NaN as torch's are). The
+    kernels' ``_row_scale``."""
     largest = xf.abs().amax(1) if xf.shape[1] else xf.new_zeros(xf.shape[0])
-    scaled = (largest > SCALED_ROWS_FROM.value) & (largest <= torch.finfo(xf.dtype).max)
+    scaled = ~torch.isfinite(var) & (largest <= torch.finfo(xf.dtype).max)
     one = torch.ones_like(largest)
     return torch.where(scaled, largest, one), torch.where(scaled, largest.reciprocal(), one)
 
@@ -468,11 +523,12 @@ def reference_layernorm_fwd(
     ``rstd = 1 / sqrt(var + eps)``, ``y = (x - mean) * rstd * g + bias`` with ``g = weight``
     or ``1 + weight`` (zero-centred gamma). In float32 (float64 for float64 input, as are
     ``mean`` and ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``). A row
-    whose largest magnitude is above ``SCALED_ROWS_FROM`` is first divided by it (its squares
-    would overflow): the same function, computed on ``x / scale`` with ``eps / scale^2``."""
+    whose squares overflow (``var`` not finite) is computed again divided by its largest
+    magnitude: the same function of ``x / scale`` with ``eps / scale^2``. Every other row's
+    second computation is its first, bit for bit (a factor of exactly 1)."""
     c = torch.promote_types(x2d.dtype, torch.float32)
     xf = x2d.to(c)
-    scale, inverse = _reference_row_scale(xf)
+    scale, inverse = _reference_row_scale(xf, (xf - xf.mean(1, keepdim=True)).square().mean(1))
     xs = xf * inverse[:, None]
     mean = xs.mean(1)
     xc = xs - mean[:, None]
@@ -506,11 +562,11 @@ def reference_rmsnorm_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row: ``rstd = 1 / sqrt(sum(x^2) / N + eps)``, ``y = x * rstd * g`` with
     ``g = weight`` or ``1 + weight``. In float32 (float64 for float64 input, as is
-    ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``). Rows above
-    ``SCALED_ROWS_FROM`` as in ``reference_layernorm_fwd``."""
+    ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``). Rows whose squares
+    overflow as in ``reference_layernorm_fwd``."""
     c = torch.promote_types(x2d.dtype, torch.float32)
     xf = x2d.to(c)
-    _, inverse = _reference_row_scale(xf)
+    _, inverse = _reference_row_scale(xf, xf.square().mean(1))
     xs = xf * inverse[:, None]
     r = torch.rsqrt(xs.square().mean(1) + eps * inverse * inverse)
     y = xs * r[:, None] * _gamma(weight, zero_centered_gamma, c)

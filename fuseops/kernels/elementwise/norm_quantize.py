@@ -24,9 +24,11 @@ from fuseops.kernels.elementwise.norm import (
     _scale,
     _shift,
     centered_one_block,
+    forward_maxnreg,
     reference_layernorm_fwd,
     reference_rmsnorm_fwd,
     row_stats,
+    scaled_one_block,
 )
 from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization import epilogue as qe
@@ -40,6 +42,8 @@ class NormQuantizeConfig:
     num_warps: int
     # The whole row fits one BLOCK_N block (held in registers, read once).
     one_block: bool
+    # A register cap for ptxas (0: its own choice): norm.py's ``forward_maxnreg``.
+    maxnreg: int = 0
 
 
 @functools.cache
@@ -53,12 +57,13 @@ def _configs() -> tuple[int, int, int]:
     return 8192, 2048, 4
 
 
-def _pick(rows: int, n: int, scaling: Scaling) -> NormQuantizeConfig:
+def _pick(rows: int, n: int, scaling: Scaling, rms: bool = False) -> NormQuantizeConfig:
     max_block_n, tile, _ = _configs()
     block_n = qe.tile_columns(scaling, min(next_power_of_2(n), max_block_n))
     block_m = max(1, min(tile // block_n, next_power_of_2(max(rows, 1))))
     num_warps = 1 if INTERPRET else min(32, max(4, block_m * block_n // 256))
-    return NormQuantizeConfig(block_m, block_n, num_warps, one_block=n <= block_n)
+    one_block = n <= block_n
+    return NormQuantizeConfig(block_m, block_n, num_warps, one_block, forward_maxnreg(num_warps, one_block, rms))
 
 
 @triton.jit
@@ -78,8 +83,13 @@ def norm_quantize_fwd_kernel(
         offs_m = rb * BLOCK_M + tl.arange(0, BLOCK_M)
         mask_m = offs_m < M
         if ONE_BLOCK:
-            xc, mean, rstd, r = centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS,
-                                                   BLOCK_M)
+            xc, mean, rstd, overflowed = centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps,
+                                                            IS_RMS, BLOCK_M)
+            r = rstd
+            # Before the store: a quantized block's scale and amax are written once.
+            if tl.max(overflowed.to(tl.int32), 0) > 0:
+                xc, mean, rstd, r = scaled_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, overflowed,
+                                                     IS_RMS, BLOCK_M)
             qe.store_quantized(xc * r[:, None] * g[None, :] + shift[None, :], offs_m, mask_m, 0, N,
                                y, stride_y, data, stride_d, scale, stride_s, row_amax,
                                SCALING, ELEM, BLOCK, STORE_Y, BLOCK_M, BLOCK_N)
@@ -101,7 +111,7 @@ def norm_quantize_fwd_kernel(
 
 def _norm_quantize_fwd(x2d, weight, bias, eps, zero_centered_gamma, scaling, element, store_y, out, is_rms):
     M, N = x2d.shape
-    cfg = _pick(M, N, scaling)
+    cfg = _pick(M, N, scaling, is_rms)
     if out is None:
         out = qe.allocate(M, N, x2d.dtype, x2d.device, scaling=scaling, element=element, store_y=store_y)
     rstd = torch.empty(M, dtype=torch.float32, device=x2d.device)
@@ -115,6 +125,7 @@ def _norm_quantize_fwd(x2d, weight, bias, eps, zero_centered_gamma, scaling, ele
         IS_RMS=is_rms, HAS_BIAS=bias is not None, ZERO_CENTERED=zero_centered_gamma,
         SCALING=int(scaling), ELEM=int(element), BLOCK=BLOCK_SIZE[scaling] or 1, STORE_Y=store_y,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ONE_BLOCK=cfg.one_block, num_warps=cfg.num_warps,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
     return out, mean, rstd
 

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -205,7 +207,7 @@ def test_backward_gpu_tiles_hold_at_most_32_values_a_thread(n, monkeypatch):
         for rows in (1, 3, 4096):
             cfg = kernels._pick(rows, n, backward=True)
             assert cfg.one_block and cfg.block_m * cfg.block_n <= 32 * 32 * cfg.num_warps, cfg
-        assert kernels._pick(16, 9000, backward=True) == kernels._pick(16, 9000)
+        assert kernels._pick(16, 9000, backward=True) == dataclasses.replace(kernels._pick(16, 9000), maxnreg=0)
     finally:
         kernels._configs.cache_clear()
 

@@ -1,0 +1,461 @@
+"""LayerNorm and RMSNorm over the last dim, forward and backward, one kernel pair for both.
+
+Shapes: ``x`` [rows, N] -> ``y`` [rows, N]; statistics ``mean``, ``rstd`` float32 [rows];
+``weight``, ``bias`` [N] in the input dtype, scale ``weight`` (``1 + weight`` with
+zero-centred gamma). Backward returns ``dx`` and the parameter gradients.
+Tiling: a persistent grid walks blocks of BLOCK_M rows. A row that fits one BLOCK_N block
+stays in registers; a longer one is read in BLOCK_N chunks, once per pass. Backward keeps
+one float32 partial row of dweight / dbias per program; bias_grad's second stage sums them
+(deterministic, no atomics).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2, num_sms
+from fuseops.kernels.dtypes import as_dtype
+from fuseops.kernels.elementwise.bias_grad import sum_partials
+from fuseops.kernels.launch import launch
+
+
+@dataclass(frozen=True)
+class NormConfig:
+    block_m: int
+    block_n: int
+    num_warps: int
+    # The whole row fits one BLOCK_N block (held in registers, read once).
+    one_block: bool
+    # Persistent programs per multiprocessor (fewer where the rows are fewer).
+    programs_per_sm: int
+
+
+@functools.cache
+def _configs() -> tuple[int, int, int]:
+    """``(max_block_n, tile_elements, programs_per_sm)``: rows up to ``max_block_n`` stay
+    in registers, and a tile holds about ``tile_elements`` (several short rows per tile).
+    Under the interpreter tiny blocks exercise the chunked path on test shapes. On GPU a
+    forward thread keeps 8 values of a tile: ptxas's sm_90 register counts 50-90 (16 per
+    thread took 167-245). These forward tiles of one-block rows (2048 elements, 4 programs a
+    multiprocessor) measured (H100, bf16, GPU time in CUDA graphs; session 40,
+    ``benchmarks/results/session40/partials_sweep.py``) against 4096 elements with 8 programs
+    a multiprocessor: RMSNorm 1.08-1.10x slower at [16384, 1024 |
+    2048] and [4096, 4096] but 1.04-1.15x faster at [1024, 1024 | 2048] and [4096, 1024];
+    LayerNorm as fast or faster at all six shapes (1.00-1.29x); kept. The backward's
+    one-block tiles are ``_BACKWARD``'s."""
+    if INTERPRET:
+        return 64, 256, 1
+    return 8192, 2048, 4
+
+
+# The backward of rows that fit one block, on GPU: ``(tile_elements, values_per_thread,
+# programs_per_sm)``. Swept on an H100 (session 39, ``benchmarks/results/session39/norm_sweep.py``,
+# RMSNorm, bf16, 1-16 rows x 4-16 warps x 2-8 programs a multiprocessor): the forward's tiles (8
+# values per thread, 4 programs a multiprocessor) ran at 234-2158 GB/s; 32 values per thread, two
+# programs a multiprocessor, were 1.78x / 1.66x / 1.25x / 1.02x faster at [16384, 1024],
+# [4096, 1024], [4096, 4096], [16384, 2048]. 64 values per thread were faster still at 1024 columns
+# (up to 1.94x) but spill from 4096 columns (offline for sm_90a: LayerNorm's backward at 8192
+# columns 5.5 KB); at 32, 128-250 registers and no spills up to 8192 columns, RMS and LayerNorm.
+_BACKWARD = (4096, 32, 2)
+
+
+def _pick(rows: int, n: int, backward: bool = False) -> NormConfig:
+    max_block_n, tile, programs_per_sm = _configs()
+    block_n = min(next_power_of_2(n), max_block_n)
+    one_block = n <= block_n
+    if backward and one_block and not INTERPRET:
+        tile, per_thread, programs_per_sm = _BACKWARD
+        block_m = max(1, min(tile // block_n, next_power_of_2(max(rows, 1))))
+        return NormConfig(block_m, block_n, max(4, block_m * block_n // (32 * per_thread)), True, programs_per_sm)
+    block_m = max(1, min(tile // block_n, next_power_of_2(max(rows, 1))))
+    # Warps grow with the tile so that a thread holds about 8 values of it.
+    num_warps = 1 if INTERPRET else min(32, max(4, block_m * block_n // 256))
+    return NormConfig(block_m, block_n, num_warps, one_block, programs_per_sm)
+
+
+@functools.lru_cache(maxsize=1024)
+def _launch_shape(rows: int, n: int, device_index: int, backward: bool = False) -> tuple[NormConfig, int]:
+    """The config and the program count for a [rows, n] launch (the backward's with
+    ``backward``) on a device (-1: CPU), decided once per shape: a few microseconds of host
+    time a launch otherwise."""
+    cfg = _pick(rows, n, backward)
+    return cfg, max(1, min(cdiv(rows, cfg.block_m), cfg.programs_per_sm * num_sms(device_index)))
+
+
+@triton.jit
+def _load(ptr, offs_m, offs_n, mask_m, mask_n, stride):
+    ptrs = ptr + offs_m[:, None].to(tl.int64) * stride + offs_n[None, :]
+    # [BLOCK_M, BLOCK_N]
+    return tl.load(ptrs, mask=mask_m[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _scale(w, offs_n, mask_n, ZERO_CENTERED: tl.constexpr):
+    g = tl.load(w + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    if ZERO_CENTERED:
+        g += 1.0
+    return g
+
+
+@triton.jit
+def _shift(b, offs_n, mask_n, HAS_BIAS: tl.constexpr):
+    if HAS_BIAS:
+        shift = tl.load(b + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    else:
+        shift = tl.zeros(offs_n.shape, dtype=tl.float32)
+    return shift
+
+
+@triton.jit
+def _store(ptr, tile, offs_m, offs_n, mask_m, mask_n, stride):
+    ptrs = ptr + offs_m[:, None].to(tl.int64) * stride + offs_n[None, :]
+    tl.store(ptrs, tile.to(ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _row_mean(row_sums, N):
+    """``row_sums / N`` as ``row_sums * (1 / N)``, the reciprocal correctly rounded once per
+    program: exact for one value per row (and any power of two), within about an ulp
+    elsewhere. Triton's ``/`` on float32 is ``div.full`` on the GPU (up to 2 ulp, and not
+    exact even for N = 1): a row of one value came out centred to +-1 ulp instead of exactly
+    0, which rstd (up to 1/sqrt(eps)) amplified, and LayerNorm(1) gave gradients of ~1e-5
+    where torch's are 0 (the CUDA edge-case suite). A correctly rounded division per row
+    (``tl.div_rn``) fixed that but made the one-block backward 15-27 % slower on the H100
+    (register spills, session 22). The backward launches without FMA contraction, which
+    would otherwise fold the product ``dy * w`` unrounded into ``wdy - mean(wdy)``."""
+    inverse = tl.div_rn(tl.full((), 1.0, tl.float32), tl.full((), N, tl.float32))
+    return row_sums * inverse
+
+
+@triton.jit
+def centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS: tl.constexpr,
+                       BLOCK_M: tl.constexpr):
+    """Rows that fit one [BLOCK_M, BLOCK_N] tile: (x - mean with zeros past N, mean, rstd) in
+    float32. RMSNorm is LayerNorm with the mean held at zero."""
+    xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
+    mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    if not IS_RMS:
+        mean = _row_mean(tl.sum(xt, 1), N)
+    xc = tl.where(mask_n[None, :], xt - mean[:, None], 0.0)
+    return xc, mean, 1.0 / tl.sqrt(_row_mean(tl.sum(xc * xc, 1), N) + eps)
+
+
+@triton.jit
+def row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr):
+    """(mean, rstd) in float32 of rows wider than a tile, read BLOCK_N columns at a time."""
+    mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    if not IS_RMS:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for n0 in range(0, N, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            acc += _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)
+        mean = _row_mean(tl.sum(acc, 1), N)
+    # Squared deviations from the mean (not E[x^2] - mean^2, which cancels).
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for n0 in range(0, N, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < N
+        xc = tl.where(mask_n[None, :], _load(x, offs_m, offs_n, mask_m, mask_n, stride_x) - mean[:, None], 0.0)
+        acc += xc * xc
+    return mean, 1.0 / tl.sqrt(_row_mean(tl.sum(acc, 1), N) + eps)
+
+
+@triton.jit
+def norm_fwd_kernel(
+    x, w, b, y, mean_ptr, rstd_ptr, M, N, stride_x, stride_y, eps, num_programs,
+    IS_RMS: tl.constexpr, HAS_BIAS: tl.constexpr, ZERO_CENTERED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_BLOCK: tl.constexpr,
+):
+    if ONE_BLOCK:
+        # The parameters are loaded once, for every row this program normalizes.
+        offs_n = tl.arange(0, BLOCK_N)
+        mask_n = offs_n < N
+        g = _scale(w, offs_n, mask_n, ZERO_CENTERED)
+        shift = _shift(b, offs_n, mask_n, HAS_BIAS)
+    for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), num_programs):
+        offs_m = rb * BLOCK_M + tl.arange(0, BLOCK_M)
+        mask_m = offs_m < M
+        if ONE_BLOCK:
+            xc, mean, rstd = centered_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, IS_RMS,
+                                                BLOCK_M)
+            _store(y, xc * rstd[:, None] * g[None, :] + shift[None, :], offs_m, offs_n, mask_m, mask_n, stride_y)
+        else:
+            mean, rstd = row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS, BLOCK_M, BLOCK_N)
+            for n0 in range(0, N, BLOCK_N):
+                offs_n = n0 + tl.arange(0, BLOCK_N)
+                mask_n = offs_n < N
+                xc = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x) - mean[:, None]
+                g = _scale(w, offs_n, mask_n, ZERO_CENTERED)
+                shift = _shift(b, offs_n, mask_n, HAS_BIAS)
+                _store(y, xc * rstd[:, None] * g[None, :] + shift[None, :], offs_m, offs_n, mask_m, mask_n, stride_y)
+        if not IS_RMS:
+            tl.store(mean_ptr + offs_m, mean, mask=mask_m)
+        tl.store(rstd_ptr + offs_m, rstd, mask=mask_m)
+
+
+@triton.jit
+def _bwd_chunk(dy, x, g, offs_m, offs_n, mask_m, mask_n, mean, rstd, stride_dy, stride_x):
+    """``(dy, xhat, wdy)`` tiles; zero outside the masks."""
+    dyt = _load(dy, offs_m, offs_n, mask_m, mask_n, stride_dy)
+    xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
+    xhat = tl.where(mask_n[None, :], (xt - mean[:, None]) * rstd[:, None], 0.0)
+    return dyt, xhat, dyt * g[None, :]
+
+
+@triton.jit
+def norm_bwd_kernel(
+    dy, x, w, mean_ptr, rstd_ptr, dx, dw_partials, db_partials,
+    M, N, stride_dy, stride_x, stride_dx, num_programs,
+    IS_RMS: tl.constexpr, HAS_BIAS: tl.constexpr, ZERO_CENTERED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_BLOCK: tl.constexpr,
+):
+    # dx = (wdy - xhat * mean(xhat * wdy) - mean(wdy)) * rstd, with wdy = dy * scale;
+    # RMSNorm drops the last mean (and xhat = x * rstd).
+    pid = tl.program_id(0)
+    partial_row = pid.to(tl.int64) * N
+    if ONE_BLOCK:
+        offs_n = tl.arange(0, BLOCK_N)
+        mask_n = offs_n < N
+        g = _scale(w, offs_n, mask_n, ZERO_CENTERED)
+        dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for rb in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
+        offs_m = rb * BLOCK_M + tl.arange(0, BLOCK_M)
+        mask_m = offs_m < M
+        rstd = tl.load(rstd_ptr + offs_m, mask=mask_m, other=0.0)
+        mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        if not IS_RMS:
+            mean = tl.load(mean_ptr + offs_m, mask=mask_m, other=0.0)
+        if ONE_BLOCK:
+            dyt, xhat, wdy = _bwd_chunk(dy, x, g, offs_m, offs_n, mask_m, mask_n, mean, rstd, stride_dy, stride_x)
+            c1 = _row_mean(tl.sum(xhat * wdy, 1), N)
+            c2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            if not IS_RMS:
+                c2 = _row_mean(tl.sum(wdy, 1), N)
+            dxt = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+            _store(dx, dxt, offs_m, offs_n, mask_m, mask_n, stride_dx)
+            dw_acc += tl.sum(dyt * xhat, 0)
+            if HAS_BIAS:
+                db_acc += tl.sum(dyt, 0)
+        else:
+            c1_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            c2_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for n0 in range(0, N, BLOCK_N):
+                offs_n = n0 + tl.arange(0, BLOCK_N)
+                mask_n = offs_n < N
+                g = _scale(w, offs_n, mask_n, ZERO_CENTERED)
+                dyt, xhat, wdy = _bwd_chunk(dy, x, g, offs_m, offs_n, mask_m, mask_n, mean, rstd, stride_dy, stride_x)
+                c1_acc += xhat * wdy
+                c2_acc += wdy
+            c1 = _row_mean(tl.sum(c1_acc, 1), N)
+            c2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            if not IS_RMS:
+                c2 = _row_mean(tl.sum(c2_acc, 1), N)
+            for n0 in range(0, N, BLOCK_N):
+                offs_n = n0 + tl.arange(0, BLOCK_N)
+                mask_n = offs_n < N
+                g = _scale(w, offs_n, mask_n, ZERO_CENTERED)
+                dyt, xhat, wdy = _bwd_chunk(dy, x, g, offs_m, offs_n, mask_m, mask_n, mean, rstd, stride_dy, stride_x)
+                dxt = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+                _store(dx, dxt, offs_m, offs_n, mask_m, mask_n, stride_dx)
+                # The partial row is too long for registers: add into this program's own
+                # row in memory. The barrier makes this program's earlier store to these
+                # columns (by whichever thread made it) visible to this load.
+                tl.debug_barrier()
+                dw_ptrs = dw_partials + partial_row + offs_n
+                tl.store(dw_ptrs, tl.load(dw_ptrs, mask=mask_n, other=0.0) + tl.sum(dyt * xhat, 0), mask=mask_n)
+                if HAS_BIAS:
+                    db_ptrs = db_partials + partial_row + offs_n
+                    tl.store(db_ptrs, tl.load(db_ptrs, mask=mask_n, other=0.0) + tl.sum(dyt, 0), mask=mask_n)
+    if ONE_BLOCK:
+        tl.store(dw_partials + partial_row + offs_n, dw_acc, mask=mask_n)
+        if HAS_BIAS:
+            tl.store(db_partials + partial_row + offs_n, db_acc, mask=mask_n)
+
+
+def _norm_fwd(x2d, weight, bias, eps, zero_centered_gamma, out, is_rms):
+    M, N = x2d.shape
+    cfg, programs = _launch_shape(M, N, x2d.get_device())
+    y = out if out is not None else torch.empty_like(x2d)
+    rstd = torch.empty(M, dtype=torch.float32, device=x2d.device)
+    # RMSNorm stores no mean: rstd stands in for the unused pointer.
+    mean = rstd if is_rms else torch.empty_like(rstd)
+    launch(norm_fwd_kernel, (programs,),
+        x2d, weight, bias if bias is not None else weight, y, mean, rstd,
+        M, N, x2d.stride(0), y.stride(0), eps, programs,
+        IS_RMS=is_rms, HAS_BIAS=bias is not None, ZERO_CENTERED=zero_centered_gamma,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ONE_BLOCK=cfg.one_block, num_warps=cfg.num_warps,
+    )
+    return y, mean, rstd
+
+
+def _norm_bwd(dy2d, x2d, weight, mean, rstd, zero_centered_gamma, has_bias, is_rms):
+    M, N = x2d.shape
+    cfg, programs = _launch_shape(M, N, x2d.get_device(), backward=True)
+    dx = torch.empty_like(x2d)
+    # One block: every program stores its whole partial row (zeros when it had no rows), so
+    # no memset launch; the chunked path adds into its row in memory, which starts at 0.
+    alloc = torch.empty if cfg.one_block else torch.zeros
+    dw_partials = alloc(programs, N, dtype=torch.float32, device=x2d.device)
+    db_partials = alloc(programs, N, dtype=torch.float32, device=x2d.device) if has_bias else dw_partials
+    launch(norm_bwd_kernel, (programs,),
+        dy2d, x2d, weight, mean if mean is not None else rstd, rstd, dx, dw_partials, db_partials,
+        M, N, dy2d.stride(0), x2d.stride(0), dx.stride(0), programs,
+        IS_RMS=is_rms, HAS_BIAS=has_bias, ZERO_CENTERED=zero_centered_gamma,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ONE_BLOCK=cfg.one_block, num_warps=cfg.num_warps,
+        # No FMA contraction: with one value per row, mean(wdy) is wdy, and a contracted
+        # ``... - mean(wdy)`` subtracted the unrounded product dy * w from its rounded self
+        # (dx ~1e-5 instead of 0; offline PTX for sm_90a, session 22).
+        enable_fp_fusion=False,
+    )
+    dw = sum_partials(dw_partials, weight.dtype)
+    return dx, dw, (sum_partials(db_partials, weight.dtype) if has_bias else None)
+
+
+def layernorm_fwd(
+    x2d: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    zero_centered_gamma: bool = False,
+    *,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """LayerNorm of each row (see ``reference_layernorm_fwd``).
+
+    Args:
+        x2d: [rows, N], contiguous; rows may be 0. weight, bias: [N] (bias may be None).
+        out: [rows, N] for ``y``, written and returned; else allocated.
+    Returns:
+        ``(y, mean, rstd)``: ``y`` like ``x2d``; float32 [rows] statistics.
+    """
+    return _norm_fwd(x2d, weight, bias, eps, zero_centered_gamma, out, is_rms=False)
+
+
+def layernorm_bwd(
+    dy2d: torch.Tensor,
+    x2d: torch.Tensor,
+    weight: torch.Tensor,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    zero_centered_gamma: bool = False,
+    *,
+    has_bias: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Gradients of ``layernorm_fwd``.
+
+    Args:
+        dy2d, x2d: [rows, N], contiguous. weight: [N]. mean, rstd: the forward's float32 [rows].
+        has_bias: whether to return ``dbias``.
+    Returns:
+        ``(dx, dweight, dbias)``: ``dx`` like ``x2d``; [N] in ``weight``'s dtype (float32
+        sums, deterministic); ``dbias`` None without a bias.
+    """
+    return _norm_bwd(dy2d, x2d, weight, mean, rstd, zero_centered_gamma, has_bias, is_rms=False)
+
+
+def rmsnorm_fwd(
+    x2d: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    zero_centered_gamma: bool = False,
+    *,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RMSNorm of each row (see ``reference_rmsnorm_fwd``).
+
+    Args:
+        x2d: [rows, N], contiguous; rows may be 0. weight: [N].
+        out: [rows, N] for ``y``, written and returned; else allocated.
+    Returns:
+        ``(y, rstd)``: ``y`` like ``x2d``; ``rstd`` float32 [rows].
+    """
+    y, _, rstd = _norm_fwd(x2d, weight, None, eps, zero_centered_gamma, out, is_rms=True)
+    return y, rstd
+
+
+def rmsnorm_bwd(
+    dy2d: torch.Tensor,
+    x2d: torch.Tensor,
+    weight: torch.Tensor,
+    rstd: torch.Tensor,
+    zero_centered_gamma: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradients of ``rmsnorm_fwd``: ``(dx, dweight)``, like ``layernorm_bwd``."""
+    dx, dw, _ = _norm_bwd(dy2d, x2d, weight, None, rstd, zero_centered_gamma, False, is_rms=True)
+    return dx, dw
+
+
+def _gamma(weight: torch.Tensor, zero_centered_gamma: bool, dtype: torch.dtype) -> torch.Tensor:
+    return weight.to(dtype) + 1.0 if zero_centered_gamma else weight.to(dtype)
+
+
+def reference_layernorm_fwd(
+    x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float,
+    zero_centered_gamma: bool = False, *, out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row: ``mean = sum(x) / N``, ``var = sum((x - mean)^2) / N`` (biased),
+    ``rstd = 1 / sqrt(var + eps)``, ``y = (x - mean) * rstd * g + bias`` with ``g = weight``
+    or ``1 + weight`` (zero-centred gamma). In float32 (float64 for float64 input, as are
+    ``mean`` and ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``)."""
+    c = torch.promote_types(x2d.dtype, torch.float32)
+    xf = x2d.to(c)
+    mean = xf.mean(1)
+    xc = xf - mean[:, None]
+    rstd = torch.rsqrt(xc.square().mean(1) + eps)
+    y = xc * rstd[:, None] * _gamma(weight, zero_centered_gamma, c)
+    if bias is not None:
+        y = y + bias.to(c)
+    return (out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)), mean, rstd
+
+
+def reference_layernorm_bwd(
+    dy2d: torch.Tensor, x2d: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
+    rstd: torch.Tensor, zero_centered_gamma: bool = False, *, has_bias: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """With ``xhat = (x - mean) * rstd`` and ``wdy = dy * g``, per row:
+    ``dx = (wdy - xhat * mean(xhat * wdy) - mean(wdy)) * rstd``; over rows:
+    ``dweight = sum(dy * xhat)``, ``dbias = sum(dy)``. In float32 (float64 for float64),
+    ``dx`` cast to ``x2d``'s dtype, ``dweight`` / ``dbias`` to ``weight``'s."""
+    c = torch.promote_types(x2d.dtype, torch.float32)
+    dy = dy2d.to(c)
+    xhat = (x2d.to(c) - mean.to(c)[:, None]) * rstd.to(c)[:, None]
+    wdy = dy * _gamma(weight, zero_centered_gamma, c)
+    dx = (wdy - xhat * (xhat * wdy).mean(1, keepdim=True) - wdy.mean(1, keepdim=True)) * rstd.to(c)[:, None]
+    dbias = as_dtype(dy.sum(0), weight.dtype) if has_bias else None
+    return as_dtype(dx, x2d.dtype), as_dtype((dy * xhat).sum(0), weight.dtype), dbias
+
+
+def reference_rmsnorm_fwd(
+    x2d: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered_gamma: bool = False,
+    *, out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: ``rstd = 1 / sqrt(sum(x^2) / N + eps)``, ``y = x * rstd * g`` with
+    ``g = weight`` or ``1 + weight``. In float32 (float64 for float64 input, as is
+    ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``)."""
+    c = torch.promote_types(x2d.dtype, torch.float32)
+    xf = x2d.to(c)
+    rstd = torch.rsqrt(xf.square().mean(1) + eps)
+    y = xf * rstd[:, None] * _gamma(weight, zero_centered_gamma, c)
+    return (out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)), rstd
+
+
+def reference_rmsnorm_bwd(
+    dy2d: torch.Tensor, x2d: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+    zero_centered_gamma: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """With ``xhat = x * rstd`` and ``wdy = dy * g``: ``dx = (wdy - xhat * mean(xhat *
+    wdy)) * rstd`` per row, ``dweight = sum(dy * xhat)`` over rows; precision as
+    ``reference_layernorm_bwd``."""
+    c = torch.promote_types(x2d.dtype, torch.float32)
+    dy = dy2d.to(c)
+    xhat = x2d.to(c) * rstd.to(c)[:, None]
+    wdy = dy * _gamma(weight, zero_centered_gamma, c)
+    dx = (wdy - xhat * (xhat * wdy).mean(1, keepdim=True)) * rstd.to(c)[:, None]
+    return as_dtype(dx, x2d.dtype), as_dtype((dy * xhat).sum(0), weight.dtype)
