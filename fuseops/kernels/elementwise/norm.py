@@ -29,9 +29,10 @@ from fuseops.kernels.quantization.formats import FP32_MAX
 # again divided by its largest magnitude: the plain formula (torch.nn's RMSNorm and LayerNorm too)
 # gives an inf sum, rstd 0 and an output of zeros where the normalized row is right (session 65,
 # ``benchmarks/results/session65/norm_overflow_probe.py``). Every other row keeps the plain
-# formula's statistics bit for bit, and its kernels pay one comparison a row: session 65's first
-# form, which found every row's largest magnitude, made the forward 9-76 % slower on an H200
-# (session 66, call 2). The same rule in the kernels and the references (``_reference_row_scale``).
+# formula's statistics and output bit for bit; the kernels check each row's sum, in a branch
+# after the store where they can (session 65's first form, which found every row's largest
+# magnitude, made the forward 9-76 % slower on an H200; session 66, call 2; the check's own cost:
+# ``_FORWARD_MAXNREG``). The references accumulate in float64 instead (``_reference_variance``).
 _FP32_MAX: tl.constexpr = tl.constexpr(FP32_MAX)
 
 
@@ -500,15 +501,14 @@ def rmsnorm_bwd(
     return dx, dw
 
 
-def _reference_row_scale(xf: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row of ``xf``: ``(scale, 1 / scale)``, its largest magnitude where its plain variance
-    ``var`` is not finite (its squares overflowed) and that magnitude is finite, else exactly 1
-    (a row with an inf or a NaN keeps 1: its statistics stay inf / NaN as torch's are). The
-    kernels' ``_row_scale``."""
-    largest = xf.abs().amax(1) if xf.shape[1] else xf.new_zeros(xf.shape[0])
-    scaled = ~torch.isfinite(var) & (largest <= torch.finfo(xf.dtype).max)
-    one = torch.ones_like(largest)
-    return torch.where(scaled, largest, one), torch.where(scaled, largest.reciprocal(), one)
+def _reference_variance(xc: torch.Tensor) -> torch.Tensor:
+    """Per row of ``xc`` (centred, or ``x`` itself for RMSNorm): ``sum(xc^2) / N`` in float64,
+    which no float32 row's squares overflow (3.4e38^2 ~ 1.2e77): a row of large finite values
+    gets its variance where the kernels compute it again divided by its largest magnitude. One
+    fused reduction (``vector_norm``), as fast on the CPU as float32's square and mean (session
+    66: those, with the rows' largest magnitudes and a second computation, made the forward
+    2.6-4x slower)."""
+    return torch.linalg.vector_norm(xc, dim=1, dtype=torch.float64).square() / xc.shape[1]
 
 
 def _gamma(weight: torch.Tensor, zero_centered_gamma: bool, dtype: torch.dtype) -> torch.Tensor:
@@ -522,21 +522,18 @@ def reference_layernorm_fwd(
     """Per row: ``mean = sum(x) / N``, ``var = sum((x - mean)^2) / N`` (biased),
     ``rstd = 1 / sqrt(var + eps)``, ``y = (x - mean) * rstd * g + bias`` with ``g = weight``
     or ``1 + weight`` (zero-centred gamma). In float32 (float64 for float64 input, as are
-    ``mean`` and ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``). A row
-    whose squares overflow (``var`` not finite) is computed again divided by its largest
-    magnitude: the same function of ``x / scale`` with ``eps / scale^2``. Every other row's
-    second computation is its first, bit for bit (a factor of exactly 1)."""
+    ``mean`` and ``rstd``), the sums of ``mean`` and ``var`` accumulated in float64 (a row
+    whose float32 squares overflow keeps its variance; ``_reference_variance``); ``y`` cast
+    to ``x2d``'s dtype (or written into ``out``)."""
     c = torch.promote_types(x2d.dtype, torch.float32)
     xf = x2d.to(c)
-    scale, inverse = _reference_row_scale(xf, (xf - xf.mean(1, keepdim=True)).square().mean(1))
-    xs = xf * inverse[:, None]
-    mean = xs.mean(1)
-    xc = xs - mean[:, None]
-    r = torch.rsqrt(xc.square().mean(1) + eps * inverse * inverse)
-    y = xc * r[:, None] * _gamma(weight, zero_centered_gamma, c)
+    mean = xf.mean(1, dtype=torch.float64).to(c)
+    xc = xf - mean[:, None]
+    rstd = torch.rsqrt(_reference_variance(xc) + eps).to(c)
+    y = xc * rstd[:, None] * _gamma(weight, zero_centered_gamma, c)
     if bias is not None:
         y = y + bias.to(c)
-    return (out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)), mean * scale, r * inverse
+    return (out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)), mean, rstd
 
 
 def reference_layernorm_bwd(
@@ -562,15 +559,13 @@ def reference_rmsnorm_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row: ``rstd = 1 / sqrt(sum(x^2) / N + eps)``, ``y = x * rstd * g`` with
     ``g = weight`` or ``1 + weight``. In float32 (float64 for float64 input, as is
-    ``rstd``); ``y`` cast to ``x2d``'s dtype (or written into ``out``). Rows whose squares
-    overflow as in ``reference_layernorm_fwd``."""
+    ``rstd``), ``sum(x^2)`` accumulated in float64 (``_reference_variance``); ``y`` cast to
+    ``x2d``'s dtype (or written into ``out``)."""
     c = torch.promote_types(x2d.dtype, torch.float32)
     xf = x2d.to(c)
-    _, inverse = _reference_row_scale(xf, xf.square().mean(1))
-    xs = xf * inverse[:, None]
-    r = torch.rsqrt(xs.square().mean(1) + eps * inverse * inverse)
-    y = xs * r[:, None] * _gamma(weight, zero_centered_gamma, c)
-    return (out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)), r * inverse
+    rstd = torch.rsqrt(_reference_variance(xf) + eps).to(c)
+    y = xf * rstd[:, None] * _gamma(weight, zero_centered_gamma, c)
+    return (out.copy_(y) if out is not None else as_dtype(y, x2d.dtype)), rstd
 
 
 def reference_rmsnorm_bwd(
