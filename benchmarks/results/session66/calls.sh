@@ -7,6 +7,7 @@
 #   LIMIT=540 bash benchmarks/results/session64/calls.sh gpu:quantops    # 28 % (37 tests) in 290 s, session 64
 #   bash benchmarks/results/session66/calls.sh dense_small                # the host-bound cells again (noisy)
 #   LIMIT=300 bash benchmarks/results/session66/calls.sh gpu:kernels      # the kernels' GPU tests (norm caps)
+#   bash benchmarks/results/session66/calls.sh compiled_timeline          # ~5 min: GPU idle gaps, eager / compiled
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 [[ -z ${PARTS_DIR:-} ]] && export PARTS_DIR=benchmarks/results/session66
 for part in "$@"; do

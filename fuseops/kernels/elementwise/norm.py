@@ -505,9 +505,9 @@ def _reference_variance(xc: torch.Tensor) -> torch.Tensor:
     """Per row of ``xc`` (centred, or ``x`` itself for RMSNorm): ``sum(xc^2) / N`` in float64,
     which no float32 row's squares overflow (3.4e38^2 ~ 1.2e77): a row of large finite values
     gets its variance where the kernels compute it again divided by its largest magnitude. One
-    fused reduction (``vector_norm``), as fast on the CPU as float32's square and mean (session
-    66: those, with the rows' largest magnitudes and a second computation, made the forward
-    2.6-4x slower)."""
+    fused reduction (``vector_norm``): 0.15 ms against float32's square and mean 0.06 ms at
+    [256, 1024] on one CPU thread, where the float32 sums, the rows' largest magnitudes and a
+    second computation of the scaled rows took the forward 2.6-4x longer (session 66)."""
     return torch.linalg.vector_norm(xc, dim=1, dtype=torch.float64).square() / xc.shape[1]
 
 

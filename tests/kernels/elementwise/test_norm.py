@@ -227,6 +227,26 @@ def test_forward_gpu_tiles_hold_at_most_8_values_a_thread(n, monkeypatch):
         kernels._configs.cache_clear()
 
 
+@pytest.mark.parametrize("rms", [True, False])
+def test_forward_register_caps_keep_programs_resident(rms, monkeypatch):
+    """The forward's GPU configs (chosen on CPU too) carry ``_FORWARD_MAXNREG``'s caps: RMSNorm's
+    one-block programs of 16 and 32 warps and every chunked program, at most the registers of a
+    multiprocessor (65,536) over the threads it holds (three 16-warp programs, two of 32 warps);
+    LayerNorm's one-block programs and every backward uncapped (session 66's measurements)."""
+    monkeypatch.setattr(kernels, "INTERPRET", False)
+    kernels._configs.cache_clear()
+    try:
+        for n, resident in ((1024, 0), (4096, 3), (8192, 2), (16387, 2)):
+            cfg = kernels._pick(4096, n, rms=rms)
+            if resident and (rms or not cfg.one_block):
+                assert cfg.maxnreg and cfg.maxnreg * 32 * cfg.num_warps * resident <= 65536, (n, cfg)
+            else:
+                assert cfg.maxnreg == 0, (n, cfg)
+            assert kernels._pick(4096, n, backward=True, rms=rms).maxnreg == 0
+    finally:
+        kernels._configs.cache_clear()
+
+
 def _nan_filled(empty):
     """``torch.empty`` whose float buffers come back NaN-filled."""
 

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from fuseops.kernels.elementwise import norm_quantize as kernels
+from fuseops.kernels.elementwise.norm import forward_maxnreg
 from fuseops.kernels.quantization import epilogue as qe
+from fuseops.kernels.quantization.formats import Scaling
 from tests.helpers import DTYPES, assert_bitwise, assert_close_rel, cuda_or_skip
 from tests.kernels.elementwise.test_norm import _textbook
 from tests.kernels.quantization.test_epilogue import FORMATS, poisoned_outputs
@@ -106,3 +108,18 @@ def test_gpu_one_column(fmt):
     """The sm_90 build where the row length is 1 (Triton specialises it)."""
     device = cuda_or_skip()
     _check(*_inputs(3, 1, torch.float32, "rmsnorm", False, device), "rmsnorm", False, fmt)
+
+
+@pytest.mark.parametrize("rms", [True, False])
+def test_forward_register_caps_follow_the_norm_forward(rms, monkeypatch):
+    """The norm + quantize forward's GPU configs take the norm forward's register caps
+    (``norm.forward_maxnreg``) for their warps and path."""
+    monkeypatch.setattr(kernels, "INTERPRET", False)
+    kernels._configs.cache_clear()
+    try:
+        for n in (1024, 4096, 8192, 16387):
+            cfg = kernels._pick(4096, n, Scaling.TENSOR, rms=rms)
+            assert cfg.maxnreg == forward_maxnreg(cfg.num_warps, cfg.one_block, rms), (n, cfg)
+        assert kernels._pick(4096, 8192, Scaling.TENSOR, rms=True).maxnreg == 32
+    finally:
+        kernels._configs.cache_clear()
