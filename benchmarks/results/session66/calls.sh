@@ -4,6 +4,7 @@
 #   compiled_probe; calls 3-4: norm_ab; 5: norm_quantize_ab; 6: norm_ab2; 7: DENSE_LIMIT=480 dense_small;
 #   8: LIMIT=220 "gpu:edge:LayerNorm or RMSNorm or ForwardNormQuantizeLinear" autocast; 9: nq_gpu (README.md here)
 # Prepared for session 67 (one call a line; chain them within 30 s of each other):
+#   bash benchmarks/results/session66/calls.sh large_rows_gpu             # FIRST: the norms' large rows on CUDA (~3 min)
 #   LIMIT=540 bash benchmarks/results/session64/calls.sh gpu:quantops    # 28 % (37 tests) in 290 s, session 64
 #   bash benchmarks/results/session66/calls.sh dense_small                # the host-bound cells again (noisy)
 #   LIMIT=300 bash benchmarks/results/session66/calls.sh gpu:kernels      # the kernels' GPU tests (norm caps)

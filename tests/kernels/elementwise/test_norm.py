@@ -104,14 +104,32 @@ LARGE_ROWS = (1e19, 1e25, 1e30)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("kind", KINDS)
 def test_large_finite_rows_normalize_as_in_float64(kind, dtype, path):
-    for rows, n in ((6, 5), (19, 130)):  # one block, and rows read in chunks under the interpreter
-        base = torch.randn(rows, n) * 2 + 0.5
+    # One block, and rows read in chunks under the interpreter.
+    _large_rows_case(kind, dtype, path, torch.device("cpu"), ((6, 5), (19, 130)))
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kind", KINDS)
+def test_large_finite_rows_on_cuda(kind, dtype):
+    """The kernels' branch for rows whose squares overflow, compiled: one-block tiles of 1, 8
+    and 16 warps and the capped 32-warp ones (RMSNorm at 8192 columns: ``_FORWARD_MAXNREG``),
+    and the chunked path (9000 columns)."""
+    _large_rows_case(kind, dtype, "launcher", cuda_or_skip(), ((6, 5), (7, 1024), (6, 4096), (6, 8192), (7, 9000)))
+
+
+def _large_rows_case(kind, dtype, path, device, shapes):
+    """Rows 0, 2, 4 of each shape scaled by ``LARGE_ROWS`` against float64; the others bit for
+    bit as without them."""
+    for rows, n in shapes:
+        base = torch.randn(rows, n, device=device) * 2 + 0.5
         x = base.clone()
         for i, magnitude in enumerate(LARGE_ROWS):
             x[2 * i] *= magnitude
         x, base = x.to(dtype), base.to(dtype)
-        dy = torch.randn(rows, n).to(dtype)
-        weight, bias = _params(n, dtype, kind)
+        dy = torch.randn(rows, n, device=device).to(dtype)
+        weight, bias = _params(n, dtype, kind, device)
         x64 = x.double().requires_grad_()
         w64 = weight.double().requires_grad_()
         b64 = None if bias is None else bias.double()

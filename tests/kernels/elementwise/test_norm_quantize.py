@@ -82,9 +82,23 @@ def test_large_finite_rows_match_reference(kind, fmt):
     """Rows of 1e19 and 1e30 (their float32 squares overflow) beside ordinary ones: y as float64's
     (test_norm.py has the statistics and gradients), the statistics as the reference's, every
     epilogue output its bit-for-bit quantization."""
+    _large_rows_case(kind, fmt, torch.device("cpu"), SHAPES[:2])
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("fmt", ["tensor", "mx"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_large_finite_rows_on_cuda(kind, fmt):
+    """The branch for rows whose squares overflow, compiled: one-block tiles of 1, 8 and 32 warps
+    (RMSNorm's capped at 8192 columns) and the chunked path (9000 columns)."""
+    _large_rows_case(kind, fmt, cuda_or_skip(), [(3, 5), (7, 1024), (6, 8192), (7, 9000)])
+
+
+def _large_rows_case(kind, fmt, device, shapes):
     scaling, element = FORMATS[fmt]
-    for rows, n in SHAPES[:2]:
-        x, weight, bias = _inputs(rows, n, torch.float32, kind, False)
+    for rows, n in shapes:
+        x, weight, bias = _inputs(rows, n, torch.float32, kind, False, device)
         x[0] *= 1e19
         x[2] *= 1e30
         _check(x, weight, bias, kind, False, fmt)
