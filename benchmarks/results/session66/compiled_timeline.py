@@ -31,12 +31,9 @@ def intervals(prof, device: str) -> list[tuple[float, float, str]]:
 
 def host_op_at(prof, t: float) -> str:
     """The innermost aten op (or Python-visible record) the host was in at time ``t``."""
-    best = None
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CPU and e.time_range.start <= t <= e.time_range.end:
-            if best is None or e.time_range.start >= best.time_range.start:
-                best = e
-    return best.name if best is not None else "-"
+    around = [e for e in prof.events()
+              if e.device_type == torch.autograd.DeviceType.CPU and e.time_range.start <= t <= e.time_range.end]
+    return max(around, key=lambda e: e.time_range.start).name if around else "-"
 
 
 def report(name: str, step, steps: int, device: str) -> None:

@@ -1,5 +1,5 @@
 """Session 66: the norm forward's GPU time, three modules alternating: ``before`` (a1cfaa3, before session 65's
-change; ``norm_before.py`` here), ``now`` (the working tree) and ``cap`` (call 3: the working tree's module with
+change; ``a1cfaa3_norm.py.txt`` here), ``now`` (the working tree) and ``cap`` (call 3: the working tree's module with
 ``maxnreg=32`` where a program has 32 warps; call 4: ``nocap``, the working tree's without its register caps). bf16,
 randn rows, medians of ``do_bench`` over three rounds; whether ``y`` matches ``before`` bit for bit.
 
@@ -31,7 +31,7 @@ def load(name: str, source: str):
     return module
 
 
-before = load("before", (HERE / "norm_before.py").read_text())
+before = load("before", (HERE / "a1cfaa3_norm.py.txt").read_text())
 uncapped, n = re.subn(r'\n        \*\*\(\{"maxnreg": cfg.maxnreg\} if cfg.maxnreg else \{\}\),', "",
                       pathlib.Path(now.__file__).read_text())
 assert n == 1, "the forward's launch moved"

@@ -1,5 +1,5 @@
 # Session 66: the norm change reworked (the common path as before a1cfaa3, overflowed rows in a branch): its tests on
-# CUDA, then the forward A/B of the module before session 65's change, now, and now capped at 32 registers.
+# CUDA, then the forward A/B of the module before session 65's change, now, and now without its register caps.
 timeout -s INT -k 20 ${SIDE_LIMIT:-240} python3 -m pytest -p no:cacheprovider -q -rfE --tb=short \
   tests/kernels/elementwise/test_norm.py tests/kernels/elementwise/test_norm_quantize.py tests/ops/test_norm.py \
   > "$OUT_PART/norm_gpu.log" 2>&1

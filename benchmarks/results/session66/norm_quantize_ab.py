@@ -1,5 +1,5 @@
-"""Session 66: the norm + quantize forward's GPU time, before session 65's change (a1cfaa3: ``norm_before.py`` and
-``norm_quantize_before.py`` here) and now (the working tree: a block with a row whose squares overflow computes its
+"""Session 66: the norm + quantize forward's GPU time, before session 65's change (a1cfaa3: ``a1cfaa3_norm.py.txt`` and
+``a1cfaa3_norm_quantize.py.txt`` here) and now (the working tree: a block with a row whose squares overflow computes its
 rows again before the quantized store, raising the kernel's registers for sm_90a: RMSNorm FP8 tensor scaling 40 -> 48
 at 1024 columns, 32 -> 40 at 4096, 32 -> 41 at 8192; LayerNorm 48 -> 63, 40 -> 54). bf16 in, E4M3 out, randn rows,
 alternating, medians of ``do_bench`` over three rounds; whether the outputs match bit for bit.
@@ -33,8 +33,8 @@ def load(name: str, source: str):
     return module
 
 
-load("norm_before", (HERE / "norm_before.py").read_text())
-source = (HERE / "norm_quantize_before.py").read_text()
+load("norm_before", (HERE / "a1cfaa3_norm.py.txt").read_text())
+source = (HERE / "a1cfaa3_norm_quantize.py.txt").read_text()
 assert "from fuseops.kernels.elementwise.norm import (" in source
 before = load("norm_quantize_before", source.replace("from fuseops.kernels.elementwise.norm import (",
                                                      "from norm_before import ("))
