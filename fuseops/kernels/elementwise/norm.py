@@ -220,26 +220,40 @@ def scaled_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, overfl
 
 
 @triton.jit
-def row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr):
-    """(mean, rstd) in float32 of rows wider than a tile, read BLOCK_N columns at a time. A block
-    holding a row whose squares overflowed reads its rows twice more: their largest magnitudes,
-    then their statistics divided by their ``_row_scale`` (kept for the scaled rows alone)."""
+def _chunked_centered_sums(x, offs_m, mask_m, N, stride_x, inverse, IS_RMS: tl.constexpr, SCALED: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``(mean, sum((x - mean)^2))`` per row of rows wider than a tile, read BLOCK_N columns at a
+    time, of the rows multiplied by ``inverse`` where SCALED. Squared deviations from the mean
+    (not E[x^2] - mean^2, which cancels)."""
     mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
     if not IS_RMS:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for n0 in range(0, N, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
-            acc += _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)
+            xt = _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)
+            if SCALED:
+                xt = xt * inverse[:, None]
+            acc += xt
         mean = _row_mean(tl.sum(acc, 1), N)
-    # Squared deviations from the mean (not E[x^2] - mean^2, which cancels).
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for n0 in range(0, N, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < N
-        xc = tl.where(mask_n[None, :], _load(x, offs_m, offs_n, mask_m, mask_n, stride_x) - mean[:, None], 0.0)
+        xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
+        if SCALED:
+            xt = xt * inverse[:, None]
+        xc = tl.where(mask_n[None, :], xt - mean[:, None], 0.0)
         acc += xc * xc
-    sum_sq = tl.sum(acc, 1)
+    return mean, tl.sum(acc, 1)
+
+
+@triton.jit
+def row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr):
+    """(mean, rstd) in float32 of rows wider than a tile, read BLOCK_N columns at a time. A block
+    holding a row whose squares overflowed reads its rows twice more: their largest magnitudes,
+    then their statistics divided by their ``_row_scale`` (kept for the scaled rows alone)."""
+    mean, sum_sq = _chunked_centered_sums(x, offs_m, mask_m, N, stride_x, 1.0, IS_RMS, False, BLOCK_M, BLOCK_N)
     rstd = 1.0 / tl.sqrt(_row_mean(sum_sq, N) + eps)
     overflowed = _overflowed(sum_sq)
     if tl.max(overflowed.to(tl.int32), 0) > 0:
@@ -248,21 +262,9 @@ def row_stats(x, offs_m, mask_m, N, stride_x, eps, IS_RMS: tl.constexpr, BLOCK_M
             offs_n = n0 + tl.arange(0, BLOCK_N)
             largest = tl.maximum(largest, tl.max(tl.abs(_load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x)), 1))
         scale, inverse, scaled = _row_scale(largest, overflowed)
-        mean_s = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        if not IS_RMS:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for n0 in range(0, N, BLOCK_N):
-                offs_n = n0 + tl.arange(0, BLOCK_N)
-                acc += _load(x, offs_m, offs_n, mask_m, offs_n < N, stride_x) * inverse[:, None]
-            mean_s = _row_mean(tl.sum(acc, 1), N)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for n0 in range(0, N, BLOCK_N):
-            offs_n = n0 + tl.arange(0, BLOCK_N)
-            mask_n = offs_n < N
-            xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x) * inverse[:, None]
-            xc = tl.where(mask_n[None, :], xt - mean_s[:, None], 0.0)
-            acc += xc * xc
-        r = 1.0 / tl.sqrt(_row_mean(tl.sum(acc, 1), N) + eps * inverse * inverse)
+        mean_s, sum_sq_s = _chunked_centered_sums(x, offs_m, mask_m, N, stride_x, inverse, IS_RMS, True, BLOCK_M,
+                                                  BLOCK_N)
+        r = 1.0 / tl.sqrt(_row_mean(sum_sq_s, N) + eps * inverse * inverse)
         mean = tl.where(scaled, mean_s * scale, mean)
         rstd = tl.where(scaled, r * inverse, rstd)
     return mean, rstd
