@@ -133,6 +133,14 @@ def assert_close_rel(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, f
     assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e} ({dtype})"
 
 
+def near_max_row(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A float32 row of magnitudes in [1e38, 2e38), signs random: its root mean square passes
+    float32's 1 / smallest normal (~8.5e37), so a norm's rstd is a subnormal (bf16 holds it too)."""
+    g = torch.Generator().manual_seed(n)
+    signs = torch.randint(0, 2, (n,), generator=g) * 2 - 1
+    return ((torch.rand(n, generator=g) + 1) * 1e38 * signs).to(device)
+
+
 def sqnr_db(out: torch.Tensor, ref: torch.Tensor) -> float:
     """Signal-to-quantization-noise ratio of ``out`` against ``ref``, in dB."""
     ref = ref.double()

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from fuseops.kernels.elementwise import norm as kernels
-from tests.helpers import DTYPES, REL_TOL, assert_close_rel, cuda_or_skip, poison_
+from tests.helpers import DTYPES, REL_TOL, assert_close_rel, cuda_or_skip, near_max_row, poison_
 
 # (3, 5) holds each row in one block; (19, 130) reads rows in chunks under the interpreter,
 # and its row blocks outnumber the persistent programs.
@@ -94,8 +94,10 @@ def test_reference_is_the_textbook_function(kind, zc):
 
 
 # Rows of magnitude 1e19 and more: their float32 squares pass 3.4e38 (torch.nn's norms give 0
-# there). Beside them ordinary rows, whose values must not move.
+# there). Beside them ordinary rows, whose values must not move. Row 6 is ``near_max_row``: its
+# rstd is a subnormal (values to 2e38).
 LARGE_ROWS = (1e19, 1e25, 1e30)
+NEAR_MAX_ROW = 6
 
 
 # (The chunked path's first, unscaled pass overflows on the way, in numpy's float32.)
@@ -105,7 +107,7 @@ LARGE_ROWS = (1e19, 1e25, 1e30)
 @pytest.mark.parametrize("kind", KINDS)
 def test_large_finite_rows_normalize_as_in_float64(kind, dtype, path):
     # One block, and rows read in chunks under the interpreter.
-    _large_rows_case(kind, dtype, path, torch.device("cpu"), ((6, 5), (19, 130)))
+    _large_rows_case(kind, dtype, path, torch.device("cpu"), ((7, 5), (19, 130)))
 
 
 @pytest.mark.gpu
@@ -116,17 +118,18 @@ def test_large_finite_rows_on_cuda(kind, dtype):
     """The kernels' branch for rows whose squares overflow, compiled: one-block tiles of 1, 8
     and 16 warps and the capped 32-warp ones (RMSNorm at 8192 columns: ``_FORWARD_MAXNREG``),
     and the chunked path (9000 columns)."""
-    _large_rows_case(kind, dtype, "launcher", cuda_or_skip(), ((6, 5), (7, 1024), (6, 4096), (6, 8192), (7, 9000)))
+    _large_rows_case(kind, dtype, "launcher", cuda_or_skip(), ((7, 5), (7, 1024), (7, 4096), (7, 8192), (7, 9000)))
 
 
 def _large_rows_case(kind, dtype, path, device, shapes):
-    """Rows 0, 2, 4 of each shape scaled by ``LARGE_ROWS`` against float64; the others bit for
-    bit as without them."""
+    """Rows 0, 2, 4 of each shape scaled by ``LARGE_ROWS`` and row 6 near float32's maximum,
+    against float64; the others bit for bit as without them."""
     for rows, n in shapes:
         base = torch.randn(rows, n, device=device) * 2 + 0.5
         x = base.clone()
         for i, magnitude in enumerate(LARGE_ROWS):
             x[2 * i] *= magnitude
+        x[NEAR_MAX_ROW] = near_max_row(n, device)
         x, base = x.to(dtype), base.to(dtype)
         dy = torch.randn(rows, n, device=device).to(dtype)
         weight, bias = _params(n, dtype, kind, device)
@@ -151,11 +154,15 @@ def _large_rows_case(kind, dtype, path, device, shapes):
             assert_close_rel(mean, mean64, torch.float32, what="mean")
         rstd64 = torch.rsqrt((x.double() - (0 if kind == "rmsnorm" else mean64[:, None])).square().mean(1) + EPS)
         assert ((rstd.double() - rstd64).abs() <= REL_TOL[torch.float32] * rstd64).all(), "rstd"
+        # The near-maximum row's dx is a subnormal (~rstd), which Triton 3.6's interpreter
+        # converts to and from bfloat16 wrongly (5e-39 stores as 8.2e-39): checked on CUDA.
+        interpreted_subnormals = dtype == torch.bfloat16 and path == "launcher" and device.type == "cpu"
         for i in range(rows):
             assert_close_rel(y[i], y64[i].detach(), dtype, what=f"y row {i}")
-            assert_close_rel(dx[i], x64.grad[i], dtype, factor=4, what=f"dx row {i}")
+            if not (interpreted_subnormals and i == NEAR_MAX_ROW):
+                assert_close_rel(dx[i], x64.grad[i], dtype, factor=4, what=f"dx row {i}")
         assert_close_rel(dw, w64.grad, dtype, factor=4, what="dweight")
-        ordinary = [i for i in range(rows) if i not in (0, 2, 4)]
+        ordinary = [i for i in range(rows) if i not in (0, 2, 4, NEAR_MAX_ROW)]
         assert torch.equal(y[ordinary], y_base[ordinary]), "an ordinary row moved beside large ones"
 
 

@@ -13,7 +13,7 @@ from fuseops.kernels.elementwise import norm_quantize as kernels
 from fuseops.kernels.elementwise.norm import forward_maxnreg
 from fuseops.kernels.quantization import epilogue as qe
 from fuseops.kernels.quantization.formats import Scaling
-from tests.helpers import DTYPES, assert_bitwise, assert_close_rel, cuda_or_skip
+from tests.helpers import DTYPES, assert_bitwise, assert_close_rel, cuda_or_skip, near_max_row
 from tests.kernels.elementwise.test_norm import _textbook
 from tests.kernels.quantization.test_epilogue import FORMATS, poisoned_outputs
 
@@ -79,10 +79,11 @@ def test_launchers_match_reference(kind, fmt, dtype):
 @pytest.mark.parametrize("fmt", ["tensor", "mx"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_large_finite_rows_match_reference(kind, fmt):
-    """Rows of 1e19 and 1e30 (their float32 squares overflow) beside ordinary ones: y as float64's
-    (test_norm.py has the statistics and gradients), the statistics as the reference's, every
-    epilogue output its bit-for-bit quantization."""
-    _large_rows_case(kind, fmt, torch.device("cpu"), SHAPES[:2])
+    """Rows of 1e19 and 1e30 (their float32 squares overflow) and one near float32's maximum (its
+    rstd a subnormal) beside ordinary ones: y as float64's (test_norm.py has the statistics and
+    gradients), the statistics as the reference's, every epilogue output its bit-for-bit
+    quantization."""
+    _large_rows_case(kind, fmt, torch.device("cpu"), [(5, 5), (19, 200)])
 
 
 @pytest.mark.gpu
@@ -92,7 +93,7 @@ def test_large_finite_rows_match_reference(kind, fmt):
 def test_large_finite_rows_on_cuda(kind, fmt):
     """The branch for rows whose squares overflow, compiled: one-block tiles of 1, 8 and 32 warps
     (RMSNorm's capped at 8192 columns) and the chunked path (9000 columns)."""
-    _large_rows_case(kind, fmt, cuda_or_skip(), [(3, 5), (7, 1024), (6, 8192), (7, 9000)])
+    _large_rows_case(kind, fmt, cuda_or_skip(), [(5, 5), (7, 1024), (6, 8192), (7, 9000)])
 
 
 def _large_rows_case(kind, fmt, device, shapes):
@@ -101,6 +102,7 @@ def _large_rows_case(kind, fmt, device, shapes):
         x, weight, bias = _inputs(rows, n, torch.float32, kind, False, device)
         x[0] *= 1e19
         x[2] *= 1e30
+        x[4] = near_max_row(n, device)
         _check(x, weight, bias, kind, False, fmt)
         emitted, _, _ = _run(x, weight, bias, kind, False, scaling, element, True)
         assert_close_rel(emitted.y, _textbook(kind, x.double(), weight.double(),
