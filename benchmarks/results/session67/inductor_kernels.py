@@ -8,37 +8,19 @@ fuseops' GPU busy time 21.02 ms a step against torch.compile's 20.45).
     python benchmarks/results/session67/inductor_kernels.py --device cpu --cells gelu:64:32   # the script itself
 """
 import argparse
-import collections
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from benchmarks._timing import graph_settle_steps
+from benchmarks.results.session65.compiled_kernels import kernels_per_step as session65_kernels_per_step
 from benchmarks.sizes import dense_cell, step_fn
 
 
 def kernels_per_step(step, steps: int, device: str) -> dict[str, tuple[float, float]]:
-    """{kernel name: (us a step, launches a step)} of ``steps`` profiled steps, after the graph states settle."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    graph_settle_steps(step, sync, 100)
-    for _ in range(3):
-        step()
-    sync()
-    activity = ProfilerActivity.CUDA if device == "cuda" else ProfilerActivity.CPU
-    with profile(activities=[activity]) as prof:
-        for _ in range(steps):
-            step()
-        sync()
-    total = collections.defaultdict(lambda: [0.0, 0])
-    for event in prof.events():
-        if (device == "cuda") != (event.device_type == torch.autograd.DeviceType.CUDA):
-            continue
-        if device == "cpu" and not event.name.startswith("aten::"):
-            continue
-        time_us = event.device_time if device == "cuda" else event.self_cpu_time_total
-        total[event.name][0] += time_us / steps
-        total[event.name][1] += 1 / steps
-    return {name: (t, n) for name, (t, n) in total.items()}
+    """{kernel name: (us a step, launches a step)} of ``steps`` profiled steps (session 65's
+    ``kernels_per_step``), after the graph states settle."""
+    graph_settle_steps(step, torch.cuda.synchronize if device == "cuda" else (lambda: None), 100)
+    return session65_kernels_per_step(step, steps, device)
 
 
 def main() -> None:
