@@ -93,6 +93,16 @@ Other dtypes (``results/session60/run13/``, ``run14/``, the same script with ``-
   kernels through their ``F32_DOT``, session 61), and cuBLAS stays the choice: the fused TF32
   kernels were not timed against cuBLAS's TF32 GEMMs.
 
+Checked on an H200 (more bandwidth than the H100 the rows were fitted on, so a separate
+elementwise pass costs less there): ``benchmarks/results/session68/run1/`` (the same script, bf16,
+the forward and dgrad epilogues at the six widths, M in 4096, 16384; 48 cells, all from a wave on).
+Graphed, the table's sum 40,191 us against 39,951 for the faster branch per cell (0.6 %), always
+cuBLAS 41,046; the slower branch picked in 15 of 48 cells, worst 1.08x (dgrad + GELU, M=16384,
+K=8192, N=2048), the dgrad + GELU cells 0.93-1.0x (eager 0.92-1.05x), the forward and residual
+cells 0.97-1.17x. The rows stand: the dgrad + GELU class alone would run 2 % faster always on
+cuBLAS (10,310 against 10,518 us summed over its 12 cells), inside the tie the H100 measured
+(0.93-1.09x, above), and the two machines have the same 132 SMs for a rule to tell apart.
+
 ``FUSEOPS_DENSE_DISPATCH=table|fused|cublas`` (read at the first decision) or
 ``force_branch()`` pins one branch for every call these rows can serve (benchmarks, tests).
 """
