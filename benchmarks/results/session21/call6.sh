@@ -1,3 +1,0 @@
-# Session 21, device call 6 (torch 2.11; the warm machine, 217 s of budget left): the last dense-fusion
-# CUDA edge cases (call 5 took the quantized subjects first, in the suite's order).
-export PYTHONPATH=. PYTHONUNBUFFERED=1; timeout -s INT -k 10 370 python3 -m pytest -p no:cacheprovider -v -rfE --tb=short tests/fusions/test_edge_cases.py -k "test_edge_case_on_cuda and ((BackwardActivationLinear and not zero_rows and not one_row) or BackwardExtraOutput)" > $OUT/edge_cuda.log 2>&1; echo "rc=$?"; grep -E "^(FAILED|ERROR)" $OUT/edge_cuda.log | cut -c1-200; tail -1 $OUT/edge_cuda.log; grep -E "PASSED|FAILED" $OUT/edge_cuda.log | awk '{print $1}' | sed 's/.*\[//; s/\]//' | tr '\n' ' '
