@@ -10,7 +10,6 @@ import logging as _logging
 
 from fuseops import distributed, integrations, moe, ops
 from fuseops.offload import mark_not_offload, offload_activations
-from fuseops.ops.executor import op_programs as _op_programs  # noqa: F401 - runs our custom operators through recorded programs
 from fuseops.quant import recipes, weight_cache
 from fuseops.quant.autocast import autocast
 from fuseops.quant.quantize import quantize

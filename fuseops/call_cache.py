@@ -1,4 +1,4 @@
-"""Per-call work decided once per call signature (issue 20: the host path).
+"""Per-call work decided once per call signature.
 
 A ``Sequential`` call validates the chain, finds its plan, builds the op contexts and lays
 out the autograd Function's inputs; all of that follows from the call's *signature*: the
@@ -8,9 +8,7 @@ identity, shape, dtype, device and ``requires_grad``; for each extra input, whic
 is (by identity) and its metadata, or, where the checks read values (a list of split sizes,
 an integer CPU tensor), the values themselves. A call whose signature was seen before skips
 straight to running (``fuseops.ops.executor.prepared``): its checks passed for that signature
-and would pass again, so errors still come before any launch. From the second call of an input
-layout on, running is a recorded program's replay where one could be recorded
-(``fuseops.ops.executor.replay``).
+and would pass again, so errors still come before any launch. What is kept holds no tensor.
 
 The signature holds no op setting (``eps``, ``approximate``): a change of one, or an op put in,
 drops every kept run instead (``fuseops.ops.op.settings_epoch``, ``Sequential._forget``).
@@ -122,6 +120,5 @@ class CallCache:
 
     def __getstate__(self) -> dict:
         # Derived state, rebuilt by the next call: a copy (``copy.deepcopy``, ``torch.save`` of
-        # the module) starts empty. Its runs hold generated code and CUDA graphs, which neither
-        # pickle nor deep-copy, and graphs read their inputs at the original's addresses.
+        # the module) starts empty.
         return {"_runs": {}}

@@ -7,7 +7,6 @@ from typing import Any, NoReturn
 
 import torch
 
-from fuseops import compiled_sequential
 from fuseops.call_cache import CallCache, call_signature
 from fuseops.fuser import PlanCache, build_plan, plan_config
 from fuseops.ops import op as op_module
@@ -42,15 +41,8 @@ class Sequential(torch.nn.Module):
         self._plan: Plan | None = None
         # ``op.settings_epoch`` when the caches were last known to match the ops' settings.
         self._settings_epoch = op_module.settings_epoch
-        # What names this Sequential to its operators under torch.compile.
-        compiled_sequential.register(self)
         for op in ops:
             self.append(op)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # A copy (``copy.deepcopy``, unpickling) is another Sequential to its operators.
-        super().__setstate__(state)
-        compiled_sequential.register(self)
 
     def __prepare_scriptable__(self) -> NoReturn:
         op_module.refuse_torchscript(self)
@@ -85,8 +77,7 @@ class Sequential(torch.nn.Module):
         self._forget()
 
     def _forget(self) -> None:
-        """Drop the plans and prepared runs (with their recorded programs and graphs): the ops or
-        their settings changed."""
+        """Drop the plans and prepared runs: the ops or their settings changed."""
         if "_calls" in self.__dict__:  # (not while ``__init__`` has not made them yet)
             self._plans.clear()
             self._calls.clear()
@@ -134,9 +125,6 @@ class Sequential(torch.nn.Module):
         per_op = split_extra_inputs(ops, extra_inputs)
         specs = check_chain(ops, input, per_op)
         hooked = hooked_ops(ops)
-        if compiling and not hooked and compiled_sequential.applies(ops, input, extra_inputs, recipe):
-            # Two custom operators running the eager executor (its recorded and graphed programs).
-            return compiled_sequential.call(self, ops, input, extra_inputs, grad_enabled)
         if not self.fuse:
             plan = Plan.unfused(ops)
         elif compiling:
@@ -155,7 +143,7 @@ class Sequential(torch.nn.Module):
             return execute(plan, ops, ctxs, input, per_op)
         if signature is None:
             params = flat_parameters(ops)
-        prepared = prepare(plan, ops, ctxs, input, extra_inputs, params, kept=signature is not None)
+        prepared = prepare(plan, ops, ctxs, input, extra_inputs, params)
         self._calls.put(signature, prepared)
         return run_prepared(prepared, ops, input, extra_inputs, params, compiling=False)
 

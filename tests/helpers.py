@@ -101,12 +101,6 @@ def reroutable(T: int, E: int, K: int, device) -> tuple[torch.Tensor, torch.Tens
     return ids, weights, route
 
 
-def changed_since(before: dict[str, int], now: dict[str, int]) -> dict[str, int]:
-    """The counters of ``now`` that moved since the snapshot ``before``, by how much
-    (``graphed.counts``, ``graphed.refusals``: what one test's calls did to them)."""
-    return {k: v - before.get(k, 0) for k, v in now.items() if v != before.get(k, 0)}
-
-
 def nudged(t: object, dtype: torch.dtype, g: torch.Generator) -> object:
     """A float tensor ``t`` with each element moved up or down by one or two units in the last
     place of ``dtype`` (by ``finfo.eps`` of itself), or kept: a third each (anything else as it

@@ -221,8 +221,8 @@ def _changed(name: str, model: fuseops.Sequential) -> fuseops.Sequential:
 
 
 @pytest.mark.parametrize("change", ["eps", "approximate", "op replaced"])
-def test_a_setting_or_op_changed_after_replayed_calls_is_seen(change) -> None:
-    """Plans, prepared runs and their recorded programs hold the ops' settings as constants: a
+def test_a_setting_or_op_changed_after_repeated_calls_is_seen(change) -> None:
+    """Plans and prepared runs hold the ops' settings as constants: a
     change drops them (``op.settings_epoch``, ``Sequential.__setattr__``), as torch.nn reads
     ``eps`` at every call; the result is a fresh model's with the same setting, and the torch
     reference's."""
@@ -243,19 +243,22 @@ def test_a_setting_or_op_changed_after_replayed_calls_is_seen(change) -> None:
     torch.testing.assert_close(got[0], want.float())
 
 
-def test_setting_a_setting_to_its_value_keeps_what_was_planned(monkeypatch) -> None:
-    from fuseops.ops.executor import replay
+def _kept_runs(model: fuseops.Sequential) -> list:
+    """The prepared runs ``model`` keeps, by call signature (``fuseops/call_cache.py``)."""
+    return list(model._calls._runs.values())
 
-    monkeypatch.setattr(replay, "ENABLED", True)
+
+def test_setting_a_setting_to_its_value_keeps_what_was_planned() -> None:
     model = _dense()
     x = torch.randn(5, 8)
     for _ in range(3):
         _grads(model, x, x)
-    before = dict(replay.counts)
+    before = _kept_runs(model)
     model[0].eps = float(model[0].eps)
     model[2].approximate = "tanh"
     _grads(model, x, x)
-    assert replay.counts["replayed"] - before["replayed"] == 2  # forward and backward
+    after = _kept_runs(model)
+    assert len(before) == 1 and len(after) == 1 and after[0] is before[0]
 
 
 def test_only_basic_ops_can_be_put_in() -> None:
@@ -268,7 +271,7 @@ def test_only_basic_ops_can_be_put_in() -> None:
 
 def test_a_gated_activations_scaled_flag_changed_after_calls_is_seen() -> None:
     """``scaled`` decides whether the op takes the router's probs (``num_extra_inputs``): set
-    after replayed calls, the next call takes them, and unset again, it does not; each result
+    after repeated calls, the next call takes them, and unset again, it does not; each result
     equals the float64 reference. A value that is not a flag raises, naming it."""
     torch.manual_seed(0)
     model = fuseops.Sequential(ops.Linear(8, 32), ops.SwiGLU(), ops.Linear(16, 8))
@@ -296,15 +299,13 @@ def test_a_gated_activations_scaled_flag_changed_after_calls_is_seen() -> None:
         model[1].scaled = "yes"
 
 
-def test_a_public_object_attribute_replaced_after_calls_is_seen(monkeypatch) -> None:
+def test_a_public_object_attribute_replaced_after_calls_is_seen() -> None:
     """An op's public attribute holding an object (``Linear.tensor_parallel``, a collective's
     ``group``) replaced by another after calls drops the Sequential's plans as a setting does:
-    the next call plans afresh, replaying nothing. The same object set again, or an object under a
-    private name (an op's own state), keeps them."""
+    the next call plans afresh. The same object set again, or an object under a private name
+    (an op's own state), keeps them."""
     from fuseops.ops import op as op_module
-    from fuseops.ops.executor import replay
 
-    monkeypatch.setattr(replay, "ENABLED", True)
     model = _dense()
     x = torch.randn(5, 8)
     for _ in range(3):
@@ -312,15 +313,15 @@ def test_a_public_object_attribute_replaced_after_calls_is_seen(monkeypatch) -> 
     config = object()
     model[2].config = config
     epoch = op_module.settings_epoch
-    before = dict(replay.counts)
+    _grads(model, x, x)
+    before = _kept_runs(model)
     model[2].config = config
     model[2]._state = object()
     model[2]._state = object()
     assert op_module.settings_epoch == epoch
     _grads(model, x, x)
-    assert replay.counts["replayed"] - before["replayed"] == 2  # forward and backward
+    assert _kept_runs(model)[0] is before[0]
     model[2].config = object()
     assert op_module.settings_epoch == epoch + 1
-    before = dict(replay.counts)
     _grads(model, x, x)
-    assert replay.counts["replayed"] == before["replayed"]  # planned afresh: nothing recorded to replay yet
+    assert _kept_runs(model)[0] is not before[0]  # planned afresh

@@ -17,7 +17,6 @@ from torch.utils.checkpoint import checkpoint
 import fuseops
 from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
-from fuseops.ops.executor import graphed
 from tests.helpers import assert_bitwise, cpu_and_cuda
 
 INPLACE = "modified by an inplace operation"
@@ -57,14 +56,11 @@ def _mlp(fuse=True, device="cpu"):
 # -- copies ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
-def test_a_model_that_has_run_deep_copies_and_saves_like_torch_nn(device, monkeypatch):
+def test_a_model_that_has_run_deep_copies_and_saves_like_torch_nn(device):
     """``copy.deepcopy`` and ``torch.save`` of a model after training steps (its calls
-    prepared and recorded; on CUDA replayed as graphs, kept whatever they measure): the copy and
-    the loaded model run with their own parameters, equal to a model freshly built from the
-    same state dict, and leave the original as it was (session 26: a CUDA graph in the
-    module's call cache made ``deepcopy`` raise; a recorded program made ``torch.save`` raise)."""
-    for name in ("GPU_BOUND", "KEEP", "GPU_SLACK"):
-        monkeypatch.setattr(graphed, name, float("inf"))
+    prepared and kept per signature): the copy and the loaded model run with their own
+    parameters, equal to a model freshly built from the same state dict, and leave the
+    original as it was."""
     seq, _ = _mlp(device=device)
     x = torch.randn(5, 6, device=device, requires_grad=True)
     opt = torch.optim.SGD(seq.parameters(), lr=0.1)
@@ -411,9 +407,9 @@ def _checkpointed_models(device):
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
 @pytest.mark.parametrize("model", ["dense", "grouped", "composition", "expert_layer"])
 def test_activation_checkpointing_equals_no_checkpoint(model, reentrant, device):
-    """``torch.utils.checkpoint`` around a fuseops model (its forward run again in the backward,
-    where recorded programs and CUDA graphs replay): the same gradients, bit for bit, as the
-    model without it, three steps in a row (the first records, the later ones replay)."""
+    """``torch.utils.checkpoint`` around a fuseops model (its forward run again in the backward):
+    the same gradients, bit for bit, as the model without it, three steps in a row (the first
+    prepares the call's run, the later ones reuse it)."""
     device, kernels = _on(device)
     build, call = _checkpointed_models(device)[model]
     plain, checkpointed = build(), build()

@@ -124,8 +124,7 @@ def float32_matmul_in_tf32() -> bool:
     """Whether torch runs CUDA float32 matmuls in TF32 now: ``torch.backends.cuda.matmul.
     fp32_precision == "tf32"``, as inductor reads it (it sees a setting made through either API;
     the older ``allow_tf32`` getter raises once the new one was used). Through the attribute's
-    own getter: 0.1 us a read against the module ``__getattr__``'s 0.7, and every recorded
-    program's key reads it (``replay.layout_key``)."""
+    own getter: 0.1 us a read against the module ``__getattr__``'s 0.7; every GEMM launch reads it."""
     return _fp32_precision("cuda", "matmul") == "tf32"
 
 

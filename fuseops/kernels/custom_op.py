@@ -13,35 +13,21 @@ implementation from ``torch.library.register_fake``; ``torch.library.opcheck`` c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
 _LIB = torch.library.Library("fuseops", "FRAGMENT")
 
-# How an operator's implementation is called: ``calling(name, impl, args)``, set by
-# ``fuseops.ops.executor.op_programs`` (which runs it through recorded programs, per argument
-# layout); None calls ``impl(*args)`` as it is.
-calling: Callable[[str, Callable, tuple], Any] | None = None
-
-
-def fuseops_op(schema: str, recorded: bool = True, batched: bool = False
-               ) -> Callable[[Callable], torch._ops.OpOverload]:
+def fuseops_op(schema: str, batched: bool = False) -> Callable[[Callable], torch._ops.OpOverload]:
     """Define ``fuseops::<schema>`` with the decorated function as its implementation on every
-    device; returns the operator (call it with positional arguments). ``recorded``: its calls
-    go through ``calling`` (False: an implementation that decides per call, as a graph state
-    does, runs as it is). ``batched``: the implementation also takes tensors batched by torch's
-    older vmap (``torch.autograd.grad(..., is_grads_batched=True)``; its ``Batched`` key)."""
+    device; returns the operator (call it with positional arguments). ``batched``: the
+    implementation also takes tensors batched by torch's older vmap
+    (``torch.autograd.grad(..., is_grads_batched=True)``; its ``Batched`` key)."""
     name = schema.split("(", 1)[0]
 
     def define(impl: Callable) -> torch._ops.OpOverload:
-        def run(*args: Any, **kwargs: Any) -> Any:
-            through = calling
-            if through is None or kwargs:
-                return impl(*args, **kwargs)
-            return through(name, impl, args)
         _LIB.define(schema)
-        _LIB.impl(name, run if recorded else impl, "CompositeExplicitAutograd")
+        _LIB.impl(name, impl, "CompositeExplicitAutograd")
         if batched:
             _LIB.impl(name, impl, "Batched")
         return getattr(torch.ops.fuseops, name).default

@@ -68,9 +68,6 @@ CHECK: bool = os.environ.get("FUSEOPS_CHECK_LAUNCH", "0") == "1"
 counts: dict[str, int] = {"fast": 0, "triton": 0}
 # Keys kept per kernel; beyond, new specializations take Triton's path every call.
 MAX_KEYS_PER_KERNEL = 1024
-# While a plan run records (``fuseops.ops.executor.replay``): called as
-# ``recording(kernel, grid, args, kw)`` in place of the launch, which it notes and performs.
-recording: Any = None
 
 
 class LaunchKeyMismatch(AssertionError):
@@ -171,9 +168,8 @@ class _Entry:
 
 
 _kernels: dict[int, _Kernel] = {}
-# Triton's current device and stream getters, resolved at the first launch, or at the first
-# ``direct_state`` once the process has initialised CUDA (no driver on CPU; a CPU model on a GPU
-# machine initialises no CUDA context for them).
+# Triton's current device and stream getters, resolved at the first launch (no driver on CPU; a
+# CPU model on a GPU machine initialises no CUDA context for them).
 _current_device = None
 _current_stream = None
 
@@ -325,9 +321,6 @@ def _triton_key(kernel: JITFunction, device: int, args: tuple, kw: dict):
 def launch(kernel: JITFunction, grid: tuple, *args: Any, **kw: Any) -> None:
     """``kernel[grid](*args, **kw)``, through the stored compiled kernel when this call's
     key was seen before (module docstring)."""
-    if recording is not None:
-        recording(kernel, grid, args, kw)
-        return
     if not ENABLED or grid.__class__ is not tuple or torch.compiler.is_compiling():
         kernel[grid](*args, **kw)
         return
@@ -401,71 +394,3 @@ def _check(kernel: JITFunction, entry: _Entry, device: int, args: tuple, kw: dic
             f"stored {entry.triton_key!r}")
     if tuple(bound_args.values())[len(args):] != entry.tail:
         raise LaunchKeyMismatch(f"{kernel.fn.__qualname__}: keyword/default arguments differ from the stored ones")
-
-
-class Bound:
-    """A launch a recorded program may repeat without ``launch``'s key: the stored launch's
-    C entry point and what it takes around the positional arguments (``bound``)."""
-
-    __slots__ = ("call", "device", "function", "guards", "head", "tail", "tensors")
-
-    def __init__(self, entry: _Entry, device: int, tensors: tuple[int, ...], guards: tuple = ()):
-        self.call = entry.call
-        self.function = entry.function
-        self.head = entry.head
-        self.tail = entry.tail
-        self.device = device
-        # Positions of the tensor arguments, which the launcher takes as data pointers.
-        self.tensors = tensors
-        # (module globals, name, object): the immutable globals the kernel read at compile
-        # time. A program calls the entry point only while each name is still bound to its
-        # object; otherwise it calls ``launch`` (Triton's path then raises, as it would).
-        self.guards = guards
-
-
-def bound(kernel: Any, grid: Any, args: tuple, kw: dict) -> Bound | None:
-    """The stored launch that ``launch(kernel, grid, *args, **kw)`` would make now, where the
-    call took the fast path (``direct_state()`` is then part of what a program assumes);
-    None where it would not. Arguments with the same types, the same tensor dtypes and
-    alignments and the same ints make the same key (module docstring), so a program whose
-    layout fixes those may call the result directly."""
-    if not direct_state()[0] or grid.__class__ is not tuple or not isinstance(kernel, JITFunction):
-        return None
-    state = _kernels.get(id(kernel))
-    if state is None or kernel.pre_run_hooks or not state.plain_upto(len(args)):
-        return None
-    guards = ()
-    if kernel.used_global_vals:
-        # Globals bound to immutable objects (constexpr flags and limits) become the Bound's
-        # guards; a kernel reading a mutable global keeps ``launch``, which compares values.
-        if not _globals_unchanged(state, kernel) or state.globals_live is None:
-            return None
-        guards = tuple({(id(d), name): (d, name, obj) for d, name, obj in state.globals_live}.values())
-    device = _current_device()
-    kw_key = kwargs_key(kw) if kw else ()
-    keyed = args_key(state, device, args) if kw_key is not None else None
-    if keyed is None:
-        return None
-    rt = knobs.runtime
-    entry = state.entries.get((device, rt.debug, knobs.compilation.instrumentation_mode, kw_key, keyed[0]))
-    if entry is None:
-        return None
-    return Bound(entry, device, tuple(i for i, x in enumerate(args) if x.__class__ in _TENSORS), guards)
-
-
-def direct_state() -> tuple:
-    """What calling a ``Bound`` launch assumes of the process: fast launches on, no checking,
-    no launch hooks, and the current device. The same before the process's first launch as
-    after it: a recorded program's layout key holds it (``replay.layout_key``), and the first
-    call of a process's first program, keyed before any launch, would otherwise see its next
-    call as another layout (session 49: a stack's first block recorded a step after the other
-    programs, so under ``FUSEOPS_CUDA_GRAPHS=all`` its consumers were captured again)."""
-    if _current_device is None and ENABLED and torch.cuda.is_initialized():
-        _resolve_driver()
-    usable = ENABLED and not CHECK and not _hooks_active() and _current_device is not None
-    return (usable, _current_device() if usable else None, knobs.runtime.debug)
-
-
-def current_stream(device: int) -> Any:
-    """The stream a launch on ``device`` goes to now (Triton's getter)."""
-    return _current_stream(device)

@@ -25,24 +25,16 @@ summed per token only after FC1's weight gradient. memory_model.py has the accou
   graph and no saved-tensor hooks (offloading) hold them.
 - ``accumulate_into_main_grad`` on a GroupedLinear: the wgrad kernel adds that weight's gradient
   to its float32 ``main_grad`` (read at each backward, as the composition reads it) and returns
-  none, eagerly and under a recipe. Its backward then runs eagerly, not as a CUDA graph
-  (``expert_layer_steps``); under ``torch.compile`` the composition runs (the layer's operators
-  are functional).
+  none, eagerly and under a recipe; under ``torch.compile`` the composition runs (the layer's
+  operators are functional).
 
 Everything stays on the device: no host sync, and the step captures in a CUDA graph. Under a
 recipe (``fuseops.autocast``) the layer is ``expert_layer_quantized.py``'s Function, whose GEMMs
 read the permuted tokens and their gradients quantized straight from ``x`` and ``dy``.
 Where neither applies (``expert_layer_fallback`` says why) the composition runs.
 
-The forward and the backward bodies are in ``expert_layer_steps.py``: each goes through a graph
-state of ``routing_graphs`` (one per layer, decided by measurement as the routing's calls are):
-where the host path outlasts the GPU work (small token counts) each replays as one CUDA graph,
-and so does a GPU-bound one whose graph would copy almost nothing (``graphed.GPU_BOUND_COPIES``).
-The backward is graphed only where the forward was (its saved tensors lie in graph memory, which
-it never frees early: the forward's graph keeps that memory for its next replay); where the
-forward ran eagerly (a GPU-bound one whose input is a fresh tensor each call) the backward runs
-eagerly and frees as above. Under
-``torch.compile`` each is one custom operator whose implementation is that graph-state call.
+The forward and the backward bodies are in ``expert_layer_steps.py``; under ``torch.compile``
+each is one custom operator.
 """
 
 from __future__ import annotations
@@ -90,8 +82,7 @@ class _ExpertLayer(torch.autograd.Function):
             autodiff_state.refuse_batched_cotangents(False, [], into_main_grad)
             return *steps.backward_batched(dy, *ctx.saved_tensors, gate=ctx.gate, lean=ctx.lean,
                                            needs=tuple(ctx.needs_input_grad[:5])), None, None, None, None, None, None
-        # dz goes over z when nothing reads z again; dead saved tensors are freed early, but
-        # never in graph memory (steps.py).
+        # dz goes over z when nothing reads z again; dead saved tensors are freed early.
         freed = graph_freed_after_backward()
         grads = steps.backward(dy, *ctx.saved_tensors, gate=ctx.gate, lean=ctx.lean,
                                needs=tuple(ctx.needs_input_grad[:5]), overwrite=ctx.lean or freed,
@@ -138,12 +129,39 @@ def _hooked(module: torch.nn.Module) -> bool:
                 or module._backward_pre_hooks)
 
 
-def expert_layer_fallback(x: torch.Tensor, weights: torch.Tensor | None, experts: Any, *,
-                          lean: bool = False) -> str | None:
-    """Why ``expert_layer`` runs ``permute -> experts -> unpermute`` instead of its fused
-    Function for these arguments, or None when it fuses (under a recipe: its quantized
-    Function, ``expert_layer_quantized.py``)."""
-    return _fallback(x, experts, _parts(experts), _checks.flag("lean", lean), current_recipe())
+def expert_layer_fallback(
+    x: torch.Tensor,
+    expert_ids: torch.Tensor,
+    weights: torch.Tensor | None,
+    experts: Any,
+    *,
+    lean: bool = False,
+) -> str | None:
+    """Why ``expert_layer`` with these arguments runs ``permute -> experts -> unpermute``
+    instead of its fused Function, or None when it fuses (under a recipe: its quantized
+    Function, ``expert_layer_quantized.py``).
+
+    Args:
+        x, expert_ids, weights, experts, lean: as ``expert_layer`` takes them, checked as it
+            checks them (the same TypeError / ValueError for invalid ones).
+    Returns:
+        The first reason that applies, or None.
+    """
+    x, _, _, _, parts, lean = _checked(x, expert_ids, weights, experts, lean)
+    return _fallback(x, experts, parts, lean, current_recipe())
+
+
+def _checked(x: object, expert_ids: object, weights: object, experts: Any, lean: object) -> tuple:
+    """``expert_layer``'s arguments checked: ``(x, expert_ids, weights, check, parts, lean)``,
+    the tensors contiguous, ``check`` the routing's range check (``check_routing``)."""
+    lean = _checks.flag("lean", lean)
+    parts = _parts(experts)
+    fc1 = parts[0]
+    x, expert_ids, check = check_routing(x, expert_ids, fc1.num_groups)
+    if x.shape[1] != fc1.in_features:
+        raise ValueError(f"x: expected {fc1.in_features} features (the experts' in_features), got {x.shape[1]}")
+    weights = check_weights(weights, expert_ids.shape, "expert_ids'", x, "x")
+    return x, expert_ids, weights, check, parts, lean
 
 
 def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, GroupedLinear],
@@ -216,13 +234,8 @@ def expert_layer(
         ``y`` [T, H] in ``x``'s dtype; differentiable in ``x``, ``weights`` and the experts'
         parameters.
     """
-    lean = _checks.flag("lean", lean)
-    parts = _parts(experts)
+    x, expert_ids, weights, check, parts, lean = _checked(x, expert_ids, weights, experts, lean)
     fc1, act, fc2 = parts
-    x, expert_ids, check = check_routing(x, expert_ids, fc1.num_groups)
-    if x.shape[1] != fc1.in_features:
-        raise ValueError(f"x: expected {fc1.in_features} features (the experts' in_features), got {x.shape[1]}")
-    weights = check_weights(weights, expert_ids.shape, "expert_ids'", x, "x")
     recipe = current_recipe()
     if _fallback(x, experts, parts, lean, recipe) is None:
         gate = steps.Gate(act.act, act.kernel_args)

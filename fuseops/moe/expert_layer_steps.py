@@ -1,25 +1,16 @@
 """``expert_layer``'s forward and backward bodies (``expert_layer.py`` has the layer, its autograd
-Function and its checks), and how each runs.
+Function and its checks).
 
-Eagerly, each goes through a graph state of ``routing_graphs`` (one per layer and direction,
-decided by measurement as the routing's calls are): where the host outlasts the GPU work each
-replays as one CUDA graph; elsewhere its eager run replays the program recorded for its layout
-(``op_programs``), as does the backward that no graph state takes (a forward not graphed, a
-``main_grad``), its early release of dead saved tensors included (``replay.effect``). Under
-``torch.compile`` each is one custom operator
+Eagerly each body runs as it is. Under ``torch.compile`` each is one custom operator
 (``fuseops::expert_layer_forward`` / ``fuseops::expert_layer_backward``) whose implementation is
-that same graph-state call: a compiled layer replays the graphs an eager one does, where tracing the
-bodies would run their kernels' launchers one custom operator at a time (session 28: the compiled
-composition at MoE T=1024 ran at 0.72-0.90x of torch.compile, its host time in ten operators).
+that body: the compiled graph holds one node per direction rather than every launcher's Python.
 The operators are functional (no input written: a compiled backward never overwrites or frees a
-saved tensor, ``graph_freed_after_backward``), return an empty tensor for an absent result, and are
-not recorded by ``op_programs`` (a record would skip the graph states).
+saved tensor, ``graph_freed_after_backward``) and return an empty tensor for an absent result.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property, partial
 from typing import Any
 
 import torch
@@ -28,9 +19,8 @@ from fuseops.kernels import library
 from fuseops.kernels.custom_op import fuseops_op
 from fuseops.kernels.dispatch import Kernel, launcher, references_forced
 from fuseops.kernels.elementwise.activation_math import Activation
-from fuseops.moe import memory_model, routing_graphs
+from fuseops.moe import memory_model
 from fuseops.moe.routing import permute_rows
-from fuseops.ops.executor import graphed, op_programs, replay
 
 
 @dataclass(frozen=True)
@@ -39,12 +29,6 @@ class Gate:
 
     act: Activation
     kernel_args: dict[str, Any]
-
-    @cached_property
-    def key(self) -> tuple:
-        """What tells two gates apart, hashable (a graph state's signature: plain values, which
-        hash in C, where an enum member hashes in Python)."""
-        return int(self.act), tuple(sorted(self.kernel_args.items()))
 
     def fields(self) -> tuple:
         """The operators' gate arguments: act, interleaved, clamped, limit, alpha."""
@@ -77,14 +61,10 @@ def token_of_rows(row_map: torch.Tensor) -> torch.Tensor:
 def _release(*tensors: torch.Tensor | None) -> None:
     """Free the memory of saved tensors that are dead: the autograd node would hold them to
     the end of the backward. Only for tensors this Function made, when nothing reads them again
-    (the graph is freed after this backward and no saved-tensor hook holds them). A recorded
-    backward repeats it (``replay.effect``: no dispatch mode sees a storage resize)."""
-    replay.effect(_free_storages, *[t for t in tensors if t is not None])
-
-
-def _free_storages(*tensors: torch.Tensor) -> None:
+    (the graph is freed after this backward and no saved-tensor hook holds them)."""
     for t in tensors:
-        t.untyped_storage().resize_(0)
+        if t is not None:
+            t.untyped_storage().resize_(0)
 
 
 def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: Gate, keep: bool, check: str) -> tuple:
@@ -110,8 +90,7 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
     gate, lean, needs, overwrite, fc1_first = static
     need_x, need_weights, need_w1, need_b1, need_w2 = needs
     main_grad1, main_grad2 = main_grads
-    # Made contiguous here, inside a graph: ``loss.sum()``'s gradient is one element expanded,
-    # which a graph copies in as that one element.
+    # ``loss.sum()``'s gradient is one element expanded: the kernels read rows of a dense tensor.
     dy = dy.contiguous()
     if lean:
         x_sorted = _gather_rows(x, row_map)
@@ -159,19 +138,13 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
 
 def forward(x, weights, w1, b1, w2, expert_ids, gate: Gate, keep: bool, check: str) -> tuple:
     """``(y, x_sorted, row_map, z, probs, offsets)`` (x_sorted and z None unless ``keep``, probs
-    None without ``weights``): through the custom operator while torch.compile traces, else a
-    graph state (its row map, result 2, keys the backward's state)."""
+    None without ``weights``): through the custom operator while torch.compile traces."""
     if torch.compiler.is_compiling():
         y, x_sorted, row_map, z, probs, offsets = _forward_op(x, weights, w1, b1, w2, expert_ids, *gate.fields(),
                                                               keep, check)
         return (y, x_sorted if keep else None, row_map, z if keep else None,
                 probs if weights is not None else None, offsets)
-    return _forward_through_graphs(x, weights, w1, b1, w2, expert_ids, gate, keep, check)
-
-
-def _forward_through_graphs(x, weights, w1, b1, w2, expert_ids, gate, keep, check) -> tuple:
-    return routing_graphs.call("expert_layer", partial(_forward, gate=gate, keep=keep, check=check),
-                               (x, weights, w1, b1, w2, expert_ids), (gate.key, keep, check))
+    return _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep, check=check)
 
 
 def backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gate, lean: bool,
@@ -181,53 +154,36 @@ def backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, gate: G
     backward and no saved-tensor hook holds them); ``main_grads``: FC1's and FC2's float32
     buffers their weight gradients are added to (None where returned; never under torch.compile,
     where the composition runs: ``expert_layer._fallback``). Through the custom operator while
-    torch.compile traces, else ``_backward_through_graphs``."""
+    torch.compile traces."""
     inputs = (dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2)
     if torch.compiler.is_compiling():
         grads = _backward_op(*inputs, *gate.fields(), lean, list(needs), overwrite, may_release)
         return tuple(g if need else None for g, need in zip(grads, needs, strict=True))
-    return _backward_through_graphs(inputs, gate, lean, needs, overwrite, may_release, main_grads)
+    return _backward_eager(inputs, gate, lean, needs, overwrite, may_release, main_grads)
 
 
 def backward_batched(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gate, lean: bool,
                      needs: tuple[bool, ...]) -> tuple:
     """``backward`` of a cotangent batched by torch's older vmap (``is_grads_batched=True``,
     ``jacobian(vectorize=True)``): the references, which batch, with nothing overwritten or
-    freed and no graph or recorded program (a batched tensor has no storage to read). Not with
-    a ``main_grad`` to add to (the caller refuses)."""
+    freed (a batched tensor has no storage to read). Not with a ``main_grad`` to add to (the
+    caller refuses)."""
     with references_forced():
         return _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2,
                          static=(gate, lean, needs, False, False))
 
 
-def _backward_through_graphs(inputs: tuple, gate: Gate, lean: bool, needs: tuple[bool, ...], overwrite: bool,
-                             may_release: bool, main_grads: tuple = (None, None)) -> tuple:
-    """The backward graphed where the forward was (its saved tensors lie in graph memory, which it
-    never frees early: the forward's graph keeps that memory for its next replay); elsewhere eagerly,
-    freeing dead saved tensors where ``may_release``. Eagerly too where a weight gradient goes into
-    a ``main_grad``: a graph state's capture runs its program more than once (eagerly, its warm-up,
-    the check's replay) and puts back what the program wrote in between, which for a float32
-    buffer the size of the weights means a copy of it whole."""
+def _backward_eager(inputs: tuple, gate: Gate, lean: bool, needs: tuple[bool, ...], overwrite: bool,
+                    may_release: bool, main_grads: tuple = (None, None)) -> tuple:
+    """The backward, freeing dead saved tensors where ``lean`` or ``may_release``, with the weight
+    gradients in the order ``memory_model`` finds the lower peak for."""
     dy, row_map, w1, w2 = inputs[0], inputs[5], inputs[7], inputs[9]
-    graphs = graphed.in_graph_memory(row_map)
-    releasable = lean or (may_release and not graphs)
+    releasable = lean or may_release
     # The weight gradients' order matters only where dead tensors are freed early.
     fc1_first = releasable and memory_model.fc1_weight_grad_first(
         memory_model.LayerShape(row_map.shape[0], row_map.shape[1], dy.shape[1], w2.shape[2], w1.shape[0],
                                 dy.element_size()), lean)
-    static = (gate, lean, tuple(needs), overwrite, fc1_first)
-    if graphs and all(m is None for m in main_grads):
-        return routing_graphs.call("expert_layer_backward", partial(_backward, static=static), inputs,
-                                   (gate.key, *static[1:]), row_map=row_map)
-    # Eagerly through the program recorded for the inputs' layout (the main_grad buffers are
-    # inputs too: the program adds into this call's).
-    return op_programs.call(("expert_layer_backward_eager", gate.key, *static[1:]),
-                            partial(_backward_into, static=static), (*inputs, *main_grads))
-
-
-def _backward_into(*tensors: torch.Tensor | None, static: tuple) -> tuple:
-    """``_backward`` with FC1's and FC2's ``main_grads`` as the last two arguments."""
-    return _backward(*tensors[:-2], static=static, main_grads=tensors[-2:])
+    return _backward(*inputs, static=(gate, lean, tuple(needs), overwrite, fc1_first), main_grads=main_grads)
 
 
 _GATE_SCHEMA = "int act, bool interleaved, bool clamped, float limit, float alpha"
@@ -239,12 +195,11 @@ def _or_empty(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
 
 
 @fuseops_op(f"expert_layer_forward(Tensor x, Tensor? weights, Tensor w1, Tensor? b1, Tensor w2, Tensor expert_ids, "
-            f"{_GATE_SCHEMA}, bool keep, str check) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
-            recorded=False)
+            f"{_GATE_SCHEMA}, bool keep, str check) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 def _forward_op(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, check):
     gate = Gate.of(act, interleaved, clamped, limit, alpha)
-    y, x_sorted, row_map, z, probs, offsets = _forward_through_graphs(x, weights, w1, b1, w2, expert_ids, gate,
-                                                                      keep, check)
+    y, x_sorted, row_map, z, probs, offsets = _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep,
+                                                       check=check)
     return y, _or_empty(x_sorted, x), row_map, _or_empty(z, x), _or_empty(probs, x), offsets
 
 
@@ -260,12 +215,12 @@ def _(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alph
 
 @fuseops_op(f"expert_layer_backward(Tensor dy, Tensor? x, Tensor? x_sorted, Tensor? z, Tensor? probs, Tensor row_map, "
             f"Tensor offsets, Tensor w1, Tensor? b1, Tensor w2, {_GATE_SCHEMA}, bool lean, bool[] needs, "
-            f"bool overwrite, bool may_release) -> (Tensor, Tensor, Tensor, Tensor, Tensor)", recorded=False)
+            f"bool overwrite, bool may_release) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
 def _backward_op(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, act, interleaved, clamped, limit, alpha,
                  lean, needs, overwrite, may_release):
     gate = Gate.of(act, interleaved, clamped, limit, alpha)
-    grads = _backward_through_graphs((dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2), gate, lean,
-                                     tuple(needs), overwrite, may_release)
+    grads = _backward_eager((dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2), gate, lean,
+                            tuple(needs), overwrite, may_release)
     return tuple(_or_empty(g, dy) for g in grads)
 
 

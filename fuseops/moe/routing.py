@@ -7,10 +7,8 @@
 
 Both are differentiable (in ``x``; in ``y_sorted`` and ``weights``), run on the device
 without host syncs (Triton kernels on CUDA, the torch references on CPU and for float64),
-and capture in a CUDA graph. On CUDA their calls replay as CUDA graphs of their own where the
-host path is the bottleneck (``routing_graphs.py``: measured per call signature and layer), under
-``torch.compile`` too (each call one custom operator: ``routing_ops.py``).
-Out-of-range expert ids (``permute``) and rows (``unpermute``'s ``row_map``) fail loudly:
+and capture in the caller's CUDA graph. Under ``torch.compile`` each kernel is one custom
+operator (``kernels/moe/traceable.py``). Out-of-range expert ids (``permute``) and rows (``unpermute``'s ``row_map``) fail loudly:
 
 - CPU tensors (and CUDA with ``FUSEOPS_DEBUG=1``): a ``ValueError`` naming the argument, from
   a host check that reads the values back.
@@ -28,7 +26,6 @@ Out-of-range expert ids (``permute``) and rows (``unpermute``'s ``row_map``) fai
 from __future__ import annotations
 
 import os
-from functools import partial
 
 import torch
 from torch._C._functorch import maybe_current_level
@@ -36,9 +33,6 @@ from torch._C._functorch import maybe_current_level
 from fuseops.kernels import autodiff_state
 from fuseops.kernels.dispatch import Kernel, launcher, references_forced
 from fuseops.kernels.moe import traceable
-from fuseops.moe import routing_graphs, routing_ops
-from fuseops.moe.routing_ops import sum_rows, unpermute_backward, unpermute_plain
-from fuseops.ops.executor import replay
 from fuseops.ops.executor.second_backward import once_differentiable
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -102,8 +96,7 @@ def _range_flag(name: str, device: torch.device) -> torch.Tensor:
     if flag is None:
         flag = torch.ones(1, dtype=torch.int32, device=device)
         if device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
-            # Kept for good: a recorded program may read it as a constant.
-            _FLAGS[name, device] = replay.persistent(flag)
+            _FLAGS[name, device] = flag
     return flag
 
 
@@ -114,18 +107,13 @@ def _permute_flagged(x: torch.Tensor, expert_ids: torch.Tensor, ok: torch.Tensor
     return out
 
 
-def permute_rows(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, check: str, graphs: bool = False
+def permute_rows(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, check: str
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The ``PERMUTE`` kernel of arguments ``check_routing`` passed, with the range check it
-    chose; ``KERNELS``: the ids' range check rides in the count kernel. ``graphs``: through
-    ``routing_graphs`` (the results may lie in graph memory: never for a caller that frees
-    their storage early, as ``expert_layer``'s backward does)."""
+    chose; ``KERNELS``: the ids' range check rides in the count kernel."""
     if check == KERNELS:
-        run, inputs = partial(_permute_flagged, num_experts=num_experts), (
-            x, expert_ids, _range_flag("expert_ids", x.device))
-    else:
-        run, inputs = partial(traceable.permute, num_experts=num_experts), (x, expert_ids)
-    return _routed_call("permute", check, run, inputs, (num_experts,)) if graphs else run(*inputs)
+        return _permute_flagged(x, expert_ids, _range_flag("expert_ids", x.device), num_experts)
+    return traceable.permute(x, expert_ids, num_experts)
 
 
 def _unpermute_flagged(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None,
@@ -135,25 +123,24 @@ def _unpermute_flagged(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: t
     return (y,)
 
 
-def _routed_call(name: str, check: str, run, inputs: tuple, static: tuple = (),
-                 row_map: torch.Tensor | None = None) -> tuple:
-    """``run(*inputs)``, through ``routing_graphs`` where the kernels run (not ``OPS``), or while
-    torch.compile traces as the call's operator, whose implementation goes through them
-    (``routing_ops.py``); ``static`` and ``row_map`` as ``routing_graphs.call`` takes them."""
-    if check != OPS:
-        return routing_graphs.call(name, run, inputs, (*static, check), row_map)
-    if torch.compiler.is_compiling():
-        return routing_ops.traced(name, inputs, static)
-    return run(*inputs)
+def sum_rows(dx_sorted: torch.Tensor, row_map: torch.Tensor) -> torch.Tensor:
+    """permute's backward: each token's gradient is the plain sum of its K rows' gradients."""
+    return traceable.unpermute(dx_sorted.contiguous(), row_map, None)
 
 
-def _backward_call(name: str, check: str, run, inputs: tuple, row_map: torch.Tensor) -> tuple:
-    """A backward's ``_routed_call``; the references where torch's older vmap batched the
-    cotangent (``inputs[0]``: ``is_grads_batched=True``), which no kernel or graph can read."""
-    if autodiff_state.batched_cotangents(inputs[0]):
-        with references_forced():
-            return run(*inputs)
-    return _routed_call(name, check, run, inputs, row_map=row_map)
+def _backward_call(run, *inputs):
+    """``run(*inputs)`` for a backward; the references where torch's older vmap batched the
+    cotangent (``inputs[0]``: ``is_grads_batched=True``), which no kernel can read."""
+    if not autodiff_state.batched_cotangents(inputs[0]):
+        return run(*inputs)
+    with references_forced():
+        return run(*inputs)
+
+
+def _unpermute_backward(dy: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None,
+                        y_sorted: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(dy_sorted, dweights)``, ``dweights`` None without ``y_sorted``."""
+    return traceable.unpermute_bwd(dy.contiguous(), row_map, weights, y_sorted)
 
 
 def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -> None:
@@ -167,40 +154,35 @@ def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -
 class _Permute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, expert_ids, num_experts, check):
-        x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, num_experts, check, graphs=True)
+        x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, num_experts, check)
         ctx.mark_non_differentiable(split_sizes, row_map)
         ctx.save_for_backward(row_map)
-        ctx.check = check
         return x_sorted, split_sizes, row_map
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dx_sorted, _split_sizes, _row_map):
         (row_map,) = ctx.saved_tensors
-        (dx,) = _backward_call("permute_backward", ctx.check, sum_rows, (dx_sorted, row_map), row_map)
-        return dx, None, None, None
+        return _backward_call(sum_rows, dx_sorted, row_map), None, None, None
 
 
 class _Unpermute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y_sorted, row_map, weights, check):
         if check == KERNELS:
-            (y,) = _routed_call("unpermute", check, _unpermute_flagged,
-                                (y_sorted, row_map, weights, _range_flag("row_map", y_sorted.device)), row_map=row_map)
+            (y,) = _unpermute_flagged(y_sorted, row_map, weights, _range_flag("row_map", y_sorted.device))
         else:
-            (y,) = _routed_call("unpermute", check, unpermute_plain, (y_sorted, row_map, weights), row_map=row_map)
+            y = traceable.unpermute(y_sorted, row_map, weights)
         # y_sorted is needed only for the weights' gradient.
         keep = y_sorted if ctx.needs_input_grad[2] else None
         ctx.save_for_backward(row_map, weights, keep)
-        ctx.check = check
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         row_map, weights, y_sorted = ctx.saved_tensors
-        dy_sorted, dweights = _backward_call("unpermute_backward", ctx.check, unpermute_backward,
-                                             (dy, row_map, weights, y_sorted), row_map)
+        dy_sorted, dweights = _backward_call(_unpermute_backward, dy, row_map, weights, y_sorted)
         return (dy_sorted if ctx.needs_input_grad[0] else None), None, dweights, None
 
 

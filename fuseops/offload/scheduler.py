@@ -281,6 +281,12 @@ class Scheduler(NoticePath, BackwardPath):
         return storage
 
     def pack(self, t: torch.Tensor) -> Any:
+        if t.is_cuda and torch.cuda.is_current_stream_capturing():
+            # What moves, and when, is decided on the host at every step: a graph would replay
+            # one step's decisions and copies over another step's tensors.
+            raise RuntimeError("offload_activations: a CUDA graph is being captured; offloading decides on the "
+                               "host at each step and cannot be captured. Capture without offloading, or nest "
+                               "fuseops.offload_activations(enabled=False) around the captured region")
         if self._noticed:
             handle = self._pack_noticed(t)
             if handle is not None:

@@ -133,12 +133,6 @@ class Linear(_autocast.AutocastParameters, BasicOp):
         """A sharded Linear gathers, scatters or reduces around its GEMM."""
         return self.tensor_parallel is not None
 
-    @property
-    def compiled_as_operator(self) -> bool:  # type: ignore[override]
-        """A sharded Linear communicates: traced op by op under compile, where the compiler sees
-        its collectives (``fuseops/compiled_sequential.py``)."""
-        return self.tensor_parallel is None
-
     def extra_repr(self) -> str:
         tp = self.tensor_parallel
         sharded = "" if tp is None else (

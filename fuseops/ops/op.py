@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import abc
 import enum
-import itertools
 from typing import Any, ClassVar, NoReturn
 
 import torch
@@ -24,24 +23,10 @@ from fuseops.ops.executor.execute import run_ops
 _SETTING_TYPES = (bool, int, float, str, tuple, type(None), enum.Enum, torch.dtype)
 
 
-def _constant(value: Any) -> Any:
-    """A setting as a constant of a trace: a float by its hex digits (dynamo makes a float
-    attribute that changed between calls symbolic, and specializes it where they are read), in a
-    tuple too; a tuple holding anything but settings by its type name."""
-    if isinstance(value, float):
-        return value.hex()
-    if isinstance(value, tuple):
-        if not all(isinstance(v, _SETTING_TYPES) for v in value):
-            return type(value).__name__
-        return tuple([_constant(v) for v in value])
-    return value
-
-
-# Moves whenever an op's setting (``BasicOp.settings``) changes value after it was first set, or a
-# public object attribute of it is replaced (``_changed``), on any op: a ``Sequential`` drops what
-# it decided from its ops' settings (its plans, its prepared runs and their recorded programs and
-# graphs, which hold settings as constants) at its next call after it moved, as torch.nn reads
-# ``eps`` at every call. One counter for every op: such a change is rare, and an op knows no
+# Moves whenever an op's setting (a plain attribute value: ``_SETTING_TYPES``) changes value after
+# it was first set, or a public object attribute of it is replaced (``_changed``), on any op: a
+# ``Sequential`` drops what it decided from its ops' settings (its plans and prepared runs) at its
+# next call after it moved, as torch.nn reads ``eps`` at every call. One counter for every op: such a change is rare, and an op knows no
 # Sequential that holds it.
 settings_epoch = 0
 _UNSET = object()
@@ -58,14 +43,6 @@ def _changed(name: str, old: Any, new: Any) -> bool:
     if old_setting and new_setting:
         return type(old) is not type(new) or old != new
     return old_setting or new_setting or not name.startswith("_")
-
-
-# ``(class_code, settings())`` -> a small int, an op's ``settings_key``: equal for ops of one class
-# and equal settings, in this process (a pickled op makes its own again: ``BasicOp.__setstate__``).
-_SETTINGS_KEYS: dict[tuple, int] = {}
-# A fresh int per new key: two threads adding two keys at once never share one (``next`` and
-# ``setdefault`` are each atomic; a length read before the insert is not).
-_NEW_KEYS = itertools.count()
 
 
 # Every op class, at the position its ``class_code`` says (set when the class is defined). The
@@ -95,26 +72,9 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
     num_extra_inputs: ClassVar[int] = 0
     num_extra_outputs: ClassVar[int] = 0
     class_code: ClassVar[int]
-    # Whether a traced Sequential may run this op inside its two custom operators
-    # (``fuseops/compiled_sequential.py``): not where the output may be the input or a view
-    # of it (an operator's results never alias its arguments), nor where the record holds
-    # sizes or the op draws random numbers or communicates.
-    compiled_as_operator: ClassVar[bool] = True
     # Whether its forward runs ``torch.distributed`` collectives, which torch does not
     # differentiate: such an op refuses forward-mode derivatives (``executor/plain_autograd.py``).
     communicates: ClassVar[bool] = False
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # (``nn.Module.__init__`` sets ``training`` past ``__setattr__``.)
-        self._refresh_settings_key()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # Appended first, then found: two classes defined at once in two threads cannot share
-        # a code (``append`` is atomic; a length read before it is not).
-        OP_CLASSES.append(cls)
-        cls.class_code = OP_CLASSES.index(cls)
 
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
         """Validate the input (and extra inputs) and return the output's spec.
@@ -139,50 +99,20 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
     ) -> OpGrads:
         """Gradients from ``ctx.saved`` and the output gradient(s)."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Appended first, then found: two classes defined at once in two threads cannot share
+        # a code (``append`` is atomic; a length read before it is not).
+        OP_CLASSES.append(cls)
+        cls.class_code = OP_CLASSES.index(cls)
+
     def __setattr__(self, name: str, value: Any) -> None:
         global settings_epoch
         old = self.__dict__.get(name, _UNSET)
         super().__setattr__(name, value)
-        # Each attribute ever given a plain value, by name (``settings``; torch 2.11's dynamo
-        # cannot walk a module's ``__dict__``).
-        names = self.__dict__.get("_setting_names", ())
-        if name == "training":
-            self._refresh_settings_key()
-            return
-        if isinstance(value, _SETTING_TYPES) and name not in names:
-            names = (*names, name)
-            object.__setattr__(self, "_setting_names", names)
-        if _changed(name, old, value):
+        # (The training flag is part of each call's signature: flipping it drops nothing.)
+        if name != "training" and _changed(name, old, value):
             settings_epoch += 1
-        if name in names:
-            self._refresh_settings_key()
-
-    def __setstate__(self, state: dict) -> None:
-        super().__setstate__(state)
-        # A key is an index of this process's table: one unpickled here is made again.
-        self._refresh_settings_key()
-
-    def _refresh_settings_key(self) -> None:
-        """``settings_key``: one int for the op's class and ``settings()``, kept current by every
-        assignment that can change them, so that a compiled graph guards one value per op where
-        reading the settings in the trace guarded each (and the method's lookup: ~10 guards an op)."""
-        key = (type(self).class_code, self.settings())
-        key_id = _SETTINGS_KEYS.get(key)
-        if key_id is None:
-            key_id = _SETTINGS_KEYS.setdefault(key, next(_NEW_KEYS))
-        object.__setattr__(self, "settings_key", key_id)
-
-    def settings(self) -> tuple:
-        """This op's settings: each attribute holding a plain value (a number, a string, a
-        flag, an enum, a dtype, None, a tuple), with its name, and its training flag. A compiled
-        graph guards them through ``settings_key``: Sequentials of equal settings share a
-        compiled graph and its two operators (``fuseops/compiled_sequential.py``), others do not."""
-        out = [("training", self.training)]
-        for name in getattr(self, "_setting_names", ()):
-            value = getattr(self, name, None)
-            if isinstance(value, _SETTING_TYPES):
-                out.append((name, _constant(value)))
-        return tuple(out)
 
     def own_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         """``named_parameters(recurse=False)`` without its generator machinery (the

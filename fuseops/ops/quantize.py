@@ -38,9 +38,6 @@ class Quantize(BasicOp):
         backward: cast the gradient (E5M2 where the recipe says so).
     """
 
-    # Without a recipe its output is its input.
-    compiled_as_operator = False
-
     def __init__(self, forward: bool = True, backward: bool = False) -> None:
         super().__init__()
         self.quantize_forward = _checks.flag("forward", forward)

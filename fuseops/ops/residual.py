@@ -47,7 +47,6 @@ class MakeExtraOutput(BasicOp):
     """``y = x``, and ``x`` is also returned as an extra output (the residual branch)."""
 
     num_extra_outputs = 1
-    compiled_as_operator = False
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         if ctx.needs_backward:

@@ -33,8 +33,6 @@ class ShapeSaved(Saved):
 class Identity(BasicOp):
     """``y = x``."""
 
-    compiled_as_operator = False
-
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):
         if ctx.needs_backward:
             ctx.saved = ShapeSaved()
@@ -47,8 +45,6 @@ class Identity(BasicOp):
 class Reshape(BasicOp):
     """``y = x.reshape(shape)``; one dim may be -1. ``shape`` is an int or a tuple/list of
     ints, as ``torch.reshape`` takes (``Reshape(4)`` is ``Reshape((4,))``)."""
-
-    compiled_as_operator = False
 
     def __init__(self, shape: int | tuple[int, ...] | list[int]) -> None:
         super().__init__()
@@ -92,8 +88,6 @@ class DropoutSaved(Saved):
 class Dropout(BasicOp):
     """Zeroes each element with probability ``p`` in training and scales the rest by
     ``1 / (1 - p)``; identity in eval mode."""
-
-    compiled_as_operator = False
 
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()

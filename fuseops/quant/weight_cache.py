@@ -60,9 +60,8 @@ class _Entry:
 
 
 _entries: WeakIdKeyDictionary = WeakIdKeyDictionary()
-# While a plan run records (``fuseops.ops.executor.replay``): called as
-# ``recording(param, kind, build, enabled)`` in place of ``derived``, which it notes and
-# performs (a recorded program asks for the copy again at every call).
+# Called as ``recording(param, kind, build, enabled)`` in place of ``derived`` while set: the
+# plain-autograd path (``fuseops.ops.executor.plain_autograd``) makes each copy differentiably.
 recording: Any = None
 # Bumped by every optimizer step: entries made before it are stale.
 _generation = 0
@@ -139,7 +138,7 @@ def derived(param: torch.Tensor, kind: Hashable, build: Callable[[torch.Tensor],
 
 
 def cached_copy(param: torch.Tensor, kind: Hashable, build: Callable[[torch.Tensor], T], enabled: bool) -> T:
-    """``derived`` without the recording hook (what a recording performs)."""
+    """``derived`` without the ``recording`` hook."""
     if not enabled or _bypass(param):
         with torch.no_grad():
             return build(param)

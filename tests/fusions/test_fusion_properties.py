@@ -79,8 +79,8 @@ def _errors_nearby(unfused, x, extras, requires_grad, seed, recipe, draws=8):
     """Per output and gradient, the worst error against float64 of the fused and of the unfused ops over
     ``draws`` neighbours of the example: each element of its input, extra inputs and parameters moved by a
     unit or two in the dtype's last place, or kept (``nudged``). Where a handful of rows makes a result a few
-    roundings (exact GELU in bf16 at one row, its derivative crossing zero near z = -0.75: session 55's random
-    runs found the weight gradient at 2.4e-2 fused against 6.7e-3 unfused, and at the neighbours each path
+    roundings (exact GELU in bf16 at one row, its derivative crossing zero near z = -0.75: random runs
+    have found the weight gradient at 2.4e-2 fused against 6.7e-3 unfused, and at the neighbours each path
     ranges over 5e-3 to 3e-2; GroupedMLP in float16 at six rows, 1.12e-3 against 5.2e-4, whose neighbours find
     fused at most 5.1e-4 and unfused up to 8.9e-4), one example's errors are one draw from each path's spread,
     and twice one draw fails a correct fusion at random. The worst of several draws of each compares the
@@ -181,21 +181,20 @@ def _check_fusion(fusion: Fusion, data, device: str) -> None:
     for i, ((a, b, c), near) in enumerate(zip(results, nearby)):
         _close_enough(a, b, c, dtype, recipe, f"{fusion.name} output/grad {i}", near)
     if recipe is None:
-        _replay_equals_recording(fused, x, extras, requires_grad, seed, fusion.name)
+        _repeated_calls_agree(fused, x, extras, requires_grad, seed, fusion.name)
 
 
-def _replay_equals_recording(model, x, extras, requires_grad, seed, what):
-    """A Sequential records the second call of a layout and replays the third
-    (``fuseops/ops/executor/replay.py``; quantized recipes never replay): the replayed call's
-    outputs and gradients are the recorded call's, bit for bit."""
+def _repeated_calls_agree(model, x, extras, requires_grad, seed, what):
+    """Later calls of one signature reuse the run the first prepared (``fuseops/call_cache.py``):
+    their outputs and gradients are the first call's, bit for bit."""
     runs = []
     for _ in range(2):
         for p in model.parameters():
             p.grad = None
         outs, grads = _forward_backward(model, x, extras, requires_grad, seed)
         runs.append(outs + grads)
-    for i, (recorded, replayed) in enumerate(zip(*runs)):
-        assert_bitwise(replayed, recorded, f"{what} replayed output/grad {i}")
+    for i, (first, again) in enumerate(zip(*runs)):
+        assert_bitwise(again, first, f"{what} repeated output/grad {i}")
 
 
 @pytest.mark.parametrize("fusion", REGISTRY, ids=lambda f: f.name)

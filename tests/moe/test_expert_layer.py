@@ -125,7 +125,7 @@ def _within(fused, plain, exact, dtype, what) -> bool:
 
 def compare(E, T, H, F, K, dtype, gate, bias, weights_kind, lean, seed, kernels, empty=(), x_fill=None):
     experts = make_experts(E, H, F, gate, bias, dtype)
-    assert expert_layer_fallback(torch.zeros(1, H, dtype=dtype), None, experts) is None
+    assert expert_layer_fallback(torch.zeros(1, H, dtype=dtype), routing(1, E, K, seed), None, experts) is None
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(T, H, generator=g).to(dtype)
     if x_fill is not None:
@@ -213,42 +213,6 @@ def test_repeatable_bit_for_bit():
     for a, b, c, d in zip(default, again, lean, lean_again, strict=True):
         assert torch.equal(a, b) and torch.equal(c, d)
         assert rel_err(c, a) <= REL_TOL[torch.float32]
-
-
-@pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
-@pytest.mark.parametrize("shape", [(9, 2, 16, 8, 3), (3, 1, 8, 16, 5)], ids=["fc2-wgrad-first", "fc1-wgrad-first"])
-def test_eager_bodies_replay_recorded_programs_bit_for_bit(shape, lean, monkeypatch):
-    """Where the layer's bodies run eagerly (no graph state: graphs off, the CPU, a GPU-bound
-    layer), its later calls replay the programs recorded for their layout (``op_programs``,
-    keyed by the call's static values): outputs and gradients equal the full path's bit for bit,
-    call after call; where FC1's weight gradient goes first the program repeats the early
-    release of z and x_sorted (``replay.effect``)."""
-    from fuseops.moe import expert_layer_steps
-    from fuseops.ops.executor import graphed, op_programs, replay
-    from tests.helpers import kernels_on
-
-    T, K, H, F, E = shape
-    fc1_first = mm.fc1_weight_grad_first(mm.LayerShape(T, K, H, F, E, 4), lean)
-    monkeypatch.setattr(graphed, "ENABLED", False)
-    monkeypatch.setattr(op_programs, "_programs", {})
-    with contextlib.ExitStack() as stack:
-        device = stack.enter_context(kernels_on("triton"))
-        experts = make_experts(E, H, F, bias=True, device=device)
-        calls = [(torch.randn(T, H, device=device), routing(T, E, K, seed, device=device),
-                  torch.rand(T, K, device=device), torch.randn(T, H, device=device)) for seed in range(4)]
-        monkeypatch.setattr(replay, "ENABLED", False)
-        want = [step(experts, *call, lean) for call in calls]
-        monkeypatch.setattr(replay, "ENABLED", True)
-        before = replay.counts["replayed"]
-        got = [step(experts, *call, lean) for call in calls]
-    assert replay.counts["replayed"] - before >= 4, replay.refusals  # calls 3 and 4, forward and backward
-    for i, (a, b) in enumerate(zip(got, want)):
-        for j, (u, v) in enumerate(zip(a, b)):
-            assert torch.equal(u, v), f"call {i}, tensor {j}"
-    (backward,) = [p for (name, *_), table in op_programs._programs.items() if name == "expert_layer_backward_eager"
-                   for p in table.values()]
-    releases = any(v is expert_layer_steps._free_storages for v in backward.run.__globals__.values())
-    assert releases == (fc1_first and not lean), backward.source
 
 
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
@@ -346,14 +310,14 @@ def test_offloaded_stack_is_bitwise(lean):
 
 
 def test_falls_back_to_the_composition_and_says_why():
-    x = torch.randn(4, 16)
+    x, ids = torch.randn(4, 16), routing(4, 2, 2, 0)
     plain = fuseops.Sequential(ops.GroupedLinear(2, 16, 8), ops.GELU(), ops.GroupedLinear(2, 8, 16))
-    assert "not a gated activation" in expert_layer_fallback(x, None, plain)
+    assert "not a gated activation" in expert_layer_fallback(x, ids, None, plain)
     biased = fuseops.Sequential(ops.GroupedLinear(2, 16, 16), ops.SwiGLU(), ops.GroupedLinear(2, 8, 16, bias=True))
-    assert "FC2 has a bias" in expert_layer_fallback(x, None, biased)
-    assert "fuse=False" in expert_layer_fallback(x, None, unfused(make_experts(2, 16, 8)))
+    assert "FC2 has a bias" in expert_layer_fallback(x, ids, None, biased)
+    assert "fuse=False" in expert_layer_fallback(x, ids, None, unfused(make_experts(2, 16, 8)))
     with fuseops.autocast(recipe=fuseops.recipes.FP8CurrentScaling()):
-        assert "lean under a recipe" in expert_layer_fallback(x, None, make_experts(2, 16, 8), lean=True)
+        assert "lean under a recipe" in expert_layer_fallback(x, ids, None, make_experts(2, 16, 8), lean=True)
     for experts in (plain, biased):
         compare_fallback(experts)
 
@@ -419,7 +383,7 @@ def check_main_grad(which, lean, shape, dtype, device):
         expert_layer(xg, ids, wg, experts, lean=lean).backward(dy)
         return [xg.grad, wg.grad] + [p.grad for p in experts.parameters()]
 
-    assert expert_layer_fallback(x, w, mine, lean=lean) is None
+    assert expert_layer_fallback(x, ids, w, mine, lean=lean) is None
     want = run(plain)
     got = run(mine)
     first = {i: mine[i].weight.main_grad for i in MAIN_GRAD_OWNERS[which]}
@@ -465,7 +429,7 @@ def test_compiled_with_main_grad_runs_the_composition(monkeypatch):
     x, ids, w = torch.randn(7, 16), routing(7, 3, 2, 0), torch.rand(7, 2)
     eager, compiled = into_main_grad(make_experts(3, 16, 8), "both"), into_main_grad(make_experts(3, 16, 8), "both")
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert "accumulate_into_main_grad under torch.compile" in expert_layer_fallback(x, w, compiled)
+    assert "accumulate_into_main_grad under torch.compile" in expert_layer_fallback(x, ids, w, compiled)
     monkeypatch.undo()
     torch._dynamo.reset()
     layer = torch.compile(lambda *a: expert_layer(*a, compiled), backend="aot_eager", fullgraph=True)

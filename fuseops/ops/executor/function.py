@@ -33,18 +33,11 @@ from torch.nn.utils.stateless import _reparametrize_module
 from fuseops.kernels.autodiff_state import batched_cotangents, refuse_batched_cotangents
 from fuseops.kernels.dispatch import references_forced
 from fuseops.ops.contract import OpGrads, Saved, role_fields
-from fuseops.ops.executor import replay
 from fuseops.ops.executor.save_notice import Receiver, current_receiver, noticing
 from fuseops.ops.executor.saved_state import (
-    Unfilled,
     activation_tensors,
-    filled,
     functional,
-    graph_freed_after_backward,
     pack_saved,
-    record_templates,
-    record_tensor_fields,
-    record_tensors,
     unpack_saved,
 )
 from fuseops.ops.executor.second_backward import (
@@ -79,10 +72,6 @@ class RunState:
     records: list[Saved | None] = field(default_factory=list)
     save_from: list[tuple[bool, int]] = field(default_factory=list)
     num_outputs: int = 0
-    # The recorded program the body replayed (``replay.Program``), else None: what a caller
-    # finds of the results' structure (which alias an argument, which are None) is fixed by the
-    # program, so it may be found once per program (``compiled_sequential``).
-    replayed: Any = None
 
 
 # Reusable: entering it does nothing.
@@ -203,66 +192,20 @@ def forward_ops(state: RunState, inputs: Sequence[Any], receiver: Receiver | Non
     return outputs, tensors, records
 
 
-def _forward_results(outputs: list, tensors: list, records: list) -> list[torch.Tensor]:
-    """What a recorded forward returns: the outputs, the activations to save, then the
-    records' own tensors (``record_tensor_fields``)."""
-    return [*outputs, *tensors, *[getattr(records[i], name) for i, name in record_tensor_fields(records)]]
-
-
-def _forward_recorded(state: RunState, inputs: Sequence[Any], key: tuple, found: Any, receiver: Receiver | None,
-                      fill: bool) -> tuple[list[torch.Tensor], list[torch.Tensor], Any, list[int]]:
-    """``forward_ops`` through the layout's recorded program, or recording it (``found``
-    True; ``replay.py``), with ``_checked_param_slots`` (a program's are those of its
-    recording); a save receiver hears of the same tensors at the same points. A replay's
-    records are ``Unfilled`` unless ``fill``."""
-    if found is True:
-        (outputs, tensors, records), program = replay.record(
-            inputs, lambda notice: forward_ops(state, inputs, notice, False),
-            lambda out: _forward_results(*out), host_readable=replay.host_readable(inputs), receiver=receiver)
-        slots = _checked_param_slots(state, records, False)
-        if isinstance(program, replay.Program):
-            program.meta = (len(outputs), len(tensors), record_templates(records, 0), slots)
-        replay.keep(state.prep.layouts, "forward", key, program)
-        return outputs, tensors, records, slots
-    # The ops ran with torch's autocast off when recorded (``forward_ops``): so does their replay.
-    with autocast_off(state.prep.device_type):
-        values = replay.replayed(found, *inputs, notice=receiver)
-    state.replayed = found
-    num_outputs, num_saved, templates, slots = found.meta
-    first = num_outputs + num_saved
-    records = Unfilled(templates, values[first:])
-    return (list(values[:num_outputs]), list(values[num_outputs:first]), records.filled() if fill else records,
-            slots)
-
-
-def forward_body(
-    state: RunState, inputs: Sequence[Any], *, notice: bool = False, checked_params: bool = True, fill: bool = True
-) -> tuple[tuple, list[torch.Tensor], Any]:
+def forward_body(state: RunState, inputs: Sequence[Any], *, notice: bool = False
+                 ) -> tuple[tuple, list[torch.Tensor], list[Saved | None]]:
     """``(outputs, tensors to save, packed records)``; fills fresh op contexts. ``notice``:
     the caller saves the tensors through ``save_for_backward`` (``PlanFunction``), so a
     registered receiver hears of each step's as it is produced (``save_notice.py``),
-    unless this forward is being traced. A ``PlanFunction`` forward runs a recorded program
-    where its layout (with or without a receiver) has one (``replay.py``). The tensors to
-    save end with the parameters backward reads (for torch's version check) unless not
-    ``checked_params`` (the compiled Sequential saves every parameter itself). Not ``fill``: a
-    replay's records may come back ``Unfilled`` (``backward_body`` takes either)."""
+    unless this forward is being traced. The tensors to save end with the parameters
+    backward reads (for torch's version check)."""
     prep = state.prep
     compiling = torch.compiler.is_compiling()
     receiver = current_receiver() if notice and not compiling else None
-    found = False
-    if (notice and not compiling and prep.layouts is not None and prep.layouts.forward is not None
-            and replay.enabled_now()):
-        key = (*replay.layout_key(inputs), receiver is not None)
-        found = replay.lookup(prep.layouts.forward, key)
-    if found is False:
-        outputs, tensors, records = forward_ops(state, inputs, receiver, compiling)
-        slots = _checked_param_slots(state, records, compiling)
-    else:
-        outputs, tensors, records, slots = _forward_recorded(state, inputs, key, found, receiver, fill)
-    if checked_params:
-        # The parameters as this Function received them (under torch.func, unwrapped).
-        params = inputs[prep.num_inputs:]
-        tensors += [params[slot] for slot in slots]
+    outputs, tensors, records = forward_ops(state, inputs, receiver, compiling)
+    # The parameters as this Function received them (under torch.func, unwrapped).
+    params = inputs[prep.num_inputs:]
+    tensors += [params[slot] for slot in _checked_param_slots(state, records, compiling)]
     return tuple(non_view_outputs(outputs, inputs)), tensors, records
 
 
@@ -331,42 +274,9 @@ def differentiating_levels(stack) -> int:
     return sum(str(level.key()) in DIFFERENTIATING_TRANSFORMS for level in stack or ())
 
 
-def _backward_recorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple | None:
-    """``run_backward``'s gradients through the layout's recorded program, or recording it
-    (``replay.py``); None where this call takes the full path. ``records`` may be ``Unfilled``."""
-    layouts = state.prep.layouts
-    inputs = [*saved_tensors, dy, *flat_extra_output_grads, *state.params]
-    key = (*replay.layout_key(inputs), graph_freed_after_backward())
-    found = replay.lookup(layouts.backward, key)
-    if found is False:
-        return None
-    if found is True:
-        records = filled(records)
-        try:
-            fields = record_tensor_fields(records)
-        except replay.NotRecordable as why:
-            replay.keep(layouts, "backward", key, replay.refuse(str(why)))
-            return None
-        # The records' own tensors (parameters, meta) are inputs too, after the others.
-        inputs += [getattr(records[i], name) for i, name in fields]
-        grads, program = replay.record(
-            inputs, lambda _: run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, False),
-            list)
-        if isinstance(program, replay.Program):
-            program.meta = fields
-        replay.keep(layouts, "backward", key, program)
-        return grads
-    values = record_tensors(records, found.meta)
-    if not all(isinstance(v, torch.Tensor) for v in values):
-        return None
-    state.replayed = found
-    return replay.replayed(found, *inputs, *values)
-
-
 def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output_grads, input_refs: tuple = ()
                   ) -> tuple:
-    """The gradients (``run_backward``'s), through the layout's recorded program where it has one;
-    ``records`` may be ``Unfilled`` (``forward_body``); ``input_refs``: the forward's
+    """The gradients (``run_backward``'s); ``input_refs``: the forward's
     ``second_backward.input_links``, for ``create_graph=True``."""
     # Something will differentiate this backward again: under torch.func, a second grad /
     # jvp transform around the one running it; else create_graph=True (grad mode on).
@@ -383,7 +293,7 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
         create_graph = torch.is_grad_enabled()
     if batched_cotangents(dy, *flat_extra_output_grads):
         # Batched by torch's older vmap (``is_grads_batched=True``): tensors without storage,
-        # which no kernel or recorded program reads; the references batch.
+        # which no kernel reads; the references batch.
         if create_graph:
             refuse_batched_create_graph()
         with references_forced():
@@ -391,15 +301,9 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
     with autocast_off(state.prep.device_type):
         if not torch.is_grad_enabled():
             # The engine runs backward with grad mode off unless create_graph is set.
-            layouts = state.prep.layouts
-            if (not compiling and not stack and layouts is not None and layouts.backward is not None
-                    and replay.enabled_now()):
-                grads = _backward_recorded(state, records, saved_tensors, dy, flat_extra_output_grads)
-                if grads is not None:
-                    return grads
-            return run_backward(state, filled(records), saved_tensors, dy, flat_extra_output_grads, compiling)
+            return run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)
         with torch.no_grad():
-            grads = run_backward(state, filled(records), saved_tensors, dy, flat_extra_output_grads, compiling)
+            grads = run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)
     if not create_graph:
         return grads
     links = (dy, *flat_extra_output_grads, *saved_tensors, *state.params, *linked_inputs(input_refs))
@@ -407,7 +311,7 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
 
 
 def _backward_unrecorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
-    """``run_backward`` of batched cotangents: no recorded program, nothing written over a saved
+    """``run_backward`` of batched cotangents: nothing written over a saved
     activation (``functional``); raises where they cannot batch."""
     named = [f"{i} ({type(op).__name__})" for i, op in enumerate(state.ops)]
     refuse_batched_cotangents(any(ctx.recipe is not None for ctx in state.prep.ctxs),
@@ -415,14 +319,14 @@ def _backward_unrecorded(state: RunState, records, saved_tensors, dy, flat_extra
                               [n for n, op in zip(named, state.ops) if getattr(op, "accumulate_into_main_grad", False)
                                and op.weight.requires_grad])
     with autocast_off(state.prep.device_type), torch.no_grad(), functional():
-        return run_backward(state, filled(records), saved_tensors, dy, flat_extra_output_grads, False)
+        return run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, False)
 
 
 class PlanFunction(torch.autograd.Function):
     @staticmethod
     def forward(autograd_ctx, state: RunState, *inputs: Any):
         autograd_ctx.set_materialize_grads(False)
-        outputs, tensors, records = forward_body(state, inputs, notice=True, fill=False)
+        outputs, tensors, records = forward_body(state, inputs, notice=True)
         autograd_ctx.save_for_backward(*tensors)
         # The parameters (after the inputs) are linked as they are (``backward_body``).
         autograd_ctx.input_links = input_links(inputs[:state.prep.num_inputs])
@@ -438,8 +342,8 @@ class PlanFunction(torch.autograd.Function):
 
 
 # The autograd Function's own entry point, which ``Function.apply``'s Python wrapper calls: that
-# wrapper's per-call work (a setup_context probe, a generator over the arguments) is ~2 us of a
-# replayed call's host path (issue 20). Only outside torch.compile's tracing (dynamo traces
+# wrapper's per-call work (a setup_context probe, a generator over the arguments) costs ~2 us a
+# call. Only outside torch.compile's tracing (dynamo traces
 # ``PlanFunction.apply``) and torch.func's transforms (the other form); dead functorch wrappers
 # are unwrapped as the wrapper would. Absent on a torch without them: the wrapper runs.
 _PLAN_ENTRY = super(torch.autograd.Function, PlanFunction).apply

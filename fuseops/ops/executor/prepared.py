@@ -6,7 +6,7 @@ Everything in it follows from what ``fuseops.call_cache`` puts in a call's signa
 dtypes, devices, which tensors need grad, which extra inputs are the same object, recipe,
 autocast, training flags), so ``Sequential`` keeps one per signature and a call that hits
 only gathers its tensors and runs (``run_prepared``). It holds no tensor and no value of an
-extra input: those come from each call.
+extra input: those come from each call, so a kept run keeps no memory alive.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 from fuseops.kernels import autodiff_state
 from fuseops.ops.contract import OpContext
-from fuseops.ops.executor import plain_autograd, replay
+from fuseops.ops.executor import plain_autograd
 from fuseops.ops.executor.function import (
     Arg,
     PlanFunction,
@@ -59,9 +59,6 @@ class Prepared:
     # op, parameter name -> position among those passed.
     param_picks: tuple[int, ...]
     param_slots: tuple[dict[str, int], ...]
-    # The recorded programs of this run by input layout (``replay.py``), for the runs a
-    # ``Sequential`` keeps; None for one-off runs and under quantized recipes.
-    layouts: replay.Layouts | None = None
 
 
 def flat_parameters(ops: Sequence[torch.nn.Module]) -> list[torch.nn.Parameter]:
@@ -100,12 +97,10 @@ def _spans(counts: Sequence[int]) -> tuple[tuple[int, int], ...]:
 
 def prepare(
     plan: Any, ops: Sequence[torch.nn.Module], ctxs: Sequence[OpContext], x: torch.Tensor,
-    extra_inputs: Sequence[Any], params: Sequence[torch.nn.Parameter], *, kept: bool = False,
+    extra_inputs: Sequence[Any], params: Sequence[torch.nn.Parameter],
 ) -> Prepared:
     """The ``Prepared`` run of ``plan`` for a call like this one (``extra_inputs`` flat,
-    ``params`` from ``flat_parameters``); ``kept``: the caller keeps it for later calls of
-    this signature, which may then replay (quantized recipes never do: their scaling state
-    lives in Python)."""
+    ``params`` from ``flat_parameters``)."""
     # Each tensor passed once: dynamo cannot trace a Function given one tensor twice.
     # Compared with ``is``, not by ``id()``: dynamo would guard on each tensor's identity.
     inputs: list[torch.Tensor] = [x]
@@ -137,40 +132,17 @@ def prepare(
         num_inputs=len(inputs),
         param_picks=tuple(param_picks),
         param_slots=tuple(slots),
-        layouts=replay.Layouts() if kept and all(ctx.recipe is None for ctx in ctxs) else None,
     )
 
 
 def forward_without_grad(prep: Prepared, ops: Sequence[torch.nn.Module], x: torch.Tensor,
-                         extra_inputs: Sequence[Any], params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """``[y, *extra outputs]`` of a call that needs no backward (no autograd Function), through
-    the layout's recorded program where it has one (``replay.py``); ``params`` as the Function
-    would take them (``prep.param_picks`` of ``flat_parameters``)."""
-    def run() -> list[torch.Tensor]:
-        per_op = [tuple(extra_inputs[a:b]) for a, b in prep.extra_spans]
-        ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
-        with autocast_off(prep.device_type):
-            y, extra_outputs = run_forward(prep.plan, ops, ctxs, x, per_op)
-        return [y, *[t for outs in extra_outputs for t in outs]]
-
-    # Under torch.func the tensors are a transform's wrappers (vmap's batched ones look like one
-    # sample): never recorded.
-    if (prep.layouts is None or prep.layouts.forward is None or not replay.enabled_now()
-            or torch._C._are_functorch_transforms_active()):
-        return run()
-    # The tensors as the autograd Function would take them: x, the extra inputs, the parameters.
-    inputs = [x, *[extra_inputs[i] for i in prep.input_picks], *params]
-    key = replay.layout_key(inputs)
-    found = replay.lookup(prep.layouts.forward, key)
-    if found is False:
-        return run()
-    if found is True:
-        outputs, program = replay.record(inputs, lambda _: run(), list, host_readable=replay.host_readable(inputs))
-        replay.keep(prep.layouts, "forward", key, program)
-        return outputs
-    # The ops ran with torch's autocast off when recorded: so does their replay.
+                         extra_inputs: Sequence[Any]) -> list[torch.Tensor]:
+    """``[y, *extra outputs]`` of a call that needs no backward (no autograd Function)."""
+    per_op = [tuple(extra_inputs[a:b]) for a, b in prep.extra_spans]
+    ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
     with autocast_off(prep.device_type):
-        return list(replay.replayed(found, *inputs))
+        y, extra_outputs = run_forward(prep.plan, ops, ctxs, x, per_op)
+    return [y, *[t for outs in extra_outputs for t in outs]]
 
 
 def run_prepared(
@@ -186,7 +158,7 @@ def run_prepared(
         # Forward-mode or higher-order derivatives: torch differentiates the ops' forward itself.
         return plain_autograd.run(prep, ops, x, extra_inputs)
     if not prep.needs_backward:
-        flat = forward_without_grad(prep, ops, x, extra_inputs, [params[i] for i in prep.param_picks])
+        flat = forward_without_grad(prep, ops, x, extra_inputs)
         return (*flat,) if prep.num_extra_outputs else flat[0]
 
     template = tuple([e if a is None else a for e, a in zip(extra_inputs, prep.extra_args)])

@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 import torch
 
 from fuseops.ops.contract import OpContext, Saved, replaced_fields, role_fields
-from fuseops.ops.executor.replay import NotRecordable, holds_tensors
 
 
 def _pack_storage(value: Any, tensors: list[torch.Tensor]) -> Any:
@@ -113,9 +112,8 @@ functional_backward: bool = False
 
 @contextlib.contextmanager
 def functional() -> Iterator[None]:
-    """Inside: no backward writes its outputs over saved activations. For a compiled
-    Sequential's backward operator (an operator never writes into its arguments) and a backward
-    of batched cotangents (``function.py``: its gradients are batched, the activations not)."""
+    """Inside: no backward writes its outputs over saved activations. For a backward of
+    batched cotangents (``function.py``: its gradients are batched, the activations not)."""
     global functional_backward
     previous, functional_backward = functional_backward, True
     try:
@@ -133,98 +131,7 @@ def graph_freed_after_backward() -> bool:
     ``create_graph``): saved activations are then read for the last time, so a kernel may
     write its output over one it has consumed. False outside a backward, on a torch that
     cannot tell, while torch.compile traces (a compiled backward may be replayed) and inside
-    a compiled Sequential's backward operator (``functional_backward``)."""
+    ``functional()``."""
     if functional_backward or _KEEP_GRAPH is None or torch.compiler.is_compiling():
         return False
     return not _KEEP_GRAPH()
-
-
-def record_tensor_fields(records: Sequence[Saved | None]) -> list[tuple[int, str]]:
-    """``(op, field)`` of every packed record's field that holds a tensor itself (a parameter,
-    a meta tensor: not an activation, which has a slot), for a recorded program to name
-    (``replay.py``). Raises ``NotRecordable`` for a field holding tensors in another form."""
-    fields = []
-    for i, saved in enumerate(records):
-        if saved is None:
-            continue
-        for name, value in saved.__dict__.items():
-            if isinstance(value, torch.Tensor):
-                fields.append((i, name))
-            elif not isinstance(value, _Slot) and holds_tensors(value):
-                raise NotRecordable(f"a saved field ({type(saved).__name__}.{name}) holding tensors in a "
-                                    f"{type(value).__name__}")
-    return fields
-
-
-def record_templates(records: Sequence[Saved | None], first: int) -> list[tuple[Saved | None, tuple]]:
-    """Per packed record: the record with its tensor fields emptied (held across calls, it
-    must not keep them alive) and ``(field, position)`` of each among a recorded program's
-    results, numbered from ``first`` in ``record_tensor_fields``' order."""
-    by_op: dict[int, list[tuple[str, int]]] = {}
-    for k, (i, name) in enumerate(record_tensor_fields(records)):
-        by_op.setdefault(i, []).append((name, first + k))
-    out = []
-    for i, saved in enumerate(records):
-        fields = tuple(by_op.get(i, ()))
-        if fields:
-            saved = replaced_fields(saved, {name: None for name, _ in fields}, compiling=False)
-        out.append((saved, fields))
-    return out
-
-
-class Unfilled:
-    """A replayed forward's packed records, not filled yet: a backward that replays reads only
-    the records' own tensors (``tensors``), so ``fill_records`` runs only for one that does not
-    (``filled``). ``templates``: ``record_templates`` numbered from 0; ``values``: the program's
-    results from its first record tensor on (never its outputs or activations, which this must
-    not keep alive: those cross ``save_for_backward``)."""
-
-    __slots__ = ("templates", "values")
-
-    def __init__(self, templates: Sequence[tuple[Saved | None, tuple]], values: Sequence[Any]) -> None:
-        self.templates, self.values = templates, values
-
-    def filled(self) -> list[Saved | None]:
-        return fill_records(self.templates, self.values)
-
-    def tensors(self, fields: Sequence[tuple[int, str]]) -> list[Any]:
-        """The value of each ``(op, field)`` of ``record_tensor_fields``' form; None for a field
-        that holds no tensor in these records."""
-        out = []
-        for i, name in fields:
-            for field, k in self.templates[i][1]:
-                if field == name:
-                    out.append(self.values[k])
-                    break
-            else:
-                out.append(None)
-        return out
-
-
-def filled(records: Unfilled | list[Saved | None]) -> list[Saved | None]:
-    """``records`` as a list of records, filled where they are ``Unfilled``."""
-    return records.filled() if records.__class__ is Unfilled else records  # type: ignore[union-attr]
-
-
-def record_tensors(records: Unfilled | list[Saved | None], fields: Sequence[tuple[int, str]]) -> list[Any]:
-    """The value of each ``(op, field)`` of ``records`` (``record_tensor_fields``' form), filled
-    or not."""
-    if records.__class__ is Unfilled:
-        return records.tensors(fields)  # type: ignore[union-attr]
-    return [getattr(records[i], name) for i, name in fields]  # type: ignore[index]
-
-
-def fill_records(templates: Sequence[tuple[Saved | None, tuple]], values: Sequence[Any]) -> list[Saved | None]:
-    """``record_templates``' records with this call's tensors from a program's ``values``
-    (``replaced_fields`` inlined: every replayed call fills each record)."""
-    out = []
-    for saved, fields in templates:
-        if fields:
-            filled = object.__new__(saved.__class__)
-            held = filled.__dict__
-            held.update(saved.__dict__)
-            for name, k in fields:
-                held[name] = values[k]
-            saved = filled
-        out.append(saved)
-    return out

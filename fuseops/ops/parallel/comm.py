@@ -22,7 +22,6 @@ class CommSaved(Saved):
 
 
 class _Collective(BasicOp):
-    compiled_as_operator = False
     communicates = True
 
     def __init__(self, group: dist.ProcessGroup) -> None:

@@ -16,7 +16,7 @@ import torch
 from torch.autograd.functional import jacobian
 
 import fuseops
-from fuseops import compiled_sequential, ops
+from fuseops import ops
 from fuseops.kernels._triton import interpreted_kernels
 from tests.helpers import cpu_and_cuda, grouped_swiglu_reference, kernel_devices, routed_tokens
 
@@ -148,7 +148,7 @@ def test_moe_jacobian_matches_plain_torch(layer, device):
     experts = _experts(device, dtype)
     x, ids, weights = _routing(device, dtype)
     if layer != "composition":
-        assert fuseops.moe.expert_layer_fallback(x, weights, experts, lean=layer.endswith("lean")) is None
+        assert fuseops.moe.expert_layer_fallback(x, ids, weights, experts, lean=layer.endswith("lean")) is None
     run, reference = _moe_layers(experts, ids)[layer], _moe_reference(experts, ids)
     got = jacobian(run, (x, weights), vectorize=True)
     torch.testing.assert_close(got, jacobian(reference, (x, weights), vectorize=True), **_close(device))
@@ -161,20 +161,14 @@ def test_moe_jacobian_matches_plain_torch(layer, device):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
-@pytest.mark.parametrize("operators_on_cpu", [False, True], ids=["traced", "operators"])
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("model", ["dense", "composition", "expert_layer"])
-def test_compiled_models_take_batched_cotangents(model, backend, operators_on_cpu, device, monkeypatch):
-    """A compiled Sequential (its backward operator's ``Batched`` kernel, or on the CPU its ops
-    traced), the compiled MoE composition and expert layer, against torch.nn / plain torch; under
+def test_compiled_models_take_batched_cotangents(model, backend, device):
+    """A compiled Sequential (its ops traced), the compiled MoE composition and expert layer, against torch.nn / plain torch; under
     inductor too, whose generated backward calls the operators with the batched cotangents as
     aot_eager's does. Where one raises, torch.nn's own compiled model must raise too: inductor's
     backward reads each input's data pointer on CUDA (its alignment check), which a batched
-    cotangent has none of, and on the CPU has no batching rule for its ``mm.out`` (torch 2.11,
-    H100: benchmarks/results/session62/nn_batched_inductor.py; torch 2.13 here)."""
-    if device != "cpu" and not operators_on_cpu:
-        pytest.skip("the operators run wherever the device is not the CPU")
-    monkeypatch.setattr(compiled_sequential, "OPERATORS_ON_CPU", operators_on_cpu)
+    cotangent has none of, and on the CPU has no batching rule for its ``mm.out``."""
     dtype = _dtype(device)
     torch._dynamo.reset()
     if model == "dense":
@@ -207,8 +201,8 @@ def test_compiled_models_take_batched_cotangents(model, backend, operators_on_cp
 @pytest.mark.parametrize("model", ["dense_gelu", "dense_swiglu", "grouped", "composition", "expert_layer"])
 def test_batched_equals_one_cotangent_at_a_time_through_the_kernels(model, device):
     """The forward (and the loop's backward) on the Triton kernels in float32; the batched
-    backward on the references. The first calls record the layout's programs, the third
-    replays its forward (CUDA graphs where they settle): a batched backward after each."""
+    backward on the references; three calls of one signature (the first prepares the run, the
+    later ones reuse it): a batched backward after each."""
     dtype = torch.float32
     with _kernels(device):
         if model.startswith("dense"):

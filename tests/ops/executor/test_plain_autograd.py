@@ -373,7 +373,7 @@ def test_the_expert_layers_backward_is_the_adjoint_of_forward_mode(act, lean):
             "scaled SwiGLU": ops.SwiGLU(scaled=True)}[act]
     experts = fuseops.Sequential(ops.GroupedLinear(4, 8, 12, bias=True), gate, ops.GroupedLinear(4, 6, 8)).double()
     x, ids, weights = _moe("cpu", torch.float64, T=7)
-    assert fuseops.moe.expert_layer_fallback(x, weights, experts, lean=lean) is None
+    assert fuseops.moe.expert_layer_fallback(x, ids, weights, experts, lean=lean) is None
     names = [k for k, _ in experts.named_parameters()]
     xx, ww = x.clone().requires_grad_(), weights.clone().requires_grad_()
     y = fuseops.moe.expert_layer(xx, ids, ww, experts, lean=lean)
@@ -413,7 +413,6 @@ class _Talking(ops.Identity):
     """An op that says it communicates (as the collectives and a sharded Linear do)."""
 
     communicates = True
-    compiled_as_operator = False
 
 
 def test_forward_mode_through_an_op_that_communicates_raises():
