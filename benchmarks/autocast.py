@@ -1,5 +1,5 @@
 """Mixed precision the torch way: float32 weights under ``torch.autocast(bfloat16)`` against the
-same model with bfloat16 weights, forward+backward (issue 22's target: within 10 %).
+same model with bfloat16 weights, forward+backward.
 
 Models: the expert MLP (GroupedLinear, SwiGLU, GroupedLinear) at the Qwen3-30B-A3B
 (E=128, H=2048, I=768, top-8) and Mixtral-8x7B (E=8, H=4096, I=14336, top-2) shapes with
@@ -10,7 +10,7 @@ autocast row also checks that its output is within bf16 rounding of the bf16-wei
 What a step is, in both models: forward, ``.sum().backward()``, gradients of the parameters and
 of the input (a leaf) set to None first, so no step adds into a gradient left by the one before.
 
-- ``ratio`` (the target): bf16 weights with a bf16 input, against float32 weights under autocast
+- ``ratio``: bf16 weights with a bf16 input, against float32 weights under autocast
   with a float32 input (the residual stream of an autocast model is float32): the autocast
   step also casts x to bf16 and dx back to float32, as torch's autocast does. The weights'
   bf16 copies are cast once per weight version (fuseops.weight_cache) and reused by every
@@ -25,7 +25,7 @@ of the input (a leaf) set to None first, so no step adds into a gradient left by
     python -m benchmarks.autocast            # GPU
     python -m benchmarks.autocast --smoke    # CPU, tiny sizes, end to end
 
-Writes ``benchmarks/results/autocast.json``; prints a table last.
+Writes ``benchmarks/results/autocast-<gpu>-<date>.json`` (``--out``); prints a table last.
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import tempfile
 from pathlib import Path
 
 import torch
 
 import fuseops
+from benchmarks._results import results_path
 from benchmarks.sizes import fuseops_dense, routing, step_fn, time_ms, torch_dense
 from fuseops import ops
 
@@ -114,7 +116,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; each variant's fastest median")
     parser.add_argument("--models", nargs="*", help="expert shapes to run (default: all) and 'dense'")
     parser.add_argument("--T", type=int, default=4096, help="tokens (the expert MLP gets T * top_k rows)")
-    parser.add_argument("--out", type=Path, help="JSON path (default results/autocast[_smoke].json)")
+    parser.add_argument("--out", type=Path, help="JSON path (default results/autocast-<gpu>-<date>.json; with --smoke the temp dir)")
     args = parser.parse_args()
     if args.smoke:
         device, reps, T = "cpu", 3, 64
@@ -145,7 +147,7 @@ def main() -> None:
         # user of torch.nn sees, beside ours).
         rows.append(compare(f"torch.nn dense H={dense_H}", torch_dense(stack).to(device), (x,), device, dtype, reps, args.rounds))
         print(rows[-1], flush=True)
-    out = args.out or Path(__file__).parent / "results" / f"autocast{'_smoke' if args.smoke else ''}.json"
+    out = args.out or (Path(tempfile.gettempdir()) / "autocast-smoke.json" if args.smoke else results_path("autocast"))
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     method = (f"fastest of {args.rounds} interleaved medians of {reps} synchronised fwd+bwd steps; ratio = bf16-weights ms / autocast-float32-weights ms "
               "(float32 input; ratio_bf16_input: bf16 input; ratio_recast: weight cache cleared every step; "

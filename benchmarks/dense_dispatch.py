@@ -1,5 +1,5 @@
-"""Where the fused dense GEMM pays and where cuBLAS plus an elementwise kernel is faster
-(issue 20's shape-aware dispatch): per shape class, one forward call of ``y = act(x @ W^T + b)``
+"""Where the fused dense GEMM pays and where cuBLAS plus an elementwise kernel is faster (the data
+behind the dispatch table's shape-aware rows): per shape class, one forward call of ``y = act(x @ W^T + b)``
 (+ a residual) through the fused kernel (``dense.gemm``) against the dispatch table's other
 branch, ``dense_cublas.gemm`` (``torch.addmm``, then fuseops' activation kernel or an in-place
 ``add``), and of ``y = silu(z_a) * z_b`` with ``z = x @ W^T + b`` through ``dense_gated.gemm_gated``
@@ -15,22 +15,29 @@ faster of each, timed two ways:
 - graphed: the same call replayed from a CUDA graph (GPU time alone).
 
 Each cell also shows the branch the dispatch table picks for it (``kernels/dense_dispatch.py``,
-whose rule was fitted to this script's results in session 14: ``results/session14/``) and the
-time of that branch, from the two timed above (nothing more is timed); the summary counts the
-cells where the table picked the slower branch. Run with ``FUSEOPS_DENSE_DISPATCH`` unset.
+whose rules were fitted to this script's results on an H100:
+``results/dense_dispatch-h100-2026-11-27.json``) and the time of that branch, from the two timed
+above (nothing more is timed); the summary counts the cells where the table picked the slower
+branch. Run with ``FUSEOPS_DENSE_DISPATCH`` unset.
 
-    python -m benchmarks.dense_dispatch [--out benchmarks/results/dense_dispatch.json]
+    python -m benchmarks.dense_dispatch [--table forward] [--epilogues ...] [--rows ...] [--dtype ...]
+
+Each run adds its cells as one table (``--table``, by default the epilogues' names) to
+``benchmarks/results/dense_dispatch-<gpu>-<date>.json`` (``--out``), keeping that file's other
+tables: the H100 file holds ``forward``, ``gated``, ``dgrad``, ``float16`` and ``float32``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
 
+from benchmarks._results import results_path
 from fuseops.kernels.dense_dispatch import prefers_cublas, prefers_cublas_gated
 from fuseops.kernels.dispatch import Backend, backend_of
 from fuseops.kernels.elementwise.activation_math import Activation
@@ -129,12 +136,17 @@ def implementations(M: int, K: int, N: int, epilogue: str, dtype: torch.dtype = 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "dense_dispatch.json")
+    parser.add_argument("--out", type=Path, help="JSON file (default results/dense_dispatch-<gpu>-<date>.json)")
+    parser.add_argument("--table", help="name of this run's table in the file (default: the epilogues, the dtype)")
     parser.add_argument("--rows", nargs="*", type=int, default=list(ROWS))
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
                         help="the operands' dtype (the rules were fitted on bfloat16)")
     parser.add_argument("--epilogues", nargs="*", default=list(EPILOGUES), choices=EPILOGUES)
     args = parser.parse_args()
+    out = args.out or results_path("dense_dispatch")
+    table = args.table or "+".join(args.epilogues) + ("" if args.dtype == "bfloat16" else f" {args.dtype}")
+    saved = json.loads(out.read_text()) if out.exists() else {}
+    tables = saved.get("tables", {})
     cells = []
     print(f"{'epilogue':14s} {'M':>6s} {'K':>6s} {'N':>6s} {'eager f/c us':>16s} {'x':>6s} "
           f"{'graphed f/c us':>18s} {'x':>6s}  table {'us':>8s}")
@@ -144,7 +156,7 @@ def main() -> None:
                 impls, picked = implementations(M, K, N, epilogue, getattr(torch, args.dtype))
                 cell = {"epilogue": epilogue, "M": M, "K": K, "N": N, "dtype": args.dtype}
                 # Two interleaved rounds, the faster of each: a large cell's GEMMs heat the GPU, so the
-                # branch timed second ran slower (session 60: cuBLAS 323 against 262 us timed alone).
+                # branch timed second runs slower (on an H100, cuBLAS 323 against 262 us timed alone).
                 for _ in range(ROUNDS):
                     for name, fn in impls.items():
                         for col, timer in (("eager", eager_us), ("graphed", graphed_us)):
@@ -162,9 +174,12 @@ def main() -> None:
                       f"{cell['graphed_speedup']:5.2f}x  {picked:6s} {cell['table_graphed_us']:8.1f}"
                       f"{'  (slower)' if _slower(cell, 'graphed') else ''}", flush=True)
                 summary = {col: _summary(cells, col) for col in ("graphed", "eager")}
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "summary": summary,
-                                                "cells": cells}, indent=1))
+                # After every cell, so that a run stopped by a time limit keeps what it measured.
+                tables[table] = {"command": "python -m benchmarks.dense_dispatch " + " ".join(sys.argv[1:]),
+                                 "summary": summary, "cells": cells}
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                           "tables": tables}, indent=1))
     for col, s in summary.items():
         print(f"{col}: table {s['table_us']:.1f} us, always fused {s['fuseops_us']:.1f}, always cuBLAS "
               f"{s['cublas_us']:.1f}, the faster per cell {s['best_us']:.1f}; the table picked the slower "

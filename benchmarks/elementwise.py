@@ -6,7 +6,7 @@ median of ``triton.testing.do_bench``. GB/s count the bytes each op must move at
 (inputs read once, outputs written once); ratio = torch time / fuseops time.
 Gated ops read [rows, 2F] and write [rows, F], with F the shape's second dim.
 
-    PYTHONPATH=. python3 benchmarks/elementwise.py [--out benchmarks/results]
+    python -m benchmarks.elementwise [--out DIR]     # elementwise-<gpu>-<date>.json and .png
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 import triton.testing
 
+from benchmarks._results import RESULTS, results_path
+from benchmarks.plot import plot_file
 from fuseops.kernels.elementwise import activation as activation
 from fuseops.kernels.elementwise import gated_activation as gated_activation
 from fuseops.kernels.elementwise import norm as norm
@@ -76,10 +78,11 @@ def cases(rows, n):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--out", default=str(RESULTS), help="directory (default benchmarks/results)")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    path = results_path("elementwise", "", directory=out)
     rows = []
     for shape in SHAPES:
         for name, ours, theirs, nbytes in cases(*shape):
@@ -93,7 +96,8 @@ def main():
             print(f"{name} {shape}: {rows[-1]['ratio']:.2f}x", flush=True)
         torch.cuda.empty_cache()
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
-    (out / "elementwise.json").write_text(json.dumps(result, indent=1))
+    path.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    plot_file(path.with_suffix(".json"))
     print(f"\n{'op':<22}{'shape':<16}{'fuseops GB/s':>13}{'torch GB/s':>12}{'ratio':>7}")
     for r in rows:
         shape = "x".join(map(str, r["shape"]))

@@ -2,11 +2,11 @@
 precisions: fuseops' Triton kernels (``F32_DOT`` "ieee" / "tf32", read from
 ``torch.backends.cuda.matmul.fp32_precision`` at each call) against what a user writes in plain
 torch, a per-expert ``torch.mm`` loop (cuBLAS, which follows the same setting), and against
-bf16's fuseops kernel as the ceiling. Forward, dgrad and wgrad at two MoE shapes (issue 3's),
-uniform routing; milliseconds from interleaved rounds (``_timing.interleaved_medians``), and
+bf16's fuseops kernel as the ceiling. Forward, dgrad and wgrad at two MoE shapes (those of
+``benchmarks.grouped_gemm``), uniform routing; milliseconds from interleaved rounds (``_timing.interleaved_medians``), and
 each output's relative error against float64.
 
-    python -m benchmarks.float32_precision        # GPU: a table, and JSON beside --out
+    python -m benchmarks.float32_precision        # GPU: a table; results/float32_precision-<gpu>-<date>.json
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks._results import results_path
 from benchmarks._timing import interleaved_medians
 from benchmarks.grouped_gemm import split_sizes
 from fuseops.kernels.gemm.grouped import group_offsets, grouped_gemm
@@ -73,7 +74,7 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "float32_precision")
+    parser.add_argument("--out", type=Path, help="JSON path (default results/float32_precision-<gpu>-<date>.json)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     rows = []
@@ -92,8 +93,9 @@ def main() -> None:
             print(rows[-1], flush=True)
             del ref_out
             torch.cuda.empty_cache()
-    args.out.with_suffix(".json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows},
-                                                        indent=1))
+    out = args.out or results_path("float32_precision")
+    out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
+                              indent=1))
     names = list(rows[0]["ms"])
     print(f"{'cell':<30}" + "".join(f"{n:>17}" for n in names) + "   tf32 vs ieee   fuseops tf32 vs loop tf32")
     for r in rows:

@@ -10,7 +10,8 @@ tile is faster there, GEMM by GEMM.
     python -m benchmarks.fp8_gemm_tiles [--shape qwen3-30b-a3b] [--recipe "fp8 current"] [--rep 100]
 
 Each candidate's result is compared with the library tile's (the same products summed in
-another order may differ in the last bits; a wrong tile differs by far more).
+another order may differ in the last bits; a wrong tile differs by far more). Writes
+``benchmarks/results/fp8_gemm_tiles-<gpu>-<date>.json`` (``--out``), one file for both recipes.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
 from benchmarks import fp8_moe
+from benchmarks._results import results_path
 from benchmarks.moe_layer import SHAPES
 from fuseops.kernels.gemm import grouped_scaled, grouped_scaled_wgrad
 from fuseops.kernels.gemm.grouped import GemmConfig
@@ -121,7 +123,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--library-only", action="store_true",
                         help="of the Triton tiles only the library's (then the Gluon kernel's candidates)")
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, help="JSON path (default results/fp8_gemm_tiles-<gpu>-<date>.json)")
     args = parser.parse_args()
     shape, recipe = SHAPES[args.shape], fp8_moe.RECIPES[args.recipe]
     scaling = recipe.format("input").scaling
@@ -159,7 +161,7 @@ def main() -> None:
             if not ts:
                 continue
             ms = min(ts)
-            rows.append({"gemm": name, "config": repr(cfg), "us": ms * 1e3,
+            rows.append({"recipe": args.recipe, "gemm": name, "config": repr(cfg), "us": ms * 1e3,
                          "tflops": flops(shape, name) / ms / 1e9, "rel_diff": errors[cfg]})
             print(f"{name:12} {ms * 1e3:8.1f} us {flops(shape, name) / ms / 1e9:7.0f} TFLOP/s  rel diff "
                   f"{errors[cfg]:.1e}  {cfg}", flush=True)
@@ -169,8 +171,13 @@ def main() -> None:
         if mine:
             best, first = min(mine, key=lambda r: r["us"]), mine[0]
             print(f"  {name:12} {best['us']:8.1f} us ({first['us'] / best['us']:.3f}x the first listed)  {best['config']}")
-    if args.out:
-        args.out.write_text(json.dumps({"shape": args.shape, "recipe": args.recipe, "rows": rows}, indent=1))
+    # One file per GPU and day: a run of the other recipe at the same shape keeps this one's rows.
+    out = args.out or results_path("fp8_gemm_tiles")
+    saved = json.loads(out.read_text()) if out.exists() else {}
+    kept = [r for r in saved.get("rows", []) if saved.get("shape") == args.shape and r.get("recipe") != args.recipe]
+    out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "shape": args.shape,
+                               "rows": kept + rows}, indent=1))
+    print(f"results: {out}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
 """The MoE expert layer under each quantized recipe against our bf16 layer, timed as an
-optimizer step of 1 and of 8 micro-batches (issue 24).
+optimizer step of 1 and of 8 micro-batches.
 
 The layer is ``benchmarks.moe_layer``'s fuseops layer (``fuseops.moe.expert_layer``: under a
 recipe its quantized Function, fuseops/moe/expert_layer_quantized.py, which quantizes the
 permuted tokens and their gradients straight from the tokens) at the Qwen3-30B-A3B and
 Mixtral-8x7B shapes, T tokens per micro-batch. The ``... composed`` rows run the composition
-(permute -> GroupedLinear, scaled SwiGLU, GroupedLinear -> unpermute) under the same recipe: the
-path before that Function, in the same run. One optimizer step = ``n`` micro-batches of forward+backward (gradients of the expert
+(permute -> GroupedLinear, scaled SwiGLU, GroupedLinear -> unpermute) under the same recipe, in
+the same run. One optimizer step = ``n`` micro-batches of forward+backward (gradients of the expert
 weights accumulate; the input's and router weights' are dropped after each), then
 one in-place update of both expert weights (``w -= 1e-6 * grad``: what an optimizer's step
 does to the version counters, so the quantized-weight cache re-quantizes once per step), then
@@ -18,9 +18,9 @@ keeps them. ``fp8 ... nocache`` rows run the recipe with ``cache_weights=False``
 re-quantizes both weights): the cache's own effect. ``--ab-fusions`` adds rows with FC1's
 activation-quantize epilogue forced on in the layer (``grouped_scaled_act.UNFUSED_FASTER`` emptied:
 FP8 declines it) and with BackwardQuantizedGatedMLP forced on in the composition (its guard
-declines every format since session 13): the measurements that decide those two choices.
+declines every format): the measurements that decide those two choices.
 
-    python -m benchmarks.fp8_moe                       # H100: table, results/fp8_moe.json
+    python -m benchmarks.fp8_moe                       # GPU: table, results/fp8_moe-<gpu>-<date>.json
     python -m benchmarks.fp8_moe --smoke               # CPU, tiny shapes, end to end
 
 Timing as in ``benchmarks.moe_layer``: ``do_bench`` medians (L2 flushed before each step) in
@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,6 +44,7 @@ from pathlib import Path
 import torch
 
 import fuseops
+from benchmarks._results import results_path
 from benchmarks.moe_layer import SHAPES, Case, composed_layer, fuseops_layer, make_case, quantized
 from fuseops.fusions import backward_quantized_gated_mlp
 from fuseops.kernels.gemm import grouped_scaled_act
@@ -88,8 +90,7 @@ def layers(case: Case, recipe_names: list[str], args) -> dict[str, Callable[[], 
         if args.nocache:
             impls[f"{name} nocache"] = quantized(fuseops_layer(case), dataclasses.replace(recipe, cache_weights=False))
         if args.ab_fusions:
-            # Both fusions decline these formats by measurement (session 5: the forward; session
-            # 13: the backward): each forced on here.
+            # Both fusions decline these formats by measurement: each forced on here.
             # The layer reads the forward's choice at each call; the backward fusion serves the composition.
             impls[f"{name} fused fwd"] = variant(quantized(fuseops_layer(case), recipe), grouped_scaled_act,
                                                  "UNFUSED_FASTER", ())
@@ -104,8 +105,8 @@ def optimizer_step(case: Case, layer: Callable[[], torch.Tensor], micro_batches:
 
     The update's direction alternates from step to step. The benchmark's gradient points the
     same way at every step (the same tokens, routing and ``dy``), so plain descent grew the
-    weights without bound: at Mixtral's shape they were infinite after ~20 steps and NaN after
-    (session 38), and every row timed after that ran on NaN weights."""
+    weights without bound: at Mixtral's shape they were infinite after ~20 steps and NaN after,
+    and every row timed after that would have run on NaN weights."""
     alpha = [-LR]
 
     def step() -> None:
@@ -254,13 +255,13 @@ def main() -> None:
     parser.add_argument("--rep", type=int, default=200, help="do_bench: ms of timed repetitions per measurement")
     parser.add_argument("--steps", type=int, default=5, help="sustained: optimizer steps timed per measurement")
     parser.add_argument("--warmup-s", type=float, default=0.5, help="sustained: seconds of steps before each")
-    parser.add_argument("--out", type=Path, default=None, help="JSON path (default results/fp8_moe[_smoke].json)")
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default results/fp8_moe-<gpu>-<date>.json; with --smoke the temp dir)")
     args = parser.parse_args()
     if args.smoke:
         args.rounds = 1
     start = time.time()
     rows, extra = run(args)
-    out = args.out or Path(__file__).parent / "results" / ("fp8_moe_smoke.json" if args.smoke else "fp8_moe.json")
+    out = args.out or (Path(tempfile.gettempdir()) / "fp8_moe-smoke.json" if args.smoke else results_path("fp8_moe"))
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(device="cpu" if args.smoke else torch.cuda.get_device_name(), torch=torch.__version__,
                 timing="perf_counter" if args.smoke else args.timing, lr=LR)

@@ -7,9 +7,10 @@ Cases, at (M, K, N) = (16384, 4096, 14336) and (16384, 14336, 4096):
 pre-activation); ``fwd_swiglu`` gemm_gated(SILU) on N = 2F vs F.linear + silu(a) * b;
 ``dgrad_gelu`` (dy @ W) * gelu'(z) with W [K, N] row-major vs matmul + aten.gelu_backward;
 ``plain`` / ``plain_dgrad`` against torch.matmul. Times are do_bench medians on random
-data; the ratio is torch time / fuseops time in the same run. Writes gemm.json (and
-gemm.png when matplotlib imports) under --out; --tune sweeps the tile configs instead and
-writes gemm_tune.jsonl.
+data; the ratio is torch time / fuseops time in the same run. Writes
+``gemm-<gpu>-<date>.json`` (and ``.png`` when matplotlib imports) under --out (default
+``benchmarks/results``); --tune sweeps the tile configs instead and appends to
+``gemm_tune.jsonl`` under --out (default the temp dir).
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ import argparse
 import dataclasses
 import json
 import os
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 import triton
 
+from benchmarks._results import RESULTS, results_path
 from benchmarks._timing import interleaved_medians
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.kernels.gemm.dense import GemmConfig, gemm, launch_gemm, reference_gemm
@@ -96,9 +100,10 @@ def run_benchmark(out_dir):
     result = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                   triton=triton.__version__, dtype="bfloat16", time=time.strftime("%Y-%m-%d %H:%M"),
                   rows=rows)
-    with open(os.path.join(out_dir, "gemm.json"), "w") as f:
+    path = results_path("gemm", "", directory=Path(out_dir))
+    with open(f"{path}.json", "w") as f:
         json.dump(result, f, indent=1)
-    plot(rows, os.path.join(out_dir, "gemm.png"))
+    plot(rows, f"{path}.png")
     print(f"{'case':<16} {'M,K,N':<18} {'fuseops TF/s':>12} {'torch TF/s':>11} {'ratio':>6} {'rel err':>8}")
     for r in rows:
         shape = f"{r['M']},{r['K']},{r['N']}"
@@ -126,8 +131,8 @@ def plot(rows, path):
     fig.savefig(path, dpi=120)
 
 
-# The next sweep (the ones run, and their numbers, are in .notes/gemm.md): whether 4
-# stages pays where the epilogue loads nothing. Timed with CUDA graphs, so small shapes
+# The tune sweep's candidates: whether 4 stages pays where the epilogue loads nothing (with an
+# epilogue load 4 stages do not fit in shared memory). Timed with CUDA graphs, so small shapes
 # measure the GPU, not the launch.
 LARGE = [(16384, 4096, 14336), (16384, 14336, 4096)]
 SMALL = [(1024, 4096, 4096)]
@@ -184,14 +189,15 @@ def _try(name, shape, cfg, fn, ref, flops, out_dir):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    parser.add_argument("--out", help="directory (default benchmarks/results; with --tune the temp dir)")
     parser.add_argument("--tune", action="store_true")
     args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    out = args.out or (tempfile.gettempdir() if args.tune else str(RESULTS))
+    os.makedirs(out, exist_ok=True)
     if args.tune:
-        run_tune(args.out)
+        run_tune(out)
     else:
-        run_benchmark(args.out)
+        run_benchmark(out)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 Forward ``x[T, H] @ W[E, F, H]^T -> [T, F]``, dgrad ``dy[T, F] @ W -> [T, H]`` and wgrad
 ``dy_e^T @ x_e -> [E, F, H]`` (``wgrad+mg``: added in float32 into a ``main_grad``; torch's
 baseline is grouped_mm then ``main_grad.add_``), bf16, each counted as 2*T*H*F flops, at the
-MoE shapes of issue 3 with uniform routing and skewed routing (expert 0 takes half the rows).
+MoE shapes below (E=8 Mixtral-like to E=128 Qwen3-like) with uniform routing and skewed routing
+(expert 0 takes half the rows).
 All implementations run in the same process on the same tensors, timed in interleaved rounds
 (median of rounds) so that clock drift does not favour one; a dense cuBLAS matmul of the same
 total size is the ceiling.
 
-    python -m benchmarks.grouped_gemm                # table, JSON and plot under benchmarks/results
+    python -m benchmarks.grouped_gemm                # table; grouped_gemm-<gpu>-<date>.json and .png under benchmarks/results
     python -m benchmarks.grouped_gemm --tune         # sweep tile configs, print the best table
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 import torch
 import triton
 
+from benchmarks._results import RESULTS, results_path
 from fuseops.kernels.gemm.grouped import GemmConfig, group_offsets, launch_grouped_gemm, pick_config
 from fuseops.kernels.gemm.grouped_wgrad import grouped_gemm_wgrad, launch_grouped_gemm_wgrad, pick_wgrad_config
 
@@ -293,7 +295,7 @@ def main() -> None:
     parser.add_argument("--rep", type=int, default=30, help="ms of timed repetitions per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per implementation")
     parser.add_argument("--budget", type=float, default=1e9, help="seconds after which tuning stops")
-    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.tune:
         run_tune(args)
@@ -301,8 +303,9 @@ def main() -> None:
     rows = run_benchmark(args)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__)
-    (args.out_dir / "grouped_gemm.json").write_text(json.dumps(dict(**meta, rows=rows), indent=1))
-    plot(rows, args.out_dir / "grouped_gemm.png")
+    path = results_path("grouped_gemm", "", directory=args.out_dir)
+    path.with_suffix(".json").write_text(json.dumps(dict(**meta, rows=rows), indent=1))
+    plot(rows, path.with_suffix(".png"))
     print_table(rows)
 
 

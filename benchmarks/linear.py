@@ -7,7 +7,7 @@ ratio). TFLOP/s count the GEMMs only: 2*T*in*out forward, 3x that for forward+ba
 
 Times are medians over three interleaved rounds (benchmarks/_timing.py).
 
-    PYTHONPATH=. python3 benchmarks/linear.py [--no-compile] [--out benchmarks/results]
+    python -m benchmarks.linear [--no-compile] [--out DIR]     # linear-<gpu>-<date>.json and .png
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import fuseops
+from benchmarks._results import RESULTS, results_path
 from benchmarks._timing import interleaved_medians
 from fuseops import ops
 
@@ -100,10 +101,11 @@ def plot(rows, path):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--out", default=str(RESULTS), help="directory (default benchmarks/results)")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    path = results_path("linear", "", directory=out)
     rows = []
     for tokens, k, n in SHAPES:
         for act in ("gelu_tanh", "swiglu"):
@@ -111,8 +113,8 @@ def main():
             rows.append(measure(tokens, k, n, act, not args.no_compile))
             torch.cuda.empty_cache()
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
-    (out / "linear.json").write_text(json.dumps(result, indent=1))
-    plot(rows, out / "linear.png")
+    path.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    plot(rows, path.with_suffix(".png"))
     print(f"\n{'act':<10}{'T x in x out':<22}{'fwd TFLOP/s':>12}{'ratio':>7}{'f+b TFLOP/s':>13}{'ratio':>7}")
     for r in rows:
         print(

@@ -9,11 +9,11 @@ so about uniform) and their softmax ``weights`` [T, K], SwiGLU experts ``w1`` [E
 - ``fuseops``: ``fuseops.moe.expert_layer`` (routing, the fused grouped MLP and the combine in
   one Function), default mode; ``fuseops lean``: the same with ``lean=True``.
 - ``fuseops composed``: ``permute`` -> ``Sequential(GroupedLinear, SwiGLU(scaled=True),
-  GroupedLinear)`` (one fused grouped MLP) -> ``unpermute`` (what ``fuseops`` was before issue 25).
+  GroupedLinear)`` (one fused grouped MLP) -> ``unpermute``: the same layer built from public ops.
 - ``torch``: argsort routing, gather, ``torch._grouped_mm`` x2 (int32 offsets), SwiGLU,
   weighted ``index_add_`` combine.
-- ``liger``: ``liger_kernel.ops.fused_moe.LigerFusedMoEFunction`` (skipped when it does not
-  import; ``pip install --no-deps .whl/liger_kernel-0.8.5-py3-none-any.whl`` on the GPU machine).
+- ``liger``: ``liger_kernel.ops.fused_moe.LigerFusedMoEFunction`` (on request; skipped when it does
+  not import: ``pip install --no-deps liger-kernel==0.8.5``).
 - ``hf grouped_mm``: transformers' ``Qwen3MoeExperts`` with ``experts_implementation="grouped_mm"``.
 - ``hf fuseops``: the same module with ``"fuseops"`` (fuseops.integrations.transformers).
 - ``fuseops fp8`` / ``fp8 blk``: the composition under FP8 current scaling / blockwise.
@@ -32,7 +32,7 @@ in a CUDA graph at the Qwen3 shape, replayed with new routing copied into the sa
 and checked against an eager run. ``--smoke`` runs everything but the memory and the graph on
 the CPU at a tiny shape (checks the script).
 
-    python -m benchmarks.moe_layer             # table, JSON and plot under benchmarks/results
+    python -m benchmarks.moe_layer             # table; moe_layer-<gpu>-<date>.json and .png under benchmarks/results
     python -m benchmarks.moe_layer --impls fuseops "fuseops lean" "fuseops composed" liger --no-graph
 """
 
@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ import torch
 import torch.nn.functional as F
 
 import fuseops
+from benchmarks._results import RESULTS, results_path
 from benchmarks._timing import capture_cuda_graph, sustained_ms
 from fuseops import ops
 from fuseops.moe import expert_layer, permute, unpermute
@@ -186,7 +188,7 @@ def hf_layer(case: Case, implementation: str) -> Callable[[], torch.Tensor]:
 
 
 def quantized(layer: Callable[[], torch.Tensor], recipe) -> Callable[[], torch.Tensor]:
-    """The same layer with its GEMMs under ``recipe`` (issue 5: FP8 against our bf16)."""
+    """The same layer with its GEMMs under ``recipe`` (FP8 against our bf16)."""
 
     def run() -> torch.Tensor:
         with fuseops.autocast(recipe=recipe):
@@ -350,8 +352,8 @@ def run_benchmark(args) -> tuple[list[dict], dict]:
                                      tflops=tflops(shape, mode, ms), peak_gb=memory[name][0],
                                      peak_above_inputs_gb=memory[name][1], rel_err_vs_torch=errs[name]))
         # The timing closures hold the case, and the last timed call left its gradients: both
-        # would count in the next shape's peak memory (until session 11 Mixtral's counted 2.82
-        # GB beyond its own tensors, the size of Qwen3's tensors and gradients).
+        # would count in the next shape's peak memory (2.82 GB at Mixtral after Qwen3: Qwen3's
+        # tensors and gradients).
         set_grads_to_none(case)
         del case, impls, fns
         if not args.smoke:
@@ -424,19 +426,19 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
-    # Liger only when named: on the H100 (session 14) its first call did not finish in 190-240 s
-    # at either shape, and a run that includes it prints nothing before its time limit.
+    # Liger only when named: on an H100 its first call (Liger-Kernel 0.8.5) did not finish in
+    # 190-240 s at either shape.
     parser.add_argument("--impls", nargs="*", default=[i for i in IMPLS if i not in ON_REQUEST], choices=list(IMPLS),
                         help="implementations to time (torch, the reference, always runs)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per implementation")
     parser.add_argument("--timing", choices=("do_bench", "sustained"), default="do_bench",
-                        help="do_bench (every committed result) or _timing.sustained_ms (not yet run)")
+                        help="do_bench (the results files' method) or _timing.sustained_ms (a training loop's steady state)")
     parser.add_argument("--rep", type=int, default=200, help="do_bench: ms of timed repetitions per measurement")
     parser.add_argument("--steps", type=int, default=20, help="sustained: back-to-back calls timed per measurement")
     parser.add_argument("--warmup-s", type=float, default=0.5, help="sustained: seconds of calls before each measurement")
     parser.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph capture check")
     parser.add_argument("--smoke", action="store_true", help="CPU, a tiny shape, one round, no memory: checks it runs")
-    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out-dir", type=Path, help="default benchmarks/results (with --smoke the temp dir)")
     args = parser.parse_args()
     if args.smoke:
         args.rounds = 1
@@ -444,7 +446,8 @@ def main() -> None:
 
     start = time.time()
     rows, extra = run_benchmark(args)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = args.out_dir or (Path(tempfile.gettempdir()) if args.smoke else RESULTS)
+    out_dir.mkdir(parents=True, exist_ok=True)
     meta = dict(device="cpu" if args.smoke else torch.cuda.get_device_name(), torch=torch.__version__,
                 triton=triton.__version__, timing="smoke" if args.smoke else args.timing)
     try:
@@ -453,9 +456,10 @@ def main() -> None:
         meta["transformers"] = transformers.__version__
     except ImportError:
         pass
-    stem = "moe_layer_smoke" if args.smoke else "moe_layer"
-    (args.out_dir / f"{stem}.json").write_text(json.dumps(dict(**meta, **extra, rows=rows), indent=1))
-    plot(rows, args.out_dir / f"{stem}.png")
+    path = results_path("moe_layer", "", device="cpu" if args.smoke else "cuda", directory=out_dir)
+    path.with_suffix(".json").write_text(json.dumps(dict(**meta, **extra, rows=rows), indent=1))
+    plot(rows, path.with_suffix(".png"))
+    print(f"results: {path.with_suffix('.json')}")
     print(f"\n({time.time() - start:.0f} s)")
     print_table(rows, extra)
 

@@ -7,8 +7,8 @@ Measured: permute forward, unpermute forward, and permute -> unpermute forward+b
 and written once; ids, maps and weights ignored): permute (T + T*K) * H, unpermute the same,
 forward+backward (5*T*K + 4*T) * H, times the element size. ``ratio`` = torch ms / fuseops ms.
 
-    PYTHONPATH=. python3 benchmarks/moe_permute.py            # table + benchmarks/results/moe_permute.json
-    PYTHONPATH=. python3 benchmarks/moe_permute.py --tune     # sweep the row-copy tile
+    python -m benchmarks.moe_permute            # table; results/moe_permute-<gpu>-<date>.json and .png
+    python -m benchmarks.moe_permute --tune     # sweep the row-copy tile
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import torch
 import triton
 import triton.testing
 
+from benchmarks._results import RESULTS, results_path
+from benchmarks.plot import plot_file
 from fuseops import moe
 from fuseops.kernels.moe import permute as moe_permute
 
-# (name, T, H, E, K): Qwen3-30B-A3B's expert layer (the issue's shape), and Mixtral-8x7B's.
+# (name, T, H, E, K): Qwen3-30B-A3B's expert layer and Mixtral-8x7B's.
 SHAPES = [("qwen3-30b-a3b", 32768, 2048, 128, 8), ("mixtral-8x7b", 8192, 4096, 8, 2)]
 OPS = ("permute", "unpermute", "fwd+bwd")
 
@@ -163,7 +165,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tune", action="store_true", help="sweep tiles instead of benchmarking")
     parser.add_argument("--rep", type=int, default=100, help="ms of timed repetitions per measurement")
-    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.tune:
         run_tune(args.rep)
@@ -171,7 +173,9 @@ def main() -> None:
     rows = run_benchmark(args.rep)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__)
-    (args.out_dir / "moe_permute.json").write_text(json.dumps(dict(**meta, rows=rows), indent=1))
+    path = results_path("moe_permute", directory=args.out_dir)
+    path.write_text(json.dumps(dict(**meta, rows=rows), indent=1))
+    plot_file(path)
     print_table(rows)
 
 

@@ -21,19 +21,15 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.fp8_moe import optimizer_step
 from benchmarks.moe_layer import IMPLS, SHAPES, forward_backward, implementations, make_case, set_grads_to_none
-from fuseops.ops.executor import graphed
 
 
-def kernel_times(step, case, steps: int, warmup_s: float) -> tuple[dict[str, float], float, dict[str, int]]:
-    """Milliseconds per step by kernel name, wall milliseconds per step, and what the CUDA-graph
-    states did during the profiled steps (``graphed.counts``' changes: a capture there is a host
-    sync and a full compare of its inputs, which a steady state should not have)."""
+def kernel_times(step, case, steps: int, warmup_s: float) -> tuple[dict[str, float], float]:
+    """Milliseconds per step by kernel name, and wall milliseconds per step."""
     end = time.time() + warmup_s
     while time.time() < end:
         set_grads_to_none(case)
         step()
     torch.cuda.synchronize()
-    before = dict(graphed.counts)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         for _ in range(steps):
@@ -45,8 +41,7 @@ def kernel_times(step, case, steps: int, warmup_s: float) -> tuple[dict[str, flo
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
             totals[event.name[:90]] += event.device_time / 1e3 / steps
-    changed = {k: v - before[k] for k, v in graphed.counts.items() if v != before[k]}
-    return dict(totals), wall, changed
+    return dict(totals), wall
 
 
 def main() -> None:
@@ -63,10 +58,9 @@ def main() -> None:
     for name in args.impls:
         layer = impls[name]
         step = optimizer_step(case, layer, 1) if args.update else forward_backward(case, layer)
-        totals, wall, graphs = kernel_times(step, case, args.steps, args.warmup_s)
+        totals, wall = kernel_times(step, case, args.steps, args.warmup_s)
         busy = sum(totals.values())
-        print(f"\n{name}: wall {wall:.2f} ms/step, kernels {busy:.2f} ms/step ({len(totals)} kinds), "
-              f"graph states during the profiled steps: {graphs or 'no change'}")
+        print(f"\n{name}: wall {wall:.2f} ms/step, kernels {busy:.2f} ms/step ({len(totals)} kinds)")
         for kernel, ms in sorted(totals.items(), key=lambda kv: -kv[1])[: args.top]:
             print(f"  {ms:7.3f}  {kernel}")
 

@@ -2,14 +2,14 @@
 
 One forward+backward of the expert layer at Qwen3-30B-A3B (E=128, T=32768, top-8: 262144
 routed rows, H=2048, I=768) quantizes four grouped tensors, each row-wise and column-wise in
-one cast pass (.notes/quantize.md, "Issue 24: where the quantize time goes"): FC1's input
+one cast pass: FC1's input
 [262144, 2048] (E4M3), FC2's input h [262144, 768] (E4M3), FC2's output gradient [262144, 2048]
-and FC1's [262144, 1536] (E5M2); three of them after an amax pass. The profile of the whole
-step splits 3.95 ms of cast and 0.99 ms of amax between them; this times each call alone,
+and FC1's [262144, 1536] (E5M2); three of them after an amax pass (on an H100 a profile of the
+whole step splits ~4 ms of cast and ~1 ms of amax between them). This times each call alone,
 from CUDA graphs, as bytes moved over a device copy's rate, and sweeps the cast's tiles for
 the grouped row+column case (every candidate's buffers checked bit for bit against the
 default tiling's first), and times each copy alone. For the token-side tensors (x_sorted, dy_sorted) it also times what
-``expert_layer``'s quantized Function runs instead (session 32): the cast reading each sorted row
+``expert_layer``'s quantized Function runs instead: the cast reading each sorted row
 from the [T, C] tokens through ``rows`` (no permuted copy written), and the group amaxes from the
 tokens' row amaxes (``row_amax``, one read of the tokens) in place of the amax pass; both checked
 bit for bit against the permuted tensor's.
@@ -33,14 +33,13 @@ from fuseops.kernels.quantization.formats import Element, Scaling, tensor_encode
 TENSORS = [("FC1 input x_sorted", 2048, Element.E4M3), ("FC2 input h", 768, Element.E4M3),
            ("FC2 grad dy_sorted", 2048, Element.E5M2), ("FC1 grad dz", 1536, Element.E5M2)]
 Q = kq.QuantizeConfig
-# sm_90a registers (ptxas, offline, grouped 128 experts; E4M3 / E5M2): 128x128 at 4 warps (the
-# default until session 15) holds 16 rows a thread (K = 16): 178 / 255 with 36 bytes of spills, 2 programs an SM;
-# every K = 8 tile below: 78-102 / 130-138, no spills; since session 33's plain cast 128x64 takes 80 for both and
-# 128x128 168, without spills (since session 34 the tiling of grouped casts of rows read in place,
-# ``quantize._GROUPED_TENSOR``: this sweep timed it fastest on every tensor read in place; the
-# gathered casts since session 35 ``quantize._GATHERED_TENSOR``, 128x128 in program order, fastest there).
-# Session 32 built a tile table (each row tile's group found once a call, not searched by every
-# program); session 33 timed it within 1-3 % of the search at 128 and at 8 groups, and it was removed.
+# sm_90a registers (ptxas, offline, grouped 128 experts; E4M3 / E5M2): 128x128 at 4 warps holds 16
+# rows a thread and spills; with the plain cast (non-finite codes written afterwards, off the
+# per-element path) 128x64 takes 80 registers for both elements and 128x128 168, without spills.
+# This sweep timed 128x64 fastest on every tensor read in place (``quantize._GROUPED_TENSOR``)
+# and 128x128 in program order fastest for the gathered casts (``quantize._GATHERED_TENSOR``).
+# A per-call table of each row tile's group (instead of every program searching the offsets)
+# timed within 1-3 % of the search at 128 and at 8 groups: the search is not what bounds the cast.
 CANDIDATES = [Q(128, 128, 4), Q(128, 128, 4, group_r=8), Q(128, 64, 4), Q(64, 128, 4), Q(128, 128, 8),
               Q(64, 256, 8), Q(32, 256, 4)]
 
@@ -78,7 +77,7 @@ def main() -> None:
     rows = args.tokens * args.top_k
     print(f"{rows} rows in {args.experts} groups ({int(sizes.min())}..{int(sizes.max())} rows)")
     # Group amaxes from a producer's row amaxes (fuseops.quant.emit): the amax kernel over
-    # them, against the scatter_reduce_ it replaced (session 14).
+    # them, against a scatter_reduce_.
     row_amax = torch.rand(rows, device=device)
     group = torch.searchsorted(offsets[1:], torch.arange(rows, device=device), right=True)
     ms_kernel = timed(lambda: ka.amax(row_amax.view(1, rows, 1), offsets, args.experts))
@@ -131,9 +130,9 @@ def one_copy(x, offsets, enc, element, experts, copy_rate) -> None:
 def gathered(like, offsets, token_of_row, kw, moved, copy_rate, args) -> None:
     """The quantized expert layer's form of one token-side cast: the tokens [T, C] and each sorted
     row's token (``x_sorted[r] = tokens[token_of_row[r]]``), in the default tiling and each
-    candidate's (session 34: 128x128 in groups of 8 was 0.755 ms against 128x64's 0.679 with rows
-    picked at random; with it the quantized layer's step was slower, so the picks are now
-    permute's order: a group's tokens ascend)."""
+    candidate's. The picks are in permute's order (a group's tokens ascend), as the layer makes
+    them; with rows picked at random the tilings rank differently (H100: 128x128 in groups of 8
+    0.755 ms against 128x64's 0.679)."""
     tokens = torch.randn(args.tokens, like.shape[2], device=like.device, dtype=like.dtype)
     x_sorted = tokens[token_of_row][None]  # the composition's permuted copy, for the bits
     enc = tensor_encode_scale(ka.amax(x_sorted, offsets, args.experts), Scaling.TENSOR, kw["element"])

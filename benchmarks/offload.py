@@ -1,7 +1,7 @@
 """Activation offload: the memory/overhead curve of three stacks, bf16 on CUDA.
 
     python -m benchmarks.offload [--out DIR] [--layers 8] [--tokens 8192] [--hidden 4096]
-    python -m benchmarks.offload --smoke --out /tmp/offload   # CPU, tiny: runs end to end
+    python -m benchmarks.offload --smoke      # CPU, tiny: runs end to end (writes under the temp dir)
 
 Stacks (one offload group per layer, keep_last=1, the input marked not to offload):
 ``mlp`` (pre-norm LayerNorm + GELU MLP, 4x), ``attn`` (pre-norm causal attention, heads
@@ -14,20 +14,19 @@ saved bytes, ``"auto"`` (the default; marked) and ``None`` (everything moves).
 Gradients are kept allocated and zeroed in place, as in training with gradient
 buffers, so that the peak is that of activations: with ``set_to_none`` the weight
 gradients alive at the end of backward set a floor under the peak that offloading
-cannot lower (it was most of what the issue called the 38% kept on the device). The
-peak step runs without CUDA graphs (``peak_step``), and the graph memory held at each
-point is reported beside it.
+cannot lower.
 
 Beside each point: the link-bound floor, ``max(fwd, bytes/bw) + max(bwd, bytes/bw)``
 with fwd/bwd the compute of the step without offload and bw the pinned bandwidth
 measured once here (a 256 MB device-to-host copy, alone); "saved/moved", the peak saved
 over the bytes moved; and moved over what the link hides (the forward of every group but
-the kept one, times a bandwidth), twice: "mv/hide" at that standalone bandwidth, as the
-issue defines it, and "mv/h ach" at the bandwidth the planner counts on after the auto
+the kept one, times a bandwidth), twice: "mv/hide" at that standalone bandwidth and
+"mv/h ach" at the bandwidth the planner counts on after the auto
 point's steps (``Planner.achieved_bytes_per_s``: the link's own copies as measured in
 the run, beside compute, times the efficiency that planned steps' waits on the link
 calibrated; "ach GB/s" in the header). The second is the model "auto" plans with, so
-its target (>= 0.9) is read there. Writes offload_curve.json and offload_curve.png under --out.
+its target (>= 0.9) is read there. Writes ``offload-<gpu>-<date>.json`` and ``.png`` under --out
+(default ``benchmarks/results``).
 """
 
 from __future__ import annotations
@@ -37,19 +36,19 @@ import contextlib
 import json
 import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import fuseops
-from benchmarks._timing import graph_settle_steps
+from benchmarks._results import RESULTS, results_path
 from fuseops import ops
-from fuseops.moe import routing_graphs
 from fuseops.offload import mark_not_offload, offload_activations
 from fuseops.offload.planner import planner_for
-from fuseops.ops.executor import graphed
 
 FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 
@@ -226,10 +225,6 @@ def measure(layers, x, clock, budget, steps, warm_up, settle_max=12, retime_max=
         step(layers, x, name, budget)
         clock.sync()
         warmed += 1
-    # Programs recorded under offload's save receiver are other programs than those without it:
-    # their CUDA-graph states settle here (``graph_settle_steps``), and again after the plan
-    # settled (a plan that moves other tensors moves the backward programs' inputs).
-    warmed += graph_settle_steps(lambda: step(layers, x, name, budget), clock.sync, 100) or 100
     if budget == "auto":
         before = _plan_state(x.device)
         for _ in range(settle_max):
@@ -240,8 +235,6 @@ def measure(layers, x, clock, budget, steps, warm_up, settle_max=12, retime_max=
             if after == before and after[1]:
                 break
             before = after
-        warmed += graph_settle_steps(lambda: step(layers, x, name, budget), clock.sync, 100) or 100
-    captured = graphed.counts["captured"]
     timed = [clock.times_ms(lambda: step(layers, x, name, budget)) for _ in range(steps)]
     settled = budget != "auto" or _plan_state(x.device) == before
     for _ in range(retime_max if budget == "auto" else 0):
@@ -253,52 +246,36 @@ def measure(layers, x, clock, budget, steps, warm_up, settle_max=12, retime_max=
         timed = [clock.times_ms(lambda: step(layers, x, name, budget)) for _ in range(steps)]
         settled = _plan_state(x.device) == before
     times, host = [t for t, _ in timed], [h for _, h in timed]
-    # Captures while timed: each syncs the host, so such a point times the graphs' warm-up, not a
-    # training step (session 57: the MoE stack without offload, 3.3 captures a step).
-    captured = graphed.counts["captured"] - captured
     clock.sync()
-    held_gb = (graphed.held_bytes() + routing_graphs._held()) / 1e9
     peak, stats = peak_step(layers, x, name, budget, clock)
     if calibrations is not None:
         del planner._calibrate
     return dict(budget=budget, auto=budget == "auto", step_ms=statistics.median(times), peak_gb=peak,
                 host_ms=statistics.median(host), warm_up_steps=warmed, plan_settled=settled,
-                graph_captures_while_timed=captured, graph_held_gb=held_gb,
                 stall_ms=planner.last_stall_s * 1e3 if budget == "auto" else None,
                 bytes_offloaded=stats["bytes_offloaded"] if stats else 0, stats=stats,
                 calibrations=[c for c in calibrations or () if c["moved_mb"] > 0])
 
 
 def peak_step(layers, x, name, budget, clock):
-    """One step's peak above its start (GB; None off the GPU) and its offload stats, run without
-    CUDA graphs. A graph's results stay allocated between steps, so they count in the start: with
-    graphs, the "none" point's step allocated less on top of it than its activations take (session
-    57, the MoE stack: none 4.56 GB against 5.01 for the hooks alone, whose programs record under
-    offload's save receiver and are never graphed), and every later point's start held the "none"
-    point's idle graphs. Without them each point's peak is what its activations take, the measure
-    offloading lowers; the graphs' own memory is ``graph_held_gb``. (Every program has recorded
-    and settled by then: one recorded while graphs are off would never be graphed.)"""
-    enabled, graphed.ENABLED = graphed.ENABLED, False
-    try:
-        clock.sync()
-        base = None
-        if clock.cuda:
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-        stats = step(layers, x, name, budget)
-        clock.sync()
-        return (None if base is None else (torch.cuda.max_memory_allocated() - base) / 1e9), stats
-    finally:
-        graphed.ENABLED = enabled
+    """One step's peak above its start (GB; None off the GPU) and its offload stats."""
+    clock.sync()
+    base = None
+    if clock.cuda:
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    stats = step(layers, x, name, budget)
+    clock.sync()
+    return (None if base is None else (torch.cuda.max_memory_allocated() - base) / 1e9), stats
 
 
 def interleaved(layers, x, clock, steps, rounds):
     """The default ("auto") and the hooks alone (budget 0) against no offload in interleaved
     rounds, each the median of ``steps`` steps, the fastest round of each: the curve
     measures its points one after the other, and clock or thermal drift between two of
-    them moved ratios by +-4 % (moe, session 15: hooks alone 1.072x, a budget moving
-    nothing 0.990x in the same run). The hooks' point splits auto's overhead into what
-    the hooks cost with nothing moved and what moving adds."""
+    them moves ratios by up to +-4 % on an H100 (the hooks alone read 1.072x and a budget
+    moving nothing 0.990x in one run of the moe stack). The hooks' point splits auto's
+    overhead into what the hooks cost with nothing moved and what moving adds."""
     points = (("none", "none", None), ("hooks", "fuseops", 0), ("auto", "fuseops", "auto"))
     best = {key: float("inf") for key, _, _ in points}
     for _ in range(rounds):
@@ -314,10 +291,6 @@ def curve(kind, args, device, dtype, clock, bytes_per_s):
     layers = nn.ModuleList(STACKS[kind](args.hidden) for _ in range(args.layers)).to(device, dtype)
     x = torch.randn(1, args.tokens, args.hidden, device=device, dtype=dtype)
     mark_not_offload(x)
-    # Without offload first: the MoE stack's fuseops programs settle their CUDA-graph states
-    # (session 56, run 1: timed while they did, its "none" point ran at 75.7 ms, host 67.6 ms a
-    # step, against 55.9 in the interleaved rounds after).
-    graph_settle_steps(lambda: step(layers, x, "none", None), clock.sync, 100)
     fwd_ms, bwd_ms = compute_ms(layers, x, clock, args.steps)
     everything = measure(layers, x, clock, None, args.steps, args.warm_up)
     group = everything["bytes_offloaded"] / max(1, args.layers - 1)
@@ -335,7 +308,7 @@ def curve(kind, args, device, dtype, clock, bytes_per_s):
             points[-1]["planned_mib"] = {pos: round(n / 2**20, 1) for pos, n in sorted(planner.planned.items())}
             # And what the last planned step the planner digested moved of it, per group.
             points[-1]["moved_mib"] = {pos: round(n / 2**20, 1) for pos, n in planner.last_moved.items()}
-            # The profile the plan came from: to replay queue_plan.plan_step offline.
+            # The profile the plan came from (the planner's inputs: to rerun its planning offline).
             prof = planner.profile
             if prof is not None:
                 points[-1]["profile"] = {
@@ -378,11 +351,6 @@ def report(kind, result):
         print(f"{label:>12} {p['step_ms']:>8.1f} {p['time_ratio']:>7.3f} {p['host_ms']:>8.1f} {peak:>8} "
               f"{p['bytes_offloaded'] / 1e9:>9.3f} {p['moved_over_hideable']:>8.2f} {p['moved_over_hideable_achieved']:>8.2f} "
               f"{ratio:>9} {p['floor_ms']:>9.1f} {p['over_floor']:>8.3f}")
-    print(f"  graph memory held (GB, not in the peaks), by budget: "
-          f"{ {p['budget']: round(p['graph_held_gb'], 2) for p in result['points']} }")
-    unsettled = {p["budget"]: p["graph_captures_while_timed"] for p in result["points"] if p["graph_captures_while_timed"]}
-    if unsettled:
-        print(f"  CUDA-graph captures while timed, by budget (those points time the warm-up): {unsettled}")
     auto = next(p for p in result["points"] if p["auto"])
     print(f"  auto: {auto['warm_up_steps']} steps before timing, plan settled {auto['plan_settled']}, "
           f"compute waited on the link {auto['stall_ms']:.2f} ms in the last planned step read")
@@ -398,8 +366,11 @@ def report(kind, result):
 
 
 def plot(result, path):
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib not installed: no plot")
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -426,7 +397,7 @@ def plot(result, path):
 
 
 def stack_arguments(description: str, steps: int, stacks: str) -> argparse.ArgumentParser:
-    """The stacks' shape and timing arguments, shared with ``offload_profile``."""
+    """The stacks' shape and timing arguments."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=8192)
@@ -449,7 +420,7 @@ def setup(args: argparse.Namespace) -> tuple[torch.device, torch.dtype, Clock]:
 
 def main():
     parser = stack_arguments(__doc__.splitlines()[0], steps=10, stacks="mlp,attn,moe")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    parser.add_argument("--out", help="directory (default benchmarks/results; with --smoke the temp dir)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of none, the hooks alone and auto, after the curve")
     args = parser.parse_args()
     device, dtype, clock = setup(args)
@@ -464,10 +435,13 @@ def main():
                   hidden=args.hidden, pinned_bytes_per_s=bytes_per_s, stacks=stacks,
                   targets=dict(auto_time_ratio="<= 1.03", auto_moved_over_hideable_achieved=">= 0.9",
                                auto_saved_over_moved=">= 0.9", all_over_floor="<= 1.2"))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "offload_curve.json"), "w") as f:
+    out = args.out or (tempfile.gettempdir() if args.smoke else RESULTS)
+    os.makedirs(out, exist_ok=True)
+    path = results_path("offload", "", device=device.type, directory=Path(out))
+    with open(f"{path}.json", "w") as f:
         json.dump(result, f, indent=1)
-    plot(result, os.path.join(args.out, "offload_curve.png"))
+    plot(result, f"{path}.png")
+    print(f"results: {path}.json")
 
 
 if __name__ == "__main__":

@@ -17,9 +17,10 @@
    NVFP4 forward, and bf16 ``torch._grouped_mm`` as a yardstick. TFLOP/s = 2*T*H*F / time.
    ``--quantize-only`` leaves them out (and their --tune sweep).
 
-All timings are ``triton.testing.do_bench`` medians in one process. Writes quantize.json
-(and quantize_tune.json with --tune, which first times tile candidates, uses the best ones,
-and prints the quantize and amax tables to copy into the kernels' ``_configs``).
+All timings are ``triton.testing.do_bench`` medians in one process. Writes
+``quantize-<gpu>-<date>.json`` under --out (default ``benchmarks/results``); with --tune it first
+times tile candidates, uses the best ones, prints the quantize and amax tables to copy into the
+kernels' ``_configs`` and writes its log to ``quantize_tune.json`` under the temp dir.
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 import triton
 
+from benchmarks._results import RESULTS, results_path
 from benchmarks._timing import capture_cuda_graph
+from benchmarks.plot import plot_file
 from fuseops.kernels.gemm import dense_scaled as gs
 from fuseops.kernels.gemm import grouped_scaled as ggs
 from fuseops.kernels.gemm import grouped_scaled_wgrad as ggsw
@@ -170,8 +174,7 @@ def quantize_rows(x: torch.Tensor, offsets: torch.Tensor) -> list[dict]:
 
 def cast_given_amax_rows(x3: torch.Tensor, copy_gbps: float, copy_graph_ms: float | None) -> list[dict]:
     """The FP8 current-scaling cast alone, its encode scale computed beforehand: what a
-    producer that emits its output's amax leaves (issue 24's target: >= 0.85 of copy),
-    row-wise, and with the column-wise copy."""
+    producer that emits its output's amax leaves, row-wise, and with the column-wise copy."""
     fmt = RECIPES["fp8_current"].format("input")
     enc = tensor_encode_scale(ka.amax(x3, None, 1), fmt.scaling, fmt.element)
     rows = []
@@ -340,7 +343,7 @@ def use_tuned_tiles(best: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument("--out", default=str(RESULTS), help="directory (default benchmarks/results)")
     parser.add_argument("--tune", action="store_true")
     parser.add_argument("--budget", type=float, default=150.0, help="seconds for the --tune sweep")
     parser.add_argument("--quantize-only", action="store_true", help="leave the grouped GEMMs out")
@@ -352,12 +355,16 @@ def main() -> None:
         best, log = tune(args.budget, gemms=not args.quantize_only)
         cfgs = {k: v for k, v in best.items() if not k.startswith(("quantize", "amax"))}
         use_tuned_tiles(best)
-        (out / "quantize_tune.json").write_text(json.dumps(dict(best={k: str(v) for k, v in best.items()}, log=log), indent=1))
+        tune_log = Path(tempfile.gettempdir()) / "quantize_tune.json"
+        tune_log.write_text(json.dumps(dict(best={k: str(v) for k, v in best.items()}, log=log), indent=1))
+        print(f"tune log: {tune_log}", flush=True)
     x = torch.randn(T, H, device=DEVICE, dtype=torch.bfloat16)
     offsets = group_offsets(torch.tensor([T // E] * E, device=DEVICE))
     result = dict(device=torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE, shape=dict(E=E, T=T, H=H, F=F),
                   quantize=quantize_rows(x, offsets), grouped_gemm=[] if args.quantize_only else gemm_rows(cfgs))
-    (out / "quantize.json").write_text(json.dumps(result, indent=1))
+    path = results_path("quantize", directory=out)
+    path.write_text(json.dumps(result, indent=1))
+    plot_file(path)
     print(f"\nquantize [{T}, {H}] bf16 (GB/s and ratio to copy, eager; ratio timed from a CUDA graph)")
     for r in result["quantize"]:
         graph = r.get("graph_ratio_vs_copy")

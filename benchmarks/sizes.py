@@ -6,15 +6,16 @@ from torch.nn, plus torch under ``make_graphed_callables`` (a cell is host-bound
 eager is more than 1.3x slower than graphed) and the host time per step on its own (enqueue
 time: wall time of issuing one step without synchronising; "enq" after a drain, "busy" while
 the device still runs the step before). Each variant first runs
-``WARMUP_STEPS`` steps (compiles, fuseops' recordings and CUDA-graph decisions), then each cell
-keeps the fastest of ``--rounds`` interleaved rounds of its variants. The last line prints
-``fuseops.ops.executor.graphed.counts``: how the eager fuseops steps used CUDA graphs.
+``WARMUP_STEPS`` steps (torch.compile compiles, caches fill), then each cell keeps the fastest of
+``--rounds`` interleaved rounds of its variants.
 
-    python -m benchmarks.sizes --part dense      # GPU (session 24, 2 rounds: ~6 minutes; H=1024 ~2)
-    python -m benchmarks.sizes --part moe        # GPU (session 23, one round of 10 reps: 2 minutes)
-    python -m benchmarks.sizes --smoke           # CPU, tiny sizes, end to end
+    python -m benchmarks.sizes                   # GPU: both parts (~12 minutes with 2 rounds)
+    python -m benchmarks.sizes --part dense      # GPU: the dense stack (~6 minutes)
+    python -m benchmarks.sizes --part moe        # GPU: the MoE layer (~5 minutes)
+    python -m benchmarks.sizes --smoke           # CPU, tiny sizes, end to end (writes under the temp dir)
 
-Writes ``benchmarks/results/sizes_<part>.json`` and ``.png``; prints a table last.
+Writes ``benchmarks/results/sizes-<gpu>-<date>.json`` and ``.png`` (``--out`` to choose); prints a
+table last.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
+import tempfile
 import time
 from collections.abc import Callable
 from copy import deepcopy as copy_module
@@ -31,10 +32,8 @@ from pathlib import Path
 import torch
 
 import fuseops
-from benchmarks._timing import graph_settle_steps
+from benchmarks._results import results_path
 from fuseops import ops
-from fuseops.moe import routing_graphs
-from fuseops.ops.executor import graphed, replay
 
 DENSE_T = (1024, 4096, 16384)
 DENSE_H = (1024, 2048, 4096)
@@ -126,7 +125,7 @@ class FuseopsMoE(torch.nn.Module):
 
 class FuseopsExpertLayer(torch.nn.Module):
     """``mine``'s experts through ``fuseops.moe.expert_layer``: the same layer as one autograd
-    Function (its forward and backward each one CUDA graph where the host is the bound)."""
+    Function."""
 
     def __init__(self, mine: FuseopsMoE) -> None:
         super().__init__()
@@ -219,8 +218,8 @@ def enqueue_ms(step: Callable[[], None], device: str, reps: int) -> float:
 def busy_enqueue_ms(step: Callable[[], None], device: str, reps: int) -> float:
     """Median host milliseconds to issue one step while the device still runs the step before
     it (issued right after a drain). ``enqueue_ms`` times a host that has just waited for the
-    device, which on the H100 hosts runs the same Python up to ~4x slower after a long step
-    (session 42); here the host has not waited, as in a training loop the GPU bounds."""
+    device, which on the H100 hosts runs the same Python up to ~4x slower after a long step; here
+    the host has not waited, as in a training loop the GPU bounds."""
     times = []
     for _ in range(reps):
         _sync(device)
@@ -246,8 +245,8 @@ def graphed_ms(model: torch.nn.Module, args: tuple[torch.Tensor, ...], device: s
     try:
         graphed = torch.cuda.make_graphed_callables(copy, args)
     except RuntimeError as error:
-        # Session 63: torch._grouped_mm in float32 (torch 2.11) copies the offsets to the host,
-        # which a capture refuses; the cell's other variants still stand, without this one.
+        # torch._grouped_mm in float32 (torch 2.11) copies the offsets to the host, which a
+        # capture refuses; the cell's other variants still stand, without this one.
         print(f"torch model not graphed: {str(error).splitlines()[0]}", flush=True)
         del copy
         gc.collect()
@@ -255,8 +254,8 @@ def graphed_ms(model: torch.nn.Module, args: tuple[torch.Tensor, ...], device: s
         return None
     ms = time_ms(step_fn(graphed, args, list(copy.parameters())), device, reps)
     # The graphed copy's forward closes over the copy (a reference cycle): without a collection
-    # its graphs' pools (a cell's activations) outlive the cell. Session 34's dense run held
-    # 28.9 GiB in private pools at T=4096 H=4096 and ran out of memory there.
+    # its graphs' pools (a cell's activations) outlive the cell, and a dense run over every
+    # width runs out of memory (~29 GiB held in private pools by T=4096 H=4096).
     del copy, graphed
     gc.collect()
     torch.cuda.empty_cache()
@@ -268,9 +267,8 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
     """One cell: each variant's step and enqueue ms, the fastest of ``rounds`` interleaved rounds
     (every variant once per round, the order reversed every other round, so that each meets the
     GPU in the same state: on the H100 a GPU-bound step runs at the power cap, ~1.5 GHz against
-    1.98 GHz boost, session 23)."""
+    1.98 GHz boost)."""
     row: dict = {}
-    cell_graphs = dict(graphed.counts)
     fparams, tparams = list(fuse_model.parameters()), list(torch_model.parameters())
     variants = {
         "fuseops": step_fn(fuse_model, args, fparams),
@@ -281,11 +279,9 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
         variants["torch_compiled"] = step_fn(torch.compile(torch_model), args, tparams)
     if layer_model is not None:
         variants["fuseops_layer"] = step_fn(layer_model, args, fparams)
-        # Compiled, each direction is one custom operator replaying the eager layer's graphs.
         variants["fuseops_layer_compiled"] = step_fn(torch.compile(layer_model), args, fparams)
-    # Steady state first: torch.compile compiles, and fuseops records its programs and decides
-    # which to replay as CUDA graphs (graphed.py: ~10 calls a program, more where a producer's
-    # graph moves its inputs), as a training run does in its first steps.
+    # Steady state first: torch.compile compiles, plans and weight caches fill, as in a training
+    # run's first steps.
     for step in variants.values():
         for _ in range(WARMUP_STEPS):
             step()
@@ -294,54 +290,25 @@ def measure(fuse_model, torch_model, args, device: str, reps: int, compile_torch
         # cap the clock falls, so a fixed order would hand the later variants slower clocks.
         order = list(variants.items())
         for name, step in order if round_ % 2 == 0 else order[::-1]:
-            # Until this variant's graph states settle: the variants before it may have moved its
-            # programs' inputs or evicted their graphs, and a capture in a timed step syncs the host
-            # (session 56: the Mixtral cells' eager fuseops steps captured 8-21 times while timed).
-            sync = torch.cuda.synchronize if device == "cuda" else lambda: None
-            # None: not settled after 100 steps (said on stdout; timed anyway).
-            row.setdefault(f"{name}_settle_steps", []).append(graph_settle_steps(step, sync, 100))
-            before, graphs_before, refused_before = dict(replay.counts), dict(graphed.counts), dict(graphed.refusals)
             step_ms = time_ms(step, device, reps)
             frees = _device_frees(device)
             host_ms = enqueue_ms(step, device, reps)
             # cudaFree (the caching allocator giving cached blocks back to find room) waits for
-            # the device: an enqueue time with frees in it holds GPU time (session 34: the enqueue
-            # grew with T in GPU-bound cells, 2.2 -> 4.5 ms for a dense GELU stack; session 35 counted
-            # none in any dense cell, so that growth is not this).
+            # the device: an enqueue time with frees in it holds GPU time.
             row[f"{name}_enqueue_device_frees"] = row.get(f"{name}_enqueue_device_frees", 0) + _device_frees(device) - frees
             row[f"{name}_ms"] = min(step_ms, row.get(f"{name}_ms", step_ms))
             row.setdefault(f"{name}_round_ms", []).append(step_ms)
             row[f"{name}_enqueue_ms"] = min(host_ms, row.get(f"{name}_enqueue_ms", host_ms))
             busy_ms = busy_enqueue_ms(step, device, reps)
             row[f"{name}_busy_enqueue_ms"] = min(busy_ms, row.get(f"{name}_busy_enqueue_ms", busy_ms))
-            if name.startswith("fuseops"):
-                # Recorded runs (fuseops/ops/executor/replay.py): how the timed steps ran.
-                counts = row.setdefault(f"{name}_replay_counts", dict.fromkeys(before, 0))
-                for k, v in before.items():
-                    counts[k] += replay.counts[k] - v
-                # And the CUDA-graph states' decisions during them (graphed.py; every fuseops variant
-                # since session 57, whose compiled OLMoE T=1024 skewed composition ran at 0.83x of
-                # torch.compile, 1.08x in session 55, with nothing to tell whether it captured).
-                graphs = row.setdefault(f"{name}_graph_counts", dict.fromkeys(graphed.counts, 0))
-                for k, v in graphs_before.items():
-                    graphs[k] += graphed.counts[k] - v
-                # Why programs went eager during them (session 51: four drops said no reason).
-                refused = row.setdefault(f"{name}_graph_refusals", {})
-                for k, v in graphed.refusals.items():
-                    if v != refused_before.get(k, 0):
-                        refused[k] = refused.get(k, 0) + v - refused_before.get(k, 0)
-    # The graph states' decisions over the whole cell, warm-up and every variant included.
-    row["graph_counts"] = {k: graphed.counts[k] - v for k, v in cell_graphs.items()}
     row["torch_graphed_ms"] = graphed_ms(torch_model, args, device, reps)
     if device == "cuda":
-        # What the cell leaves allocated (models, fuseops' CUDA graphs and their pools, caches).
+        # What the cell leaves allocated (models, caches).
         row["cuda_allocated_mb"] = torch.cuda.memory_allocated() / 2**20
-        # Of which fuseops' program graphs hold in their pools (results; graphed.py, "Memory").
-        row["graphs_held_mb"] = graphed.held_bytes() / 2**20
     best_torch = min(row["torch_ms"], row.get("torch_compiled_ms") or float("inf"))
     row["speedup"] = best_torch / row["fuseops_ms"]
     # The same ratio within each round: how far a ratio from the fastest rounds can move with the GPU's clock
-    # state (session 45: at GPU-bound cells one variant's kernel time moved 3-7 % between rounds).
+    # state (at GPU-bound cells one variant's kernel time moves 3-7 % between rounds on an H100).
     row["speedup_rounds"] = [min(t, tc) / f for t, tc, f in zip(
         row["torch_round_ms"], row.get("torch_compiled_round_ms") or [float("inf")] * rounds,
         row["fuseops_round_ms"])]
@@ -371,7 +338,7 @@ def dense_rows(device, dtype, Ts, Hs, reps, acts=("gelu", "swiglu"), save=None, 
                 print(rows[-1], flush=True)
                 if save:
                     save(rows)
-            # The next width's cells start from this one's memory given back (its graphs too).
+            # The next width's cells start from this one's memory given back.
             del model, reference
             gc.collect()
     return rows
@@ -381,11 +348,8 @@ def moe_rows(device, dtype, Ts, shapes, reps, save=None, rounds=ROUNDS) -> list[
     rows = []
     for name, (E, H, I, K) in shapes.items():
         # One model per shape, every token count and routing through it (rows marked
-        # dynamic): the compiled variants trace once per shape, not once per cell. The last
-        # shape's routing graph states go with its model, as in a process of its own (the
-        # budget's idle keys would go too, but only after idle_calls() calls of this shape).
+        # dynamic): the compiled variants trace once per shape, not once per cell.
         torch._dynamo.reset()
-        routing_graphs.clear()
         torch.manual_seed(0)
         model = FuseopsMoE(E, H, I).to(device, dtype)
         reference = TorchMoE(model).to(device, dtype)
@@ -398,8 +362,6 @@ def moe_rows(device, dtype, Ts, shapes, reps, save=None, rounds=ROUNDS) -> list[
                 # torch.compile of _grouped_mm traces only for bf16 operands.
                 row = measure(model, reference, (x, ids, weights), device, reps, compile_torch=dtype == torch.bfloat16,
                               rounds=rounds, layer_model=layer)
-                # Graph memory the routing states may hold after the cell, against their budget.
-                row["routing_graphs_held_mb"] = routing_graphs._held() / 2**20
                 rows.append({"part": "moe", "shape": name, "T": T, "routing": "skewed" if skewed else "uniform", **row})
                 print(rows[-1], flush=True)
                 if save:
@@ -410,7 +372,11 @@ def moe_rows(device, dtype, Ts, shapes, reps, save=None, rounds=ROUNDS) -> list[
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib not installed: no plot", flush=True)
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     labels = [_label(r) for r in rows]
@@ -444,16 +410,7 @@ def print_table(rows: list[dict]) -> None:
                  f"{r['fuseops_layer_enqueue_ms']:.2f} busy {r['fuseops_layer_busy_enqueue_ms']:.2f}"
                  if "layer_speedup" in r else "")
               + (f" compiled {r['fuseops_layer_compiled_ms']:.2f} ms {r['layer_compiled_speedup']:.2f}x of torch.compile"
-                 f" enq {r['fuseops_layer_compiled_enqueue_ms']:.2f}" if "layer_compiled_speedup" in r else "")
-              + _captured_while_timed(r))
-
-
-def _captured_while_timed(row: dict) -> str:
-    """The fuseops variants that captured CUDA graphs in their timed steps (each capture syncs the
-    host: such a variant's time holds its graphs' warm-up), with how many; empty if none did."""
-    captured = {key.removesuffix("_graph_counts"): counts["captured"] for key, counts in row.items()
-                if key.endswith("_graph_counts") and key != "graph_counts" and counts["captured"]}
-    return f" captured while timed: {captured}" if captured else ""
+                 f" enq {r['fuseops_layer_compiled_enqueue_ms']:.2f}" if "layer_compiled_speedup" in r else ""))
 
 
 def main() -> None:
@@ -463,10 +420,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds per cell (the fastest is kept)")
     parser.add_argument("--acts", nargs="*", default=["gelu", "swiglu"], choices=["gelu", "swiglu"])
-    parser.add_argument("--T", nargs="*", type=int, help="token counts (default: the issue's)")
-    parser.add_argument("--H", nargs="*", type=int, help="dense widths (default: the issue's)")
+    parser.add_argument("--T", nargs="*", type=int, help="token counts (default: 1024 4096 16384)")
+    parser.add_argument("--H", nargs="*", type=int, help="dense widths (default: 1024 2048 4096)")
     parser.add_argument("--shapes", nargs="*", choices=list(MOE_SHAPES), help="MoE shapes (default: all)")
-    parser.add_argument("--out", type=Path, help="results path without suffix (default results/sizes_<part>)")
+    parser.add_argument("--out", type=Path, help="results path without suffix (default results/sizes-<gpu>-<date>)")
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16",
                         help="parameters' and inputs' dtype on the GPU (no autocast: a model built in that dtype)")
     args = parser.parse_args()
@@ -478,15 +435,20 @@ def main() -> None:
         device, dtype, reps = "cuda", getattr(torch, args.dtype), args.reps
         shapes = {k: v for k, v in MOE_SHAPES.items() if not args.shapes or k in args.shapes}
         dense, moe = (args.T or DENSE_T, args.H or DENSE_H), (args.T or MOE_T, shapes)
-    out = args.out or Path(__file__).parent / "results" / f"sizes_{args.part}{'_smoke' if args.smoke else ''}"
+    if args.out:
+        out = args.out
+    elif args.smoke:
+        out = Path(tempfile.gettempdir()) / "sizes-smoke"
+    else:
+        out = results_path("sizes", "")
+    out.parent.mkdir(parents=True, exist_ok=True)
     done: list[dict] = []
-    # Which CUDA-graph rule the fuseops columns ran under (``graphed.py``'s modes; "1" the default).
-    graphs_mode = os.environ.get("FUSEOPS_CUDA_GRAPHS", "1")
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
 
     def save(rows: list[dict]) -> None:
         # After every cell, so that a run stopped by a time limit keeps what it measured.
         out.with_suffix(".json").write_text(
-            json.dumps({"device": device, "dtype": str(dtype), "cuda_graphs": graphs_mode, "rows": done + rows},
+            json.dumps({"device": name, "torch": torch.__version__, "dtype": str(dtype), "rows": done + rows},
                        indent=1))
 
     rows = []
@@ -498,8 +460,7 @@ def main() -> None:
     save(rows[len(done):])
     plot(rows, out.with_suffix(".png"))
     print_table(rows)
-    print(f"CUDA-graph replays (FUSEOPS_CUDA_GRAPHS={graphs_mode}): {graphed.counts}; not graphed: "
-          f"{graphed.refusals}")
+    print(f"results: {out.with_suffix('.json')}")
 
 
 if __name__ == "__main__":

@@ -278,7 +278,7 @@ def amax_launch(sink, *, gather=False, groups=128, kernel="amax"):
 
 
 def norm_bwd_launch(sink, *, rows=16384, n=1024, rms=True):
-    """The RMSNorm / LayerNorm backward over [rows, n] bf16 (issue 20's dense stack: T=16384, H=1024)."""
+    """The RMSNorm / LayerNorm backward over [rows, n] bf16 (``benchmarks.sizes``' dense stack: T=16384, H=1024)."""
     from fuseops.kernels.elementwise import norm as mod
 
     x = torch.empty(rows, n, dtype=torch.bfloat16)
@@ -311,7 +311,7 @@ def norm_quantize_fwd_launch(sink, *, rows=16384, n=1024, rms=True, scaling="TEN
 
 
 def activation_dbias_launch(sink, *, rows=4096, n=4096, act="GELU_TANH", cfg=None):
-    """The activation backward + dbias over [rows, n] bf16 (issue 20's dense stack), in the
+    """The activation backward + dbias over [rows, n] bf16 (``benchmarks.sizes``' dense stack), in the
     library's tile or ``cfg`` (a ReduceConfig)."""
     from fuseops.kernels.elementwise import activation as mod
 

@@ -3,7 +3,7 @@
 ``torch._grouped_mm``, at the expert shapes of benchmarks/moe_layer.py, same run, interleaved
 rounds (median). ``fc1``: dw1 [E, 2I, H] = dz^T x; ``fc2``: dw2 [E, H, I] = dy^T h.
 
-    python -m benchmarks.wgrad_walk [--rounds 3] [--rep 40]   # table, JSON under benchmarks/results
+    python -m benchmarks.wgrad_walk [--rounds 3] [--rep 40]   # table; wgrad_walk-<gpu>-<date>.json and .png
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from pathlib import Path
 
 import torch
 
+from benchmarks._results import RESULTS, results_path
 from benchmarks._timing import interleaved_medians
+from benchmarks.plot import plot_file
 from fuseops.kernels.gemm.grouped import group_offsets
 from fuseops.kernels.gemm.grouped_wgrad import reference_grouped_gemm_wgrad
 from fuseops.kernels.gemm.wgrad_walk import n_fastest
@@ -78,12 +80,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rep", type=int, default=40)
-    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS)
     args = parser.parse_args()
     rows = run(args)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, timing="interleaved do_bench medians")
-    (args.out_dir / "wgrad_walk.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    path = results_path("wgrad_walk", directory=args.out_dir)
+    path.write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    plot_file(path)
     print(f"\n{'shape':<15}{'layer':<6}{'impl':<20}{'ms':>8}{'TFLOP/s':>9}  picked")
     for r in rows:
         print(f"{r['shape']:<15}{r['layer']:<6}{r['impl']:<20}{r['ms']:>8.3f}{r['tflops']:>9.0f}  {'*' if r['picked'] else ''}")

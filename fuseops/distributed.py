@@ -1,23 +1,23 @@
 """Loading sharded models: this rank's slices of a full (single-process) state dict."""
 
-from __future__ import annotations
+from collections.abc import Mapping as _Mapping
 
-from collections.abc import Mapping
+import torch as _torch
+import torch.distributed as _dist
 
-import torch
-import torch.distributed as dist
+from fuseops.ops.grouped_linear import GroupedLinear as _GroupedLinear
+from fuseops.ops.linear import Linear as _Linear
+from fuseops.ops.parallel import tensor_parallel as _tp
 
-from fuseops.ops.grouped_linear import GroupedLinear
-from fuseops.ops.linear import Linear
-from fuseops.ops.parallel import tensor_parallel as tp
+__all__ = ["shard_state_dict"]
 
 
 def shard_state_dict(
-    full_state: Mapping[str, torch.Tensor],
-    model: torch.nn.Module,
+    full_state: _Mapping[str, _torch.Tensor],
+    model: _torch.nn.Module,
     *,
-    expert_group: dist.ProcessGroup | None = None,
-) -> dict[str, torch.Tensor]:
+    expert_group: "_dist.ProcessGroup | None" = None,
+) -> dict[str, _torch.Tensor]:
     """This rank's shards of ``full_state``, ready for ``model.load_state_dict``.
 
     ``full_state`` is the state dict of the same model built without parallelism (or of
@@ -41,30 +41,32 @@ def shard_state_dict(
             message names the key, the shape given and the shape expected).
     """
     if expert_group is not None:
-        tp.check_group("expert_group", expert_group)
+        _tp.check_group("expert_group", expert_group)
     out = dict(full_state)
     for prefix, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):
             key = f"{prefix}.{name}" if prefix else name
             if key not in out:
                 continue
-            if isinstance(module, Linear) and module.tensor_parallel is not None:
+            if isinstance(module, _Linear) and module.tensor_parallel is not None:
                 out[key] = _shard_linear(key, name, out[key], param, module.tensor_parallel)
-            elif isinstance(module, GroupedLinear) and expert_group is not None:
+            elif isinstance(module, _GroupedLinear) and expert_group is not None:
                 out[key] = _shard(key, out[key], param, 0, expert_group)
     return out
 
 
-def _shard_linear(key: str, name: str, full: torch.Tensor, param: torch.Tensor, cfg: tp.TensorParallel) -> torch.Tensor:
+def _shard_linear(key: str, name: str, full: _torch.Tensor, param: _torch.Tensor, cfg: _tp.TensorParallel
+                  ) -> _torch.Tensor:
     if not cfg.column and name == "bias":
         return _shard(key, full, param, None, cfg.group)
     return _shard(key, full, param, 0 if cfg.column else 1, cfg.group)
 
 
-def _shard(key: str, full: torch.Tensor, param: torch.Tensor, dim: int | None, group: dist.ProcessGroup) -> torch.Tensor:
+def _shard(key: str, full: _torch.Tensor, param: _torch.Tensor, dim: int | None, group: "_dist.ProcessGroup"
+           ) -> _torch.Tensor:
     """Slice ``full`` along ``dim`` (``None``: kept whole) to this rank's part of ``param``'s shape."""
     expected = list(param.shape)
-    world = dist.get_world_size(group)
+    world = _dist.get_world_size(group)
     if dim is not None:
         expected[dim] *= world
     if list(full.shape) != expected:
@@ -75,4 +77,4 @@ def _shard(key: str, full: torch.Tensor, param: torch.Tensor, dim: int | None, g
     if dim is None:
         return full
     size = param.shape[dim]
-    return full.narrow(dim, dist.get_rank(group) * size, size)
+    return full.narrow(dim, _dist.get_rank(group) * size, size)

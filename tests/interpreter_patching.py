@@ -1,7 +1,7 @@
 """Triton's interpreter without work whose results it discards: the CPU suite's largest cost.
 
-About 70 % of the suite's time went to tests running kernels through the interpreter (session 64's
-durations, by test name). Two changes, each leaving every interpreted value as Triton's own gives it:
+About 70 % of the suite's time goes to tests running kernels through the interpreter (``pytest
+--durations``, by test name). Two changes, each leaving every interpreted value as Triton's own gives it:
 
 Under ``TRITON_INTERPRET=1`` Triton 3.6 swaps ``triton.language``'s builtins for interpreted ones
 (``interpreter._patch_lang``) when a kernel starts, and puts them back when it ends. It also does

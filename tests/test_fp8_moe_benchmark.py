@@ -1,7 +1,7 @@
 """``benchmarks/fp8_moe.py``'s optimizer step on CPU: the weights stay near where they started when a
 step's gradient keeps pointing the same way (the benchmark's tokens, routing and ``dy`` never
-change), so that no row times diverged weights (session 38: infinite after ~20 steps at Mixtral's
-shape, then NaN)."""
+change), so that no row times diverged weights (plain descent made them infinite after ~20 steps
+at Mixtral's shape, then NaN)."""
 
 import pytest
 import torch

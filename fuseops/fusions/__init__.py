@@ -35,4 +35,31 @@ REGISTRY: list[Fusion] = [
     BackwardExtraOutputLinear(),
 ]
 
-__all__ = ["REGISTRY", "Fusion", "OpMatch", "PlanConfig", "Stage", "match"]
+__all__ = [
+    "REGISTRY",
+    "BackwardActivationLinear",
+    "BackwardBiasActivation",
+    "BackwardExtraOutputLinear",
+    "BackwardGatedAmaxLinear",
+    "BackwardLinearBiasActivation",
+    "BackwardQuantizedGatedMLP",
+    "ForwardActivationQuantizeLinear",
+    "ForwardLinearAddExtraInput",
+    "ForwardLinearBiasActivation",
+    "ForwardLinearSeparateBiasActivation",
+    "ForwardNormQuantizeLinear",
+    "ForwardQuantizeLinear",
+    "ForwardQuantizedGroupedMLP",
+    "Fusion",
+    "GroupedMLP",
+    "OpMatch",
+    "PlanConfig",
+    "Stage",
+    "match",
+]
+
+
+def __dir__() -> list[str]:
+    # Submodules become attributes of the package as they are imported; dir() lists the
+    # public names (``__all__``) and the private ones only.
+    return sorted(__all__ + [name for name in globals() if name.startswith("_")])

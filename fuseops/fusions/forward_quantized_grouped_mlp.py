@@ -11,12 +11,13 @@ quantized forward on that storage.
 Every op's saved state is what its own quantized forward saves (FC1's and FC2's
 ``QuantizedLinearSaved``, the activation's ``z``), so the basic ops' backward follows.
 
-It applies under MXFP8 and NVFP4, whose FC1 dequantizes tiles in the main loop: there it ran
+It applies under MXFP8 and NVFP4, whose FC1 dequantizes tiles in the main loop: there it runs
 the layer's forward 6-13 % faster than the unfused FC1 + activation-quantize kernels (H100,
-Qwen3-30B-A3B and Mixtral expert shapes). Under FP8 current scaling and blockwise FC1 runs on
-float8 tensor cores at 1.1-1.4 PFLOP/s, and the same comparison measured the fused forward 3-6 %
-slower (its epilogue, which writes z and h, does not overlap the main loop), so it declines and
-the unfused ops run (.notes/quantize.md; the formats are ``grouped_scaled_act.UNFUSED_FASTER``).
+Qwen3-30B-A3B and Mixtral expert shapes, ``python -m benchmarks.fp8_moe --ab-fusions``). Under
+FP8 current scaling and blockwise FC1 runs on float8 tensor cores at 1.1-1.4 PFLOP/s, and the
+same comparison measures the fused forward 3-6 % slower (its epilogue, which writes z and h,
+does not overlap the main loop), so it declines and the unfused ops run (the formats are
+``grouped_scaled_act.UNFUSED_FASTER``).
 """
 
 from __future__ import annotations

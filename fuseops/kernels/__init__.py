@@ -20,3 +20,9 @@ starts its kernels through ``launch.py`` (``launch(kernel, grid, *args, **kw)``,
 ``kernel[grid](...)`` without its per-call binding once a specialization was seen). Each family's
 docstring has a table of its kernels.
 """
+
+# The modules are the package's public names; the package itself defines nothing.
+__all__ = [
+    "autodiff_state", "custom_op", "dense_dispatch", "dispatch", "dtypes", "elementwise", "gemm",
+    "hopper", "launch", "launch_descriptors", "library", "moe", "quantization", "quantized_ops",
+]

@@ -24,8 +24,9 @@ routing (``moe/traceable.py``) and every ``QUANTIZED`` kernel (``quantized_ops/`
 Dense GEMMs without an epilogue (``Linear``'s forward, dgrad and wgrad) are cuBLAS through
 ``torch`` on every backend; they have no row here. The dense forward GEMM with an epilogue
 goes to cuBLAS + one elementwise kernel on sm_90 where its output is too small to fill the
-GPU: ``dense_dispatch.py`` holds that measured rule (``FUSEOPS_DENSE_DISPATCH`` pins a branch). Each family's ``__init__`` docstring
-says what its kernels compute, in which dtypes, recipes and architectures.
+GPU: ``dense_dispatch.py`` holds that measured rule (``FUSEOPS_DENSE_DISPATCH`` pins a
+branch). Each family's ``__init__`` docstring says what its kernels compute, in which dtypes,
+recipes and architectures.
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
     Raises:
         LookupError: ``kernel`` is quantized and torch.compile is tracing: those kernels reach
             the compiler as custom ops (``fuseops.kernels.quantized_ops.quantized_launcher``);
-            their traced references gave wrong weight gradients on the H100 (session 18)."""
+            their traced references give wrong weight gradients on the H100."""
     if torch.compiler.is_compiling():
         runs = _COMPILABLE.get(kernel.value)
         if runs is None:

@@ -4,11 +4,10 @@
 Beside saving the call (~1 us on the host), it keeps a no-op ``to`` out of traced graphs: on
 torch 2.11, an ``autograd.Function`` whose forward returns the result of a no-op ``to`` gets a
 zero gradient under ``torch.compile`` (Dynamo and AOTAutograd alike: AOT's backward graph takes
-zeros in place of the incoming gradient). Measured on the device (session 20,
-``benchmarks/results/session20/compile_variants2.py``): the expert layer's gradients were 0 with
-the row sum ending in ``y.to(y.dtype)`` and right with that ``to`` left out; the dense
-Sequentials whose last op's reference ended in one (RMSNorm, GELU, Linear + residual) had x's
-and every parameter's gradient 100 % off. torch 2.13 traces both alike.
+zeros in place of the incoming gradient): the expert layer's gradients are 0 with the row sum
+ending in ``y.to(y.dtype)`` and right with that ``to`` left out; the dense Sequentials whose last
+op's reference ends in one (RMSNorm, GELU, Linear + residual) get x's and every parameter's
+gradient 100 % off. torch 2.13 traces both alike.
 """
 
 from __future__ import annotations

@@ -8,10 +8,27 @@ combine as one autograd Function that keeps less for the backward (``memory_mode
 accounts for it). The transformers integration builds on this package.
 """
 
+from fuseops.moe.capacity_exchange import CapacityHandle, Overflow
 from fuseops.moe.expert_layer import expert_layer, expert_layer_fallback
-from fuseops.moe.expert_parallel import DispatchHandle, combine, dispatch
+from fuseops.moe.expert_parallel import (
+    DispatchHandle,
+    combine,
+    dispatch,
+    dispatch_chunks,
+    expert_capacity,
+    expert_state_dict_for_rank,
+    gather_expert_state_dicts,
+)
 from fuseops.moe.routing import permute, unpermute
 
 __all__ = [
-    "DispatchHandle", "combine", "dispatch", "expert_layer", "expert_layer_fallback", "permute", "unpermute",
+    "CapacityHandle", "DispatchHandle", "Overflow", "combine", "dispatch", "dispatch_chunks", "expert_capacity",
+    "expert_layer", "expert_layer_fallback", "expert_state_dict_for_rank", "gather_expert_state_dicts", "permute",
+    "unpermute",
 ]
+
+
+def __dir__() -> list[str]:
+    # Submodules become attributes of the package as they are imported; dir() lists the
+    # public names (``__all__``) and the private ones only.
+    return sorted(__all__ + [name for name in globals() if name.startswith("_")])

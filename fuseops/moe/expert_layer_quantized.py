@@ -10,7 +10,7 @@ the same with unpermute's gradient ``dy_sorted``. Here neither is written:
 the amax pass and the cast each read the tokens' rows K times and nothing of size T*K x H is
 written in high precision. At the Qwen3-30B-A3B shape (T=32768, top-8, H=2048, bf16) that is a
 write and a read of 1.07 GB less per tensor and direction, about 2.1 GB a step for x and as much
-for dy (arithmetic; not yet timed on a GPU).
+for dy (by arithmetic, not measured).
 
 Between the GEMMs everything is what the composition's plan runs under the same recipe (the
 fusions that measured faster there). Forward, FP8 current scaling and blockwise: FC1's quantized
@@ -18,8 +18,9 @@ GEMM writes the pre-activation ``z``; the gated activation, scaled by the router
 FC2's input quantized (``GATED_QUANTIZE_FWD``: ``fuseops.fusions.forward_act_quantize_linear``).
 MXFP8 and NVFP4: FC1's quantized GEMM applies the scaled gate in its epilogue and writes FC2's
 input quantized (as ``fuseops.fusions.forward_quantized_grouped_mlp``; which formats measured
-faster which way: ``fuseops.kernels.gemm.grouped_scaled_act.UNFUSED_FASTER``). Then FC2's quantized GEMM; the combine sums each token's
-K rows (unweighted: the weights scaled FC1's activation). Backward: FC2's dgrad and wgrad on the
+faster which way: ``fuseops.kernels.gemm.grouped_scaled_act.UNFUSED_FASTER``). Then FC2's
+quantized GEMM; the combine sums each token's K rows (unweighted: the weights scaled FC1's
+activation). Backward: FC2's dgrad and wgrad on the
 gathered ``dy``; the gated backward, which under a per-tensor gradient format (FP8 current
 scaling, NVFP4) also emits each row's amax of ``dz`` so FC1's gradient quantize skips its amax
 pass (as ``fuseops.fusions.backward_gated_amax_linear``); FC1's dgrad, summed per token, and

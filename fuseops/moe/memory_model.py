@@ -12,9 +12,9 @@ order ``dy_sorted`` [N, H], FC1's input gradient ``dx_sorted`` [N, H]. Per token
 Small tensors (routing maps, router weights, offsets) are left out: O(N) elements.
 
 The stage lists mirror the code: ``torch_stages`` benchmarks/moe_layer.py's plain torch
-composition, ``composed_stages`` fuseops' permute -> fused Sequential -> unpermute (the
-state before issue 25), ``layer_stages`` ``fuseops.moe.expert_layer`` in either mode.
-Checked against the H100 (session 9's ``moe_layer.json``, peak above the start): torch 7.12
+composition, ``composed_stages`` fuseops' permute -> fused Sequential -> unpermute (what
+``expert_layer`` falls back to), ``layer_stages`` ``fuseops.moe.expert_layer`` in either mode.
+Checked against the H100 (``python -m benchmarks.moe_layer``, peak above the start): torch 7.12
 / 4.09 GB measured, 7.12 / 4.10 modelled; composed 5.37 / 4.23 measured, 5.36 / 4.23 modelled
 (Qwen3-30B-A3B / Mixtral-8x7B).
 """

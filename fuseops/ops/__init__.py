@@ -14,9 +14,41 @@ from fuseops.ops.residual import AddExtraInput, MakeExtraOutput
 from fuseops.ops.shape import Dropout, Identity, Reshape
 
 __all__ = [
-    "AllGather", "AllReduce", "ReduceScatter",
-    "GELU", "ActivationOp", "AddExtraInput", "BasicOp", "Bias", "ClampedSwiGLU", "Dropout",
-    "GatedActivation", "GeGLU", "GroupedLinear", "Identity", "LayerNorm", "Linear", "MakeExtraOutput",
-    "OpContext", "OpGrads", "Quantize", "RMSNorm", "ReGLU", "ReLU", "Reshape", "Role", "SReGLU",
-    "SReLU", "Saved", "Sigmoid", "SiLU", "SwiGLU",
+    "GELU",
+    "ActivationOp",
+    "AddExtraInput",
+    "AllGather",
+    "AllReduce",
+    "BasicOp",
+    "Bias",
+    "ClampedSwiGLU",
+    "Dropout",
+    "GatedActivation",
+    "GeGLU",
+    "GroupedLinear",
+    "Identity",
+    "LayerNorm",
+    "Linear",
+    "MakeExtraOutput",
+    "OpContext",
+    "OpGrads",
+    "Quantize",
+    "RMSNorm",
+    "ReGLU",
+    "ReLU",
+    "ReduceScatter",
+    "Reshape",
+    "Role",
+    "SReGLU",
+    "SReLU",
+    "Saved",
+    "SiLU",
+    "Sigmoid",
+    "SwiGLU",
 ]
+
+
+def __dir__() -> list[str]:
+    # Submodules become attributes of the package as they are imported; dir() lists the
+    # public names (``__all__``) and the private ones only.
+    return sorted(__all__ + [name for name in globals() if name.startswith("_")])

@@ -1,17 +1,50 @@
 """Argument checks shared by the ops: each error names the argument, what was given and
-what was expected, and is raised on the host before anything is launched."""
+what was expected, and is raised on the host before anything is launched.
+
+Under ``torch.compile`` a check runs while dynamo traces. What the trace knows (shapes, dtypes, a
+list's values) is checked then, and a failure is raised by the compiled graph (``bad_input``);
+what only the data knows (a tensor's split sizes) is asserted on the device
+(``torch._assert_async``: no host sync; on CPU it raises ``RuntimeError`` at once).
+"""
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
+from fuseops.kernels.custom_op import fuseops_op
 from fuseops.ops.contract import TensorSpec
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+_ERRORS = {"ValueError": ValueError, "TypeError": TypeError}
+
+
+@fuseops_op("bad_input(str error, str message) -> ()")
+def _raise_bad_input(error: str, message: str) -> None:
+    raise _ERRORS[error](message)
+
+
+@torch.library.register_fake("fuseops::bad_input")
+def _(error: str, message: str) -> None:
+    return None
+
+
+# An operator with no output is dead code to AOTAutograd and Inductor unless marked.
+torch.fx.node.has_side_effect(_raise_bad_input)
+
+
+def bad_input(error: ValueError | TypeError) -> None:
+    """Raise ``error``, a failed check's. While torch.compile traces, the compiled graph raises it
+    instead, when it runs, and tracing goes on (the caller carries on with a stand-in): dynamo
+    turns a raise in traced code into a graph break, which under ``fullgraph=True`` reaches the
+    user as ``torch._dynamo.exc.Unsupported`` ("Observed exception") in place of the error."""
+    if not torch.compiler.is_compiling():
+        raise error
+    _raise_bad_input(type(error).__name__, str(error))
 
 
 def positive_int(name: str, value: Any) -> int:
@@ -150,34 +183,75 @@ def debug_checks_enabled() -> bool:
 
 
 def split_sizes(name: str, value: Any, groups: int, rows: int, device: torch.device) -> None:
-    """Split sizes: G non-negative ints summing to ``rows`` (device tensors, and any tensor
-    under torch.compile: shape and dtype only, unless debug checks are on)."""
+    """Split sizes: G non-negative ints summing to ``rows``, as a list, a tuple or a 1-D integer
+    tensor on the CPU or ``device``. Checked here: the form, a list's values and, eagerly, a CPU
+    tensor's (a device tensor's too with ``FUSEOPS_DEBUG=1``: a host sync). Left to the device
+    (``sizes_asserted``): a device tensor's values eagerly, at every call (``GroupedLinear.offsets``),
+    and any tensor's under torch.compile, here. A failure under torch.compile is the compiled
+    graph's (``bad_input``); the forward then carries on with a stand-in (``usable_split_sizes``)."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 1 or value.shape[0] != groups:
-            raise ValueError(f"{name}: expected shape [{groups}], got {list(value.shape)}")
-        if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
-            raise TypeError(f"{name}: expected an integer dtype, got {value.dtype}")
+            return bad_input(ValueError(f"{name}: expected shape [{groups}], got {_plain(value.shape)}"))
+        if not _integer(value):
+            return bad_input(TypeError(f"{name}: expected an integer dtype, got {value.dtype}"))
         if value.device.type != "cpu" and not same_device(value.device, device):
-            raise ValueError(f"{name}: expected a CPU tensor or one on the input's device {device}, got {value.device}")
-        if value.device.type != "cpu" and not debug_checks_enabled():
-            return
-        # Under torch.compile a tensor's values are not known while tracing: a CPU tensor is
-        # checked as a device one is.
+            return bad_input(ValueError(
+                f"{name}: expected a CPU tensor or one on the input's device {device}, got {value.device}"))
         if torch.compiler.is_compiling():
-            return
+            # While tracing, no tensor's values are known, a CPU one's neither.
+            return sizes_asserted(name, value, rows)
+        if value.device.type != "cpu" and not debug_checks_enabled():
+            return None
         sizes = value.tolist()
     elif isinstance(value, (list, tuple)):
         if len(value) != groups:
-            raise ValueError(f"{name}: expected {groups} sizes, got {len(value)}")
-        if not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
-            raise TypeError(f"{name}: expected ints, got {[type(s).__name__ for s in value]}")
+            return bad_input(ValueError(f"{name}: expected {groups} sizes, got {len(value)}: {_plain(value)}"))
+        if not _ints(value):
+            return bad_input(TypeError(f"{name}: expected ints, got {[type(s).__name__ for s in value]}"))
         sizes = list(value)
     else:
-        raise TypeError(f"{name}: expected a list, tuple or integer tensor of {groups} sizes, got {type(value).__name__}")
+        return bad_input(TypeError(
+            f"{name}: expected a list, tuple or integer tensor of {groups} sizes, got {type(value).__name__}"))
     if any(s < 0 for s in sizes):
-        raise ValueError(f"{name}: expected non-negative sizes, got {sizes}")
+        return bad_input(ValueError(f"{name}: expected non-negative sizes, got {_plain(sizes)}"))
     if sum(sizes) != rows:
-        raise ValueError(f"{name}: expected sizes summing to the {rows} input rows, got {sizes} (sum {sum(sizes)})")
+        return bad_input(ValueError(f"{name}: expected sizes summing to the {operator.index(rows)} input rows, "
+                                    f"got {_plain(sizes)} (sum {operator.index(sum(sizes))})"))
+    return None
+
+
+def usable_split_sizes(value: Any, groups: int) -> bool:
+    """Whether ``value`` has a form the kernels take (G ints, or a 1-D integer tensor of G). A
+    traced forward replaces split sizes without one by a stand-in: ``split_sizes`` made the
+    compiled graph raise before they would be used."""
+    if isinstance(value, torch.Tensor):
+        return value.dim() == 1 and value.shape[0] == groups and _integer(value)
+    return isinstance(value, (list, tuple)) and len(value) == groups and _ints(value)
+
+
+def sizes_asserted(name: str, sizes: torch.Tensor, rows: int) -> None:
+    """``sizes`` >= 0 summing to ``rows``, asserted on the device without a host sync: on CUDA
+    the next synchronising call raises (a device-side assert, which leaves the CUDA context
+    unusable), on the CPU this call raises ``RuntimeError``."""
+    # A traced row count may be symbolic: printed, it would pin the graph to one row count.
+    expected = "the input's row count" if torch.compiler.is_compiling() else f"the {rows} input rows"
+    ok = (sizes >= 0).all() & (sizes.sum() == rows)
+    torch._assert_async(ok, f"{name}: expected non-negative sizes summing to {expected}")
+
+
+def _integer(t: torch.Tensor) -> bool:
+    return not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+
+
+def _ints(values: Iterable[Any]) -> bool:
+    return all(isinstance(s, int) and not isinstance(s, bool) for s in values)
+
+
+def _plain(values: Iterable[Any]) -> list[Any]:
+    """``values`` with ints as Python ints, for a message: while torch.compile traces they may be
+    symbolic, and dynamo cannot print a string formatted from those (``operator.index`` makes
+    one a constant, guarding the failing trace on its value)."""
+    return [operator.index(v) if isinstance(v, int) else v for v in values]
 
 
 def main_grad(weight: torch.nn.Parameter) -> torch.Tensor:

@@ -2,9 +2,10 @@
 
 Rows of group g (``split_sizes[g]`` of them, in order) use ``weight[g]``. Split sizes
 arrive as an extra input: a list, a tuple, a CPU tensor or a device tensor of any
-integer dtype. Host split sizes are validated; device split sizes are validated only
-with ``FUSEOPS_DEBUG=1``, since reading them needs a host sync. Nothing else on this
-path reads device data on the host, so it captures in a CUDA graph.
+integer dtype. Host split sizes are validated on the host (a ``ValueError`` before any
+launch); device split sizes, and under torch.compile any tensor's, by ``torch._assert_async``
+on the device (``FUSEOPS_DEBUG=1``: read on the host too, a sync). Nothing on this path
+reads device data on the host, so it captures in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from fuseops.ops.linear import compute_dtype
 from fuseops.ops.op import BasicOp
 from fuseops.ops.shape import rows, unrows
 from fuseops.quant.storage import QuantizedTensor
+
+SPLIT_SIZES = "GroupedLinear split_sizes"
 
 
 @dataclass(frozen=True)
@@ -99,9 +102,22 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
         _checks.matches_parameters(self, x)
         G, N = self.num_groups, self.out_features
         _checks.parameter_shapes(self, {"weight": (G, N, self.in_features), "bias": (G, N)})
-        _checks.split_sizes("GroupedLinear split_sizes", extra_inputs[0], self.num_groups, math.prod(x.shape[:-1]), x.device)
+        _checks.split_sizes(SPLIT_SIZES, extra_inputs[0], self.num_groups, math.prod(x.shape[:-1]), x.device)
         out = x.with_shape(x.shape[:-1] + (self.out_features,))
         return out.with_dtype(compute_dtype(x))
+
+    def offsets(self, split_sizes: Any, x: torch.Tensor | QuantizedTensor) -> torch.Tensor:
+        """``device_offsets`` of ``split_sizes`` for the input ``x``, with what ``check`` leaves
+        to each call: eagerly, a device tensor's sizes asserted on the device (a call whose
+        signature was seen before skips ``check``); while torch.compile traces, split sizes of a
+        form the kernels cannot take (which the compiled graph refuses first: ``check``) replaced
+        by empty groups, so that tracing goes on. Fused ops make this op's offsets here too."""
+        if torch.compiler.is_compiling():
+            if not _checks.usable_split_sizes(split_sizes, self.num_groups):
+                split_sizes = [0] * self.num_groups
+        elif isinstance(split_sizes, torch.Tensor) and split_sizes.device.type != "cpu":
+            _checks.sizes_asserted(SPLIT_SIZES, split_sizes, math.prod(x.shape[:-1]))
+        return device_offsets(split_sizes, x.device)
 
     def save(self, ctx: OpContext, x: torch.Tensor, offsets: torch.Tensor) -> None:
         if ctx.needs_backward:
@@ -112,7 +128,7 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
             )
 
     def op_forward(self, ctx: OpContext, x: Any, extra_inputs: tuple[Any, ...]):
-        offsets = device_offsets(extra_inputs[0], x.device)
+        offsets = self.offsets(extra_inputs[0], x)
         x = _autocast.cast_input(ctx.autocast, x)
         weight, bias = self.compute_weight(ctx), self.compute_bias(ctx)
         # Under a recipe x may arrive quantized already (a producer emitted it).

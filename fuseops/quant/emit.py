@@ -28,6 +28,8 @@ from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.quant.recipes import QuantFormat, Recipe, TensorRole
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 
+__all__ = ["EmitPlan", "emitted_storage"]
+
 
 @dataclass(frozen=True)
 class EmitPlan:

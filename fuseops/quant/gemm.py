@@ -16,6 +16,8 @@ from fuseops.kernels.dispatch import Kernel
 from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 
+__all__ = ["linear_dgrad", "linear_forward", "linear_wgrad"]
+
 
 def _need(name: str, q: QuantizedTensor, *, rowwise: bool = False, columnwise: bool = False, why: str) -> None:
     if rowwise and not q.has_rowwise:

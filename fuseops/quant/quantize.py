@@ -20,6 +20,8 @@ from fuseops.kernels.quantized_ops import quantized_launcher
 from fuseops.quant.recipes import QuantFormat, Recipe, TensorRole, as_role, check_recipe
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 
+__all__ = ["quantize", "quantize_derived"]
+
 _INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
@@ -88,7 +90,7 @@ def _require(ok: torch.Tensor, device: torch.device, message: Callable[[], str],
     out-of-range index does, raising at the next synchronisation). ``on_device`` names no row
     count: formatting a traced (symbolic) one makes the compiler specialize the graph to it (a
     recompile per row count, and torch 2.11's autograd.Function capture then fails on the
-    specialized size, session 19 call 7)."""
+    specialized size)."""
     if device.type == "cpu" and not torch.compiler.is_compiling():
         if not bool(ok):
             raise ValueError(message())

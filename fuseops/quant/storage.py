@@ -33,6 +33,8 @@ from fuseops.kernels.quantization.formats import group_positions, reference_dequ
 from fuseops.kernels.quantization.operand import Operand
 from fuseops.quant.recipes import QuantFormat
 
+__all__ = ["GroupedQuantizedTensor", "QuantizedTensor"]
+
 _BUFFERS = ("data", "scale", "data_t", "scale_t", "tensor_scale")
 
 

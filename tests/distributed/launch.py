@@ -5,7 +5,7 @@ results with the single-process model through ``report``.
 
 The test suite keeps one pool of rank processes per world size for the whole session:
 starting a process (importing torch and triton) costs seconds on a CI core, a check
-costs milliseconds.
+costs milliseconds. CPU ranks fork from a server process that imported them once.
 """
 
 from __future__ import annotations
@@ -90,7 +90,10 @@ class RankPool:
     """``world_size`` processes, each one rank of a default group, running checks."""
 
     def __init__(self, world_size: int, device_type: str = "cpu") -> None:
-        ctx = mp.get_context("spawn")
+        ctx = mp.get_context(_START_METHOD[device_type])
+        if device_type == "cpu":
+            # One server process imports torch and fuseops; the ranks fork from it.
+            ctx.set_forkserver_preload(["tests.distributed.launch"])
         self.world_size = world_size
         self.timeout = CHECK_TIMEOUT_S[device_type]
         self.tasks = [ctx.SimpleQueue() for _ in range(world_size)]
@@ -123,6 +126,9 @@ class RankPool:
             p.kill()
             p.join()
 
+
+# GPU ranks start fresh (spawn): a process forked after CUDA was initialised cannot use it.
+_START_METHOD = {"cpu": "forkserver", "cuda": "spawn"}
 
 _POOLS: dict[tuple[int, str], RankPool] = {}
 

@@ -130,7 +130,7 @@ def cases() -> dict[str, tuple[Callable[[], object], dict[str, torch.Tensor]]]:
             out[f"gated dgrad plain {itag}"] = (lambda d=dy, w=w2, o=offsets, z=z, i=inter:
                 grouped_gated_bwd.grouped_gemm_dgrad_gated(d, w, o, z, act=Activation.SILU, interleaved=i),
                 named_g)
-            # The dense gated GEMM (Linear + bias + SwiGLU / GLU, session 60), with a Linear's weight.
+            # The dense gated GEMM (Linear + bias + SwiGLU / GLU), with a Linear's weight.
             b_dense, y_dense = _t(2 * F, K, dtype=dtype), _t(M, F, dtype=dtype)
             named_d = dict(named, b_dense=b_dense, y_dense=y_dense, b1_dense=b1[0])
             out[f"dense gated {itag}"] = (lambda a=a, w=b_dense, b=b1[0], i=inter: dense_gated.gemm_gated(

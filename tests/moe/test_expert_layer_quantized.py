@@ -89,7 +89,7 @@ def compare(recipe, kernels, *, gate="swiglu", bias=True, T=9, K=2, weights=True
     w = torch.rand(T, K, generator=g).to(weights_dtype) if weights else None
     dy = torch.randn(T, H, generator=g).to(dtype)
     with kernels_or_not(kernels), fuseops.autocast(recipe=RECIPES[recipe]()):
-        assert expert_layer_fallback(x, w, experts) is None
+        assert expert_layer_fallback(x, ids, w, experts) is None
         got = step(expert_layer, experts, x, ids, w, dy, needs)
         want = step(composition, experts, x, ids, w, dy, needs)
     assert_all_bitwise(got, want)
@@ -252,7 +252,7 @@ def check_main_grad(recipe, device, T):
         return [xg.grad, wg.grad]
 
     with fuseops.autocast(recipe=RECIPES[recipe]()):
-        assert expert_layer_fallback(x, w, mine) is None
+        assert expert_layer_fallback(x, ids, w, mine) is None
         for _ in range(2):
             assert_all_bitwise(micro_batch(expert_layer, mine), micro_batch(composition, theirs))
     for i in (0, 2):
@@ -264,12 +264,12 @@ def check_main_grad(recipe, device, T):
 
 def test_lean_and_float64_fall_back_and_say_why():
     x, experts = torch.randn(4, H), make_experts(dtype=torch.float32)
+    ids, w = routing(4, E, 2, 0), torch.rand(4, 2)
     with fuseops.autocast(recipe=fuseops.recipes.FP8CurrentScaling()):
-        assert "lean under a recipe" in expert_layer_fallback(x, None, experts, lean=True)
-        assert expert_layer_fallback(x, None, experts) is None
-        assert "float64" in expert_layer_fallback(x.double(), None, make_experts(dtype=torch.float64))
+        assert "lean under a recipe" in expert_layer_fallback(x, ids, None, experts, lean=True)
+        assert expert_layer_fallback(x, ids, None, experts) is None
+        assert "float64" in expert_layer_fallback(x.double(), ids, None, make_experts(dtype=torch.float64))
         # The fallback still computes the layer.
-        ids, w = routing(4, E, 2, 0), torch.rand(4, 2)
         got = expert_layer(x, ids, w, experts, lean=True)
         want = composition(x, ids, w, experts)
     torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -73,7 +73,7 @@ def check_dispatch_roundtrip(device, dtypes, report: Report):
 def _check_create_graph(device, group):
     # Under create_graph=True the exchange's gradient sits behind the raising node, as every fuseops
     # backward's does (second_backward.py): x's gradient depends on w (the experts' side), and a
-    # second backward through it raises, never takes that dependence as zero (session 61: it did).
+    # second backward through it raises, never takes that dependence as zero.
     x = torch.randn(4, 3, device=device, requires_grad=True)
     w = torch.randn(3, device=device, requires_grad=True)
     world = dist.get_world_size()

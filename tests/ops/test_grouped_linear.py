@@ -99,8 +99,8 @@ def test_accumulate_into_main_grad():
 def test_main_grad_of_two_micro_batches_is_twice_one(kernels, dtype):
     """``accumulate_into_main_grad`` adds each micro-batch's finished float32 gradient, as
     ``main_grad.add_`` would: two identical micro-batches give twice one bit for bit, also where a
-    group spans several of the interpreted wgrad's 32-row slabs (session 38: a sum started from
-    main_grad did not)."""
+    group spans several of the interpreted wgrad's 32-row slabs (where a sum started from
+    main_grad would not)."""
     torch.manual_seed(0)
     op = ops.GroupedLinear(2, 16, 8, accumulate_into_main_grad=True, dtype=dtype)
     x, dy, split = torch.randn(150, 16, dtype=dtype), torch.randn(150, 8, dtype=dtype), [80, 70]

@@ -2,8 +2,8 @@
 the compiler as a ``fuseops::`` custom op (fuseops/kernels/quantized_ops/), so the compiled
 layer runs the same kernels as eager, on CPU their torch references.
 
-Float32 weights under torch.autocast(bfloat16) and a recipe (session 18's failing setup on the
-H100), and bf16 weights with the producer and MoE-MLP fusions applied; forward and backward,
+Float32 weights under torch.autocast(bfloat16) and a recipe (the setup whose traced references
+gave wrong weight gradients on the H100), and bf16 weights with the producer and MoE-MLP fusions applied; forward and backward,
 two row counts in a row. With aot_eager everything equals eager bit for bit. With inductor
 what the quantized ops make does too (outputs, the quantized GEMMs' weight gradients, the MoE
 layer whole); the norms' and activations' backward are torch references that inductor compiles
@@ -110,8 +110,8 @@ def test_compiled_fp8_moe_layer_under_autocast_is_eager(recipe, backend):
         got = step(lambda x, ids=ids: compiled(x, ids), params, x, dy, recipe, autocast=True)
         assert_same(got, want, f"T={T}")
     # The second row count marks it dynamic and the third reuses that graph: nothing in the
-    # quantized path pins a traced size (session 19: an assert message formatting the row
-    # count did, a recompile per row count, and torch 2.11 then failed to capture the layer).
+    # quantized path pins a traced size (an assert message formatting the row count would: a
+    # recompile per row count, and torch 2.11 then fails to capture the layer).
     assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
 
 
@@ -224,8 +224,8 @@ def test_the_dispatcher_does_not_trace_a_quantized_kernel():
 @pytest.mark.gpu
 @pytest.mark.parametrize("recipe", FP8, ids=name)
 def test_gpu_compiled_fp8_moe_layer_under_autocast_matches_eager(recipe):
-    """Session 18's failures (weight gradients 100 % off under FP8 blockwise, a device-side
-    assert under current scaling; benchmarks/results/session18/call17/): inductor, fullgraph.
+    """The failures of the traced references (weight gradients 100 % off under FP8 blockwise, a
+    device-side assert under current scaling) stay fixed: inductor, fullgraph.
     The quantized ops run the eager kernels; SwiGLU is a torch reference that inductor compiles
     where eager runs its Triton kernel, so its bf16 output may differ in a last bit and move an
     FP8 code downstream: compared as relative errors, 1e-2 (the fault was 1.03)."""

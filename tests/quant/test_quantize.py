@@ -223,7 +223,8 @@ def test_non_finite_values_keep_their_element_and_erase_nothing(name, role, path
 @pytest.mark.parametrize("role", ["input", "weight", "grad"])
 @pytest.mark.parametrize("name", RECIPES)
 def test_finite_values_at_the_dtype_max_dequantize_finite(name, role, dtype, path):
-    """A power-of-two scale then FP8 rounding up used to turn the dtype's maximum into inf."""
+    """The dtype's maximum stays finite: a power-of-two scale then FP8 rounding up must not
+    turn it into inf."""
     fmax = torch.finfo(dtype).max
     x = torch.randn(4, 256, device=DEVICE).to(dtype)
     x[0] = fmax
@@ -340,7 +341,7 @@ def test_gpu_bad_offsets_or_rows_fail_on_the_stream_without_a_sync(argument, val
         "torch.cuda.set_sync_debug_mode('default')\n"
         "torch.cuda.synchronize()\n")
     # The assert fires on the device and surfaces at the next CUDA call: on the H100 that can
-    # be the cast's own launch after the check (session 19), or the synchronize. Under
+    # be the cast's own launch after the check, or the synchronize. Under
     # sync-debug "error" no call on the way synchronised, and the message names the argument.
     assert out.returncode != 0 and "device-side assert" in out.stderr, out.stderr
     assert argument in out.stderr and "called a synchronizing CUDA operation" not in out.stderr, out.stderr

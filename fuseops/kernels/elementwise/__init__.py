@@ -13,3 +13,9 @@ deterministic (partials then a fixed-order sum, ``bias_grad.sum_partials``).
 | ``activation_quantize`` | ``activation_quantize_fwd``, ``gated_quantize_fwd`` | an activation whose output is the next GEMM's quantized input | all four recipes | ``reference_*_quantize_fwd`` |
 | ``norm_quantize`` | ``layernorm_quantize_fwd``, ``rmsnorm_quantize_fwd`` | a norm whose output is the next GEMM's quantized input | all four recipes | ``reference_*_quantize_fwd`` |
 """
+
+# The modules are the package's public names; the package itself defines nothing.
+__all__ = [
+    "activation", "activation_math", "activation_quantize", "bias_grad", "gated_activation", "norm",
+    "norm_quantize",
+]

@@ -43,9 +43,8 @@ def _configs() -> tuple[FlatConfig, ReduceConfig]:
     kernels (not timed yet) hold 16 bf16 per thread (two 16-byte loads; GELU-tanh bwd 80
     registers, ptxas sm_90). The dbias tile, 32 rows x 128 columns at 4 warps, 4 programs a
     multiprocessor, was the fastest of 192 at each of five shapes (H100, bf16 GELU-tanh,
-    [1024 | 4096 | 16384, 4096], [1024, 8192], [4096, 16384];
-    ``benchmarks/results/session40/elementwise_sweep.py``), and 1.02-1.25x the 8 x 256 tile it
-    replaced in GPU time (CUDA graphs, ``reductions_ab.py`` there, six shapes); 69-121
+    [1024 | 4096 | 16384, 4096], [1024, 8192], [4096, 16384]), and 1.02-1.25x an 8 x 256 tile
+    in GPU time (CUDA graphs, six shapes); 69-121
     registers and no spills for every activation (``python -m benchmarks.sm90_report
     activation_dbias``)."""
     if INTERPRET:

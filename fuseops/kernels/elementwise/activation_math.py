@@ -212,7 +212,7 @@ _GELU_SATURATED = 2.0**40
 
 def _cpu_gelu_overflows() -> bool:
     """Whether torch's CPU GELU (exact) is wrong where it saturates: torch 2.11's gives NaN at
-    +inf and inf at 3e38 (session 64, device run 2: ``x (1 + erf)`` overflows before the halving),
+    +inf and inf at 3e38 (``x (1 + erf)`` overflows before the halving),
     in its vector body and tail alike; torch 2.13's gives x."""
     x = torch.tensor([float("inf"), 3e38] * 33, dtype=torch.float32, device="cpu")  # whatever the defaults
     return not (torch.equal(torch.nn.functional.gelu(x), x) and torch.equal(torch.nn.functional.gelu(x[:3]), x[:3]))

@@ -37,8 +37,7 @@ def _configs() -> ReduceConfig:
     """Tile of the column sums' first stage (and, under the interpreter, of the second, where
     small tiles keep several programs busy on test shapes). On GPU: 32 values per thread in
     flight at 88 registers (ptxas, sm_90); within 6 % of the best of 192 tiles at [1024 | 4096
-    | 16384, 1024], [1024, 2048], [16384, 4096] (H100, session 40,
-    ``benchmarks/results/session40/elementwise_sweep.py``; do_bench, so host time at the small
+    | 16384, 1024], [1024, 2048], [16384, 4096] (H100, do_bench, so host time at the small
     shapes). The second stage's GPU tile is ``_second_stage``'s."""
     if INTERPRET:
         return ReduceConfig(block_m=8, block_n=64, num_warps=1, programs_per_sm=1)
@@ -90,12 +89,11 @@ def _second_stage(cols: int) -> ReduceConfig:
     that leaves at most 1024 programs, then wider and shorter. One program walks all P
     partial rows of its columns, so the first stage's 128-column tile left N / 128 programs
     (8 at N=1024), each waiting on P / 32 dependent loads: 6.7 us for the norm backward's
-    264 x 1024 partials, 2.3 us in this tile. Measured on an H100 (session 40,
-    ``benchmarks/results/session40/``: ``partials_sweep.py``, ``reductions_ab.py``; GPU time in
-    CUDA graphs) against the 128-column tile: 0.99-3.55x at P = 17-528, N = 1024-16384 (within
+    264 x 1024 partials, 2.3 us in this tile. Measured on an H100 (GPU time in CUDA graphs)
+    against the 128-column tile: 0.99-3.55x at P = 17-528, N = 1024-16384 (within
     12 % of the best of 8-512 rows x 8-256 columns x 1-8 warps at 17 of those 20 shapes, the
     sweep on another H100); at 2-17 rows of 32768-262144 columns (the gated backward's dprobs)
-    1.02-2.47x, where 16 columns had been 0.60-0.76x. The norm backward gained 1.06-2.00x."""
+    1.02-2.47x, where a fixed 16 columns gives 0.60-0.76x. The norm backward gains 1.06-2.00x."""
     block_n = max(16, next_power_of_2(cdiv(cols, 1024)))
     # (programs_per_sm is the first stage's: one row of column blocks here.)
     return ReduceConfig(block_m=max(4, 1024 // block_n), block_n=block_n, num_warps=4, programs_per_sm=1)

@@ -27,12 +27,11 @@ from fuseops.kernels.quantization.formats import FP32_MAX
 # A row whose float32 sum of squared deviations passes float32's maximum, 3.4e38 (from
 # magnitudes of about 1.8e19 / sqrt(N); a LayerNorm row's sum, for its mean, later), is computed
 # again divided by its largest magnitude: the plain formula (torch.nn's RMSNorm and LayerNorm too)
-# gives an inf sum, rstd 0 and an output of zeros where the normalized row is right (session 65,
-# ``benchmarks/results/session65/norm_overflow_probe.py``). Every other row keeps the plain
-# formula's statistics and output bit for bit; the kernels check each row's sum, in a branch
-# after the store where they can (session 65's first form, which found every row's largest
-# magnitude, made the forward 9-76 % slower on an H200; session 66, call 2; the check's own cost:
-# ``_FORWARD_MAXNREG``). The references accumulate in float64 instead (``_reference_variance``).
+# gives an inf sum, rstd 0 and an output of zeros where the normalized row is right. Every other
+# row keeps the plain formula's statistics and output bit for bit; the kernels check each row's
+# sum, in a branch after the store where they can (finding every row's largest magnitude up
+# front made the forward 9-76 % slower on an H200; the check's own cost: ``_FORWARD_MAXNREG``).
+# The references accumulate in float64 instead (``_reference_variance``).
 _FP32_MAX: tl.constexpr = tl.constexpr(FP32_MAX)
 
 
@@ -56,11 +55,10 @@ def _configs() -> tuple[int, int, int]:
     Under the interpreter tiny blocks exercise the chunked path on test shapes. On GPU a
     forward thread keeps 8 values of a tile: ptxas's sm_90 register counts 50-90 (16 per
     thread took 167-245). These forward tiles of one-block rows (2048 elements, 4 programs a
-    multiprocessor) measured (H100, bf16, GPU time in CUDA graphs; session 40,
-    ``benchmarks/results/session40/partials_sweep.py``) against 4096 elements with 8 programs
-    a multiprocessor: RMSNorm 1.08-1.10x slower at [16384, 1024 |
-    2048] and [4096, 4096] but 1.04-1.15x faster at [1024, 1024 | 2048] and [4096, 1024];
-    LayerNorm as fast or faster at all six shapes (1.00-1.29x); kept. The backward's
+    multiprocessor) measured (H100, bf16, GPU time in CUDA graphs) against 4096 elements with 8
+    programs a multiprocessor: RMSNorm 1.08-1.10x slower at [16384, 1024 | 2048] and
+    [4096, 4096] but 1.04-1.15x faster at [1024, 1024 | 2048] and [4096, 1024]; LayerNorm as
+    fast or faster at all six shapes (1.00-1.29x). The backward's
     one-block tiles are ``_BACKWARD``'s."""
     if INTERPRET:
         return 64, 256, 1
@@ -68,13 +66,13 @@ def _configs() -> tuple[int, int, int]:
 
 
 # The backward of rows that fit one block, on GPU: ``(tile_elements, values_per_thread,
-# programs_per_sm)``. Swept on an H100 (session 39, ``benchmarks/results/session39/norm_sweep.py``,
-# RMSNorm, bf16, 1-16 rows x 4-16 warps x 2-8 programs a multiprocessor): the forward's tiles (8
-# values per thread, 4 programs a multiprocessor) ran at 234-2158 GB/s; 32 values per thread, two
-# programs a multiprocessor, were 1.78x / 1.66x / 1.25x / 1.02x faster at [16384, 1024],
-# [4096, 1024], [4096, 4096], [16384, 2048]. 64 values per thread were faster still at 1024 columns
-# (up to 1.94x) but spill from 4096 columns (offline for sm_90a: LayerNorm's backward at 8192
-# columns 5.5 KB); at 32, 128-250 registers and no spills up to 8192 columns, RMS and LayerNorm.
+# programs_per_sm)``. Swept on an H100 (RMSNorm, bf16, 1-16 rows x 4-16 warps x 2-8 programs a
+# multiprocessor): the forward's tiles (8 values per thread, 4 programs a multiprocessor) ran at
+# 234-2158 GB/s; 32 values per thread, two programs a multiprocessor, were 1.78x / 1.66x /
+# 1.25x / 1.02x faster at [16384, 1024], [4096, 1024], [4096, 4096], [16384, 2048]. 64 values
+# per thread were faster still at 1024 columns (up to 1.94x) but spill from 4096 columns (for
+# sm_90a: LayerNorm's backward at 8192 columns 5.5 KB); at 32, 128-250 registers and no spills
+# up to 8192 columns, RMS and LayerNorm.
 _BACKWARD = (4096, 32, 2)
 
 
@@ -82,11 +80,10 @@ _BACKWARD = (4096, 32, 2)
 # registers at which as many programs stay resident on a multiprocessor as before the check for
 # rows whose squares overflow (``_overflowed``), which raised them: RMSNorm's one-block forward
 # 36 -> 47 at 4096 columns (16 warps: three programs -> two), 32 -> 47 at 8192 (32 warps: two ->
-# one), the chunked forward 32 -> 44-47 (32 warps), for sm_90a. Uncapped on an H200 (bf16;
-# session 66, call 3, ``benchmarks/results/session66/norm_ab.py``) the 32-warp shapes took 1.46x
-# and 1.26-1.28x the time before the check, capped at 32 1.06x and 0.85-1.06x. LayerNorm's
-# one-block forward held 48 before it (the same programs resident after) and ran slower capped
-# (1.067x against 1.023x at 8192 columns): no cap.
+# one), the chunked forward 32 -> 44-47 (32 warps), for sm_90a. Uncapped on an H200 (bf16) the
+# 32-warp shapes took 1.46x and 1.26-1.28x the time they took without the check, capped at 32
+# 1.06x and 0.85-1.06x. LayerNorm's one-block forward held 48 without it (the same programs
+# resident with it) and ran slower capped (1.067x against 1.023x at 8192 columns): no cap.
 _FORWARD_MAXNREG = {16: 40, 32: 32}
 
 
@@ -160,7 +157,7 @@ def _row_mean(row_sums, N):
     0, which rstd (up to 1/sqrt(eps)) amplified, and LayerNorm(1) gave gradients of ~1e-5
     where torch's are 0 (the CUDA edge-case suite). A correctly rounded division per row
     (``tl.div_rn``) fixed that but made the one-block backward 15-27 % slower on the H100
-    (register spills, session 22). The backward launches without FMA contraction, which
+    (register spills). The backward launches without FMA contraction, which
     would otherwise fold the product ``dy * w`` unrounded into ``wdy - mean(wdy)``."""
     inverse = tl.div_rn(tl.full((), 1.0, tl.float32), tl.full((), N, tl.float32))
     return row_sums * inverse
@@ -211,7 +208,7 @@ def scaled_one_block(x, offs_m, offs_n, mask_m, mask_n, N, stride_x, eps, overfl
     with the output ``xc * r``, ``xc`` and ``r`` of the scaled row, ``mean`` and ``rstd`` of the
     row itself. For blocks with an ``overflowed`` row alone: the common path holds no second
     tile (keeping ``xc`` beside this one cost 8-24 registers for sm_90a and 5-46 % of the
-    forward's time on an H200; session 66, call 3)."""
+    forward's time on an H200)."""
     xt = _load(x, offs_m, offs_n, mask_m, mask_n, stride_x)
     scale, inverse, _ = _row_scale(tl.max(tl.abs(xt), 1), overflowed)
     xc, mean, sum_sq = _centered(xt * inverse[:, None], mask_n, N, IS_RMS, BLOCK_M)
@@ -422,7 +419,7 @@ def _norm_bwd(dy2d, x2d, weight, mean, rstd, zero_centered_gamma, has_bias, is_r
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ONE_BLOCK=cfg.one_block, num_warps=cfg.num_warps,
         # No FMA contraction: with one value per row, mean(wdy) is wdy, and a contracted
         # ``... - mean(wdy)`` subtracted the unrounded product dy * w from its rounded self
-        # (dx ~1e-5 instead of 0; offline PTX for sm_90a, session 22).
+        # (dx ~1e-5 instead of 0 in the PTX for sm_90a).
         enable_fp_fusion=False,
     )
     dw = sum_partials(dw_partials, weight.dtype)
@@ -509,7 +506,7 @@ def _reference_variance(xc: torch.Tensor) -> torch.Tensor:
     gets its variance where the kernels compute it again divided by its largest magnitude. One
     fused reduction (``vector_norm``): 0.15 ms against float32's square and mean 0.06 ms at
     [256, 1024] on one CPU thread, where the float32 sums, the rows' largest magnitudes and a
-    second computation of the scaled rows took the forward 2.6-4x longer (session 66)."""
+    second computation of the scaled rows took the forward 2.6-4x longer."""
     return torch.linalg.vector_norm(xc, dim=1, dtype=torch.float64).square() / xc.shape[1]
 
 

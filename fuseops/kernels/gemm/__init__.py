@@ -23,3 +23,10 @@ FP8 current scaling, BLOCK: FP8 blockwise, MX: MXFP8, NVFP4).
 On sm_90 the dispatch table sends FP8 blockwise GEMMs and the bf16 / fp16 grouped wgrad
 with TMA-ready operands (and no row gather) to ``hopper/`` instead.
 """
+
+# The modules are the package's public names; the package itself defines nothing.
+__all__ = [
+    "dense", "dense_cublas", "dense_gated", "dense_scaled", "group_offsets", "grouped",
+    "grouped_gated", "grouped_gated_bwd", "grouped_scaled", "grouped_scaled_act",
+    "grouped_scaled_dgrad_gated", "grouped_scaled_wgrad", "grouped_wgrad", "traced", "wgrad_walk",
+]

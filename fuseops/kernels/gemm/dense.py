@@ -58,7 +58,7 @@ def _configs() -> dict[str, GemmConfig]:
     TF32 under torch's TF32 setting on the same tiles, not tuned for it).
 
     ``tma`` was chosen on an H100 by ``python -m benchmarks.gemm --tune`` (bf16, every
-    epilogue; .notes/gemm.md has the sweep): 128x256x64, 8 warps, 3 stages, split epilogue
+    epilogue): 128x256x64, 8 warps, 3 stages, split epilogue
     gave 655-726 TFLOP/s at M, K, N = 16384, 4096, 14336 and 640-713 at 16384, 14336, 4096;
     4 stages does not fit beside an epilogue load, 128x128 tiles lost 10-20%, warp
     specialization 3-9%. It also won at 1024, 4096, 4096 (578-689 against at most 629 for

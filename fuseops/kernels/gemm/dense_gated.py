@@ -42,7 +42,7 @@ def _configs() -> dict[str, GemmConfig]:
     tile reads 2 * block_n columns of ``b``.
 
     ``tma`` was chosen on an H100 by ``python -m benchmarks.gemm --tune`` (bf16 SwiGLU with
-    the pre-activation saved; .notes/gemm.md has the sweep): warp specialization lifts the
+    the pre-activation saved): warp specialization lifts the
     two-accumulator loop from 555 to 659-695 TFLOP/s at M, K, 2F = 16384, 4096, 14336 and
     16384, 14336, 4096, and also wins at 1024, 4096, 4096 (635 against at most 520).
     ``pointer`` and ``fp32`` are the largest tiles that compile for sm_90 without spills.

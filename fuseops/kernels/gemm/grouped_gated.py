@@ -69,7 +69,7 @@ def _configs() -> dict[str, GatedGemmConfig]:
     IEEE (``fp32``) and in TF32 (``tf32``, under torch's TF32 setting).
     Under the interpreter the TMA class slices its epilogue as on GPU (both forms tested).
 
-    ``tma`` was timed on an H100 (bf16 SwiGLU with probs, z saved; .notes/grouped_gemm.md):
+    ``tma`` was timed on an H100 (bf16 SwiGLU with probs, z saved; ``benchmarks/gated_gemm.py``):
     the flattened persistent loop ran the two accumulators at 476 TFLOP/s at the Mixtral
     shape (E=8, M=16384, K=4096, 2F=28672) and 491 at Qwen3-30B-A3B's (E=128, M=262144,
     K=2048, 2F=1536); without flattening 703 / 611, and with warp-specialized loads and 4
@@ -77,9 +77,9 @@ def _configs() -> dict[str, GatedGemmConfig]:
     pairs, whose buffer does not fit beside 4 stages (246 KB): 3 stages (663 for the
     concatenated layout). ``pointer`` is the largest tile that compiles for sm_90 without
     spills (ptxas), not timed. ``fp32`` / ``tf32`` were timed on an H100 (SiLU-gated, z saved,
-    E=64, M=32768, K=2048, 2F=2816, uniform; benchmarks/results/session62): 18.8 ms in IEEE
-    (0.44x a per-expert torch.mm loop of the same product; the 64x32 tile before, 55.1 ms),
-    2.14 ms in TF32 (0.96x; before 10.5 ms; the IEEE entry's tile ran 2.48 ms in TF32).
+    E=64, M=32768, K=2048, 2F=2816, uniform; ``benchmarks/float32_precision.py``): 18.8 ms in
+    IEEE (0.44x a per-expert torch.mm loop of the same product; a 64x32 tile, 55.1 ms), 2.14 ms
+    in TF32 (0.96x; the 64x32 tile 10.5 ms; the IEEE entry's tile ran 2.48 ms in TF32).
     """
     if INTERPRET:
         tiny = GatedGemmConfig(32, 32, 32, 2, 4, 1)

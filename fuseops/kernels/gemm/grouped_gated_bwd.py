@@ -61,17 +61,16 @@ from fuseops.kernels.launch import launch
 @functools.cache
 def _configs() -> dict[str, GatedGemmConfig]:
     """Tiles by operand class, as gemm/grouped_gated.py's. ``tma`` was timed on an H100 (bf16
-    SwiGLU with probs and h; .notes/grouped_gemm.md): a 128x256 tile with the epilogue in 8
+    SwiGLU with probs and h; ``benchmarks/gated_gemm.py``): a 128x256 tile with the epilogue in 8
     column slices ran 509 TFLOP/s at the Mixtral shape (E=8, M=16384, K=4096, F=14336) and
     346 at Qwen3-30B-A3B's (E=128, M=262144, K=2048, F=768), against 410 / 311 for 128x128 in
     4 slices; 16 slices, 2 slices, 4 stages and warp-specialized loads were slower. Its
-    epilogue loads z and stores dz and h through pointers, not TMA (session 10, same process:
-    3.69-3.91 against 4.00 ms at Mixtral, equal at Qwen3), and writing h then costs nothing
-    measurable (3.72 ms without it, in another process). ``pointer`` is the largest tile that
+    epilogue loads z and stores dz and h through pointers, not TMA (3.69-3.91 against 4.00 ms
+    at Mixtral, equal at Qwen3), and writing h then costs nothing measurable. ``pointer`` is the largest tile that
     compiles for sm_90 without spills (ptxas), not timed. ``fp32`` and ``tf32``, one tile, were
     timed on an H100 (SiLU-gated, E=64, M=32768, K=2048, F=1408, uniform;
-    benchmarks/results/session62): 5.2 ms in IEEE, 2.6 ms in TF32 (0.87x / 0.78x a per-expert
-    torch.mm loop of the product alone; the 64x32 tile before, 12.7 / 8.7 ms)."""
+    ``benchmarks/float32_precision.py``): 5.2 ms in IEEE, 2.6 ms in TF32 (0.87x / 0.78x a
+    per-expert torch.mm loop of the product alone; a 64x32 tile, 12.7 / 8.7 ms)."""
     if INTERPRET:
         tiny = GatedGemmConfig(32, 32, 32, 2, 4, 1)
         return {"tma": GatedGemmConfig(32, 32, 32, 2, 4, 1, epilogue_parts=2), "pointer": tiny, "fp32": tiny,

@@ -51,11 +51,12 @@ from fuseops.kernels.quantization.formats import BLOCK_SIZE, Element, Scaling
 from fuseops.kernels.quantization.operand import Operand
 
 # FC1's input formats where this kernel measured slower than FC1's plain quantized GEMM followed by
-# the separate activation-quantize kernel (H100, Qwen3-30B-A3B and Mixtral expert shapes): FP8 current
-# scaling and blockwise, whose main loop runs on float8 tensor cores at 1.1-1.4 PFLOP/s, 3-6 % slower
-# forward (the epilogue, writing z and h, does not overlap it); MXFP8 and NVFP4, which dequantize tiles
-# in the main loop, 6-13 % faster (.notes/quantize.md). The one place the choice is made: the fused MLP
-# forward (fusions/forward_quantized_grouped_mlp.py) and the quantized expert layer
+# the separate activation-quantize kernel (H100, Qwen3-30B-A3B and Mixtral expert shapes,
+# ``python -m benchmarks.fp8_moe --ab-fusions``): FP8 current scaling and blockwise, whose main
+# loop runs on float8 tensor cores at 1.1-1.4 PFLOP/s, 3-6 % slower forward (the epilogue, writing
+# z and h, does not overlap it); MXFP8 and NVFP4, which dequantize tiles in the main loop, 6-13 %
+# faster. The one place the choice is made: the fused MLP forward
+# (fusions/forward_quantized_grouped_mlp.py) and the quantized expert layer
 # (moe/expert_layer_quantized.py) read it at each use, so an A/B sets it here (benchmarks.fp8_moe).
 UNFUSED_FASTER = (Scaling.TENSOR, Scaling.BLOCK)
 
@@ -65,10 +66,10 @@ def _configs() -> dict[tuple[Scaling, bool], GemmConfig]:
     """Tiles by (format, gated); ``block_n`` counts columns of ``h`` before widening to a whole
     block. BLOCK_K is the 128-long block for BLOCK, 64 elements otherwise (as gemm/dense_scaled.py).
 
-    Timed on an H100 (gated SwiGLU with probs, saving z; .notes/quantize.md): FP8 current
-    scaling 128x128 without loop flattening ran 1097 / 855 TFLOP/s at the Mixtral / Qwen3
-    expert shapes, against 412-601 / 316-487 for 64x128 and 871 / 766 flattened; FP8
-    blockwise keeps 64 rows (128x128 holds four float32 tiles: 194-200 TFLOP/s, spilling).
+    Timed on an H100 (gated SwiGLU with probs, saving z): FP8 current scaling 128x128 without
+    loop flattening ran 1097 / 855 TFLOP/s at the Mixtral / Qwen3 expert shapes, against
+    412-601 / 316-487 for 64x128 and 871 / 766 flattened; FP8 blockwise keeps 64 rows (128x128
+    holds four float32 tiles: 194-200 TFLOP/s, spilling).
     MX and NVFP4 (emulated) take current scaling's tile, untimed."""
     if INTERPRET:
         return {(s, g): GemmConfig(32, 32, 128 if s == Scaling.BLOCK else 64, 2, 4, 1)
@@ -91,9 +92,9 @@ def _preact(acc, g, rows, mask_m, cols, mask_n, a_outer, stride_aog, stride_aom,
     return acc.to(y.dtype.element_ty).to(tl.float32)
 
 
-# F is never specialized: Triton 3.6's sm_90 build for F == 1 (a one-column h) stored MXFP8
-# scales 2**8 too large while the data beside them was right (H100; exact in the interpreter,
-# and with F unspecialized; .notes/quantize.md). It only bounds masks, so nothing is lost.
+# F is never specialized: Triton 3.6's sm_90 build for F == 1 (a one-column h) stores MXFP8
+# scales 2**8 too large while the data beside them is right (H100; exact in the interpreter,
+# and with F unspecialized). It only bounds masks, so nothing is lost.
 @triton.jit(do_not_specialize=["F"])
 def grouped_gemm_scaled_act_kernel(
     a, a_scale, a_outer, b_gate, b_up, b_scale, b_outer, offsets, bias, probs,

@@ -50,9 +50,8 @@ from fuseops.kernels.quantization.operand import Operand
 
 
 def _config(scaling: Scaling) -> GemmConfig:
-    """One tile per format. Not yet timed (GPU measurement pending, .notes/quantize.md): 64
-    rows as the blockwise gated forward, whose 128-row tile spilled; the epilogue holds the
-    dh tile, both z tiles and both gradients at once."""
+    """One tile per format, not timed: 64 rows as the blockwise gated forward, whose 128-row
+    tile spills; the epilogue holds the dh tile, both z tiles and both gradients at once."""
     if INTERPRET:
         return GemmConfig(32, 32, 128 if scaling == Scaling.BLOCK else 64, 2, 4, 1)
     block_k = 64 if scaling in (Scaling.MX, Scaling.NVFP4) else 128

@@ -54,13 +54,13 @@ def _configs() -> dict[str, GemmConfig]:
 
     ``store`` and ``accumulate`` were chosen on an H100 by ``python -m benchmarks.grouped_gemm
     --tune`` (bf16, the four MoE shapes x uniform/skewed routing): 1.03x torch._grouped_mm
-    and 1.18x grouped_mm + ``main_grad.add_`` in geometric mean (sweep in
-    .notes/grouped_gemm.md); flatten=False edges out the flattened loop in both. ``pointer``
+    and 1.18x grouped_mm + ``main_grad.add_`` in geometric mean; flatten=False edges out the
+    flattened loop in both. ``pointer``
     is the largest tile that compiles for sm_90 without spills (ptxas, not timed). ``fp32`` /
     ``tf32`` were timed on an H100 (E=64, M=32768, N=1408, K=2048, uniform, float32 dw;
-    benchmarks/results/session62): 4.4 ms in IEEE (1.26x a per-expert torch.mm loop; the
-    32x64x64 tile before, 7.8 ms), 3.7 ms in TF32 (0.63x the loop, which TF32 speeds 2.4x;
-    before 7.7 ms).
+    ``benchmarks/float32_precision.py``): 4.4 ms in IEEE (1.26x a per-expert torch.mm loop; a
+    32x64x64 tile, 7.8 ms), 3.7 ms in TF32 (0.63x the loop, which TF32 speeds 2.4x; the
+    32x64x64 tile 7.7 ms).
     """
     if INTERPRET:
         small = GemmConfig(32, 32, 32, 1, 4, 1)

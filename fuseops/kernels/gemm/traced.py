@@ -3,17 +3,16 @@ the references' epilogues after a product taken in the operands' own dtype when 
 bf16 or fp16, accumulated in float32 by cuBLAS, as ``torch.nn.Linear`` under compile and our
 fused kernel both accumulate.
 
-The references multiply in float32 (they are the spec); traced as they are, inductor ran a
+The references multiply in float32 (they are the spec); traced as they are, inductor runs a
 float32 GEMM: the 4-block GELU stack at T=16384, H=4096 took 411 ms compiled against 81 ms
-eager on an H100 (``benchmarks/sizes.py``, session 14). Here the epilogue reads the product
+eager on an H100 (``benchmarks/sizes.py``). Here the epilogue reads the product
 rounded once to the operands' dtype, as the unfused ops (Linear, then the activation or the
 residual add) compute it; other dtypes go to the references unchanged.
 
-Tried and measured slower (session 17, H100, one machine, ``results/session17/call10/``): the
-dense GEMMs as custom ops running the eager kernels under compile. Against these traced
-references, the 4-block stacks compiled took 4.14 / 2.91 ms (GELU H=1024 T=1024), 7.11 /
-2.69 (SwiGLU H=1024 T=1024), 8.84 / 7.34 (SwiGLU H=1024 T=16384), and won only at GELU
-H=2048 T=16384 (22.69 / 23.52): each op's dispatch and launcher Python costs more than
+Not custom ops running the eager kernels: measured on an H100 against these traced
+references, the 4-block stacks compiled that way took 4.14 / 2.91 ms (GELU H=1024 T=1024),
+7.11 / 2.69 (SwiGLU H=1024 T=1024), 8.84 / 7.34 (SwiGLU H=1024 T=16384), and won only at
+GELU H=2048 T=16384 (22.69 / 23.52): each op's dispatch and launcher Python costs more than
 inductor's wrapper where the host bounds the step, and inductor fuses the gated epilogue
 with its neighbours.
 """

@@ -15,3 +15,9 @@ gemm/'s Triton kernels run.
 | ``fp8_wgrad`` | - (the kernel ``blockwise_wgrad``, ``tensor_scaled_wgrad`` launch) | the FP8 grouped weight-gradient kernel, block scales or not | FP8 | - |
 | ``pipeline`` | - | tile walk, ring, load / MMA steps, the forward epilogue, TMA store, layouts, the rows' entry calls (``grouped_call``, ``wgrad_call``), ``on_sm90`` | - | - |
 """
+
+# The modules are the package's public names; the package itself defines nothing.
+__all__ = [
+    "blockwise", "blockwise_wgrad", "fp8_forward", "fp8_wgrad", "pipeline", "tensor_scaled",
+    "tensor_scaled_wgrad", "wgrad",
+]

@@ -4,8 +4,8 @@ The same products as gemm/grouped_scaled.py under ``Scaling.BLOCK`` (forward / d
 rows grouped by device offsets), on hopper/fp8_forward.py's kernel with block scales: each
 consumer warpgroup waits only for its own K step's product and rescales it while the other's
 MMAs run, where Triton 3.6 makes all warps wait and rescale in lockstep while the tensor cores
-idle (.notes/quantize.md). Measured on an H100 (benchmarks/quantize.py, E=8 T=16384
-4096x14336): forward 1052 TFLOP/s against the Triton kernel's 642.
+idle. Measured on an H100 (``benchmarks/quantize.py``, E=8 T=16384 4096x14336): forward 1052
+TFLOP/s against the Triton kernel's 642.
 
 Used on sm_90 when every operand can sit behind a TMA descriptor (``usable``); elsewhere,
 and under the interpreter, the Triton kernels run. gemm/dense_scaled.py's dense BLOCK GEMMs run here

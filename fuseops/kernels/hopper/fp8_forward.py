@@ -6,10 +6,9 @@ the producer that hopper/tensor_scaled.py's per-tensor kernel shares.
 A TMA producer warp fills a ring of stages; two consumer warpgroups take the two 64-row halves
 of each output tile, and release a stage on their own (the ``empty`` barrier counts both). Each
 128-long K step's product needs its own scales. Triton 3.6 compiles that loop so that all warps
-wait for every step's wgmma and rescale in lockstep while the tensor cores idle
-(.notes/quantize.md); here each consumer waits only for its own product and rescales while the
-other's MMAs run (``pipeline.mma_steps``). 128x128 tiles: the product and the sum are two
-accumulators.
+wait for every step's wgmma and rescale in lockstep while the tensor cores idle; here each
+consumer waits only for its own product and rescales while the other's MMAs run
+(``pipeline.mma_steps``). 128x128 tiles: the product and the sum are two accumulators.
 
 Then the consumer's epilogue (``pipeline.store_rows``): the groups' factors, bias, the sum so far
 with ``ACCUMULATE``, and an asynchronous TMA store where every row is the group's, while the

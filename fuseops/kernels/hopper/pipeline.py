@@ -174,11 +174,9 @@ def mma_steps(a_bufs, b_bufs, ready, empty, sa_ptrs, sa_mask, sb_ptrs, sb_mask, 
         if SB_PER_COLUMN:
             # Two steps ahead: a step's 192 scales take longer than the MMA they would wait
             # behind (H100, wgrad: +9-12 % over loading them in the step). The forward's 2 row
-            # scales and one scalar lose that way: Qwen3's four forward / dgrad GEMMs 3.6-5.5 %
-            # slower in the same call as its unchanged wgrads ran 0.3-2.4 % faster (session 40,
-            # call 12; Mixtral's run drifted, its unchanged wgrads 0.8-7.6 % slower), though
-            # Nsight Compute found 6.7 % of the forward's warp samples at the FMUL waiting on
-            # them loaded in the step (call 6).
+            # scales and one scalar lose that way (Qwen3's four forward / dgrad GEMMs 3.6-5.5 %
+            # slower, ``benchmarks/fp8_gemm_tiles.py``), though Nsight Compute finds 6.7 % of
+            # the forward's warp samples at the FMUL waiting on them loaded in the step.
             sa, sb = sa_1, sb_1
             sa_1, sb_1 = sa_2, sb_2
             sa_2, sb_2 = _load_scales(sa_ptrs, sa_mask, sb_ptrs, sb_mask, k + 2, steps, sa_step, sb_step,

@@ -7,11 +7,11 @@ ring of stages in the tile walk's order; the two consumer warpgroups take altern
 64-row halves). Their main loops take turns (a pair of barriers), so one consumer's epilogue
 (the groups' factors, bias, the TMA stores) runs while the other's MMAs do.
 
-Why: at the Qwen3-30B-A3B expert shape the Triton kernel's FP8 GEMMs ran 0.89-1.26 PFLOP/s
-(H100, session 36), and the quantized expert layer's GEMMs are its largest share. A cooperative
-kernel (both consumers on the halves of one 128x256 tile) gained 6-9 % there, but left the
-tensor cores idle in each epilogue where a tile has few K steps (FC2's forward: K = 768, 6 steps
-of 128). This one, against it (H200, session 38, ``benchmarks/fp8_gemm_tiles.py``): FC1's and
+Why: at the Qwen3-30B-A3B expert shape the Triton kernel's FP8 GEMMs run at 0.89-1.26 PFLOP/s
+(H100), and the quantized expert layer's GEMMs are its largest share. A cooperative kernel
+(both consumers on the halves of one 128x256 tile) gains 6-9 % there, but leaves the tensor
+cores idle in each epilogue where a tile has few K steps (FC2's forward: K = 768, 6 steps of
+128). This one, against it (H200, ``benchmarks/fp8_gemm_tiles.py``): FC1's and
 FC2's forward 1.02x / 1.01x, FC2's dgrad 1.04x, FC1's dgrad 1.00x, the same bits; the expert
 layer's FP8 micro-batch of eight 11.16 against 11.40 ms (``benchmarks/fp8_moe.py``). Used where
 ``serves_grouped_gemm_scaled`` says (sm_90, TMA-ready operands, a bf16 or fp16 result);

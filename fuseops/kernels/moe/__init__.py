@@ -7,3 +7,8 @@ interpreter; rows float32, float16 or bfloat16; expert ids int32 / int64; no hos
 | ``permute`` | ``unpermute``, ``unpermute_bwd`` | the weighted top-k combine back per token, and its gradients for rows and weights | ``reference_unpermute``, ``reference_unpermute_bwd`` |
 | ``traceable`` | ``permute``, ``unpermute``, ``unpermute_bwd`` | the same, as ``torch.library`` custom ops while ``torch.compile`` traces | the launchers' |
 """
+
+# The modules are the package's public names; the package itself defines nothing.
+__all__ = [
+    "permute", "traceable",
+]

@@ -10,3 +10,8 @@ and the interpreter; inputs float32, float16 or bfloat16.
 | ``tiles`` | (jit helpers) | the cast's tile layout, block scales and stores | - | - |
 | ``epilogue`` | (jit helpers) | the producers' quantize epilogue (norms, activations, FC1) | all four recipes | ``reference_quantize`` |
 """
+
+# The modules are the package's public names; the package itself defines nothing.
+__all__ = [
+    "amax", "epilogue", "finite", "formats", "operand", "quantize", "tiles",
+]

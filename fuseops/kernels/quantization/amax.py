@@ -44,9 +44,9 @@ class AmaxConfig:
 def _config() -> AmaxConfig:
     """GPU: tiles of 32x128 bf16 (8 KB), 16 per program, 3 of them in flight: 63 registers and
     24 KB of shared memory per program on sm_90 (ptxas), so 8 programs and 192 KB in flight per
-    SM, where the unpipelined loop (64x128, 8 steps, 126 registers) kept at most 4 tiles of
-    16 KB. On the H100 it reads at 0.76 of a device copy's rate, as the old loop did (3 or 4
-    stages alike, .notes/quantize.md): the pipelining did not move it."""
+    SM, where an unpipelined loop (64x128, 8 steps, 126 registers) keeps at most 4 tiles of
+    16 KB. On the H100 both read at 0.76 of a device copy's rate (3 or 4 stages alike,
+    ``benchmarks/quantize.py``'s amax pass): the pipelining does not move it."""
     return AmaxConfig(128, 128, 8, 1, 4) if INTERPRET else AmaxConfig(32, 128, 16, 4, 4)
 
 

@@ -1,8 +1,9 @@
 """Number formats of quantized compute: element codecs, scale rules and the grouped layout.
 
 Every format stores ``x ~= q * s``: ``q`` a narrow element, ``s`` a scale. The maths here is
-the spec; the quantize kernels (quantization/quantize.py) and the scaled GEMMs (gemm/dense_scaled.py) call the
-``@triton.jit`` codecs, the references and the storages the torch twins below them.
+the spec; the quantize kernels (quantization/quantize.py) and the scaled GEMMs
+(gemm/dense_scaled.py) call the ``@triton.jit`` codecs, the references and the storages the
+torch twins below them.
 
 - Elements: E4M3 (max 448) and E5M2 (max 57344) float8, rounded to nearest-even, finite
   values saturated; E2M1 (max 6), two codes per uint8, the first in the low nibble.
@@ -192,7 +193,7 @@ _SIXTH_ENCODE_MAX = tl.constexpr(2.0**117)
 @triton.jit
 def _sixth(amax):
     """``amax / 6`` rounded to nearest for float32 amax >= 2**-125 (every such float32 checked
-    offline, .notes/quantize.md): the product with the rounded 1/6, corrected by one fma."""
+    exhaustively): the product with the rounded 1/6, corrected by one fma."""
     if _FMA:
         q = amax * (1.0 / 6.0)
         q = tl.fma(tl.fma(q, -6.0, amax), 1.0 / 6.0, q)
@@ -310,8 +311,8 @@ def source_rows(src_rows, rows, mask, GATHER: tl.constexpr):
     """The rows of ``x`` that the tensor's rows ``rows`` are: ``src_rows[rows]`` with GATHER (the
     tensor is ``x[src_rows]``, never written out: MoE's permuted tokens), else ``rows``. In
     ``rows``' dtype whatever ``src_rows``' is: the compiler wants one return type across both
-    branches (int64 picked rows failed to compile on the GPU, session 33; the interpreter does not
-    check), and a row of ``x`` fits it (the host check bounds picked rows by x's row count)."""
+    branches (int64 picked rows fail to compile on the GPU; the interpreter does not check), and
+    a row of ``x`` fits it (the host check bounds picked rows by x's row count)."""
     if GATHER:
         return tl.load(src_rows + rows, mask=mask, other=0).to(rows.dtype)
     return rows

@@ -110,27 +110,24 @@ def _configs() -> dict[tuple[Scaling, bool], QuantizeConfig]:
     """The tiling by (format, whether the column-wise copy is written). BLOCK_R divides 128
     (the grouped layout's alignment) and is a multiple of the block along rows; BLOCK_C a
     multiple of the block. Chosen on the H100 by ``python -m benchmarks.quantize --tune``
-    (bf16 [16384, 4096], .notes/quantize.md): with the column-wise copy, 8 warps staging the
-    transpose in groups of 8 row tiles took BLOCK from 0.78 to 0.85 of a device copy, MX from
-    0.75 to 0.82 and NVFP4's cast from 0.156 to 0.114 ms (CUDA graphs; TENSOR's copies share
-    one multiplier, so staging would move the bf16 input instead). The sweep's candidates
-    (benchmarks/quantize.py) compile for sm_90 without spills.
+    (bf16 [16384, 4096]): with the column-wise copy, 8 warps staging the transpose in groups of
+    8 row tiles took BLOCK from 0.78 to 0.85 of a device copy, MX from 0.75 to 0.82 and NVFP4's
+    cast from 0.156 to 0.114 ms (CUDA graphs; TENSOR's copies share one multiplier, so staging
+    would move the bf16 input instead). The sweep's candidates compile for sm_90 without spills.
 
-    TENSOR with the column-wise copy: 128x64, not 128x128 (until session 33 its E5M2 non-finite
-    codes took 255 registers and spilled at 128x128, 16 rows a thread at 4 warps; session 15's
-    ``benchmarks.moe_quantize``, the four grouped casts of a Qwen3-30B-A3B FP8 step: 3.37 ms
-    against 3.97). With those codes on a rare path (``_store_non_finite``) 128x128 takes 168
-    registers without spills (sm_90a, offline), and grouped casts of a permuted tensor use it
-    (``_GROUPED_TENSOR``; picked rows ``_GATHERED_TENSOR``); the others keep 128x64.
+    TENSOR with the column-wise copy: 128x64 (with 128x128 the four grouped casts of a
+    Qwen3-30B-A3B FP8 step took 3.97 ms against 3.37, ``benchmarks.moe_quantize``, H100). With
+    the non-finite codes on a rare path (``_store_non_finite``) 128x128 takes 168 registers
+    without spills (sm_90a), and grouped casts of a permuted tensor use it (``_GROUPED_TENSOR``;
+    picked rows ``_GATHERED_TENSOR``).
 
-    Since the non-finite rules moved to a rare path (``quantize_kernel``; not yet timed on the
-    GPU, ``python -m benchmarks.sm90_report quantize``, bf16): uncapped, ptxas sized the staged
-    column-wise tiles for the rare path, BLOCK 167 registers (one 256-thread program per SM),
-    NVFP4 144, MX 94; capped at 128 / 80 / 64 (two, three and four programs per SM, as before
-    those rules) the plain path does not spill (the rare path: 8, 192 and 0 bytes). BLOCK
+    Register caps (``python -m benchmarks.sm90_report quantize``, bf16): uncapped, ptxas sizes
+    the staged column-wise tiles for the rare non-finite path, BLOCK 167 registers (one
+    256-thread program per SM), NVFP4 144, MX 94; capped at 128 / 80 / 64 (two, three and four
+    programs per SM) the plain path does not spill (the rare path: 8, 192 and 0 bytes). BLOCK
     row-wise: 4 warps capped at 128 registers (the plain path spills a little), timed on the
     H100 against 8 warps uncapped (71 registers) and 4 uncapped (154): 0.0785 / 0.0855 /
-    0.0895 ms for bf16 [16384, 4096] (``benchmarks.quantize --tune``, session 19 call 3).
+    0.0895 ms for bf16 [16384, 4096] (``benchmarks.quantize --tune``).
     """
     if INTERPRET:
         # Staged and grouped, so the tests cover both (the plain path: test_every_chunk_height).
@@ -148,19 +145,19 @@ def _configs() -> dict[tuple[Scaling, bool], QuantizeConfig]:
 
 # TENSOR with the column-wise copy, grouped, rows read in place (an MoE layer's permuted
 # activations: h, dz; the composition's x_sorted, dy_sorted): 128x128 in groups of 8 row tiles.
-# ``benchmarks.moe_quantize`` on the H100 (session 34, calls 3 and 7; buffers bit for bit equal
-# across tilings) at Qwen3-30B-A3B's 128 groups: x_sorted / h / dy_sorted / dz 0.768 / 0.293 /
-# 0.769 / 0.580 ms against 128x64's 0.965 / 0.367 / 0.962 / 0.732 (1.17 / 0.94 / 1.17 / 0.94 of
-# a device copy against 0.93 / 0.75 / 0.94 / 0.74). Not where rows are picked (``rows=``, the
-# quantized layer's x and dy: 0.755 ms against 128x64's 0.679) nor for other casts: with it for
-# every per-tensor cast the quantized layer's step at Qwen3 was slower (call 7: 13.01 ms a
-# micro-batch of eight against 12.77-12.81 in session 33, 14.67 against 14.11 with one).
+# ``benchmarks.moe_quantize`` on the H100 (buffers bit for bit equal across tilings) at
+# Qwen3-30B-A3B's 128 groups: x_sorted / h / dy_sorted / dz 0.768 / 0.293 / 0.769 / 0.580 ms
+# against 128x64's 0.965 / 0.367 / 0.962 / 0.732 (1.17 / 0.94 / 1.17 / 0.94 of a device copy
+# against 0.93 / 0.75 / 0.94 / 0.74). Not where rows are picked (``rows=``, the quantized
+# layer's x and dy: 0.755 ms against 128x64's 0.679) nor for other casts: with it for every
+# per-tensor cast the quantized layer's step at Qwen3 is slower (13.01 ms a micro-batch of
+# eight against 12.77-12.81, 14.67 against 14.11 with one).
 _GROUPED_TENSOR = QuantizeConfig(128, 128, 4, group_r=8)
-# The same cast where rows are picked (``rows=``): 128x128 in program order. Session 35, call 2
-# (``benchmarks.moe_quantize``, rows in permute's order, Qwen3-30B-A3B): x / dy 0.567 / 0.572 ms
-# against 128x64's 0.681 / 0.682 and 0.766 / 0.766 in groups of 8 (1.58 of a device copy
-# against 1.32 and 1.17): the picked rows are scattered, so grouping row tiles keeps nothing
-# in cache and only delays the column-wise stores.
+# The same cast where rows are picked (``rows=``): 128x128 in program order
+# (``benchmarks.moe_quantize``, H100, rows in permute's order, Qwen3-30B-A3B): x / dy 0.567 /
+# 0.572 ms against 128x64's 0.681 / 0.682 and 0.766 / 0.766 in groups of 8 (1.58 of a device
+# copy against 1.32 and 1.17): the picked rows are scattered, so grouping row tiles keeps
+# nothing in cache and only delays the column-wise stores.
 _GATHERED_TENSOR = QuantizeConfig(128, 128, 4)
 # 128x128 blocks (weights): one multiplier a tile, which is one block; 0.89 of a device copy
 # row-wise, 0.92 with the column-wise copy on the H100.
@@ -231,7 +228,7 @@ def quantize_kernel(
             # Plainly (satfinite): a tile holding a NaN or an infinity (rare) has those elements'
             # codes written over below. Their per-element rules in line took the E5M2 cast to 138
             # registers (E4M3: 90; this way 80; sm_90a), three programs a multiprocessor instead
-            # of five, and 0.77 of copy against E4M3's 0.93 (H100, session 33).
+            # of five, and 0.77 of copy against E4M3's 0.93 (H100).
             q = convert_fp8(v, ELEM)
         # Not staged: Triton would move the transpose onto the input tile (twice the bytes
         # through shared memory, in up to 18 rounds with barriers).
@@ -433,8 +430,8 @@ def launch_quantize(x, offsets, encode, scaling, element, block_2d, rowwise, col
     packed = element == Element.E2M1
     data, scale, data_t, scale_t = (_kernel_view(t, x) for t in bufs)
     # Triton 3.6 on sm_90 miscompiles the one-pass form on float32 input for the whole-tile
-    # formats (the column-wise copy lost about half its elements; seen on the H100,
-    # .notes/quantize_fp32_transpose.md): there the two copies take a pass each.
+    # formats (the column-wise copy lost about half its elements on the H100): there the two
+    # copies take a pass each.
     one_pass = not (x.dtype == torch.float32 and (scaling == Scaling.TENSOR or block_2d))
     # NVFP4's column-wise copy of float32 input comes out wrong from the sm_90 build of this
     # kernel (a quarter to a half of its bytes, in one pass or two; exact in the interpreter and

@@ -3,11 +3,11 @@ same Triton (sm_90: Gluon) kernels as eager instead of tracing their torch refer
 
 ``dispatch.QUANTIZED``: the amax, tensor scales and quantize cast (``quantize.py``), the scaled
 GEMMs (``gemm.py``), the producers with the quantize epilogue (``producers.py``) and the MoE
-MLP's fused quantized GEMMs (``grouped_mlp.py``). Traced, their references were wrong on the
-H100 (session 18-19: the compiled FP8 MoE layer's weight gradients 103 % off under FP8
-blockwise, from inductor's code for the grouped column-wise scatter of ``reference_quantize``;
-a device-side assert under FP8 current scaling) and the scaled grouped GEMMs took over a minute
-to compile at 16 experts.
+MLP's fused quantized GEMMs (``grouped_mlp.py``). Traced, their references are wrong on the
+H100 (the compiled FP8 MoE layer's weight gradients 103 % off under FP8 blockwise, from
+inductor's code for the grouped column-wise scatter of ``reference_quantize``; a device-side
+assert under FP8 current scaling) and the scaled grouped GEMMs take over a minute to compile
+at 16 experts.
 
 Callers ask ``quantized_launcher(kernel, t)`` where they asked ``dispatch.launcher``: outside a
 trace it answers as that launcher (the same implementation, under torch.func transforms too;
@@ -29,6 +29,8 @@ import torch
 
 from fuseops.kernels.dispatch import Kernel, untraced_launcher
 from fuseops.kernels.quantized_ops import gemm, grouped_mlp, producers, quantize
+
+__all__ = ["TRACEABLE", "gemm", "grouped_mlp", "producers", "quantize", "quantized_launcher"]
 
 # The wrapper serving each quantized kernel while torch.compile traces.
 TRACEABLE: dict[Kernel, Callable[..., Any]] = {

@@ -64,8 +64,8 @@ def test_reference_is_the_textbook_function(act):
 
 @pytest.mark.parametrize("act", list(Activation), ids=lambda a: a.name)
 def test_reference_keeps_float64(act):
-    """Float64 in, float64 throughout: the references are the oracles' arithmetic (session 58:
-    the backward rounded dy to float32, 1e-8 off torch's float64 gradient)."""
+    """Float64 in, float64 throughout: the references are the oracles' arithmetic (a backward
+    that rounds dy to float32 is 1e-8 off torch's float64 gradient)."""
     alpha = ALPHA.get(act, 1.0)
     x64 = (torch.randn(37, 130, dtype=torch.float64) * 3).requires_grad_()
     dy64 = torch.randn(37, 130, dtype=torch.float64)

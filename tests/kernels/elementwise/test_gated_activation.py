@@ -93,7 +93,7 @@ def test_reference_is_the_textbook_function(act, clamped, alpha, probs_kind, int
 @pytest.mark.parametrize("interleaved", [False, True], ids=["halves", "interleaved"])
 @pytest.mark.parametrize("act, clamped, alpha, probs_kind", GATES, ids=GATE_IDS)
 def test_reference_keeps_float64(act, clamped, alpha, probs_kind, interleaved):
-    """Float64 in, float64 throughout (session 58: the backward rounded dy, and the probs, to
+    """Float64 in, float64 throughout (the backward must not round dy, or the probs, to
     float32); float32 probs stay float32 and their gradient too."""
     x64 = (torch.randn(37, 130, dtype=torch.float64) * 4).requires_grad_()
     dy64 = torch.randn(37, 65, dtype=torch.float64)
@@ -163,8 +163,8 @@ def _same_bits(a, b):
 
 def assert_same_row_sums(got, want, what=""):
     """``dprobs`` of two compiled kernel variants: the same non-finite pattern, finite values
-    within float32 rounding. On the H100 the row-amax variant's float32 row sums differed from
-    the plain kernel's in their last bits (session 15); dx and the amaxes stay bitwise."""
+    within float32 rounding. On the H100 the row-amax variant's float32 row sums differ from
+    the plain kernel's in their last bits; dx and the amaxes stay bitwise."""
     assert (got is None) == (want is None), what
     if got is not None:
         scale = want.float().abs().nan_to_num(0.0, 0.0, 0.0).amax().item() if want.numel() else 0.0

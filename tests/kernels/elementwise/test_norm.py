@@ -224,7 +224,7 @@ def test_gpu_large_bf16(kind, shape):
 @pytest.mark.parametrize("n", [1, 64, 1000, 4096, 8192])
 def test_backward_gpu_tiles_hold_at_most_32_values_a_thread(n, monkeypatch):
     """The backward's GPU tiles (``_BACKWARD``, chosen on CPU too): at most 32 values of a tile
-    per thread (64 spilled from 4096 columns, offline for sm_90a, session 39), whole rows in one
+    per thread (64 spill from 4096 columns, for sm_90a), whole rows in one
     block up to 8192 columns; wider rows keep the forward's chunked tiles."""
     monkeypatch.setattr(kernels, "INTERPRET", False)
     kernels._configs.cache_clear()
@@ -257,7 +257,8 @@ def test_forward_register_caps_keep_programs_resident(rms, monkeypatch):
     """The forward's GPU configs (chosen on CPU too) carry ``_FORWARD_MAXNREG``'s caps: RMSNorm's
     one-block programs of 16 and 32 warps and every chunked program, at most the registers of a
     multiprocessor (65,536) over the threads it holds (three 16-warp programs, two of 32 warps);
-    LayerNorm's one-block programs and every backward uncapped (session 66's measurements)."""
+    LayerNorm's one-block programs and every backward uncapped (``_FORWARD_MAXNREG``'s
+    measurements)."""
     monkeypatch.setattr(kernels, "INTERPRET", False)
     kernels._configs.cache_clear()
     try:

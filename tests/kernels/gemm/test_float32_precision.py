@@ -128,7 +128,7 @@ def gpu_tile_tables(monkeypatch):
 
 def test_float32_tiles_follow_the_precision(gpu_tile_tables):
     # TF32 runs on the tensor cores, IEEE on the FMA units: each has its own measured tile
-    # (benchmarks/results/session62), picked by the setting at the call.
+    # (``benchmarks/float32_precision.py``), picked by the setting at the call.
     picks = {
         "gated": lambda: grouped_gated.pick_config(grouped_gated._configs(), torch.float32, True),
         "wgrad": lambda: grouped_wgrad.pick_wgrad_config(torch.float32, True, True),
@@ -195,9 +195,9 @@ def _tiled_calls(cfg_of):
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32"])
 def test_the_gpu_float32_tiles_compute_every_epilogue(gpu_tile_tables, precision):
-    # The GPU tables' float32 tiles (session 62: 128-row tiles, a gated forward's epilogue in
-    # two column slices through pointer stores) never run under the interpreter, whose tables
-    # hold one small tile, and ran on the H100 with a few epilogues only: here each tile with
+    # The GPU tables' float32 tiles (128-row tiles, a gated forward's epilogue in two column
+    # slices through pointer stores) never run under the interpreter, whose tables hold one
+    # small tile, and were timed on the H100 with a few epilogues only: here each tile with
     # every epilogue, through the interpreter (which multiplies in IEEE whatever the entry).
     with float32_matmul_precision(precision):
         def cfg_of(module):
@@ -223,8 +223,8 @@ def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 def test_gpu_float32_products_have_the_accuracy_of_the_precision_asked_for(name):
     # The relative error of a TF32 product of K-long rows is ~1e-4-1e-3 (10-bit mantissas),
     # IEEE's ~1e-6: the setting measurably changes the products, and IEEE stays IEEE.
-    # At both sizes: the float32 tiles (one a precision, benchmarks/results/session62) span
-    # several row and column tiles of a group only at the larger one.
+    # At both sizes: the float32 tiles (one a precision) span several row and column tiles of a
+    # group only at the larger one.
     device = cuda_or_skip()
     for shape in (SMALL, MID):
         _check_both_precisions(device, name, shape)

@@ -58,8 +58,8 @@ def test_per_group_products(split, path):
 def test_per_group_products_of_no_rows_whatever_their_strides(strides, path):
     """An empty operand may carry any strides, a zero one too (a zero-row gradient [0, 1] came
     with strides (1, 0): "contiguous", as every empty tensor is); ``torch._grouped_mm`` refuses
-    a zero stride, so such operands take the loop (session 55: the unfused GroupedMLP's
-    backward raised "Invalid strides/sizes" at zero rows)."""
+    a zero stride, so such operands take the loop (else the unfused GroupedMLP's backward
+    raises "Invalid strides/sizes" at zero rows)."""
     a = torch.empty_strided((0, 4), strides)
     b = torch.randn(2, 4, 8)
     y = per_group_matmul(a, b, torch.tensor([0, 0, 0]))

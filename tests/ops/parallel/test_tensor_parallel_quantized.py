@@ -1,5 +1,5 @@
 """Column/row-parallel Linear under every recipe, with and without sequence parallelism,
-on 2 gloo ranks (these used to raise ValueError).
+on 2 gloo ranks.
 
 Compared, after gathering every shard (outputs, input grads, weight grads):
 - against float64 unquantized maths: one Linear per mode meets the SQNR floors of

@@ -1,0 +1,27 @@
+"""Where the benchmarks write their results: ``benchmarks/results/<name>-<gpu>-<date>.json`` (and
+``.png``), one current file per benchmark and GPU. A new run writes a new file; the older file of
+the same benchmark and GPU is deleted by hand when the new one replaces it."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def gpu_tag(device: str = "cuda") -> str:
+    """A short name for the machine: "h100" for "NVIDIA H100 80GB HBM3", "h200" for "NVIDIA H200";
+    "cpu" off the GPU."""
+    if device != "cuda" or not torch.cuda.is_available():
+        return "cpu"
+    words = torch.cuda.get_device_name().replace("NVIDIA", " ").replace("-", " ").split()
+    named = [w for w in words if any(c.isdigit() for c in w)]
+    return (named or words or ["gpu"])[0].lower()
+
+
+def results_path(name: str, suffix: str = ".json", device: str = "cuda", directory: Path = RESULTS) -> Path:
+    """``directory / "<name>-<gpu>-<today>" + suffix``."""
+    return directory / f"{name}-{gpu_tag(device)}-{datetime.date.today().isoformat()}{suffix}"

@@ -1,0 +1,518 @@
+"""Train a small Qwen3-MoE-style byte-level language model on the Python standard library's sources.
+
+    python examples/train_moe_lm.py --steps 30 --device cpu
+    python examples/train_moe_lm.py --device cuda --dtype bfloat16 --steps 2000 --hidden 512 \\
+        --layers 4 --experts 32 --top-k 4 --seq 512 --batch 16 --recipe mxfp8 --graphs
+
+The model is transformers' own ``Qwen3MoeForCausalLM`` (random, small, one token per byte:
+nothing to download) with its experts on ``--experts-backend``: ``fuseops`` or transformers'
+``eager`` and ``grouped_mm``. This is the recommended way to compare backends: one seed gives
+the same weights and the same batches on each, so runs differ only in how the experts compute.
+The text is the standard library's ``.py`` files (sorted paths, a fixed byte budget), its last
+tenth held out for the validation loss.
+
+bfloat16 keeps float32 master weights under ``torch.autocast``, so AdamW's small updates are not
+rounded away (transformers' ``grouped_mm`` is not autocast-enabled: it multiplies in float32).
+``--recipe`` quantizes the experts' GEMMs (fuseops backend only); ``--graphs`` captures the whole
+step (forward, backward, AdamW) in one ``torch.cuda.graph`` on static inputs (CUDA only). Writes
+DIR/train_moe_lm.json and DIR/train_moe_lm.png; the last line is ``OK:`` when the smoothed
+training loss fell, else ``FAIL:`` (exit code 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import json
+import math
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import fuseops
+
+BACKENDS = ("fuseops", "eager", "grouped_mm")
+RECIPES: dict[str, Callable[[], fuseops.recipes.Recipe] | None] = {
+    "none": None,
+    "fp8-current": fuseops.recipes.FP8CurrentScaling,
+    "fp8-blockwise": fuseops.recipes.FP8Blockwise,
+    "mxfp8": fuseops.recipes.MXFP8,
+    "nvfp4": fuseops.recipes.NVFP4,
+}
+DTYPES = ("float32", "bfloat16")
+DATA_BYTES = 2**20
+VAL_FRACTION = 0.1
+EVAL_BATCHES = 4
+# --graphs runs this many eager steps before it captures the next one.
+WARMUP_STEPS = 3
+# Steps not counted in tokens/s: the first calls build plans, compile, or capture.
+UNTIMED_STEPS = WARMUP_STEPS + 1
+_NOT_STDLIB = {"site-packages", "dist-packages", "__pycache__"}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run; every field is a command-line flag of the same name."""
+
+    steps: int = 200
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype: str = "float32"
+    layers: int = 2
+    hidden: int = 64
+    experts: int = 8
+    top_k: int = 2
+    seq: int = 128
+    batch: int = 8
+    lr: float = 3e-3
+    recipe: str = "none"
+    offload: bool = False
+    compile: bool = False
+    graphs: bool = False
+    experts_backend: str = "fuseops"
+    eval_every: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, value, valid in (("--dtype", self.dtype, DTYPES), ("--recipe", self.recipe, tuple(RECIPES)),
+                                   ("--experts-backend", self.experts_backend, BACKENDS)):
+            if value not in valid:
+                raise ValueError(f"{name}: expected one of {', '.join(valid)}, got {value!r}")
+        for name in ("steps", "layers", "hidden", "experts", "top_k", "seq", "batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')}: expected a positive int, got {getattr(self, name)}")
+        if self.eval_every < 0:
+            raise ValueError(f"--eval-every: expected 0 (never) or a positive int, got {self.eval_every}")
+        if not self.lr > 0:
+            raise ValueError(f"--lr: expected a positive float, got {self.lr}")
+        if self.top_k > self.experts:
+            raise ValueError(f"--top-k: expected at most --experts ({self.experts}), got {self.top_k}")
+        if self.hidden % head_dim(self.hidden):
+            raise ValueError(f"--hidden: expected a multiple of {head_dim(self.hidden)}, got {self.hidden}")
+        if self.recipe != "none" and self.experts_backend != "fuseops":
+            raise ValueError(
+                f"--recipe {self.recipe}: quantization recipes apply to the fuseops experts backend only, "
+                f"got --experts-backend {self.experts_backend}"
+            )
+        if self.eval_every and self.batch * self.seq >= int(DATA_BYTES * VAL_FRACTION):
+            raise ValueError(
+                f"--batch {self.batch} x --seq {self.seq}: the held-out text ({int(DATA_BYTES * VAL_FRACTION)} "
+                f"bytes) must hold one batch; expected a smaller product, or --eval-every 0"
+            )
+        try:
+            device = torch.device(self.device)
+        except RuntimeError:
+            device = None
+        if device is None or device.type not in ("cpu", "cuda"):
+            raise ValueError(f"--device: expected cpu, cuda or cuda:N, got {self.device!r}")
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {self.device}: CUDA is not available on this machine")
+        if self.graphs:
+            self._check_graphs(device)
+
+    def _check_graphs(self, device: torch.device) -> None:
+        if device.type != "cuda":
+            raise ValueError(
+                f"--graphs captures the training step with torch.cuda.graph and needs a CUDA device, "
+                f"got --device {self.device}"
+            )
+        if self.experts_backend == "eager":
+            raise ValueError(
+                "--graphs: transformers' eager experts read the experts hit on the host (a sync that "
+                "capture forbids); expected --experts-backend fuseops or grouped_mm"
+            )
+        if self.compile and self.experts_backend == "grouped_mm":
+            raise ValueError(
+                "--graphs --compile: compiled, transformers' grouped_mm experts take a per-expert loop that "
+                "reads the group offsets on the host for float32 weights (a sync that capture forbids); "
+                "expected --experts-backend fuseops, or no --compile"
+            )
+        if self.offload:
+            raise ValueError("--graphs with --offload: activation offloading is not captured in a graph; "
+                             "expected one of the two")
+
+
+@dataclass
+class TrainResult:
+    """What a run measured; ``val_losses`` holds ``(step, loss)`` pairs, ``offload_stats``
+    the last step's ``offload.stats`` (empty without ``--offload``)."""
+
+    config: TrainConfig
+    losses: list[float]
+    val_losses: list[tuple[int, float]]
+    tokens_per_s: float
+    peak_memory_bytes: int
+    wall_s: float
+    offload_stats: dict[str, int]
+
+    @property
+    def fell(self) -> bool:
+        """Whether the smoothed training loss ended below where it started."""
+        first, last = smoothed_ends(self.losses)
+        return last < first
+
+    def to_json(self) -> dict:
+        first, last = smoothed_ends(self.losses)
+        return {
+            "config": dataclasses.asdict(self.config),
+            "losses": self.losses,
+            "val_losses": self.val_losses,
+            "tokens_per_s": self.tokens_per_s,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "wall_s": self.wall_s,
+            "offload_stats": self.offload_stats,
+            "initial_smoothed_loss": first,
+            "final_smoothed_loss": last,
+            "final_val_loss": self.val_losses[-1][1] if self.val_losses else None,
+            "loss_fell": self.fell,
+        }
+
+
+def head_dim(hidden: int) -> int:
+    """Attention head size for a model width: 32 below 256, else 64."""
+    return 32 if hidden < 256 else 64
+
+
+def smoothing_window(steps: int) -> int:
+    """How many steps a smoothed loss averages: a fifth of the run, 1 to 10."""
+    return max(1, min(10, steps // 5))
+
+
+def smoothed_ends(losses: Sequence[float]) -> tuple[float, float]:
+    """Mean of the first and of the last ``smoothing_window`` losses."""
+    window = smoothing_window(len(losses))
+    return sum(losses[:window]) / window, sum(losses[-window:]) / window
+
+
+@functools.cache
+def stdlib_text(budget_bytes: int = DATA_BYTES) -> bytes:
+    """The standard library's ``.py`` sources, cut at ``budget_bytes``.
+
+    Files are read in a fixed order: each folder's files sorted by name, then its
+    subfolders, sorted. Third-party packages (``site-packages``) and bytecode caches are
+    left out, so the text depends on the Python version only.
+
+    Args:
+        budget_bytes: how many bytes to return.
+    """
+    root = os.path.dirname(os.__file__)
+    chunks, size = [], 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _NOT_STDLIB)
+        for name in sorted(f for f in filenames if f.endswith(".py")):
+            chunks.append(Path(dirpath, name).read_bytes())
+            size += len(chunks[-1])
+            if size >= budget_bytes:
+                return b"".join(chunks)[:budget_bytes]
+    raise RuntimeError(f"the standard library under {root} holds {size} bytes of .py, expected {budget_bytes}")
+
+
+def split_tokens(text: bytes, val_fraction: float = VAL_FRACTION) -> tuple[torch.Tensor, torch.Tensor]:
+    """Byte tokens [N] (int64) split into a training head and a held-out tail.
+
+    Args:
+        text: the corpus.
+        val_fraction: the share of it held out for validation.
+    """
+    tokens = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
+    cut = int(len(tokens) * (1 - val_fraction))
+    return tokens[:cut], tokens[cut:]
+
+
+def random_batches(
+    tokens: torch.Tensor, batch: int, seq: int, seed: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless (inputs, targets), each [batch, seq], from windows at random offsets.
+
+    Args:
+        tokens: [N] token ids.
+        batch: windows per batch.
+        seq: tokens per window; the targets are the inputs shifted by one.
+        seed: seeds the offsets, so that every backend sees the same batches.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    while True:
+        starts = torch.randint(0, len(tokens) - seq - 1, (batch,), generator=generator)
+        windows = torch.stack([tokens[s : s + seq + 1] for s in starts.tolist()])
+        yield windows[:, :-1], windows[:, 1:]
+
+
+def fixed_batches(tokens: torch.Tensor, batch: int, seq: int, count: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Up to ``count`` (inputs, targets) batches of consecutive windows from the start of ``tokens``."""
+    usable = (len(tokens) - 1) // seq * seq
+    windows = tokens[: usable + 1].unfold(0, seq + 1, seq)[: count * batch]
+    return [(w[:, :-1], w[:, 1:]) for w in windows.split(batch) if len(w) == batch]
+
+
+def build_model(cfg: TrainConfig) -> torch.nn.Module:
+    """A randomly initialised ``Qwen3MoeForCausalLM`` (float32, on ``cfg.device``), its experts
+    on ``cfg.experts_backend``; the weights depend on ``cfg.seed`` and the sizes only."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    heads = cfg.hidden // head_dim(cfg.hidden)
+    config = Qwen3MoeConfig(
+        vocab_size=256,
+        hidden_size=cfg.hidden,
+        num_hidden_layers=cfg.layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        head_dim=head_dim(cfg.hidden),
+        intermediate_size=4 * cfg.hidden,
+        moe_intermediate_size=cfg.hidden,
+        num_experts=cfg.experts,
+        num_experts_per_tok=cfg.top_k,
+        norm_topk_prob=True,
+        max_position_embeddings=cfg.seq,
+        use_cache=False,
+    )
+    torch.manual_seed(cfg.seed)
+    model = Qwen3MoeForCausalLM(config).to(cfg.device)
+    if cfg.experts_backend == "fuseops":
+        fuseops.integrations.transformers.register()
+    model.set_experts_implementation(cfg.experts_backend)
+    return model
+
+
+@contextlib.contextmanager
+def forward_context(cfg: TrainConfig) -> Iterator[fuseops.offload.ActivationOffload | None]:
+    """Where a forward runs: bf16 autocast, the quantization recipe, activation offloading
+    (its handle is what the block yields; None without ``cfg.offload``)."""
+    with contextlib.ExitStack() as stack:
+        if cfg.dtype == "bfloat16":
+            stack.enter_context(torch.autocast(torch.device(cfg.device).type, dtype=torch.bfloat16))
+        recipe = RECIPES[cfg.recipe]
+        if recipe is not None:
+            stack.enter_context(fuseops.autocast(recipe=recipe()))
+        yield stack.enter_context(fuseops.offload_activations()) if cfg.offload else None
+
+
+def lm_loss(model: Callable[..., object], inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-byte cross entropy, computed in float32.
+
+    Args:
+        model: the causal LM (or its compiled form).
+        inputs: [B, S] token ids.
+        targets: [B, S] the next token of each input.
+    """
+    logits = model(input_ids=inputs).logits
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+def make_step(
+    model: Callable[..., object], opt: torch.optim.Optimizer, cfg: TrainConfig, offload_stats: dict[str, int]
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``step(inputs, targets) -> loss``: one AdamW step; with ``cfg.graphs``, eager for the
+    first ``WARMUP_STEPS`` calls on a side stream, then one captured graph replayed.
+
+    Args:
+        model: the causal LM (or its compiled form).
+        opt: the optimizer of its parameters.
+        cfg: the run.
+        offload_stats: where each step leaves its ``offload.stats`` (with ``cfg.offload``).
+    """
+
+    def eager_step(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        with forward_context(cfg) as offload:
+            loss = lm_loss(model, inputs, targets)
+        loss.backward()
+        opt.step()
+        if offload is not None:
+            offload_stats.update(offload.stats)
+        return loss.detach()
+
+    return CapturedStep(eager_step) if cfg.graphs else eager_step
+
+
+class CapturedStep:
+    """A training step captured whole in a CUDA graph on static input buffers.
+
+    The first ``WARMUP_STEPS`` calls run eagerly on a side stream (as ``torch.cuda.graph``
+    asks: lazily built state, such as AdamW's, must exist before capture); the next call
+    captures the step and every call from then on copies its batch into the static
+    buffers and replays the graph.
+    """
+
+    def __init__(self, step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+        self.step = step
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self.side_stream = torch.cuda.Stream()
+
+    def __call__(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls <= WARMUP_STEPS:
+            self.side_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.side_stream):
+                loss = self.step(inputs, targets)
+            torch.cuda.current_stream().wait_stream(self.side_stream)
+            return loss
+        if self.graph is None:
+            self._capture(inputs, targets)
+        static_inputs, static_targets, static_loss = self.static
+        static_inputs.copy_(inputs)
+        static_targets.copy_(targets)
+        self.graph.replay()
+        return static_loss.clone()
+
+    def _capture(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
+        static_inputs, static_targets = inputs.clone(), targets.clone()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            static_loss = self.step(static_inputs, static_targets)
+        self.static = (static_inputs, static_targets, static_loss)
+
+
+@torch.no_grad()
+def evaluate(model: Callable[..., object], batches: list[tuple[torch.Tensor, torch.Tensor]], cfg: TrainConfig) -> float:
+    """Mean loss over the held-out batches (same autocast and recipe as training, no offload)."""
+    eval_cfg = dataclasses.replace(cfg, offload=False, graphs=False)
+    total = 0.0
+    for inputs, targets in batches:
+        with forward_context(eval_cfg):
+            total += lm_loss(model, inputs.to(cfg.device), targets.to(cfg.device)).item()
+    return total / len(batches)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """CUDA: the most memory allocated so far; CPU: the process's peak resident set size."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    # ru_maxrss is in KiB on Linux, bytes on macOS.
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def train(cfg: TrainConfig, *, progress: bool = True) -> TrainResult:
+    """Train a fresh model for ``cfg.steps`` AdamW steps on the standard library's text.
+
+    Args:
+        cfg: the run.
+        progress: show a tqdm progress bar with loss, tokens/s and memory.
+    """
+    from tqdm import tqdm
+
+    device = torch.device(cfg.device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    train_tokens, val_tokens = split_tokens(stdlib_text())
+    val_batches = fixed_batches(val_tokens, cfg.batch, cfg.seq, EVAL_BATCHES)
+    model = build_model(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, capturable=cfg.graphs)
+    runnable = torch.compile(model) if cfg.compile else model
+    offload_stats: dict[str, int] = {}
+    step = make_step(runnable, opt, cfg, offload_stats)
+    batches = random_batches(train_tokens, cfg.batch, cfg.seq, cfg.seed)
+
+    losses: list[float] = []
+    val_losses: list[tuple[int, float]] = []
+    timed_s, timed_tokens = 0.0, 0
+    start = time.perf_counter()
+    bar = tqdm(range(1, cfg.steps + 1), disable=not progress, desc=f"{cfg.experts_backend}", unit="step")
+    for i in bar:
+        inputs, targets = (t.to(device, non_blocking=True) for t in next(batches))
+        t0 = time.perf_counter()
+        losses.append(step(inputs, targets).item())
+        dt = time.perf_counter() - t0
+        if i > UNTIMED_STEPS or cfg.steps <= UNTIMED_STEPS:
+            timed_s, timed_tokens = timed_s + dt, timed_tokens + inputs.numel()
+        if cfg.eval_every and (i % cfg.eval_every == 0 or i == cfg.steps):
+            val_losses.append((i, evaluate(runnable, val_batches, cfg)))
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{inputs.numel() / dt:,.0f}",
+                        mem=f"{peak_memory_bytes(device) / 2**20:,.0f}MiB")
+    return TrainResult(cfg, losses, val_losses, timed_tokens / max(timed_s, 1e-9), peak_memory_bytes(device),
+                       time.perf_counter() - start, offload_stats)
+
+
+def plot(result: TrainResult, path: Path) -> None:
+    """Training loss (raw and smoothed) and validation loss against the step, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    losses = result.losses
+    steps = range(1, len(losses) + 1)
+    window = smoothing_window(len(losses))
+    smooth = [sum(losses[max(0, i - window + 1) : i + 1]) / min(window, i + 1) for i in range(len(losses))]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(steps, losses, alpha=0.3, color="C0", label="train")
+    ax.plot(steps, smooth, color="C0", label=f"train (mean of {window})")
+    if result.val_losses:
+        ax.plot(*zip(*result.val_losses), marker="o", color="C1", label="validation")
+    ax.axhline(math.log(256), color="grey", linestyle=":", label="uniform over bytes")
+    cfg = result.config
+    ax.set_title(f"Qwen3-MoE bytes, {cfg.layers}x{cfg.hidden}, {cfg.experts} experts top-{cfg.top_k}, "
+                 f"{cfg.experts_backend}, {cfg.dtype}, recipe {cfg.recipe}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross entropy (nats per byte)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, Path]:
+    """The command line as a ``TrainConfig`` and the results folder; an invalid value or
+    combination exits with the reason (code 2)."""
+    defaults = TrainConfig()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=defaults.steps, help="AdamW steps")
+    parser.add_argument("--device", default=defaults.device, help="cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", choices=DTYPES, default=defaults.dtype,
+                        help="bfloat16: float32 weights, forward under torch.autocast")
+    for name in ("layers", "hidden", "experts", "top-k", "seq", "batch"):
+        parser.add_argument(f"--{name}", type=int, default=getattr(defaults, name.replace("-", "_")))
+    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--recipe", choices=RECIPES, default=defaults.recipe,
+                        help="quantize the experts' GEMMs (fuseops backend only)")
+    parser.add_argument("--experts-backend", choices=BACKENDS, default=defaults.experts_backend)
+    parser.add_argument("--offload", action="store_true", help="offload saved activations to the host")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--graphs", action="store_true", help="capture the training step in a CUDA graph")
+    parser.add_argument("--eval-every", type=int, default=defaults.eval_every,
+                        help="validation loss every N steps and at the end (0: never)")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="seeds the weights and the batches")
+    parser.add_argument("--out", default=".", help="folder for train_moe_lm.json and train_moe_lm.png")
+    args = parser.parse_args(argv)
+    out = args.__dict__.pop("out")
+    try:
+        cfg = TrainConfig(**vars(args))
+    except ValueError as e:
+        parser.error(str(e))
+    return cfg, Path(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Train, write the JSON and PNG, print ``OK:`` or ``FAIL:``; returns the exit code."""
+    cfg, out = parse_args(argv)
+    result = train(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train_moe_lm.json").write_text(json.dumps(result.to_json(), indent=1))
+    plot(result, out / "train_moe_lm.png")
+    summary = result.to_json()
+    val = summary["final_val_loss"]
+    print(f"wrote {out / 'train_moe_lm.json'} and {out / 'train_moe_lm.png'}")
+    print(f"{cfg.steps} steps in {result.wall_s:.1f} s, {result.tokens_per_s:,.0f} tokens/s, "
+          f"peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB")
+    if result.offload_stats:
+        print(f"offload, last step: {result.offload_stats['bytes_offloaded'] / 2**20:,.1f} MiB in "
+              f"{result.offload_stats['tensors_offloaded']} saved tensors went to the host and back")
+    verdict = "OK" if result.fell else "FAIL"
+    print(f"{verdict}: smoothed train loss {summary['initial_smoothed_loss']:.4f} -> "
+          f"{summary['final_smoothed_loss']:.4f}, final val loss "
+          + (f"{val:.4f}" if val is not None else "not measured"))
+    return 0 if result.fell else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
