@@ -316,7 +316,8 @@ def plot(rows: list[dict], path: Path) -> None:
     except ImportError:
         return
     full = [r for r in rows if all(h + "_ms" in r for h in HARNESSES)]
-    labels = [f"{r['model']} {r.get('routing', '')} T={r['T']} {r['path']}" for r in full]
+    labels = [f"{r['model']}{' H=' + str(r['H']) if 'H' in r else ''} {r.get('routing', '')} T={r['T']} {r['path']}"
+              for r in full]
     fig, ax = plt.subplots(figsize=(10, 0.25 * len(labels) + 1.5))
     for h in HARNESSES:
         values = [r[h + "_ms"] / min(r[x + "_ms"] for x in HARNESSES) for r in full]

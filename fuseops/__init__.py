@@ -48,3 +48,9 @@ __all__ = [
     "recipes",
     "weight_cache",
 ]
+
+
+def __dir__() -> list[str]:
+    # Submodules become attributes of the package as they are imported; dir() lists the
+    # public names (``__all__``) and the private ones only.
+    return sorted(__all__ + [name for name in globals() if name.startswith("_")])

@@ -130,8 +130,6 @@ def test_the_device_assert_names_split_sizes_and_rows():
     _checks.sizes_asserted("GroupedLinear split_sizes", torch.tensor([8, 0, 16, 8], dtype=torch.int32), 32)
 
 
-@pytest.mark.xfail(strict=True, reason="the fused GroupedMLP makes its offsets with device_offsets, which has no "
-                                       "stand-in for split sizes of the wrong length: GroupedLinear.offsets has")
 def test_fused_mlp_with_split_sizes_of_the_wrong_length():
     call = _mlp()
     compiled = torch.compile(call, backend="aot_eager", fullgraph=True)

@@ -101,8 +101,8 @@ def _every_parametrized_op():
 def test_a_model_built_on_the_meta_device_initializes_like_an_eager_one():
     """Built on the meta device, moved with ``to_empty`` and each module's ``reset_parameters``
     called (FSDP2's and torchtitan's initialization): every parameter equals the eagerly built
-    model's, bit for bit (session 59: the norms and Bias had no ``reset_parameters``: their
-    parameters stayed uninitialized memory)."""
+    model's, bit for bit (a norm or Bias without ``reset_parameters`` would keep its parameters
+    as uninitialized memory)."""
     torch.manual_seed(0)
     eager = _every_parametrized_op()
     with torch.device("meta"):
@@ -124,7 +124,7 @@ def test_torchscript_raises_a_type_error_that_names_the_ways_that_work():
     """``torch.jit.script`` of a fuseops Sequential, of one op, or of a torch model holding one
     (torch.nn's script): TorchScript compiles neither the executor nor the Triton kernels, so a
     TypeError naming torch.compile and torch.export, rather than TorchScript's frontend failing
-    inside fuseops' annotations (session 62: "Unknown type annotation: 'torch.Tensor'")."""
+    inside fuseops' annotations ("Unknown type annotation: 'torch.Tensor'")."""
     dense, _ = _every_parametrized_op()
 
     class Outer(torch.nn.Module):
@@ -261,9 +261,9 @@ def test_double_backward_raises_instead_of_wrong_grads(fuse, device):
 def test_create_graph_with_one_gradient_is_right_then_raises(frozen, device):
     """One gradient needed (x's: a parameterless op, or the parameters frozen) under
     ``create_graph=True``, as a gradient penalty or ``torch.func.vjp`` asks: torch.nn's gradient,
-    and the second backward raises (session 58: the one gradient came back as its first row).
-    ``cpu-kernels``: the Triton kernels through the interpreter, as on CUDA (session 59: vjp_fn
-    ran the kernels on the transform's dead wrappers, which have no storage)."""
+    and the second backward raises (guards against the one gradient coming back as its first row).
+    ``cpu-kernels``: the Triton kernels through the interpreter, as on CUDA (guards against vjp_fn
+    running the kernels on the transform's dead wrappers, which have no storage)."""
     device, kernels = _on(device)
     with kernels:
         _one_gradient_under_create_graph(frozen, device)
@@ -335,8 +335,8 @@ def test_torch_func_vmap_grad_jacrev_match_torch_nn(fuse, device):
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_per_sample_gradients_vmap_of_grad(device):
     """``vmap(grad(loss))`` over a batch (per-sample gradients, as Opacus-style training asks):
-    torch.nn's for a dense model, a loop of ``grad`` calls for a grouped one (session 58: the
-    grouped references' ``mm(out=)`` had no batching rule)."""
+    torch.nn's for a dense model, a loop of ``grad`` calls for a grouped one (the grouped
+    references must not use ``mm(out=)``, which has no batching rule)."""
     seq, ref = _mlp(device=device)
     x = torch.randn(4, 3, 6, device=device)
 
@@ -365,7 +365,7 @@ def test_per_sample_gradients_vmap_of_grad(device):
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_torch_func_higher_order_matches_torch_nn(device):
-    """Grad of grad (raised until session 58) runs the ops as plain torch, which torch
+    """Grad of grad runs the ops as plain torch, which torch
     differentiates again (``fuseops/ops/executor/plain_autograd.py``, where jvp, jacfwd and
     hessian are tested too); a second backward of ``create_graph=True`` still raises."""
     seq, ref = _mlp(fuse=False, device=device)
@@ -447,8 +447,8 @@ def _parametrize(module, kind):
 def test_parametrized_weights_train_like_torch_nn(kind, run, device):
     """``torch.nn.utils.parametrize`` on a Linear's weight (weight_norm, a custom one): the
     same outputs and gradients (the parametrization's own parameters included) as torch.nn,
-    also when only that weight needs a gradient (session 59: the backward raised KeyError; a
-    model whose only trainable tensor was parametrized ran no backward at all)."""
+    also when only that weight needs a gradient (guards against the backward raising KeyError,
+    and against a model whose only trainable tensor is parametrized running no backward at all)."""
     device, kernels = _on(device)
     seq, ref = _mlp(device=device)
     seq, ref = seq.double(), ref.double()

@@ -14,7 +14,7 @@ import torch
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, quantized
 from fuseops.kernels.quantization.epilogue import Emitted
 from fuseops.ops.contract import OpContext
-from fuseops.ops.grouped_linear import GroupedLinear, device_offsets
+from fuseops.ops.grouped_linear import GroupedLinear
 from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp
 from fuseops.quant.emit import EmitPlan, emitted_storage
@@ -60,7 +60,7 @@ class ProducerQuantizeLinear(Fusion):
         linear_ctx = ctxs[1]
         plan = EmitPlan(linear_ctx.recipe, columnwise=linear_ctx.weight_requires_grad)
         emitted = self.produce(producer, ctxs[0], x, extra_inputs[0], plan)
-        offsets = device_offsets(extra_inputs[1][0], x.device) if isinstance(linear, GroupedLinear) else None
+        offsets = linear.offsets(extra_inputs[1][0], x) if isinstance(linear, GroupedLinear) else None
         qx = emitted_storage(plan, emitted, dtype=x.dtype, offsets=offsets)
         y, _ = linear.op_forward(linear_ctx, qx, extra_inputs[1])
         return y.view(*x.shape[:-1], linear.out_features), [(), ()]

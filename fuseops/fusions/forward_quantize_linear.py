@@ -9,7 +9,7 @@ from typing import Any
 
 from fuseops.fusions._producer_quantize import local_gemm
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, match, quantized
-from fuseops.ops.grouped_linear import GroupedLinear, device_offsets
+from fuseops.ops.grouped_linear import GroupedLinear
 from fuseops.ops.linear import Linear
 from fuseops.ops.op import BasicOp
 from fuseops.ops.quantize import Quantize, QuantizeSaved
@@ -33,7 +33,7 @@ class ForwardQuantizeLinear(Fusion):
         if cast_ctx.needs_backward:
             cast_ctx.saved = QuantizeSaved(recipe=cast_ctx.recipe)
         x2d = x.reshape(-1, linear.in_features).contiguous()
-        offsets = device_offsets(extra_inputs[1][0], x.device) if isinstance(linear, GroupedLinear) else None
+        offsets = linear.offsets(extra_inputs[1][0], x) if isinstance(linear, GroupedLinear) else None
         qx = quantize(x2d, linear_ctx.recipe, role=TensorRole.INPUT, rowwise=True,
                       columnwise=linear_ctx.weight_requires_grad, offsets=offsets)
         y, _ = linear.op_forward(linear_ctx, qx, extra_inputs[1])

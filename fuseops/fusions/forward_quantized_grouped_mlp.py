@@ -35,7 +35,7 @@ from fuseops.ops._quantized import quantized_operands
 from fuseops.ops.activation import ActivationOp, ActivationSaved
 from fuseops.ops.contract import OpContext
 from fuseops.ops.gated import GatedActivation, GatedSaved
-from fuseops.ops.grouped_linear import GroupedLinear, device_offsets
+from fuseops.ops.grouped_linear import GroupedLinear
 from fuseops.ops.op import BasicOp
 from fuseops.quant.emit import EmitPlan, emitted_storage
 from fuseops.quant.recipes import TensorRole
@@ -59,7 +59,7 @@ class ForwardQuantizedGroupedMLP(Fusion):
     def fused_forward(self, ops, ctxs: Sequence[OpContext], x, extra_inputs: Sequence[tuple[Any, ...]]):
         fc1, act_op, fc2 = ops
         fc1_ctx, act_ctx, fc2_ctx = ctxs
-        offsets = device_offsets(extra_inputs[0][0], x.device)
+        offsets = fc1.offsets(extra_inputs[0][0], x)
         x2d = x.reshape(-1, fc1.in_features).contiguous()
         qx, qw, fc1_saved = quantized_operands(
             fc1_ctx.recipe, x2d, fc1.weight, offsets=offsets,

@@ -35,7 +35,7 @@ from fuseops.ops.contract import OpContext, OpGrads
 from fuseops.ops.executor.save_notice import notice_early
 from fuseops.ops.executor.saved_state import graph_freed_after_backward
 from fuseops.ops.gated import GatedActivation, GatedSaved
-from fuseops.ops.grouped_linear import GroupedLinear, GroupedLinearSaved, device_offsets
+from fuseops.ops.grouped_linear import GroupedLinear, GroupedLinearSaved
 from fuseops.ops.op import BasicOp
 from fuseops.ops.shape import rows, unrows
 
@@ -69,7 +69,7 @@ class GroupedMLP(Fusion):
     def fused_forward(self, ops, ctxs: Sequence[OpContext], x, extra_inputs: Sequence[tuple[Any, ...]]):
         fc1, act_op, fc2 = ops
         probs = extra_inputs[1][0] if getattr(act_op, "scaled", False) else None
-        offsets = device_offsets(extra_inputs[0][0], x.device)
+        offsets = fc1.offsets(extra_inputs[0][0], x)
         # Under torch.autocast both GEMMs run in its dtype (weights cast once per version).
         x = _autocast.cast_input(ctxs[0].autocast, x)
         w1, b1 = fc1.compute_weight(ctxs[0]), fc1.compute_bias(ctxs[0])

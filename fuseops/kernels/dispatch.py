@@ -105,6 +105,7 @@ class Kernel(enum.Enum):
     GEMM_GATED = "gemm_gated"
     GEMM_SCALED = "gemm_scaled"
     GROUP_OFFSETS = "group_offsets"
+    CHECKED_GROUP_OFFSETS = "checked_group_offsets"
     GROUPED_GEMM = "grouped_gemm"
     GROUPED_GEMM_GATED = "grouped_gemm_gated"
     GROUPED_GEMM_DGRAD_GATED = "grouped_gemm_dgrad_gated"
@@ -189,6 +190,7 @@ TABLE: tuple[Route, ...] = (
     *_launcher_and_reference(dense_gated, "gemm_gated", Kernel.GEMM_GATED),
     *_launcher_and_reference(dense_scaled, "gemm_scaled", Kernel.GEMM_SCALED),
     *_launcher_and_reference(group_offsets, "group_offsets", Kernel.GROUP_OFFSETS),
+    *_launcher_and_reference(group_offsets, "checked_group_offsets", Kernel.CHECKED_GROUP_OFFSETS),
     *_launcher_and_reference(grouped, "grouped_gemm", Kernel.GROUPED_GEMM, "1.01-1.42x torch._grouped_mm (grouped_gemm.py)"),
     *_launcher_and_reference(grouped_gated, "grouped_gemm_gated", Kernel.GROUPED_GEMM_GATED),
     *_launcher_and_reference(grouped_gated_bwd, "grouped_gemm_dgrad_gated", Kernel.GROUPED_GEMM_DGRAD_GATED),

@@ -55,7 +55,12 @@ class ActivationOffload:
     def stats(self) -> dict[str, int]:
         """A snapshot: ``bytes_offloaded``, ``bytes_reloaded``, ``tensors_offloaded``,
         ``tensors_skipped`` and why (``skipped_<reason>``, see ``Skip``),
-        ``storages_offloaded`` (copies made: views share one) and ``groups``."""
+        ``storages_offloaded`` (copies made: views share one) and ``groups``; with
+        ``group_budget_bytes="auto"``, what was planned and from what: ``groups_learning``
+        (groups of steps still being measured: nothing moves), ``groups_planned``,
+        ``planned_bytes`` (the budgets the plan gave them) and ``planned_bytes_per_s`` (the
+        link rate the plan counts on: the measured pinned-copy bandwidth times its calibrated
+        efficiency)."""
         return dict(self._scope.stats)
 
 

@@ -426,10 +426,10 @@ class Planner:
         planned before an update do not cut twice. Waits under ``STALL_TOLERANCE`` of the
         step's compute are noise the margin covers.
 
-        A single wait may be a hiccup rather than the link (the H100 moe stack, session 21:
-        a wait in a timed step cut the efficiency to 0.895 for good, and the steps moved 0.72
-        of what the link hides; the plan without the cut moves 0.92, replayed offline from
-        that run's profile). So the profile's first cut is tried again once: after
+        A single wait may be a hiccup rather than the link (benchmarks/offload.py's moe stack
+        on an H100: a wait in a timed step that cut the efficiency to 0.895 for good left the
+        steps moving 0.72 of what the link hides; the plan without the cut moves 0.92, replayed
+        offline from that run's profile). So the profile's first cut is tried again once: after
         ``RESTORE_AFTER`` planned steps in a row that waited on nothing, the efficiency and
         budgets from before it return (their host blocks are held: no pinned memory is
         allocated). A cut after that stands."""

@@ -31,7 +31,8 @@ class Skip(enum.Enum):
 def new_stats() -> dict[str, int]:
     stats = dict.fromkeys(
         ("bytes_offloaded", "bytes_reloaded", "tensors_offloaded", "tensors_skipped",
-         "storages_offloaded", "groups"), 0)
+         "storages_offloaded", "groups", "groups_learning", "groups_planned", "planned_bytes",
+         "planned_bytes_per_s"), 0)
     stats.update({f"skipped_{s.value}": 0 for s in Skip})
     return stats
 

@@ -172,6 +172,7 @@ class Scheduler(NoticePath, BackwardPath):
             if self.group_budget_bytes == "auto":
                 self._mark_forward(group, device)
                 group.passthrough = group.learning = self._log.learning
+                self.stats["groups_learning"] += group.learning
             else:
                 group.budget_left = self.group_budget_bytes
                 group.passthrough = self._cannot_move
@@ -195,6 +196,7 @@ class Scheduler(NoticePath, BackwardPath):
         if plan is not None:
             group.offloading = True
             group.budget_left, group.picks = plan
+            self._count_planned(plan[0])
 
     def _mark_forward(self, group: Group, device: torch.device) -> None:
         """Record the start of ``group``'s forward in the step's log (a new step once the
@@ -250,6 +252,17 @@ class Scheduler(NoticePath, BackwardPath):
         budget = self._planner.budget(group.log, group.position, layout)
         group.learning = budget is None
         group.budget_left = 0 if budget is None else budget
+        if budget is None:
+            self.stats["groups_learning"] += 1
+        else:
+            self._count_planned(budget)
+
+    def _count_planned(self, budget: int) -> None:
+        """What the plan gave a group and the link rate it counted on: the user's view of
+        "auto" (``ActivationOffload.stats``)."""
+        self.stats["groups_planned"] += 1
+        self.stats["planned_bytes"] += budget
+        self.stats["planned_bytes_per_s"] = int(self._planner.achieved_bytes_per_s())
 
     def _skip_reason(self, t: torch.Tensor) -> Skip | torch.UntypedStorage:
         """Why ``t`` stays where it is, or its storage when it may move (read once here:

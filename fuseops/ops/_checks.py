@@ -164,8 +164,8 @@ def extra_tensor(
         )
 
 
-# ``os.environ``'s own table of encoded names and values: every replayed call asks for the flag
-# (issue 20's host path), and ``os.environ.get`` costs four Python frames a read. Setting the
+# ``os.environ``'s own table of encoded names and values: every call asks for the flag, and
+# ``os.environ.get`` costs four Python frames a read. Setting the
 # variable through ``os.environ`` (``monkeypatch.setenv`` too) updates this table; where the
 # platform's ``os.environ`` has none, ``os.environ.get`` reads it.
 _ENVIRON_TABLE = getattr(os.environ, "_data", None)

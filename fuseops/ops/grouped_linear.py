@@ -116,7 +116,10 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
             if not _checks.usable_split_sizes(split_sizes, self.num_groups):
                 split_sizes = [0] * self.num_groups
         elif isinstance(split_sizes, torch.Tensor) and split_sizes.device.type != "cpu":
-            _checks.sizes_asserted(SPLIT_SIZES, split_sizes, math.prod(x.shape[:-1]))
+            rows = math.prod(x.shape[:-1])
+            offsets, ok = launcher(Kernel.CHECKED_GROUP_OFFSETS, split_sizes)(split_sizes, rows)
+            torch._assert_async(ok, f"{SPLIT_SIZES}: expected non-negative sizes summing to the {rows} input rows")
+            return offsets
         return device_offsets(split_sizes, x.device)
 
     def save(self, ctx: OpContext, x: torch.Tensor, offsets: torch.Tensor) -> None:

@@ -45,6 +45,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.weak import WeakIdKeyDictionary
 
+__all__ = ["cached_bytes", "cached_copy", "clear", "derived", "lookup"]
+
 T = TypeVar("T")
 
 
@@ -177,3 +179,8 @@ def clear() -> None:
     """Drop every cached copy (after writing a weight in a way the cache cannot see:
     through ``param.data`` outside an optimizer step)."""
     _entries.clear()
+
+
+def __dir__() -> list[str]:
+    # The public names (``__all__``) and the private ones: not the imports.
+    return sorted(__all__ + [name for name in globals() if name.startswith("_")])

@@ -96,7 +96,7 @@ def _errors_nearby(experts, x, ids, weights, dy, lean, kernels, what, draws=8):
     """Name -> the worst fused and the worst unfused error over ``draws`` neighbours of the
     example (``nudged``: x, the routing weights, dy and every parameter). At a token or two a
     result is a handful of roundings, and one example's errors are one draw of each path's spread
-    (session 56: float16, one token through one expert twice, its routing-weight gradient 1.01e-3
+    (float16, one token through one expert twice: its routing-weight gradient 1.01e-3
     fused against 2.87e-4 unfused, the tolerance 1e-3; at twelve neighbours fused 3.2e-4 to
     1.3e-3, unfused 2.5e-4 to 3.5e-3); the worst of several draws compares the spreads."""
     g = torch.Generator().manual_seed(0)
@@ -351,7 +351,7 @@ def _kernel_paths():
 @pytest.mark.parametrize("kernels", _kernel_paths())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 # (T, K, H, F, E). "several-slabs": 80 rows a group, more than one slab of the interpreted wgrad's 32 rows
-# (a wgrad whose sum started from main_grad gave two micro-batches unequal to twice one there; session 38).
+# (a wgrad whose sum starts from main_grad makes two micro-batches unequal to twice one there).
 @pytest.mark.parametrize("shape", [(9, 2, 16, 8, 3), (3, 1, 8, 16, 5), (80, 2, 16, 8, 2)],
                          ids=["fc2-wgrad-first", "fc1-wgrad-first", "several-slabs"])
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])

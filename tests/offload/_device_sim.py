@@ -202,7 +202,7 @@ class Experts(torch.autograd.Function):
     Function's forward ends. With ``notice``, each is handed to the executor's save
     notice receiver (``save_notice.py``) where the fused step notices it: ``x`` before
     FC1's GEMM, ``z`` between the two; without, the scheduler learns of both only at
-    the save (before issue 23's notice)."""
+    the save."""
 
     @staticmethod
     def forward(ctx, x, sim, fc1_s, fc2_s, backward_s, z_bytes, out_bytes, notice):
@@ -247,7 +247,7 @@ class Residual(torch.autograd.Function):
 
 # Per node: name, forward ms, backward ms, output bytes, saves its input (else its output).
 # The layer's input is 64 MB; times sum to about the H100 benchmark's per-layer forward and
-# backward (session 17: mlp 3.3 / 7.08 ms, moe 1.95 / 4.3 ms; session 14: attn 6.1 / 14.5;
+# backward (measured with benchmarks/offload.py: mlp 3.3 / 7.08 ms, moe 1.95 / 4.3 ms, attn 6.1 / 14.5;
 # attn's second residual is folded into the norm before the MLP, which saves the
 # attention's output instead).
 STACKS = {

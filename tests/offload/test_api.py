@@ -238,3 +238,19 @@ def test_offloading_leaves_the_plan_fused():
     with fuseops.offload_activations(min_tensor_bytes=0, group_budget_bytes=None):
         model(x)
     assert model.plan.forward == plain and len(plain) < 3
+
+
+def test_auto_stats_say_what_was_planned_and_from_what():
+    """``group_budget_bytes="auto"``: the first steps measure (their groups count as learning and
+    nothing moves), later ones are planned: their groups get budgets, at a link rate the stats
+    give, and nothing moves beyond what the plan allowed."""
+    from tests.offload._models import mlp_layers, run_step
+
+    layers = mlp_layers(n=4, width=64, hidden=256)
+    x = torch.randn(512, 64)
+    first = run_step(layers, x, dict(group_budget_bytes="auto", min_tensor_bytes=0)).offload.stats
+    assert first["groups_learning"] > 0 and first["groups_planned"] == 0 and first["bytes_offloaded"] == 0
+    for _ in range(4):
+        last = run_step(layers, x, dict(group_budget_bytes="auto", min_tensor_bytes=0)).offload.stats
+    assert last["groups_learning"] == 0 and last["groups_planned"] > 0, last
+    assert last["planned_bytes_per_s"] > 0 and last["bytes_offloaded"] <= last["planned_bytes"], last

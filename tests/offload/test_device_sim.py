@@ -17,7 +17,7 @@ STEADY = slice(3, None)  # after two learning steps and the first planned one
     ("mlp", 165_375_414, 872_415_232), ("moe", 51_076_885, 1_835_008), ("moe", 127_692_214, 404_488_192),
     ("moe", 255_384_429, 1_344_012_288)])
 def test_int_budgets_move_what_the_h100_benchmark_moved(monkeypatch, kind, budget, moved):
-    # The budgets and bytes of benchmarks/offload.py's curve on the H100 (session 14):
+    # The budgets and bytes of benchmarks/offload.py's curve, measured on an H100:
     # the simulated layers save what the real ones do.
     steps = sim.run(monkeypatch, kind, budget, steps=2)
     assert steps[-1].moved == moved
@@ -43,14 +43,14 @@ def test_auto_steps_wait_on_nothing_and_move_most_of_what_the_link_hides(monkeyp
         # group copying as it saves (early.py), the link also works through group 0's
         # forward: mlp 0.97 / 0.99, attn 1.04 / 1.06, moe 0.99 / 0.99 of what the link
         # hides at 45 / 50 GB/s (copies issued at group keep_last's start: 0.93 / 0.94,
-        # about 0.93, 0.88-0.89 with the session 16 stacks).
+        # about 0.93).
         assert s.moved >= 0.95 * hideable, s.moved / hideable
 
 
 @pytest.mark.parametrize("kind, bytes_per_s", [("mlp", 51.9e9), ("attn", 42.1e9), ("moe", 51.2e9),
                                               ("moe_plan", 51.2e9)])
 def test_auto_moves_what_it_planned_at_the_h100_bandwidths(monkeypatch, kind, bytes_per_s):
-    # The bandwidths the H100 benchmark's copies achieved beside compute (session 16).
+    # The bandwidths benchmarks/offload.py's copies achieved beside compute on an H100.
     # Each group's budget is the sum of the storages the step's plan chose for it, so
     # it moves all of it (a byte budget filled by whole storages left 20-45 % unused);
     # chosen over the whole step, the moe moved 0.94 of what the link hides (0.92), and
@@ -89,7 +89,7 @@ def test_auto_holds_its_plan_when_node_times_vary_step_to_step(monkeypatch, kind
     # the lowest of its variants (whole tensors: one step a group moves 256 MB, the next
     # 2 x 64 and leaves the following group more link), and the step moved 0.81 (mlp,
     # 48 GB/s) and 0.88 / 0.87 (attn) of what the link hides, against 0.93 / 0.94 / 0.93
-    # from the plan's own timings and bandwidth held (session 15's H100 mlp: 0.79).
+    # from the plan's own timings and bandwidth held (the mlp on an H100, benchmarks/offload.py: 0.79).
     steps = sim.run(monkeypatch, kind, "auto", steps=16, bytes_per_s=bytes_per_s, jitter=0.02)
     hideable = sim.forward_seconds(kind) * 7 / 8 * bytes_per_s
     for s in steps[4:]:

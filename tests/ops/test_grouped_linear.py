@@ -141,10 +141,12 @@ def test_bad_constructor_arguments():
 
 
 @pytest.mark.gpu
-def test_device_split_sizes_validated_only_in_debug_mode(monkeypatch):
+def test_device_split_sizes_read_on_the_host_in_debug_mode(monkeypatch):
+    """With ``FUSEOPS_DEBUG=1`` device split sizes are read on the host: a ``ValueError`` before
+    any launch (without it, a device assert that leaves the CUDA context unusable:
+    ``tests/test_compile_bad_input.py`` runs that in a process of its own)."""
     model = fuseops.Sequential(ops.GroupedLinear(2, 4, 4, device="cuda"))
     x, bad = torch.randn(6, 4, device="cuda"), torch.tensor([1, 2], device="cuda")
-    model(x, bad)  # no sync, so no check
     monkeypatch.setenv("FUSEOPS_DEBUG", "1")
     with pytest.raises(ValueError, match="summing"):
         model(x, bad)

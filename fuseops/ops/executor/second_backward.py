@@ -6,11 +6,11 @@ a Hessian-vector product) would take its derivatives as zero and say nothing.
 
 torch's ``once_differentiable`` wraps the gradients only where an incoming cotangent requires
 grad. A gradient that depends on the forward's tensors through what the backward saved (the
-routing weights' ``<dy, expert output>``, every weight gradient) then came back a constant
-(session 61: ``expert_layer``'s gradients and ``unpermute``'s weights gradient under a plain
-cotangent). ``once_differentiable`` here wraps whenever the backward runs with grad mode on.
-The node links to everything the gradients depend on (``no_second_backward``'s ``links``):
-linked to nothing, it was pruned by a second backward that names its inputs.
+routing weights' ``<dy, expert output>``, every weight gradient) would then come back a constant
+(``expert_layer``'s gradients and ``unpermute``'s weights gradient under a plain cotangent).
+``once_differentiable`` here wraps whenever the backward runs with grad mode on. The node links
+to everything the gradients depend on (``no_second_backward``'s ``links``): linked to nothing,
+it would be pruned by a second backward that names its inputs.
 
 With batched cotangents (``is_grads_batched=True``, ``jacobian(vectorize=True)``) the raising
 node cannot be attached (torch's older vmap drops the gradients' autograd history; its
@@ -38,7 +38,7 @@ def no_second_backward(grads: tuple, links: tuple = ()) -> tuple:
     saved tensors, parameters), everything the gradients depend on. A second backward that asks
     for the derivative with respect to one of them (``torch.autograd.grad(..., inputs,
     allow_unused=True)``, ``backward(inputs=...)``, ``gradgradcheck``) reaches the node and
-    raises; linked to nothing, the engine left the node out and returned None, a zero (session 61)."""
+    raises; linked to nothing, the engine would leave the node out and return None, a zero."""
     present = [g for g in grads if isinstance(g, torch.Tensor)]
     if not present:
         return grads
@@ -48,7 +48,7 @@ def no_second_backward(grads: tuple, links: tuple = ()) -> tuple:
     err = torch._C._functions.DelayedError(MESSAGE, len(present) + len(linked))
     # The node's outputs alias its inputs (no copy); the links' are dropped.
     wrapped = err(*[g.detach().requires_grad_() for g in present], *linked)
-    # One input, one Tensor back (not a tuple): iterated, it gave its rows (session 58: a
+    # One input, one Tensor back (not a tuple): iterated, it would give its rows (a
     # create_graph=True backward with one gradient, torch.func.vjp of a parameterless op).
     wrapped = iter((wrapped,) if isinstance(wrapped, torch.Tensor) else wrapped)
     return tuple(next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads)

@@ -5,7 +5,7 @@ storage). The ops' backward runs its references on them (``function.py``'s
 ``_backward_unrecorded``, the MoE routing's and ``expert_layer``'s backward): equal to torch.nn
 (float64 on the CPU), to the same model's backward one cotangent at a time (float32 through
 the Triton kernels: the interpreter on the CPU, CUDA's), eager and compiled; what cannot batch
-raises (session 59: every fuseops model raised "Cannot access data pointer" or a vmap error)."""
+raises (rather than "Cannot access data pointer" or a vmap error from inside a fuseops model)."""
 
 from __future__ import annotations
 

@@ -126,8 +126,8 @@ def test_the_ops_backward_is_the_adjoint_of_forward_mode(pattern, data):
     """``<u, J t> = <J^T u, t>`` for random ``u`` and ``t`` in float64: the ops' own backward (a
     vector-Jacobian product with a dense random cotangent, the Function path) against forward
     mode (torch differentiating the references). jacrev's one-hot cotangents are exact in
-    float32, so this is what catches a backward that rounds ``dy`` (session 58: the activation
-    references' ``dy.float()``)."""
+    float32, so this is what catches a backward that rounds ``dy`` (as an activation reference's
+    ``dy.float()`` would)."""
     _, _, f, args, tangents, cotangents, forward = _adjoint_case(pattern, data, torch.float64, "cpu")
     reverse = torch.func.vjp(f, *args)[1](cotangents)
     forward_dot, reverse_dot, _ = _dots(cotangents, forward, reverse, tangents)

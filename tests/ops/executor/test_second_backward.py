@@ -1,11 +1,12 @@
 """``create_graph=True`` through fuseops' own autograd Functions (the MoE routing, the expert
 layer, a Sequential's plan): the first-order gradients are torch's, and every one of them sits
-behind a node that raises if a second backward reaches it (``second_backward.py``). Session 61:
-under a plain cotangent ``expert_layer``'s gradients and ``unpermute``'s weights gradient came
-back as constants, so a gradient penalty's second backward ran and took their derivatives as
-zero; with batched cotangents the first backward failed inside torch's vmap; and the raising
-node, linked to nothing, was left out by ``torch.autograd.grad(..., inputs, allow_unused=True)``
-(``gradgradcheck``'s call), which returned None, a zero, for every second derivative."""
+behind a node that raises if a second backward reaches it (``second_backward.py``). The tests
+guard against three silent failures: under a plain cotangent, ``expert_layer``'s gradients and
+``unpermute``'s weights gradient coming back as constants, so that a gradient penalty's second
+backward runs and takes their derivatives as zero; with batched cotangents, the first backward
+failing inside torch's vmap; and the raising node, linked to nothing, being left out by
+``torch.autograd.grad(..., inputs, allow_unused=True)`` (``gradgradcheck``'s call), which then
+returns None, a zero, for every second derivative."""
 
 from __future__ import annotations
 
