@@ -14,6 +14,8 @@
 #   bash benchmarks/run_gpu.sh quant [pytest args]     # tests/quant/test_quantize.py (long: run it by -k slices)
 #   bash benchmarks/run_gpu.sh quantops [pytest args]  # tests/quant but test_quantize.py
 #   bash benchmarks/run_gpu.sh top [pytest args]       # tests/test_*.py (compile, user CUDA graphs, torch.nn behaviour)
+#   bash benchmarks/run_gpu.sh examples [pytest args]  # tests/examples (the MoE language model's GPU runs: graphs, compile, recipes)
+#   bash benchmarks/run_gpu.sh distributed [pytest args] # tests/distributed and the expert-parallel NCCL tests (2+ GPUs)
 #   bash benchmarks/run_gpu.sh props "GroupedMLP"      # the CUDA property suite for the fusions selected by -k
 #   bash benchmarks/run_gpu.sh edge "LayerNorm or RMSNorm"   # the CUDA edge cases of the subjects selected by -k
 #   bash benchmarks/run_gpu.sh bench linear moe_layer  # benchmarks by name (python -m benchmarks.<name>)
@@ -48,6 +50,8 @@ case "$part" in
   quant) pytest_part tests/quant/test_quantize.py "$@" ;;
   quantops) pytest_part tests/quant --ignore=tests/quant/test_quantize.py "$@" ;;
   top) pytest_part tests/test_*.py "$@" ;;
+  examples) pytest_part tests/examples "$@" ;;
+  distributed) pytest_part tests/distributed tests/moe/test_expert_parallel_capacity.py "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
   edge) pytest_part tests/fusions/test_edge_cases.py -k "test_edge_case_on_cuda and (${1:-not nothing})" ;;
   bench)

@@ -17,9 +17,10 @@ bit for bit on the torch reference path. ``DECLINED`` lists the gradient formats
 measurement shows the unfused kernels faster: all four, on the H100 at the Qwen3-30B-A3B shape
 (``python -m benchmarks.fp8_moe --ab-fusions``): one micro-batch per step, fused / unfused
 backward 20.4 / 17.4 ms (FP8 current), 30.1 / 22.0 (blockwise), 52.2 / 43.8 (MXFP8), 81.7 /
-74.2 (NVFP4); eight, 19.1 / 16.1 and 29.0 / 20.9 for the FP8 formats. The epilogue's quantized writes cost the kernel more than the separate
-elementwise pass and quantize cost together. It stays registered (and tested) so a faster
-epilogue can be measured by emptying ``DECLINED``.
+74.2 (NVFP4); eight, 19.1 / 16.1 and 29.0 / 20.9 for the FP8 formats. The epilogue's
+quantized writes cost the kernel more than the separate elementwise pass and quantize cost
+together. It stays registered (and tested) so a faster epilogue can be measured by emptying
+``DECLINED``.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ class ForwardQuantizeLinear(Fusion):
         if cast_ctx.needs_backward:
             cast_ctx.saved = QuantizeSaved(recipe=cast_ctx.recipe)
         x2d = x.reshape(-1, linear.in_features).contiguous()
-        offsets = linear.offsets(extra_inputs[1][0], x) if isinstance(linear, GroupedLinear) else None
+        # (The GroupedLinear's own forward, below, asserts device split sizes.)
+        offsets = linear.offsets(extra_inputs[1][0], x, check=False) if isinstance(linear, GroupedLinear) else None
         qx = quantize(x2d, linear_ctx.recipe, role=TensorRole.INPUT, rowwise=True,
                       columnwise=linear_ctx.weight_requires_grad, offsets=offsets)
         y, _ = linear.op_forward(linear_ctx, qx, extra_inputs[1])

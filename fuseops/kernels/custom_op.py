@@ -18,17 +18,14 @@ import torch
 
 _LIB = torch.library.Library("fuseops", "FRAGMENT")
 
-def fuseops_op(schema: str, batched: bool = False) -> Callable[[Callable], torch._ops.OpOverload]:
+
+def fuseops_op(schema: str) -> Callable[[Callable], torch._ops.OpOverload]:
     """Define ``fuseops::<schema>`` with the decorated function as its implementation on every
-    device; returns the operator (call it with positional arguments). ``batched``: the
-    implementation also takes tensors batched by torch's older vmap
-    (``torch.autograd.grad(..., is_grads_batched=True)``; its ``Batched`` key)."""
+    device; returns the operator (call it with positional arguments)."""
     name = schema.split("(", 1)[0]
 
     def define(impl: Callable) -> torch._ops.OpOverload:
         _LIB.define(schema)
         _LIB.impl(name, impl, "CompositeExplicitAutograd")
-        if batched:
-            _LIB.impl(name, impl, "Batched")
         return getattr(torch.ops.fuseops, name).default
     return define

@@ -61,7 +61,7 @@ from fuseops.kernels._triton import INTERPRET
 from fuseops.kernels.launch_descriptors import DescriptorLaunch, descriptor_launch
 
 # Off under the interpreter (it has no compiled kernels); FUSEOPS_FAST_LAUNCH=0, or setting
-# this to False at run time (the host-cost benchmark does), sends every call through Triton.
+# this to False at run time, sends every call through Triton.
 ENABLED: bool = not INTERPRET and os.environ.get("FUSEOPS_FAST_LAUNCH", "1") != "0"
 CHECK: bool = os.environ.get("FUSEOPS_CHECK_LAUNCH", "0") == "1"
 # Calls of each path, counted only under CHECK (what the tests read).

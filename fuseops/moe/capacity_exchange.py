@@ -96,8 +96,12 @@ def plan_exchange(
     Returns:
         ``(handle, splits, counts_ok)``: ``splits`` one [E/P] int64 device tensor per chunk
         (its local rows per expert, the last one covering the chunk's padding);
-        ``counts_ok`` a 0-d bool, whether ``counts`` sums to ``rows``.
+        ``counts_ok`` a 0-d bool, whether ``counts`` are non-negative and sum to ``rows``.
     """
+    counts_ok = (counts >= 0).all() & (counts.sum() == rows)
+    # Bad counts fail ``counts_ok``'s device assert once every collective is issued; until then
+    # the maps are built from counts clamped into range, so nothing indexes out of bounds.
+    counts = counts.clamp(min=0)
     world = dist.get_world_size(group)
     experts = counts.shape[0] // world
     device, cap = counts.device, capacity
@@ -121,7 +125,7 @@ def plan_exchange(
     peer, pos = (z - world * lo) // width, lo + (z - world * lo) % width
 
     slot_sent = pos < sent_to[peer]
-    row_of_slot = (row_start[peer] + pos).clamp(max=max(rows - 1, 0))
+    row_of_slot = (row_start[peer] + pos).clamp(0, max(rows - 1, 0))
     i = torch.arange(rows, device=device)
     dest = torch.searchsorted(row_end, i, right=True).clamp(max=world - 1)
     at = i - row_start[dest]
@@ -159,7 +163,7 @@ def plan_exchange(
         group, world, cap, chunk_windows(cap, chunks), (to_dest - sent_to).sum(), received.sum(0),
         row_of_slot, slot_sent, slot_of_row, row_sent, slot_of_local, local_of_slot,
     )
-    return handle, splits.unbind(0), to_dest.sum() == rows
+    return handle, splits.unbind(0), counts_ok
 
 
 def _gather(x: torch.Tensor, index: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
@@ -270,7 +274,7 @@ def dispatch_capacity(
     flights: list[InFlight] = []
     recvs = SendRows.apply(x_sorted, handle, flights)
     torch._assert_async(
-        counts_ok, f"split_sizes: expected sizes summing to the {x_sorted.shape[0]} rows of x_sorted"
+        counts_ok, f"split_sizes: expected non-negative sizes summing to the {x_sorted.shape[0]} rows of x_sorted"
     )
     if overflow is Overflow.ERROR:
         torch._assert_async(
@@ -284,8 +288,3 @@ def dispatch_capacity(
             yield ArriveRows.apply(recv, handle, k, flight), split
 
     return arrivals(), handle
-
-
-def combine_capacity(y_chunks: Sequence[torch.Tensor], handle: CapacityHandle) -> torch.Tensor:
-    """``combine`` for a capacity handle; ``y_chunks`` checked (one per chunk, its rows)."""
-    return ReturnRows.apply(handle, *y_chunks)

@@ -97,6 +97,9 @@ def dispatch(
         without them).
     """
     overflow = Overflow.parse(on_overflow)
+    if capacity is None and overflow is not Overflow.ERROR:
+        raise ValueError(f"on_overflow: {on_overflow!r} applies to a capacity exchange; the exact exchange "
+                         "(capacity=None) never overflows: pass capacity= or leave on_overflow as 'error'")
     counts = _expert_counts(x_sorted, split_sizes, group)
     if capacity is not None:
         chunks, handle = _dispatch_capacity(x_sorted, counts, group, capacity, 1, overflow)
@@ -197,9 +200,13 @@ def expert_capacity(tokens: int, top_k: int, world_size: int, capacity_factor: f
         capacity_factor: > 0.
     """
     for name, value, least in (("tokens", tokens, 0), ("top_k", top_k, 1), ("world_size", world_size, 1)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name}: expected an int >= {least}, got {type(value).__name__} {value!r}")
+        if value < least:
             raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
-    if not isinstance(capacity_factor, (int, float)) or not 0 < capacity_factor < math.inf:
+    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)):
+        raise TypeError(f"capacity_factor: expected a finite number > 0, got {type(capacity_factor).__name__}")
+    if not 0 < capacity_factor < math.inf:
         raise ValueError(f"capacity_factor: expected a finite number > 0, got {capacity_factor!r}")
     return max(1, math.ceil(tokens * top_k * capacity_factor / world_size))
 
@@ -314,16 +321,21 @@ def _expert_counts(
             f"split_sizes: expected [E] with E (the number of experts) divisible by the "
             f"group size {world}, got shape {list(split_sizes.shape)}"
         )
-    return split_sizes.to(device=x_sorted.device, dtype=torch.int64)
+    return split_sizes.to(device=x_sorted.device, dtype=torch.int64).contiguous()
 
 
 def _dispatch_capacity(
     x_sorted: torch.Tensor, counts: torch.Tensor, group: dist.ProcessGroup, capacity: object, chunks: object,
     overflow: Overflow,
 ) -> tuple[Iterator[tuple[torch.Tensor, torch.Tensor]], CapacityHandle]:
-    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+    if not isinstance(capacity, int) or isinstance(capacity, bool):
+        raise TypeError(f"capacity: expected an int >= 1 (row slots per source->destination pair), got "
+                        f"{type(capacity).__name__} {capacity!r}")
+    if capacity < 1:
         raise ValueError(f"capacity: expected an int >= 1 (row slots per source->destination pair), got {capacity!r}")
-    if not isinstance(chunks, int) or isinstance(chunks, bool) or not 1 <= chunks <= capacity:
+    if not isinstance(chunks, int) or isinstance(chunks, bool):
+        raise TypeError(f"chunks: expected an int in [1, capacity={capacity}], got {type(chunks).__name__} {chunks!r}")
+    if not 1 <= chunks <= capacity:
         raise ValueError(f"chunks: expected an int in [1, capacity={capacity}], got {chunks!r}")
     return cx.dispatch_capacity(x_sorted, counts, group, capacity, chunks, overflow)
 

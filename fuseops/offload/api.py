@@ -16,10 +16,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import torch
+
 from fuseops.offload.hooks import Disabled, active
 from fuseops.offload.planner import PINNED_BYTES_PER_S
 from fuseops.offload.records import new_stats
 from fuseops.offload.scheduler import Scheduler
+from fuseops.offload.streams import refuse_capture
 
 
 def link_budget(forward_seconds: float, *, bytes_per_s: float = PINNED_BYTES_PER_S, margin: float = 0.9) -> int:
@@ -126,6 +129,8 @@ def offload_activations(
         raise ValueError(f"min_tensor_bytes: expected an int >= 0, got {min_tensor_bytes!r}")
     _check_budget(group_budget_bytes)
     if enabled:
+        if torch.cuda.is_available():
+            refuse_capture()
         scope: Scheduler | Disabled = Scheduler(
             keep_last=keep_last, min_tensor_bytes=min_tensor_bytes, group_budget_bytes=group_budget_bytes
         )

@@ -17,6 +17,7 @@ import torch
 
 from fuseops.offload.marks import is_marked
 from fuseops.offload.records import SavedTensor, Skip, Stored, Where
+from fuseops.offload.streams import refuse_capture
 
 
 class NoticePath:
@@ -31,6 +32,8 @@ class NoticePath:
         save that follows finds the record by storage and version (``pack``) and adds
         its handle; one changed in place meanwhile is saved afresh. Nothing is counted
         in the stats here: the save counts each tensor."""
+        if tensors and tensors[0].is_cuda:
+            refuse_capture()
         for t in tensors:
             if self._noticed and self._noticed_again(t):
                 continue

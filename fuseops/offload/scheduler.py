@@ -59,6 +59,7 @@ from fuseops.offload.notice import NoticePath
 from fuseops.offload.planner import Planner, StepLog, planner_for
 from fuseops.offload.queue_plan import SETTLE_LAG
 from fuseops.offload.records import Group, Passed, SavedTensor, Skip, Stored, Where, count_skip, new_stats
+from fuseops.offload.streams import refuse_capture
 
 
 def _fullest_first(records: list[Stored], budget: int) -> list[Stored]:
@@ -156,6 +157,8 @@ class Scheduler(NoticePath, BackwardPath):
         self._settle(len(self._groups))
 
     def _group_for_save(self, device: torch.device) -> Group:
+        if device.type == "cuda":
+            refuse_capture()
         group = self._current
         if group is None:
             # Tensors saved between groups form a group of their own, ended by the next.
@@ -294,12 +297,8 @@ class Scheduler(NoticePath, BackwardPath):
         return storage
 
     def pack(self, t: torch.Tensor) -> Any:
-        if t.is_cuda and torch.cuda.is_current_stream_capturing():
-            # What moves, and when, is decided on the host at every step: a graph would replay
-            # one step's decisions and copies over another step's tensors.
-            raise RuntimeError("offload_activations: a CUDA graph is being captured; offloading decides on the "
-                               "host at each step and cannot be captured. Capture without offloading, or nest "
-                               "fuseops.offload_activations(enabled=False) around the captured region")
+        if t.is_cuda:
+            refuse_capture()
         if self._noticed:
             handle = self._pack_noticed(t)
             if handle is not None:

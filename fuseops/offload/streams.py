@@ -67,3 +67,13 @@ class CopyStream:
             return
         previous, self._previous = self._previous, None
         torch.cuda.set_stream(previous)
+
+
+def refuse_capture() -> None:
+    """A RuntimeError inside a CUDA graph capture: what moves, and when, is decided on the host at
+    every step (events read, copies queued), so a graph would replay one step's decisions and
+    copies over another step's tensors."""
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("offload_activations: a CUDA graph is being captured; offloading decides on the "
+                           "host at each step and cannot be captured. Capture without offloading, or nest "
+                           "fuseops.offload_activations(enabled=False) around the captured region")

@@ -106,16 +106,26 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
         out = x.with_shape(x.shape[:-1] + (self.out_features,))
         return out.with_dtype(compute_dtype(x))
 
-    def offsets(self, split_sizes: Any, x: torch.Tensor | QuantizedTensor) -> torch.Tensor:
+    def offsets(self, split_sizes: Any, x: torch.Tensor | QuantizedTensor, *, check: bool = True) -> torch.Tensor:
         """``device_offsets`` of ``split_sizes`` for the input ``x``, with what ``check`` leaves
         to each call: eagerly, a device tensor's sizes asserted on the device (a call whose
         signature was seen before skips ``check``); while torch.compile traces, split sizes of a
         form the kernels cannot take (which the compiled graph refuses first: ``check``) replaced
-        by empty groups, so that tracing goes on. Fused ops make this op's offsets here too."""
+        by empty groups, so that tracing goes on. Fused ops make this op's offsets here too.
+
+        Args:
+            split_sizes: [G] rows per group: a list, a tuple, or an integer tensor on the CPU
+                or ``x``'s device.
+            x: the input, [..., in_features] (leading dims are the rows).
+            check: assert a device tensor's sizes (False where this op's own forward, which
+                asserts them, runs in the same call).
+        Returns:
+            int64 [G + 1] group offsets on ``x``'s device.
+        """
         if torch.compiler.is_compiling():
             if not _checks.usable_split_sizes(split_sizes, self.num_groups):
                 split_sizes = [0] * self.num_groups
-        elif isinstance(split_sizes, torch.Tensor) and split_sizes.device.type != "cpu":
+        elif check and isinstance(split_sizes, torch.Tensor) and split_sizes.device.type != "cpu":
             rows = math.prod(x.shape[:-1])
             offsets, ok = launcher(Kernel.CHECKED_GROUP_OFFSETS, split_sizes)(split_sizes, rows)
             torch._assert_async(ok, f"{SPLIT_SIZES}: expected non-negative sizes summing to the {rows} input rows")

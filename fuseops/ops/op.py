@@ -19,15 +19,15 @@ import torch
 from fuseops.ops.contract import OpContext, OpGrads, TensorSpec
 from fuseops.ops.executor.execute import run_ops
 
-# What ``BasicOp.settings`` reads as a setting (an IntEnum is an int; a plain Enum is listed).
+# What ``_changed`` reads as a setting (an IntEnum is an int; a plain Enum is listed).
 _SETTING_TYPES = (bool, int, float, str, tuple, type(None), enum.Enum, torch.dtype)
 
 
 # Moves whenever an op's setting (a plain attribute value: ``_SETTING_TYPES``) changes value after
 # it was first set, or a public object attribute of it is replaced (``_changed``), on any op: a
 # ``Sequential`` drops what it decided from its ops' settings (its plans and prepared runs) at its
-# next call after it moved, as torch.nn reads ``eps`` at every call. One counter for every op: such a change is rare, and an op knows no
-# Sequential that holds it.
+# next call after it moved, as torch.nn reads ``eps`` at every call. One counter for every op:
+# such a change is rare, and an op knows no Sequential that holds it.
 settings_epoch = 0
 _UNSET = object()
 

@@ -45,7 +45,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.weak import WeakIdKeyDictionary
 
-__all__ = ["cached_bytes", "cached_copy", "clear", "derived", "lookup"]
+__all__ = ["cached_bytes", "clear", "derived", "lookup"]
 
 T = TypeVar("T")
 
@@ -62,9 +62,9 @@ class _Entry:
 
 
 _entries: WeakIdKeyDictionary = WeakIdKeyDictionary()
-# Called as ``recording(param, kind, build, enabled)`` in place of ``derived`` while set: the
+# Called as ``override(param, kind, build, enabled)`` in place of ``derived`` while set: the
 # plain-autograd path (``fuseops.ops.executor.plain_autograd``) makes each copy differentiably.
-recording: Any = None
+override: Any = None
 # Bumped by every optimizer step: entries made before it are stale.
 _generation = 0
 
@@ -134,13 +134,13 @@ def derived(param: torch.Tensor, kind: Hashable, build: Callable[[torch.Tensor],
         enabled: ``False`` builds every time and leaves the cache untouched (a recipe's
             ``cache_weights=False``).
     """
-    if recording is not None:
-        return recording(param, kind, build, enabled)
-    return cached_copy(param, kind, build, enabled)
+    if override is not None:
+        return override(param, kind, build, enabled)
+    return _cached_copy(param, kind, build, enabled)
 
 
-def cached_copy(param: torch.Tensor, kind: Hashable, build: Callable[[torch.Tensor], T], enabled: bool) -> T:
-    """``derived`` without the ``recording`` hook."""
+def _cached_copy(param: torch.Tensor, kind: Hashable, build: Callable[[torch.Tensor], T], enabled: bool) -> T:
+    """``derived`` without the ``override`` hook."""
     if not enabled or _bypass(param):
         with torch.no_grad():
             return build(param)

@@ -223,9 +223,15 @@ def check_capacity_errors(device, dtypes, report: Report):
     group, world = dist.group.WORLD, dist.get_world_size()
     x = torch.randn(4, 3, device=device)
     splits = [4] + [0] * (2 * world - 1)
-    for capacity in (0, -2, 2.0):
+    for capacity in (0, -2):
         with pytest.raises(ValueError, match=rf"capacity: expected an int >= 1 .*, got {capacity}"):
             dispatch(x, splits, group, capacity=capacity)
+    with pytest.raises(TypeError, match=r"capacity: expected an int >= 1 .*, got float 2.0"):
+        dispatch(x, splits, group, capacity=2.0)
+    with pytest.raises(ValueError, match=r"on_overflow: 'drop' applies to a capacity exchange"):
+        dispatch(x, splits, group, on_overflow="drop")
+    with pytest.raises(RuntimeError, match=r"split_sizes: expected non-negative sizes summing to the 4 rows"):
+        dispatch(x, [5, -1] + [0] * (2 * world - 2), group, capacity=4)
     with pytest.raises(ValueError, match=r"on_overflow: expected one of \['error', 'drop'\], got 'skip'"):
         dispatch(x, splits, group, capacity=4, on_overflow="skip")
     for chunks in (0, 5):
@@ -270,6 +276,8 @@ def test_expert_capacity():
             expert_capacity(**args)
     with pytest.raises(ValueError, match=r"capacity_factor: expected a finite number > 0, got 0.0"):
         expert_capacity(10, 2, 4, capacity_factor=0.0)
+    with pytest.raises(TypeError, match=r"top_k: expected an int >= 1, got float 2.0"):
+        expert_capacity(10, 2.0, 4)
 
 
 # On GPUs: 2 ranks, NCCL, float32, routing that every replay changes.

@@ -16,13 +16,6 @@ from fuseops.kernels._triton import next_power_of_2
 from fuseops.kernels.launch import launch
 
 
-def group_offsets(split_sizes: torch.Tensor) -> torch.Tensor:
-    """int64 [G + 1] exclusive prefix sums of ``split_sizes`` on its device, without a sync."""
-    offsets = torch.zeros(split_sizes.shape[0] + 1, dtype=torch.int64, device=split_sizes.device)
-    torch.cumsum(split_sizes, 0, out=offsets[1:])
-    return offsets
-
-
 @triton.jit
 def checked_group_offsets_kernel(sizes_ptr, offsets_ptr, ok_ptr, G, ROWS, BLOCK_G: tl.constexpr):
     # One program: the G sizes fit one block (G is the expert count).
@@ -36,9 +29,23 @@ def checked_group_offsets_kernel(sizes_ptr, offsets_ptr, ok_ptr, G, ROWS, BLOCK_
     tl.store(ok_ptr, ok.to(tl.int32))
 
 
+def group_offsets(split_sizes: torch.Tensor) -> torch.Tensor:
+    """int64 [G + 1] exclusive prefix sums of ``split_sizes`` on its device, without a sync."""
+    offsets = torch.zeros(split_sizes.shape[0] + 1, dtype=torch.int64, device=split_sizes.device)
+    torch.cumsum(split_sizes, 0, out=offsets[1:])
+    return offsets
+
+
 def checked_group_offsets(split_sizes: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(offsets, ok)``: ``group_offsets`` and an int32 [1] flag, 1 where every size is >= 0
-    and they sum to ``rows``."""
+    """``group_offsets`` and whether the sizes are valid, in one launch.
+
+    Args:
+        split_sizes: [G] any integer dtype, on the GPU: rows per group.
+        rows: the row count they must sum to.
+    Returns:
+        ``(offsets, ok)``: int64 [G + 1] offsets, and an int32 [1] flag, 1 where every size is
+        >= 0 and they sum to ``rows`` (for ``torch._assert_async``).
+    """
     G = split_sizes.shape[0]
     offsets = torch.empty(G + 1, dtype=torch.int64, device=split_sizes.device)
     ok = torch.empty(1, dtype=torch.int32, device=split_sizes.device)

@@ -72,8 +72,8 @@ def _configs() -> dict[str, GemmConfig]:
     ``wide`` was chosen on an H100 by ``python -m benchmarks.grouped_gemm --tune`` (bf16, the
     four MoE shapes x uniform/skewed routing, forward and dgrad): geometric mean 1.11x / 1.18x
     torch._grouped_mm over 7 candidates. ``narrow`` is the sweep's best 128x128 tile (0.96x,
-    on wide shapes; no MoE shape has N < 512). ``fused`` and ``pointer`` are the largest tiles that compile for sm_90 without
-    spills or SMEM overflow (checked with ptxas, not timed). ``fp32`` was timed on an H100
+    on wide shapes; no MoE shape has N < 512). ``fused`` and ``pointer`` are the largest tiles
+    that compile for sm_90 without spills or SMEM overflow (checked with ptxas, not timed). ``fp32`` was timed on an H100
     (``python -m benchmarks.float32_precision``: E=64, M=32768, K=2048, N=1408, uniform; six
     tiles in each precision): 0.94 ms in TF32 (1.51x a per-expert torch.mm loop, 4.5x a 64x64
     tile), 9.0 ms in IEEE (0.53x the loop, 1.9x the 64x64 tile; 128x256 ran 8.2 ms but leaves

@@ -13,7 +13,8 @@ kernel's) and [128, 128] into a float32 ``main_grad`` (its staging beside the ri
 Why: the quantized expert layer's weight gradients run at ~1.1 PFLOP/s in the Triton kernel at
 the Qwen3-30B-A3B shape (H100). This one there (H200, ``benchmarks/fp8_gemm_tiles.py``): FC2's
 wgrad 688 against 736 us, FC1's 1362 against 1518 us (1.07x / 1.11x), the same bits; the FP8
-expert layer's micro-batch of eight 11.40 against 11.48 ms. Used where ``serves`` says; elsewhere the Triton kernel runs.
+expert layer's micro-batch of eight 11.40 against 11.48 ms. Used where ``serves`` says;
+elsewhere the Triton kernel runs.
 """
 
 from __future__ import annotations

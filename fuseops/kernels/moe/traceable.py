@@ -5,8 +5,9 @@ Their torch references (a stable sort, index_put, index_add, a float32 gather-su
 traceable, but compiled they cost what the kernels save. On the H100 the compiled OLMoE /
 Qwen3 layers ran 22-59 % slower than the eager ones with them, at every token count, and
 0.97-1.21x eager with these ops at T=4096 and 16384 (``benchmarks/sizes.py``); every
-reference op is also one more kernel a host-bound step launches. Output shapes follow from input shapes alone (no split size is read), so
-each op's fake implementation is exact and row counts stay dynamic.
+reference op is also one more kernel a host-bound step launches. Output shapes follow from
+input shapes alone (no split size is read), so each op's fake implementation is exact and row
+counts stay dynamic.
 
 As in ``fuseops.kernels.library``: each public function calls the launcher directly outside a
 trace and the op while ``torch.compile`` traces. The range checks are not the ops' business:

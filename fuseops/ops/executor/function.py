@@ -34,12 +34,7 @@ from fuseops.kernels.autodiff_state import batched_cotangents, refuse_batched_co
 from fuseops.kernels.dispatch import references_forced
 from fuseops.ops.contract import OpGrads, Saved, role_fields
 from fuseops.ops.executor.save_notice import Receiver, current_receiver, noticing
-from fuseops.ops.executor.saved_state import (
-    activation_tensors,
-    functional,
-    pack_saved,
-    unpack_saved,
-)
+from fuseops.ops.executor.saved_state import activation_tensors, functional, pack_saved, unpack_saved
 from fuseops.ops.executor.second_backward import (
     input_links,
     linked_inputs,
@@ -297,7 +292,7 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
         if create_graph:
             refuse_batched_create_graph()
         with references_forced():
-            return _backward_unrecorded(state, records, saved_tensors, dy, flat_extra_output_grads)
+            return _backward_batched(state, records, saved_tensors, dy, flat_extra_output_grads)
     with autocast_off(state.prep.device_type):
         if not torch.is_grad_enabled():
             # The engine runs backward with grad mode off unless create_graph is set.
@@ -310,7 +305,7 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
     return no_second_backward(grads, links)
 
 
-def _backward_unrecorded(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
+def _backward_batched(state: RunState, records, saved_tensors, dy, flat_extra_output_grads) -> tuple:
     """``run_backward`` of batched cotangents: nothing written over a saved
     activation (``functional``); raises where they cannot batch."""
     named = [f"{i} ({type(op).__name__})" for i, op in enumerate(state.ops)]

@@ -18,8 +18,7 @@ when it needs a backward).
 What it cannot do raises rather than return a wrong derivative: quantized recipes (their
 rounding has no derivative; the ops' backward defines a straight-through one, which forward
 mode has no way to apply) and ops that communicate (torch differentiates no
-``torch.distributed`` collective). Slower than the Function path (references, no recorded
-programs), as torch.func's other transforms already are here. ``main_grad`` is not written on
+``torch.distributed`` collective). Slower than the Function path (the torch references), as torch.func's other transforms already are here. ``main_grad`` is not written on
 this path: a backward through it leaves gradients where torch's autograd puts them (``.grad``
 or the transform's outputs).
 """
@@ -85,14 +84,14 @@ def run(prep: Any, ops: Sequence[torch.nn.Module], x: torch.Tensor, extra_inputs
     per_op = [tuple(extra_inputs[a:b]) for a, b in prep.extra_spans]
     ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
     extra_outputs: list[torch.Tensor] = []
-    previous = weight_cache.recording
-    weight_cache.recording = _differentiable_copy
+    previous = weight_cache.override
+    weight_cache.override = _differentiable_copy
     try:
         with autocast_off(prep.device_type), references_forced():
             for op, ctx, extras in zip(ops, ctxs, per_op):
                 x, outs = op.op_forward(ctx, x, extras)
                 extra_outputs += outs
     finally:
-        weight_cache.recording = previous
+        weight_cache.override = previous
     return (x, *extra_outputs) if prep.num_extra_outputs else x
 
