@@ -164,18 +164,25 @@ def assert_bitwise(out: torch.Tensor | None, ref: torch.Tensor | None, what: str
     assert bad == 0, f"{what}: {bad} of {out.numel()} differ"
 
 
-def capture_cuda_graph(step: Callable[[], T], warmup: int = 2) -> tuple[torch.cuda.CUDAGraph, T]:
+def capture_cuda_graph(step: Callable[[], T], warmup: int = 2, *, fresh_grads: tuple[torch.Tensor, ...] = (),
+                       error_mode: str = "global") -> tuple[torch.cuda.CUDAGraph, T]:
     """``step`` run ``warmup`` times on a side stream (lazy allocations and compiles happen
     outside the capture), then captured: ``(graph, what the captured call returned)``, whose
-    tensors the graph's replays overwrite."""
+    tensors the graph's replays overwrite. ``fresh_grads``: tensors whose ``.grad`` is set to
+    None before the capture, so the captured backward writes (not accumulates) them in graph
+    memory. ``error_mode``: ``torch.cuda.graph``'s ``capture_error_mode`` ("thread_local" where
+    another thread, such as NCCL's watchdog, queries events during the capture)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(warmup):
             step()
     torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    for t in fresh_grads:
+        t.grad = None
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, capture_error_mode=error_mode):
         out = step()
     return graph, out
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fuseops
-from tests.helpers import rel_err
+from tests.helpers import capture_cuda_graph, rel_err
 from tests.test_compile import _call, _inputs, _model, _run
 
 KINDS = ["dense", "grouped", "moe", "layer"]
@@ -61,17 +61,7 @@ def test_a_whole_step_captured_with_torch_cuda_graph_replays_on_new_data(kind: s
         y.float().square().sum().backward()
         return y
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    for t in (*leaves, *model.parameters()):
-        t.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y_static = step()
+    graph, y_static = capture_cuda_graph(step, warmup=3, fresh_grads=(*leaves, *model.parameters()))
 
     for seed in (1, 2):
         new = _cuda_inputs(kind, 256, seed=seed)
@@ -139,15 +129,12 @@ def test_offloading_inside_a_capture_raises_a_clear_error() -> None:
     """Offloading decides on the host at every step: inside the user's capture it says so."""
     model = _model("dense").cuda().bfloat16()
     x = _cuda_inputs("dense", 256, seed=0)[0]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        model(x, x).sum().backward()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with pytest.raises(RuntimeError, match="offload_activations: a CUDA graph is being captured"):
-        with torch.cuda.graph(graph), fuseops.offload_activations(min_tensor_bytes=0):
+    def step() -> None:
+        with fuseops.offload_activations(min_tensor_bytes=0):
             model(x, x).sum().backward()
+
+    with pytest.raises(RuntimeError, match="offload_activations: a CUDA graph is being captured"):
+        capture_cuda_graph(step, warmup=1)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -28,7 +28,7 @@ from fuseops.moe import (
     unpermute,
 )
 from tests.distributed.launch import Report, run_on_ranks
-from tests.helpers import DTYPES, reroutable
+from tests.helpers import DTYPES, capture_cuda_graph, reroutable
 
 HIDDEN, FFN, TOP_K = 8, 6, 2
 # float64 proves the exchange exact; the narrow dtypes that it moves them untouched.
@@ -320,22 +320,6 @@ def check_capacity_no_host_sync(device, dtypes, report: Report):
     torch.cuda.synchronize()
 
 
-def _capture(step):
-    """``step`` warmed up on a side stream, then captured; thread-local capture mode, so the
-    NCCL watchdog thread's event queries do not invalidate it."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        out = step()
-    return graph, out
-
-
 def check_capacity_cuda_graph(device, dtypes, report: Report):
     """A captured EP step (forward and backward), replayed after new routing is copied in,
     equals the eager step on that routing bit for bit."""
@@ -344,7 +328,7 @@ def check_capacity_cuda_graph(device, dtypes, report: Report):
         route(1)
         ref = [step(chunks).detach()] + [t.grad.clone() for t in leaves]
         route(2)
-        graph, y_static = _capture(functools.partial(step, chunks))
+        graph, y_static = capture_cuda_graph(functools.partial(step, chunks), error_mode="thread_local")
         route(1)
         graph.replay()
         torch.cuda.synchronize()
