@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from fuseops.kernels.dtypes import as_dtype
-from fuseops.kernels.quantization.formats import group_positions, reference_dequantize
+from fuseops.kernels.quantization.formats import reference_dequantize
+from fuseops.kernels.quantization.grouped_layout import group_positions
 from fuseops.kernels.quantization.operand import Operand
 from fuseops.quant.recipes import QuantFormat
 

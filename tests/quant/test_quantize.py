@@ -11,7 +11,7 @@ import torch
 
 from fuseops.kernels._triton import interpreted_kernels
 from fuseops.kernels.gemm.grouped import group_offsets
-from fuseops.kernels.quantization.formats import padded_rows
+from fuseops.kernels.quantization.grouped_layout import padded_rows
 from fuseops.quant import GroupedQuantizedTensor, QuantizedTensor, quantize, recipes
 from tests.helpers import sqnr_db
 

@@ -31,7 +31,8 @@ from fuseops.kernels.gemm.grouped_scaled import bytes_per_step
 from fuseops.kernels.gemm.wgrad_walk import n_fastest, wgrad_tile
 from fuseops.kernels.hopper.pipeline import dummy_or
 from fuseops.kernels.launch import launch
-from fuseops.kernels.quantization.formats import Scaling, group_first_position, group_positions
+from fuseops.kernels.quantization.formats import Scaling
+from fuseops.kernels.quantization.grouped_layout import group_first_position, group_positions
 from fuseops.kernels.quantization.operand import Operand
 
 

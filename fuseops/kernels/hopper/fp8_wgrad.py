@@ -33,7 +33,7 @@ from fuseops.kernels.hopper.pipeline import (
     spread_layout,
     store_tile,
 )
-from fuseops.kernels.quantization.formats import group_first_position
+from fuseops.kernels.quantization.grouped_layout import group_first_position
 
 
 @gluon.jit

@@ -25,7 +25,8 @@ import triton.language as tl
 from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2
 from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization.finite import finite_abs, reference_finite_abs
-from fuseops.kernels.quantization.formats import FP32_MAX, load_tile, padded_rows, tile_rows
+from fuseops.kernels.quantization.formats import FP32_MAX
+from fuseops.kernels.quantization.grouped_layout import load_tile, padded_rows, tile_rows
 
 _FP32_MAX = tl.constexpr(FP32_MAX)
 

@@ -56,15 +56,17 @@ from fuseops.kernels.quantization.formats import (
     convert_fp8,
     exp2i,
     finite_amax,
-    group_of_positions,
-    group_positions,
-    padded_rows,
     pow2_exponent,
     reference_e2m1_encode,
     reference_exp2i,
     reference_pack_e2m1,
     reference_pow2_exponent,
     reference_to_fp8,
+)
+from fuseops.kernels.quantization.grouped_layout import (
+    group_of_positions,
+    group_positions,
+    padded_rows,
     source_rows,
     tile_rows,
 )

@@ -16,7 +16,7 @@ from fuseops.kernels.gemm.grouped_scaled_wgrad import (
     pick_wgrad_config,
     reference_grouped_gemm_scaled_wgrad,
 )
-from fuseops.kernels.quantization.formats import group_positions
+from fuseops.kernels.quantization.grouped_layout import group_positions
 from fuseops.kernels.quantization.operand import Operand
 from tests.helpers import REL_TOL, assert_close_rel, poison_, rel_err
 from tests.kernels.gemm.test_grouped_scaled import CASES, DEVICE, LAYOUTS, SPLITS, factor, make

@@ -13,7 +13,8 @@ import torch
 
 from fuseops.kernels.quantization import quantize as kq
 from fuseops.kernels.quantization.amax import amax
-from fuseops.kernels.quantization.formats import BLOCK_SIZE, Element, Scaling, padded_rows, tensor_encode_scale
+from fuseops.kernels.quantization.formats import BLOCK_SIZE, Element, Scaling, tensor_encode_scale
+from fuseops.kernels.quantization.grouped_layout import padded_rows
 from tests.helpers import assert_bitwise, poison_
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
