@@ -15,7 +15,7 @@
 #   bash benchmarks/run_gpu.sh quantops [pytest args]  # tests/quant but test_quantize.py
 #   bash benchmarks/run_gpu.sh top [pytest args]       # tests/test_*.py (compile, user CUDA graphs, torch.nn behaviour)
 #   bash benchmarks/run_gpu.sh examples [pytest args]  # tests/examples (the MoE language model's GPU runs: graphs, compile, recipes)
-#   bash benchmarks/run_gpu.sh distributed [pytest args] # tests/distributed and the expert-parallel NCCL tests (2+ GPUs)
+#   bash benchmarks/run_gpu.sh distributed [pytest args] # tests/distributed and the expert-parallel NCCL tests (one GPU: world size 1; 2+ GPUs: the rest)
 #   bash benchmarks/run_gpu.sh props "GroupedMLP"      # the CUDA property suite for the fusions selected by -k
 #   bash benchmarks/run_gpu.sh edge "LayerNorm or RMSNorm"   # the CUDA edge cases of the subjects selected by -k
 #   bash benchmarks/run_gpu.sh bench linear moe_layer  # benchmarks by name (python -m benchmarks.<name>)
@@ -51,7 +51,7 @@ case "$part" in
   quantops) pytest_part tests/quant --ignore=tests/quant/test_quantize.py "$@" ;;
   top) pytest_part tests/test_*.py "$@" ;;
   examples) pytest_part tests/examples "$@" ;;
-  distributed) pytest_part tests/distributed tests/moe/test_expert_parallel_capacity.py "$@" ;;
+  distributed) pytest_part tests/distributed tests/moe/test_expert_parallel_capacity.py tests/moe/test_expert_parallel_composition.py "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
   edge) pytest_part tests/fusions/test_edge_cases.py -k "test_edge_case_on_cuda and (${1:-not nothing})" ;;
   bench)

@@ -1,4 +1,6 @@
-"""Loading sharded models: this rank's slices of a full (single-process) state dict."""
+"""Sharded models and full (single-process) state dicts: this rank's slices of a full state dict
+(``shard_state_dict``), and the full state dict gathered from the ranks (``gather_state_dict``),
+so that a checkpoint saved at one world size loads at another."""
 
 from collections.abc import Mapping as _Mapping
 
@@ -9,7 +11,7 @@ from fuseops.ops.grouped_linear import GroupedLinear as _GroupedLinear
 from fuseops.ops.linear import Linear as _Linear
 from fuseops.ops.parallel import tensor_parallel as _tp
 
-__all__ = ["shard_state_dict"]
+__all__ = ["gather_state_dict", "shard_state_dict"]
 
 
 def shard_state_dict(
@@ -78,3 +80,51 @@ def _shard(key: str, full: _torch.Tensor, param: _torch.Tensor, dim: int | None,
         return full
     size = param.shape[dim]
     return full.narrow(dim, _dist.get_rank(group) * size, size)
+
+
+def gather_state_dict(
+    model: _torch.nn.Module, *, expert_group: "_dist.ProcessGroup | None" = None
+) -> dict[str, _torch.Tensor]:
+    """The full state dict of a sharded ``model``, on every rank: the inverse of
+    ``shard_state_dict``, whose result (or ``torch.save``'s file of it) loads into the same
+    model at any world size, or into the model built without parallelism.
+
+    Every tensor-parallel ``Linear``'s weight and bias are all-gathered on the layer's group
+    (column parallel along dim 0, row parallel along dim 1, its bias whole); with
+    ``expert_group``, each ``GroupedLinear``'s experts along dim 0 in rank order. Entries that
+    FSDP2 (``torch.distributed.fsdp.fully_shard``) holds as DTensors are gathered first
+    (``full_tensor()``), so an FSDP2 shard of a tensor-parallel weight comes back whole. Every
+    other entry is passed through. It runs collectives: every rank of those groups calls it,
+    with the same model.
+
+    Args:
+        model: the sharded model (a ``fuseops.Sequential`` or any module holding ops).
+        expert_group: the expert-parallel process group, if the experts are sharded.
+    Returns:
+        A new dict with ``model.state_dict()``'s keys, each tensor at its full shape.
+    """
+    from torch.distributed.tensor import DTensor
+
+    if expert_group is not None:
+        _tp.check_group("expert_group", expert_group)
+    out = {key: value.full_tensor() if isinstance(value, DTensor) else value
+           for key, value in model.state_dict().items()}
+    for prefix, module in model.named_modules():
+        for name, _ in module.named_parameters(recurse=False):
+            key = f"{prefix}.{name}" if prefix else name
+            if key not in out:
+                continue
+            if isinstance(module, _Linear) and module.tensor_parallel is not None:
+                cfg = module.tensor_parallel
+                if cfg.column or name != "bias":
+                    out[key] = _gather(out[key], 0 if cfg.column else 1, cfg.group)
+            elif isinstance(module, _GroupedLinear) and expert_group is not None:
+                out[key] = _gather(out[key], 0, expert_group)
+    return out
+
+
+def _gather(local: _torch.Tensor, dim: int, group: "_dist.ProcessGroup") -> _torch.Tensor:
+    """Every rank's ``local`` concatenated along ``dim``, in rank order."""
+    parts = [_torch.empty_like(local) for _ in range(_dist.get_world_size(group))]
+    _dist.all_gather(parts, local.contiguous(), group=group)
+    return _torch.cat(parts, dim)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -73,6 +73,9 @@ class CapacityHandle:
     # Receiver, chunk-relative (a permutation within each chunk): local = slots[slot_of_local].
     slot_of_local: torch.Tensor
     local_of_slot: torch.Tensor
+    # The chunks the dispatch's iterator has delivered so far (host bookkeeping, so that
+    # ``combine`` refuses a chunk nobody waited for before it starts a collective).
+    arrived: list[int] = field(default_factory=list, compare=False, repr=False)
 
     def chunk_rows(self) -> tuple[tuple[int, int], ...]:
         """Each chunk's [start, stop) in the slot (and local) row orders."""
@@ -285,6 +288,9 @@ def dispatch_capacity(
 
     def arrivals() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for k, (recv, flight, split) in enumerate(zip(recvs, flights, splits)):
-            yield ArriveRows.apply(recv, handle, k, flight), split
+            x_k = ArriveRows.apply(recv, handle, k, flight)
+            # Counted before the yield: ``dispatch`` takes its one chunk and never resumes.
+            handle.arrived.append(k)
+            yield x_k, split
 
     return arrivals(), handle

@@ -143,8 +143,9 @@ def dispatch_chunks(
         y_sorted = combine(y_chunks, handle)
 
     Chunk k carries slot positions [lo_k, hi_k) of every source→destination pair
-    (``handle.windows``: C split as evenly as possible). Every chunk must be consumed, in
-    order, before ``combine``. Backward runs the exchanges one after the other.
+    (``handle.windows``: C split as evenly as possible). Every chunk must be read, in order,
+    before ``combine`` (which raises ValueError otherwise: a chunk not read was never waited
+    for). Backward runs the exchanges one after the other.
 
     Args:
         x_sorted, split_sizes, group, on_overflow: as for ``dispatch``.
@@ -168,10 +169,15 @@ def combine(y_local: torch.Tensor | Sequence[torch.Tensor], handle: DispatchHand
         y_local: [M, ...] rows in ``dispatch``'s x_local order (the trailing dims may
             differ from x_sorted's); for a ``dispatch_chunks`` handle, the K chunks' outputs
             in order (a single tensor for one chunk).
-        handle: the ``dispatch`` or ``dispatch_chunks`` that produced the rows.
+        handle: the ``dispatch`` or ``dispatch_chunks`` that produced the rows; every chunk
+            of a ``dispatch_chunks`` iterator must have been read.
     Returns:
         y_sorted [N, ...] in x_sorted's row order (ready for ``fuseops.moe.unpermute``);
         rows the capacity exchange dropped are zero.
+    Raises:
+        ValueError: ``y_local`` does not have the rows (or chunks) dispatch delivered, or a
+            chunk of ``dispatch_chunks`` was not read; checked on the host from the handle
+            before any collective starts.
     """
     if isinstance(handle, CapacityHandle):
         return cx.ReturnRows.apply(handle, *_capacity_chunks(y_local, handle))
@@ -341,7 +347,14 @@ def _dispatch_capacity(
 
 
 def _capacity_chunks(y_local: torch.Tensor | Sequence[torch.Tensor], handle: CapacityHandle) -> list[torch.Tensor]:
-    """``combine``'s y_local for a capacity handle, checked: one tensor per chunk, its rows."""
+    """``combine``'s y_local for a capacity handle, checked on the host (before any collective):
+    every chunk read from the dispatch's iterator, one tensor per chunk, its rows."""
+    chunks = len(handle.windows)
+    if len(handle.arrived) != chunks:
+        raise ValueError(
+            f"handle: expected all {chunks} chunks of its dispatch_chunks iterator read (in order, the experts "
+            f"run on each) before combine, got {len(handle.arrived)} read; a chunk not read was never waited for"
+        )
     ys = [y_local] if isinstance(y_local, torch.Tensor) else list(y_local)
     rows = [b - a for a, b in handle.chunk_rows()]
     got = [list(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__ for y in ys]

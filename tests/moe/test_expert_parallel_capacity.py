@@ -4,8 +4,9 @@ padding) and the whole MoE layer, exact or at a capacity, in one piece or in chu
 single-process float64 layer (output and every gradient, weights loaded from a checkpoint saved
 at another world size); rows past capacity are counted and contribute zero ("drop") or raise
 ("error"); a rank with no tokens and experts with no rows work; bad arguments raise ValueError.
-The value checks also run on NCCL (tests/distributed/run_nccl.py); the GPU tests below prove
-that the capacity path never syncs with the host and replays in a CUDA graph."""
+The value checks also run on NCCL (tests/distributed/run_nccl.py; tests/distributed/test_nccl.py
+on one GPU too); the GPU checks below prove that the capacity path never syncs with the host,
+replays in a CUDA graph, and orders its chunks' exchanges with the caller's stream."""
 
 import functools
 import re
@@ -150,11 +151,12 @@ def _check_layer(device, dtype, report, variant, capacity_of, modes, drop=False)
 
 
 def check_capacity_moe(device, dtypes, report: Report):
-    """Enough capacity (one slot spare, so there is padding): every exchange is exact."""
+    """Enough capacity (one slot spare, so there is padding, and a slot per chunk): every
+    exchange is exact."""
     modes = ({}, {"capacity": "C"}, {"capacity": "C", "chunks": 2})
     for dtype in dtypes:
         for variant in ("mixed", "empty"):
-            _check_layer(device, dtype, report, variant, lambda pairs: int(pairs.max()) + 1, modes)
+            _check_layer(device, dtype, report, variant, lambda pairs: max(int(pairs.max()) + 1, 2), modes)
 
 
 def check_capacity_drop(device, dtypes, report: Report):
@@ -186,10 +188,13 @@ def check_capacity_roundtrip(device, dtypes, report: Report):
     group, world, rank = dist.group.WORLD, dist.get_world_size(), dist.get_rank()
     for dtype in dtypes:
         for local_experts, variant, chunks in ((1, "mixed", 1), (3, "mixed", 2), (2, "empty", 3)):
+            # At least TOP_K experts in all (a token picks TOP_K distinct ones), on one rank too.
+            local_experts = max(local_experts, -(-TOP_K // world))
             num_experts = local_experts * world
             gen = torch.Generator().manual_seed(3)
             ids = _routing(gen, world, num_experts, variant)
-            capacity = int(_pair_rows(ids, num_experts, world).max()) + 2
+            # At least a slot per chunk (on one rank, "empty" has no rows at all).
+            capacity = max(int(_pair_rows(ids, num_experts, world).max()) + 2, chunks)
             x = torch.randn(ids[rank].shape[0], HIDDEN, generator=gen).to(device, dtype)
             x_sorted, split_sizes, _ = permute(x, ids[rank].to(device), num_experts)
             x_sorted = x_sorted.detach().requires_grad_()
@@ -230,8 +235,10 @@ def check_capacity_errors(device, dtypes, report: Report):
         dispatch(x, splits, group, capacity=2.0)
     with pytest.raises(ValueError, match=r"on_overflow: 'drop' applies to a capacity exchange"):
         dispatch(x, splits, group, on_overflow="drop")
-    with pytest.raises(RuntimeError, match=r"split_sizes: expected non-negative sizes summing to the 4 rows"):
-        dispatch(x, [5, -1] + [0] * (2 * world - 2), group, capacity=4)
+    if device.type == "cpu":
+        # On CUDA the assert fires on the device and poisons the process's CUDA context.
+        with pytest.raises(RuntimeError, match=r"split_sizes: expected non-negative sizes summing to the 4 rows"):
+            dispatch(x, [5, -1] + [0] * (2 * world - 2), group, capacity=4)
     with pytest.raises(ValueError, match=r"on_overflow: expected one of \['error', 'drop'\], got 'skip'"):
         dispatch(x, splits, group, capacity=4, on_overflow="skip")
     for chunks in (0, 5):
@@ -246,6 +253,7 @@ def check_capacity_errors(device, dtypes, report: Report):
     with pytest.raises(ValueError, match=r"y_local: expected 2 chunk\(s\) of .* got \[\[.*\], \[1, 3\]\]"):
         combine([y_chunks[0], y_chunks[1][:1]], handle)
     combine(y_chunks, handle)
+    _check_unread_chunks(x, splits, group)
 
     # Under create_graph=True the exchange's gradient sits behind the raising node (second_backward.py).
     x = x.requires_grad_()
@@ -256,6 +264,31 @@ def check_capacity_errors(device, dtypes, report: Report):
     assert gx.requires_grad, "the exchange's gradient came back a constant"
     with pytest.raises(RuntimeError, match="double backward"):
         (gx.square().sum() + y.sum()).backward()
+
+
+def _check_unread_chunks(x, splits, group):
+    """combine refuses a dispatch_chunks handle whose iterator was not read to the end (outputs
+    of the right shapes, but a chunk never waited for), on the host, before any collective: only
+    rank 0 makes the mistake, and the ranks' collectives still pair up afterwards."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    arrived, handle = dispatch_chunks(x, splits, group, capacity=4, chunks=2)
+    stand_in = x.new_zeros(world * 2, 3)
+    if rank == 0:
+        with pytest.raises(ValueError, match=r"handle: expected all 2 chunks of its dispatch_chunks iterator "
+                                             r"read \(in order, .*\) before combine, got 0 read"):
+            combine([stand_in, stand_in], handle)
+    first, _ = next(arrived)
+    if rank == 0:
+        with pytest.raises(ValueError, match=r"handle: expected all 2 chunks .* got 1 read"):
+            combine([first, stand_in], handle)
+    second, _ = next(arrived)
+    assert next(arrived, None) is None
+    assert torch.equal(combine([first, second], handle), x)
+
+    # dispatch reads its one chunk itself.
+    x_local, _, handle = dispatch(x, splits, group, capacity=4)
+    assert handle.arrived == [0]
+    assert torch.equal(combine(x_local, handle), x)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -280,19 +313,20 @@ def test_expert_capacity():
         expert_capacity(10, 2.0, 4)
 
 
-# On GPUs: 2 ranks, NCCL, float32, routing that every replay changes.
-GPU_TOKENS = 256
+# On GPUs: NCCL (one rank per GPU, or one GPU alone), float32, routing that every replay changes.
+GPU_TOKENS, GPU_LOCAL_EXPERTS = 256, 4
 
 
 def _gpu_layer(device):
     group, world, rank = dist.group.WORLD, dist.get_world_size(), dist.get_rank()
-    num_experts = 2 * world
+    num_experts = GPU_LOCAL_EXPERTS * world
     torch.manual_seed(rank)
-    experts = _experts(2, torch.float32, device)
+    experts = _experts(GPU_LOCAL_EXPERTS, torch.float32, device)
     x = torch.randn(GPU_TOKENS, HIDDEN, device=device, requires_grad=True)
     dy = torch.randn(GPU_TOKENS, HIDDEN, device=device)
     ids, weights, route = reroutable(GPU_TOKENS, num_experts, TOP_K, device)
-    capacity = expert_capacity(GPU_TOKENS, TOP_K, world, capacity_factor=world)
+    # Never drops (a factor of world would not either), and leaves padding rows.
+    capacity = expert_capacity(GPU_TOKENS, TOP_K, world, capacity_factor=world + 1)
     leaves = [x, weights, *experts.parameters()]
 
     def step(chunks: int) -> torch.Tensor:
@@ -336,8 +370,71 @@ def check_capacity_cuda_graph(device, dtypes, report: Report):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def check_capacity_chunks_on_a_side_stream(device, dtypes, report: Report):
+    """dispatch_chunks called on a side stream, its input written there late (behind a spin
+    kernel, over NaN): the host enqueues the exchange, the chunks' reads, combine and backward
+    without waiting for the device (no host sync; the input is still unwritten when it is
+    done); the all-to-alls run after the write (NCCL's stream waits for the side stream) and
+    each chunk is read after its exchange. The chunks equal those of the same call on the
+    default stream, and combine's output and the gradient are the exact ones, bit for bit."""
+    group, world, rank = dist.group.WORLD, dist.get_world_size(), dist.get_rank()
+    num_experts, chunks = GPU_LOCAL_EXPERTS * world, 3
+    gen = torch.Generator().manual_seed(11 + rank)
+    ids = torch.rand(GPU_TOKENS, num_experts, generator=gen).topk(TOP_K, dim=1).indices.to(device)
+    source, split_sizes, _ = permute(torch.randn(GPU_TOKENS, HIDDEN, generator=gen).to(device), ids, num_experts)
+    dy = torch.randn(source.shape, generator=gen).to(device)
+    capacity = expert_capacity(GPU_TOKENS, TOP_K, world, capacity_factor=world + 1)
+    expert_scale = torch.arange(1, GPU_LOCAL_EXPERTS + 1, device=device, dtype=torch.float32)
+
+    def exchange(x):
+        arrived, handle = dispatch_chunks(x, split_sizes, group, capacity=capacity, chunks=chunks)
+        x_chunks, y_chunks = [], []
+        for x_k, splits_k in arrived:
+            # output_size: repeat_interleave need not read the device split sizes on the host.
+            scale = torch.repeat_interleave(expert_scale, splits_k, output_size=x_k.shape[0])
+            x_chunks.append(x_k.detach())
+            y_chunks.append(x_k * scale[:, None])
+        y = combine(y_chunks, handle)
+        y.backward(dy)
+        return x_chunks, y.detach()
+
+    # On the default stream: the reference, and the warm-up (communicator, kernels).
+    x_ref = source.clone().requires_grad_()
+    want_chunks, want_y = exchange(x_ref)
+    torch.cuda.synchronize()
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.cuda.stream(side):
+            x = torch.full_like(source, float("nan"))
+            # About half a second: the host is done with everything below long before.
+            torch.cuda._sleep(1_000_000_000)
+            x.copy_(source)
+            written = torch.cuda.Event()
+            written.record()
+            got_chunks, got_y = exchange(x.requires_grad_())
+            host_ran_ahead = not written.query()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert host_ran_ahead, "the host waited for the device before the input was written"
+    for k, (got, want) in enumerate(zip(got_chunks, want_chunks, strict=True)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"chunk {k} differs from the default stream's")
+    experts_of_rows = torch.repeat_interleave(torch.arange(num_experts, device=device), split_sizes)
+    row_scale = (experts_of_rows % GPU_LOCAL_EXPERTS + 1).float()[:, None]
+    for got, want in ((want_y, source * row_scale), (got_y, source * row_scale), (x_ref.grad, dy * row_scale),
+                      (x.grad, dy * row_scale)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+GPU_CHECKS = (check_capacity_no_host_sync, check_capacity_cuda_graph, check_capacity_chunks_on_a_side_stream)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("check", [check_capacity_no_host_sync, check_capacity_cuda_graph], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("check", GPU_CHECKS, ids=lambda c: c.__name__)
 def test_capacity_exchange_on_two_gpus(check):
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
