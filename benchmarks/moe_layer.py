@@ -1,50 +1,57 @@
-"""The whole MoE expert layer, bf16, forward and forward+backward: fuseops against the same
-layer in plain torch with ``torch._grouped_mm``, Liger-Kernel's fused MoE (where it imports)
-and transformers' experts, at the Qwen3-30B-A3B and Mixtral-8x7B shapes.
+"""The whole MoE expert layer, bf16, forward and forward+backward, at five model shapes under
+uniform and skewed routing: fuseops against plain torch (eager and ``torch.compile``), SonicMoE
+(an anchor, where it imports), Liger-Kernel and transformers' experts, in one process on the very
+same tensors.
 
-The layer: tokens ``x`` [T, H], the router's top-K experts ``ids`` [T, K] (random logits,
-so about uniform) and their softmax ``weights`` [T, K], SwiGLU experts ``w1`` [E, 2I, H] and
-``w2`` [E, H, I]; every implementation uses the very same tensors.
+The layer: tokens ``x`` [T, H], the router's top-K experts ``ids`` [T, K] and their softmax
+``weights`` [T, K], SwiGLU experts ``w1`` [E, 2I, H] (gate rows, then up rows) and ``w2`` [E, H, I].
+Uniform routing is the top-K of random logits (every expert equally likely); skewed routing is the
+same, then every even-numbered token's top-1 slot (its largest weight) goes to expert 0, the slot
+that already held expert 0 taking the old top-1 expert (a token's K experts stay distinct): half
+the tokens send their top-1 to one expert, which gets about T/2 + T*K/(2E) rows.
 
-- ``fuseops``: ``fuseops.moe.expert_layer`` (routing, the fused grouped MLP and the combine in
-  one Function), default mode; ``fuseops lean``: the same with ``lean=True``.
+- ``fuseops`` / ``fuseops lean``: ``fuseops.moe.expert_layer``, default mode and ``lean=True``.
 - ``fuseops composed``: ``permute`` -> ``Sequential(GroupedLinear, SwiGLU(scaled=True),
-  GroupedLinear)`` (one fused grouped MLP) -> ``unpermute``: the same layer built from public ops.
-- ``torch``: argsort routing, gather, ``torch._grouped_mm`` x2 (int32 offsets), SwiGLU,
-  weighted ``index_add_`` combine.
-- ``liger``: ``liger_kernel.ops.fused_moe.LigerFusedMoEFunction`` (on request; skipped when it does
-  not import: ``pip install --no-deps liger-kernel==0.8.5``).
-- ``hf grouped_mm``: transformers' ``Qwen3MoeExperts`` with ``experts_implementation="grouped_mm"``.
-- ``hf fuseops``: the same module with ``"fuseops"`` (fuseops.integrations.transformers).
-- ``fuseops fp8`` / ``fp8 blk``: the composition under FP8 current scaling / blockwise.
+  GroupedLinear)`` -> ``unpermute``: the same layer built from public ops.
+- ``torch``: argsort routing, gather, ``torch._grouped_mm`` x2 (int32 offsets), SwiGLU, weighted
+  ``index_add_`` combine; ``torch.compile``: the same function under ``torch.compile``.
+- ``sonicmoe``: SonicMoE's ``moe_general_routing_inputs`` on its own copies of the weights in its
+  layout (made once per shape, outside timing); skipped, with the reason printed, where it does not
+  import (benchmarks/README.md says how to carry it to a GPU machine). Its output and gradients are
+  checked against fuseops' in every cell; a row whose largest relative error is over
+  ``SONICMOE_TOLERANCE`` is marked, not dropped.
+- ``liger``: Liger-Kernel's fused MoE (on request: ``pip install --no-deps liger-kernel==0.8.5``).
+- ``hf grouped_mm`` / ``hf fuseops``: transformers' ``Qwen3MoeExperts`` with ``grouped_mm`` / ``fuseops``.
+- ``fuseops fp8`` / ``fp8 blk`` (and ``... layer``, on request): FP8 current scaling / blockwise.
 
-TFLOP/s count ``6*T*K*H*I`` per forward (two GEMMs, FC1 twice as wide) and three times that
-per forward+backward; the forward is timed with autograd recording, as in a training step.
-Each measurement is ``triton.testing.do_bench``'s median over ``--rep`` ms of calls (an L2
-flush before each), or with ``--timing sustained`` a training loop's steady state:
-back-to-back calls timed together after half a second of the same calls
-(``_timing.sustained_ms``; the layer holds the H100 at its power cap, where clocks depend on
-the work). Implementations are timed in interleaved rounds (median of rounds). Peak memory is
-``max_memory_allocated`` over one forward+backward, reported whole and above what was
-allocated at the step's start (inputs, weights, the upstream gradient; the weight gradients
-are made inside the step and count). Last, fuseops' forward+backward (both modes) is captured
-in a CUDA graph at the Qwen3 shape, replayed with new routing copied into the same tensors,
-and checked against an eager run. ``--smoke`` runs everything but the memory and the graph on
-the CPU at a tiny shape (checks the script).
+FLOP: ``6*T*K*H*I`` per forward, ``18*T*K*H*I`` per forward+backward; the fraction is of the
+card's bf16 dense peak (``--peak-tflops``, 790). Each step makes new leaves for ``x`` and the
+router weights (as a training step's inputs are new tensors) and resets the weights' gradients.
+Two timings per implementation, in interleaved rounds (median of rounds): ``do_bench``, the median
+over ``--rep`` ms of steps with an L2 flush before each (``--timing sustained``: a steady-state
+loop after half a second of steps), and ``loop``, 3 steps, then 20 steps between two CUDA events.
+Peak memory is over one forward+backward, above the step's start (weights, inputs and ``dy``
+allocated; the gradients are made inside the step and count), allocated and reserved. Last,
+fuseops' forward+backward is captured in a CUDA graph at the Qwen3 shape and replayed with new
+routing (``--no-graph`` skips it). ``--smoke`` runs everything but the memory, the graph and
+SonicMoE on the CPU at a tiny shape (checks the script). The results file is written after
+every cell: a run stopped by a time limit keeps what it measured.
 
-    python -m benchmarks.moe_layer             # table; moe_layer-<gpu>-<date>.json and .png under benchmarks/results
-    python -m benchmarks.moe_layer --impls fuseops "fuseops lean" "fuseops composed" liger --no-graph
+    python -m benchmarks.moe_layer             # every cell; moe_layer-<gpu>-<date>.json and .png under benchmarks/results
+    python -m benchmarks.moe_layer --shapes qwen3-30b-a3b olmoe-1b-7b --routing uniform skewed \\
+        --impls fuseops "fuseops lean" torch torch.compile sonicmoe --no-graph
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -56,17 +63,33 @@ from benchmarks._timing import capture_cuda_graph, sustained_ms
 from fuseops import ops
 from fuseops.moe import expert_layer, permute, unpermute
 
-SHAPES = {
+# The cells' shapes, in the order they run; DeepSeek-V3's routed experts without its shared one.
+CELL_SHAPES = {
     "qwen3-30b-a3b": dict(E=128, T=32768, H=2048, I=768, K=8),
+    "olmoe-1b-7b": dict(E=64, T=16384, H=2048, I=1024, K=8),
     "mixtral-8x7b": dict(E=8, T=8192, H=4096, I=14336, K=2),
+    "qwen3-30b-a3b-t4096": dict(E=128, T=4096, H=2048, I=768, K=8),
+    "deepseek-v3": dict(E=256, T=8192, H=7168, I=2048, K=8),
 }
+# The shapes fp8_moe, fp8_gemm_tiles and moe_profile take.
+SHAPES = {name: CELL_SHAPES[name] for name in ("qwen3-30b-a3b", "mixtral-8x7b")}
 SMOKE_SHAPES = {"smoke": dict(E=4, T=64, H=64, I=32, K=2)}
-IMPLS = ("fuseops", "fuseops lean", "fuseops composed", "torch", "liger", "hf grouped_mm", "hf fuseops",
-         "fuseops fp8", "fuseops fp8 blk", "fuseops fp8 layer", "fuseops fp8 blk layer")
+ROUTINGS = ("uniform", "skewed")
+IMPLS = ("fuseops", "fuseops lean", "sonicmoe", "fuseops composed", "torch", "torch.compile", "liger",
+         "hf grouped_mm", "hf fuseops", "fuseops fp8", "fuseops fp8 blk", "fuseops fp8 layer", "fuseops fp8 blk layer")
 # Not run unless asked (--impls): the FP8 expert layers (fuseops/moe/expert_layer_quantized.py), for
 # moe_profile's kernel breakdown against the FP8 compositions ("fuseops fp8", "fuseops fp8 blk").
 ON_REQUEST = ("liger", "fuseops fp8 layer", "fuseops fp8 blk layer")
 MODES = ("fwd", "fwd+bwd")
+# The card's bf16 dense peak that the fractions are of (--peak-tflops for another card).
+PEAK_TFLOPS = 790.0
+LOOP_WARMUP, LOOP_STEPS = 3, 20
+# The largest relative error (by norm, over the output and each gradient) of SonicMoE against fuseops
+# that counts as agreeing: bf16 layers summing in different orders differ by a few 1e-3.
+SONICMOE_TOLERANCE = 2e-2
+# Weight gradients are compared on every k-th expert, at most this many: a reference's copy of all
+# of them (22.5 GB at DeepSeek-V3's shape) would not fit beside the weights and the gradients.
+CHECKED_EXPERTS = 32
 
 
 @dataclass
@@ -80,19 +103,33 @@ class Case:
     # The experts' GroupedLinears add their weight gradients to the weights' float32 main_grad
     # (accumulate_into_main_grad, as Megatron-style training does) instead of ``.grad``.
     main_grad: bool = False
+    # Other layouts' copies of w1 and w2 (SonicMoE's): their gradients are reset with the case's.
+    anchor_weights: list[torch.nn.Parameter] = field(default_factory=list)
 
     def leaves(self) -> list[torch.Tensor]:
         return [self.x, self.weights, self.w1, self.w2]
 
-    def route(self, seed: int) -> None:
-        """New routing (top-K of random logits, softmax weights) into the same tensors."""
+    def route(self, seed: int, skewed: bool = False) -> None:
+        """New routing (top-K of random logits, softmax weights) into the same tensors; ``skewed``:
+        every even-numbered token's top-1 slot then goes to expert 0 (module docstring)."""
         T, E = self.x.shape[0], self.w1.shape[0]
         g = torch.Generator(device=self.x.device).manual_seed(seed)
         logits = torch.randn(T, E, device=self.x.device, generator=g)
         top, ids = logits.topk(self.ids.shape[1], dim=-1)
+        if skewed:
+            even = ids[::2]
+            # The slot that held expert 0 takes the old top-1 expert: a token's experts stay distinct.
+            even.copy_(torch.where(even == 0, even[:, :1], even))
+            even[:, 0] = 0
         with torch.no_grad():
             self.ids.copy_(ids)
             self.weights.copy_(top.softmax(-1))
+
+    def fresh_leaves(self) -> None:
+        """New leaves over the same data for ``x`` and the router weights, as each training step's
+        inputs are new tensors (no gradient accumulates into an earlier step's)."""
+        self.x = self.x.detach().requires_grad_()
+        self.weights = self.weights.detach().requires_grad_()
 
 
 def make_case(E: int, T: int, H: int, I: int, K: int, device="cuda", dtype=torch.bfloat16,
@@ -152,25 +189,90 @@ def composed_layer(case: Case) -> Callable[[], torch.Tensor]:
     return layer
 
 
+def torch_moe(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, w1: torch.Tensor,
+              w2: torch.Tensor) -> torch.Tensor:
+    """The layer in plain torch: x [T, H], ids and weights [T, K], w1 [E, 2I, H], w2 [E, H, I]."""
+    E, K = w1.shape[0], ids.shape[1]
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    # bincount would read the max id back to the host; scatter_add_ stays on the device.
+    counts = torch.zeros(E, device=x.device, dtype=torch.int64).scatter_add_(0, flat, torch.ones_like(flat))
+    offs = counts.cumsum(0).to(torch.int32)
+    token = order // K
+    h = torch._grouped_mm(x[token], w1.transpose(1, 2), offs=offs)
+    gate, up = h.chunk(2, dim=-1)
+    y = torch._grouped_mm(F.silu(gate) * up, w2.transpose(1, 2), offs=offs)
+    y = y * weights.reshape(-1)[order, None]
+    return torch.zeros_like(x).index_add_(0, token, y)
+
+
 def torch_layer(case: Case) -> Callable[[], torch.Tensor]:
-    E = case.w1.shape[0]
+    return lambda: torch_moe(case.x, case.ids, case.weights, case.w1, case.w2)
 
-    def layer() -> torch.Tensor:
-        x, ids = case.x, case.ids
-        K = ids.shape[1]
-        flat = ids.reshape(-1)
-        order = torch.argsort(flat, stable=True)
-        # bincount would read the max id back to the host; scatter_add_ stays on the device.
-        counts = torch.zeros(E, device=x.device, dtype=torch.int64).scatter_add_(0, flat, torch.ones_like(flat))
-        offs = counts.cumsum(0).to(torch.int32)
-        token = order // K
-        h = torch._grouped_mm(x[token], case.w1.transpose(1, 2), offs=offs)
-        gate, up = h.chunk(2, dim=-1)
-        y = torch._grouped_mm(F.silu(gate) * up, case.w2.transpose(1, 2), offs=offs)
-        y = y * case.weights.reshape(-1)[order, None]
-        return torch.zeros_like(x).index_add_(0, token, y)
 
-    return layer
+def compiled_layer(case: Case, backend: str = "inductor") -> Callable[[], torch.Tensor]:
+    # Static shapes: each shape compiles once (run_benchmark resets dynamo between shapes).
+    compiled = torch.compile(torch_moe, backend=backend, dynamic=False)
+    return lambda: compiled(case.x, case.ids, case.weights, case.w1, case.w2)
+
+
+def sonicmoe_weights(w1: torch.Tensor, w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fuseops' w1 [E, 2I, H] and w2 [E, H, I] as SonicMoE stores them: the same shapes, contiguous,
+    SonicMoE taking their ``permute(1, 2, 0)`` views ([2I, H, E] and [H, I, E], E outermost in
+    memory). fuseops' SwiGLU reads FC1's rows as halves ``[gate; up]``, SonicMoE's as interleaved
+    pairs: its row ``2j`` is gate row ``j``, row ``2j + 1`` up row ``j``."""
+    E, two_i, H = w1.shape
+    return w1.view(E, 2, two_i // 2, H).transpose(1, 2).contiguous().view(E, two_i, H), w2.clone()
+
+
+def fuseops_weight_grads(dw1: torch.Tensor, dw2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradients of ``sonicmoe_weights``' tensors back in fuseops' layout (its inverse)."""
+    E, two_i, H = dw1.shape
+    return dw1.view(E, two_i // 2, 2, H).transpose(1, 2).reshape(E, two_i, H), dw2
+
+
+def sonicmoe_routing(ids: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SonicMoE's routing inputs from ids and weights [T, K]: ``router_scores`` [T*K] float32,
+    ``token_indices`` [T*K] int32 (sorted ascending, as it requires) and ``expert_indices`` [T*K]
+    int32, one entry per (token, slot) in ``ids.reshape(-1)``'s order."""
+    T, K = ids.shape
+    tokens = torch.arange(T, device=ids.device, dtype=torch.int32).repeat_interleave(K)
+    return weights.reshape(-1).float(), tokens, ids.reshape(-1).to(torch.int32)
+
+
+def sonicmoe_unavailable(device: torch.device) -> str | None:
+    """Why SonicMoE cannot run here, or None."""
+    try:
+        import sonicmoe.functional  # noqa: F401
+    except Exception as exc:  # absent or broken: the anchor is skipped, the rest runs
+        return f"it does not import ({exc!r}); benchmarks/README.md says how to carry it"
+    return None if device.type == "cuda" else "its kernels run on CUDA only"
+
+
+class SonicMoELayer:
+    """SonicMoE's whole layer over the case's tokens and routing, on copies of the case's weights in
+    its layout (made here, once, outside timing; registered in ``case.anchor_weights``)."""
+
+    def __init__(self, case: Case) -> None:
+        from sonicmoe.enums import ActivationType
+        from sonicmoe.functional import moe_general_routing_inputs
+
+        self.moe, self.swiglu, self.case = moe_general_routing_inputs, ActivationType.SWIGLU, case
+        w1, w2 = sonicmoe_weights(case.w1.detach(), case.w2.detach())
+        self.w1, self.w2 = torch.nn.Parameter(w1), torch.nn.Parameter(w2)
+        case.anchor_weights += [self.w1, self.w2]
+
+    def __call__(self) -> torch.Tensor:
+        case = self.case
+        # The routing's casts are part of the call, as a user's would be.
+        y, _ = self.moe(case.x, *sonicmoe_routing(case.ids, case.weights), self.w1.permute(1, 2, 0), None,
+                        self.w2.permute(1, 2, 0), None, self.w1.shape[0], torch.cuda.current_stream().cuda_stream,
+                        self.swiglu, False)
+        return y
+
+    def weight_grads(self, experts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """dw1 and dw2 of ``experts`` in fuseops' layout."""
+        return fuseops_weight_grads(self.w1.grad[experts], self.w2.grad[experts])
 
 
 def hf_layer(case: Case, implementation: str) -> Callable[[], torch.Tensor]:
@@ -197,13 +299,20 @@ def quantized(layer: Callable[[], torch.Tensor], recipe) -> Callable[[], torch.T
     return run
 
 
-def implementations(case: Case, names=IMPLS) -> dict[str, Callable[[], torch.Tensor]]:
+def implementations(case: Case, names=IMPLS, compile_backend: str = "inductor") -> dict[str, Callable[[], torch.Tensor]]:
     impls = {"fuseops": fuseops_layer(case), "fuseops lean": fuseops_layer(case, lean=True),
-             "fuseops composed": composed_layer(case), "torch": torch_layer(case)}
+             "fuseops composed": composed_layer(case), "torch": torch_layer(case),
+             "torch.compile": compiled_layer(case, compile_backend)}
     impls["fuseops fp8"] = quantized(composed_layer(case), fuseops.recipes.FP8CurrentScaling())
     impls["fuseops fp8 blk"] = quantized(composed_layer(case), fuseops.recipes.FP8Blockwise())
     impls["fuseops fp8 layer"] = quantized(fuseops_layer(case), fuseops.recipes.FP8CurrentScaling())
     impls["fuseops fp8 blk layer"] = quantized(fuseops_layer(case), fuseops.recipes.FP8Blockwise())
+    if "sonicmoe" in names:
+        reason = sonicmoe_unavailable(case.x.device)
+        if reason is None:
+            impls["sonicmoe"] = SonicMoELayer(case)
+        else:
+            print(f"sonicmoe skipped: {reason}", flush=True)
     if "liger" in names:
         try:
             impls["liger"] = liger_layer(case)
@@ -225,34 +334,77 @@ def forward_backward(case: Case, layer: Callable[[], torch.Tensor]) -> Callable[
 
 
 def set_grads_to_none(case: Case) -> None:
-    for t in case.leaves():
+    for t in case.leaves() + case.anchor_weights:
         t.grad = None
+
+
+def step(case: Case, layer: Callable[[], torch.Tensor], mode: str) -> Callable[[], None]:
+    """One timed step: the gradients reset, new input leaves, the forward (with autograd
+    recording, as in training) and for ``fwd+bwd`` the backward."""
+
+    def run() -> None:
+        set_grads_to_none(case)
+        case.fresh_leaves()
+        y = layer()
+        if mode == "fwd+bwd":
+            y.backward(case.dy)
+
+    return run
 
 
 def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30)).item()
 
 
-def agreement(case: Case, impls: dict) -> dict[str, dict[str, float]]:
-    """Output and gradients of each implementation against plain torch (relative errors); an
-    implementation that fails is reported and dropped from ``impls``."""
-    results = {}
-    for name, layer in list(impls.items()):
-        set_grads_to_none(case)
+def outputs(case: Case, layer: Callable[[], torch.Tensor], experts: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Output and gradients of one forward+backward, the weight gradients of ``experts`` only."""
+    set_grads_to_none(case)
+    y = layer()
+    y.backward(case.dy)
+    if isinstance(layer, SonicMoELayer):
+        dw1, dw2 = layer.weight_grads(experts)
+    else:
+        dw1, dw2 = case.w1.grad[experts], case.w2.grad[experts]
+    got = dict(y=y.detach(), dx=case.x.grad, dweights=case.weights.grad, dw1=dw1, dw2=dw2)
+    set_grads_to_none(case)
+    return got
+
+
+def agreement(case: Case, impls: dict) -> tuple[dict[str, dict[str, float]], dict | None]:
+    """Each implementation's output and gradients against plain torch (relative errors by norm), and
+    SonicMoE's against fuseops' (None unless both run); an implementation that fails is reported
+    and dropped from ``impls``. The first call of each is timed and printed: it compiles."""
+    E = case.w1.shape[0]
+    experts = torch.arange(0, E, max(1, E // CHECKED_EXPERTS), device=case.w1.device)
+    errs, got, sonic = {}, {}, None
+    # torch first (the reference), fuseops before SonicMoE (its reference).
+    first = [n for n in ("torch", "fuseops", "sonicmoe") if n in impls]
+    for name in first + [n for n in impls if n not in first]:
+        start = time.perf_counter()
+        # The line ends when the call does: a long compile shows which implementation it is in.
+        print(f"  {name:<16} first fwd+bwd", end="", flush=True)
         try:
-            y = layer()
-            y.backward(case.dy)
+            out = outputs(case, impls[name], experts)
         except Exception as exc:  # report a failing baseline, keep the others
-            print(f"  {name}: {exc!r}"[:300], flush=True)
+            print(f": {exc!r}"[:300], flush=True)
+            set_grads_to_none(case)
             del impls[name]
             continue
-        results[name] = {"y": y.detach(), **{n: t.grad for n, t in zip(("dx", "dweights", "dw1", "dw2"), case.leaves())}}
-    set_grads_to_none(case)
-    ref = results["torch"]
-    return {name: {k: _rel_err(v, ref[k]) for k, v in got.items()} for name, got in results.items()}
+        if name in ("torch", "fuseops"):
+            got[name] = out
+        errs[name] = {k: _rel_err(v, got["torch"][k]) for k, v in out.items()}
+        print(f" {time.perf_counter() - start:6.1f} s; rel err vs torch: "
+              + " ".join(f"{k} {v:.1e}" for k, v in errs[name].items()), flush=True)
+        if name == "sonicmoe" and "fuseops" in got:
+            vs = {k: _rel_err(v, got["fuseops"][k]) for k, v in out.items()}
+            worst = max(vs.values())
+            sonic = dict(rel_err_vs_fuseops=vs, max_rel_err_vs_fuseops=worst, agrees=worst <= SONICMOE_TOLERANCE)
+            verdict = "agree" if sonic["agrees"] else f"DISAGREE (over {SONICMOE_TOLERANCE:.0e}; its rows are marked)"
+            print(f"  sonicmoe vs fuseops: max rel err {worst:.2e}: {verdict}", flush=True)
+    return errs, sonic
 
 
-def bench_ms(fn: Callable[[], object], case: Case, args) -> float:
+def bench_ms(fn: Callable[[], object], args) -> float:
     if args.smoke:
         start = time.perf_counter()
         fn()
@@ -260,28 +412,97 @@ def bench_ms(fn: Callable[[], object], case: Case, args) -> float:
     if args.timing == "do_bench":
         import triton
 
-        return triton.testing.do_bench(fn, warmup=max(25, args.rep // 4), rep=args.rep, grad_to_none=case.leaves(),
-                                       return_mode="median")
-    return sustained_ms(fn, warmup_s=args.warmup_s, steps=args.steps, before=lambda: set_grads_to_none(case))
+        return triton.testing.do_bench(fn, warmup=max(25, args.rep // 4), rep=args.rep, return_mode="median")
+    return sustained_ms(fn, warmup_s=args.warmup_s, steps=args.steps)
 
 
-def peak_memory_gb(case: Case, fn: Callable[[], object]) -> tuple[float, float]:
-    """(peak, peak above what was allocated before) in GB over one call of ``fn``."""
+def loop_ms(fn: Callable[[], object], device: str, steps: int = LOOP_STEPS, warmup: int = LOOP_WARMUP) -> float:
+    """``warmup`` steps, then ``steps`` steps between two CUDA events (wall time off the GPU): a
+    training loop's first steps, nothing left to settle."""
+    for _ in range(warmup):
+        fn()
+    if device != "cuda":
+        start = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        return (time.perf_counter() - start) * 1e3 / steps
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / steps
+
+
+def peak_memory_gb(case: Case, fn: Callable[[], object]) -> dict[str, float]:
+    """Over one call of ``fn`` (GB): the peak allocated, and the peaks above the call's start,
+    allocated and reserved."""
     set_grads_to_none(case)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
+    allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     fn()
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
     set_grads_to_none(case)
-    return peak / 1e9, (peak - base) / 1e9
+    return dict(peak_gb=peak / 1e9, peak_above_start_gb=(peak - allocated) / 1e9,
+                reserved_above_start_gb=(torch.cuda.max_memory_reserved() - reserved) / 1e9)
 
 
 def tflops(shape: dict, mode: str, ms: float) -> float:
     flops = 6.0 * shape["T"] * shape["K"] * shape["H"] * shape["I"] * (3 if mode == "fwd+bwd" else 1)
     return flops / (ms * 1e-3) / 1e12
+
+
+def measure_cell(case: Case, shape_name: str, shape: dict, routing: str, impls: dict, args) -> list[dict]:
+    """One shape under one routing: agreement, peak memory, then both timings of every
+    implementation in interleaved rounds; one row per mode and implementation."""
+    errs, sonic = agreement(case, impls)
+    nan = dict.fromkeys(("peak_gb", "peak_above_start_gb", "reserved_above_start_gb"), float("nan"))
+    memory = {}
+    for name, layer in impls.items():
+        try:
+            memory[name] = nan if args.smoke else peak_memory_gb(case, step(case, layer, "fwd+bwd"))
+        except Exception as exc:  # out of memory, say: report it, time the layer all the same
+            print(f"  {name} peak memory: {exc!r}"[:300], flush=True)
+            memory[name] = nan
+    for name, m in memory.items():
+        print(f"  {name:<16} fwd+bwd peak above the step's start: {m['peak_above_start_gb']:6.2f} GB allocated, "
+              f"{m['reserved_above_start_gb']:6.2f} GB reserved", flush=True)
+    device = case.x.device.type
+    loop_steps = (2, 1) if args.smoke else (LOOP_STEPS, LOOP_WARMUP)
+    rows = []
+    for mode in MODES:
+        fns = {n: step(case, layer, mode) for n, layer in impls.items()}
+        times: dict[str, list[float]] = {n: [] for n in fns}
+        loops: dict[str, list[float]] = {n: [] for n in fns}
+        for r in range(args.rounds):
+            for name, fn in fns.items():
+                try:
+                    times[name].append(bench_ms(fn, args))
+                    loops[name].append(loop_ms(fn, device, *loop_steps))
+                except Exception as exc:  # report a failing baseline, keep the others
+                    print(f"  {mode} {name}: {exc!r}"[:300], flush=True)
+            print(f"  {mode} round {r + 1}/{args.rounds} TFLOP/s (do_bench/loop): " + ", ".join(
+                f"{n} {tflops(shape, mode, times[n][-1]):.0f}/{tflops(shape, mode, loops[n][-1]):.0f}"
+                for n in fns if loops[n]), flush=True)
+        set_grads_to_none(case)
+        for name, ts in times.items():
+            if not loops[name]:
+                continue
+            ms, loop = sorted(ts)[len(ts) // 2], sorted(loops[name])[len(loops[name]) // 2]
+            row = dict(shape=shape_name, routing=routing, **shape, mode=mode, impl=name, ms=ms,
+                       tflops=tflops(shape, mode, ms), peak_fraction=tflops(shape, mode, ms) / args.peak_tflops,
+                       loop_ms=loop, loop_tflops=tflops(shape, mode, loop),
+                       loop_peak_fraction=tflops(shape, mode, loop) / args.peak_tflops,
+                       **memory[name], rel_err_vs_torch=errs[name])
+            if name == "sonicmoe" and sonic is not None:
+                row.update(sonic)
+            rows.append(row)
+    return rows
 
 
 def eager_outputs(case: Case, layer: Callable[[], torch.Tensor]) -> list[torch.Tensor]:
@@ -319,43 +540,27 @@ def graph_check(case: Case, lean: bool) -> dict:
     return errs
 
 
-def run_benchmark(args) -> tuple[list[dict], dict]:
+def run_benchmark(args, save: Callable[[list[dict], dict], None] | None = None) -> tuple[list[dict], dict]:
     rows, extra = [], {}
-    shapes = SMOKE_SHAPES if args.smoke else {name: SHAPES[name] for name in args.shapes}
+    shapes = SMOKE_SHAPES if args.smoke else {name: CELL_SHAPES[name] for name in args.shapes}
     for shape_name, shape in shapes.items():
         print(f"\n{shape_name} {shape}", flush=True)
+        # torch.compile traces each shape afresh (no recompile limit, no dynamic shapes).
+        torch._dynamo.reset()
         case = make_case(**shape, device="cpu" if args.smoke else "cuda")
-        impls = implementations(case, args.impls)
-        errs = agreement(case, impls)
-        for name, e in errs.items():
-            print(f"  {name:<14} rel err vs torch: " + " ".join(f"{k} {v:.1e}" for k, v in e.items()), flush=True)
-        nan = (float("nan"), float("nan"))
-        memory = {name: nan if args.smoke else peak_memory_gb(case, forward_backward(case, layer))
-                  for name, layer in impls.items()}
-        for name, (peak, delta) in memory.items():
-            print(f"  {name:<14} fwd+bwd peak memory {peak:6.2f} GB ({delta:+.2f} GB above the step's start)", flush=True)
-        for mode in MODES:
-            fns = {n: (layer if mode == "fwd" else forward_backward(case, layer)) for n, layer in impls.items()}
-            times: dict[str, list[float]] = {n: [] for n in fns}
-            for r in range(args.rounds):
-                for name, fn in fns.items():
-                    try:
-                        times[name].append(bench_ms(fn, case, args))
-                    except Exception as exc:  # report a failing baseline, keep the others
-                        print(f"  {mode} {name}: {exc!r}"[:300], flush=True)
-                print(f"  {mode} round {r + 1}/{args.rounds}: " + ", ".join(
-                    f"{n} {tflops(shape, mode, ts[-1]):.0f}" for n, ts in times.items() if ts) + " TFLOP/s", flush=True)
-            for name, ts in times.items():
-                if ts:
-                    ms = sorted(ts)[len(ts) // 2]
-                    rows.append(dict(shape=shape_name, **shape, mode=mode, impl=name, ms=ms,
-                                     tflops=tflops(shape, mode, ms), peak_gb=memory[name][0],
-                                     peak_above_inputs_gb=memory[name][1], rel_err_vs_torch=errs[name]))
+        # On the CPU, aot_eager: the same trace and autograd, without compiling C++ for a tiny shape.
+        impls = implementations(case, args.impls, compile_backend="aot_eager" if args.smoke else "inductor")
+        for routing in args.routing:
+            print(f"\n{shape_name} {routing} routing", flush=True)
+            case.route(0, skewed=routing == "skewed")
+            rows += measure_cell(case, shape_name, shape, routing, impls, args)
+            if save is not None:
+                save(rows, extra)
         # The timing closures hold the case, and the last timed call left its gradients: both
         # would count in the next shape's peak memory (2.82 GB at Mixtral after Qwen3: Qwen3's
         # tensors and gradients).
         set_grads_to_none(case)
-        del case, impls, fns
+        del case, impls
         if not args.smoke:
             torch.cuda.empty_cache()
     if not args.no_graph and not args.smoke:
@@ -373,25 +578,32 @@ def run_benchmark(args) -> tuple[list[dict], dict]:
     return rows, extra
 
 
+def _ratio(a: float | None, b: float | None) -> float:
+    return a / b if a is not None and b else float("nan")
+
+
 def print_table(rows: list[dict], extra: dict) -> None:
-    by = {(r["shape"], r["mode"], r["impl"]): r for r in rows}
-    print("\nMoE expert layer, bf16: TFLOP/s (6*T*K*H*I per fwd, x3 per fwd+bwd); fwd+bwd peak memory")
-    print("above the step's start (GB), and each against plain torch in the same run")
-    head = (f"{'shape':<15}{'impl':<18}{'fwd':>8}{'fwd+bwd':>9}{'peak above start':>18}{'peak total':>12}"
-            f"{'speed vs torch':>16}{'peak vs torch':>15}")
+    by = {(r["shape"], r["routing"], r["mode"], r["impl"]): r for r in rows}
+    print("\nMoE expert layer, bf16: TFLOP/s (6*T*K*H*I per fwd, 18*T*K*H*I per fwd+bwd), do_bench and a 20-step")
+    print("loop; % of the bf16 dense peak (do_bench); fwd+bwd peak memory above the step's start (GB); speed")
+    print("(do_bench) and allocated peak against plain torch and SonicMoE in the same run")
+    head = (f"{'cell':<28}{'impl':<18}{'fwd':>6}{'fwd+bwd':>9}{'% peak':>8}{'loop':>7}{'alloc':>8}{'reserved':>10}"
+            f"{'x torch':>9}{'x sonic':>9}{'mem x sonic':>13}")
     print(head)
     print("-" * len(head))
-    for shape in dict.fromkeys(r["shape"] for r in rows):
-        torch_row = by.get((shape, "fwd+bwd", "torch"), {})
+    for shape, routing in dict.fromkeys((r["shape"], r["routing"]) for r in rows):
+        torch_row = by.get((shape, routing, "fwd+bwd", "torch"), {})
+        sonic_row = by.get((shape, routing, "fwd+bwd", "sonicmoe"), {})
         for impl in IMPLS:
-            fb = by.get((shape, "fwd+bwd", impl))
+            fb = by.get((shape, routing, "fwd+bwd", impl))
             if fb is None:
                 continue
-            fwd = by.get((shape, "fwd", impl), {}).get("tflops", float("nan"))
-            speed = fb["tflops"] / torch_row["tflops"] if torch_row else float("nan")
-            peak = fb["peak_above_inputs_gb"] / torch_row["peak_above_inputs_gb"] if torch_row else float("nan")
-            print(f"{shape:<15}{impl:<18}{fwd:>8.0f}{fb['tflops']:>9.0f}{fb['peak_above_inputs_gb']:>18.2f}"
-                  f"{fb['peak_gb']:>12.2f}{speed:>16.2f}{peak:>15.2f}")
+            fwd = by.get((shape, routing, "fwd", impl), {}).get("tflops", float("nan"))
+            mark = "" if fb.get("agrees", True) else f"  DISAGREES with fuseops: max rel err {fb['max_rel_err_vs_fuseops']:.1e}"
+            print(f"{shape + ' ' + routing:<28}{impl:<18}{fwd:>6.0f}{fb['tflops']:>9.0f}{100 * fb['peak_fraction']:>7.0f}%"
+                  f"{fb['loop_tflops']:>7.0f}{fb['peak_above_start_gb']:>8.2f}{fb['reserved_above_start_gb']:>10.2f}"
+                  f"{_ratio(fb['tflops'], torch_row.get('tflops')):>9.2f}{_ratio(fb['tflops'], sonic_row.get('tflops')):>9.2f}"
+                  f"{_ratio(fb['peak_above_start_gb'], sonic_row.get('peak_above_start_gb')):>13.2f}{mark}")
     for key in ("cuda_graph_default", "cuda_graph_lean"):
         if key in extra:
             print(f"CUDA graph ({key.removeprefix('cuda_graph_')}, fwd+bwd replayed with new routing): {extra[key]}")
@@ -406,26 +618,35 @@ def plot(rows: list[dict], path: Path) -> None:
     except ImportError:
         print("matplotlib missing: no plot")
         return
-    panels = [("fwd", "tflops", "forward TFLOP/s"), ("fwd+bwd", "tflops", "forward+backward TFLOP/s"),
-              ("fwd+bwd", "peak_above_inputs_gb", "fwd+bwd peak above the step's start, GB")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(16, 4.5))
-    shapes = list(dict.fromkeys(r["shape"] for r in rows))
-    width = 0.8 / len(IMPLS)
-    for ax, (mode, field, title) in zip(axes, panels):
-        for i, impl in enumerate(IMPLS):
-            vals = [next((r[field] for r in rows if r["shape"] == s and r["mode"] == mode and r["impl"] == impl), 0)
-                    for s in shapes]
-            ax.bar([j + width * (i - (len(IMPLS) - 1) / 2) for j in range(len(shapes))], vals, width, label=impl)
-        ax.set_xticks(range(len(shapes)), shapes)
+    panels = [("tflops", "fwd+bwd TFLOP/s, do_bench"), ("loop_tflops", "fwd+bwd TFLOP/s, 20-step loop"),
+              ("peak_above_start_gb", "fwd+bwd peak above the step's start, allocated, GB"),
+              ("reserved_above_start_gb", "fwd+bwd peak above the step's start, reserved, GB")]
+    fb = [r for r in rows if r["mode"] == "fwd+bwd"]
+    cells = list(dict.fromkeys((r["shape"], r["routing"]) for r in fb))
+    impls = [i for i in IMPLS if any(r["impl"] == i for r in fb)]
+    by = {(r["shape"], r["routing"], r["impl"]): r for r in fb}
+    fig, axes = plt.subplots(2, 2, figsize=(max(12, 2.2 * len(cells)), 9))
+    width = 0.8 / max(1, len(impls))
+    for ax, (field_, title) in zip(axes.flat, panels):
+        for i, impl in enumerate(impls):
+            got = [by.get((*c, impl), {}) for c in cells]
+            bars = ax.bar([j + width * (i - (len(impls) - 1) / 2) for j in range(len(cells))],
+                          [r.get(field_, 0) for r in got], width, label=impl)
+            for bar, r in zip(bars, got):
+                # SonicMoE's rows where it disagrees with fuseops: hatched.
+                if not r.get("agrees", True):
+                    bar.set_hatch("//")
+        ax.set_xticks(range(len(cells)), [f"{s}\n{r}" for s, r in cells], fontsize=7)
         ax.set_title(f"{title} (bf16)")
-    axes[0].legend(fontsize=8)
+    axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--shapes", nargs="*", default=list(CELL_SHAPES), choices=list(CELL_SHAPES))
+    parser.add_argument("--routing", nargs="*", default=list(ROUTINGS), choices=ROUTINGS)
     # Liger only when named: on an H100 its first call (Liger-Kernel 0.8.5) did not finish in
     # 190-240 s at either shape.
     parser.add_argument("--impls", nargs="*", default=[i for i in IMPLS if i not in ON_REQUEST], choices=list(IMPLS),
@@ -436,6 +657,7 @@ def main() -> None:
     parser.add_argument("--rep", type=int, default=200, help="do_bench: ms of timed repetitions per measurement")
     parser.add_argument("--steps", type=int, default=20, help="sustained: back-to-back calls timed per measurement")
     parser.add_argument("--warmup-s", type=float, default=0.5, help="sustained: seconds of calls before each measurement")
+    parser.add_argument("--peak-tflops", type=float, default=PEAK_TFLOPS, help="the card's bf16 dense peak")
     parser.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph capture check")
     parser.add_argument("--smoke", action="store_true", help="CPU, a tiny shape, one round, no memory: checks it runs")
     parser.add_argument("--out-dir", type=Path, help="default benchmarks/results (with --smoke the temp dir)")
@@ -445,19 +667,23 @@ def main() -> None:
     import triton
 
     start = time.time()
-    rows, extra = run_benchmark(args)
     out_dir = args.out_dir or (Path(tempfile.gettempdir()) if args.smoke else RESULTS)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = dict(device="cpu" if args.smoke else torch.cuda.get_device_name(), torch=torch.__version__,
-                triton=triton.__version__, timing="smoke" if args.smoke else args.timing)
-    try:
-        import transformers
-
-        meta["transformers"] = transformers.__version__
-    except ImportError:
-        pass
+                triton=triton.__version__, timing="smoke" if args.smoke else args.timing, peak_tflops=args.peak_tflops,
+                sonicmoe_tolerance=SONICMOE_TOLERANCE)
+    for package in ("transformers", "sonic-moe", "quack-kernels"):
+        try:
+            meta[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
     path = results_path("moe_layer", "", device="cpu" if args.smoke else "cuda", directory=out_dir)
-    path.with_suffix(".json").write_text(json.dumps(dict(**meta, **extra, rows=rows), indent=1))
+
+    def save(rows: list[dict], extra: dict) -> None:
+        path.with_suffix(".json").write_text(json.dumps(dict(**meta, **extra, rows=rows), indent=1))
+
+    rows, extra = run_benchmark(args, save)
+    save(rows, extra)
     plot(rows, path.with_suffix(".png"))
     print(f"results: {path.with_suffix('.json')}")
     print(f"\n({time.time() - start:.0f} s)")

@@ -5,14 +5,21 @@
         --layers 4 --experts 32 --top-k 4 --seq 512 --batch 16 --recipe mxfp8 --graphs
 
 The model is transformers' own ``Qwen3MoeForCausalLM`` (random, small, one token per byte:
-nothing to download) with its experts on ``--experts-backend``: ``fuseops`` or transformers'
-``eager`` and ``grouped_mm``. This is the recommended way to compare backends: one seed gives
-the same weights and the same batches on each, so runs differ only in how the experts compute.
-The text is the standard library's ``.py`` files (sorted paths, a fixed byte budget), its last
-tenth held out for the validation loss.
+nothing to download) with its experts on ``--experts-backend``: ``fuseops``, one of
+transformers' experts implementations (``eager``, ``grouped_mm``, ``batched_mm``; ``deepgemm``
+and ``sonicmoe`` load their kernels through the ``kernels`` package), or ``grouped_mm-autocast``:
+transformers' ``grouped_mm`` with the experts' weights cast as autocast casts a Linear's (below).
+This is the recommended way to compare backends: one seed gives the same weights and the same
+batches on each, so runs differ only in how the experts compute. The text is the standard
+library's ``.py`` files (sorted paths, ``--data-bytes`` of them), its last tenth held out for the
+validation loss.
+``benchmarks/train_moe_lm.py`` runs it at a real size on each backend.
 
 bfloat16 keeps float32 master weights under ``torch.autocast``, so AdamW's small updates are not
-rounded away (transformers' ``grouped_mm`` is not autocast-enabled: it multiplies in float32).
+rounded away. torch's grouped_mm is not autocast-enabled and transformers' ``grouped_mm`` casts the
+tokens to the weights' dtype, so there it multiplies in float32; ``grouped_mm-autocast`` casts the
+experts' weights to bf16 for the call instead (differentiably, as autocast does), so its GEMMs run
+in bf16 like every other backend's.
 ``--recipe`` quantizes the experts' GEMMs (fuseops backend only); ``--graphs`` captures the whole
 step (forward, backward, AdamW) in one ``torch.cuda.graph`` on static inputs (CUDA only). Writes
 DIR/train_moe_lm.json and DIR/train_moe_lm.png; the last line is ``OK:`` when the smoothed
@@ -37,10 +44,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.stateless import _reparametrize_module
 
 import fuseops
 
-BACKENDS = ("fuseops", "eager", "grouped_mm")
+BACKENDS = ("fuseops", "eager", "grouped_mm", "grouped_mm-autocast", "batched_mm", "deepgemm", "sonicmoe")
+GROUPED_MM_AUTOCAST = "grouped_mm-autocast"
 RECIPES: dict[str, Callable[[], fuseops.recipes.Recipe] | None] = {
     "none": None,
     "fp8-current": fuseops.recipes.FP8CurrentScaling,
@@ -68,6 +77,8 @@ class TrainConfig:
     dtype: str = "float32"
     layers: int = 2
     hidden: int = 64
+    # The experts' FFN width; None: --hidden.
+    moe_intermediate: int | None = None
     experts: int = 8
     top_k: int = 2
     seq: int = 128
@@ -79,6 +90,7 @@ class TrainConfig:
     graphs: bool = False
     experts_backend: str = "fuseops"
     eval_every: int = 10
+    data_bytes: int = DATA_BYTES
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -86,9 +98,11 @@ class TrainConfig:
                                    ("--experts-backend", self.experts_backend, BACKENDS)):
             if value not in valid:
                 raise ValueError(f"{name}: expected one of {', '.join(valid)}, got {value!r}")
-        for name in ("steps", "layers", "hidden", "experts", "top_k", "seq", "batch"):
+        for name in ("steps", "layers", "hidden", "experts", "top_k", "seq", "batch", "data_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')}: expected a positive int, got {getattr(self, name)}")
+        if self.moe_intermediate is not None and self.moe_intermediate < 1:
+            raise ValueError(f"--moe-intermediate: expected a positive int, got {self.moe_intermediate}")
         if self.eval_every < 0:
             raise ValueError(f"--eval-every: expected 0 (never) or a positive int, got {self.eval_every}")
         if not self.lr > 0:
@@ -102,10 +116,10 @@ class TrainConfig:
                 f"--recipe {self.recipe}: quantization recipes apply to the fuseops experts backend only, "
                 f"got --experts-backend {self.experts_backend}"
             )
-        if self.eval_every and self.batch * self.seq >= int(DATA_BYTES * VAL_FRACTION):
+        if self.eval_every and self.batch * self.seq >= int(self.data_bytes * VAL_FRACTION):
             raise ValueError(
-                f"--batch {self.batch} x --seq {self.seq}: the held-out text ({int(DATA_BYTES * VAL_FRACTION)} "
-                f"bytes) must hold one batch; expected a smaller product, or --eval-every 0"
+                f"--batch {self.batch} x --seq {self.seq}: the held-out text ({int(self.data_bytes * VAL_FRACTION)} "
+                f"bytes) must hold one batch; expected a smaller product, more --data-bytes, or --eval-every 0"
             )
         try:
             device = torch.device(self.device)
@@ -127,13 +141,19 @@ class TrainConfig:
         if self.experts_backend == "eager":
             raise ValueError(
                 "--graphs: transformers' eager experts read the experts hit on the host (a sync that "
-                "capture forbids); expected --experts-backend fuseops or grouped_mm"
+                "capture forbids); expected --experts-backend fuseops, grouped_mm or grouped_mm-autocast"
             )
-        if self.compile and self.experts_backend == "grouped_mm":
+        # grouped_mm-autocast hands grouped_mm bf16 weights under --dtype bfloat16, which compiled
+        # grouped_mm takes; without autocast it is plain grouped_mm on the float32 weights.
+        float32_grouped_mm = self.experts_backend == "grouped_mm" or (
+            self.experts_backend == GROUPED_MM_AUTOCAST and self.dtype == "float32")
+        if self.compile and float32_grouped_mm:
             raise ValueError(
-                "--graphs --compile: compiled, transformers' grouped_mm experts take a per-expert loop that "
-                "reads the group offsets on the host for float32 weights (a sync that capture forbids); "
-                "expected --experts-backend fuseops, or no --compile"
+                f"--graphs --compile: compiled, transformers' grouped_mm experts take a per-expert loop that "
+                f"reads the group offsets on the host for float32 weights (a sync that capture forbids), and "
+                f"--experts-backend {self.experts_backend} with --dtype {self.dtype} passes them float32 "
+                f"weights; expected --experts-backend fuseops, grouped_mm-autocast with --dtype bfloat16, "
+                f"or no --compile"
             )
         if self.offload:
             raise ValueError("--graphs with --offload: activation offloading is not captured in a graph; "
@@ -143,7 +163,11 @@ class TrainConfig:
 @dataclass
 class TrainResult:
     """What a run measured; ``val_losses`` holds ``(step, loss)`` pairs, ``offload_stats``
-    the last step's ``offload.stats`` (empty without ``--offload``)."""
+    the last step's ``offload.stats`` (empty without ``--offload``). ``peak_memory_bytes`` is
+    the most allocated over the run (on a CPU: the process's peak resident set);
+    ``peak_reserved_bytes`` the most the CUDA caching allocator reserved; the ``step_peak_*``
+    the most one timed step allocated (reserved) above what was in use as it began
+    (None off CUDA)."""
 
     config: TrainConfig
     losses: list[float]
@@ -152,6 +176,9 @@ class TrainResult:
     peak_memory_bytes: int
     wall_s: float
     offload_stats: dict[str, int]
+    peak_reserved_bytes: int | None = None
+    step_peak_allocated_bytes: int | None = None
+    step_peak_reserved_bytes: int | None = None
 
     @property
     def fell(self) -> bool:
@@ -167,6 +194,9 @@ class TrainResult:
             "val_losses": self.val_losses,
             "tokens_per_s": self.tokens_per_s,
             "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "step_peak_allocated_bytes": self.step_peak_allocated_bytes,
+            "step_peak_reserved_bytes": self.step_peak_reserved_bytes,
             "wall_s": self.wall_s,
             "offload_stats": self.offload_stats,
             "initial_smoothed_loss": first,
@@ -252,6 +282,26 @@ def fixed_batches(tokens: torch.Tensor, batch: int, seq: int, count: int) -> lis
     return [(w[:, :-1], w[:, 1:]) for w in windows.split(batch) if len(w) == batch]
 
 
+def grouped_mm_autocast_experts_forward(
+    self: torch.nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+) -> torch.Tensor:
+    """transformers' ``grouped_mm`` experts with this module's weights cast to the autocast dtype for the
+    call, as ``torch.autocast`` casts a Linear's (differentiably; outside autocast, plain ``grouped_mm``).
+    It is the fair bf16 baseline: plain ``grouped_mm`` casts the tokens to the float32 master weights."""
+    from transformers.integrations.moe import grouped_mm_experts_forward
+
+    device_type = hidden_states.device.type
+    if not torch.is_autocast_enabled(device_type):
+        return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
+    dtype = torch.get_autocast_dtype(device_type)
+    # Autocast casts floating-point tensors other than float64; submodules' parameters (a post-expert
+    # norm's) keep their dtype, as autocast leaves a norm's.
+    cast = {name: p.to(dtype) for name, p in self.named_parameters(recurse=False)
+            if p.is_floating_point() and p.dtype != torch.float64}
+    with _reparametrize_module(self, cast):
+        return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
+
+
 def build_model(cfg: TrainConfig) -> torch.nn.Module:
     """A randomly initialised ``Qwen3MoeForCausalLM`` (float32, on ``cfg.device``), its experts
     on ``cfg.experts_backend``; the weights depend on ``cfg.seed`` and the sizes only."""
@@ -266,7 +316,7 @@ def build_model(cfg: TrainConfig) -> torch.nn.Module:
         num_key_value_heads=max(1, heads // 2),
         head_dim=head_dim(cfg.hidden),
         intermediate_size=4 * cfg.hidden,
-        moe_intermediate_size=cfg.hidden,
+        moe_intermediate_size=cfg.moe_intermediate or cfg.hidden,
         num_experts=cfg.experts,
         num_experts_per_tok=cfg.top_k,
         norm_topk_prob=True,
@@ -277,6 +327,10 @@ def build_model(cfg: TrainConfig) -> torch.nn.Module:
     model = Qwen3MoeForCausalLM(config).to(cfg.device)
     if cfg.experts_backend == "fuseops":
         fuseops.integrations.transformers.register()
+    elif cfg.experts_backend == GROUPED_MM_AUTOCAST:
+        from transformers.integrations.moe import ExpertsInterface
+
+        ExpertsInterface.register(GROUPED_MM_AUTOCAST, grouped_mm_autocast_experts_forward)
     model.set_experts_implementation(cfg.experts_backend)
     return model
 
@@ -383,28 +437,59 @@ def evaluate(model: Callable[..., object], batches: list[tuple[torch.Tensor, tor
     return total / len(batches)
 
 
-def peak_memory_bytes(device: torch.device) -> int:
-    """CUDA: the most memory allocated so far; CPU: the process's peak resident set size."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device)
-    # ru_maxrss is in KiB on Linux, bytes on macOS.
-    scale = 1 if sys.platform == "darwin" else 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+class MemoryMeter:
+    """A run's memory: on CUDA the peaks allocated and reserved over the whole run, and the most
+    one measured step allocated (reserved) above what was in use as it began: the weights, AdamW's
+    state and the previous step's gradients. On a CPU only the process's peak resident set."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.peak_allocated = self.peak_reserved = self.step_allocated = self.step_reserved = 0
+        self.start = (0, 0)
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+
+    def step_begins(self) -> None:
+        """Folds the peaks so far into the run's, then measures from here."""
+        if self.cuda:
+            self.peaks()
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.start = (torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device))
+
+    def step_ends(self) -> None:
+        """After the step's work has finished (the loss was read back)."""
+        if self.cuda:
+            self.step_allocated = max(self.step_allocated, torch.cuda.max_memory_allocated(self.device) - self.start[0])
+            self.step_reserved = max(self.step_reserved, torch.cuda.max_memory_reserved(self.device) - self.start[1])
+
+    def peaks(self) -> tuple[int, int | None]:
+        """The most allocated and reserved so far (CPU: the peak resident set, None)."""
+        if not self.cuda:
+            # ru_maxrss is in KiB on Linux, bytes on macOS.
+            scale = 1 if sys.platform == "darwin" else 1024
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, None
+        self.peak_allocated = max(self.peak_allocated, torch.cuda.max_memory_allocated(self.device))
+        self.peak_reserved = max(self.peak_reserved, torch.cuda.max_memory_reserved(self.device))
+        return self.peak_allocated, self.peak_reserved
 
 
-def train(cfg: TrainConfig, *, progress: bool = True) -> TrainResult:
+def train(
+    cfg: TrainConfig, *, progress: bool = True, on_step: Callable[[int, float, float], None] | None = None
+) -> TrainResult:
     """Train a fresh model for ``cfg.steps`` AdamW steps on the standard library's text.
 
     Args:
         cfg: the run.
         progress: show a tqdm progress bar with loss, tokens/s and memory.
+        on_step: called after each step with its number (from 1), its loss and its seconds
+            (forward, backward and AdamW, to the loss read back).
     """
     from tqdm import tqdm
 
     device = torch.device(cfg.device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    train_tokens, val_tokens = split_tokens(stdlib_text())
+    memory = MemoryMeter(device)
+    train_tokens, val_tokens = split_tokens(stdlib_text(cfg.data_bytes))
     val_batches = fixed_batches(val_tokens, cfg.batch, cfg.seq, EVAL_BATCHES)
     model = build_model(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, capturable=cfg.graphs)
@@ -420,17 +505,24 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainResult:
     bar = tqdm(range(1, cfg.steps + 1), disable=not progress, desc=f"{cfg.experts_backend}", unit="step")
     for i in bar:
         inputs, targets = (t.to(device, non_blocking=True) for t in next(batches))
+        timed = i > UNTIMED_STEPS or cfg.steps <= UNTIMED_STEPS
+        memory.step_begins()
         t0 = time.perf_counter()
         losses.append(step(inputs, targets).item())
         dt = time.perf_counter() - t0
-        if i > UNTIMED_STEPS or cfg.steps <= UNTIMED_STEPS:
+        if timed:
+            memory.step_ends()
             timed_s, timed_tokens = timed_s + dt, timed_tokens + inputs.numel()
+        if on_step is not None:
+            on_step(i, losses[-1], dt)
         if cfg.eval_every and (i % cfg.eval_every == 0 or i == cfg.steps):
             val_losses.append((i, evaluate(runnable, val_batches, cfg)))
         bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{inputs.numel() / dt:,.0f}",
-                        mem=f"{peak_memory_bytes(device) / 2**20:,.0f}MiB")
-    return TrainResult(cfg, losses, val_losses, timed_tokens / max(timed_s, 1e-9), peak_memory_bytes(device),
-                       time.perf_counter() - start, offload_stats)
+                        mem=f"{memory.peaks()[0] / 2**20:,.0f}MiB")
+    peak_allocated, peak_reserved = memory.peaks()
+    step_peaks = (memory.step_allocated, memory.step_reserved) if memory.cuda else (None, None)
+    return TrainResult(cfg, losses, val_losses, timed_tokens / max(timed_s, 1e-9), peak_allocated,
+                       time.perf_counter() - start, offload_stats, peak_reserved, *step_peaks)
 
 
 def plot(result: TrainResult, path: Path) -> None:
@@ -472,6 +564,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, Path]:
                         help="bfloat16: float32 weights, forward under torch.autocast")
     for name in ("layers", "hidden", "experts", "top-k", "seq", "batch"):
         parser.add_argument(f"--{name}", type=int, default=getattr(defaults, name.replace("-", "_")))
+    parser.add_argument("--moe-intermediate", type=int, default=defaults.moe_intermediate,
+                        help="the experts' FFN width (default: --hidden)")
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--recipe", choices=RECIPES, default=defaults.recipe,
                         help="quantize the experts' GEMMs (fuseops backend only)")
@@ -481,6 +575,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, Path]:
     parser.add_argument("--graphs", action="store_true", help="capture the training step in a CUDA graph")
     parser.add_argument("--eval-every", type=int, default=defaults.eval_every,
                         help="validation loss every N steps and at the end (0: never)")
+    parser.add_argument("--data-bytes", type=int, default=defaults.data_bytes,
+                        help="bytes of standard-library text; the last tenth is held out")
     parser.add_argument("--seed", type=int, default=defaults.seed, help="seeds the weights and the batches")
     parser.add_argument("--out", default=".", help="folder for train_moe_lm.json and train_moe_lm.png")
     args = parser.parse_args(argv)
