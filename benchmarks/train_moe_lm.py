@@ -3,8 +3,8 @@
 ``examples/train_moe_lm.py``'s Qwen3-MoE byte model at 8 layers, hidden 2048, 64 experts top-8 of
 width 1024 (OLMoE's expert shape; at the example's default width, the hidden size, the float32
 weights and AdamW's state alone take 105 GB), 4 sequences of 4096 bytes a step, 300 AdamW steps at
-lr 3e-4 on float32 master weights with the forward under bf16 autocast, 8 MiB of text (the H200 machine's Python 3.12 standard library holds 10.7 MB of .py). Runs, in
-the default order:
+lr 3e-4 on float32 master weights with the forward under bf16 autocast, 8 MiB of text (the H200
+machine's Python 3.12 standard library holds 10.7 MB of ``.py``). Runs, in the default order:
 
 - ``fuseops``: the experts on fuseops (bf16 GEMMs);
 - ``grouped_mm-autocast``: transformers' ``grouped_mm`` experts with the experts' weights cast to
