@@ -9,9 +9,10 @@ import torch
 
 from fuseops.call_cache import CallCache, call_signature
 from fuseops.fuser import PlanCache, build_plan, plan_config
+from fuseops.ops import _checks
 from fuseops.ops import op as op_module
 from fuseops.ops.executor import plain_autograd
-from fuseops.ops.executor.execute import Plan, check_chain, execute, make_contexts, split_extra_inputs
+from fuseops.ops.executor.execute import Plan, check_chain, execute, make_contexts, split_extra_inputs, stand_in
 from fuseops.ops.executor.prepared import flat_parameters, prepare, run_prepared
 from fuseops.ops.op import BasicOp
 from fuseops.quant.autocast import current_recipe
@@ -122,8 +123,15 @@ class Sequential(torch.nn.Module):
                 if self._plan is not prepared.plan:
                     self._plan = prepared.plan
                 return run_prepared(prepared, ops, input, extra_inputs, params, compiling=False)
-        per_op = split_extra_inputs(ops, extra_inputs)
-        specs = check_chain(ops, input, per_op)
+        try:
+            per_op = split_extra_inputs(ops, extra_inputs)
+            specs = check_chain(ops, input, per_op)
+        except (ValueError, TypeError) as error:
+            if not compiling:
+                raise
+            # Raised by the compiled graph as eager raises it: a raise while tracing would reach
+            # the user as dynamo's ``Unsupported`` under ``fullgraph=True``.
+            return _checks.refused_while_tracing(error, stand_in(ops, input))
         hooked = hooked_ops(ops)
         if not self.fuse:
             plan = Plan.unfused(ops)

@@ -1,9 +1,10 @@
-"""Bad split sizes and expert ids under torch.compile (aot_eager and inductor, fullgraph or not):
-never silent. What the trace knows (a list's length and values, a tensor's shape and dtype) raises
-the ValueError / TypeError eager raises, with its message, as the compiled graph's first step
-(dynamo would turn a raise while tracing into ``torch._dynamo.exc.Unsupported`` under
-``fullgraph=True``); what only the data knows (a tensor's sizes, expert ids' range) is asserted on
-the device, a ``RuntimeError`` on the CPU that names the argument."""
+"""Bad input under torch.compile (aot_eager and inductor, fullgraph or not): never silent, and the
+error eager raises. What the trace knows (a list's length and values, a tensor's shape and dtype,
+features, extra inputs, routing dtypes and shapes) raises the ValueError / TypeError eager raises,
+with its message, as the compiled graph's first step (dynamo would turn a raise while tracing into
+``torch._dynamo.exc.Unsupported`` under ``fullgraph=True``); what only the data knows (a tensor's
+sizes, expert ids' range) is asserted on the device, a ``RuntimeError`` on the CPU that names the
+argument."""
 
 from __future__ import annotations
 
@@ -75,6 +76,47 @@ def test_what_the_trace_knows_raises_the_eager_error(name, make, sizes, backend,
     with pytest.raises(type(eager.value)) as traced:
         _step(compiled, sizes)
     assert type(traced.value) is type(eager.value) and str(traced.value) == str(eager.value)
+
+
+def _bad_calls() -> list:
+    """(id, call, args) of calls whose other checks fail (features, dtypes, extra inputs, routing),
+    each ending in a scalar loss as a training step's would."""
+    torch.manual_seed(0)
+    seq = fuseops.Sequential(ops.Linear(H, F), ops.GELU())
+    lone = ops.Linear(H, F)
+    grouped = fuseops.Sequential(ops.GroupedLinear(G, H, F))
+    experts = fuseops.Sequential(ops.GroupedLinear(G, H, F), ops.SwiGLU(), ops.GroupedLinear(G, F // 2, H))
+
+    def composition(x, ids):
+        x_sorted, sizes, row_map = moe.permute(x, ids, G)
+        return moe.unpermute(experts(x_sorted, sizes, sizes), row_map, None)
+
+    ids = torch.zeros(ROWS, 2, dtype=torch.long)
+    return [
+        ("features", lambda x: seq(x), (torch.randn(ROWS, H + 1),)),
+        ("input-dtype", lambda x: seq(x), (torch.randn(ROWS, H).to(torch.int32),)),
+        ("lone-op", lambda x: lone(x), (torch.randn(ROWS, H + 1),)),
+        ("grouped-features", lambda x: grouped(x, [8] * G), (torch.randn(ROWS, H + 1),)),
+        ("extra-input-count", lambda x: grouped(x), (torch.randn(ROWS, H),)),
+        ("expert-layer-ids-dtype", lambda x, i: moe.expert_layer(x, i, None, experts), (torch.randn(ROWS, H), ids.float())),
+        ("expert-layer-ids-shape", lambda x, i: moe.expert_layer(x, i, None, experts), (torch.randn(ROWS, H), ids[1:])),
+        ("composition-ids-dtype", composition, (torch.randn(ROWS, H), ids.float())),
+        ("unpermute-row-map-dtype", lambda y, r: moe.unpermute(y, r, None), (torch.randn(2 * ROWS, H), ids.int())),
+    ]
+
+
+@pytest.mark.parametrize("backend, fullgraph", TARGETS)
+@pytest.mark.parametrize("case", range(len(_bad_calls())), ids=[c[0] for c in _bad_calls()])
+def test_other_failed_checks_raise_the_eager_error(case, backend, fullgraph):
+    # Raised while tracing, dynamo would hand a fullgraph caller ``Unsupported`` ("Observed
+    # exception"); the compiled graph raises the eager error itself, message and type.
+    _, call, args = _bad_calls()[case]
+    with pytest.raises((ValueError, TypeError)) as eager:
+        call(*args).sum()
+    compiled = torch.compile(lambda *a: call(*a).sum(), backend=backend, fullgraph=fullgraph)
+    with pytest.raises(type(eager.value)) as traced:
+        compiled(*args)
+    assert str(traced.value) == str(eager.value)
 
 
 @pytest.mark.parametrize("backend, fullgraph", TARGETS)

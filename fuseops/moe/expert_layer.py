@@ -234,7 +234,13 @@ def expert_layer(
         ``y`` [T, H] in ``x``'s dtype; differentiable in ``x``, ``weights`` and the experts'
         parameters.
     """
-    x, expert_ids, weights, check, parts, lean = _checked(x, expert_ids, weights, experts, lean)
+    try:
+        x, expert_ids, weights, check, parts, lean = _checked(x, expert_ids, weights, experts, lean)
+    except (ValueError, TypeError) as error:
+        if not torch.compiler.is_compiling():
+            raise
+        # The compiled graph raises it, as eager does; the output would be x's shape.
+        return _checks.refused_while_tracing(error, x if isinstance(x, torch.Tensor) else torch.empty(0))
     fc1, act, fc2 = parts
     recipe = current_recipe()
     if _fallback(x, experts, parts, lean, recipe) is None:

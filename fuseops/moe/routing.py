@@ -33,6 +33,7 @@ from torch._C._functorch import maybe_current_level
 from fuseops.kernels import autodiff_state
 from fuseops.kernels.dispatch import Kernel, launcher, references_forced
 from fuseops.kernels.moe import traceable
+from fuseops.ops import _checks
 from fuseops.ops.executor.second_backward import once_differentiable
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -241,7 +242,15 @@ def permute(
         ``row_map`` [T, K] int64: the row of ``x_sorted`` holding (t, k), for ``unpermute``.
         Differentiable in ``x``.
     """
-    x, expert_ids, check = check_routing(x, expert_ids, num_experts)
+    try:
+        x, expert_ids, check = check_routing(x, expert_ids, num_experts)
+    except (ValueError, TypeError) as error:
+        if not torch.compiler.is_compiling():
+            raise
+        # The compiled graph raises it, as eager does (``_checks.refused_while_tracing``).
+        x = x if isinstance(x, torch.Tensor) else torch.empty(0)
+        empty = x.new_empty(0, dtype=torch.int64)
+        return _checks.refused_while_tracing(error, (x, empty, empty.view(0, 0)))
     return permute_checked(x, expert_ids, num_experts, check)
 
 
@@ -283,6 +292,25 @@ def unpermute(
     Returns:
         ``y`` [T, H] in ``y_sorted``'s dtype. Differentiable in ``y_sorted`` and ``weights``.
     """
+    try:
+        y_sorted, row_map, weights, check = _checked_unpermute(y_sorted, row_map, weights)
+    except (ValueError, TypeError) as error:
+        if not torch.compiler.is_compiling():
+            raise
+        # The compiled graph raises it, as eager does (``_checks.refused_while_tracing``).
+        return _checks.refused_while_tracing(error, y_sorted if isinstance(y_sorted, torch.Tensor) else torch.empty(0))
+    if differentiated_by_torch(check):
+        if check == KERNELS:
+            _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
+        with references_forced():
+            return traceable.unpermute(y_sorted.contiguous(), row_map.contiguous(), weights)
+    return _Unpermute.apply(y_sorted.contiguous(), row_map.contiguous(), weights, check)
+
+
+def _checked_unpermute(y_sorted: object, row_map: object, weights: object
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, str]:
+    """``unpermute``'s arguments checked: ``(y_sorted, row_map, weights, check)``, ``check`` where
+    the rows' range check runs (``range_check``; done here on the host or by torch ops)."""
     y_sorted = _float_2d("y_sorted", y_sorted, "[tokens * top_k, hidden]")
     row_map = _tensor("row_map", row_map)
     if row_map.dtype != torch.int64:
@@ -299,9 +327,4 @@ def unpermute(
     elif check == OPS:  # else the gather kernel flags it (_Unpermute)
         _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
     weights = check_weights(weights, row_map.shape, "row_map's", y_sorted, "y_sorted")
-    if differentiated_by_torch(check):
-        if check == KERNELS:
-            _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
-        with references_forced():
-            return traceable.unpermute(y_sorted.contiguous(), row_map.contiguous(), weights)
-    return _Unpermute.apply(y_sorted.contiguous(), row_map.contiguous(), weights, check)
+    return y_sorted, row_map, weights, check

@@ -47,6 +47,14 @@ def bad_input(error: ValueError | TypeError) -> None:
     _raise_bad_input(type(error).__name__, str(error))
 
 
+def refused_while_tracing(error: ValueError | TypeError, stand_in: Any) -> Any:
+    """A check that failed while torch.compile traces: the compiled graph raises ``error`` as
+    its first step (``bad_input``), and the trace goes on with ``stand_in`` in place of the
+    result (never computed: the graph raises before anything reads it). Eagerly, raises."""
+    bad_input(error)
+    return stand_in
+
+
 def positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")

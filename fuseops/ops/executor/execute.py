@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
+from fuseops.ops import _checks
 from fuseops.ops._autocast import autocast_dtype
 from fuseops.ops.contract import OpContext, OpGrads, TensorSpec
 from fuseops.ops.executor import plain_autograd
@@ -193,11 +194,25 @@ def execute(
     return run_prepared(prep, ops, x, flat, params)
 
 
+def stand_in(ops: Sequence[Op], x: Any) -> Any:
+    """What a traced call that failed its checks returns in place of its result
+    (``_checks.refused_while_tracing``): ``x`` (or an empty tensor), once per output."""
+    y = x if isinstance(x, torch.Tensor) else torch.empty(0)
+    n_extra = sum(op.num_extra_outputs for op in ops)
+    return (y, *[y] * n_extra) if n_extra else y
+
+
 def run_ops(ops: Sequence[Op], x: torch.Tensor, extra_inputs: Sequence[Any]) -> Any:
     """Validate and run ``ops`` unfused under the autocast recipe in effect (a lone op called
     directly comes here)."""
-    per_op = split_extra_inputs(ops, extra_inputs)
-    specs = check_chain(ops, x, per_op)
+    try:
+        per_op = split_extra_inputs(ops, extra_inputs)
+        specs = check_chain(ops, x, per_op)
+    except (ValueError, TypeError) as error:
+        if not torch.compiler.is_compiling():
+            raise
+        # The compiled graph raises it, as eager does (``Sequential.forward``).
+        return _checks.refused_while_tracing(error, stand_in(ops, x))
     ctxs = make_contexts(
         ops, x, per_op, recipe=current_recipe(), grad_enabled=torch.is_grad_enabled(), input_specs=specs
     )
