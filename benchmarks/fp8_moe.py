@@ -44,8 +44,9 @@ from pathlib import Path
 import torch
 
 import fuseops
+from benchmarks._moe_impls import Case, composed_layer, fuseops_layer, make_case, quantized
 from benchmarks._results import results_path
-from benchmarks.moe_layer import SHAPES, Case, composed_layer, fuseops_layer, make_case, quantized
+from benchmarks.moe_layer import SHAPES
 from fuseops.fusions import backward_quantized_gated_mlp
 from fuseops.kernels.gemm import grouped_scaled_act
 

@@ -19,8 +19,9 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks._moe_impls import IMPLS, implementations, make_case
 from benchmarks.fp8_moe import optimizer_step
-from benchmarks.moe_layer import IMPLS, SHAPES, forward_backward, implementations, make_case, set_grads_to_none
+from benchmarks.moe_layer import SHAPES, forward_backward, set_grads_to_none
 
 
 def kernel_times(step, case, steps: int, warmup_s: float) -> tuple[dict[str, float], float]:

@@ -350,9 +350,9 @@ def main() -> None:
                              "cfg=GatedGemmConfig(128,256,64,8,8,3,epilogue_parts=8)")
     args = parser.parse_args()
     sink: list = []
+    from fuseops.kernels.elementwise.bias_grad import ReduceConfig
     from fuseops.kernels.gemm.grouped import GemmConfig
     from fuseops.kernels.gemm.grouped_gated import GatedGemmConfig
-    from fuseops.kernels.elementwise.bias_grad import ReduceConfig
     from fuseops.kernels.quantization.quantize import QuantizeConfig
 
     names = dict(torch=torch, GemmConfig=GemmConfig, GatedGemmConfig=GatedGemmConfig, QuantizeConfig=QuantizeConfig,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmarks import fp8_moe
-from benchmarks.moe_layer import make_case
+from benchmarks._moe_impls import make_case
 
 
 class _FixedGradient(torch.autograd.Function):

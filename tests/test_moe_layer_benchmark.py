@@ -1,6 +1,7 @@
-"""``benchmarks/moe_layer.py`` on the CPU: SonicMoE's weight layout and routing inputs (the anchor
-itself runs on CUDA only, so its conversion is checked here against a plain-torch model of what it
-computes), the skewed routing, and ``--smoke`` end to end."""
+"""``benchmarks/moe_layer.py`` and its implementations (``benchmarks/_moe_impls.py``) on the CPU:
+SonicMoE's weight layout and routing inputs (the anchor itself runs on CUDA only, so its conversion
+is checked here against a plain-torch model of what it computes), the skewed routing, and
+``--smoke`` end to end."""
 
 from __future__ import annotations
 
@@ -13,14 +14,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.moe_layer import (
-    ROUTINGS,
-    fuseops_weight_grads,
-    make_case,
-    sonicmoe_routing,
-    sonicmoe_weights,
-    torch_moe,
-)
+from benchmarks._moe_impls import fuseops_weight_grads, make_case, sonicmoe_routing, sonicmoe_weights, torch_moe
+from benchmarks.moe_layer import ROUTINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 
