@@ -214,28 +214,37 @@ def _refuse_batched(grads: tuple) -> None:
 class SendRows(torch.autograd.Function):
     """x_sorted's rows into their slots, every chunk's all-to-all started (``flights`` gets
     them); returns the chunks' receive buffers, filled once ``ArriveRows`` waits. Backward:
-    the gradients' slots back to the rows they came from (zero for dropped rows)."""
+    the gradients' slots back to the rows they came from (zero for dropped rows), once every
+    chunk's return exchange, which ``ArriveRows``' backward started, has arrived."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, h: CapacityHandle, flights: list) -> tuple[torch.Tensor, ...]:
-        ctx.h = h
+    def forward(ctx, x: torch.Tensor, h: CapacityHandle, flights: list, returning: dict) -> tuple[torch.Tensor, ...]:
+        ctx.h, ctx.returning = h, returning
         flights.extend(_start(_slot_chunks(_gather(x, h.row_of_slot, h.slot_sent), h), h.group))
         return tuple(f.recv for f in flights)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, *d_recv: torch.Tensor):
+    def backward(ctx, *d_recv: torch.Tensor | None):
         _refuse_batched(d_recv)
-        slots = torch.cat([f.wait() for f in _start(d_recv, ctx.h.group)])
-        return _gather(slots, ctx.h.slot_of_row, ctx.h.row_sent), None, None
+        h, returning = ctx.h, ctx.returning
+        # A chunk whose rows got no gradient (its ``ArriveRows`` never ran backward; autograd hands
+        # zeros here) still exchanges them: every rank runs the same collectives.
+        for k in range(len(d_recv) - 1, -1, -1):
+            if k not in returning:
+                returning[k] = _start([d_recv[k]], h.group)[0]
+        slots = torch.cat([returning.pop(k).wait() for k in range(len(d_recv))])
+        return _gather(slots, h.slot_of_row, h.row_sent), None, None, None
 
 
 class ArriveRows(torch.autograd.Function):
-    """Waits for chunk ``k``'s all-to-all and orders its slots expert-major."""
+    """Waits for chunk ``k``'s all-to-all and orders its slots expert-major. Backward: the
+    chunk's gradient back into slot order and its return exchange started at once, so that it
+    travels while the experts' backward runs on the chunks before it (``SendRows`` waits)."""
 
     @staticmethod
-    def forward(ctx, recv: torch.Tensor, h: CapacityHandle, k: int, flight: InFlight) -> torch.Tensor:
-        ctx.h, ctx.rows = h, slice(*h.chunk_rows()[k])
+    def forward(ctx, recv: torch.Tensor, h: CapacityHandle, k: int, flight: InFlight, returning: dict) -> torch.Tensor:
+        ctx.h, ctx.k, ctx.rows, ctx.returning = h, k, slice(*h.chunk_rows()[k]), returning
         flight.wait()
         return recv.index_select(0, h.slot_of_local[ctx.rows])
 
@@ -243,7 +252,10 @@ class ArriveRows(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, d_local: torch.Tensor):
         _refuse_batched((d_local,))
-        return d_local.index_select(0, ctx.h.local_of_slot[ctx.rows]), None, None, None
+        flight = _start([d_local.index_select(0, ctx.h.local_of_slot[ctx.rows])], ctx.h.group)[0]
+        ctx.returning[ctx.k] = flight
+        # Not read before ``SendRows``' backward waits for it.
+        return flight.recv, None, None, None, None
 
 
 class ReturnRows(torch.autograd.Function):
@@ -275,7 +287,9 @@ def dispatch_capacity(
     leaves none of its peers waiting."""
     handle, splits, counts_ok = plan_exchange(counts, x_sorted.shape[0], group, capacity, chunks)
     flights: list[InFlight] = []
-    recvs = SendRows.apply(x_sorted, handle, flights)
+    # Chunk -> its gradient's return exchange, started by ``ArriveRows``' backward.
+    returning: dict[int, InFlight] = {}
+    recvs = SendRows.apply(x_sorted, handle, flights, returning)
     torch._assert_async(
         counts_ok, f"split_sizes: expected non-negative sizes summing to the {x_sorted.shape[0]} rows of x_sorted"
     )
@@ -288,7 +302,7 @@ def dispatch_capacity(
 
     def arrivals() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for k, (recv, flight, split) in enumerate(zip(recvs, flights, splits)):
-            x_k = ArriveRows.apply(recv, handle, k, flight)
+            x_k = ArriveRows.apply(recv, handle, k, flight, returning)
             # Counted before the yield: ``dispatch`` takes its one chunk and never resumes.
             handle.arrived.append(k)
             yield x_k, split

@@ -145,7 +145,8 @@ def dispatch_chunks(
     Chunk k carries slot positions [lo_k, hi_k) of every source→destination pair
     (``handle.windows``: C split as evenly as possible). Every chunk must be read, in order,
     before ``combine`` (which raises ValueError otherwise: a chunk not read was never waited
-    for). Backward runs the exchanges one after the other.
+    for). In the backward each chunk's input gradient starts home as soon as the experts'
+    backward on the chunk is done, while the experts' backward runs on the chunks before it.
 
     Args:
         x_sorted, split_sizes, group, on_overflow: as for ``dispatch``.

@@ -222,6 +222,24 @@ def check_capacity_roundtrip(device, dtypes, report: Report):
             dy = torch.randn(y_sorted.shape, generator=gen).to(device, dtype)
             y_sorted.backward(dy)
             report.close(x_sorted.grad, dy * row_scale, dtype, f"capacity dispatch-combine input grad, {chunks} chunks")
+            if chunks > 1:
+                _check_chunk_without_gradient(x_sorted, split_sizes, capacity, chunks, dy)
+
+
+def _check_chunk_without_gradient(x_sorted, split_sizes, capacity, chunks, dy):
+    """A chunk whose output does not depend on its rows (no gradient reaches its arrival) still
+    takes part in the backward's exchanges: the gradient equals that of the chunk's rows times
+    zero, and no rank waits on a collective another skipped."""
+    group = dist.group.WORLD
+    grads = []
+    for detached in (True, False):
+        x_sorted.grad = None
+        arrived, handle = dispatch_chunks(x_sorted, split_sizes, group, capacity=capacity, chunks=chunks)
+        ys = [(x_k.detach() if detached and k == 0 else x_k) * (0 if k == 0 else 1)
+              for k, (x_k, _) in enumerate(arrived)]
+        combine(ys, handle).backward(dy)
+        grads.append(x_sorted.grad.clone())
+    assert torch.equal(grads[0], grads[1]), "a chunk without gradient changes the others' gradients"
 
 
 def check_capacity_errors(device, dtypes, report: Report):
