@@ -152,7 +152,8 @@ def fuseops_ep(layer: Layer, *, capacity: int | None = None, chunks: int = 1) ->
         if chunks > 1:
             arrived, handle = dispatch_chunks(x_sorted, split_sizes, layer.group, capacity=capacity, chunks=chunks,
                                               on_overflow="drop")
-            y_local = [layer.local(x_k, splits_k, splits_k) for x_k, splits_k in arrived]
+            # A generator: each chunk's return exchange starts as its output comes (overlap).
+            y_local = (layer.local(x_k, splits_k, splits_k) for x_k, splits_k in arrived)
         else:
             exchange = {} if capacity is None else {"capacity": capacity, "on_overflow": "drop"}
             x_local, local_splits, handle = dispatch(x_sorted, split_sizes, layer.group, **exchange)

@@ -13,7 +13,8 @@ The EP layer on every rank: ``permute`` -> exchange -> the local experts (``Sequ
 - ``fuseops EP capacity``: ``dispatch(capacity=expert_capacity(T, K, P, --capacity-factor),
   on_overflow="drop")``, no host read; "drop" as the default "error"'s device assert would end the
   run on the first step that overflows. The rows dropped (``handle.dropped``) are reported.
-- ``fuseops EP chunks=k``: ``dispatch_chunks`` at that capacity (experts on a chunk while the next travels).
+- ``fuseops EP chunks=k``: ``dispatch_chunks`` at that capacity, the outputs handed to ``combine`` by a
+  generator (experts on a chunk while the others travel, both ways).
 - ``fuseops EP capacity, graphed``: the capacity step captured in a ``torch.cuda.CUDAGraph`` on static
   inputs, each replay after its step's routing is copied in.
 

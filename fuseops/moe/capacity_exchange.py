@@ -19,7 +19,7 @@ expert's split size covers). A chunk holds positions [lo, hi) of every pair's sl
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -258,15 +258,38 @@ class ArriveRows(torch.autograd.Function):
         return flight.recv, None, None, None, None
 
 
-class ReturnRows(torch.autograd.Function):
-    """The experts' output chunks back to the ranks and rows they came from (zero for dropped
-    rows); the backward is the dispatch of the gradients."""
+class LeaveRows(torch.autograd.Function):
+    """Chunk ``k``'s expert output, in slot order, on its way back: its all-to-all starts at
+    once (``JoinRows`` waits), so it travels while the experts run on later chunks. Backward:
+    waits for the chunk's gradient exchange (``JoinRows``' backward started it) and orders it
+    expert-major."""
 
     @staticmethod
-    def forward(ctx, h: CapacityHandle, *y_chunks: torch.Tensor) -> torch.Tensor:
-        ctx.h = h
-        back = [y.index_select(0, h.local_of_slot[a:b]) for y, (a, b) in zip(y_chunks, h.chunk_rows())]
-        slots = torch.cat([f.wait() for f in _start(back, h.group)])
+    def forward(ctx, y: torch.Tensor, h: CapacityHandle, k: int, leaving: dict, arriving: dict) -> torch.Tensor:
+        ctx.h, ctx.k, ctx.rows, ctx.arriving = h, k, slice(*h.chunk_rows()[k]), arriving
+        leaving[k] = _start([y.index_select(0, h.local_of_slot[ctx.rows])], h.group)[0]
+        # Not read before ``JoinRows`` waits for it.
+        return leaving[k].recv
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_slots: torch.Tensor):
+        _refuse_batched((d_slots,))
+        # ``d_slots`` is that exchange's receive buffer.
+        ctx.arriving.pop(ctx.k).wait()
+        return d_slots.index_select(0, ctx.h.slot_of_local[ctx.rows]), None, None, None, None
+
+
+class JoinRows(torch.autograd.Function):
+    """Every chunk's returned slots, once arrived, into the rows they came from (zero for
+    dropped rows). Backward: the gradients' slots dispatched, every chunk's exchange started
+    (the last chunk's first: the engine runs the experts' backward from the last chunk), none
+    waited for here (``LeaveRows`` waits)."""
+
+    @staticmethod
+    def forward(ctx, h: CapacityHandle, leaving: dict, arriving: dict, *recvs: torch.Tensor) -> torch.Tensor:
+        ctx.h, ctx.arriving = h, arriving
+        slots = torch.cat([leaving.pop(k).wait() for k in range(len(recvs))])
         return _gather(slots, h.slot_of_row, h.row_sent)
 
     @staticmethod
@@ -274,8 +297,26 @@ class ReturnRows(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         _refuse_batched((dy,))
         h = ctx.h
-        flights = _start(_slot_chunks(_gather(dy, h.row_of_slot, h.slot_sent), h), h.group)
-        return None, *(f.wait().index_select(0, h.slot_of_local[a:b]) for f, (a, b) in zip(flights, h.chunk_rows()))
+        chunks = _slot_chunks(_gather(dy, h.row_of_slot, h.slot_sent), h)
+        order = range(len(chunks) - 1, -1, -1)
+        for k, flight in zip(order, _start([chunks[k] for k in order], h.group)):
+            ctx.arriving[k] = flight
+        return None, None, None, *(ctx.arriving[k].recv for k in range(len(chunks)))
+
+
+def combine_capacity(y_chunks: Iterable[torch.Tensor], h: CapacityHandle,
+                     check: Callable[[int, torch.Tensor], None]) -> torch.Tensor:
+    """``combine`` for a capacity handle: each chunk's return exchange starts as the chunk comes
+    (``check(k, y_k)`` first, on the host), so chunks from a generator travel while the
+    experts run on the next."""
+    leaving: dict[int, InFlight] = {}
+    arriving: dict[int, InFlight] = {}
+    recvs = []
+    for k, y in enumerate(y_chunks):
+        check(k, y)
+        recvs.append(LeaveRows.apply(y, h, k, leaving, arriving))
+    check(len(recvs), None)
+    return JoinRows.apply(h, leaving, arriving, *recvs)
 
 
 def dispatch_capacity(

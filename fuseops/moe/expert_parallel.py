@@ -33,7 +33,7 @@ world sizes (a checkpoint saved on W ranks, loaded on W').
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -139,14 +139,18 @@ def dispatch_chunks(
     chunks that arrived while the rest travel::
 
         arrived, handle = dispatch_chunks(x_sorted, split_sizes, group, capacity=C, chunks=2)
-        y_chunks = [experts(x_k, splits_k, splits_k) for x_k, splits_k in arrived]
-        y_sorted = combine(y_chunks, handle)
+        y_sorted = combine((experts(x_k, splits_k, splits_k) for x_k, splits_k in arrived), handle)
+
+    ``combine`` given a generator starts each chunk's return exchange as the chunk's output
+    comes, so it travels while the experts run on the next chunk (a list starts them together).
 
     Chunk k carries slot positions [lo_k, hi_k) of every source→destination pair
     (``handle.windows``: C split as evenly as possible). Every chunk must be read, in order,
     before ``combine`` (which raises ValueError otherwise: a chunk not read was never waited
     for). In the backward each chunk's input gradient starts home as soon as the experts'
-    backward on the chunk is done, while the experts' backward runs on the chunks before it.
+    backward on the chunk is done, while the experts' backward runs on the chunks before it;
+    with a generator, each chunk's output gradient too is waited for only where its chunk's
+    backward needs it.
 
     Args:
         x_sorted, split_sizes, group, on_overflow: as for ``dispatch``.
@@ -169,19 +173,25 @@ def combine(y_local: torch.Tensor | Sequence[torch.Tensor], handle: DispatchHand
     Args:
         y_local: [M, ...] rows in ``dispatch``'s x_local order (the trailing dims may
             differ from x_sorted's); for a ``dispatch_chunks`` handle, the K chunks' outputs
-            in order (a single tensor for one chunk).
+            in order: a sequence (a single tensor for one chunk), or an iterator, whose chunks'
+            return exchanges start as they come (overlapping the experts on the next chunk).
         handle: the ``dispatch`` or ``dispatch_chunks`` that produced the rows; every chunk
-            of a ``dispatch_chunks`` iterator must have been read.
+            of a ``dispatch_chunks`` iterator must have been read (from an iterator of outputs:
+            each chunk before its output comes).
     Returns:
         y_sorted [N, ...] in x_sorted's row order (ready for ``fuseops.moe.unpermute``);
         rows the capacity exchange dropped are zero.
     Raises:
         ValueError: ``y_local`` does not have the rows (or chunks) dispatch delivered, or a
             chunk of ``dispatch_chunks`` was not read; checked on the host from the handle
-            before any collective starts.
+            before any collective starts (from an iterator: each chunk before its exchange
+            starts, so an error at a later chunk leaves the other ranks waiting in its
+            collective until the process group's timeout).
+        TypeError: ``y_local`` is neither a tensor, a sequence nor an iterator.
     """
     if isinstance(handle, CapacityHandle):
-        return cx.ReturnRows.apply(handle, *_capacity_chunks(y_local, handle))
+        chunks, check = _capacity_chunks(y_local, handle)
+        return cx.combine_capacity(chunks, handle, check)
     if not isinstance(handle, DispatchHandle):
         raise TypeError(f"handle: expected what dispatch or dispatch_chunks returned, got {type(handle).__name__}")
     if not isinstance(y_local, torch.Tensor) or y_local.dim() == 0 or y_local.shape[0] != sum(handle.recv_splits):
@@ -347,26 +357,67 @@ def _dispatch_capacity(
     return cx.dispatch_capacity(x_sorted, counts, group, capacity, chunks, overflow)
 
 
-def _capacity_chunks(y_local: torch.Tensor | Sequence[torch.Tensor], handle: CapacityHandle) -> list[torch.Tensor]:
-    """``combine``'s y_local for a capacity handle, checked on the host (before any collective):
-    every chunk read from the dispatch's iterator, one tensor per chunk, its rows."""
+def _capacity_chunks(y_local: object, handle: CapacityHandle
+                     ) -> tuple[Iterable[torch.Tensor], Callable[[int, torch.Tensor | None], None]]:
+    """``combine``'s y_local for a capacity handle and the check of each chunk (``k, y_k``; then
+    ``K, None`` after the last). A tensor or a sequence is checked whole here, on the host, before
+    any collective: every chunk read from the dispatch's iterator, one tensor per chunk, its rows.
+    An iterator is checked chunk by chunk as it yields, each before its exchange starts."""
     chunks = len(handle.windows)
-    if len(handle.arrived) != chunks:
-        raise ValueError(
-            f"handle: expected all {chunks} chunks of its dispatch_chunks iterator read (in order, the experts "
-            f"run on each) before combine, got {len(handle.arrived)} read; a chunk not read was never waited for"
-        )
-    ys = [y_local] if isinstance(y_local, torch.Tensor) else list(y_local)
     rows = [b - a for a, b in handle.chunk_rows()]
-    got = [list(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__ for y in ys]
-    if len(ys) != len(rows) or any(not isinstance(y, torch.Tensor) or y.dim() == 0 or y.shape[0] != n
-                                   for y, n in zip(ys, rows)):
+    if isinstance(y_local, (torch.Tensor, Sequence)):
+        ys = [y_local] if isinstance(y_local, torch.Tensor) else list(y_local)
+        _check_arrived(handle, chunks)
+        got = [list(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__ for y in ys]
+        if len(ys) != len(rows) or any(not _has_rows(y, n) for y, n in zip(ys, rows)):
+            raise ValueError(
+                f"y_local: expected {len(rows)} chunk(s) of {rows} rows (the x_local rows dispatch delivered), got {got}"
+            )
+        if len({(y.shape[1:], y.dtype, y.device) for y in ys}) > 1:
+            raise ValueError(f"y_local: expected chunks with the same trailing dims, dtype and device, got {got}")
+        return ys, lambda k, y: None
+    if not isinstance(y_local, Iterable):
+        raise TypeError(f"y_local: expected a tensor, a sequence or an iterator of chunk outputs, got "
+                        f"{type(y_local).__name__}")
+    first: list[torch.Tensor] = []
+
+    def check(k: int, y: torch.Tensor | None) -> None:
+        if y is None:
+            if k != chunks:
+                raise ValueError(f"y_local: expected {chunks} chunk(s) from the iterator, got {k}")
+            return
+        if k >= chunks:
+            raise ValueError(f"y_local: expected {chunks} chunk(s) from the iterator, got more")
+        _check_arrived(handle, k + 1)
+        if not _has_rows(y, rows[k]):
+            got = list(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+            raise ValueError(f"y_local: expected chunk {k} of {rows[k]} rows (the x_local rows dispatch delivered), "
+                             f"got {got}")
+        if first and (y.shape[1:], y.dtype, y.device) != (first[0].shape[1:], first[0].dtype, first[0].device):
+            raise ValueError(f"y_local: expected chunks with the same trailing dims, dtype and device, got chunk {k} "
+                             f"{list(y.shape)} {y.dtype} {y.device} after {list(first[0].shape)} {first[0].dtype} "
+                             f"{first[0].device}")
+        if not first:
+            first.append(y)
+
+    return y_local, check
+
+
+def _check_arrived(handle: CapacityHandle, chunks: int) -> None:
+    """The first ``chunks`` chunks of the dispatch's iterator were read (each waited for)."""
+    if len(handle.arrived) < chunks:
+        total = len(handle.windows)
         raise ValueError(
-            f"y_local: expected {len(rows)} chunk(s) of {rows} rows (the x_local rows dispatch delivered), got {got}"
+            f"handle: expected all {total} chunks of its dispatch_chunks iterator read (in order, the experts "
+            f"run on each) before combine, got {len(handle.arrived)} read; a chunk not read was never waited for"
+            if chunks == total else
+            f"handle: expected chunk {chunks - 1} of its dispatch_chunks iterator read before its output reaches "
+            f"combine, got {len(handle.arrived)} read; a chunk not read was never waited for"
         )
-    if len({(y.shape[1:], y.dtype, y.device) for y in ys}) > 1:
-        raise ValueError(f"y_local: expected chunks with the same trailing dims, dtype and device, got {got}")
-    return ys
+
+
+def _has_rows(y: object, n: int) -> bool:
+    return isinstance(y, torch.Tensor) and y.dim() > 0 and y.shape[0] == n
 
 
 def _reorder(

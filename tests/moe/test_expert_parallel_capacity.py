@@ -224,6 +224,28 @@ def check_capacity_roundtrip(device, dtypes, report: Report):
             report.close(x_sorted.grad, dy * row_scale, dtype, f"capacity dispatch-combine input grad, {chunks} chunks")
             if chunks > 1:
                 _check_chunk_without_gradient(x_sorted, split_sizes, capacity, chunks, dy)
+                _check_chunks_from_a_generator(x_sorted, split_sizes, capacity, chunks, dy, local_experts)
+
+
+def _check_chunks_from_a_generator(x_sorted, split_sizes, capacity, chunks, dy, local_experts):
+    """combine takes the chunks' outputs from a generator (each chunk's return exchange starting
+    as it comes, while the experts run on the next): the same output and gradient as a list."""
+    group = dist.group.WORLD
+    results = []
+    for lazy in (False, True):
+        x_sorted.grad = None
+        arrived, handle = dispatch_chunks(x_sorted, split_sizes, group, capacity=capacity, chunks=chunks)
+
+        def expert(x_k, splits_k):
+            scale = torch.repeat_interleave(torch.arange(1, local_experts + 1, device=x_k.device, dtype=x_k.dtype),
+                                            splits_k)
+            return x_k * scale[:, None]
+        outputs = (expert(x_k, s_k) for x_k, s_k in arrived)
+        y = combine(outputs if lazy else list(outputs), handle)
+        y.backward(dy)
+        results.append((y.detach(), x_sorted.grad.clone()))
+    assert torch.equal(results[0][0], results[1][0]), "combine of a generator: outputs differ from a list's"
+    assert torch.equal(results[0][1], results[1][1]), "combine of a generator: gradients differ from a list's"
 
 
 def _check_chunk_without_gradient(x_sorted, split_sizes, capacity, chunks, dy):
@@ -271,6 +293,15 @@ def check_capacity_errors(device, dtypes, report: Report):
     with pytest.raises(ValueError, match=r"y_local: expected 2 chunk\(s\) of .* got \[\[.*\], \[1, 3\]\]"):
         combine([y_chunks[0], y_chunks[1][:1]], handle)
     combine(y_chunks, handle)
+    # From a generator, each chunk is checked as it comes, before its exchange starts.
+    arrived, handle = dispatch_chunks(x, splits, group, capacity=4, chunks=2)
+    with pytest.raises(ValueError, match=rf"y_local: expected chunk 0 of {world * 2} rows .*, got \[1, 3\]"):
+        combine((x_k[:1] for x_k, _ in arrived), handle)
+    arrived, handle = dispatch_chunks(x, splits, group, capacity=4, chunks=2)
+    with pytest.raises(ValueError, match=r"handle: expected chunk 0 of its dispatch_chunks iterator read before"):
+        combine(iter([x.new_zeros(world * 2, 3)]), handle)
+    with pytest.raises(TypeError, match=r"y_local: expected a tensor, a sequence or an iterator of chunk outputs, got int"):
+        combine(3, handle)
     _check_unread_chunks(x, splits, group)
 
     # Under create_graph=True the exchange's gradient sits behind the raising node (second_backward.py).
