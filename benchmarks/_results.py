@@ -25,3 +25,17 @@ def gpu_tag(device: str = "cuda") -> str:
 def results_path(name: str, suffix: str = ".json", device: str = "cuda", directory: Path = RESULTS) -> Path:
     """``directory / "<name>-<gpu>-<today>" + suffix``."""
     return directory / f"{name}-{gpu_tag(device)}-{datetime.date.today().isoformat()}{suffix}"
+
+
+def pyplot():
+    """matplotlib's ``pyplot`` on the Agg backend (files only, no display), or None with a printed
+    note where matplotlib is not installed (the benchmark then writes no plot)."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib not installed: no plot", flush=True)
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -57,7 +57,7 @@ import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException
 
 from benchmarks._ep_layers import CAPACITY, GRAPHED, REFERENCE, TORCH_EP, Layer, implementations, make_layer
-from benchmarks._results import RESULTS, results_path
+from benchmarks._results import RESULTS, pyplot, results_path
 from fuseops.moe import expert_capacity
 
 # (E, H, I, K): Qwen3-30B-A3B's routed experts; the smoke run's tiny layer.
@@ -335,13 +335,8 @@ def print_table(meta: dict, rows: list[dict], goals: list[dict]) -> None:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     token_counts = list(dict.fromkeys(r["tokens_per_gpu"] for r in rows))
     fig, axes = plt.subplots(1, len(token_counts), figsize=(6 * len(token_counts), 5), squeeze=False)

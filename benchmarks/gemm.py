@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from benchmarks._results import RESULTS, results_path
+from benchmarks._results import RESULTS, pyplot, results_path
 from benchmarks._timing import interleaved_medians
 from fuseops.kernels.elementwise.activation_math import Activation
 from fuseops.kernels.gemm.dense import GemmConfig, gemm, launch_gemm, reference_gemm
@@ -112,12 +112,8 @@ def run_benchmark(out_dir):
 
 
 def plot(rows, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     labels = [f"{r['case']}\n{r['K']}->{r['N']}" for r in rows]
     pos = range(len(rows))

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import triton
 
-from benchmarks._results import RESULTS, results_path
+from benchmarks._results import RESULTS, pyplot, results_path
 from fuseops.kernels.gemm.grouped import GemmConfig, group_offsets, launch_grouped_gemm, pick_config
 from fuseops.kernels.gemm.grouped_wgrad import grouped_gemm_wgrad, launch_grouped_gemm_wgrad, pick_wgrad_config
 
@@ -216,13 +216,8 @@ def print_table(rows: list[dict]) -> None:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, len(OPS), figsize=(18, 5), sharey=True)
     labels = [f"E={s[0]}\n{r}" for s in SHAPES for r in ROUTINGS]

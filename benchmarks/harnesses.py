@@ -30,13 +30,14 @@ import argparse
 import copy
 import gc
 import json
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from benchmarks._results import results_path
+from benchmarks._results import RESULTS, pyplot, results_path
 from benchmarks.sizes import FuseopsExpertLayer, FuseopsMoE, TorchMoE, fuseops_dense, moe_args, torch_dense
 
 DENSE_T = (1024, 4096, 16384)
@@ -308,12 +309,8 @@ def print_table(rows: list[dict]) -> None:
 
 def plot(rows: list[dict], path: Path) -> None:
     """Per dense cell / MoE cell, each path's ms in each harness, relative to its fastest harness."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     full = [r for r in rows if all(h + "_ms" in r for h in HARNESSES)]
     labels = [f"{r['model']}{' H=' + str(r['H']) if 'H' in r else ''} {r.get('routing', '')} T={r['T']} {r['path']}"
@@ -354,7 +351,9 @@ def main() -> None:
         Ts = args.T or ((64,) if args.smoke else MOE_T)
         shapes = ("tiny",) if args.smoke else args.shapes
         rows += moe_rows(Ts, shapes, [s == "skewed" for s in args.skews], device, dtype)
-    out = args.out or results_path("harnesses", device=device)
+    # The smoke run checks the script: its file goes to the temp dir, not among the results.
+    default_dir = Path(tempfile.gettempdir()) if args.smoke else RESULTS
+    out = args.out or results_path("harnesses", device=device, directory=default_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

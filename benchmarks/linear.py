@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import fuseops
-from benchmarks._results import RESULTS, results_path
+from benchmarks._results import RESULTS, pyplot, results_path
 from benchmarks._timing import interleaved_medians
 from fuseops import ops
 
@@ -77,12 +77,8 @@ def measure(tokens, k, n, act, use_compile):
 
 
 def plot(rows, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     labels = [f"{r['act']}\n{r['tokens']}x{r['in']}x{r['out']}" for r in rows]
     xs = range(len(rows))

@@ -55,7 +55,7 @@ from pathlib import Path
 import torch
 
 from benchmarks._moe_impls import IMPLS, ON_REQUEST, Case, SonicMoELayer, fuseops_layer, implementations, make_case
-from benchmarks._results import RESULTS, results_path
+from benchmarks._results import RESULTS, pyplot, results_path
 from benchmarks._timing import capture_cuda_graph, sustained_ms
 
 # The cells' shapes, in the order they run; DeepSeek-V3's routed experts without its shared one.
@@ -363,13 +363,8 @@ def print_table(rows: list[dict], extra: dict) -> None:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     panels = [("tflops", "fwd+bwd TFLOP/s, do_bench"), ("loop_tflops", "fwd+bwd TFLOP/s, 20-step loop"),
               ("peak_above_start_gb", "fwd+bwd peak above the step's start, allocated, GB"),

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import fuseops
-from benchmarks._results import RESULTS, results_path
+from benchmarks._results import RESULTS, pyplot, results_path
 from fuseops import ops
 from fuseops.offload import mark_not_offload, offload_activations
 from fuseops.offload.planner import planner_for
@@ -366,14 +366,9 @@ def report(kind, result):
 
 
 def plot(result, path):
-    try:
-        import matplotlib
-    except ImportError:
-        print("matplotlib not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     stacks = result["stacks"]
     fig, axes = plt.subplots(1, len(stacks), figsize=(5 * len(stacks), 4.2), squeeze=False)
     for ax, (kind, r) in zip(axes[0], stacks.items()):

@@ -14,6 +14,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks._results import pyplot
+
 
 def _bars(ax, labels: list[str], series: dict[str, list[float]], ylabel: str, line: float | None = None) -> None:
     """Grouped bars: one group per label, one bar per series."""
@@ -128,14 +130,9 @@ def plot_file(path: str | Path) -> Path | None:
     if kind not in KINDS:
         print(f"{path.name}: no plot for {kind!r}")
         return None
-    try:
-        import matplotlib
-    except ImportError:
-        print("matplotlib not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     data = json.loads(path.read_text())
     fig, ax = plt.subplots(figsize=(11, 4.8))
     KINDS[kind](data, ax)

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 import fuseops
-from benchmarks._results import results_path
+from benchmarks._results import pyplot, results_path
 from fuseops import ops
 
 DENSE_T = (1024, 4096, 16384)
@@ -372,13 +372,9 @@ def moe_rows(device, dtype, Ts, shapes, reps, save=None, rounds=ROUNDS) -> list[
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
-    except ImportError:
-        print("matplotlib not installed: no plot", flush=True)
+    plt = pyplot()
+    if plt is None:
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     labels = [_label(r) for r in rows]
     fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.5), 4))
     ax.bar(range(len(rows)), [r["speedup"] for r in rows], color=["tab:red" if r["host_bound"] else "tab:blue" for r in rows])
