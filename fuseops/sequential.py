@@ -127,10 +127,8 @@ class Sequential(torch.nn.Module):
             per_op = split_extra_inputs(ops, extra_inputs)
             specs = check_chain(ops, input, per_op)
         except (ValueError, TypeError) as error:
-            if not compiling:
-                raise
-            # Raised by the compiled graph as eager raises it: a raise while tracing would reach
-            # the user as dynamo's ``Unsupported`` under ``fullgraph=True``.
+            # Eagerly raised at once; while tracing, by the compiled graph (a raise while tracing
+            # would reach the user as dynamo's ``Unsupported`` under ``fullgraph=True``).
             return _checks.refused_while_tracing(error, stand_in(ops, input))
         hooked = hooked_ops(ops)
         if not self.fuse:

@@ -237,9 +237,7 @@ def expert_layer(
     try:
         x, expert_ids, weights, check, parts, lean = _checked(x, expert_ids, weights, experts, lean)
     except (ValueError, TypeError) as error:
-        if not torch.compiler.is_compiling():
-            raise
-        # The compiled graph raises it, as eager does; the output would be x's shape.
+        # Eagerly raised at once; while tracing, by the compiled graph (the output would be x's shape).
         return _checks.refused_while_tracing(error, x if isinstance(x, torch.Tensor) else torch.empty(0))
     fc1, act, fc2 = parts
     recipe = current_recipe()

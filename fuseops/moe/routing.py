@@ -245,9 +245,7 @@ def permute(
     try:
         x, expert_ids, check = check_routing(x, expert_ids, num_experts)
     except (ValueError, TypeError) as error:
-        if not torch.compiler.is_compiling():
-            raise
-        # The compiled graph raises it, as eager does (``_checks.refused_while_tracing``).
+        # Eagerly raised at once; while tracing, by the compiled graph (``_checks.refused_while_tracing``).
         x = x if isinstance(x, torch.Tensor) else torch.empty(0)
         empty = x.new_empty(0, dtype=torch.int64)
         return _checks.refused_while_tracing(error, (x, empty, empty.view(0, 0)))
@@ -295,9 +293,7 @@ def unpermute(
     try:
         y_sorted, row_map, weights, check = _checked_unpermute(y_sorted, row_map, weights)
     except (ValueError, TypeError) as error:
-        if not torch.compiler.is_compiling():
-            raise
-        # The compiled graph raises it, as eager does (``_checks.refused_while_tracing``).
+        # Eagerly raised at once; while tracing, by the compiled graph (``_checks.refused_while_tracing``).
         return _checks.refused_while_tracing(error, y_sorted if isinstance(y_sorted, torch.Tensor) else torch.empty(0))
     if differentiated_by_torch(check):
         if check == KERNELS:

@@ -209,9 +209,7 @@ def run_ops(ops: Sequence[Op], x: torch.Tensor, extra_inputs: Sequence[Any]) -> 
         per_op = split_extra_inputs(ops, extra_inputs)
         specs = check_chain(ops, x, per_op)
     except (ValueError, TypeError) as error:
-        if not torch.compiler.is_compiling():
-            raise
-        # The compiled graph raises it, as eager does (``Sequential.forward``).
+        # Eagerly raised at once; while tracing, by the compiled graph (``Sequential.forward``).
         return _checks.refused_while_tracing(error, stand_in(ops, x))
     ctxs = make_contexts(
         ops, x, per_op, recipe=current_recipe(), grad_enabled=torch.is_grad_enabled(), input_specs=specs
