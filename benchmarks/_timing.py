@@ -24,6 +24,21 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int = 3, *
     return {name: sorted(ts)[rounds // 2] for name, ts in times.items()}
 
 
+def elapsed_ms(fn: Callable[[], object], device: str = "cuda") -> float:
+    """Milliseconds of ``fn`` between two CUDA events recorded around it (the GPU's time for what
+    ``fn`` queues, from where the stream stands; nothing is drained first), or wall time off the GPU."""
+    if device != "cuda":
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end)
+
+
 def sustained_ms(fn: Callable[[], object], *, warmup_s: float, steps: int,
                  before: Callable[[], object] | None = None) -> float:
     """Milliseconds per call over ``steps`` back-to-back calls, timed with events around all
@@ -47,13 +62,7 @@ def sustained_ms(fn: Callable[[], object], *, warmup_s: float, steps: int,
         step()
         # Else the host queues far more than warmup_s of work before the loop ends.
         torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps):
-        step()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) / steps
+    return elapsed_ms(lambda: [step() for _ in range(steps)]) / steps
 
 
 def capture_cuda_graph(step: Callable[[], T], warmup: int = 2) -> tuple[torch.cuda.CUDAGraph, T]:

@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from benchmarks._results import RESULTS, pyplot, results_path
+from benchmarks._timing import elapsed_ms
 from benchmarks.sizes import FuseopsExpertLayer, FuseopsMoE, TorchMoE, fuseops_dense, moe_args, torch_dense
 
 DENSE_T = (1024, 4096, 16384)
@@ -68,20 +69,6 @@ class Path_:
         for p in self.params:
             p.grad = None
         self.forward(x).float().sum().backward()
-
-
-def _timed(device: str, fn: Callable[[], None]) -> float:
-    """Milliseconds of ``fn`` between two CUDA events (wall time off the GPU)."""
-    if device != "cuda":
-        start = time.perf_counter()
-        fn()
-        return (time.perf_counter() - start) * 1e3
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return begin.elapsed_time(end)
 
 
 def host_ms(path: Path_, T: int, device: str, reps: int = 5) -> float:
@@ -119,7 +106,7 @@ def do_bench_ms(path: Path_, T: int, device: str) -> float:
     y.float().sum().backward()
     del y
     if device != "cuda":
-        return min(_timed(device, lambda: path.step(path.inputs(T))) for _ in range(3))
+        return min(elapsed_ms(lambda: path.step(path.inputs(T)), device) for _ in range(3))
     import triton.testing
 
     return triton.testing.do_bench(lambda: path.step(path.inputs(T)))
@@ -131,7 +118,7 @@ def loop_ms(path: Path_, T: int, device: str) -> float:
     def steps() -> None:
         for _ in range(LOOP_STEPS):
             path.step(x)
-    return _timed(device, steps) / LOOP_STEPS
+    return elapsed_ms(steps, device) / LOOP_STEPS
 
 
 def micro_ms(path: Path_, T: int, device: str) -> float:
@@ -145,7 +132,7 @@ def micro_ms(path: Path_, T: int, device: str) -> float:
         for loss in losses:
             loss.backward()
     accumulate()
-    return min(_timed(device, accumulate) for _ in range(3)) / MICRO_BATCHES
+    return min(elapsed_ms(accumulate, device) for _ in range(3)) / MICRO_BATCHES
 
 
 def switch_ms(path: Path_, T: int, device: str) -> float:
@@ -156,7 +143,7 @@ def switch_ms(path: Path_, T: int, device: str) -> float:
         with torch.no_grad():
             path.forward(x)
         path.step(half)
-        times.append(_timed(device, lambda: path.step(x)))
+        times.append(elapsed_ms(lambda: path.step(x), device))
     return sorted(times)[len(times) // 2]
 
 

@@ -56,7 +56,7 @@ import torch
 
 from benchmarks._moe_impls import IMPLS, ON_REQUEST, Case, SonicMoELayer, fuseops_layer, implementations, make_case
 from benchmarks._results import RESULTS, pyplot, results_path
-from benchmarks._timing import capture_cuda_graph, sustained_ms
+from benchmarks._timing import capture_cuda_graph, elapsed_ms, sustained_ms
 
 # The cells' shapes, in the order they run; DeepSeek-V3's routed experts without its shared one.
 CELL_SHAPES = {
@@ -174,19 +174,9 @@ def loop_ms(fn: Callable[[], object], device: str, steps: int = LOOP_STEPS, warm
     training loop's first steps, nothing left to settle."""
     for _ in range(warmup):
         fn()
-    if device != "cuda":
-        start = time.perf_counter()
-        for _ in range(steps):
-            fn()
-        return (time.perf_counter() - start) * 1e3 / steps
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) / steps
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return elapsed_ms(lambda: [fn() for _ in range(steps)], device) / steps
 
 
 def peak_memory_gb(case: Case, fn: Callable[[], object]) -> dict[str, float]:
