@@ -36,15 +36,16 @@ baseline and against ``fuseops``; and whether ``TARGETS`` are met.
 
     python -m benchmarks.train_moe_lm                       # H200, every run (about 17 minutes)
     python -m benchmarks.train_moe_lm --runs fuseops grouped_mm-autocast fuseops-fp8            # ~7.5 min
-    python -m benchmarks.train_moe_lm --runs fuseops-offload grouped_mm --merge                  # ~8 min
+    python -m benchmarks.train_moe_lm --runs fuseops-offload --merge                             # ~2.5 min
+    python -m benchmarks.train_moe_lm --runs grouped_mm --merge --timeout 560                    # ~7 min
     python -m benchmarks.train_moe_lm --smoke               # CPU, a tiny model, end to end (~40 s)
 
 On an H200 a fuseops run takes about 150 s end to end (model build, the first step's compiles,
 300 steps at ~0.27 s, 12 evaluations) and ``grouped_mm-autocast`` about 0.37 s a step, so a
 10-minute call holds three runs: the first call above measures the speed, memory and loss
-targets against the bf16 baseline and FP8's; the second adds offloading and the float32
-``grouped_mm`` (about 1 s a step) with ``--merge``, the baseline then recomputed over all the
-runs the file holds.
+targets against the bf16 baseline and FP8's; the next add offloading and the float32
+``grouped_mm`` (1.14 s a step: a call of its own) with ``--merge``, the baseline then
+recomputed over all the runs the file holds.
 
 Each run prints a progress line every 20th of its steps and, after its first timed step, its
 estimated time. ``--merge`` keeps the runs of an existing results file (same configuration) that
