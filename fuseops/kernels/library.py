@@ -38,71 +38,77 @@ def _into(out: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
 
 
 @fuseops_op("grouped_gemm(Tensor a, Tensor b, Tensor offsets, Tensor? bias, Tensor? row_scale, int act, float alpha, "
-            "bool save_preact, Tensor? act_grad_input) -> (Tensor, Tensor)")
+            "bool save_preact, Tensor? act_grad_input, Tensor? a_rows) -> (Tensor, Tensor)")
 def _grouped_gemm_op(
     a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None,
     row_scale: torch.Tensor | None, act: int, alpha: float, save_preact: bool,
-    act_grad_input: torch.Tensor | None,
+    act_grad_input: torch.Tensor | None, a_rows: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     launch = launcher(Kernel.GROUPED_GEMM, a)
     y, preact = launch(a, b, offsets, bias=bias, row_scale=row_scale, act=Activation(act), alpha=alpha,
-                       save_preact=save_preact, act_grad_input=act_grad_input)
+                       save_preact=save_preact, act_grad_input=act_grad_input, a_rows=a_rows)
     return y, preact if preact is not None else _empty(a)
 
 
+def _grouped_rows(a: torch.Tensor, a_rows: torch.Tensor | None) -> int:
+    """Rows of a grouped GEMM's output: ``a``'s, or with ``a_rows`` the gathered rows'."""
+    return a.shape[0] if a_rows is None else a_rows.shape[0]
+
+
 @torch.library.register_fake("fuseops::grouped_gemm")
-def _(a, b, offsets, bias, row_scale, act, alpha, save_preact, act_grad_input):
-    y = a.new_empty(a.shape[0], b.shape[2])
-    return y, a.new_empty(a.shape[0], b.shape[2]) if save_preact else _empty(a)
+def _(a, b, offsets, bias, row_scale, act, alpha, save_preact, act_grad_input, a_rows):
+    M = _grouped_rows(a, a_rows)
+    return a.new_empty(M, b.shape[2]), a.new_empty(M, b.shape[2]) if save_preact else _empty(a)
 
 
 def grouped_gemm(
     a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, *, bias: torch.Tensor | None = None,
     row_scale: torch.Tensor | None = None, act: Activation = Activation.IDENTITY, alpha: float = 1.0,
     save_preact: bool = False, act_grad_input: torch.Tensor | None = None, out: torch.Tensor | None = None,
+    a_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``gemm/grouped.py``'s ``grouped_gemm`` (or its reference), traceable."""
     if not torch.compiler.is_compiling():
         launch = launcher(Kernel.GROUPED_GEMM, a)
         return launch(a, b, offsets, bias=bias, row_scale=row_scale, act=act, alpha=alpha,
-                      save_preact=save_preact, act_grad_input=act_grad_input, out=out)
+                      save_preact=save_preact, act_grad_input=act_grad_input, out=out, a_rows=a_rows)
     y, preact = _grouped_gemm_op(a, b, offsets, bias, row_scale, int(act), float(alpha), save_preact,
-                                 act_grad_input)
+                                 act_grad_input, a_rows)
     return _into(out, y), (preact if save_preact else None)
 
 
 @fuseops_op("grouped_gemm_gated(Tensor a, Tensor b, Tensor offsets, Tensor? bias, int act, bool interleaved, "
-            "bool clamped, float limit, float alpha, Tensor? probs, bool save_preact) -> (Tensor, Tensor)")
+            "bool clamped, float limit, float alpha, Tensor? probs, bool save_preact, Tensor? a_rows) -> (Tensor, Tensor)")
 def _grouped_gemm_gated_op(
     a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None, act: int,
     interleaved: bool, clamped: bool, limit: float, alpha: float, probs: torch.Tensor | None,
-    save_preact: bool,
+    save_preact: bool, a_rows: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     launch = launcher(Kernel.GROUPED_GEMM_GATED, a)
     h, z = launch(a, b, offsets, bias=bias, act=Activation(act), interleaved=interleaved, clamped=clamped,
-                  limit=limit, alpha=alpha, probs=probs, save_preact=save_preact)
+                  limit=limit, alpha=alpha, probs=probs, save_preact=save_preact, a_rows=a_rows)
     return h, z if z is not None else _empty(a)
 
 
 @torch.library.register_fake("fuseops::grouped_gemm_gated")
-def _(a, b, offsets, bias, act, interleaved, clamped, limit, alpha, probs, save_preact):
-    h = a.new_empty(a.shape[0], b.shape[2] // 2)
-    return h, a.new_empty(a.shape[0], b.shape[2]) if save_preact else _empty(a)
+def _(a, b, offsets, bias, act, interleaved, clamped, limit, alpha, probs, save_preact, a_rows):
+    M = _grouped_rows(a, a_rows)
+    return a.new_empty(M, b.shape[2] // 2), a.new_empty(M, b.shape[2]) if save_preact else _empty(a)
 
 
 def grouped_gemm_gated(
     a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, *, bias: torch.Tensor | None = None,
     act: Activation, interleaved: bool = False, clamped: bool = False, limit: float = 7.0,
     alpha: float = 1.0, probs: torch.Tensor | None = None, save_preact: bool = False,
-    out: torch.Tensor | None = None,
+    out: torch.Tensor | None = None, a_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``gemm/grouped_gated.py``'s ``grouped_gemm_gated`` (or its reference), traceable."""
     if not torch.compiler.is_compiling():
         launch = launcher(Kernel.GROUPED_GEMM_GATED, a)
         return launch(a, b, offsets, bias=bias, act=act, interleaved=interleaved, clamped=clamped,
-                      limit=limit, alpha=alpha, probs=probs, save_preact=save_preact, out=out)
+                      limit=limit, alpha=alpha, probs=probs, save_preact=save_preact, out=out, a_rows=a_rows)
     h, z = _grouped_gemm_gated_op(a, b, offsets, bias, int(act), interleaved, clamped, float(limit),
-                                  float(alpha), probs, save_preact)
+                                  float(alpha), probs, save_preact, a_rows)
     return _into(out, h), (z if save_preact else None)
 
 

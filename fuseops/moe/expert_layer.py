@@ -15,10 +15,11 @@ summed per token only after FC1's weight gradient. memory_model.py has the accou
   epilogue (``dprobs``), which reads the pre-activation it already loads.
 - Default: the permuted input ``x_sorted`` and the pre-activation ``z`` are saved (h is
   rebuilt from z in FC2's dgrad epilogue); the backward writes ``dz`` over ``z``.
-- ``lean``: nothing of size T*K is saved; the backward gathers ``x_sorted`` from ``x`` again to
-  recompute ``z`` with one more FC1 GEMM (4*T*K*H*F FLOPs: about a fifth of the step), drops it,
-  and FC1's weight gradient reads ``x``'s rows through the row map inside its loads (the
-  Triton wgrad's pointer path: on sm_90 not the Gluon kernel, which loads by TMA).
+- ``lean``: nothing of size T*K is saved and no ``x_sorted`` is ever made: FC1 reads ``x``'s
+  rows through the row map inside its loads, in the forward, in the backward's recompute of
+  ``z`` (one more FC1 GEMM, 4*T*K*H*F FLOPs: about a fifth of the step) and in its weight
+  gradient (the Triton kernels' pointer paths: on sm_90 not the Gluon wgrad, which loads by
+  TMA).
 - The backward frees ``dy_sorted``, ``h``, ``dz`` and ``x_sorted`` as soon as they are dead and
   runs FC1's and FC2's weight gradients in the order memory_model.py finds peaks lower for the
   shape. The default mode releases its saved tensors early only when the backward frees the
@@ -62,7 +63,8 @@ class _ExpertLayer(torch.autograd.Function):
         # needs_input_grad reads requires_grad even under torch.no_grad (inference): nothing to keep.
         backward = grad_enabled and any(ctx.needs_input_grad[:5])
         keep = backward and not lean
-        y, x_sorted, row_map, z, probs, offsets = steps.forward(x, weights, w1, b1, w2, expert_ids, gate, keep, check)
+        y, x_sorted, row_map, z, probs, offsets = steps.forward(x, weights, w1, b1, w2, expert_ids, gate, keep, lean,
+                                                                check)
         if backward:
             ctx.save_for_backward(x if lean else None, x_sorted, z, probs, row_map, offsets, w1, b1, w2)
             ctx.input_links = input_links((x, weights))

@@ -67,19 +67,30 @@ def _release(*tensors: torch.Tensor | None) -> None:
             t.untyped_storage().resize_(0)
 
 
-def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: Gate, keep: bool, check: str) -> tuple:
-    """``(y, x_sorted, row_map, z, probs, offsets)``, x_sorted and z None unless ``keep``."""
-    x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, w1.shape[0], check)
+def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: Gate, keep: bool, gather: bool, check: str) -> tuple:
+    """``(y, x_sorted, row_map, z, probs, offsets)``, x_sorted and z None unless ``keep``.
+    ``gather``: FC1 reads x's rows through the row map in its loads, and no x_sorted is made
+    (then never kept)."""
+    if gather:
+        # The routing alone (a permute of no columns), FC1's rows gathered from x.
+        _, split_sizes, row_map = permute_rows(x[:, :0], expert_ids, w1.shape[0], check)
+        a, a_rows, x_sorted = x, token_of_rows(row_map), None
+    else:
+        x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, w1.shape[0], check)
+        a, a_rows = x_sorted, None
     offsets = launcher(Kernel.GROUP_OFFSETS, split_sizes)(split_sizes)
     probs = None
     if weights is not None:
         # The weights in x_sorted's row order: FC1's epilogue row scale.
         probs = weights.new_empty(row_map.numel()).scatter_(0, row_map.reshape(-1), weights.reshape(-1))
-    h, z = library.grouped_gemm_gated(x_sorted, w1.transpose(1, 2), offsets, bias=b1, act=gate.act,
-                                      probs=probs, save_preact=keep, **gate.kernel_args)
+    h, z = library.grouped_gemm_gated(a, w1.transpose(1, 2), offsets, bias=b1, act=gate.act,
+                                      probs=probs, save_preact=keep, a_rows=a_rows, **gate.kernel_args)
+    # Unkept, the permuted copy is dead once FC1 has read it.
+    x_sorted = x_sorted if keep else None
+    del a
     y_sorted, _ = library.grouped_gemm(h, w2.transpose(1, 2), offsets)
     del h
-    return sum_token_rows(y_sorted, row_map), x_sorted if keep else None, row_map, z, probs, offsets
+    return sum_token_rows(y_sorted, row_map), x_sorted, row_map, z, probs, offsets
 
 
 def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple,
@@ -92,10 +103,11 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
     main_grad1, main_grad2 = main_grads
     # ``loss.sum()``'s gradient is one element expanded: the kernels read rows of a dense tensor.
     dy = dy.contiguous()
+    tokens = None
     if lean:
-        x_sorted = _gather_rows(x, row_map)
-        z, _ = library.grouped_gemm(x_sorted, w1.transpose(1, 2), offsets, bias=b1)
-        x_sorted = None
+        # FC1 again on x's rows, gathered in its loads: no x_sorted.
+        tokens = token_of_rows(row_map)
+        z, _ = library.grouped_gemm(x, w1.transpose(1, 2), offsets, bias=b1, a_rows=tokens)
     dy_sorted = _gather_rows(dy, row_map)
     dz = dprobs = h = None
     if need_x or need_w1 or need_b1 or need_weights:
@@ -117,7 +129,7 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
         del dx_sorted
     if need_w1 and lean:
         # x's rows gathered inside the wgrad's loads: no x_sorted at this, lean's peak stage.
-        dw1 = library.grouped_gemm_wgrad(dz, x, offsets, x_rows=token_of_rows(row_map), main_grad=main_grad1)
+        dw1 = library.grouped_gemm_wgrad(dz, x, offsets, x_rows=tokens, main_grad=main_grad1)
     elif need_w1:
         dw1 = library.grouped_gemm_wgrad(dz, x_sorted, offsets, main_grad=main_grad1)
     if need_b1:
@@ -136,15 +148,16 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
             None if main_grad2 is not None else dw2)
 
 
-def forward(x, weights, w1, b1, w2, expert_ids, gate: Gate, keep: bool, check: str) -> tuple:
-    """``(y, x_sorted, row_map, z, probs, offsets)`` (x_sorted and z None unless ``keep``, probs
-    None without ``weights``): through the custom operator while torch.compile traces."""
+def forward(x, weights, w1, b1, w2, expert_ids, gate: Gate, keep: bool, gather: bool, check: str) -> tuple:
+    """``(y, x_sorted, row_map, z, probs, offsets)`` (x_sorted None unless ``keep`` without
+    ``gather``, z None unless ``keep``, probs None without ``weights``): through the custom
+    operator while torch.compile traces."""
     if torch.compiler.is_compiling():
         y, x_sorted, row_map, z, probs, offsets = _forward_op(x, weights, w1, b1, w2, expert_ids, *gate.fields(),
-                                                              keep, check)
-        return (y, x_sorted if keep else None, row_map, z if keep else None,
+                                                              keep, gather, check)
+        return (y, x_sorted if keep and not gather else None, row_map, z if keep else None,
                 probs if weights is not None else None, offsets)
-    return _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep, check=check)
+    return _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep, gather=gather, check=check)
 
 
 def backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gate, lean: bool,
@@ -195,19 +208,19 @@ def _or_empty(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
 
 
 @fuseops_op(f"expert_layer_forward(Tensor x, Tensor? weights, Tensor w1, Tensor? b1, Tensor w2, Tensor expert_ids, "
-            f"{_GATE_SCHEMA}, bool keep, str check) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
-def _forward_op(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, check):
+            f"{_GATE_SCHEMA}, bool keep, bool gather, str check) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+def _forward_op(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, gather, check):
     gate = Gate.of(act, interleaved, clamped, limit, alpha)
     y, x_sorted, row_map, z, probs, offsets = _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep,
-                                                       check=check)
+                                                       gather=gather, check=check)
     return y, _or_empty(x_sorted, x), row_map, _or_empty(z, x), _or_empty(probs, x), offsets
 
 
 @torch.library.register_fake("fuseops::expert_layer_forward")
-def _(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, check):
+def _(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, gather, check):
     (T, K), H, E, F2 = expert_ids.shape, x.shape[1], w1.shape[0], w1.shape[1]
     routed = T * K
-    return (x.new_empty(T, H), x.new_empty(routed, H) if keep else x.new_empty(0),
+    return (x.new_empty(T, H), x.new_empty(routed, H) if keep and not gather else x.new_empty(0),
             x.new_empty(T, K, dtype=torch.int64), x.new_empty(routed, F2) if keep else x.new_empty(0),
             weights.new_empty(routed) if weights is not None else x.new_empty(0),
             x.new_empty(E + 1, dtype=torch.int64))

@@ -76,8 +76,8 @@ def composed_stages() -> list[Stage]:
 
 def layer_stages(lean: bool, fc1_weight_grad_first: bool) -> list[Stage]:
     """expert_layer. Default (``lean`` False): x_sorted and z saved. Lean: nothing of size N
-    saved; the backward gathers x_sorted again and recomputes z (then drops x_sorted), and
-    FC1's weight gradient gathers x's rows in its loads. Either way dy_sorted is built in the
+    saved and no x_sorted made: FC1 gathers x's rows in its loads in the forward, in the
+    backward's recompute of z and in its weight gradient. Either way dy_sorted is built in the
     backward and dx_sorted reduced to dx before FC1's weight gradient.
 
     Backward order: FC2's weight gradient right after FC2's dgrad (dy_sorted and h freed
@@ -87,8 +87,8 @@ def layer_stages(lean: bool, fc1_weight_grad_first: bool) -> list[Stage]:
     hooks hold them (``expert_layer`` checks; else it runs the first order)."""
     xs = () if lean else ("x_sorted",)
     if lean:
-        forward = [("forward FC1", ("x_sorted", "h")), ("forward FC2", ("h", "y_sorted")),
-                   ("forward combine", ("y_sorted", "y")), ("recompute z", ("x_sorted", "z", "y"))]
+        forward = [("forward FC2", ("h", "y_sorted")), ("forward combine", ("y_sorted", "y")),
+                   ("recompute z", ("z", "y"))]
     else:
         forward = [("forward FC2", ("x_sorted", "z", "h", "y_sorted")),
                    ("forward combine", ("x_sorted", "z", "y_sorted", "y"))]

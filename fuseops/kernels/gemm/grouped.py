@@ -1,7 +1,8 @@
 """Grouped GEMM for mixture-of-experts, forward and dgrad, over rows grouped by device offsets.
 
 ``y[rows of g] = epilogue(a[rows of g] @ b[g])`` with ``a`` [M, K], whose rows of group g are
-``offsets[g]:offsets[g+1]``, ``b`` [G, K, N] a strided view (the forward passes
+``offsets[g]:offsets[g+1]`` (or, with ``a_rows``, ``a[a_rows[i]]`` for grouped row i, gathered
+in the loads through pointers), ``b`` [G, K, N] a strided view (the forward passes
 ``weight.transpose(1, 2)`` of a [G, N, K] weight, dgrad the weight itself), ``y`` [M, N].
 The epilogue adds ``bias[g]``, then multiplies by ``act'(act_grad_input)`` (dgrad through the
 preceding activation) or applies ``act`` (optionally saving its input), then scales each
@@ -189,6 +190,27 @@ def ragged_store(desc, start, size, row, col, tile, BLOCK_R: tl.constexpr, BLOCK
 
 
 @triton.jit
+def gathered_rows(a_rows, row0, size, off_m, GATHER_A: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The tile's source rows of ``a`` (``a_rows[row0 + off_m:]``, int64) and the in-group mask;
+    without GATHER_A the mask only (the rows are unread)."""
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < size
+    if GATHER_A:
+        src = tl.load(a_rows + row0 + offs_m, mask=mask_m, other=0).to(tl.int64)
+    else:
+        src = offs_m.to(tl.int64)
+    return src, mask_m
+
+
+@triton.jit
+def load_gathered_a(a, src_rows, mask_m, k0, K, stride_am, BLOCK_K: tl.constexpr):
+    """[BLOCK_M, BLOCK_K] of ``a``'s rows ``src_rows`` (zeros where ``mask_m`` is off)."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    ptrs = a + src_rows[:, None] * stride_am + offs_k[None, :]
+    return tl.load(ptrs, mask=mask_m[:, None] & (offs_k < K)[None, :], other=0.0)
+
+
+@triton.jit
 def _group_tiles(offsets, G, tiles_n, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr):
     """Tiles of each group and the index of each group's first tile, as [BLOCK_G] vectors."""
     offs_g = tl.arange(0, BLOCK_G)
@@ -275,13 +297,13 @@ def epilogue(acc, y, g, row0, size, off_m, off_n, N, stride_ym, bias, stride_bia
 
 @triton.jit
 def grouped_gemm_kernel(
-    a, b, y, offsets, bias, act_in, row_scale, preact,
+    a, a_rows, b, y, offsets, bias, act_in, row_scale, preact,
     G, N, K,
     stride_am, stride_bg, stride_bk, stride_bn, stride_ym, stride_bias_g, stride_act_m, stride_pm,
     alpha,
     ACT: tl.constexpr, ACT_GRAD: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_ROW_SCALE: tl.constexpr, SAVE_PREACT: tl.constexpr,
-    TMA_LOAD: tl.constexpr, TMA_STORE: tl.constexpr, B_TRANS: tl.constexpr,
+    TMA_LOAD: tl.constexpr, TMA_STORE: tl.constexpr, B_TRANS: tl.constexpr, GATHER_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_EPILOGUE: tl.constexpr, BLOCK_G: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, F32_DOT: tl.constexpr,
@@ -298,6 +320,7 @@ def grouped_gemm_kernel(
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        src_rows, mask_m = gathered_rows(a_rows, row0, size, off_m, GATHER_A, BLOCK_M)
         for ki in range(k_tiles):
             if TMA_LOAD:
                 a_tile = a.load([(row0 + off_m).to(tl.int32), ki * BLOCK_K])
@@ -311,9 +334,12 @@ def grouped_gemm_kernel(
                 offs_n = off_n + tl.arange(0, BLOCK_N)
                 offs_k = ki * BLOCK_K + tl.arange(0, BLOCK_K)
                 mask_k = offs_k < K
-                a_ptrs = a + (row0 + offs_m)[:, None] * stride_am + offs_k[None, :]
-                # [BLOCK_M, BLOCK_K]
-                a_tile = tl.load(a_ptrs, mask=(offs_m < size)[:, None] & mask_k[None, :], other=0.0)
+                if GATHER_A:
+                    a_tile = load_gathered_a(a, src_rows, mask_m, ki * BLOCK_K, K, stride_am, BLOCK_K)
+                else:
+                    a_ptrs = a + (row0 + offs_m)[:, None] * stride_am + offs_k[None, :]
+                    # [BLOCK_M, BLOCK_K]
+                    a_tile = tl.load(a_ptrs, mask=(offs_m < size)[:, None] & mask_k[None, :], other=0.0)
                 b_ptrs = b + g * stride_bg + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
                 # [BLOCK_K, BLOCK_N]
                 b_tile = tl.load(b_ptrs, mask=mask_k[:, None] & (offs_n < N)[None, :], other=0.0)
@@ -346,11 +372,13 @@ def grouped_gemm(
     save_preact: bool = False,
     act_grad_input: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    a_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Rows of group g of ``a`` times ``b[g]``, with the fused epilogue (module docstring).
 
     Args:
-        a: [M, K], rows grouped contiguously; M == offsets[G] (never checked: no sync).
+        a: [M, K], rows grouped contiguously; M == offsets[G] (never checked: no sync). With
+            ``a_rows``, any number of rows: the grouped rows are ``a[a_rows]``.
         b: [G, K, N], any strides (K- or N-contiguous views of a weight).
         offsets: int64 [G + 1] device tensor from ``group_offsets``.
         bias: [G, N] or None. row_scale: [M] or None (e.g. router probabilities).
@@ -358,20 +386,23 @@ def grouped_gemm(
             ``act_grad_input`` [M, N], the saved input of the activation before this GEMM).
         save_preact: also return ``a @ b + bias`` before the activation.
         out: [M, N] output to write into, else allocated in ``a``'s dtype.
+        a_rows: int64 [M] or None: grouped row i is ``a[a_rows[i]]``, read through pointers
+            (indices in range: the MoE layer's row map, never checked here).
     Returns:
         ``(y, preact)``; ``preact`` is None unless ``save_preact``.
     """
     b_mem = b.transpose(1, 2) if b.stride(2) != 1 else b
     fused_io = act_grad_input is not None or save_preact
-    cfg = pick_config(b.shape[2], a.dtype, tma_ok(a, b_mem), fused_io)
+    cfg = pick_config(b.shape[2], a.dtype, a_rows is None and tma_ok(a, b_mem), fused_io)
     return launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
-                               act_grad_input, out, cfg)
+                               act_grad_input, out, cfg, a_rows)
 
 
 def launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact, act_grad_input,
-                        out, cfg: GemmConfig):
+                        out, cfg: GemmConfig, a_rows: torch.Tensor | None = None):
     """``grouped_gemm`` with an explicit tile config (what the offline tuner calls)."""
-    M, K = a.shape
+    K = a.shape[1]
+    M = a.shape[0] if a_rows is None else a_rows.shape[0]
     G, _, N = b.shape
     if a.stride(1) != 1:
         a = a.contiguous()
@@ -384,7 +415,8 @@ def launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
     b_mem = b.transpose(1, 2) if b_trans else b
     split = cfg.split_epilogue
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    tma_load = tma_ok(a, b_mem)
+    # Gathered rows are loaded through pointers (TMA on sm_90 loads boxes, not rows).
+    tma_load = a_rows is None and tma_ok(a, b_mem)
     tma_store = tma_ok(y)
     a_arg, b_arg, y_arg = a, b, y
     if tma_load:
@@ -396,7 +428,7 @@ def launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
     max_tiles = (cdiv(M, bm) + G) * cdiv(N, bn)
     programs = persistent_programs(a, max_tiles, cfg.programs_per_sm)
     launch(grouped_gemm_kernel, (programs,),
-        a_arg, b_arg, y_arg, offsets,
+        a_arg, a_rows if a_rows is not None else offsets, b_arg, y_arg, offsets,
         bias if bias is not None else dummy,
         act_grad_input if act_grad_input is not None else dummy,
         row_scale if row_scale is not None else dummy,
@@ -409,7 +441,7 @@ def launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
         float(alpha),
         ACT=int(act), ACT_GRAD=act_grad_input is not None, HAS_BIAS=bias is not None,
         HAS_ROW_SCALE=row_scale is not None, SAVE_PREACT=save_preact,
-        TMA_LOAD=tma_load, TMA_STORE=tma_store, B_TRANS=b_trans,
+        TMA_LOAD=tma_load, TMA_STORE=tma_store, B_TRANS=b_trans, GATHER_A=a_rows is not None,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, SPLIT_EPILOGUE=split,
         BLOCK_G=max(16, next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
         WARP_SPECIALIZE=cfg.warp_specialize, F32_DOT=float32_dot_precision(a.dtype),
@@ -508,13 +540,17 @@ def reference_grouped_gemm(
     save_preact: bool = False,
     act_grad_input: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    a_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """For each group g and its rows r = offsets[g]:offsets[g+1], in float32:
+    """For each group g and its rows r = offsets[g]:offsets[g+1], in float32, ``a`` standing
+    for ``a[a_rows]`` where given:
 
     ``z = a[r] @ b[g] (+ bias[g])``;
     ``h = z * act'(act_grad_input[r])`` if ``act_grad_input`` is given, else ``h = act(z)``;
     ``y[r] = h * row_scale[r, None]`` (if given), cast to ``a``'s dtype; ``preact[r] = z``.
     """
+    if a_rows is not None:
+        a = a.index_select(0, a_rows)
     M, N = a.shape[0], b.shape[2]
     preact = torch.empty(M, N, dtype=a.dtype, device=a.device) if save_preact else None
     # The products per group, then the (row-wise) epilogue once over every grouped row: the

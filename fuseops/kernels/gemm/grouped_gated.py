@@ -2,7 +2,8 @@
 grouped by device offsets (FC2's dgrad twin, gemm/grouped_gated_bwd.py, shares the helpers).
 
 ``z = a[rows of g] @ b[g] + bias[g]`` [M, 2F] (``b`` [G, K, 2F], FC1's [G, 2F, K] weight
-transposed), ``h = gated(z_a, z_b) * probs[:, None]`` [M, F], and optionally ``z`` saved in
+transposed; with ``a_rows`` grouped row i is ``a[a_rows[i]]``, gathered in the loads: the MoE
+layer's tokens read in place, with no permuted copy), ``h = gated(z_a, z_b) * probs[:, None]`` [M, F], and optionally ``z`` saved in
 its column layout: ``z_a, z_b`` are ``z[:, :F], z[:, F:]``, or with ``interleaved``
 ``z[:, 0::2], z[:, 1::2]``; ``gated`` is _activations.gated (clamped or not).
 
@@ -28,6 +29,8 @@ from fuseops.kernels.gemm.grouped import (
     _locate,
     _swizzle,
     epilogue,
+    gathered_rows,
+    load_gathered_a,
     per_group_matmul,
     persistent_programs,
     ragged_descriptor,
@@ -118,6 +121,17 @@ def load_a(a, row0, size, off_m, k0, K, stride_am, TMA_LOAD: tl.constexpr,
         offs_k = k0 + tl.arange(0, BLOCK_K)
         ptrs = a + (row0 + offs_m)[:, None] * stride_am + offs_k[None, :]
         tile = tl.load(ptrs, mask=(offs_m < size)[:, None] & (offs_k < K)[None, :], other=0.0)
+    return tile
+
+
+@triton.jit
+def a_tile_of(a, src_rows, mask_m, row0, size, off_m, k0, K, stride_am, TMA_LOAD: tl.constexpr,
+              GATHER_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``load_a``, or with GATHER_A the rows ``src_rows`` (``gathered_rows``: loaded once a tile)."""
+    if GATHER_A:
+        tile = load_gathered_a(a, src_rows, mask_m, k0, K, stride_am, BLOCK_K)
+    else:
+        tile = load_a(a, row0, size, off_m, k0, K, stride_am, TMA_LOAD, BLOCK_M, BLOCK_K)
     return tile
 
 
@@ -240,13 +254,13 @@ def _fwd_epilogue(acc_a, acc_b, h, z_a, z_b, bias, probs, g, row0, size, off_m, 
 
 @triton.jit
 def grouped_gemm_gated_fwd_kernel(
-    a, b_a, b_b, h, z_a, z_b, offsets, bias, probs,
+    a, a_rows, b_a, b_b, h, z_a, z_b, offsets, bias, probs,
     G, F, K,
     stride_am, stride_bg, stride_bk, stride_bn, stride_hm, stride_zm, stride_bias_g,
     limit, alpha,
     ACT: tl.constexpr, CLAMPED: tl.constexpr, INTERLEAVED: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_PROBS: tl.constexpr, SAVE_PREACT: tl.constexpr,
-    TMA_LOAD: tl.constexpr, TMA_STORE: tl.constexpr, B_TRANS: tl.constexpr,
+    TMA_LOAD: tl.constexpr, TMA_STORE: tl.constexpr, B_TRANS: tl.constexpr, GATHER_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EPILOGUE_PARTS: tl.constexpr, BLOCK_G: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, F32_DOT: tl.constexpr,
@@ -264,11 +278,12 @@ def grouped_gemm_gated_fwd_kernel(
         pid_m, pid_n = _swizzle(local, tl.cdiv(size, BLOCK_M), tiles_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
+        src_rows, mask_m = gathered_rows(a_rows, row0, size, off_m, GATHER_A, BLOCK_M)
         if INTERLEAVED:
             acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
             for ki in range(k_tiles):
-                a_tile = load_a(a, row0, size, off_m, ki * BLOCK_K, K, stride_am, TMA_LOAD,
-                                BLOCK_M, BLOCK_K)
+                a_tile = a_tile_of(a, src_rows, mask_m, row0, size, off_m, ki * BLOCK_K, K, stride_am,
+                                   TMA_LOAD, GATHER_A, BLOCK_M, BLOCK_K)
                 b_tile = load_b(b_a, g, ki * BLOCK_K, 2 * off_n, K, 2 * F, stride_bg, stride_bk,
                                 stride_bn, TMA_LOAD, B_TRANS, BLOCK_K, 2 * BLOCK_N)
                 acc = dot(a_tile, b_tile, acc, F32_DOT)
@@ -277,8 +292,8 @@ def grouped_gemm_gated_fwd_kernel(
             acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for ki in range(k_tiles):
-                a_tile = load_a(a, row0, size, off_m, ki * BLOCK_K, K, stride_am, TMA_LOAD,
-                                BLOCK_M, BLOCK_K)
+                a_tile = a_tile_of(a, src_rows, mask_m, row0, size, off_m, ki * BLOCK_K, K, stride_am,
+                                   TMA_LOAD, GATHER_A, BLOCK_M, BLOCK_K)
                 b_tile = load_b(b_a, g, ki * BLOCK_K, off_n, K, F, stride_bg, stride_bk,
                                 stride_bn, TMA_LOAD, B_TRANS, BLOCK_K, BLOCK_N)
                 acc_a = dot(a_tile, b_tile, acc_a, F32_DOT)
@@ -338,28 +353,33 @@ def grouped_gemm_gated(
     probs: torch.Tensor | None = None,
     save_preact: bool = False,
     out: torch.Tensor | None = None,
+    a_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """FC1 of a gated expert MLP: ``h`` from ``z = a @ b[g] + bias[g]`` (module docstring).
 
     Args:
-        a: [M, K], rows grouped contiguously; M == offsets[G] (never checked: no sync).
+        a: [M, K], rows grouped contiguously; M == offsets[G] (never checked: no sync). With
+            ``a_rows``, any number of rows: the grouped rows are ``a[a_rows]``.
         b: [G, K, 2F], any strides (FC1's [G, 2F, K] weight transposed).
         offsets: int64 [G + 1] device tensor from ``group_offsets``.
         bias: [G, 2F] or None. probs: [M] row scale (router probabilities) or None.
         act, interleaved, clamped, limit, alpha: the gate (``_activations.gated``).
         save_preact: also return ``z`` [M, 2F] (``a``'s dtype, original column layout).
         out: [M, F] for ``h``, else allocated in ``a``'s dtype.
+        a_rows: int64 [M] or None: grouped row i is ``a[a_rows[i]]``, read through pointers
+            (indices in range: the MoE layer's row map, never checked here).
     Returns:
         ``(h, z)``; ``z`` is None unless ``save_preact``.
     """
     return launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, limit, alpha,
-                                     probs, save_preact, out, None)
+                                     probs, save_preact, out, None, a_rows)
 
 
 def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, limit, alpha, probs,
-                              save_preact, out, cfg: GatedGemmConfig | None):
+                              save_preact, out, cfg: GatedGemmConfig | None, a_rows: torch.Tensor | None = None):
     """``grouped_gemm_gated`` with an explicit tile config (for a tuner), else the table's."""
-    M, K = a.shape
+    K = a.shape[1]
+    M = a.shape[0] if a_rows is None else a_rows.shape[0]
     G, F = b.shape[0], b.shape[2] // 2
     a = a if a.stride(1) == 1 else a.contiguous()
     b = b if b.stride(1) == 1 or b.stride(2) == 1 else b.contiguous()
@@ -368,7 +388,8 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
     b_trans = b.stride(2) != 1
     b_pair = pair_views(b, interleaved)
     b_mem = [t.transpose(1, 2) if b_trans else t for t in b_pair]
-    tma_load = tma_ok(a, *b_mem)
+    # Gathered rows are loaded through pointers (TMA on sm_90 loads boxes, not rows).
+    tma_load = a_rows is None and tma_ok(a, *b_mem)
     tma_store = tma_ok(h) and pair_tma_ok(z, interleaved)
     cfg = cfg or pick_config(_configs(), a.dtype, tma_load and tma_store, interleaved)
     tma_store = tma_store and cfg.tma_epilogue_stores
@@ -377,7 +398,8 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
     a_arg = tensor_descriptor(a, [bm, bk]) if tma_load else a
     programs = persistent_programs(a, (cdiv(M, bm) + G) * cdiv(F, bn), cfg.programs_per_sm)
     launch(grouped_gemm_gated_fwd_kernel, (programs,),
-        a_arg, *b_args(b_mem if tma_load else b_pair, b_trans, tma_load, bk, 2 * bn if interleaved else bn),
+        a_arg, a_rows if a_rows is not None else offsets,
+        *b_args(b_mem if tma_load else b_pair, b_trans, tma_load, bk, 2 * bn if interleaved else bn),
         ragged_descriptor(h, [bm, epi_n]) if tma_store else h,
         *(pair_args(z, interleaved, tma_store, bm, epi_n) if z is not None else (h, h)),
         offsets, bias if bias is not None else h, probs if probs is not None else h,
@@ -387,7 +409,7 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
         float(limit), float(alpha),
         ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_BIAS=bias is not None,
         HAS_PROBS=probs is not None, SAVE_PREACT=save_preact, TMA_LOAD=tma_load,
-        TMA_STORE=tma_store, B_TRANS=b_trans, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        TMA_STORE=tma_store, B_TRANS=b_trans, GATHER_A=a_rows is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
         GROUP_M=cfg.group_m, EPILOGUE_PARTS=cfg.epilogue_parts,
         BLOCK_G=max(16, next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
         WARP_SPECIALIZE=cfg.warp_specialize, F32_DOT=float32_dot_precision(a.dtype),
@@ -415,13 +437,16 @@ def reference_grouped_gemm_gated(
     probs: torch.Tensor | None = None,
     save_preact: bool = False,
     out: torch.Tensor | None = None,
+    a_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """For each group g and its rows r = offsets[g]:offsets[g+1], in float32 (float64 for
-    float64 inputs): ``z[r] = a[r] @ b[g] (+ bias[g])``; ``z_a, z_b = z[:, :F], z[:, F:]``
-    (interleaved: ``z[:, 0::2], z[:, 1::2]``); ``h = reference_gated(z_a, z_b) * probs[:,
+    float64 inputs), ``a`` standing for ``a[a_rows]`` where given: ``z[r] = a[r] @ b[g]
+    (+ bias[g])``; ``z_a, z_b = z[:, :F], z[:, F:]`` (interleaved: ``z[:, 0::2], z[:, 1::2]``); ``h = reference_gated(z_a, z_b) * probs[:,
     None]`` (no ``probs`` means 1), cast to ``a``'s dtype or written into ``out``; ``z``
     returned in ``a``'s dtype when ``save_preact``.
     """
+    if a_rows is not None:
+        a = a.index_select(0, a_rows)
     z = per_group_matmul(a, b, offsets)
     if bias is not None:
         z += torch.repeat_interleave(bias.to(z.dtype), offsets.diff(), dim=0, output_size=a.shape[0])

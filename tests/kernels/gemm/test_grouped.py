@@ -172,6 +172,30 @@ def _moe_case(dtype=torch.bfloat16, G=8, K=512, N=768, seed=1):
     return sizes, offsets, x, w
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split", ["mixed", "tall", "empty_ends"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_grouped_gemm_gathers_rows_of_a(dtype, split, shape):
+    """``a_rows``: grouped row i is ``a[a_rows[i]]``, equal to the GEMM of the gathered copy
+    (with bias and the pre-activation saved: the MoE layer's lean recompute of FC1)."""
+    K, N = SHAPES[shape]
+    sizes = SPLITS[split]
+    M, G = sum(sizes), len(sizes)
+    offsets = _offsets(sizes)
+    a = torch.randn(M // 2 + 3, K, device=DEVICE, dtype=dtype)
+    a_rows = torch.randint(0, a.shape[0] - 1, (M,), generator=torch.Generator().manual_seed(M)).to(DEVICE)
+    b = _weight_view(G, K, N, dtype, "forward")
+    bias = torch.randn(G, N, device=DEVICE, dtype=dtype)
+    y, z = grouped_gemm(a, b, offsets, bias=bias, act=Activation.GELU, save_preact=True, a_rows=a_rows,
+                        out=poison_(torch.empty(M, N, device=DEVICE, dtype=dtype)))
+    y_ref, z_ref = _reference(a.index_select(0, a_rows), b, offsets, bias=bias, act=Activation.GELU,
+                              save_preact=True)
+    assert_close_rel(y, y_ref, dtype, what=f"y {split} {shape}")
+    assert_close_rel(z, z_ref, dtype, what=f"preact {split} {shape}")
+    y_gathered_ref, _ = reference_grouped_gemm(a, b, offsets, bias=bias, act=Activation.GELU, a_rows=a_rows)
+    assert_close_rel(y_gathered_ref, y_ref, dtype, what="reference")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["forward", "dgrad"])
 def test_gpu_bf16_mid_size(layout):

@@ -225,3 +225,53 @@ def test_tma_operands_pointer_epilogue(loads, stores, interleaved):
     with _config(ggg_bwd, dgrad_cfg):
         got, ref = _dgrad(sizes, K, F, torch.bfloat16, **kw)
     _check(got, ref, ["dz", "dprobs", "h"], torch.bfloat16)
+
+
+def _gathered_rows(rows: int, source_rows: int, seed: int) -> torch.Tensor:
+    """[rows] int64 indices into ``source_rows`` rows: some read twice or more, some never."""
+    return torch.randint(0, max(source_rows - 1, 1), (rows,), generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("split", ["mixed", "one_holds_all", "all_empty"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_forward_gathers_rows_of_a(shape, split, interleaved, dtype):
+    """``a_rows``: grouped row i is ``a[a_rows[i]]`` (the MoE layer's tokens read in place),
+    equal to FC1 of the gathered copy, h and z, with bias and probs."""
+    K, F = SHAPES[shape]
+    sizes = SPLITS[split]
+    G, M = len(sizes), sum(sizes)
+    offsets = _offsets(sizes)
+    a = _randn(M // 2 + 3, K, dtype=dtype)
+    a_rows = _gathered_rows(M, a.shape[0], seed=M + K)
+    b = _randn(G, 2 * F, K, dtype=dtype, scale=K**-0.5).transpose(1, 2)
+    kw = dict(CLAMPED, interleaved=interleaved, bias=_randn(G, 2 * F, dtype=dtype), probs=torch.rand(M, device=DEVICE))
+    out = poison_(torch.empty(M, F, device=DEVICE, dtype=dtype))
+    got = grouped_gemm_gated(a, b, offsets, save_preact=True, out=out, a_rows=a_rows, **kw)
+    ref = reference_grouped_gemm_gated(a.double().index_select(0, a_rows), b.double(), offsets, save_preact=True,
+                                       **_double(kw))
+    _check(got, ref, ["h", "z"], dtype)
+    reference = reference_grouped_gemm_gated(a, b, offsets, save_preact=True, a_rows=a_rows, **kw)
+    _check(reference, ref, ["reference h", "reference z"], dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_gpu_gathered_rows_bf16_mid_size(interleaved):
+    """FC1 reading a token's rows through the row map, as the MoE layer calls it: through the
+    library's entry point (the dispatch table), at a mid size with an empty expert."""
+    from fuseops.kernels import library
+
+    sizes, K, F = _moe_sizes(), 512, 384
+    G, M = len(sizes), sum(sizes)
+    offsets = _offsets(sizes)
+    x = _randn(M // 4 + 1, K, dtype=torch.bfloat16)
+    rows = _gathered_rows(M, x.shape[0], seed=5)
+    w1 = _randn(G, 2 * F, K, dtype=torch.bfloat16, scale=K**-0.5)
+    probs = torch.rand(M, device=DEVICE)
+    kw = dict(act=Activation.SILU, interleaved=interleaved, probs=probs)
+    got = library.grouped_gemm_gated(x, w1.transpose(1, 2), offsets, save_preact=True, a_rows=rows, **kw)
+    ref = reference_grouped_gemm_gated(x.double().index_select(0, rows), w1.double().transpose(1, 2), offsets,
+                                       save_preact=True, **_double(kw))
+    _check(got, ref, ["h", "z"], torch.bfloat16)
