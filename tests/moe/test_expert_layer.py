@@ -588,3 +588,47 @@ def test_gpu_peak_memory_follows_the_byte_accounting():
     for name in measured:
         assert measured[name] <= modelled[name] * 1.02 + routing_maps, (name, measured, modelled)
     assert measured["lean"] < measured["default"] < measured["composed"], measured
+
+
+class _RowsCounter(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the tensors of one shape that aten ops make (outputs with a fresh storage)."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.shape, self.made = tuple(shape), set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and tuple(t.shape) == self.shape:
+                self.made.add(t.untyped_storage().data_ptr())
+        return out
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bfloat16"])
+def test_lean_makes_no_permuted_copy_of_x(bf16):
+    """The [T*K, H] tensors a step of the kernels makes: lean's forward makes one (FC2's
+    output; FC1 reads x's rows in place), the default's two (x_sorted too); lean's backward
+    makes two (the sorted upstream gradient and FC1's input gradient: FC1's recompute gathers
+    x's rows as well); and lean equals the default. (The CPU references gather a copy.)"""
+    if not INTERPRET:
+        pytest.skip("the kernels on CPU tensors need TRITON_INTERPRET=1")
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    T, K, E, H, F = 6, 2, 4, 24, 8
+    experts = make_experts(E, H, F, dtype=dtype)
+    ids, weights = routing(T, E, K, seed=4), torch.rand(T, K, dtype=dtype)
+    x, dy = torch.randn(T, H, dtype=dtype), torch.randn(T, H, dtype=dtype)
+    made = {}
+    with interpreted_kernels():
+        for lean in (False, True):
+            xr = x.clone().requires_grad_()
+            with _RowsCounter((T * K, H)) as forward:
+                y = expert_layer(xr, ids, weights, experts, lean=lean)
+            with _RowsCounter((T * K, H)) as backward:
+                y.backward(dy)
+            made[lean] = (len(forward.made), len(backward.made))
+        lean, default = step(experts, x, ids, weights, dy, lean=True), step(experts, x, ids, weights, dy)
+    assert made[True] == (1, 2), made
+    assert made[False][0] == 2, made
+    for a, b in zip(lean, default, strict=True):
+        torch.testing.assert_close(a, b, **({} if not bf16 else dict(rtol=2e-2, atol=2e-2)))
