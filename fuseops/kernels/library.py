@@ -113,20 +113,20 @@ def grouped_gemm_gated(
 
 
 @fuseops_op("grouped_gemm_dgrad_gated(Tensor dy, Tensor b, Tensor offsets, Tensor z, int act, bool interleaved, "
-            "bool clamped, float limit, float alpha, Tensor? probs, bool want_h) -> (Tensor, Tensor, Tensor)")
+            "bool clamped, float limit, float alpha, Tensor? probs, bool want_h, Tensor? dy_rows) -> (Tensor, Tensor, Tensor)")
 def _dgrad_gated_op(
     dy: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, z: torch.Tensor, act: int,
     interleaved: bool, clamped: bool, limit: float, alpha: float, probs: torch.Tensor | None,
-    want_h: bool,
+    want_h: bool, dy_rows: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     launch = launcher(Kernel.GROUPED_GEMM_DGRAD_GATED, dy)
     dz, dprobs, h = launch(dy, b, offsets, z, act=Activation(act), interleaved=interleaved, clamped=clamped,
-                           limit=limit, alpha=alpha, probs=probs, want_h=want_h)
+                           limit=limit, alpha=alpha, probs=probs, want_h=want_h, dy_rows=dy_rows)
     return dz, dprobs if dprobs is not None else _empty(dy), h if h is not None else _empty(dy)
 
 
 @torch.library.register_fake("fuseops::grouped_gemm_dgrad_gated")
-def _(dy, b, offsets, z, act, interleaved, clamped, limit, alpha, probs, want_h):
+def _(dy, b, offsets, z, act, interleaved, clamped, limit, alpha, probs, want_h, dy_rows):
     dprobs = probs.new_empty(probs.shape) if probs is not None else _empty(dy)
     h = z.new_empty(z.shape[0], z.shape[1] // 2) if want_h else _empty(dy)
     return z.new_empty(z.shape), dprobs, h
@@ -136,42 +136,47 @@ def grouped_gemm_dgrad_gated(
     dy: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, z: torch.Tensor, *, act: Activation,
     interleaved: bool = False, clamped: bool = False, limit: float = 7.0, alpha: float = 1.0,
     probs: torch.Tensor | None = None, want_h: bool = False, out: torch.Tensor | None = None,
+    dy_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``gemm/grouped_gated_bwd.py``'s ``grouped_gemm_dgrad_gated`` (or its reference), traceable."""
     if not torch.compiler.is_compiling():
         launch = launcher(Kernel.GROUPED_GEMM_DGRAD_GATED, dy)
         return launch(dy, b, offsets, z, act=act, interleaved=interleaved, clamped=clamped, limit=limit,
-                      alpha=alpha, probs=probs, want_h=want_h, out=out)
+                      alpha=alpha, probs=probs, want_h=want_h, out=out, dy_rows=dy_rows)
     dz, dprobs, h = _dgrad_gated_op(dy, b, offsets, z, int(act), interleaved, clamped, float(limit),
-                                    float(alpha), probs, want_h)
+                                    float(alpha), probs, want_h, dy_rows)
     return _into(out, dz), (dprobs if probs is not None else None), (h if want_h else None)
 
 
-@fuseops_op("grouped_gemm_wgrad(Tensor dy, Tensor x, Tensor offsets, ScalarType out_dtype, Tensor? x_rows) -> Tensor")
+@fuseops_op("grouped_gemm_wgrad(Tensor dy, Tensor x, Tensor offsets, ScalarType out_dtype, Tensor? x_rows, "
+            "Tensor? dy_rows) -> Tensor")
 def _wgrad_op(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, out_dtype: torch.dtype,
-              x_rows: torch.Tensor | None) -> torch.Tensor:
-    return launcher(Kernel.GROUPED_GEMM_WGRAD, dy)(dy, x, offsets, out_dtype=out_dtype, x_rows=x_rows)
+              x_rows: torch.Tensor | None, dy_rows: torch.Tensor | None) -> torch.Tensor:
+    return launcher(Kernel.GROUPED_GEMM_WGRAD, dy)(dy, x, offsets, out_dtype=out_dtype, x_rows=x_rows,
+                                                   dy_rows=dy_rows)
 
 
 @torch.library.register_fake("fuseops::grouped_gemm_wgrad")
-def _(dy, x, offsets, out_dtype, x_rows):
+def _(dy, x, offsets, out_dtype, x_rows, dy_rows):
     return x.new_empty((offsets.shape[0] - 1, dy.shape[1], x.shape[1]), dtype=out_dtype)
 
 
 def grouped_gemm_wgrad(
     dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, *, main_grad: torch.Tensor | None = None,
     out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, x_rows: torch.Tensor | None = None,
+    dy_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``gemm/grouped_wgrad.py``'s ``grouped_gemm_wgrad`` (or its reference), traceable: under a
     trace dw is made apart in its target's dtype (float32 for ``main_grad``: the sum is rounded
     once, as eagerly) and added to ``main_grad`` or copied into ``out``."""
     if not torch.compiler.is_compiling():
         launch = launcher(Kernel.GROUPED_GEMM_WGRAD, dy)
-        return launch(dy, x, offsets, main_grad=main_grad, out=out, out_dtype=out_dtype, x_rows=x_rows)
+        return launch(dy, x, offsets, main_grad=main_grad, out=out, out_dtype=out_dtype, x_rows=x_rows,
+                      dy_rows=dy_rows)
     if main_grad is not None:
-        return main_grad.add_(_wgrad_op(dy, x, offsets, torch.float32, x_rows))
+        return main_grad.add_(_wgrad_op(dy, x, offsets, torch.float32, x_rows, dy_rows))
     dtype = out.dtype if out is not None else out_dtype or x.dtype
-    return _into(out, _wgrad_op(dy, x, offsets, dtype, x_rows))
+    return _into(out, _wgrad_op(dy, x, offsets, dtype, x_rows, dy_rows))
 
 
 @fuseops_op("grouped_bias_grad(Tensor dy, Tensor offsets) -> Tensor")

@@ -36,6 +36,7 @@ from fuseops.kernels.gemm.grouped import (
     _locate,
     _swizzle,
     epilogue,
+    gathered_rows,
     persistent_programs,
     ragged_descriptor,
     tensor_descriptor,
@@ -43,10 +44,10 @@ from fuseops.kernels.gemm.grouped import (
 )
 from fuseops.kernels.gemm.grouped_gated import (
     GatedGemmConfig,
+    a_tile_of,
     b_args,
     gate_up,
     halves,
-    load_a,
     load_b,
     load_pair,
     pair_args,
@@ -126,14 +127,14 @@ def _dgrad_epilogue(dh, z_a, z_b, dz_a, dz_b, h, probs, g, row0, size, off_m, of
 
 @triton.jit
 def grouped_gemm_gated_bwd_kernel(
-    dy, b, z_a, z_b, dz_a, dz_b, h, offsets, probs, partials,
+    dy, dy_rows, b, z_a, z_b, dz_a, dz_b, h, offsets, probs, partials,
     G, F, K, M,
     stride_dym, stride_bg, stride_bk, stride_bn, stride_zm, stride_dzm, stride_hm,
     limit, alpha,
     ACT: tl.constexpr, CLAMPED: tl.constexpr, INTERLEAVED: tl.constexpr,
     HAS_PROBS: tl.constexpr, WANT_H: tl.constexpr,
     TMA_LOAD: tl.constexpr, TMA_Z: tl.constexpr, TMA_STORE: tl.constexpr, B_TRANS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    GATHER_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EPILOGUE_PARTS: tl.constexpr, BLOCK_G: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, F32_DOT: tl.constexpr,
 ):
@@ -150,9 +151,10 @@ def grouped_gemm_gated_bwd_kernel(
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        src_rows, mask_m = gathered_rows(dy_rows, row0, size, off_m, GATHER_A, BLOCK_M)
         for ki in range(k_tiles):
-            a_tile = load_a(dy, row0, size, off_m, ki * BLOCK_K, K, stride_dym, TMA_LOAD,
-                            BLOCK_M, BLOCK_K)
+            a_tile = a_tile_of(dy, src_rows, mask_m, row0, size, off_m, ki * BLOCK_K, K, stride_dym, TMA_LOAD,
+                               GATHER_A, BLOCK_M, BLOCK_K)
             b_tile = load_b(b, g, ki * BLOCK_K, off_n, K, F, stride_bg, stride_bk, stride_bn,
                             TMA_LOAD, B_TRANS, BLOCK_K, BLOCK_N)
             acc = dot(a_tile, b_tile, acc, F32_DOT)
@@ -180,11 +182,14 @@ def grouped_gemm_dgrad_gated(
     probs: torch.Tensor | None = None,
     want_h: bool = False,
     out: torch.Tensor | None = None,
+    dy_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """FC2's dgrad through the gate: ``dz``, ``dprobs`` and ``h`` (module docstring).
 
     Args:
-        dy: [M, H] upstream gradient of FC2's output, rows grouped as ``offsets``.
+        dy: [M, H] upstream gradient of FC2's output, rows grouped as ``offsets``; with
+            ``dy_rows`` (int64 [M]) any number of rows, grouped row i being ``dy[dy_rows[i]]``,
+            gathered in the loads (the MoE layer's per-token gradient, never permuted).
         b: [G, H, F], any strides (FC2's [G, H, F] weight itself).
         offsets: int64 [G + 1] device tensor. z: [M, 2F] the saved pre-activation.
         act, interleaved, clamped, limit, alpha: the gate. probs: [M] or None.
@@ -195,13 +200,15 @@ def grouped_gemm_dgrad_gated(
         deterministic) or None; ``h`` None unless ``want_h``.
     """
     return launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped, limit,
-                                           alpha, probs, want_h, out, None)
+                                           alpha, probs, want_h, out, None, dy_rows)
 
 
 def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped, limit, alpha,
-                                    probs, want_h, out, cfg: GatedGemmConfig | None):
+                                    probs, want_h, out, cfg: GatedGemmConfig | None,
+                                    dy_rows: torch.Tensor | None = None):
     """``grouped_gemm_dgrad_gated`` with an explicit tile config, else the table's."""
-    M, K = dy.shape
+    K = dy.shape[1]
+    M = z.shape[0]
     G, F = b.shape[0], b.shape[2]
     dy = dy if dy.stride(1) == 1 else dy.contiguous()
     z = z if z.stride(1) == 1 else z.contiguous()
@@ -210,7 +217,8 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
     h = torch.empty(M, F, dtype=z.dtype, device=z.device) if want_h else None
     b_trans = b.stride(2) != 1
     b_mem = b.transpose(1, 2) if b_trans else b
-    tma_load = tma_ok(dy, b_mem)
+    # Gathered rows are loaded through pointers (TMA on sm_90 loads boxes, not rows).
+    tma_load = dy_rows is None and tma_ok(dy, b_mem)
     tma_z = pair_tma_ok(z, interleaved)
     tma_store = tma_ok(h) and pair_tma_ok(dz, interleaved)
     cfg = cfg or pick_config(_configs(), dy.dtype, tma_load and tma_z and tma_store)
@@ -226,7 +234,7 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
                                device=dy.device)
     programs = persistent_programs(dy, (cdiv(M, bm) + G) * tiles_n, cfg.programs_per_sm)
     launch(grouped_gemm_gated_bwd_kernel, (programs,),
-        tensor_descriptor(dy, [bm, bk]) if tma_load else dy,
+        tensor_descriptor(dy, [bm, bk]) if tma_load else dy, dy_rows if dy_rows is not None else offsets,
         *b_args([b_mem if tma_load else b], b_trans, tma_load, bk, bn),
         *pair_args(z, interleaved, tma_z, bm, epi_n),
         *pair_args(dz, interleaved, tma_store, bm, epi_n),
@@ -238,7 +246,7 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
         float(limit), float(alpha),
         ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
         WANT_H=want_h, TMA_LOAD=tma_load, TMA_Z=tma_z, TMA_STORE=tma_store, B_TRANS=b_trans,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
+        GATHER_A=dy_rows is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         EPILOGUE_PARTS=cfg.epilogue_parts, BLOCK_G=max(16, next_power_of_2(G)),
         NUM_PROGRAMS=programs, FLATTEN=cfg.flatten, WARP_SPECIALIZE=cfg.warp_specialize,
         F32_DOT=float32_dot_precision(dy.dtype), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -263,13 +271,17 @@ def reference_grouped_gemm_dgrad_gated(
     probs: torch.Tensor | None = None,
     want_h: bool = False,
     out: torch.Tensor | None = None,
+    dy_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """In float32 (float64 for float64 inputs), with ``z_a, z_b`` z's halves as in the forward:
+    """In float32 (float64 for float64 inputs), ``dy`` standing for ``dy[dy_rows]`` where
+    given, with ``z_a, z_b`` z's halves as in the forward:
     ``dh[r] = dy[r] @ b[g]`` for each group's rows r; ``dprobs = (dh * reference_gated(z_a,
     z_b)).sum(1)`` in ``probs``' dtype; ``(da, db) = reference_gated_grad(z_a, z_b, dh *
     probs[:, None])`` placed back in z's layout as ``dz`` (``z``'s dtype, or into ``out``);
     ``h = reference_gated(z_a, z_b) * probs[:, None]`` in ``z``'s dtype when ``want_h``.
     """
+    if dy_rows is not None:
+        dy = dy.index_select(0, dy_rows)
     dh = per_group_matmul(dy, b, offsets)
     z_a, z_b = gate_up(z, interleaved)
     gate = as_dtype(reference_gated(z_a, z_b, act, clamped, limit, alpha), dh.dtype)

@@ -6,10 +6,10 @@ Empty groups give exact zeros. The sums run in float32 and are rounded once, to 
 a float32 dw from bf16 operands (a float32 parameter under ``torch.autocast``) keeps the
 float32 sum, with no bf16 copy and no cast pass after. With ``x_rows`` the grouped rows of
 ``x`` are gathered in the loads, ``x[x_rows[i]]`` for row i (the MoE layer's permuted input,
-never materialised).
+never materialised), and with ``dy_rows`` those of ``dy`` (its per-token output gradient).
 
 On sm_90, bf16 / fp16 operands behind TMA take the warp-specialized Gluon kernel of
-hopper/wgrad.py; everything else (and every gathered ``x``: TMA on sm_90 cannot gather
+hopper/wgrad.py; everything else (and every gathered operand: TMA on sm_90 cannot gather
 rows) runs the Triton kernel here.
 
 Tiling: a persistent grid of one program per SM walks the [BLOCK_N, BLOCK_K] tiles of all
@@ -87,10 +87,10 @@ def pick_wgrad_config(dtype: torch.dtype, tma: bool, float32_dw: bool) -> GemmCo
 
 @triton.jit
 def grouped_gemm_wgrad_kernel(
-    dy, x, dw, offsets, x_rows,
+    dy, x, dw, offsets, x_rows, dy_rows,
     G, N, K,
     stride_dym, stride_xm, stride_dwg, stride_dwn,
-    ACCUMULATE: tl.constexpr, TMA_LOAD: tl.constexpr, X_GATHER: tl.constexpr,
+    ACCUMULATE: tl.constexpr, TMA_LOAD: tl.constexpr, X_GATHER: tl.constexpr, DY_GATHER: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     N_FASTEST: tl.constexpr, F32_DOT: tl.constexpr,
@@ -115,7 +115,11 @@ def grouped_gemm_wgrad_kernel(
                 offs_r = r * BLOCK_M + tl.arange(0, BLOCK_M)
                 rows = row0 + offs_r
                 mask_r = offs_r < size
-                dy_ptrs = dy + rows[:, None] * stride_dym + offs_n[None, :]
+                if DY_GATHER:
+                    dy_src = tl.load(dy_rows + rows, mask=mask_r, other=0)
+                else:
+                    dy_src = rows
+                dy_ptrs = dy + dy_src[:, None] * stride_dym + offs_n[None, :]
                 # [BLOCK_M, BLOCK_N]
                 dy_tile = tl.load(dy_ptrs, mask=mask_r[:, None] & mask_n[None, :], other=0.0)
                 if X_GATHER:
@@ -169,6 +173,7 @@ def grouped_gemm_wgrad(
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     x_rows: torch.Tensor | None = None,
+    dy_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-group ``dy^T @ x`` (module docstring).
 
@@ -179,25 +184,26 @@ def grouped_gemm_wgrad(
         out: [G, N, K] to write into (the float32 sums rounded to its dtype), else allocated.
         out_dtype: the dtype of the ``dw`` allocated here; default ``x``'s.
         x_rows: int64 [M] or None: row i of the grouped x is ``x[x_rows[i]]`` (``x`` then has
-            any number of rows), gathered in the loads.
+            any number of rows), gathered in the loads; ``dy_rows`` the same for ``dy``.
     Returns:
         ``dw`` [G, N, K], or ``main_grad`` after the accumulation.
     """
     dw_dtype = out.dtype if out is not None else out_dtype or x.dtype
-    cfg = pick_wgrad_config(x.dtype, tma_ok(dy, x) and x_rows is None,
+    gathered = x_rows is not None or dy_rows is not None
+    cfg = pick_wgrad_config(x.dtype, tma_ok(dy, x) and not gathered,
                             main_grad is not None or dw_dtype == torch.float32)
+    rows = {"x_rows": x_rows, "dy_rows": dy_rows}
     # The kernels address dw with a unit last stride: other layouts go through a staging copy.
     if main_grad is not None and main_grad.stride(-1) != 1:
-        return main_grad.copy_(launch_grouped_gemm_wgrad(dy, x, offsets, main_grad.contiguous(), None, cfg,
-                                                         x_rows=x_rows))
+        return main_grad.copy_(launch_grouped_gemm_wgrad(dy, x, offsets, main_grad.contiguous(), None, cfg, **rows))
     if out is not None and out.stride(-1) != 1:
-        return out.copy_(launch_grouped_gemm_wgrad(dy, x, offsets, None, None, cfg, out_dtype=out.dtype,
-                                                   x_rows=x_rows))
-    return launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg, out_dtype=dw_dtype, x_rows=x_rows)
+        return out.copy_(launch_grouped_gemm_wgrad(dy, x, offsets, None, None, cfg, out_dtype=out.dtype, **rows))
+    return launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg, out_dtype=dw_dtype, **rows)
 
 
 def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig, along_n: bool | None = None, *,
-                              out_dtype: torch.dtype | None = None, x_rows: torch.Tensor | None = None) -> torch.Tensor:
+                              out_dtype: torch.dtype | None = None, x_rows: torch.Tensor | None = None,
+                              dy_rows: torch.Tensor | None = None) -> torch.Tensor:
     """``grouped_gemm_wgrad`` with an explicit tile config (what the offline tuner calls) and,
     for tests, walk order (``along_n``; else wgrad_walk.n_fastest's)."""
     N, K, G = dy.shape[1], x.shape[1], offsets.shape[0] - 1
@@ -208,17 +214,19 @@ def launch_grouped_gemm_wgrad(dy, x, offsets, main_grad, out, cfg: GemmConfig, a
     else:
         dw = out if out is not None else torch.empty(G, N, K, dtype=out_dtype or x.dtype, device=x.device)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    # TMA cannot gather rows: a gathered x takes the pointer loads (dy's too, one code path).
-    tma_load = tma_ok(dy, x) and x_rows is None
+    # TMA cannot gather rows: a gathered operand takes the pointer loads (the other's too, one code path).
+    tma_load = tma_ok(dy, x) and x_rows is None and dy_rows is None
     dy_arg = ragged_descriptor(dy, [bm, bn]) if tma_load else dy
     x_arg = ragged_descriptor(x, [bm, bk]) if tma_load else x
     programs = persistent_programs(x, G * cdiv(N, bn) * cdiv(K, bk), cfg.programs_per_sm)
     if along_n is None:
         along_n = n_fastest(N, K, bn, bk, programs)
     launch(grouped_gemm_wgrad_kernel, (programs,),
-        dy_arg, x_arg, dw, offsets, x_rows if x_rows is not None else offsets, G, N, K,
+        dy_arg, x_arg, dw, offsets, x_rows if x_rows is not None else offsets,
+        dy_rows if dy_rows is not None else offsets, G, N, K,
         dy.stride(0), x.stride(0), dw.stride(0), dw.stride(1),
         ACCUMULATE=main_grad is not None, TMA_LOAD=tma_load, X_GATHER=x_rows is not None,
+        DY_GATHER=dy_rows is not None,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
         WARP_SPECIALIZE=cfg.warp_specialize, N_FASTEST=along_n, F32_DOT=float32_dot_precision(dy.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -256,14 +264,18 @@ def reference_grouped_gemm_wgrad(
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     x_rows: torch.Tensor | None = None,
+    dy_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``dw[g] = dy[r]^T @ x[r]`` for r = offsets[g]:offsets[g+1] in float32 (zero when empty),
     rounded once to ``out``'s dtype, else ``out_dtype`` (default ``x``'s): float32 from bf16
     operands is the float32 sum itself. With ``main_grad``: ``main_grad[g] += dy[r]^T @ x[r]``,
-    returned. With ``x_rows``, ``x`` stands for ``x[x_rows]``.
+    returned. With ``x_rows``, ``x`` stands for ``x[x_rows]``; with ``dy_rows``, ``dy`` for
+    ``dy[dy_rows]``.
     """
     if x_rows is not None:
         x = x.index_select(0, x_rows)
+    if dy_rows is not None:
+        dy = dy.index_select(0, dy_rows)
     G, x_dtype = offsets.shape[0] - 1, x.dtype
     compute = torch.promote_types(x.dtype, torch.float32)
     dy, x = as_dtype(dy, compute), as_dtype(x, compute)

@@ -241,18 +241,21 @@ def grouped_wgrad_hopper(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tenso
 
 def serves(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, *,
            main_grad: torch.Tensor | None = None, out: torch.Tensor | None = None,
-           out_dtype: torch.dtype | None = None, x_rows: torch.Tensor | None = None) -> bool:
-    """The dispatch table's sm_90 row: whether this kernel takes the call (``usable``; rows of
-    ``x`` gathered by ``x_rows`` go to the Triton kernel: TMA on sm_90 loads boxes, not rows)."""
-    return x_rows is None and usable(dy, x, main_grad, out, out_dtype)
+           out_dtype: torch.dtype | None = None, x_rows: torch.Tensor | None = None,
+           dy_rows: torch.Tensor | None = None) -> bool:
+    """The dispatch table's sm_90 row: whether this kernel takes the call (``usable``; rows
+    gathered by ``x_rows`` or ``dy_rows`` go to the Triton kernel: TMA on sm_90 loads boxes,
+    not rows)."""
+    return x_rows is None and dy_rows is None and usable(dy, x, main_grad, out, out_dtype)
 
 
 def grouped_gemm_wgrad(dy: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor, *,
                        main_grad: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                       out_dtype: torch.dtype | None = None, x_rows: torch.Tensor | None = None) -> torch.Tensor:
+                       out_dtype: torch.dtype | None = None, x_rows: torch.Tensor | None = None,
+                       dy_rows: torch.Tensor | None = None) -> torch.Tensor:
     """gemm/grouped_wgrad.py's ``grouped_gemm_wgrad`` (same arguments) on this kernel, for the
-    calls ``serves`` accepts (``x_rows`` None)."""
-    if x_rows is not None:
-        raise ValueError("x_rows: the Gluon wgrad loads x by TMA and cannot gather rows; the dispatch "
-                         "table sends gathered calls to gemm/grouped_wgrad.py")
+    calls ``serves`` accepts (``x_rows`` and ``dy_rows`` None)."""
+    if x_rows is not None or dy_rows is not None:
+        raise ValueError("x_rows, dy_rows: the Gluon wgrad loads by TMA and cannot gather rows; the "
+                         "dispatch table sends gathered calls to gemm/grouped_wgrad.py")
     return grouped_wgrad_hopper(dy, x, offsets, main_grad, out, out_dtype=out_dtype)

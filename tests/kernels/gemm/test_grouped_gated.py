@@ -275,3 +275,28 @@ def test_gpu_gathered_rows_bf16_mid_size(interleaved):
     ref = reference_grouped_gemm_gated(x.double().index_select(0, rows), w1.double().transpose(1, 2), offsets,
                                        save_preact=True, **_double(kw))
     _check(got, ref, ["h", "z"], torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("split", ["mixed", "empty_ends"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_dgrad_gathers_rows_of_dy(shape, split, interleaved, dtype):
+    """``dy_rows``: grouped row i of FC2's upstream gradient is ``dy[dy_rows[i]]`` (the MoE
+    layer's per-token gradient read in place), equal to the dgrad of the gathered copy: dz,
+    dprobs and h."""
+    K, F = SHAPES[shape]
+    sizes = SPLITS[split]
+    G, M = len(sizes), sum(sizes)
+    offsets = _offsets(sizes)
+    dy = _randn(M // 2 + 3, K, dtype=dtype)
+    dy_rows = _gathered_rows(M, dy.shape[0], seed=M + F)
+    b = _randn(G, K, F, dtype=dtype, scale=F**-0.5)
+    z = _randn(M, 2 * F, dtype=dtype)
+    kw = dict(CLAMPED, interleaved=interleaved, probs=torch.rand(M, device=DEVICE), want_h=True)
+    got = grouped_gemm_dgrad_gated(dy, b, offsets, z, dy_rows=dy_rows, **kw)
+    ref = reference_grouped_gemm_dgrad_gated(dy.double().index_select(0, dy_rows), b.double(), offsets, z.double(),
+                                             **_double(kw))
+    _check(got, ref, ["dz", "dprobs", "h"], dtype)
+    reference = reference_grouped_gemm_dgrad_gated(dy, b, offsets, z, dy_rows=dy_rows, **kw)
+    _check(reference, ref, ["reference dz", "reference dprobs", "reference h"], dtype)

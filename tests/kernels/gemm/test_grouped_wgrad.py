@@ -233,6 +233,32 @@ def test_wgrad_gathers_rows_of_x(dtype, split, shape, accumulate):
     assert_close_rel(reference_grouped_gemm_wgrad(dy, x, offsets, x_rows=x_rows), ref, dtype, what="reference")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_wgrad_gathers_rows_of_dy_and_x(dtype, split, shape):
+    """``dy_rows`` (alone, and with ``x_rows``): the grouped rows of dy are dy[dy_rows] (FC2's
+    weight gradient from the MoE layer's per-token output gradient), equal to the wgrad of the
+    gathered copies, stored and added into a float32 main_grad."""
+    sizes, offsets, _, x = _case(split, shape, dtype)
+    M, (N, K) = sum(sizes), SHAPES[shape]
+    dy = torch.randn(M // 2 + 3, N, device=DEVICE, dtype=dtype)
+    gen = torch.Generator().manual_seed(M + 7)
+    dy_rows = torch.randint(0, dy.shape[0] - 1, (M,), generator=gen).to(DEVICE)
+    ref = reference_grouped_gemm_wgrad(dy.double().index_select(0, dy_rows), x.double(), offsets)
+    got = grouped_gemm_wgrad(dy, x, offsets, dy_rows=dy_rows)
+    assert_close_rel(got, ref, dtype, what=f"dw {split} {shape}")
+    x_src = torch.randn(M // 3 + 2, K, device=DEVICE, dtype=dtype)
+    x_rows = torch.randint(0, x_src.shape[0], (M,), generator=gen).to(DEVICE)
+    both = reference_grouped_gemm_wgrad(dy.double().index_select(0, dy_rows), x_src.double().index_select(0, x_rows),
+                                        offsets)
+    main_grad = torch.randn(len(sizes), N, K, device=DEVICE)
+    expected = main_grad.double() + both
+    got = grouped_gemm_wgrad(dy, x_src, offsets, main_grad=main_grad, x_rows=x_rows, dy_rows=dy_rows)
+    assert_close_rel(got, expected, dtype, what=f"main_grad {split} {shape}")
+    assert_close_rel(reference_grouped_gemm_wgrad(dy, x, offsets, dy_rows=dy_rows), ref, dtype, what="reference")
+
+
 @pytest.mark.gpu
 def test_gpu_wgrad_gathered_rows_through_the_dispatch_table():
     """Gathered x on the GPU, as expert_layer's lean mode calls it: the dispatch table sends it
@@ -252,3 +278,10 @@ def test_gpu_wgrad_gathered_rows_through_the_dispatch_table():
     main_grad = torch.ones(8, 768, 512, device="cuda")
     library.grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad, x_rows=x_rows)
     assert_close_rel(main_grad - 1, ref, torch.bfloat16)
+    # The upstream gradient's rows gathered too (lean's FC2 weight gradient).
+    dy_src = torch.randn(M // 2 + 1, 768, device="cuda", dtype=torch.bfloat16)
+    dy_rows = torch.randint(0, dy_src.shape[0], (M,), generator=g).cuda()
+    ref = reference_grouped_gemm_wgrad(dy_src.double().index_select(0, dy_rows), x.double().index_select(0, x_rows),
+                                       offsets)
+    assert_close_rel(library.grouped_gemm_wgrad(dy_src, x, offsets, x_rows=x_rows, dy_rows=dy_rows), ref,
+                     torch.bfloat16)
