@@ -96,7 +96,6 @@ def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: Gate, keep: bool, gath
 def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple,
               main_grads: tuple = (None, None)) -> tuple:
     """``(dx, dweights, dw1, db1, dw2)`` of ``_ExpertLayer``; ``static`` as its backward makes it.
-    In ``lean`` mode ``dy_sorted`` names ``dy`` itself, read through ``tokens`` (its rows gathered).
     A weight gradient with a float32 buffer in ``main_grads`` (FC1's, FC2's) is added to it by
     the wgrad kernel and comes back None."""
     gate, lean, needs, overwrite, fc1_first = static
@@ -106,25 +105,23 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
     dy = dy.contiguous()
     tokens = None
     if lean:
-        # FC1 again on x's rows, and FC2's gradients on dy's, gathered in their loads: no
-        # x_sorted, no dy_sorted.
+        # FC1 again on x's rows, gathered in its loads: no x_sorted.
         tokens = token_of_rows(row_map)
         z, _ = library.grouped_gemm(x, w1.transpose(1, 2), offsets, bias=b1, a_rows=tokens)
-        dy_sorted = dy
-    else:
-        dy_sorted = _gather_rows(dy, row_map)
+    # FC2's gradients read dy's rows in expert order: a sorted copy, or (lean) dy through tokens.
+    dy_grouped = dy if lean else _gather_rows(dy, row_map)
     dz = dprobs = h = None
     if need_x or need_w1 or need_b1 or need_weights:
         dz, dprobs, h = library.grouped_gemm_dgrad_gated(
-            dy_sorted, w2, offsets, z, act=gate.act, probs=probs, want_h=need_w2,
+            dy_grouped, w2, offsets, z, act=gate.act, probs=probs, want_h=need_w2,
             out=z if overwrite else None, dy_rows=tokens, **gate.kernel_args)
     elif need_w2:
         h = launcher(Kernel.GATED_FWD, z)(z, gate.act, probs=probs, **gate.kernel_args)
     dw2 = None
     if need_w2 and not fc1_first:
-        dw2 = library.grouped_gemm_wgrad(dy_sorted, h, offsets, main_grad=main_grad2, dy_rows=tokens)
+        dw2 = library.grouped_gemm_wgrad(dy_grouped, h, offsets, main_grad=main_grad2, dy_rows=tokens)
     if not fc1_first:
-        h = dy_sorted = None
+        h = dy_grouped = None
 
     dx = dw1 = db1 = None
     if need_x:
@@ -144,7 +141,7 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
         else:
             _release(z, x_sorted)
         if need_w2:
-            dw2 = library.grouped_gemm_wgrad(dy_sorted, h, offsets, main_grad=main_grad2, dy_rows=tokens)
+            dw2 = library.grouped_gemm_wgrad(dy_grouped, h, offsets, main_grad=main_grad2, dy_rows=tokens)
     dweights = None
     if need_weights:
         dweights = dprobs.index_select(0, row_map.reshape(-1)).view(row_map.shape)
