@@ -45,6 +45,7 @@ every cell: a run stopped by a time limit keeps what it measured.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib.metadata
 import json
 import tempfile
@@ -80,6 +81,10 @@ SONICMOE_TOLERANCE = 2e-2
 # Weight gradients are compared on every k-th expert, at most this many: a reference's copy of all
 # of them (22.5 GB at DeepSeek-V3's shape) would not fit beside the weights and the gradients.
 CHECKED_EXPERTS = 32
+# A first call still running after this many seconds prints every thread's stack to stderr, then
+# again each such interval: where a compile or an autotuner waits (SonicMoE's QuACK autotunes each
+# GEMM in compile subprocesses; QUACK_PRINT_AUTOTUNING=1 prints its progress).
+STACKS_AFTER_S = 120
 
 
 def forward_backward(case: Case, layer: Callable[[], torch.Tensor]) -> Callable[[], None]:
@@ -136,6 +141,7 @@ def agreement(case: Case, impls: dict) -> tuple[dict[str, dict[str, float]], dic
         start = time.perf_counter()
         # The line ends when the call does: a long compile shows which implementation it is in.
         print(f"  {name:<16} first fwd+bwd", end="", flush=True)
+        faulthandler.dump_traceback_later(STACKS_AFTER_S, repeat=True)
         try:
             out = outputs(case, impls[name], experts)
         except Exception as exc:  # report a failing baseline, keep the others
@@ -143,6 +149,8 @@ def agreement(case: Case, impls: dict) -> tuple[dict[str, dict[str, float]], dic
             set_grads_to_none(case)
             del impls[name]
             continue
+        finally:
+            faulthandler.cancel_dump_traceback_later()
         if name in ("torch", "fuseops"):
             got[name] = out
         errs[name] = {k: _rel_err(v, got["torch"][k]) for k, v in out.items()}
