@@ -209,6 +209,19 @@ def test_gpu_bf16_mid_size(layout):
 
 
 @pytest.mark.gpu
+def test_gpu_gathered_rows_bf16_mid_size():
+    """The forward reading x's rows through a row map (the lean expert layer's recompute of FC1)."""
+    sizes, offsets, x, w = _moe_case()
+    M = x.shape[0]
+    src = torch.randn(M // 3 + 1, x.shape[1], device="cuda", dtype=x.dtype)
+    rows = torch.randint(0, src.shape[0], (M,), generator=torch.Generator().manual_seed(2)).cuda()
+    bias = torch.randn(w.shape[0], w.shape[1], device="cuda", dtype=x.dtype)
+    y, _ = grouped_gemm(src, w.transpose(1, 2), offsets, bias=bias, a_rows=rows)
+    assert_close_rel(y, _reference(src.index_select(0, rows), w.transpose(1, 2), offsets, bias=bias)[0],
+                     torch.bfloat16)
+
+
+@pytest.mark.gpu
 def test_gpu_no_host_sync():
     sizes, offsets, x, w = _moe_case()
     dy = torch.randn(x.shape[0], w.shape[1], device="cuda", dtype=x.dtype)

@@ -259,8 +259,9 @@ def test_forward_gathers_rows_of_a(shape, split, interleaved, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_gpu_gathered_rows_bf16_mid_size(interleaved):
-    """FC1 reading a token's rows through the row map, as the MoE layer calls it: through the
-    library's entry point (the dispatch table), at a mid size with an empty expert."""
+    """FC1 reading a token's rows through the row map, and FC2's dgrad its gradient's, as the MoE
+    layer's lean mode calls them: through the library's entry points (the dispatch table), at a
+    mid size with an empty expert."""
     from fuseops.kernels import library
 
     sizes, K, F = _moe_sizes(), 512, 384
@@ -275,6 +276,13 @@ def test_gpu_gathered_rows_bf16_mid_size(interleaved):
     ref = reference_grouped_gemm_gated(x.double().index_select(0, rows), w1.double().transpose(1, 2), offsets,
                                        save_preact=True, **_double(kw))
     _check(got, ref, ["h", "z"], torch.bfloat16)
+    # FC2's dgrad reading the output gradient's rows the same way (dz, dprobs, h).
+    dy, w2 = _randn(x.shape[0], K, dtype=torch.bfloat16), _randn(G, K, F, dtype=torch.bfloat16, scale=F**-0.5)
+    z = got[1]
+    got = library.grouped_gemm_dgrad_gated(dy, w2, offsets, z, want_h=True, dy_rows=rows, **kw)
+    ref = reference_grouped_gemm_dgrad_gated(dy.double().index_select(0, rows), w2.double(), offsets, z.double(),
+                                             want_h=True, **_double(kw))
+    _check(got, ref, ["dz", "dprobs", "h"], torch.bfloat16)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
