@@ -2,8 +2,8 @@
 written as plain data: tensors and descriptor bases by which named tensor (an input or an
 output the launcher returned) they point into and where, with shape, strides and dtype;
 descriptors by class, shape, strides, block shape, layout and padding. The golden file beside
-this module holds what the launchers handed over before their per-call work was cut (issue
-20), so a cached layout or a cheaper check that changes any argument fails
+this module holds what the launchers hand over, written on purpose when an argument is meant
+to change, so a cached layout or a cheaper check that changes any argument fails
 tests/kernels/test_launch_capture.py. One golden file per tile table: the interpreter's
 (TRITON_INTERPRET=1, how the suite runs on CPU) and the GPU's (TRITON_INTERPRET=0 on a machine
 without CUDA, where the persistent grids count 4 SMs).
