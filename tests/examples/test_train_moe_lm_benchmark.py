@@ -16,8 +16,8 @@ pytest.importorskip("matplotlib")
 bench.load_example()
 
 ROW_KEYS = {"run", "tokens_per_s", "peak_alloc_gb", "peak_reserved_gb", "step_alloc_gb", "step_reserved_gb",
-            "final_train_loss", "final_val_loss", "loss_mad_vs_baseline", "speedup_vs_baseline",
-            "speedup_vs_fuseops", "val_rel_vs_fuseops"}
+            "final_train_loss", "final_val_loss", "loss_mad_vs_baseline", "loss_mad_vs_fuseops",
+            "speedup_vs_baseline", "speedup_vs_fuseops", "val_rel_vs_fuseops"}
 
 
 def test_smoke_writes_results_and_plot_then_merges(tmp_path, capsys, monkeypatch):
@@ -92,7 +92,7 @@ def test_summary_figures_and_checks(capsys):
     base = [3.0 - 0.01 * i for i in range(150)]
     runs = {"fuseops": _run([x + 0.01 for x in base], 1500.0, 2.0), "grouped_mm-autocast": _run(base, 1000.0, 2.1),
             "fuseops-fp8": _run(base, 1650.0, 2.03), "grouped_mm": _run([x + 0.5 for x in base], 400.0, 2.6),
-            "sonicmoe": {"skipped": "not here"}}
+            "sonicmoe": {"skipped": "not here"}, "fuseops-offload": _run([x + 0.013 for x in base], 1400.0, 2.0)}
     # The fastest transformers run that ran, fuseops' runs aside.
     assert bench.baseline(runs) == "grouped_mm-autocast"
     rows, checks = bench.summarize(runs, compare_last=100)
@@ -100,13 +100,17 @@ def test_summary_figures_and_checks(capsys):
     assert fuse["speedup_vs_baseline"] == 1.5 and fuse["loss_mad_vs_baseline"] == pytest.approx(0.01)
     assert grouped_mm["speedup_vs_baseline"] == 0.4 and grouped_mm["loss_mad_vs_baseline"] == pytest.approx(0.5)
     assert fp8["speedup_vs_fuseops"] == pytest.approx(1.1) and fp8["val_rel_vs_fuseops"] == pytest.approx(0.015)
+    assert fp8["loss_mad_vs_fuseops"] == pytest.approx(0.01) and fuse["loss_mad_vs_fuseops"] == 0.0
     assert fuse["peak_alloc_gb"] == 2.0 and fuse["step_reserved_gb"] == 0.0
     assert rows[4] == {"run": "sonicmoe", "skipped": "not here"}
     met = {key: check["met"] for key, check in checks.items()}
     assert met == {"fuseops_speedup": True, "fuseops_peak_ratio": True, "fuseops_step_peak_ratio": True,
                    "fuseops_loss_mad": True, "fp8_speedup": False, "fp8_val_rel": False}
     bench.print_table(rows, checks, bench.baseline(runs))
-    assert "baseline: grouped_mm-autocast, the transformers run with the most tokens/s" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "baseline: grouped_mm-autocast, the transformers run with the most tokens/s" in printed
+    # The floor: fuseops-offload against fuseops, whose values are the same.
+    assert "run-to-run floor: mean |loss - fuseops'| of fuseops-offload (the same values) = 0.0030" in printed
 
     # Against the float32 grouped_mm alone, fuseops' speedup is larger.
     del runs["grouped_mm-autocast"]
