@@ -516,12 +516,18 @@ def test_gpu_captures_in_cuda_graph(lean, shape):
 @pytest.mark.gpu
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
 def test_gpu_equals_the_composition(lean):
+    """Against float64, beside the composition: a mid size, empty experts, no tokens, wide
+    experts, and skewed routing (every even token's first choice is expert 0: half the rows)."""
     device = cuda_or_skip()
-    for T, F, empty in ((300, 96, ()), (64, 96, (0, 2, 5)), (0, 96, ()), (64, 256, ())):
+    for T, F, empty, skewed in ((300, 96, (), False), (64, 96, (0, 2, 5), False), (0, 96, (), False),
+                                (64, 256, (), False), (512, 96, (), True)):
         experts = make_experts(8, 128, F, bias=False, dtype=torch.bfloat16, device=device)
         g = torch.Generator().manual_seed(T)
         x = torch.randn(T, 128, generator=g).to(device, torch.bfloat16)
         ids = routing(T, 8, 2, T, device=device, empty=empty)
+        if skewed:
+            ids[::2, 0] = 0
+            ids[::2, 1] = torch.where(ids[::2, 1] == 0, 1, ids[::2, 1])
         w = torch.rand(T, 2, generator=g).to(device)
         dy = torch.randn(T, 128, generator=g).to(device, torch.bfloat16)
         fused = step(experts, x, ids, w, dy, lean)
