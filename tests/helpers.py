@@ -214,17 +214,23 @@ def dispatched(kernel):
     return run
 
 
-def run_device_assert(code: str):
-    """Run ``code`` in a fresh Python process (a device-side assert poisons the CUDA context
-    of the process it fires in); returns the CompletedProcess, text output captured."""
+def run_python(*args: str, timeout: float = 300):
+    """``python *args`` in a fresh process from the repository's root, which is put on its path;
+    returns the CompletedProcess, text output captured."""
     import os
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
-                          check=False)
+    return subprocess.run([sys.executable, *args], cwd=root, capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+
+
+def run_device_assert(code: str):
+    """Run ``code`` in a fresh Python process (a device-side assert poisons the CUDA context
+    of the process it fires in); returns the CompletedProcess, text output captured."""
+    return run_python("-c", code)
 
 
 def grouped_swiglu_reference(experts, sizes):

@@ -5,12 +5,8 @@ and write the results file (and its plot) with the rows and targets that the GPU
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import run_python
 
 ROWS = {"one-GPU", "one-GPU expert_layer", "torch EP", "fuseops EP exact", "fuseops EP capacity",
         "fuseops EP chunks=2", "fuseops EP chunks=4"}
@@ -19,9 +15,7 @@ ROW_KEYS = {"impl", "tokens_per_gpu", "ms", "x_one_gpu", "speedup_vs_torch_ep", 
 
 
 def test_smoke_runs_every_path_and_agrees(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.expert_parallel", "--smoke", "--out-dir", str(tmp_path)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)
+    done = run_python("-m", "benchmarks.expert_parallel", "--smoke", "--out-dir", str(tmp_path), timeout=180)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "plain torch EP, largest relative error" in done.stdout and done.stdout.rstrip().endswith("ok")
     [results] = tmp_path.glob("expert_parallel-x2-cpu-*.json")

@@ -4,19 +4,13 @@ agrees with the contiguous GEMM, and is written."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import run_python
 
 
 def test_smoke_writes_every_gemm_and_variant(tmp_path):
     out = tmp_path / "gathered_gemm.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.gathered_gemm", "--smoke", "--out", str(out)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = run_python("-m", "benchmarks.gathered_gemm", "--smoke", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     seen = {(r["routing"], r["gemm"], r["variant"]) for r in rows}

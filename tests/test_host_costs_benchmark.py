@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import run_python
 
 
 def test_smoke_writes_every_cpu_row(tmp_path):
     out = tmp_path / "host_costs.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.host_costs", "--smoke", "--out", str(out)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = run_python("-m", "benchmarks.host_costs", "--smoke", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())["us_per_call"]
     for name in ("torch.addmm", "Sequential(Identity), fwd+bwd", "Sequential(Linear), fwd+bwd",

@@ -6,18 +6,13 @@ is checked here against a plain-torch model of what it computes), the skewed rou
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from benchmarks._moe_impls import fuseops_weight_grads, make_case, sonicmoe_routing, sonicmoe_weights, torch_moe
 from benchmarks.moe_layer import ROUTINGS
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import run_python
 
 
 def sonicmoe_reference(x: torch.Tensor, router_scores: torch.Tensor, token_indices: torch.Tensor,
@@ -84,10 +79,8 @@ def test_skewed_routing_sends_half_the_tokens_top1_to_expert_0():
 
 def test_smoke_runs_every_new_path(tmp_path):
     impls = ["fuseops", "fuseops lean", "torch", "torch.compile", "sonicmoe"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.moe_layer", "--smoke", "--impls", *impls,
-                           "--out-dir", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-                           check=False)
+    done = run_python("-m", "benchmarks.moe_layer", "--smoke", "--impls", *impls, "--out-dir", str(tmp_path),
+                      timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "sonicmoe skipped:" in done.stdout
     [results] = tmp_path.glob("moe_layer-cpu-*.json")
