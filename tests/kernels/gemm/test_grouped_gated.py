@@ -232,6 +232,14 @@ def _gathered_rows(rows: int, source_rows: int, seed: int) -> torch.Tensor:
     return torch.randint(0, max(source_rows - 1, 1), (rows,), generator=torch.Generator().manual_seed(seed)).to(DEVICE)
 
 
+def _gathered_case(sizes, K, dtype, seed):
+    """``(G, M, offsets, src, rows)``: groups of ``sizes`` rows whose operand is ``src[rows]``,
+    ``src`` [M // 2 + 3, K] (``_gathered_rows``)."""
+    G, M = len(sizes), sum(sizes)
+    src = _randn(M // 2 + 3, K, dtype=dtype)
+    return G, M, _offsets(sizes), src, _gathered_rows(M, src.shape[0], seed=M + seed)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("split", ["mixed", "one_holds_all", "all_empty"])
@@ -240,11 +248,7 @@ def test_forward_gathers_rows_of_a(shape, split, interleaved, dtype):
     """``a_rows``: grouped row i is ``a[a_rows[i]]`` (the MoE layer's tokens read in place),
     equal to FC1 of the gathered copy, h and z, with bias and probs."""
     K, F = SHAPES[shape]
-    sizes = SPLITS[split]
-    G, M = len(sizes), sum(sizes)
-    offsets = _offsets(sizes)
-    a = _randn(M // 2 + 3, K, dtype=dtype)
-    a_rows = _gathered_rows(M, a.shape[0], seed=M + K)
+    G, M, offsets, a, a_rows = _gathered_case(SPLITS[split], K, dtype, seed=K)
     b = _randn(G, 2 * F, K, dtype=dtype, scale=K**-0.5).transpose(1, 2)
     kw = dict(CLAMPED, interleaved=interleaved, bias=_randn(G, 2 * F, dtype=dtype), probs=torch.rand(M, device=DEVICE))
     out = poison_(torch.empty(M, F, device=DEVICE, dtype=dtype))
@@ -294,11 +298,7 @@ def test_dgrad_gathers_rows_of_dy(shape, split, interleaved, dtype):
     layer's per-token gradient read in place), equal to the dgrad of the gathered copy: dz,
     dprobs and h."""
     K, F = SHAPES[shape]
-    sizes = SPLITS[split]
-    G, M = len(sizes), sum(sizes)
-    offsets = _offsets(sizes)
-    dy = _randn(M // 2 + 3, K, dtype=dtype)
-    dy_rows = _gathered_rows(M, dy.shape[0], seed=M + F)
+    G, M, offsets, dy, dy_rows = _gathered_case(SPLITS[split], K, dtype, seed=F)
     b = _randn(G, K, F, dtype=dtype, scale=F**-0.5)
     z = _randn(M, 2 * F, dtype=dtype)
     kw = dict(CLAMPED, interleaved=interleaved, probs=torch.rand(M, device=DEVICE), want_h=True)
