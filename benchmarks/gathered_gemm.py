@@ -19,7 +19,7 @@ variant's outputs are checked against ``contiguous``' (relative error by norm) b
 timed; times are medians of interleaved ``do_bench`` rounds; ``x copy`` is the variant's time
 over ``copy``'s. FLOP: 2*N*H*2I for FC1's GEMMs, 2*N*H*I for FC2's (N = T*K rows).
 
-    python -m benchmarks.gathered_gemm                          # H200: every cell (~4 minutes)
+    python -m benchmarks.gathered_gemm                          # every cell (GPU)
     python -m benchmarks.gathered_gemm --shapes qwen3-30b-a3b --routing uniform --gemms fc1_fwd
     python -m benchmarks.gathered_gemm --smoke                  # CPU, tiny, end to end
 
