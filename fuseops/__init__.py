@@ -6,9 +6,10 @@ fusions it declined at DEBUG, fallbacks (a fusion declined because an op has hoo
 WARNING.
 """
 
-import logging as _logging
+import logging
 
 from fuseops import distributed, integrations, moe, ops
+from fuseops.exported_names import exported_dir
 from fuseops.offload import mark_not_offload, offload_activations
 from fuseops.quant import recipes, weight_cache
 from fuseops.quant.autocast import autocast
@@ -32,7 +33,7 @@ def _version() -> str:
 
 
 __version__ = _version()
-_logging.getLogger("fuseops").addHandler(_logging.NullHandler())
+logging.getLogger("fuseops").addHandler(logging.NullHandler())
 
 __all__ = [
     "__version__",
@@ -51,6 +52,4 @@ __all__ = [
 
 
 def __dir__() -> list[str]:
-    # Submodules become attributes of the package as they are imported; dir() lists the
-    # public names (``__all__``) and the private ones only.
-    return sorted(__all__ + [name for name in globals() if name.startswith("_")])
+    return exported_dir(globals(), __all__)

@@ -2,24 +2,25 @@
 (``shard_state_dict``), and the full state dict gathered from the ranks (``gather_state_dict``),
 so that a checkpoint saved at one world size loads at another."""
 
-from collections.abc import Mapping as _Mapping
+from collections.abc import Mapping
 
-import torch as _torch
-import torch.distributed as _dist
+import torch
+import torch.distributed as dist
 
-from fuseops.ops.grouped_linear import GroupedLinear as _GroupedLinear
-from fuseops.ops.linear import Linear as _Linear
-from fuseops.ops.parallel import tensor_parallel as _tp
+from fuseops.exported_names import exported_dir
+from fuseops.ops.grouped_linear import GroupedLinear
+from fuseops.ops.linear import Linear
+from fuseops.ops.parallel import tensor_parallel as tp
 
 __all__ = ["gather_state_dict", "shard_state_dict"]
 
 
 def shard_state_dict(
-    full_state: _Mapping[str, _torch.Tensor],
-    model: _torch.nn.Module,
+    full_state: Mapping[str, torch.Tensor],
+    model: torch.nn.Module,
     *,
-    expert_group: "_dist.ProcessGroup | None" = None,
-) -> dict[str, _torch.Tensor]:
+    expert_group: "dist.ProcessGroup | None" = None,
+) -> dict[str, torch.Tensor]:
     """This rank's shards of ``full_state``, ready for ``model.load_state_dict``.
 
     ``full_state`` is the state dict of the same model built without parallelism (or of
@@ -43,32 +44,32 @@ def shard_state_dict(
             message names the key, the shape given and the shape expected).
     """
     if expert_group is not None:
-        _tp.check_group("expert_group", expert_group)
+        tp.check_group("expert_group", expert_group)
     out = dict(full_state)
     for prefix, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):
             key = f"{prefix}.{name}" if prefix else name
             if key not in out:
                 continue
-            if isinstance(module, _Linear) and module.tensor_parallel is not None:
+            if isinstance(module, Linear) and module.tensor_parallel is not None:
                 out[key] = _shard_linear(key, name, out[key], param, module.tensor_parallel)
-            elif isinstance(module, _GroupedLinear) and expert_group is not None:
+            elif isinstance(module, GroupedLinear) and expert_group is not None:
                 out[key] = _shard(key, out[key], param, 0, expert_group)
     return out
 
 
-def _shard_linear(key: str, name: str, full: _torch.Tensor, param: _torch.Tensor, cfg: _tp.TensorParallel
-                  ) -> _torch.Tensor:
+def _shard_linear(key: str, name: str, full: torch.Tensor, param: torch.Tensor, cfg: tp.TensorParallel
+                  ) -> torch.Tensor:
     if not cfg.column and name == "bias":
         return _shard(key, full, param, None, cfg.group)
     return _shard(key, full, param, 0 if cfg.column else 1, cfg.group)
 
 
-def _shard(key: str, full: _torch.Tensor, param: _torch.Tensor, dim: int | None, group: "_dist.ProcessGroup"
-           ) -> _torch.Tensor:
+def _shard(key: str, full: torch.Tensor, param: torch.Tensor, dim: int | None, group: "dist.ProcessGroup"
+           ) -> torch.Tensor:
     """Slice ``full`` along ``dim`` (``None``: kept whole) to this rank's part of ``param``'s shape."""
     expected = list(param.shape)
-    world = _dist.get_world_size(group)
+    world = dist.get_world_size(group)
     if dim is not None:
         expected[dim] *= world
     if list(full.shape) != expected:
@@ -79,12 +80,12 @@ def _shard(key: str, full: _torch.Tensor, param: _torch.Tensor, dim: int | None,
     if dim is None:
         return full
     size = param.shape[dim]
-    return full.narrow(dim, _dist.get_rank(group) * size, size)
+    return full.narrow(dim, dist.get_rank(group) * size, size)
 
 
 def gather_state_dict(
-    model: _torch.nn.Module, *, expert_group: "_dist.ProcessGroup | None" = None
-) -> dict[str, _torch.Tensor]:
+    model: torch.nn.Module, *, expert_group: "dist.ProcessGroup | None" = None
+) -> dict[str, torch.Tensor]:
     """The full state dict of a sharded ``model``, on every rank: the inverse of
     ``shard_state_dict``, whose result (or ``torch.save``'s file of it) loads into the same
     model at any world size, or into the model built without parallelism.
@@ -106,7 +107,7 @@ def gather_state_dict(
     from torch.distributed.tensor import DTensor
 
     if expert_group is not None:
-        _tp.check_group("expert_group", expert_group)
+        tp.check_group("expert_group", expert_group)
     out = {key: value.full_tensor() if isinstance(value, DTensor) else value
            for key, value in model.state_dict().items()}
     for prefix, module in model.named_modules():
@@ -114,17 +115,21 @@ def gather_state_dict(
             key = f"{prefix}.{name}" if prefix else name
             if key not in out:
                 continue
-            if isinstance(module, _Linear) and module.tensor_parallel is not None:
+            if isinstance(module, Linear) and module.tensor_parallel is not None:
                 cfg = module.tensor_parallel
                 if cfg.column or name != "bias":
                     out[key] = _gather(out[key], 0 if cfg.column else 1, cfg.group)
-            elif isinstance(module, _GroupedLinear) and expert_group is not None:
+            elif isinstance(module, GroupedLinear) and expert_group is not None:
                 out[key] = _gather(out[key], 0, expert_group)
     return out
 
 
-def _gather(local: _torch.Tensor, dim: int, group: "_dist.ProcessGroup") -> _torch.Tensor:
+def _gather(local: torch.Tensor, dim: int, group: "dist.ProcessGroup") -> torch.Tensor:
     """Every rank's ``local`` concatenated along ``dim``, in rank order."""
-    parts = [_torch.empty_like(local) for _ in range(_dist.get_world_size(group))]
-    _dist.all_gather(parts, local.contiguous(), group=group)
-    return _torch.cat(parts, dim)
+    parts = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, local.contiguous(), group=group)
+    return torch.cat(parts, dim)
+
+
+def __dir__() -> list[str]:
+    return exported_dir(globals(), __all__)

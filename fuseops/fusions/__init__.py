@@ -2,6 +2,7 @@
 explicitly; the fuser knows fusions only through it, and the property-based test suite
 checks every entry against its basic ops."""
 
+from fuseops.exported_names import exported_dir
 from fuseops.fusions.backward_act_bias import BackwardBiasActivation, BackwardLinearBiasActivation
 from fuseops.fusions.backward_act_linear import BackwardActivationLinear
 from fuseops.fusions.backward_extra_output_linear import BackwardExtraOutputLinear
@@ -60,6 +61,4 @@ __all__ = [
 
 
 def __dir__() -> list[str]:
-    # Submodules become attributes of the package as they are imported; dir() lists the
-    # public names (``__all__``) and the private ones only.
-    return sorted(__all__ + [name for name in globals() if name.startswith("_")])
+    return exported_dir(globals(), __all__)

@@ -2,20 +2,21 @@
 activated by a call (``fuseops.integrations.transformers.register()``): importing
 fuseops never imports, or changes, another library."""
 
-import importlib as _importlib
-from types import ModuleType as _ModuleType
+import importlib
+from types import ModuleType
+
+from fuseops.exported_names import exported_dir
 
 __all__ = ["transformers"]
 
 
-def __getattr__(name: str) -> _ModuleType:
+def __getattr__(name: str) -> ModuleType:
     # ``fuseops.integrations.transformers`` works after a plain ``import fuseops``; the
     # other library is imported only then.
     if name in __all__:
-        return _importlib.import_module(f"{__name__}.{name}")
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    # The integrations are listed before they are imported.
-    return sorted(__all__ + [name for name in globals() if name.startswith("_")])
+    return exported_dir(globals(), __all__)

@@ -26,44 +26,43 @@ interface (llama4's ``Llama4TextExperts``, jetmoe's ``JetMoeParallelExperts``) k
 code, which ``enable(model)`` says with a warning.
 """
 
-import functools as _functools
-import warnings as _warnings
-import weakref as _weakref
-from collections.abc import Callable as _Callable
-from dataclasses import dataclass as _dataclass
-from dataclasses import field as _field
+import functools
+import warnings
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-import torch as _torch
+import torch
 
-from fuseops import ops as _ops
-from fuseops.moe import permute as _permute
-from fuseops.moe import unpermute as _unpermute
-from fuseops.ops.op import BasicOp as _BasicOp
-from fuseops.sequential import Sequential as _Sequential
+from fuseops import ops
+from fuseops.exported_names import exported_dir
+from fuseops.moe import permute, unpermute
+from fuseops.ops.op import BasicOp
+from fuseops.sequential import Sequential
 
 __all__ = ["NAME", "enable", "experts_forward", "experts_sequential", "register"]
 
 NAME = "fuseops"
 
-_GELU = (_functools.partial(_ops.GeGLU, "none"), _functools.partial(_ops.GELU, "none"))
-_GELU_TANH = (_functools.partial(_ops.GeGLU, "tanh"), _functools.partial(_ops.GELU, "tanh"))
+_GELU = (functools.partial(ops.GeGLU, "none"), functools.partial(ops.GELU, "none"))
+_GELU_TANH = (functools.partial(ops.GeGLU, "tanh"), functools.partial(ops.GELU, "tanh"))
 
 # An experts module's ``act_fn`` (by its class's "module.qualname") -> (its gated op for
 # ``act_fn(gate) * up``, its plain op for ungated experts); None where fuseops has none.
-_ACTIVATIONS: dict[str, tuple[_Callable[..., _BasicOp] | None, _Callable[[], _BasicOp]]] = {
-    "transformers.activations.SiLUActivation": (_ops.SwiGLU, _ops.SiLU),
-    "torch.nn.modules.activation.SiLU": (_ops.SwiGLU, _ops.SiLU),
+_ACTIVATIONS: dict[str, tuple[Callable[..., BasicOp] | None, Callable[[], BasicOp]]] = {
+    "transformers.activations.SiLUActivation": (ops.SwiGLU, ops.SiLU),
+    "torch.nn.modules.activation.SiLU": (ops.SwiGLU, ops.SiLU),
     "transformers.activations.GELUActivation": _GELU,
     "transformers.activations.GELUTanh": _GELU_TANH,
     "transformers.activations.NewGELUActivation": _GELU_TANH,
     "transformers.activations.FastGELUActivation": _GELU_TANH,
-    "torch.nn.modules.activation.ReLU": (_ops.ReGLU, _ops.ReLU),
-    "transformers.activations.ReLUSquaredActivation": (_ops.SReGLU, _ops.SReLU),
-    "torch.nn.modules.activation.Sigmoid": (None, _ops.Sigmoid),
+    "torch.nn.modules.activation.ReLU": (ops.ReGLU, ops.ReLU),
+    "transformers.activations.ReLUSquaredActivation": (ops.SReGLU, ops.SReLU),
+    "torch.nn.modules.activation.Sigmoid": (None, ops.Sigmoid),
 }
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class _ClampedGate:
     """A gate computing ``ClampedSwiGLU``: the module attributes holding its constants."""
 
@@ -111,7 +110,7 @@ def register() -> None:
     ExpertsInterface.register(NAME, experts_forward)
 
 
-def enable(model: _torch.nn.Module) -> list[str]:
+def enable(model: torch.nn.Module) -> list[str]:
     """``register()``, then ``model.set_experts_implementation("fuseops")``, and a one-time
     warning for each experts class the call cannot reach (it does not use transformers'
     experts interface, so it keeps its own code).
@@ -124,7 +123,7 @@ def enable(model: _torch.nn.Module) -> list[str]:
     Raises:
         TypeError: ``model`` is not a ``torch.nn.Module``.
     """
-    if not isinstance(model, _torch.nn.Module):
+    if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module (a transformers model), got {type(model).__name__}")
     register()
     if hasattr(model, "set_experts_implementation"):
@@ -138,18 +137,18 @@ def enable(model: _torch.nn.Module) -> list[str]:
     return outside
 
 
-def _looks_like_experts(module: _torch.nn.Module) -> bool:
+def _looks_like_experts(module: torch.nn.Module) -> bool:
     # Experts classes are named so across transformers (MixtralExperts, Llama4TextExperts,
     # JetMoeParallelExperts); the shared-expert MLPs are not ("SharedExpert", "SharedMLP").
     return type(module).__name__.endswith("Experts")
 
 
 def experts_forward(
-    self: _torch.nn.Module,
-    hidden_states: _torch.Tensor,
-    top_k_index: _torch.Tensor,
-    top_k_weights: _torch.Tensor,
-) -> _torch.Tensor:
+    self: torch.nn.Module,
+    hidden_states: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+) -> torch.Tensor:
     """An experts module's forward on fuseops (what ``register()`` registers).
 
     Args:
@@ -174,34 +173,34 @@ def experts_forward(
     return runner(self, hidden_states, top_k_index, top_k_weights)
 
 
-def experts_sequential(experts: _torch.nn.Module) -> _Sequential | None:
+def experts_sequential(experts: torch.nn.Module) -> Sequential | None:
     """The ``fuseops.Sequential`` that runs ``experts`` (to read its ``plan``), or None
     when it has not run on fuseops (not yet, or it falls back to ``grouped_mm``)."""
     runner = _RUNNERS.get(experts)
     return runner.mlp if isinstance(runner, _ExpertsRunner) else None
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class _Binding:
     """GroupedLinear parameter ``op.<param>`` is the experts module's ``<attr>``."""
 
-    op: _BasicOp
+    op: BasicOp
     param: str
     attr: str
     transposed: bool
 
 
-@_dataclass
+@dataclass
 class _ExpertsRunner:
     """How one experts module runs on fuseops."""
 
-    mlp: _Sequential
+    mlp: Sequential
     bindings: tuple[_Binding, ...]
     # Routing weights as the gated activation's probs (else in unpermute).
     scaled: bool
-    views: dict[str, _torch.Tensor] = _field(default_factory=dict)
+    views: dict[str, torch.Tensor] = field(default_factory=dict)
 
-    def __call__(self, experts, hidden_states, top_k_index, top_k_weights) -> _torch.Tensor:
+    def __call__(self, experts, hidden_states, top_k_index, top_k_weights) -> torch.Tensor:
         for b in self.bindings:
             # The GroupedLinears are built on the meta device: these entries are their only
             # storage. Views are not Parameters, so they go into _parameters directly (as
@@ -209,17 +208,17 @@ class _ExpertsRunner:
             b.op._parameters[b.param] = self._tensor(experts, b)
         fc1 = self.mlp[0]
         x = hidden_states.to(fc1.weight.dtype)
-        x_sorted, split_sizes, row_map = _permute(x, top_k_index, fc1.num_groups)
-        w = top_k_weights if top_k_weights.dtype in (x.dtype, _torch.float32) else top_k_weights.float()
+        x_sorted, split_sizes, row_map = permute(x, top_k_index, fc1.num_groups)
+        w = top_k_weights if top_k_weights.dtype in (x.dtype, torch.float32) else top_k_weights.float()
         if self.scaled:
             # probs[row_map[t, k]] = w[t, k]: the weights in x_sorted's row order.
             probs = w.new_empty(row_map.numel()).scatter(0, row_map.reshape(-1), w.reshape(-1))
-            y = _unpermute(self.mlp(x_sorted, split_sizes, probs, split_sizes), row_map, None)
+            y = unpermute(self.mlp(x_sorted, split_sizes, probs, split_sizes), row_map, None)
         else:
-            y = _unpermute(self.mlp(x_sorted, split_sizes, split_sizes), row_map, w)
+            y = unpermute(self.mlp(x_sorted, split_sizes, split_sizes), row_map, w)
         return y.to(hidden_states.dtype)
 
-    def _tensor(self, experts: _torch.nn.Module, b: _Binding) -> _torch.Tensor:
+    def _tensor(self, experts: torch.nn.Module, b: _Binding) -> torch.Tensor:
         p = getattr(experts, b.attr)
         if not b.transposed:
             return p
@@ -230,16 +229,16 @@ class _ExpertsRunner:
         if view is None or view._base is not p or view.data_ptr() != p.data_ptr() or (
             view.requires_grad != p.requires_grad
         ):
-            with _torch.enable_grad():
+            with torch.enable_grad():
                 view = p.transpose(1, 2)
             self.views[b.attr] = view
         return view
 
 
-_RUNNERS: _weakref.WeakKeyDictionary[_torch.nn.Module, _ExpertsRunner | str] = _weakref.WeakKeyDictionary()
+_RUNNERS: weakref.WeakKeyDictionary[torch.nn.Module, _ExpertsRunner | str] = weakref.WeakKeyDictionary()
 
 
-def _runner(experts: _torch.nn.Module) -> _ExpertsRunner | str:
+def _runner(experts: torch.nn.Module) -> _ExpertsRunner | str:
     """The module's runner, built on its first call; a string says why it falls back."""
     runner = _RUNNERS.get(experts)
     if runner is None:
@@ -248,7 +247,7 @@ def _runner(experts: _torch.nn.Module) -> _ExpertsRunner | str:
     return runner
 
 
-def _build(experts: _torch.nn.Module) -> _ExpertsRunner | str:
+def _build(experts: torch.nn.Module) -> _ExpertsRunner | str:
     if getattr(experts, "has_post_expert_norm", False):
         return f"its post-expert norm ({_name(type(getattr(experts, 'post_expert_norm', None)))}) is not implemented"
     has_gate, has_bias, transposed = experts.has_gate, experts.has_bias, experts.is_transposed
@@ -261,15 +260,15 @@ def _build(experts: _torch.nn.Module) -> _ExpertsRunner | str:
     for attr in (fc1_attr, "down_proj"):
         num_groups, a, b = getattr(experts, attr).shape
         out_features, in_features = (b, a) if transposed else (a, b)
-        linears.append(_ops.GroupedLinear(num_groups, in_features, out_features, bias=has_bias, device="meta"))
+        linears.append(ops.GroupedLinear(num_groups, in_features, out_features, bias=has_bias, device="meta"))
     fc1, fc2 = linears
     bindings = [_Binding(fc1, "weight", fc1_attr, transposed), _Binding(fc2, "weight", "down_proj", transposed)]
     if has_bias:
         bindings += [_Binding(fc1, "bias", fc1_attr + "_bias", False), _Binding(fc2, "bias", "down_proj_bias", False)]
-    return _ExpertsRunner(_Sequential(fc1, act, fc2), tuple(bindings), scaled)
+    return _ExpertsRunner(Sequential(fc1, act, fc2), tuple(bindings), scaled)
 
 
-def _activation(experts: _torch.nn.Module, scaled: bool) -> _BasicOp | str:
+def _activation(experts: torch.nn.Module, scaled: bool) -> BasicOp | str:
     """The fuseops op of the module's gate (or activation), or why there is none."""
     if not experts.has_gate:
         plain = _activation_ops(experts.act_fn)
@@ -286,10 +285,10 @@ def _activation(experts: _torch.nn.Module, scaled: bool) -> _BasicOp | str:
     if clamped is None:
         return f"its gate function {_name(gate)} has no fuseops equivalent"
     limit, alpha = getattr(experts, clamped.limit), getattr(experts, clamped.alpha)
-    return _ops.ClampedSwiGLU(limit, alpha, interleaved=clamped.interleaved, scaled=scaled)
+    return ops.ClampedSwiGLU(limit, alpha, interleaved=clamped.interleaved, scaled=scaled)
 
 
-def _activation_ops(act_fn: object) -> tuple[_Callable[..., _BasicOp] | None, _Callable[[], _BasicOp]] | None:
+def _activation_ops(act_fn: object) -> tuple[Callable[..., BasicOp] | None, Callable[[], BasicOp]] | None:
     name = _name(type(act_fn))
     # torch.nn.GELU carries its approximation per instance.
     if name == "torch.nn.modules.activation.GELU":
@@ -301,12 +300,16 @@ def _name(obj: object) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
-@_functools.cache
+@functools.cache
 def _warn_fallback(experts_class: type, reason: str) -> None:
     # Cached: one warning per experts class and reason, however many layers and calls.
-    _warnings.warn(
+    warnings.warn(
         f"fuseops experts: {experts_class.__name__} runs on transformers' grouped_mm experts "
         f"instead: {reason}",
         RuntimeWarning,
         stacklevel=3,
     )
+
+
+def __dir__() -> list[str]:
+    return exported_dir(globals(), __all__)

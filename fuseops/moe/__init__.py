@@ -8,6 +8,7 @@ combine as one autograd Function that keeps less for the backward (``memory_mode
 accounts for it). The transformers integration builds on this package.
 """
 
+from fuseops.exported_names import exported_dir
 from fuseops.moe.capacity_exchange import CapacityHandle, Overflow
 from fuseops.moe.expert_layer import expert_layer, expert_layer_fallback
 from fuseops.moe.expert_parallel import (
@@ -29,6 +30,4 @@ __all__ = [
 
 
 def __dir__() -> list[str]:
-    # Submodules become attributes of the package as they are imported; dir() lists the
-    # public names (``__all__``) and the private ones only.
-    return sorted(__all__ + [name for name in globals() if name.startswith("_")])
+    return exported_dir(globals(), __all__)

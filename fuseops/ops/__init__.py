@@ -1,5 +1,6 @@
 """Basic ops: each owns its parameters and spells out its forward and backward."""
 
+from fuseops.exported_names import exported_dir
 from fuseops.ops.activation import GELU, ActivationOp, ReLU, Sigmoid, SiLU, SReLU
 from fuseops.ops.bias import Bias
 from fuseops.ops.contract import OpContext, OpGrads, Role, Saved
@@ -49,6 +50,4 @@ __all__ = [
 
 
 def __dir__() -> list[str]:
-    # Submodules become attributes of the package as they are imported; dir() lists the
-    # public names (``__all__``) and the private ones only.
-    return sorted(__all__ + [name for name in globals() if name.startswith("_")])
+    return exported_dir(globals(), __all__)

@@ -1,6 +1,7 @@
 """Quantized compute: recipes, autocast, quantized storages, ``quantize`` and the quantized
 linear GEMMs. Layers below: ``fuseops.kernels`` only."""
 
+from fuseops.exported_names import exported_dir
 from fuseops.quant import recipes, weight_cache
 from fuseops.quant.autocast import autocast, current_recipe
 from fuseops.quant.gemm import linear_dgrad, linear_forward, linear_wgrad
@@ -27,6 +28,4 @@ __all__ = [
 
 
 def __dir__() -> list[str]:
-    # Submodules become attributes of the package as they are imported; dir() lists the
-    # public names (``__all__``) and the private ones only.
-    return sorted(__all__ + [name for name in globals() if name.startswith("_")])
+    return exported_dir(globals(), __all__)

@@ -16,17 +16,15 @@ Hopper has no MX or FP4 tensor cores: MXFP8 and NVFP4 GEMMs dequantize tiles in 
 and multiply in bf16 (emulation: the numerics of the format, not its speed).
 """
 
-import abc as _abc
-import enum as _enum
-from dataclasses import dataclass as _dataclass
-from dataclasses import field as _field
-from typing import ClassVar as _ClassVar
+import abc
+import enum
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-import torch as _torch
+import torch
 
-from fuseops.kernels.quantization.formats import BLOCK_SIZE as _BLOCK_SIZE
-from fuseops.kernels.quantization.formats import Element, Scaling
-from fuseops.kernels.quantization.formats import element_of as _element_of
+from fuseops.exported_names import exported_dir
+from fuseops.kernels.quantization.formats import BLOCK_SIZE, Element, Scaling, element_of
 
 __all__ = [
     "MXFP8",
@@ -45,14 +43,14 @@ __all__ = [
 ]
 
 
-class RecipeKind(_enum.Enum):
+class RecipeKind(enum.Enum):
     FP8_CURRENT_SCALING = "fp8_current_scaling"
     FP8_BLOCKWISE = "fp8_blockwise"
     MXFP8 = "mxfp8"
     NVFP4 = "nvfp4"
 
 
-class TensorRole(_enum.Enum):
+class TensorRole(enum.Enum):
     """Which GEMM input a tensor is: it decides the element type and the block shape."""
 
     INPUT = "input"
@@ -60,7 +58,7 @@ class TensorRole(_enum.Enum):
     GRAD = "grad"
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class QuantFormat:
     """One tensor's format: how scales apply, the element type, and (BLOCK only) whether
     blocks are 128x128 tiles instead of 1x128 rows."""
@@ -72,14 +70,14 @@ class QuantFormat:
     @property
     def block(self) -> int:
         """Elements per block along the quantized dim (0: one scale per tensor)."""
-        return _BLOCK_SIZE[self.scaling]
+        return BLOCK_SIZE[self.scaling]
 
 
-_FP8_DTYPES = (_torch.float8_e4m3fn, _torch.float8_e5m2)
+_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
-@_dataclass(frozen=True)
-class Recipe(_abc.ABC):
+@dataclass(frozen=True)
+class Recipe(abc.ABC):
     """Base of the recipes; ``kind`` names the recipe.
 
     ``cache_weights`` (keyword only, default True): a GEMM's quantized weight and its
@@ -88,23 +86,23 @@ class Recipe(_abc.ABC):
     quantization per optimizer step; ``False`` quantizes at every use. Results are bit for
     bit the same either way."""
 
-    kind: _ClassVar[RecipeKind]
-    cache_weights: bool = _field(default=True, kw_only=True)
+    kind: ClassVar[RecipeKind]
+    cache_weights: bool = field(default=True, kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.cache_weights, bool):
             raise TypeError(f"{type(self).__name__} cache_weights: expected True or False, got {self.cache_weights!r}")
 
-    @_abc.abstractmethod
+    @abc.abstractmethod
     def format(self, role: TensorRole) -> QuantFormat:
         """The format of a tensor playing ``role`` in a GEMM."""
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class _FP8Recipe(Recipe):
     """E4M3 for inputs and weights, ``grad_dtype`` (float8_e5m2 or float8_e4m3fn) for gradients."""
 
-    grad_dtype: _torch.dtype = _torch.float8_e5m2
+    grad_dtype: torch.dtype = torch.float8_e5m2
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -115,46 +113,46 @@ class _FP8Recipe(Recipe):
             )
 
     def _element(self, role: TensorRole) -> Element:
-        return _element_of(self.grad_dtype) if role == TensorRole.GRAD else Element.E4M3
+        return element_of(self.grad_dtype) if role == TensorRole.GRAD else Element.E4M3
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class FP8CurrentScaling(_FP8Recipe):
     """Per-tensor float32 scales from the current tensor's absolute maximum."""
 
-    kind: _ClassVar[RecipeKind] = RecipeKind.FP8_CURRENT_SCALING
+    kind: ClassVar[RecipeKind] = RecipeKind.FP8_CURRENT_SCALING
 
     def format(self, role: TensorRole) -> QuantFormat:
         return QuantFormat(Scaling.TENSOR, self._element(role))
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class FP8Blockwise(_FP8Recipe):
     """Power-of-two float32 scales per 1x128 block of inputs and gradients (along the
     reduction dim) and per 128x128 tile of weights."""
 
-    kind: _ClassVar[RecipeKind] = RecipeKind.FP8_BLOCKWISE
+    kind: ClassVar[RecipeKind] = RecipeKind.FP8_BLOCKWISE
 
     def format(self, role: TensorRole) -> QuantFormat:
         return QuantFormat(Scaling.BLOCK, self._element(role), block_2d=role == TensorRole.WEIGHT)
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class MXFP8(_FP8Recipe):
     """OCP MX: E8M0 scales per 32 elements along the reduction dim. The scale is rounded up
     (the smallest power of two that keeps the block maximum in range), so no block saturates."""
 
-    kind: _ClassVar[RecipeKind] = RecipeKind.MXFP8
+    kind: ClassVar[RecipeKind] = RecipeKind.MXFP8
 
     def format(self, role: TensorRole) -> QuantFormat:
         return QuantFormat(Scaling.MX, self._element(role))
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class NVFP4(Recipe):
     """E2M1 elements in blocks of 16 with an E4M3 scale each, plus a float32 tensor scale."""
 
-    kind: _ClassVar[RecipeKind] = RecipeKind.NVFP4
+    kind: ClassVar[RecipeKind] = RecipeKind.NVFP4
 
     def format(self, role: TensorRole) -> QuantFormat:
         return QuantFormat(Scaling.NVFP4, Element.E2M1)
@@ -180,3 +178,7 @@ def as_role(role: TensorRole | str) -> TensorRole:
     except ValueError:
         valid = ", ".join(repr(r.value) for r in TensorRole)
         raise ValueError(f"role: expected a TensorRole or one of {valid}, got {role!r}") from None
+
+
+def __dir__() -> list[str]:
+    return exported_dir(globals(), __all__)

@@ -45,6 +45,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.weak import WeakIdKeyDictionary
 
+from fuseops.exported_names import exported_dir
+
 __all__ = ["cached_bytes", "clear", "derived", "lookup"]
 
 T = TypeVar("T")
@@ -182,5 +184,4 @@ def clear() -> None:
 
 
 def __dir__() -> list[str]:
-    # The public names (``__all__``) and the private ones: not the imports.
-    return sorted(__all__ + [name for name in globals() if name.startswith("_")])
+    return exported_dir(globals(), __all__)
