@@ -46,16 +46,22 @@ def shard_state_dict(
     if expert_group is not None:
         tp.check_group("expert_group", expert_group)
     out = dict(full_state)
+    for key, name, param, module in _parameters_in(model, out):
+        if isinstance(module, Linear) and module.tensor_parallel is not None:
+            out[key] = _shard_linear(key, name, out[key], param, module.tensor_parallel)
+        elif isinstance(module, GroupedLinear) and expert_group is not None:
+            out[key] = _shard(key, out[key], param, 0, expert_group)
+    return out
+
+
+def _parameters_in(model: torch.nn.Module, keys: Mapping[str, object]):
+    """``(key, name, parameter, module)`` of each of ``model``'s parameters whose state-dict key
+    is in ``keys``, ``name`` its name in its module."""
     for prefix, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):
             key = f"{prefix}.{name}" if prefix else name
-            if key not in out:
-                continue
-            if isinstance(module, Linear) and module.tensor_parallel is not None:
-                out[key] = _shard_linear(key, name, out[key], param, module.tensor_parallel)
-            elif isinstance(module, GroupedLinear) and expert_group is not None:
-                out[key] = _shard(key, out[key], param, 0, expert_group)
-    return out
+            if key in keys:
+                yield key, name, param, module
 
 
 def _shard_linear(key: str, name: str, full: torch.Tensor, param: torch.Tensor, cfg: tp.TensorParallel
@@ -110,17 +116,13 @@ def gather_state_dict(
         tp.check_group("expert_group", expert_group)
     out = {key: value.full_tensor() if isinstance(value, DTensor) else value
            for key, value in model.state_dict().items()}
-    for prefix, module in model.named_modules():
-        for name, _ in module.named_parameters(recurse=False):
-            key = f"{prefix}.{name}" if prefix else name
-            if key not in out:
-                continue
-            if isinstance(module, Linear) and module.tensor_parallel is not None:
-                cfg = module.tensor_parallel
-                if cfg.column or name != "bias":
-                    out[key] = _gather(out[key], 0 if cfg.column else 1, cfg.group)
-            elif isinstance(module, GroupedLinear) and expert_group is not None:
-                out[key] = _gather(out[key], 0, expert_group)
+    for key, name, _, module in _parameters_in(model, out):
+        if isinstance(module, Linear) and module.tensor_parallel is not None:
+            cfg = module.tensor_parallel
+            if cfg.column or name != "bias":
+                out[key] = _gather(out[key], 0 if cfg.column else 1, cfg.group)
+        elif isinstance(module, GroupedLinear) and expert_group is not None:
+            out[key] = _gather(out[key], 0, expert_group)
     return out
 
 
