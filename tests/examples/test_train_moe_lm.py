@@ -6,31 +6,18 @@ weights cast as autocast casts them, and the command line refuses what it cannot
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
 
+from benchmarks.train_moe_lm import load_example
+
 pytest.importorskip("transformers.integrations.moe")
 pytest.importorskip("tqdm")
 
-_PATH = Path(__file__).resolve().parents[2] / "examples" / "train_moe_lm.py"
-
-
-def _load_example():
-    spec = importlib.util.spec_from_file_location("train_moe_lm", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses look their module up in sys.modules while the class is made.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-lm = _load_example()
+lm = load_example()
 
 # lr 1e-3: at 3e-3 this tiny model's training is chaotic enough that float32 rounding
 # (1e-7 relative per step) grows past 1e-4 within 40 steps for 2 seeds in 10 (a routing
@@ -41,6 +28,17 @@ TINY = lm.TrainConfig(steps=40, device="cpu", layers=2, hidden=32, experts=4, to
 
 def _losses(cfg) -> list[float]:
     return lm.train(cfg, progress=False).losses
+
+
+def _bf16_curves_agree(cfg, other) -> tuple[list[float], list[float]]:
+    """Both configurations' loss curves, after checking that their mean |difference| is at most
+    0.005 (the bf16 bound of the tests below)."""
+    got, ref = _losses(cfg), _losses(other)
+    diffs = [abs(a - b) for a, b in zip(got, ref, strict=True)]
+    mean = sum(diffs) / len(diffs)
+    print(f"bfloat16, {cfg.steps} steps: mean |loss difference| {mean:.2e}, max {max(diffs):.2e}")
+    assert mean <= 0.005, diffs
+    return got, ref
 
 
 def _rel_diffs(got: list[float], ref: list[float]) -> list[float]:
@@ -78,12 +76,7 @@ def test_fuseops_experts_train_as_eager_bfloat16():
     # bf16 numbers is 0.008 in [2, 4) and 0.016 in [4, 8); the bound on the mean is 0.005
     # (measured: at most 3e-4 over seeds 0-7).
     cfg = replace(TINY, dtype="bfloat16")
-    fuseops_losses = _losses(cfg)
-    eager_losses = _losses(replace(cfg, experts_backend="eager"))
-    diffs = [abs(a - b) for a, b in zip(fuseops_losses, eager_losses, strict=True)]
-    mean = sum(diffs) / len(diffs)
-    print(f"bfloat16, {cfg.steps} steps: mean |loss difference| {mean:.2e}, max {max(diffs):.2e}")
-    assert mean <= 0.005, diffs
+    fuseops_losses, _ = _bf16_curves_agree(cfg, replace(cfg, experts_backend="eager"))
     first, last = lm.smoothed_ends(fuseops_losses)
     assert last < first - 0.5, (first, last)
 
@@ -120,12 +113,7 @@ def test_grouped_mm_autocast_trains_as_grouped_mm_bfloat16():
     # in bf16: the difference is bf16 rounding, averaged over the batch's tokens, the bound of the
     # fuseops-against-eager test (measured: at most 2e-4 over seeds 0-3).
     cfg = replace(TINY, dtype="bfloat16", experts_backend="grouped_mm-autocast")
-    autocast_losses = _losses(cfg)
-    grouped_mm_losses = _losses(replace(cfg, experts_backend="grouped_mm"))
-    diffs = [abs(a - b) for a, b in zip(autocast_losses, grouped_mm_losses, strict=True)]
-    mean = sum(diffs) / len(diffs)
-    print(f"bfloat16, {cfg.steps} steps: mean |loss difference| {mean:.2e}, max {max(diffs):.2e}")
-    assert mean <= 0.005, diffs
+    autocast_losses, grouped_mm_losses = _bf16_curves_agree(cfg, replace(cfg, experts_backend="grouped_mm"))
     for losses in (autocast_losses, grouped_mm_losses):
         first, last = lm.smoothed_ends(losses)
         assert last < first - 0.5, (first, last)
