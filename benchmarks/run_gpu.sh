@@ -10,6 +10,7 @@
 #   bash benchmarks/run_gpu.sh fusions [pytest args]   # tests/fusions but the property suite and the CUDA edge cases
 #   bash benchmarks/run_gpu.sh models [pytest args]    # tests/integrations and tests/offload
 #   bash benchmarks/run_gpu.sh moe [pytest args]       # tests/moe
+#   bash benchmarks/run_gpu.sh gathered [pytest args]  # the gathered-row GEMMs and the expert layer's lean mode, which runs them
 #   bash benchmarks/run_gpu.sh ops [pytest args]       # tests/ops
 #   bash benchmarks/run_gpu.sh quant [pytest args]     # tests/quant/test_quantize.py (long: run it by -k slices)
 #   bash benchmarks/run_gpu.sh quantops [pytest args]  # tests/quant but test_quantize.py
@@ -46,6 +47,7 @@ case "$part" in
       -k "not test_edge_case_on_cuda" "$@" ;;
   models) pytest_part tests/integrations tests/offload "$@" ;;
   moe) pytest_part tests/moe "$@" ;;
+  gathered) pytest_part tests/kernels/gemm tests/moe/test_expert_layer.py -k "gather or lean" "$@" ;;
   ops) pytest_part tests/ops "$@" ;;
   quant) pytest_part tests/quant/test_quantize.py "$@" ;;
   quantops) pytest_part tests/quant --ignore=tests/quant/test_quantize.py "$@" ;;
