@@ -2,19 +2,20 @@
 on a permuted copy: what reading ``x`` and ``dy`` through the routing's row map costs or saves,
 per GEMM, at the MoE shapes, uniform and skewed routing (``benchmarks/moe_layer.py``'s cells), bf16.
 
-Per shape and routing, for each GEMM a gather can feed (``fuseops.moe.expert_layer``'s lean mode
-gathers in all four):
+Per shape and routing, for each GEMM a gather can feed (``fuseops.moe.expert_layer`` gathers
+in FC1's forward in either mode, and its lean mode in all five):
 
 - ``fc1_fwd``: FC1 with SwiGLU, the router weights and z saved (``grouped_gemm_gated``);
 - ``fc2_dgrad``: FC2's dgrad through the gate (``grouped_gemm_dgrad_gated``: dz, dprobs, h);
 - ``fc1_wgrad``: FC1's weight gradient from dz and the tokens (``grouped_gemm_wgrad``);
-- ``fc2_wgrad``: FC2's weight gradient from the output gradient and h.
+- ``fc2_wgrad``: FC2's weight gradient from the output gradient and h;
+- ``fc1_recompute``: lean's FC1 again in the backward, z alone (``grouped_gemm``).
 
-Variants: ``copy``, the permute kernel's copy of the rows and then the GEMM on it (what the
-default mode does in the forward and in FC2's gradients; for the weight gradients the copy
-exists already and is not timed: ``copy`` is the GEMM alone); ``contiguous``, the GEMM alone on
-the copy; ``gathered``, the GEMM reading the rows through the row map with its launcher's table;
-and, for the two gated GEMMs, ``gathered <config>`` for each tile in ``GATHERED_CONFIGS``. Every
+Variants: ``copy``, the permute kernel's copy of the rows and then the GEMM on it (for the
+weight gradients the copy is not timed: ``copy`` is the GEMM alone); ``contiguous``, the GEMM
+alone on the copy; ``gathered``, the GEMM reading the rows through the row map with its
+launcher's table; and ``gathered <config>`` for each candidate tile in ``GATHERED_CONFIGS``
+(a tile the card cannot hold is reported and left out). Every
 variant's outputs are checked against ``contiguous``' (relative error by norm) before it is
 timed; times are medians of interleaved ``do_bench`` rounds; ``x copy`` is the variant's time
 over ``copy``'s. FLOP: 2*N*H*2I for FC1's GEMMs, 2*N*H*I for FC2's (N = T*K rows).
@@ -23,8 +24,8 @@ over ``copy``'s. FLOP: 2*N*H*2I for FC1's GEMMs, 2*N*H*I for FC2's (N = T*K rows
     python -m benchmarks.gathered_gemm --shapes qwen3-30b-a3b --routing uniform --gemms fc1_fwd
     python -m benchmarks.gathered_gemm --smoke                  # CPU, tiny, end to end
 
-Writes ``benchmarks/results/gathered_gemm-<gpu>-<date>.json`` and ``.png`` (``--out``; with
-``--smoke`` the temp dir); prints a table last.
+Writes ``benchmarks/results/gathered_gemm-<gpu>-<date>.json`` (after every cell) and ``.png``
+(``--out``; with ``--smoke`` the temp dir); prints a table last.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from triton.runtime.errors import OutOfResources
 
 from benchmarks._results import pyplot, results_path
 from benchmarks._timing import elapsed_ms, interleaved_medians
@@ -43,19 +45,31 @@ from benchmarks.moe_layer import CELL_SHAPES, ROUTINGS, SMOKE_SHAPES
 from fuseops.kernels import library
 from fuseops.kernels.dispatch import Kernel, launcher
 from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.gemm import grouped, grouped_wgrad
 from fuseops.kernels.gemm import grouped_gated as ggg
 from fuseops.kernels.gemm import grouped_gated_bwd as ggg_bwd
 from fuseops.moe import permute
 from fuseops.moe.expert_layer_steps import token_of_rows
 
-GEMMS = ("fc1_fwd", "fc2_dgrad", "fc1_wgrad", "fc2_wgrad")
-# Tiles for the gathered gated GEMMs (the table's gathered entry is ``pointer``: 64x64x64).
-GATHERED_CONFIGS = {
-    "128x64 s3": ggg.GatedGemmConfig(128, 64, 64, 8, 8, 3),
-    "128x128 s3 p2": ggg.GatedGemmConfig(128, 128, 64, 8, 8, 3, epilogue_parts=2),
+GEMMS = ("fc1_fwd", "fc2_dgrad", "fc1_wgrad", "fc2_wgrad", "fc1_recompute")
+# Candidate tiles for each GEMM's gathered loads (``nf``: the tile loop not flattened into the
+# K loop; ``p2``: the epilogue on two column slices): timed beside the table's ``gathered`` entry.
+_GATED = {
+    "128x128 s3 p2 nf": ggg.GatedGemmConfig(128, 128, 64, 8, 8, 3, epilogue_parts=2, flatten=False),
     "128x128 s4 p2 nf": ggg.GatedGemmConfig(128, 128, 64, 8, 8, 4, epilogue_parts=2, flatten=False),
-    "64x128 s4": ggg.GatedGemmConfig(64, 128, 64, 8, 4, 4),
+    "128x64 s5 nf": ggg.GatedGemmConfig(128, 64, 64, 8, 8, 5, flatten=False),
 }
+_WGRAD = {  # block_m is the reduction slab over the gathered rows
+    "64x128x256 s5 nf": grouped.GemmConfig(64, 128, 256, 1, 8, 5, flatten=False),
+    "64x256x128 s5 nf": grouped.GemmConfig(64, 256, 128, 1, 8, 5, flatten=False),
+    "128x128x256 s4 nf": grouped.GemmConfig(128, 128, 256, 1, 8, 4, flatten=False),
+}
+_GROUPED = {
+    "128x128x64 s4 nf": grouped.GemmConfig(128, 128, 64, 8, 8, 4, flatten=False),
+    "128x256x64 s3 nf": grouped.GemmConfig(128, 256, 64, 8, 8, 3, flatten=False),
+}
+GATHERED_CONFIGS = {"fc1_fwd": _GATED, "fc2_dgrad": _GATED, "fc1_wgrad": _WGRAD, "fc2_wgrad": _WGRAD,
+                    "fc1_recompute": _GROUPED}
 SILU = Activation.SILU
 
 
@@ -99,7 +113,7 @@ def variants(shape: dict, skewed: bool, gemm: str, device: str, tune: bool) -> t
                                                  probs, True, None, cfg, rows)
         fns = {"copy": lambda: fc1(gathered_copy(x, row_map)), "contiguous": lambda: fc1(x_sorted),
                "gathered": lambda: fc1(x, tokens)}
-        extra = {f"gathered {n}": (lambda c=c: fc1(x, tokens, c)) for n, c in GATHERED_CONFIGS.items()}
+        extra = {f"gathered {n}": (lambda c=c: fc1(x, tokens, c)) for n, c in GATHERED_CONFIGS[gemm].items()}
         flop = 2.0 * N * H * 2 * I
     elif gemm == "fc2_dgrad":
         def dgrad(g, rows=None, cfg=None):
@@ -110,18 +124,34 @@ def variants(shape: dict, skewed: bool, gemm: str, device: str, tune: bool) -> t
                                                            True, None, cfg, rows)
         fns = {"copy": lambda: dgrad(gathered_copy(dy, row_map)), "contiguous": lambda: dgrad(dy_sorted),
                "gathered": lambda: dgrad(dy, tokens)}
-        extra = {f"gathered {n}": (lambda c=c: dgrad(dy, tokens, c)) for n, c in GATHERED_CONFIGS.items()}
+        extra = {f"gathered {n}": (lambda c=c: dgrad(dy, tokens, c)) for n, c in GATHERED_CONFIGS[gemm].items()}
         flop = 2.0 * N * H * I
     elif gemm == "fc1_wgrad":
         fns = {"copy": lambda: library.grouped_gemm_wgrad(dz, x_sorted, offsets),
                "gathered": lambda: library.grouped_gemm_wgrad(dz, x, offsets, x_rows=tokens)}
-        fns["contiguous"], extra = fns["copy"], {}
+        fns["contiguous"] = fns["copy"]
+        extra = {f"gathered {n}": (lambda c=c: grouped_wgrad.launch_grouped_gemm_wgrad(dz, x, offsets, None, None, c,
+                                                                                       x_rows=tokens))
+                 for n, c in GATHERED_CONFIGS[gemm].items()}
         flop = 2.0 * N * H * 2 * I
-    else:
+    elif gemm == "fc2_wgrad":
         fns = {"copy": lambda: library.grouped_gemm_wgrad(dy_sorted, h, offsets),
                "gathered": lambda: library.grouped_gemm_wgrad(dy, h, offsets, dy_rows=tokens)}
-        fns["contiguous"], extra = fns["copy"], {}
+        fns["contiguous"] = fns["copy"]
+        extra = {f"gathered {n}": (lambda c=c: grouped_wgrad.launch_grouped_gemm_wgrad(dy, h, offsets, None, None, c,
+                                                                                       dy_rows=tokens))
+                 for n, c in GATHERED_CONFIGS[gemm].items()}
         flop = 2.0 * N * H * I
+    else:  # lean's FC1 again in the backward: the pre-activation alone
+        def recompute(a, rows=None, cfg=None):
+            if cfg is None:
+                return library.grouped_gemm(a, w1.transpose(1, 2), offsets, a_rows=rows)
+            return grouped.launch_grouped_gemm(a, w1.transpose(1, 2), offsets, None, None, Activation.IDENTITY, 1.0,
+                                               False, None, None, cfg, rows)
+        fns = {"copy": lambda: recompute(gathered_copy(x, row_map)), "contiguous": lambda: recompute(x_sorted),
+               "gathered": lambda: recompute(x, tokens)}
+        extra = {f"gathered {n}": (lambda c=c: recompute(x, tokens, c)) for n, c in GATHERED_CONFIGS[gemm].items()}
+        flop = 2.0 * N * H * 2 * I
     if tune:
         fns.update(extra)
     return fns, flop
@@ -132,13 +162,26 @@ def _outputs(result) -> list[torch.Tensor]:
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+    """||a - b|| / ||b||, in float32 slices of 2**26 elements (a weight gradient of DeepSeek-V3's
+    experts is 7.5 G elements)."""
+    num = den = 0.0
+    for x, y in zip(a.flatten().split(1 << 26), b.flatten().split(1 << 26), strict=True):
+        x, y = x.float(), y.float()
+        num += (x - y).square().sum().item()
+        den += y.square().sum().item()
+    return (num / max(den, 1e-60)) ** 0.5
 
 
 def measure(shape_name: str, shape: dict, routing_name: str, gemm: str, args) -> list[dict]:
     fns, flop = variants(shape, routing_name == "skewed", gemm, args.device, not args.smoke)
     ref = _outputs(fns["contiguous"]())
-    errors = {name: max(rel_err(o, r) for o, r in zip(_outputs(fn()), ref, strict=True)) for name, fn in fns.items()}
+    errors = {}
+    for name, fn in list(fns.items()):
+        try:
+            errors[name] = max(rel_err(o, r) for o, r in zip(_outputs(fn()), ref, strict=True))
+        except OutOfResources as e:  # a candidate tile too large for this card: not timed
+            print(f"  {shape_name} {routing_name} {gemm} {name}: does not fit ({e})", flush=True)
+            del fns[name]
     if args.device == "cuda":
         times = interleaved_medians(fns, args.rounds, rep=args.rep)
     else:
@@ -183,19 +226,20 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.device = "cpu" if args.smoke else "cuda"
     shapes = SMOKE_SHAPES if args.smoke else {name: CELL_SHAPES[name] for name in args.shapes}
+    out = args.out or (Path(tempfile.gettempdir()) / "gathered_gemm-smoke.json" if args.smoke
+                       else results_path("gathered_gemm"))
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     rows = []
     for shape_name, shape in shapes.items():
         for routing_name in args.routing:
             for gemm in args.gemms:
                 rows.extend(measure(shape_name, shape, routing_name, gemm, args))
-    out = args.out or (Path(tempfile.gettempdir()) / "gathered_gemm-smoke.json" if args.smoke
-                       else results_path("gathered_gemm"))
-    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    out.write_text(json.dumps(dict(device=device, torch=torch.__version__, rows=rows), indent=1))
+            # After every cell: a run stopped by a time limit keeps what it measured.
+            out.write_text(json.dumps(dict(device=device, torch=torch.__version__, rows=rows), indent=1))
     plot(rows, out.with_suffix(".png"))
-    print(f"\n{'shape':<22}{'routing':<9}{'gemm':<11}{'variant':<20}{'ms':>9}{'TFLOP/s':>9}{'x copy':>8}{'rel err':>9}")
+    print(f"\n{'shape':<22}{'routing':<9}{'gemm':<14}{'variant':<20}{'ms':>9}{'TFLOP/s':>9}{'x copy':>8}{'rel err':>9}")
     for r in rows:
-        print(f"{r['shape']:<22}{r['routing']:<9}{r['gemm']:<11}{r['variant']:<20}{r['ms']:>9.3f}{r['tflops']:>9.0f}"
+        print(f"{r['shape']:<22}{r['routing']:<9}{r['gemm']:<14}{r['variant']:<20}{r['ms']:>9.3f}{r['tflops']:>9.0f}"
               f"{r['x_copy']:>8.2f}{r['rel_err']:>9.1e}")
     print(f"wrote {out} and {out.with_suffix('.png')}")
 

@@ -47,7 +47,7 @@ case "$part" in
       -k "not test_edge_case_on_cuda" "$@" ;;
   models) pytest_part tests/integrations tests/offload "$@" ;;
   moe) pytest_part tests/moe "$@" ;;
-  gathered) pytest_part tests/kernels/gemm tests/moe/test_expert_layer.py -k "gather or lean" "$@" ;;
+  gathered) pytest_part tests/kernels/gemm tests/moe/test_expert_layer.py -k "gather or lean or peak_memory" "$@" ;;
   ops) pytest_part tests/ops "$@" ;;
   quant) pytest_part tests/quant/test_quantize.py "$@" ;;
   quantops) pytest_part tests/quant --ignore=tests/quant/test_quantize.py "$@" ;;

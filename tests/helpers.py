@@ -150,6 +150,19 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
     return t.fill_(torch.iinfo(t.dtype).max)
 
 
+def groups_far_apart(groups: int, rows: int, cols: int, dtype: torch.dtype, device="cpu") -> torch.Tensor:
+    """A [groups, rows, cols] view (random values, unit last stride) whose groups lie 2**30
+    elements apart, so that the last starts past 2**31: a kernel that multiplies a 32-bit group
+    index by the group stride writes or reads elsewhere. Of the span's storage (gigabytes,
+    allocated and never touched) only the groups' pages are written."""
+    stride = 2**30
+    storage = torch.empty(stride * (groups - 1) + rows * cols, dtype=dtype, device=device)
+    view = storage.as_strided((groups, rows, cols), (stride, cols, 1))
+    for g in range(groups):
+        view[g].copy_(torch.randn(rows, cols, dtype=dtype))
+    return view
+
+
 def assert_bitwise(out: torch.Tensor | None, ref: torch.Tensor | None, what: str = "") -> None:
     """Same presence, shape, dtype and bits (float8 and E8M0 compared as their bytes)."""
     assert (out is None) == (ref is None), f"{what}: presence differs"

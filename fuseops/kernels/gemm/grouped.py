@@ -74,7 +74,11 @@ def _configs() -> dict[str, GemmConfig]:
     four MoE shapes x uniform/skewed routing, forward and dgrad): geometric mean 1.11x / 1.18x
     torch._grouped_mm over 7 candidates. ``narrow`` is the sweep's best 128x128 tile (0.96x,
     on wide shapes; no MoE shape has N < 512). ``fused`` and ``pointer`` are the largest tiles
-    that compile for sm_90 without spills or SMEM overflow (checked with ptxas, not timed). ``fp32`` was timed on an H100
+    that compile for sm_90 without spills or SMEM overflow (checked with ptxas, not timed).
+    ``gathered`` (rows of ``a`` read through a row map; the expert layer's lean recompute of
+    z) was chosen on an H200 (``python -m benchmarks.gathered_gemm``,
+    benchmarks/results/gathered_gemm-h200-2026-11-29.json): 0.93-1.00x the permute copy plus
+    the TMA GEMM over the five MoE shapes, uniform and skewed. ``fp32`` was timed on an H100
     (``python -m benchmarks.float32_precision``: E=64, M=32768, K=2048, N=1408, uniform; six
     tiles in each precision): 0.94 ms in TF32 (1.51x a per-expert torch.mm loop, 4.5x a 64x64
     tile), 9.0 ms in IEEE (0.53x the loop, 1.9x the 64x64 tile; 128x256 ran 8.2 ms but leaves
@@ -82,21 +86,25 @@ def _configs() -> dict[str, GemmConfig]:
     """
     if INTERPRET:
         small = GemmConfig(32, 32, 32, 2, 4, 1)
-        return {"wide": small, "narrow": small, "fused": small, "pointer": small, "fp32": small}
+        return {"wide": small, "narrow": small, "fused": small, "pointer": small, "gathered": small, "fp32": small}
     return {
         "wide": GemmConfig(128, 256, 64, 8, 8, 4, split_epilogue=True),
         "narrow": GemmConfig(128, 128, 64, 8, 4, 4),
         "fused": GemmConfig(128, 128, 64, 8, 8, 4, split_epilogue=True),
         "pointer": GemmConfig(128, 128, 64, 8, 8, 3),
+        "gathered": GemmConfig(128, 256, 64, 8, 8, 3, flatten=False),
         "fp32": GemmConfig(128, 128, 32, 8, 8, 3),
     }
 
 
-def pick_config(n: int, dtype: torch.dtype, tma: bool, fused_io: bool) -> GemmConfig:
+def pick_config(n: int, dtype: torch.dtype, tma: bool, fused_io: bool, gathered: bool = False) -> GemmConfig:
     """The table entry for output width ``n``; ``fused_io``: the epilogue touches a second
-    [M, N] tensor. One entry serves every M and K of the MoE shapes measured."""
+    [M, N] tensor; ``gathered``: ``a``'s rows are read through a row map. One entry serves
+    every M and K of the MoE shapes measured."""
     if dtype == torch.float32:
         return _configs()["fp32"]
+    if gathered:
+        return _configs()["gathered"]
     if not tma:
         return _configs()["pointer"]
     if fused_io:
@@ -340,7 +348,7 @@ def grouped_gemm_kernel(
                     a_ptrs = a + (row0 + offs_m)[:, None] * stride_am + offs_k[None, :]
                     # [BLOCK_M, BLOCK_K]
                     a_tile = tl.load(a_ptrs, mask=(offs_m < size)[:, None] & mask_k[None, :], other=0.0)
-                b_ptrs = b + g * stride_bg + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+                b_ptrs = b + g.to(tl.int64) * stride_bg + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
                 # [BLOCK_K, BLOCK_N]
                 b_tile = tl.load(b_ptrs, mask=mask_k[:, None] & (offs_n < N)[None, :], other=0.0)
             acc = dot(a_tile, b_tile, acc, F32_DOT)
@@ -393,7 +401,7 @@ def grouped_gemm(
     """
     b_mem = b.transpose(1, 2) if b.stride(2) != 1 else b
     fused_io = act_grad_input is not None or save_preact
-    cfg = pick_config(b.shape[2], a.dtype, a_rows is None and tma_ok(a, b_mem), fused_io)
+    cfg = pick_config(b.shape[2], a.dtype, a_rows is None and tma_ok(a, b_mem), fused_io, a_rows is not None)
     return launch_grouped_gemm(a, b, offsets, bias, row_scale, act, alpha, save_preact,
                                act_grad_input, out, cfg, a_rows)
 

@@ -79,7 +79,12 @@ def _configs() -> dict[str, GatedGemmConfig]:
     stages 707 / 637. ``tma_interleaved``: the interleaved layout stores z in [128, 128]
     pairs, whose buffer does not fit beside 4 stages (246 KB): 3 stages (663 for the
     concatenated layout). ``pointer`` is the largest tile that compiles for sm_90 without
-    spills (ptxas), not timed. ``fp32`` / ``tf32`` were timed on an H100 (SiLU-gated, z saved,
+    spills (ptxas), not timed. ``gathered``, rows of ``a`` read through a row map, was chosen
+    on an H200 (``python -m benchmarks.gathered_gemm``,
+    benchmarks/results/gathered_gemm-h200-2026-11-29.json): 0.87-1.01x the permute copy plus
+    the TMA GEMM at four of the five MoE shapes, uniform and skewed, 0.62-0.75x at
+    DeepSeek-V3's (H=7168); the tile loop is not flattened into the K loop. ``fp32`` /
+    ``tf32`` were timed on an H100 (SiLU-gated, z saved,
     E=64, M=32768, K=2048, 2F=2816, uniform; ``benchmarks/float32_precision.py``): 18.8 ms in
     IEEE (0.44x a per-expert torch.mm loop of the same product; a 64x32 tile, 55.1 ms), 2.14 ms
     in TF32 (0.96x; the 64x32 tile 10.5 ms; the IEEE entry's tile ran 2.48 ms in TF32).
@@ -87,23 +92,27 @@ def _configs() -> dict[str, GatedGemmConfig]:
     if INTERPRET:
         tiny = GatedGemmConfig(32, 32, 32, 2, 4, 1)
         sliced = dataclasses.replace(tiny, epilogue_parts=2)
-        return {"tma": sliced, "tma_interleaved": sliced, "pointer": tiny, "fp32": tiny, "tf32": tiny}
+        return {"tma": sliced, "tma_interleaved": sliced, "pointer": tiny, "gathered": tiny, "fp32": tiny,
+                "tf32": tiny}
     return {
         "tma": GatedGemmConfig(128, 128, 64, 8, 8, 4, epilogue_parts=2, flatten=False, warp_specialize=True),
         "tma_interleaved": GatedGemmConfig(128, 128, 64, 8, 8, 3, epilogue_parts=2, flatten=False,
                                            warp_specialize=True),
         "pointer": GatedGemmConfig(64, 64, 64, 8, 8, 3),
+        "gathered": GatedGemmConfig(128, 128, 64, 8, 8, 3, epilogue_parts=2, flatten=False),
         "fp32": GatedGemmConfig(128, 128, 32, 8, 8, 2, epilogue_parts=2),
         "tf32": GatedGemmConfig(128, 64, 32, 8, 8, 3),
     }
 
 
 def pick_config(table: dict[str, GatedGemmConfig], dtype: torch.dtype, tma: bool,
-                interleaved: bool = False) -> GatedGemmConfig:
+                interleaved: bool = False, gathered: bool = False) -> GatedGemmConfig:
     """The entry of a ``_configs()`` table for the operands' class (and z's layout, where the
-    table tells the two apart)."""
+    table tells the two apart); ``gathered``: the row operand is read through a row map."""
     if dtype == torch.float32:
         return table["tf32" if float32_matmul_in_tf32() else "fp32"]
+    if gathered:
+        return table["gathered"]
     if not tma:
         return table["pointer"]
     return table.get("tma_interleaved", table["tma"]) if interleaved else table["tma"]
@@ -391,7 +400,7 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
     # Gathered rows are loaded through pointers (TMA on sm_90 loads boxes, not rows).
     tma_load = a_rows is None and tma_ok(a, *b_mem)
     tma_store = tma_ok(h) and pair_tma_ok(z, interleaved)
-    cfg = cfg or pick_config(_configs(), a.dtype, tma_load and tma_store, interleaved)
+    cfg = cfg or pick_config(_configs(), a.dtype, tma_load and tma_store, interleaved, a_rows is not None)
     tma_store = tma_store and cfg.tma_epilogue_stores
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     epi_n = bn // cfg.epilogue_parts

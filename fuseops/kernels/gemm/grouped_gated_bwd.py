@@ -67,19 +67,23 @@ def _configs() -> dict[str, GatedGemmConfig]:
     346 at Qwen3-30B-A3B's (E=128, M=262144, K=2048, F=768), against 410 / 311 for 128x128 in
     4 slices; 16 slices, 2 slices, 4 stages and warp-specialized loads were slower. Its
     epilogue loads z and stores dz and h through pointers, not TMA (3.69-3.91 against 4.00 ms
-    at Mixtral, equal at Qwen3), and writing h then costs nothing measurable. ``pointer`` is the largest tile that
-    compiles for sm_90 without spills (ptxas), not timed. ``fp32`` and ``tf32``, one tile, were
+    at Mixtral, equal at Qwen3), and writing h then costs nothing measurable. ``pointer`` is the
+    largest tile that compiles for sm_90 without spills (ptxas), not timed. ``gathered`` (dy's
+    rows read through a row map) was chosen on an H200 (``python -m benchmarks.gathered_gemm``,
+    benchmarks/results/gathered_gemm-h200-2026-11-29.json): 0.74-1.02x the permute copy plus
+    the TMA GEMM over the five MoE shapes, uniform and skewed. ``fp32`` and ``tf32``, one tile, were
     timed on an H100 (SiLU-gated, E=64, M=32768, K=2048, F=1408, uniform;
     ``benchmarks/float32_precision.py``): 5.2 ms in IEEE, 2.6 ms in TF32 (0.87x / 0.78x a
     per-expert torch.mm loop of the product alone; a 64x32 tile, 12.7 / 8.7 ms)."""
     if INTERPRET:
         tiny = GatedGemmConfig(32, 32, 32, 2, 4, 1)
-        return {"tma": GatedGemmConfig(32, 32, 32, 2, 4, 1, epilogue_parts=2), "pointer": tiny, "fp32": tiny,
-                "tf32": tiny}
+        return {"tma": GatedGemmConfig(32, 32, 32, 2, 4, 1, epilogue_parts=2), "pointer": tiny, "gathered": tiny,
+                "fp32": tiny, "tf32": tiny}
     return {
         "tma": GatedGemmConfig(128, 256, 64, 8, 8, 3, epilogue_parts=8, tma_epilogue_loads=False,
                                tma_epilogue_stores=False),
         "pointer": GatedGemmConfig(64, 64, 64, 8, 8, 3),
+        "gathered": GatedGemmConfig(128, 128, 64, 8, 8, 4, epilogue_parts=2, flatten=False),
         "fp32": GatedGemmConfig(128, 64, 32, 8, 8, 3),
         "tf32": GatedGemmConfig(128, 64, 32, 8, 8, 3),
     }
@@ -221,7 +225,7 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
     tma_load = dy_rows is None and tma_ok(dy, b_mem)
     tma_z = pair_tma_ok(z, interleaved)
     tma_store = tma_ok(h) and pair_tma_ok(dz, interleaved)
-    cfg = cfg or pick_config(_configs(), dy.dtype, tma_load and tma_z and tma_store)
+    cfg = cfg or pick_config(_configs(), dy.dtype, tma_load and tma_z and tma_store, gathered=dy_rows is not None)
     tma_z = tma_z and cfg.tma_epilogue_loads
     tma_store = tma_store and cfg.tma_epilogue_stores
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k

@@ -101,7 +101,7 @@ def grouped_gemm_scaled_wgrad_kernel(
                              stride_asn, stride_bsk, step, SCALING, 1, 1)
         if HAS_OUTER:
             acc *= tl.load(a_outer + g * stride_ao) * tl.load(b_outer + g * stride_bo)
-        dw_ptrs = dw + g * stride_dwg + offs_n[:, None] * stride_dwn + offs_k[None, :]
+        dw_ptrs = dw + g.to(tl.int64) * stride_dwg + offs_n[:, None] * stride_dwn + offs_k[None, :]
         mask = mask_n[:, None] & mask_k[None, :]
         if ACCUMULATE:
             acc += tl.load(dw_ptrs, mask=mask, other=0.0)

@@ -56,7 +56,12 @@ def _configs() -> dict[str, GemmConfig]:
     --tune`` (bf16, the four MoE shapes x uniform/skewed routing): 1.03x torch._grouped_mm
     and 1.18x grouped_mm + ``main_grad.add_`` in geometric mean; flatten=False edges out the
     flattened loop in both. ``pointer``
-    is the largest tile that compiles for sm_90 without spills (ptxas, not timed). ``fp32`` /
+    is the largest tile that compiles for sm_90 without spills (ptxas, not timed). ``gathered``
+    (rows of x or dy read through a row map, which the reduction runs over) was chosen on an
+    H200 (``python -m benchmarks.gathered_gemm``, benchmarks/results/gathered_gemm-h200-2026-11-29.json):
+    0.48-0.64x the TMA kernel on a copy over the five MoE shapes, uniform and skewed; Triton 3.6
+    keeps at most three slabs in flight when the row
+    indices take a pipeline stage of their own. ``fp32`` /
     ``tf32`` were timed on an H100 (E=64, M=32768, N=1408, K=2048, uniform, float32 dw;
     ``benchmarks/float32_precision.py``): 4.4 ms in IEEE (1.26x a per-expert torch.mm loop; a
     32x64x64 tile, 7.8 ms), 3.7 ms in TF32 (0.63x the loop, which TF32 speeds 2.4x; the
@@ -64,22 +69,26 @@ def _configs() -> dict[str, GemmConfig]:
     """
     if INTERPRET:
         small = GemmConfig(32, 32, 32, 1, 4, 1)
-        return {"store": small, "accumulate": small, "pointer": small, "fp32": small, "tf32": small}
+        return {"store": small, "accumulate": small, "pointer": small, "gathered": small, "fp32": small,
+                "tf32": small}
     return {
         "store": GemmConfig(64, 128, 256, 1, 8, 3, flatten=False),
         "accumulate": GemmConfig(64, 128, 128, 1, 8, 4, flatten=False),
         "pointer": GemmConfig(64, 128, 128, 1, 8, 3),
+        "gathered": GemmConfig(64, 128, 256, 1, 8, 5, flatten=False),
         "fp32": GemmConfig(64, 128, 128, 1, 8, 2),
         "tf32": GemmConfig(32, 256, 128, 1, 8, 2),
     }
 
 
-def pick_wgrad_config(dtype: torch.dtype, tma: bool, float32_dw: bool) -> GemmConfig:
+def pick_wgrad_config(dtype: torch.dtype, tma: bool, float32_dw: bool, gathered: bool = False) -> GemmConfig:
     """The table entry for operands of ``dtype``; ``float32_dw``: the epilogue handles a
-    float32 tile (``main_grad``, or a float32 ``dw``). One serves every M, N and K of the
-    MoE shapes measured."""
+    float32 tile (``main_grad``, or a float32 ``dw``); ``gathered``: rows are read through a
+    row map. One serves every M, N and K of the MoE shapes measured."""
     if dtype == torch.float32:
         return _configs()["tf32" if float32_matmul_in_tf32() else "fp32"]
+    if gathered:
+        return _configs()["gathered"]
     if not tma:
         return _configs()["pointer"]
     return _configs()["accumulate" if float32_dw else "store"]
@@ -133,7 +142,7 @@ def grouped_gemm_wgrad_kernel(
             acc = dot(tl.trans(dy_tile), x_tile, acc, F32_DOT)
         # Pointers built after the reduction: a [BLOCK_N, BLOCK_K] pointer tile live across it
         # costs 128 registers and spills.
-        dw_ptrs = dw + g * stride_dwg + offs_n[:, None] * stride_dwn + offs_k[None, :]
+        dw_ptrs = dw + g.to(tl.int64) * stride_dwg + offs_n[:, None] * stride_dwn + offs_k[None, :]
         mask = mask_n[:, None] & mask_k[None, :]
         if ACCUMULATE:
             # main_grad plus the finished sum, as every other wgrad (and ``main_grad.add_``)
@@ -191,7 +200,7 @@ def grouped_gemm_wgrad(
     dw_dtype = out.dtype if out is not None else out_dtype or x.dtype
     gathered = x_rows is not None or dy_rows is not None
     cfg = pick_wgrad_config(x.dtype, tma_ok(dy, x) and not gathered,
-                            main_grad is not None or dw_dtype == torch.float32)
+                            main_grad is not None or dw_dtype == torch.float32, gathered)
     rows = {"x_rows": x_rows, "dy_rows": dy_rows}
     # The kernels address dw with a unit last stride: other layouts go through a staging copy.
     if main_grad is not None and main_grad.stride(-1) != 1:

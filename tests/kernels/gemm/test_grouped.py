@@ -24,7 +24,7 @@ from fuseops.kernels.gemm.grouped import (
     reference_grouped_gemm,
 )
 from fuseops.kernels.gemm.grouped_wgrad import grouped_bias_grad, grouped_gemm_wgrad
-from tests.helpers import DTYPES, assert_close_rel, capture_cuda_graph, poison_
+from tests.helpers import DTYPES, assert_close_rel, capture_cuda_graph, groups_far_apart, poison_
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -194,6 +194,21 @@ def test_grouped_gemm_gathers_rows_of_a(dtype, split, shape):
     assert_close_rel(z, z_ref, dtype, what=f"preact {split} {shape}")
     y_gathered_ref, _ = reference_grouped_gemm(a, b, offsets, bias=bias, act=Activation.GELU, a_rows=a_rows)
     assert_close_rel(y_gathered_ref, y_ref, dtype, what="reference")
+
+
+def test_gathered_rows_times_weights_past_32_bit_offsets():
+    """A weight [G, K, N] whose last group starts past 2**31 elements (DeepSeek-V3's FC1 is
+    256 x 7168 x 4096), read through the pointer loads a gathered ``a`` takes: each group's
+    rows meet their own group's weight."""
+    sizes = [5, 9, 7]
+    offsets = _offsets(sizes)
+    M, (K, N) = sum(sizes), SHAPES["aligned"]
+    a = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
+    a_rows = torch.randperm(M, device=DEVICE)
+    b = groups_far_apart(3, K, N, torch.bfloat16, DEVICE)
+    y, _ = grouped_gemm(a, b, offsets, a_rows=a_rows)
+    y_ref, _ = _reference(a.index_select(0, a_rows), b, offsets)
+    assert_close_rel(y, y_ref, torch.bfloat16, what="y")
 
 
 @pytest.mark.gpu

@@ -18,7 +18,7 @@ from fuseops.kernels.gemm.grouped_scaled_wgrad import (
 )
 from fuseops.kernels.quantization.grouped_layout import group_positions
 from fuseops.kernels.quantization.operand import Operand
-from tests.helpers import REL_TOL, assert_close_rel, poison_, rel_err
+from tests.helpers import REL_TOL, assert_close_rel, groups_far_apart, poison_, rel_err
 from tests.kernels.gemm.test_grouped_scaled import CASES, DEVICE, LAYOUTS, SPLITS, factor, make
 
 
@@ -72,3 +72,15 @@ def test_wgrad_main_grad(case):
     got = grouped_gemm_scaled_wgrad(a, b, offsets, scaling=scaling, out_dtype=torch.bfloat16, main_grad=main_grad)
     assert got is main_grad
     assert_close_rel(got, expected, torch.float32, factor(scaling), what=case)
+
+
+def test_wgrad_into_groups_past_32_bit_offsets():
+    """A float32 dw whose last group starts past 2**31 elements (the size of DeepSeek-V3's
+    expert weight gradients): each group's sum lands in its own group."""
+    scaling, offsets, ops = make("tensor", "mixed", "aligned")
+    a, b = ops["dy_t"], ops["x_t"]
+    out = groups_far_apart(offsets.shape[0] - 1, a.data.shape[0], b.data.shape[0], torch.float32, DEVICE)
+    dw = grouped_gemm_scaled_wgrad(a, b, offsets, scaling=scaling, out_dtype=torch.float32, out=out)
+    ref = reference_grouped_gemm_scaled_wgrad(a, b, offsets, scaling=scaling, out_dtype=torch.float32)
+    assert dw is out
+    assert_close_rel(dw, ref.double(), torch.float32, factor(scaling), what="dw")

@@ -18,7 +18,7 @@ from fuseops.kernels.gemm.grouped_wgrad import (
     reference_grouped_bias_grad,
     reference_grouped_gemm_wgrad,
 )
-from tests.helpers import DTYPES, assert_close_rel, poison_
+from tests.helpers import DTYPES, assert_close_rel, groups_far_apart, poison_
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -257,6 +257,27 @@ def test_wgrad_gathers_rows_of_dy_and_x(dtype, split, shape):
     got = grouped_gemm_wgrad(dy, x_src, offsets, main_grad=main_grad, x_rows=x_rows, dy_rows=dy_rows)
     assert_close_rel(got, expected, dtype, what=f"main_grad {split} {shape}")
     assert_close_rel(reference_grouped_gemm_wgrad(dy, x, offsets, dy_rows=dy_rows), ref, dtype, what="reference")
+
+
+@pytest.mark.parametrize("gathered", [False, True], ids=["rows", "gathered"])
+def test_wgrad_into_groups_past_32_bit_offsets(gathered):
+    """dw (and a float32 main_grad) whose last group starts past 2**31 elements, as the weight
+    gradient of DeepSeek-V3's experts (256 x 4096 x 7168) does: each group's sum lands in
+    its own group."""
+    sizes, offsets, dy, x = _case("mixed", "aligned", torch.bfloat16)
+    sizes, offsets = sizes[:3], offsets[:4]
+    M, (N, K) = sum(sizes), SHAPES["aligned"]
+    dy, x = dy[:M], x[:M]
+    x_rows = torch.randperm(M, device=DEVICE) if gathered else None
+    ref = reference_grouped_gemm_wgrad(dy.double(), x.double(), offsets, x_rows=x_rows)
+    out = groups_far_apart(3, N, K, torch.bfloat16, DEVICE)
+    got = grouped_gemm_wgrad(dy, x, offsets, out=out, x_rows=x_rows)
+    assert got.data_ptr() == out.data_ptr()
+    assert_close_rel(got, ref, torch.bfloat16, what="dw")
+    main_grad = groups_far_apart(3, N, K, torch.float32, DEVICE)
+    expected = main_grad.double() + ref
+    assert_close_rel(grouped_gemm_wgrad(dy, x, offsets, main_grad=main_grad, x_rows=x_rows), expected,
+                     torch.bfloat16, what="main_grad")
 
 
 @pytest.mark.gpu
