@@ -67,33 +67,24 @@ def _release(*tensors: torch.Tensor | None) -> None:
             t.untyped_storage().resize_(0)
 
 
-def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: Gate, keep: bool, gather: bool, check: str) -> tuple:
-    """``(y, x_sorted, row_map, z, probs, offsets)``, x_sorted and z None unless ``keep``.
-    ``gather``: FC1 reads x's rows through the row map in its loads, and no x_sorted is made
-    (then never kept)."""
-    if gather:
-        # The routing alone (a permute of no columns), FC1's rows gathered from x.
-        _, split_sizes, row_map = permute_rows(x[:, :0], expert_ids, w1.shape[0], check)
-        a, a_rows, x_sorted = x, token_of_rows(row_map), None
-    else:
-        x_sorted, split_sizes, row_map = permute_rows(x, expert_ids, w1.shape[0], check)
-        a, a_rows = x_sorted, None
+def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: Gate, keep: bool, check: str) -> tuple:
+    """``(y, row_map, z, probs, offsets)``, z None unless ``keep``. FC1 reads x's rows through
+    the row map in its loads: no permuted copy of x is made."""
+    # The routing alone (a permute of no columns).
+    _, split_sizes, row_map = permute_rows(x[:, :0], expert_ids, w1.shape[0], check)
     offsets = launcher(Kernel.GROUP_OFFSETS, split_sizes)(split_sizes)
     probs = None
     if weights is not None:
-        # The weights in x_sorted's row order: FC1's epilogue row scale.
+        # The weights in expert row order: FC1's epilogue row scale.
         probs = weights.new_empty(row_map.numel()).scatter_(0, row_map.reshape(-1), weights.reshape(-1))
-    h, z = library.grouped_gemm_gated(a, w1.transpose(1, 2), offsets, bias=b1, act=gate.act,
-                                      probs=probs, save_preact=keep, a_rows=a_rows, **gate.kernel_args)
-    # Unkept, the permuted copy is dead once FC1 has read it.
-    x_sorted = x_sorted if keep else None
-    del a
+    h, z = library.grouped_gemm_gated(x, w1.transpose(1, 2), offsets, bias=b1, act=gate.act, probs=probs,
+                                      save_preact=keep, a_rows=token_of_rows(row_map), **gate.kernel_args)
     y_sorted, _ = library.grouped_gemm(h, w2.transpose(1, 2), offsets)
     del h
-    return sum_token_rows(y_sorted, row_map), x_sorted, row_map, z, probs, offsets
+    return sum_token_rows(y_sorted, row_map), row_map, z, probs, offsets
 
 
-def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple,
+def _backward(dy, x, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple,
               main_grads: tuple = (None, None)) -> tuple:
     """``(dx, dweights, dw1, db1, dw2)`` of ``_ExpertLayer``; ``static`` as its backward makes it.
     A weight gradient with a float32 buffer in ``main_grads`` (FC1's, FC2's) is added to it by
@@ -132,14 +123,17 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
         # x's rows gathered inside the wgrad's loads: no x_sorted at this, lean's peak stage.
         dw1 = library.grouped_gemm_wgrad(dz, x, offsets, x_rows=tokens, main_grad=main_grad1)
     elif need_w1:
-        dw1 = library.grouped_gemm_wgrad(dz, x_sorted, offsets, main_grad=main_grad1)
+        # x's rows in expert order, made for this GEMM alone and freed with it: the TMA wgrad
+        # reads a copy faster than its pointer loads gather the rows (``python -m
+        # benchmarks.gathered_gemm``, benchmarks/results/gathered_gemm-h200-2026-11-29.json).
+        dw1 = library.grouped_gemm_wgrad(dz, _gather_rows(x, row_map), offsets, main_grad=main_grad1)
     if need_b1:
         db1 = library.grouped_bias_grad(dz, offsets)
     if fc1_first:
         if lean:
             z = dz = None
         else:
-            _release(z, x_sorted)
+            _release(z)
         if need_w2:
             dw2 = library.grouped_gemm_wgrad(dy_grouped, h, offsets, main_grad=main_grad2, dy_rows=tokens)
     dweights = None
@@ -149,19 +143,16 @@ def _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, static
             None if main_grad2 is not None else dw2)
 
 
-def forward(x, weights, w1, b1, w2, expert_ids, gate: Gate, keep: bool, gather: bool, check: str) -> tuple:
-    """``(y, x_sorted, row_map, z, probs, offsets)`` (x_sorted None unless ``keep`` without
-    ``gather``, z None unless ``keep``, probs None without ``weights``): through the custom
-    operator while torch.compile traces."""
+def forward(x, weights, w1, b1, w2, expert_ids, gate: Gate, keep: bool, check: str) -> tuple:
+    """``(y, row_map, z, probs, offsets)`` (z None unless ``keep``, probs None without
+    ``weights``): through the custom operator while torch.compile traces."""
     if torch.compiler.is_compiling():
-        y, x_sorted, row_map, z, probs, offsets = _forward_op(x, weights, w1, b1, w2, expert_ids, *gate.fields(),
-                                                              keep, gather, check)
-        return (y, x_sorted if keep and not gather else None, row_map, z if keep else None,
-                probs if weights is not None else None, offsets)
-    return _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep, gather=gather, check=check)
+        y, row_map, z, probs, offsets = _forward_op(x, weights, w1, b1, w2, expert_ids, *gate.fields(), keep, check)
+        return y, row_map, z if keep else None, probs if weights is not None else None, offsets
+    return _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep, check=check)
 
 
-def backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gate, lean: bool,
+def backward(dy, x, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gate, lean: bool,
              needs: tuple[bool, ...], overwrite: bool, may_release: bool, main_grads: tuple = (None, None)) -> tuple:
     """``(dx, dweights, dw1, db1, dw2)``, None where not needed. ``overwrite``: dz may go over z;
     ``may_release``: the default mode may free dead saved tensors (the graph is freed after this
@@ -169,21 +160,21 @@ def backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, gate: G
     buffers their weight gradients are added to (None where returned; never under torch.compile,
     where the composition runs: ``expert_layer._fallback``). Through the custom operator while
     torch.compile traces."""
-    inputs = (dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2)
+    inputs = (dy, x, z, probs, row_map, offsets, w1, b1, w2)
     if torch.compiler.is_compiling():
         grads = _backward_op(*inputs, *gate.fields(), lean, list(needs), overwrite, may_release)
         return tuple(g if need else None for g, need in zip(grads, needs, strict=True))
     return _backward_eager(inputs, gate, lean, needs, overwrite, may_release, main_grads)
 
 
-def backward_batched(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gate, lean: bool,
+def backward_batched(dy, x, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gate, lean: bool,
                      needs: tuple[bool, ...]) -> tuple:
     """``backward`` of a cotangent batched by torch's older vmap (``is_grads_batched=True``,
     ``jacobian(vectorize=True)``): the references, which batch, with nothing overwritten or
     freed (a batched tensor has no storage to read). Not with a ``main_grad`` to add to (the
     caller refuses)."""
     with references_forced():
-        return _backward(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2,
+        return _backward(dy, x, z, probs, row_map, offsets, w1, b1, w2,
                          static=(gate, lean, needs, False, False))
 
 
@@ -191,7 +182,7 @@ def _backward_eager(inputs: tuple, gate: Gate, lean: bool, needs: tuple[bool, ..
                     may_release: bool, main_grads: tuple = (None, None)) -> tuple:
     """The backward, freeing dead saved tensors where ``lean`` or ``may_release``, with the weight
     gradients in the order ``memory_model`` finds the lower peak for."""
-    dy, row_map, w1, w2 = inputs[0], inputs[5], inputs[7], inputs[9]
+    dy, row_map, w1, w2 = inputs[0], inputs[4], inputs[6], inputs[8]
     releasable = lean or may_release
     # The weight gradients' order matters only where dead tensors are freed early.
     fc1_first = releasable and memory_model.fc1_weight_grad_first(
@@ -209,37 +200,36 @@ def _or_empty(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
 
 
 @fuseops_op(f"expert_layer_forward(Tensor x, Tensor? weights, Tensor w1, Tensor? b1, Tensor w2, Tensor expert_ids, "
-            f"{_GATE_SCHEMA}, bool keep, bool gather, str check) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
-def _forward_op(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, gather, check):
+            f"{_GATE_SCHEMA}, bool keep, str check) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+def _forward_op(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, check):
     gate = Gate.of(act, interleaved, clamped, limit, alpha)
-    y, x_sorted, row_map, z, probs, offsets = _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep,
-                                                       gather=gather, check=check)
-    return y, _or_empty(x_sorted, x), row_map, _or_empty(z, x), _or_empty(probs, x), offsets
+    y, row_map, z, probs, offsets = _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep, check=check)
+    return y, row_map, _or_empty(z, x), _or_empty(probs, x), offsets
 
 
 @torch.library.register_fake("fuseops::expert_layer_forward")
-def _(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, gather, check):
+def _(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, check):
     (T, K), H, E, F2 = expert_ids.shape, x.shape[1], w1.shape[0], w1.shape[1]
     routed = T * K
-    return (x.new_empty(T, H), x.new_empty(routed, H) if keep and not gather else x.new_empty(0),
-            x.new_empty(T, K, dtype=torch.int64), x.new_empty(routed, F2) if keep else x.new_empty(0),
+    return (x.new_empty(T, H), x.new_empty(T, K, dtype=torch.int64),
+            x.new_empty(routed, F2) if keep else x.new_empty(0),
             weights.new_empty(routed) if weights is not None else x.new_empty(0),
             x.new_empty(E + 1, dtype=torch.int64))
 
 
-@fuseops_op(f"expert_layer_backward(Tensor dy, Tensor? x, Tensor? x_sorted, Tensor? z, Tensor? probs, Tensor row_map, "
+@fuseops_op(f"expert_layer_backward(Tensor dy, Tensor x, Tensor? z, Tensor? probs, Tensor row_map, "
             f"Tensor offsets, Tensor w1, Tensor? b1, Tensor w2, {_GATE_SCHEMA}, bool lean, bool[] needs, "
             f"bool overwrite, bool may_release) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
-def _backward_op(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, act, interleaved, clamped, limit, alpha,
+def _backward_op(dy, x, z, probs, row_map, offsets, w1, b1, w2, act, interleaved, clamped, limit, alpha,
                  lean, needs, overwrite, may_release):
     gate = Gate.of(act, interleaved, clamped, limit, alpha)
-    grads = _backward_eager((dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2), gate, lean,
+    grads = _backward_eager((dy, x, z, probs, row_map, offsets, w1, b1, w2), gate, lean,
                             tuple(needs), overwrite, may_release)
     return tuple(_or_empty(g, dy) for g in grads)
 
 
 @torch.library.register_fake("fuseops::expert_layer_backward")
-def _(dy, x, x_sorted, z, probs, row_map, offsets, w1, b1, w2, act, interleaved, clamped, limit, alpha, lean, needs,
+def _(dy, x, z, probs, row_map, offsets, w1, b1, w2, act, interleaved, clamped, limit, alpha, lean, needs,
       overwrite, may_release):
     need_x, need_weights, need_w1, need_b1, need_w2 = needs
     return (dy.new_empty(dy.shape) if need_x else dy.new_empty(0),

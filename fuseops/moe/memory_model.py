@@ -75,34 +75,32 @@ def composed_stages() -> list[Stage]:
 
 
 def layer_stages(lean: bool, fc1_weight_grad_first: bool) -> list[Stage]:
-    """expert_layer. Default (``lean`` False): x_sorted and z saved; dy_sorted built in the
-    backward. Lean: nothing of size N saved, and neither x_sorted nor dy_sorted made: FC1
-    gathers x's rows in its loads in the forward, in the backward's recompute of z and in its
-    weight gradient, and FC2's dgrad and weight gradient gather dy's. Either way dx_sorted is
-    reduced to dx before FC1's weight gradient.
+    """expert_layer. Either mode: FC1 gathers x's rows in its loads in the forward (no x_sorted
+    there), and dx_sorted is reduced to dx before FC1's weight gradient. Default (``lean``
+    False): z saved; the backward makes dy_sorted, and x_sorted for FC1's weight gradient alone.
+    Lean: nothing of size N saved, and neither x_sorted nor dy_sorted made: the backward
+    recomputes z, and its GEMMs gather x's and dy's rows in their loads.
 
     Backward order: FC2's weight gradient right after FC2's dgrad (dy_sorted and h freed
-    early, dw2 held meanwhile), or with ``fc1_weight_grad_first`` last, after dz and x_sorted
-    are released (h and dy_sorted held meanwhile instead of dw2). The default mode can release
-    its saved z and x_sorted early only when the backward frees the graph and no saved-tensor
-    hooks hold them (``expert_layer`` checks; else it runs the first order)."""
+    early, dw2 held meanwhile), or with ``fc1_weight_grad_first`` last, after dz is released
+    (h and dy_sorted held meanwhile instead of dw2). The default mode can release its saved z
+    early only when the backward frees the graph and no saved-tensor hooks hold it
+    (``expert_layer`` checks; else it runs the first order)."""
     xs = () if lean else ("x_sorted",)
     dys = () if lean else ("dy_sorted",)
+    forward = [("forward FC2", ("z", "h", "y_sorted")), ("forward combine", ("z", "y_sorted", "y"))]
     if lean:
         forward = [("forward FC2", ("h", "y_sorted")), ("forward combine", ("y_sorted", "y")),
                    ("recompute z", ("z", "y"))]
-    else:
-        forward = [("forward FC2", ("x_sorted", "z", "h", "y_sorted")),
-                   ("forward combine", ("x_sorted", "z", "y_sorted", "y"))]
     if not fc1_weight_grad_first:
         return forward + [
-            ("FC2 grads", xs + dys + ("dz", "y", "h", "dw2")),
-            ("FC1 input grad", xs + ("dz", "y", "dw2", "dx_sorted", "dx")),
+            ("FC2 grads", dys + ("dz", "y", "h", "dw2")),
+            ("FC1 input grad", ("dz", "y", "dw2", "dx_sorted", "dx")),
             ("FC1 weight grad", xs + ("dz", "y", "dw2", "dx", "dw1")),
         ]
     return forward + [
-        ("FC2 input grad", xs + dys + ("dz", "y", "h")),
-        ("FC1 input grad", xs + dys + ("dz", "y", "h", "dx_sorted", "dx")),
+        ("FC2 input grad", dys + ("dz", "y", "h")),
+        ("FC1 input grad", dys + ("dz", "y", "h", "dx_sorted", "dx")),
         ("FC1 weight grad", xs + dys + ("dz", "y", "h", "dx", "dw1")),
         ("FC2 weight grad", dys + ("y", "h", "dx", "dw1", "dw2")),
     ]
