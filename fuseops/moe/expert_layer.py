@@ -13,16 +13,15 @@ summed per token only after FC1's weight gradient. memory_model.py has the accou
   one gather-side reduction (kernels/moe/permute.py), in a fixed order, no atomics, the same
   bits every run. Its input is never kept: the weights' gradient comes from FC2's dgrad
   epilogue (``dprobs``), which reads the pre-activation it already loads.
-- FC1 reads ``x``'s rows through the row map inside its loads: the forward makes no permuted
-  copy of the input.
 - Default: the layer's input ``x`` and the pre-activation ``z`` are saved (h is rebuilt from z
-  in FC2's dgrad epilogue); the backward writes ``dz`` over ``z``, and makes the permuted copies
-  its weight gradients read (``dy_sorted``, and ``x_sorted`` for FC1's alone), which the Gluon
-  wgrad loads by TMA, faster than the pointer loads gather rows.
-- ``lean``: nothing of size T*K is saved and neither copy is ever made: the backward recomputes
-  ``z`` (one more FC1 GEMM, 4*T*K*H*F FLOPs: about a fifth of the step) and every GEMM of the
-  backward reads the rows of ``x`` and ``dy`` through the row map (the Triton kernels' pointer
-  paths).
+  in FC2's dgrad epilogue), not the permuted input ``x_sorted``: the forward frees it right
+  after FC1, the backward makes it again for FC1's weight gradient alone, and writes ``dz``
+  over ``z``. The GEMMs read permuted copies (``x_sorted``, ``dy_sorted``) by TMA, faster than
+  the pointer loads gather rows.
+- ``lean``: nothing of size T*K is saved and no permuted copy is ever made: every GEMM reads
+  the rows of ``x`` and ``dy`` through the row map inside its loads (the Triton kernels'
+  pointer paths), and the backward recomputes ``z`` (one more FC1 GEMM, 4*T*K*H*F FLOPs:
+  about a fifth of the step).
 - The backward frees ``dy_sorted``, ``h``, ``dz`` and ``x_sorted`` as soon as they are dead and
   runs FC1's and FC2's weight gradients in the order memory_model.py finds peaks lower for the
   shape. The default mode releases its saved tensors early only when the backward frees the
@@ -66,7 +65,7 @@ class _ExpertLayer(torch.autograd.Function):
         # needs_input_grad reads requires_grad even under torch.no_grad (inference): nothing to keep.
         backward = grad_enabled and any(ctx.needs_input_grad[:5])
         keep = backward and not lean
-        y, row_map, z, probs, offsets = steps.forward(x, weights, w1, b1, w2, expert_ids, gate, keep, check)
+        y, row_map, z, probs, offsets = steps.forward(x, weights, w1, b1, w2, expert_ids, gate, keep, lean, check)
         if backward:
             ctx.save_for_backward(x, z, probs, row_map, offsets, w1, b1, w2)
             ctx.input_links = input_links((x, weights))

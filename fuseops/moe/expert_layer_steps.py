@@ -67,18 +67,27 @@ def _release(*tensors: torch.Tensor | None) -> None:
             t.untyped_storage().resize_(0)
 
 
-def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: Gate, keep: bool, check: str) -> tuple:
-    """``(y, row_map, z, probs, offsets)``, z None unless ``keep``. FC1 reads x's rows through
-    the row map in its loads: no permuted copy of x is made."""
-    # The routing alone (a permute of no columns).
-    _, split_sizes, row_map = permute_rows(x[:, :0], expert_ids, w1.shape[0], check)
+def _forward(x, weights, w1, b1, w2, expert_ids, *, gate: Gate, keep: bool, gather: bool, check: str) -> tuple:
+    """``(y, row_map, z, probs, offsets)``, z None unless ``keep``. No permuted copy of x
+    outlives FC1: ``gather``, FC1 reads x's rows through the row map in its loads; else it
+    reads a copy made for it alone: the copy and the TMA kernel together run 0.99-1.61x the
+    gathered FC1's speed over the MoE shapes measured (``python -m benchmarks.gathered_gemm``,
+    benchmarks/results/gathered_gemm-h200-2026-11-29.json)."""
+    if gather:
+        # The routing alone (a permute of no columns).
+        _, split_sizes, row_map = permute_rows(x[:, :0], expert_ids, w1.shape[0], check)
+        a, a_rows = x, token_of_rows(row_map)
+    else:
+        a, split_sizes, row_map = permute_rows(x, expert_ids, w1.shape[0], check)
+        a_rows = None
     offsets = launcher(Kernel.GROUP_OFFSETS, split_sizes)(split_sizes)
     probs = None
     if weights is not None:
         # The weights in expert row order: FC1's epilogue row scale.
         probs = weights.new_empty(row_map.numel()).scatter_(0, row_map.reshape(-1), weights.reshape(-1))
-    h, z = library.grouped_gemm_gated(x, w1.transpose(1, 2), offsets, bias=b1, act=gate.act, probs=probs,
-                                      save_preact=keep, a_rows=token_of_rows(row_map), **gate.kernel_args)
+    h, z = library.grouped_gemm_gated(a, w1.transpose(1, 2), offsets, bias=b1, act=gate.act, probs=probs,
+                                      save_preact=keep, a_rows=a_rows, **gate.kernel_args)
+    del a
     y_sorted, _ = library.grouped_gemm(h, w2.transpose(1, 2), offsets)
     del h
     return sum_token_rows(y_sorted, row_map), row_map, z, probs, offsets
@@ -143,13 +152,14 @@ def _backward(dy, x, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple,
             None if main_grad2 is not None else dw2)
 
 
-def forward(x, weights, w1, b1, w2, expert_ids, gate: Gate, keep: bool, check: str) -> tuple:
+def forward(x, weights, w1, b1, w2, expert_ids, gate: Gate, keep: bool, gather: bool, check: str) -> tuple:
     """``(y, row_map, z, probs, offsets)`` (z None unless ``keep``, probs None without
     ``weights``): through the custom operator while torch.compile traces."""
     if torch.compiler.is_compiling():
-        y, row_map, z, probs, offsets = _forward_op(x, weights, w1, b1, w2, expert_ids, *gate.fields(), keep, check)
+        y, row_map, z, probs, offsets = _forward_op(x, weights, w1, b1, w2, expert_ids, *gate.fields(), keep, gather,
+                                                    check)
         return y, row_map, z if keep else None, probs if weights is not None else None, offsets
-    return _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep, check=check)
+    return _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep, gather=gather, check=check)
 
 
 def backward(dy, x, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gate, lean: bool,
@@ -200,15 +210,16 @@ def _or_empty(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
 
 
 @fuseops_op(f"expert_layer_forward(Tensor x, Tensor? weights, Tensor w1, Tensor? b1, Tensor w2, Tensor expert_ids, "
-            f"{_GATE_SCHEMA}, bool keep, str check) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
-def _forward_op(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, check):
+            f"{_GATE_SCHEMA}, bool keep, bool gather, str check) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+def _forward_op(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, gather, check):
     gate = Gate.of(act, interleaved, clamped, limit, alpha)
-    y, row_map, z, probs, offsets = _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep, check=check)
+    y, row_map, z, probs, offsets = _forward(x, weights, w1, b1, w2, expert_ids, gate=gate, keep=keep, gather=gather,
+                                             check=check)
     return y, row_map, _or_empty(z, x), _or_empty(probs, x), offsets
 
 
 @torch.library.register_fake("fuseops::expert_layer_forward")
-def _(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, check):
+def _(x, weights, w1, b1, w2, expert_ids, act, interleaved, clamped, limit, alpha, keep, gather, check):
     (T, K), H, E, F2 = expert_ids.shape, x.shape[1], w1.shape[0], w1.shape[1]
     routed = T * K
     return (x.new_empty(T, H), x.new_empty(T, K, dtype=torch.int64),

@@ -75,11 +75,11 @@ def composed_stages() -> list[Stage]:
 
 
 def layer_stages(lean: bool, fc1_weight_grad_first: bool) -> list[Stage]:
-    """expert_layer. Either mode: FC1 gathers x's rows in its loads in the forward (no x_sorted
-    there), and dx_sorted is reduced to dx before FC1's weight gradient. Default (``lean``
-    False): z saved; the backward makes dy_sorted, and x_sorted for FC1's weight gradient alone.
-    Lean: nothing of size N saved, and neither x_sorted nor dy_sorted made: the backward
-    recomputes z, and its GEMMs gather x's and dy's rows in their loads.
+    """expert_layer. Either mode: dx_sorted is reduced to dx before FC1's weight gradient.
+    Default (``lean`` False): z saved; x_sorted made for FC1 alone in the forward and for FC1's
+    weight gradient alone in the backward, which makes dy_sorted too. Lean: nothing of size N
+    saved, and neither x_sorted nor dy_sorted made: the backward recomputes z, and every GEMM
+    gathers x's and dy's rows in its loads.
 
     Backward order: FC2's weight gradient right after FC2's dgrad (dy_sorted and h freed
     early, dw2 held meanwhile), or with ``fc1_weight_grad_first`` last, after dz is released
@@ -88,7 +88,8 @@ def layer_stages(lean: bool, fc1_weight_grad_first: bool) -> list[Stage]:
     (``expert_layer`` checks; else it runs the first order)."""
     xs = () if lean else ("x_sorted",)
     dys = () if lean else ("dy_sorted",)
-    forward = [("forward FC2", ("z", "h", "y_sorted")), ("forward combine", ("z", "y_sorted", "y"))]
+    forward = [("forward FC1", ("x_sorted", "z", "h")), ("forward FC2", ("z", "h", "y_sorted")),
+               ("forward combine", ("z", "y_sorted", "y"))]
     if lean:
         forward = [("forward FC2", ("h", "y_sorted")), ("forward combine", ("y_sorted", "y")),
                    ("recompute z", ("z", "y"))]

@@ -12,27 +12,29 @@ from fuseops.moe import expert_layer, expert_layer_steps
 from tests.moe.test_expert_layer import make_experts, routing, step
 
 
-def _forward_args(T, keep, weighted):
+def _forward_args(T, keep, weighted, gather=False):
     experts = make_experts(4, 32, 16, bias=True)
     fc1, act, fc2 = experts
     x = torch.randn(T, 32)
     ids = routing(T, 4, 2, T)
     weights = torch.rand(T, 2) if weighted else None
     gate = expert_layer_steps.Gate(act.act, act.kernel_args)
-    return (x, weights, fc1.weight.detach(), fc1.bias.detach(), fc2.weight.detach(), ids, *gate.fields(), keep, "host")
+    return (x, weights, fc1.weight.detach(), fc1.bias.detach(), fc2.weight.detach(), ids, *gate.fields(), keep, gather,
+            "host")
 
 
 @pytest.mark.parametrize("T", [0, 5])
-@pytest.mark.parametrize("keep", [True, False], ids=["default", "lean-or-inference"])
+@pytest.mark.parametrize("keep, gather", [(True, False), (False, False), (False, True)],
+                         ids=["default", "default-inference", "lean"])
 @pytest.mark.parametrize("weighted", [True, False])
-def test_forward_operator_passes_opcheck(T, keep, weighted):
-    torch.library.opcheck(torch.ops.fuseops.expert_layer_forward.default, _forward_args(T, keep, weighted))
+def test_forward_operator_passes_opcheck(T, keep, gather, weighted):
+    torch.library.opcheck(torch.ops.fuseops.expert_layer_forward.default, _forward_args(T, keep, weighted, gather))
 
 
 @pytest.mark.parametrize("needs", [(True,) * 5, (True, False, True, False, True), (False, False, True, True, False)])
 @pytest.mark.parametrize("lean", [False, True])
 def test_backward_operator_passes_opcheck(lean, needs):
-    args = _forward_args(5, not lean, True)
+    args = _forward_args(5, not lean, True, gather=lean)
     y, row_map, z, probs, offsets = torch.ops.fuseops.expert_layer_forward.default(*args)
     x, _, w1, b1, w2 = args[:5]
     saved = (x, None if lean else z, probs, row_map, offsets, w1, b1, w2)
