@@ -22,8 +22,8 @@ def implementations(shape: mm.LayerShape) -> dict[str, list[mm.Stage]]:
     return {
         "torch (_grouped_mm composition)": mm.torch_stages(),
         "fuseops composed": mm.composed_stages(),
-        "expert_layer default": mm.layer_stages(False, mm.fc1_weight_grad_first(shape, False)),
-        "expert_layer lean": mm.layer_stages(True, mm.fc1_weight_grad_first(shape, True)),
+        "expert_layer default": mm.layer_stages(False, *mm.backward_plan(shape, False)),
+        "expert_layer lean": mm.layer_stages(True, *mm.backward_plan(shape, True)),
     }
 
 

@@ -22,9 +22,10 @@ summed per token only after FC1's weight gradient. memory_model.py has the accou
   the rows of ``x`` and ``dy`` through the row map inside its loads (the Triton kernels'
   pointer paths), and the backward recomputes ``z`` (one more FC1 GEMM, 4*T*K*H*F FLOPs:
   about a fifth of the step).
-- The backward frees ``dy_sorted``, ``h``, ``dz`` and ``x_sorted`` as soon as they are dead and
+- The backward frees ``dy_sorted``, ``h``, ``dz`` and ``x_sorted`` as soon as they are dead,
   runs FC1's and FC2's weight gradients in the order memory_model.py finds peaks lower for the
-  shape. The default mode releases its saved tensors early only when the backward frees the
+  shape, and makes the default's ``x_sorted`` in column slices, one at a time, where it finds
+  the whole copy at the peak. The default mode releases its saved tensors early only when the backward frees the
   graph and no saved-tensor hooks (offloading) hold them.
 - ``accumulate_into_main_grad`` on a GroupedLinear: the wgrad kernel adds that weight's gradient
   to its float32 ``main_grad`` (read at each backward, as the composition reads it) and returns

@@ -98,7 +98,7 @@ def _backward(dy, x, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple,
     """``(dx, dweights, dw1, db1, dw2)`` of ``_ExpertLayer``; ``static`` as its backward makes it.
     A weight gradient with a float32 buffer in ``main_grads`` (FC1's, FC2's) is added to it by
     the wgrad kernel and comes back None."""
-    gate, lean, needs, overwrite, fc1_first = static
+    gate, lean, needs, overwrite, fc1_first, x_parts = static
     need_x, need_weights, need_w1, need_b1, need_w2 = needs
     main_grad1, main_grad2 = main_grads
     # ``loss.sum()``'s gradient is one element expanded: the kernels read rows of a dense tensor.
@@ -132,10 +132,7 @@ def _backward(dy, x, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple,
         # x's rows gathered inside the wgrad's loads: no x_sorted at this, lean's peak stage.
         dw1 = library.grouped_gemm_wgrad(dz, x, offsets, x_rows=tokens, main_grad=main_grad1)
     elif need_w1:
-        # x's rows in expert order, made for this GEMM alone and freed with it: the TMA wgrad
-        # reads a copy faster than its pointer loads gather the rows (``python -m
-        # benchmarks.gathered_gemm``, benchmarks/results/gathered_gemm-h200-2026-11-29.json).
-        dw1 = library.grouped_gemm_wgrad(dz, _gather_rows(x, row_map), offsets, main_grad=main_grad1)
+        dw1 = _fc1_weight_grad(dz, x, row_map, offsets, main_grad1, x_parts)
     if need_b1:
         db1 = library.grouped_bias_grad(dz, offsets)
     if fc1_first:
@@ -150,6 +147,27 @@ def _backward(dy, x, z, probs, row_map, offsets, w1, b1, w2, *, static: tuple,
         dweights = dprobs.index_select(0, row_map.reshape(-1)).view(row_map.shape)
     return (dx, dweights, None if main_grad1 is not None else dw1, db1,
             None if main_grad2 is not None else dw2)
+
+
+def _fc1_weight_grad(dz, x, row_map, offsets, main_grad, parts: int) -> torch.Tensor:
+    """FC1's weight gradient from x's rows in expert order, made for it alone, in ``parts``
+    column slices (``memory_model.column_parts``), each freed after its GEMM: the TMA wgrad
+    reads a copy faster than its pointer loads gather the rows (``python -m
+    benchmarks.gathered_gemm``, benchmarks/results/gathered_gemm-h200-2026-11-29.json), and a
+    slice of the copy at a time keeps it off the peak where memory_model finds it there."""
+    if parts == 1:
+        return library.grouped_gemm_wgrad(dz, _gather_rows(x, row_map), offsets, main_grad=main_grad)
+    H = x.shape[1]
+    dw = main_grad if main_grad is not None else x.new_empty(offsets.shape[0] - 1, dz.shape[1], H)
+    for start, stop in memory_model.column_parts(H, parts):
+        x_part = _gather_rows(x[:, start:stop].contiguous(), row_map)
+        target = dw[:, :, start:stop]
+        if main_grad is not None:
+            library.grouped_gemm_wgrad(dz, x_part, offsets, main_grad=target)
+        else:
+            library.grouped_gemm_wgrad(dz, x_part, offsets, out=target)
+        del x_part
+    return dw
 
 
 def forward(x, weights, w1, b1, w2, expert_ids, gate: Gate, keep: bool, gather: bool, check: str) -> tuple:
@@ -185,7 +203,7 @@ def backward_batched(dy, x, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gat
     caller refuses)."""
     with references_forced():
         return _backward(dy, x, z, probs, row_map, offsets, w1, b1, w2,
-                         static=(gate, lean, needs, False, False))
+                         static=(gate, lean, needs, False, False, 1))
 
 
 def _backward_eager(inputs: tuple, gate: Gate, lean: bool, needs: tuple[bool, ...], overwrite: bool,
@@ -193,12 +211,11 @@ def _backward_eager(inputs: tuple, gate: Gate, lean: bool, needs: tuple[bool, ..
     """The backward, freeing dead saved tensors where ``lean`` or ``may_release``, with the weight
     gradients in the order ``memory_model`` finds the lower peak for."""
     dy, row_map, w1, w2 = inputs[0], inputs[4], inputs[6], inputs[8]
-    releasable = lean or may_release
     # The weight gradients' order matters only where dead tensors are freed early.
-    fc1_first = releasable and memory_model.fc1_weight_grad_first(
+    fc1_first, x_parts = memory_model.backward_plan(
         memory_model.LayerShape(row_map.shape[0], row_map.shape[1], dy.shape[1], w2.shape[2], w1.shape[0],
-                                dy.element_size()), lean)
-    return _backward(*inputs, static=(gate, lean, tuple(needs), overwrite, fc1_first), main_grads=main_grads)
+                                dy.element_size()), lean, lean or may_release)
+    return _backward(*inputs, static=(gate, lean, tuple(needs), overwrite, fc1_first, x_parts), main_grads=main_grads)
 
 
 _GATE_SCHEMA = "int act, bool interleaved, bool clamped, float limit, float alpha"

@@ -1,8 +1,9 @@
 """Byte accounting of one MoE expert layer's forward+backward: which large tensors are alive
 at each stage, per implementation, and the peak above the step's start (inputs, weights and
 the upstream gradient already allocated; weight gradients, the output and every
-intermediate counted). Pure arithmetic on shapes: ``expert_layer`` picks its backward order
-from it (both modes), and ``benchmarks/moe_memory_model.py`` prints it.
+intermediate counted). Pure arithmetic on shapes: ``expert_layer`` picks its backward plan
+from it (``backward_plan``: the weight gradients' order, both modes; the default's x_sorted
+whole or in column slices), and ``benchmarks/moe_memory_model.py`` prints it.
 
 Tensors with a row per (token, choice) are ``N = T*K`` rows: the permuted input ``x_sorted``
 [N, H], the pre-activation ``z`` [N, 2F] (its gradient ``dz`` is written over it), the
@@ -37,6 +38,12 @@ class LayerShape:
     itemsize: int = 2
 
     def bytes_of(self, name: str) -> int:
+        """Bytes of tensor ``name``; ``name/n``: its widest column slice of ``column_parts``
+        into ``n``."""
+        if "/" in name:
+            whole, parts = name.split("/")
+            start, stop = column_parts(self.hidden, int(parts))[0]
+            return self.bytes_of(whole) // self.hidden * (stop - start)
         N, T, H, F, E = self.tokens * self.top_k, self.tokens, self.hidden, self.ffn, self.experts
         elements = {
             "x_sorted": N * H, "y_sorted": N * H, "dy_sorted": N * H, "dx_sorted": N * H,
@@ -74,10 +81,20 @@ def composed_stages() -> list[Stage]:
     ]
 
 
-def layer_stages(lean: bool, fc1_weight_grad_first: bool) -> list[Stage]:
+def column_parts(columns: int, parts: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` of ``parts`` column slices of a row of ``columns``, each but the last
+    a multiple of 8 columns wide (slices of a 16-bit or float32 row start 16-byte aligned, as
+    TMA needs)."""
+    step = -(-columns // parts)
+    step = -(-step // 8) * 8
+    return [(start, min(columns, start + step)) for start in range(0, columns, step)]
+
+
+def layer_stages(lean: bool, fc1_weight_grad_first: bool, x_parts: int = 1) -> list[Stage]:
     """expert_layer. Either mode: dx_sorted is reduced to dx before FC1's weight gradient.
     Default (``lean`` False): z saved; x_sorted made for FC1 alone in the forward and for FC1's
-    weight gradient alone in the backward, which makes dy_sorted too. Lean: nothing of size N
+    weight gradient alone in the backward (``x_parts`` column slices of it, one alive at a
+    time), which makes dy_sorted too. Lean: nothing of size N
     saved, and neither x_sorted nor dy_sorted made: the backward recomputes z, and every GEMM
     gathers x's and dy's rows in its loads.
 
@@ -86,7 +103,7 @@ def layer_stages(lean: bool, fc1_weight_grad_first: bool) -> list[Stage]:
     (h and dy_sorted held meanwhile instead of dw2). The default mode can release its saved z
     early only when the backward frees the graph and no saved-tensor hooks hold it
     (``expert_layer`` checks; else it runs the first order)."""
-    xs = () if lean else ("x_sorted",)
+    xs = () if lean else ("x_sorted" if x_parts == 1 else f"x_sorted/{x_parts}",)
     dys = () if lean else ("dy_sorted",)
     forward = [("forward FC1", ("x_sorted", "z", "h")), ("forward FC2", ("z", "h", "y_sorted")),
                ("forward combine", ("z", "y_sorted", "y"))]
@@ -115,10 +132,17 @@ def peak_bytes(shape: LayerShape, stages: list[Stage]) -> int:
     return max(b for _, b in stage_bytes(shape, stages))
 
 
+X_PARTS = (1, 2, 4)
+
+
 @functools.cache
-def fc1_weight_grad_first(shape: LayerShape, lean: bool) -> bool:
-    """The backward order of ``layer_stages`` that peaks lower at ``shape``: FC1's weight
+def backward_plan(shape: LayerShape, lean: bool, releasable: bool = True) -> tuple[bool, int]:
+    """``(fc1_weight_grad_first, x_parts)`` of ``layer_stages`` that peaks lowest at ``shape``
+    (among equal peaks the fewest parts, then FC2's weight gradient first): FC1's weight
     gradient first at wide experts with few choices (Mixtral's shape), FC2's first at many
-    narrow experts (Qwen3's), where dy_sorted and dx_sorted are the large tensors. Cached: a
-    backward asks once per shape."""
-    return peak_bytes(shape, layer_stages(lean, True)) < peak_bytes(shape, layer_stages(lean, False))
+    narrow experts (Qwen3's), where dy_sorted, dx_sorted and x_sorted are the large tensors;
+    x_sorted in parts where it would otherwise make the peak. Not ``releasable`` (saved tensors
+    held to the backward's end): FC2's first. Cached: a backward asks once per shape."""
+    orders = (False, True) if releasable else (False,)
+    plans = [(first, parts) for first in orders for parts in ((1,) if lean else X_PARTS)]
+    return min(plans, key=lambda plan: (peak_bytes(shape, layer_stages(lean, *plan)), plan[1], plan[0]))

@@ -167,13 +167,19 @@ def test_equals_the_composition_through_the_triton_kernels(**case):
 
 
 @pytest.mark.parametrize("lean", [False, True], ids=["default", "lean"])
-@pytest.mark.parametrize("shape, fc1_first", [((24, 2, 8, 8, 2), False), ((3, 1, 8, 16, 5), True)],
-                         ids=["fc2-wgrad-first", "fc1-wgrad-first"])
-def test_both_backward_orders(shape, fc1_first, lean):
-    """The order memory_model picks, each exercised: FC2's weight gradient first, or last after
-    z and x_sorted are released (the default mode frees its saved tensors' storage then)."""
+@pytest.mark.parametrize("shape, fc1_first, x_parts", [((24, 2, 8, 8, 2), False, 1), ((3, 1, 8, 16, 5), True, 1),
+                                                       ((6, 2, 32, 4, 4), False, 4)],
+                         ids=["fc2-wgrad-first", "fc1-wgrad-first", "x-in-column-parts"])
+def test_both_backward_orders(shape, fc1_first, x_parts, lean):
+    """The plans memory_model picks, each exercised: FC2's weight gradient first, or last after
+    z is released (the default mode frees its saved tensors' storage then); the default's
+    x_sorted for FC1's weight gradient whole, or made in column slices one at a time (lean
+    makes none: its wgrad gathers, and it orders by its own stages)."""
     T, K, H, F, E = shape
-    assert mm.fc1_weight_grad_first(mm.LayerShape(T, K, H, F, E, 4), lean) is fc1_first
+    plan = mm.backward_plan(mm.LayerShape(T, K, H, F, E, 4), lean)
+    assert plan == ((fc1_first, x_parts) if not lean else (plan[0], 1))
+    if not lean or x_parts == 1:
+        assert plan[0] is fc1_first
     kernels = interpreted_kernels if INTERPRET else contextlib.nullcontext
     compare(E, T, H, F, K, torch.float32, "swiglu", True, torch.float32, lean, 0, kernels)
 
@@ -587,8 +593,8 @@ def test_gpu_peak_memory_follows_the_byte_accounting():
     }
     modelled = {
         "composed": mm.peak_bytes(shape, mm.composed_stages()),
-        "default": mm.peak_bytes(shape, mm.layer_stages(False, mm.fc1_weight_grad_first(shape, False))),
-        "lean": mm.peak_bytes(shape, mm.layer_stages(True, mm.fc1_weight_grad_first(shape, True))),
+        "default": mm.peak_bytes(shape, mm.layer_stages(False, *mm.backward_plan(shape, False))),
+        "lean": mm.peak_bytes(shape, mm.layer_stages(True, *mm.backward_plan(shape, True))),
     }
     routing_maps = 64 * T * K  # row maps, probs, their gradients, partial sums: O(T*K) scalars
     for name in measured:
@@ -597,32 +603,38 @@ def test_gpu_peak_memory_follows_the_byte_accounting():
 
 
 class _RowsCounter(torch.utils._python_dispatch.TorchDispatchMode):
-    """Counts the tensors of one shape that aten ops make (outputs with a fresh storage)."""
+    """The widths of the tensors of ``rows`` rows (2-D) that aten ops make (outputs with a
+    fresh storage), sorted."""
 
-    def __init__(self, shape):
+    def __init__(self, rows):
         super().__init__()
-        self.shape, self.made = tuple(shape), set()
+        self.rows, self.made = rows, {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor) and tuple(t.shape) == self.shape:
-                self.made.add(t.untyped_storage().data_ptr())
+            if isinstance(t, torch.Tensor) and t.dim() == 2 and t.shape[0] == self.rows:
+                self.made[t.untyped_storage().data_ptr()] = t.shape[1]
         return out
+
+    def widths(self, but: tuple[int, ...]) -> list[int]:
+        return sorted(w for w in self.made.values() if w not in but)
 
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bfloat16"])
 def test_lean_makes_no_permuted_copy_of_x(bf16):
-    """The [T*K, H] tensors a step of the kernels makes: lean's forward one (FC2's output;
-    FC1 reads x's rows in place), the default's two (x_sorted too, for FC1 alone); lean's
-    backward one (FC1's input gradient: FC1's recompute and weight gradient gather x's rows,
-    FC2's gradients dy's), the default's three (dy_sorted, FC1's input gradient, and x_sorted
-    again for FC1's weight gradient); and lean equals the default. (The CPU references gather
+    """The [T*K, H] tensors (and column slices of them) a step of the kernels makes: lean's
+    forward one (FC2's output; FC1 reads x's rows in place), the default's two (x_sorted too,
+    for FC1 alone); lean's backward one (FC1's input gradient: FC1's recompute and weight
+    gradient gather x's rows, FC2's gradients dy's), the default's dy_sorted and FC1's input
+    gradient, and x_sorted again for FC1's weight gradient in the column slices memory_model
+    plans (here 3 of 8 columns); and lean equals the default. (The CPU references gather
     copies.)"""
     if not INTERPRET:
         pytest.skip("the kernels on CPU tensors need TRITON_INTERPRET=1")
     dtype = torch.bfloat16 if bf16 else torch.float32
-    T, K, E, H, F = 6, 2, 4, 24, 8
+    T, K, E, H, F = 6, 2, 4, 24, 6
+    assert mm.backward_plan(mm.LayerShape(T, K, H, F, E, dtype.itemsize), False) == (False, 4)
     experts = make_experts(E, H, F, dtype=dtype)
     ids, weights = routing(T, E, K, seed=4), torch.rand(T, K, dtype=dtype)
     x, dy = torch.randn(T, H, dtype=dtype), torch.randn(T, H, dtype=dtype)
@@ -630,13 +642,15 @@ def test_lean_makes_no_permuted_copy_of_x(bf16):
     with interpreted_kernels():
         for lean in (False, True):
             xr = x.clone().requires_grad_()
-            with _RowsCounter((T * K, H)) as forward:
+            with _RowsCounter(T * K) as forward:
                 y = expert_layer(xr, ids, weights, experts, lean=lean)
-            with _RowsCounter((T * K, H)) as backward:
+            with _RowsCounter(T * K) as backward:
                 y.backward(dy)
-            made[lean] = (len(forward.made), len(backward.made))
+            # But the routing's permute of no columns, the gated activation (F), the
+            # pre-activation (2F) and their gradients.
+            made[lean] = (forward.widths((0, F, 2 * F)), backward.widths((0, F, 2 * F)))
         lean, default = step(experts, x, ids, weights, dy, lean=True), step(experts, x, ids, weights, dy)
-    assert made[True] == (1, 1), made
-    assert made[False] == (2, 3), made
+    assert made[True] == ([H], [H]), made
+    assert made[False] == ([H, H], [8, 8, 8, H, H]), made
     for a, b in zip(lean, default, strict=True):
         torch.testing.assert_close(a, b, **({} if not bf16 else dict(rtol=2e-2, atol=2e-2)))
