@@ -25,8 +25,8 @@ summed per token only after FC1's weight gradient. memory_model.py has the accou
 - The backward frees ``dy_sorted``, ``h``, ``dz`` and ``x_sorted`` as soon as they are dead,
   runs FC1's and FC2's weight gradients in the order memory_model.py finds peaks lower for the
   shape, and makes the default's ``x_sorted`` in column slices, one at a time, where it finds
-  the whole copy at the peak. The default mode releases its saved tensors early only when the backward frees the
-  graph and no saved-tensor hooks (offloading) hold them.
+  the whole copy at the peak. The default mode releases its saved tensors early only when the
+  backward frees the graph and no saved-tensor hooks (offloading) hold them.
 - ``accumulate_into_main_grad`` on a GroupedLinear: the wgrad kernel adds that weight's gradient
   to its float32 ``main_grad`` (read at each backward, as the composition reads it) and returns
   none, eagerly and under a recipe; under ``torch.compile`` the composition runs (the layer's

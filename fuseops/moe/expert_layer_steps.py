@@ -208,10 +208,10 @@ def backward_batched(dy, x, z, probs, row_map, offsets, w1, b1, w2, *, gate: Gat
 
 def _backward_eager(inputs: tuple, gate: Gate, lean: bool, needs: tuple[bool, ...], overwrite: bool,
                     may_release: bool, main_grads: tuple = (None, None)) -> tuple:
-    """The backward, freeing dead saved tensors where ``lean`` or ``may_release``, with the weight
-    gradients in the order ``memory_model`` finds the lower peak for."""
+    """The backward, freeing dead saved tensors where ``lean`` or ``may_release``, on
+    ``memory_model.backward_plan``'s plan for the shape (FC1's weight gradient first only where
+    dead tensors are freed early)."""
     dy, row_map, w1, w2 = inputs[0], inputs[4], inputs[6], inputs[8]
-    # The weight gradients' order matters only where dead tensors are freed early.
     fc1_first, x_parts = memory_model.backward_plan(
         memory_model.LayerShape(row_map.shape[0], row_map.shape[1], dy.shape[1], w2.shape[2], w1.shape[0],
                                 dy.element_size()), lean, lean or may_release)

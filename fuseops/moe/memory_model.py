@@ -94,9 +94,9 @@ def layer_stages(lean: bool, fc1_weight_grad_first: bool, x_parts: int = 1) -> l
     """expert_layer. Either mode: dx_sorted is reduced to dx before FC1's weight gradient.
     Default (``lean`` False): z saved; x_sorted made for FC1 alone in the forward and for FC1's
     weight gradient alone in the backward (``x_parts`` column slices of it, one alive at a
-    time), which makes dy_sorted too. Lean: nothing of size N
-    saved, and neither x_sorted nor dy_sorted made: the backward recomputes z, and every GEMM
-    gathers x's and dy's rows in its loads.
+    time), which makes dy_sorted too. Lean: nothing of size N saved, and neither x_sorted nor
+    dy_sorted made: the backward recomputes z, and every GEMM gathers x's and dy's rows in its
+    loads.
 
     Backward order: FC2's weight gradient right after FC2's dgrad (dy_sorted and h freed
     early, dw2 held meanwhile), or with ``fc1_weight_grad_first`` last, after dz is released
