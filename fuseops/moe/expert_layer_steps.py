@@ -214,7 +214,10 @@ def _backward_eager(inputs: tuple, gate: Gate, lean: bool, needs: tuple[bool, ..
     dy, row_map, w1, w2 = inputs[0], inputs[4], inputs[6], inputs[8]
     fc1_first, x_parts = memory_model.backward_plan(
         memory_model.LayerShape(row_map.shape[0], row_map.shape[1], dy.shape[1], w2.shape[2], w1.shape[0],
-                                dy.element_size()), lean, lean or may_release)
+                                dy.element_size()), lean)
+    # Saved tensors held to the backward's end: FC2's weight gradient first. The same slices
+    # either way: a checkpointed or offloaded step gives the plain step's bits.
+    fc1_first = fc1_first and (lean or may_release)
     return _backward(*inputs, static=(gate, lean, tuple(needs), overwrite, fc1_first, x_parts), main_grads=main_grads)
 
 

@@ -136,13 +136,12 @@ X_PARTS = (1, 2, 4)
 
 
 @functools.cache
-def backward_plan(shape: LayerShape, lean: bool, releasable: bool = True) -> tuple[bool, int]:
+def backward_plan(shape: LayerShape, lean: bool) -> tuple[bool, int]:
     """``(fc1_weight_grad_first, x_parts)`` of ``layer_stages`` that peaks lowest at ``shape``
     (among equal peaks the fewest parts, then FC2's weight gradient first): FC1's weight
     gradient first at wide experts with few choices (Mixtral's shape), FC2's first at many
     narrow experts (Qwen3's), where dy_sorted, dx_sorted and x_sorted are the large tensors;
-    x_sorted in parts where it would otherwise make the peak. Not ``releasable`` (saved tensors
-    held to the backward's end): FC2's first. Cached: a backward asks once per shape."""
-    orders = (False, True) if releasable else (False,)
-    plans = [(first, parts) for first in orders for parts in ((1,) if lean else X_PARTS)]
+    x_sorted in parts where it would otherwise make the peak. Cached: a backward asks once per
+    shape."""
+    plans = [(first, parts) for first in (False, True) for parts in ((1,) if lean else X_PARTS)]
     return min(plans, key=lambda plan: (peak_bytes(shape, layer_stages(lean, *plan)), plan[1], plan[0]))
