@@ -2,8 +2,8 @@
 on a permuted copy: what reading ``x`` and ``dy`` through the routing's row map costs or saves,
 per GEMM, at the MoE shapes, uniform and skewed routing (``benchmarks/moe_layer.py``'s cells), bf16.
 
-Per shape and routing, for each GEMM a gather can feed (``fuseops.moe.expert_layer`` gathers
-in FC1's forward in either mode, and its lean mode in all five):
+Per shape and routing, for each GEMM a gather can feed (``fuseops.moe.expert_layer``'s lean
+mode gathers in all five; its default mode reads copies, which these results chose):
 
 - ``fc1_fwd``: FC1 with SwiGLU, the router weights and z saved (``grouped_gemm_gated``);
 - ``fc2_dgrad``: FC2's dgrad through the gate (``grouped_gemm_dgrad_gated``: dz, dprobs, h);
