@@ -126,22 +126,20 @@ def variants(shape: dict, skewed: bool, gemm: str, device: str, tune: bool) -> t
                "gathered": lambda: dgrad(dy, tokens)}
         extra = {f"gathered {n}": (lambda c=c: dgrad(dy, tokens, c)) for n, c in GATHERED_CONFIGS[gemm].items()}
         flop = 2.0 * N * H * I
-    elif gemm == "fc1_wgrad":
-        fns = {"copy": lambda: library.grouped_gemm_wgrad(dz, x_sorted, offsets),
-               "gathered": lambda: library.grouped_gemm_wgrad(dz, x, offsets, x_rows=tokens)}
+    elif gemm in ("fc1_wgrad", "fc2_wgrad"):
+        # FC1's from dz and x's rows, FC2's from dy's rows and h: ``rows`` names the gathered one.
+        fc1 = gemm == "fc1_wgrad"
+        dy_op, x_op, dy_copy, x_copy, rows = (dz, x, dz, x_sorted, "x_rows") if fc1 else (dy, h, dy_sorted, h, "dy_rows")
+
+        def wgrad(a, b, cfg=None, **gathered):
+            if cfg is None:
+                return library.grouped_gemm_wgrad(a, b, offsets, **gathered)
+            return grouped_wgrad.launch_grouped_gemm_wgrad(a, b, offsets, None, None, cfg, **gathered)
+        fns = {"copy": lambda: wgrad(dy_copy, x_copy), "gathered": lambda: wgrad(dy_op, x_op, **{rows: tokens})}
         fns["contiguous"] = fns["copy"]
-        extra = {f"gathered {n}": (lambda c=c: grouped_wgrad.launch_grouped_gemm_wgrad(dz, x, offsets, None, None, c,
-                                                                                       x_rows=tokens))
+        extra = {f"gathered {n}": (lambda c=c: wgrad(dy_op, x_op, c, **{rows: tokens}))
                  for n, c in GATHERED_CONFIGS[gemm].items()}
-        flop = 2.0 * N * H * 2 * I
-    elif gemm == "fc2_wgrad":
-        fns = {"copy": lambda: library.grouped_gemm_wgrad(dy_sorted, h, offsets),
-               "gathered": lambda: library.grouped_gemm_wgrad(dy, h, offsets, dy_rows=tokens)}
-        fns["contiguous"] = fns["copy"]
-        extra = {f"gathered {n}": (lambda c=c: grouped_wgrad.launch_grouped_gemm_wgrad(dy, h, offsets, None, None, c,
-                                                                                       dy_rows=tokens))
-                 for n, c in GATHERED_CONFIGS[gemm].items()}
-        flop = 2.0 * N * H * I
+        flop = 2.0 * N * H * (2 * I if fc1 else I)
     else:  # lean's FC1 again in the backward: the pre-activation alone
         def recompute(a, rows=None, cfg=None):
             if cfg is None:
