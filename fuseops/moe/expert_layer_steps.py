@@ -160,7 +160,7 @@ def _fc1_weight_grad(dz, x, row_map, offsets, main_grad, parts: int) -> torch.Te
     H = x.shape[1]
     dw = main_grad if main_grad is not None else x.new_empty(offsets.shape[0] - 1, dz.shape[1], H)
     for start, stop in memory_model.column_parts(H, parts):
-        x_part = _gather_rows(x[:, start:stop].contiguous(), row_map)
+        x_part = _gather_rows(x[:, start:stop], row_map)
         target = dw[:, :, start:stop]
         if main_grad is not None:
             library.grouped_gemm_wgrad(dz, x_part, offsets, main_grad=target)

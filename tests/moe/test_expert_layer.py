@@ -601,22 +601,25 @@ def test_gpu_peak_memory_follows_the_byte_accounting():
 
 
 class _RowsCounter(torch.utils._python_dispatch.TorchDispatchMode):
-    """The widths of the tensors of ``rows`` rows (2-D) that aten ops make (outputs with a
-    fresh storage), sorted."""
+    """The widths of the tensors of ``rows`` rows (2-D) that aten ops make (outputs in no
+    input's storage: not views, not written in place), sorted."""
 
     def __init__(self, rows):
         super().__init__()
-        self.rows, self.made = rows, {}
+        self.rows, self.made = rows, []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_leaves((args, kwargs))
+                  if isinstance(t, torch.Tensor)}
         for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor) and t.dim() == 2 and t.shape[0] == self.rows:
-                self.made[t.untyped_storage().data_ptr()] = t.shape[1]
+            if (isinstance(t, torch.Tensor) and t.dim() == 2 and t.shape[0] == self.rows
+                    and t.untyped_storage().data_ptr() not in inputs):
+                self.made.append(t.shape[1])
         return out
 
     def widths(self, but: tuple[int, ...]) -> list[int]:
-        return sorted(w for w in self.made.values() if w not in but)
+        return sorted(w for w in self.made if w not in but)
 
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bfloat16"])

@@ -123,12 +123,13 @@ def permute_rows_kernel(
 
 @triton.jit
 def scatter_rows_kernel(
-    src, row_map, weights, dst, y_sorted, dweights, T, H, top_k,
+    src, row_map, weights, dst, y_sorted, dweights, T, H, top_k, stride_src,
     HAS_WEIGHTS: tl.constexpr, WANT_DW: tl.constexpr, K_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
 ):
     # dst[row_map[t, k]] = weights[t, k] * src[t]; with WANT_DW also
-    # dweights[t, k] = <src[t], y_sorted[row_map[t, k]]>.
+    # dweights[t, k] = <src[t], y_sorted[row_map[t, k]]>. src's rows are stride_src apart
+    # (a column slice of a wider tensor is read in place).
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     mask_t = offs_t < T
     offs_k = tl.arange(0, K_PAD)
@@ -137,7 +138,8 @@ def scatter_rows_kernel(
         offs_h = h0 + tl.arange(0, BLOCK_H)
         mask = mask_t[:, None] & (offs_h < H)[None, :]
         # [BLOCK_T, BLOCK_H]
-        s = tl.load(src + offs_t[:, None].to(tl.int64) * H + offs_h[None, :], mask=mask, other=0.0).to(tl.float32)
+        s = tl.load(src + offs_t[:, None].to(tl.int64) * stride_src + offs_h[None, :], mask=mask,
+                    other=0.0).to(tl.float32)
         for k in range(top_k):
             rows = tl.load(row_map + offs_t * top_k + k, mask=mask_t, other=0)
             ptrs = rows[:, None] * H + offs_h[None, :]
@@ -232,7 +234,7 @@ def permute(
     )
     if H:  # no columns: the routing alone (the quantized expert layer's)
         launch(scatter_rows_kernel, _copy_grid(T, cfg),
-            x, row_map, None, x_sorted, None, None, T, H, top_k,
+            x, row_map, None, x_sorted, None, None, T, H, top_k, x.stride(0),
             HAS_WEIGHTS=False, WANT_DW=False, K_PAD=1,
             BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h, num_warps=cfg.num_warps,
         )
@@ -282,7 +284,8 @@ def unpermute_bwd(
     (the forward's input) is given.
 
     Args:
-        dy: [T, H] float, contiguous.
+        dy: [T, H] float, each row contiguous (rows any stride apart: a column slice of a
+            wider tensor is read in place).
         row_map: [T, K] int64 from ``permute`` (a permutation of the rows), contiguous.
         weights: [T, K] float, contiguous, or None for all ones.
         y_sorted: [T*K, H] like the forward's, contiguous, or None.
@@ -300,7 +303,7 @@ def unpermute_bwd(
         dw_dtype = weights.dtype if weights is not None else dy.dtype
         dweights = torch.empty(T, top_k, dtype=dw_dtype, device=dy.device)
     launch(scatter_rows_kernel, _copy_grid(T, cfg),
-        dy, row_map, weights, dy_sorted, y_sorted, dweights, T, H, top_k,
+        dy, row_map, weights, dy_sorted, y_sorted, dweights, T, H, top_k, dy.stride(0),
         HAS_WEIGHTS=weights is not None, WANT_DW=y_sorted is not None,
         K_PAD=next_power_of_2(top_k), BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h,
         num_warps=cfg.num_warps,

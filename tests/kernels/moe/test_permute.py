@@ -97,6 +97,29 @@ def test_weights_in_data_dtype_or_none(weights, dtype):
     _check_unpermute(torch.randn(T * K, H).to(dtype), row_map, w, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("columns", [(0, 24), (24, 61), (61, 70)], ids=str)
+def test_unpermute_bwd_reads_a_column_slice_in_place(columns, dtype):
+    # The expert layer's backward copies x's rows in column slices: x[:, start:stop], rows
+    # 70 elements apart, never made contiguous.
+    T, H, E, K = 37, 70, 5, 3
+    start, stop = columns
+    x = torch.randn(T, H).to(dtype)
+    _, row_map = _check_permute(x, routing(T, E, K), E)
+    part = x[:, start:stop]
+    assert not part.is_contiguous()
+    weights = torch.rand(T, K)
+    for w in (None, weights):
+        got, _ = kernels.unpermute_bwd(part, row_map, w, None,
+                                       out=poison_(torch.empty(T * K, stop - start, dtype=dtype)))
+        # The same bits as from a contiguous copy of the slice, and the reference's values.
+        assert torch.equal(got, kernels.unpermute_bwd(part.contiguous(), row_map, w, None)[0])
+        want, _ = kernels.reference_unpermute_bwd(part.double(), row_map, None if w is None else w.double(), None)
+        assert_close_rel(got, want, dtype, what="dy_sorted")
+        if w is None:  # a copy is exact
+            assert torch.equal(got.double(), want)
+
+
 @pytest.mark.parametrize("id_dtype", INT_DTYPES)
 def test_any_integer_ids(id_dtype):
     _check_permute(torch.randn(29, 16), routing(29, 6, 2, id_dtype), 6)
