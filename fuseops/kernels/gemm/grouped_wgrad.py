@@ -56,12 +56,14 @@ def _configs() -> dict[str, GemmConfig]:
     --tune`` (bf16, the four MoE shapes x uniform/skewed routing): 1.03x torch._grouped_mm
     and 1.18x grouped_mm + ``main_grad.add_`` in geometric mean; flatten=False edges out the
     flattened loop in both. ``pointer``
-    is the largest tile that compiles for sm_90 without spills (ptxas, not timed). ``gathered``
-    (rows of x or dy read through a row map, which the reduction runs over) was chosen on an
-    H200 (``python -m benchmarks.gathered_gemm``, benchmarks/results/gathered_gemm-h200-2026-11-29.json):
-    0.48-0.64x the TMA kernel on a copy over the five MoE shapes, uniform and skewed; Triton 3.6
-    keeps at most three slabs in flight when the row
-    indices take a pipeline stage of their own. ``fp32`` /
+    is the largest tile that compiles for sm_90 without spills (ptxas, not timed). ``gathered x``
+    and ``gathered dy`` (that operand's rows read through a row map, which the reduction runs
+    over) were chosen on an H200 (``python -m benchmarks.gathered_gemm``,
+    benchmarks/results/gathered_gemm-h200-2026-11-29.json; FC1's weight gradient gathers x, FC2's
+    dy): over the five MoE shapes, uniform and skewed, 0.55-0.75x and 0.54-0.64x the TMA kernel
+    on a copy; the wider dy tile (dy is the N side) for gathered x, the wider x tile for gathered
+    dy. Triton 3.6 keeps at most three slabs in flight when the row indices take a pipeline
+    stage of their own. ``fp32`` /
     ``tf32`` were timed on an H100 (E=64, M=32768, N=1408, K=2048, uniform, float32 dw;
     ``benchmarks/float32_precision.py``): 4.4 ms in IEEE (1.26x a per-expert torch.mm loop; a
     32x64x64 tile, 7.8 ms), 3.7 ms in TF32 (0.63x the loop, which TF32 speeds 2.4x; the
@@ -69,26 +71,30 @@ def _configs() -> dict[str, GemmConfig]:
     """
     if INTERPRET:
         small = GemmConfig(32, 32, 32, 1, 4, 1)
-        return {"store": small, "accumulate": small, "pointer": small, "gathered": small, "fp32": small,
-                "tf32": small}
+        return {"store": small, "accumulate": small, "pointer": small, "gathered x": small, "gathered dy": small,
+                "fp32": small, "tf32": small}
     return {
         "store": GemmConfig(64, 128, 256, 1, 8, 3, flatten=False),
         "accumulate": GemmConfig(64, 128, 128, 1, 8, 4, flatten=False),
         "pointer": GemmConfig(64, 128, 128, 1, 8, 3),
-        "gathered": GemmConfig(64, 128, 256, 1, 8, 5, flatten=False),
+        "gathered x": GemmConfig(64, 256, 128, 1, 8, 5, flatten=False),
+        "gathered dy": GemmConfig(64, 128, 256, 1, 8, 5, flatten=False),
         "fp32": GemmConfig(64, 128, 128, 1, 8, 2),
         "tf32": GemmConfig(32, 256, 128, 1, 8, 2),
     }
 
 
-def pick_wgrad_config(dtype: torch.dtype, tma: bool, float32_dw: bool, gathered: bool = False) -> GemmConfig:
+def pick_wgrad_config(dtype: torch.dtype, tma: bool, float32_dw: bool, gathered: str | None = None) -> GemmConfig:
     """The table entry for operands of ``dtype``; ``float32_dw``: the epilogue handles a
-    float32 tile (``main_grad``, or a float32 ``dw``); ``gathered``: rows are read through a
-    row map. One serves every M, N and K of the MoE shapes measured."""
+    float32 tile (``main_grad``, or a float32 ``dw``); ``gathered``: ``"x"`` or ``"dy"``, the
+    operand whose rows are read through a row map (``"dy"`` where both are). One serves every
+    M, N and K of the MoE shapes measured."""
+    if gathered not in (None, "x", "dy"):
+        raise ValueError(f"gathered={gathered!r}: expected None, 'x' or 'dy'")
     if dtype == torch.float32:
         return _configs()["tf32" if float32_matmul_in_tf32() else "fp32"]
-    if gathered:
-        return _configs()["gathered"]
+    if gathered is not None:
+        return _configs()[f"gathered {gathered}"]
     if not tma:
         return _configs()["pointer"]
     return _configs()["accumulate" if float32_dw else "store"]
@@ -198,8 +204,8 @@ def grouped_gemm_wgrad(
         ``dw`` [G, N, K], or ``main_grad`` after the accumulation.
     """
     dw_dtype = out.dtype if out is not None else out_dtype or x.dtype
-    gathered = x_rows is not None or dy_rows is not None
-    cfg = pick_wgrad_config(x.dtype, tma_ok(dy, x) and not gathered,
+    gathered = "dy" if dy_rows is not None else "x" if x_rows is not None else None
+    cfg = pick_wgrad_config(x.dtype, tma_ok(dy, x) and gathered is None,
                             main_grad is not None or dw_dtype == torch.float32, gathered)
     rows = {"x_rows": x_rows, "dy_rows": dy_rows}
     # The kernels address dw with a unit last stride: other layouts go through a staging copy.

@@ -306,3 +306,23 @@ def test_gpu_wgrad_gathered_rows_through_the_dispatch_table():
                                        offsets)
     assert_close_rel(library.grouped_gemm_wgrad(dy_src, x, offsets, x_rows=x_rows, dy_rows=dy_rows), ref,
                      torch.bfloat16)
+
+
+def test_gathered_operand_picks_its_tile(monkeypatch):
+    """The table has a tile per gathered operand (x: FC1's weight gradient, dy: FC2's, or both):
+    grouped_gemm_wgrad hands the launcher the entry of the operand it gathers."""
+    from fuseops.kernels.gemm import grouped_wgrad
+
+    table = {name: grouped_wgrad.GemmConfig(16, 16, 16 * (i + 1), 1, 4, 1)
+             for i, name in enumerate(("store", "accumulate", "pointer", "gathered x", "gathered dy", "fp32", "tf32"))}
+    monkeypatch.setattr(grouped_wgrad, "_configs", lambda: table)
+    picked = []
+    monkeypatch.setattr(grouped_wgrad, "launch_grouped_gemm_wgrad", lambda *args, **kw: picked.append(args[5]))
+    offsets = group_offsets(torch.tensor([3, 5], device=DEVICE))
+    dy, x = torch.randn(8, 16, device=DEVICE, dtype=torch.bfloat16), torch.randn(8, 16, device=DEVICE, dtype=torch.bfloat16)
+    rows = torch.arange(8, device=DEVICE)
+    for kw in ({"x_rows": rows}, {"dy_rows": rows}, {"x_rows": rows, "dy_rows": rows}):
+        grouped_gemm_wgrad(dy, x, offsets, **kw)
+    assert picked == [table["gathered x"], table["gathered dy"], table["gathered dy"]]
+    with pytest.raises(ValueError, match="gathered='rows'"):
+        pick_wgrad_config(torch.bfloat16, False, False, "rows")
