@@ -219,6 +219,56 @@ def load_gathered_a(a, src_rows, mask_m, k0, K, stride_am, BLOCK_K: tl.constexpr
 
 
 @triton.jit
+def load_a(a, row0, size, off_m, k0, K, stride_am, TMA_LOAD: tl.constexpr,
+           BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """[BLOCK_M, BLOCK_K] of ``a`` at group-local row ``off_m``; rows past the group read as
+    zeros (pointers) or the next group's rows (TMA): their results are never stored."""
+    if TMA_LOAD:
+        tile = a.load([(row0 + off_m).to(tl.int32), k0])
+    else:
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        ptrs = a + (row0 + offs_m)[:, None] * stride_am + offs_k[None, :]
+        tile = tl.load(ptrs, mask=(offs_m < size)[:, None] & (offs_k < K)[None, :], other=0.0)
+    return tile
+
+
+@triton.jit
+def a_tile_of(a, src_rows, mask_m, row0, size, off_m, k0, K, stride_am, TMA_LOAD: tl.constexpr,
+              GATHER_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``load_a``, or with GATHER_A the rows ``src_rows`` (``gathered_rows``: loaded once a tile)."""
+    if GATHER_A:
+        tile = load_gathered_a(a, src_rows, mask_m, k0, K, stride_am, BLOCK_K)
+    else:
+        tile = load_a(a, row0, size, off_m, k0, K, stride_am, TMA_LOAD, BLOCK_M, BLOCK_K)
+    return tile
+
+
+@triton.jit
+def load_b(b, g, k0, n0, K, N, stride_bg, stride_bk, stride_bn, TMA_LOAD: tl.constexpr,
+           B_TRANS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_K, BLOCK_N] of ``b[g]``; with TMA a descriptor over the weight as it lies in
+    memory ([G, N, K] when B_TRANS, else [G, K, N])."""
+    if TMA_LOAD:
+        if B_TRANS:
+            tile = tl.trans(tl.reshape(b.load([g, n0, k0]), [BLOCK_N, BLOCK_K]))
+        else:
+            tile = tl.reshape(b.load([g, k0, n0]), [BLOCK_K, BLOCK_N])
+    else:
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        ptrs = b + g.to(tl.int64) * stride_bg + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+        tile = tl.load(ptrs, mask=(offs_k < K)[:, None] & (offs_n < N)[None, :], other=0.0)
+    return tile
+
+
+@triton.jit
+def halves(acc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Left and right [BLOCK_M, BLOCK_N / 2] halves: half the epilogue's registers at once."""
+    return tl.split(tl.permute(tl.reshape(acc, [BLOCK_M, 2, BLOCK_N // 2]), (0, 2, 1)))
+
+
+@triton.jit
 def _group_tiles(offsets, G, tiles_n, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr):
     """Tiles of each group and the index of each group's first tile, as [BLOCK_G] vectors."""
     offs_g = tl.arange(0, BLOCK_G)
@@ -330,31 +380,14 @@ def grouped_gemm_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         src_rows, mask_m = gathered_rows(a_rows, row0, size, off_m, GATHER_A, BLOCK_M)
         for ki in range(k_tiles):
-            if TMA_LOAD:
-                a_tile = a.load([(row0 + off_m).to(tl.int32), ki * BLOCK_K])
-                if B_TRANS:
-                    b_tile = tl.reshape(b.load([g, off_n, ki * BLOCK_K]), [BLOCK_N, BLOCK_K])
-                    b_tile = tl.trans(b_tile)
-                else:
-                    b_tile = tl.reshape(b.load([g, ki * BLOCK_K, off_n]), [BLOCK_K, BLOCK_N])
-            else:
-                offs_m = off_m + tl.arange(0, BLOCK_M)
-                offs_n = off_n + tl.arange(0, BLOCK_N)
-                offs_k = ki * BLOCK_K + tl.arange(0, BLOCK_K)
-                mask_k = offs_k < K
-                if GATHER_A:
-                    a_tile = load_gathered_a(a, src_rows, mask_m, ki * BLOCK_K, K, stride_am, BLOCK_K)
-                else:
-                    a_ptrs = a + (row0 + offs_m)[:, None] * stride_am + offs_k[None, :]
-                    # [BLOCK_M, BLOCK_K]
-                    a_tile = tl.load(a_ptrs, mask=(offs_m < size)[:, None] & mask_k[None, :], other=0.0)
-                b_ptrs = b + g.to(tl.int64) * stride_bg + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-                # [BLOCK_K, BLOCK_N]
-                b_tile = tl.load(b_ptrs, mask=mask_k[:, None] & (offs_n < N)[None, :], other=0.0)
+            a_tile = a_tile_of(a, src_rows, mask_m, row0, size, off_m, ki * BLOCK_K, K, stride_am, TMA_LOAD,
+                               GATHER_A, BLOCK_M, BLOCK_K)
+            b_tile = load_b(b, g, ki * BLOCK_K, off_n, K, N, stride_bg, stride_bk, stride_bn, TMA_LOAD, B_TRANS,
+                            BLOCK_K, BLOCK_N)
             acc = dot(a_tile, b_tile, acc, F32_DOT)
         if SPLIT_EPILOGUE:
             # Two [BLOCK_M, BLOCK_N / 2] halves: half the registers and staging SMEM at once.
-            acc_l, acc_r = tl.split(tl.permute(tl.reshape(acc, [BLOCK_M, 2, BLOCK_N // 2]), (0, 2, 1)))
+            acc_l, acc_r = halves(acc, BLOCK_M, BLOCK_N)
             epilogue(acc_l, y, g, row0, size, off_m, off_n, N, stride_ym, bias, stride_bias_g,
                      act_in, stride_act_m, row_scale, preact, stride_pm, alpha, ACT, ACT_GRAD,
                      HAS_BIAS, HAS_ROW_SCALE, SAVE_PREACT, TMA_STORE, BLOCK_M, BLOCK_N // 2)

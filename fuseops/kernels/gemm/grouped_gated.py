@@ -28,9 +28,11 @@ from fuseops.kernels.gemm.grouped import (
     _group_tiles,
     _locate,
     _swizzle,
+    a_tile_of,
     epilogue,
     gathered_rows,
-    load_gathered_a,
+    halves,
+    load_b,
     per_group_matmul,
     persistent_programs,
     ragged_descriptor,
@@ -116,56 +118,6 @@ def pick_config(table: dict[str, GatedGemmConfig], dtype: torch.dtype, tma: bool
     if not tma:
         return table["pointer"]
     return table.get("tma_interleaved", table["tma"]) if interleaved else table["tma"]
-
-
-@triton.jit
-def load_a(a, row0, size, off_m, k0, K, stride_am, TMA_LOAD: tl.constexpr,
-           BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """[BLOCK_M, BLOCK_K] of ``a`` at group-local row ``off_m``; rows past the group read as
-    zeros (pointers) or the next group's rows (TMA): their results are never stored."""
-    if TMA_LOAD:
-        tile = a.load([(row0 + off_m).to(tl.int32), k0])
-    else:
-        offs_m = off_m + tl.arange(0, BLOCK_M)
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        ptrs = a + (row0 + offs_m)[:, None] * stride_am + offs_k[None, :]
-        tile = tl.load(ptrs, mask=(offs_m < size)[:, None] & (offs_k < K)[None, :], other=0.0)
-    return tile
-
-
-@triton.jit
-def a_tile_of(a, src_rows, mask_m, row0, size, off_m, k0, K, stride_am, TMA_LOAD: tl.constexpr,
-              GATHER_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """``load_a``, or with GATHER_A the rows ``src_rows`` (``gathered_rows``: loaded once a tile)."""
-    if GATHER_A:
-        tile = load_gathered_a(a, src_rows, mask_m, k0, K, stride_am, BLOCK_K)
-    else:
-        tile = load_a(a, row0, size, off_m, k0, K, stride_am, TMA_LOAD, BLOCK_M, BLOCK_K)
-    return tile
-
-
-@triton.jit
-def load_b(b, g, k0, n0, K, N, stride_bg, stride_bk, stride_bn, TMA_LOAD: tl.constexpr,
-           B_TRANS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
-    """[BLOCK_K, BLOCK_N] of ``b[g]``; with TMA a descriptor over the weight as it lies in
-    memory ([G, N, K] when B_TRANS, else [G, K, N])."""
-    if TMA_LOAD:
-        if B_TRANS:
-            tile = tl.trans(tl.reshape(b.load([g, n0, k0]), [BLOCK_N, BLOCK_K]))
-        else:
-            tile = tl.reshape(b.load([g, k0, n0]), [BLOCK_K, BLOCK_N])
-    else:
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        ptrs = b + g.to(tl.int64) * stride_bg + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-        tile = tl.load(ptrs, mask=(offs_k < K)[:, None] & (offs_n < N)[None, :], other=0.0)
-    return tile
-
-
-@triton.jit
-def halves(acc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Left and right [BLOCK_M, BLOCK_N / 2] halves: half the epilogue's registers at once."""
-    return tl.split(tl.permute(tl.reshape(acc, [BLOCK_M, 2, BLOCK_N // 2]), (0, 2, 1)))
 
 
 @triton.jit

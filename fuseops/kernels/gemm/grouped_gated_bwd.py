@@ -35,8 +35,11 @@ from fuseops.kernels.gemm.grouped import (
     _group_tiles,
     _locate,
     _swizzle,
+    a_tile_of,
     epilogue,
     gathered_rows,
+    halves,
+    load_b,
     persistent_programs,
     ragged_descriptor,
     tensor_descriptor,
@@ -44,11 +47,8 @@ from fuseops.kernels.gemm.grouped import (
 )
 from fuseops.kernels.gemm.grouped_gated import (
     GatedGemmConfig,
-    a_tile_of,
     b_args,
     gate_up,
-    halves,
-    load_b,
     load_pair,
     pair_args,
     pair_tma_ok,

@@ -33,9 +33,16 @@ from fuseops.kernels.elementwise.activation import reference_activation_fwd
 from fuseops.kernels.elementwise.activation_math import Activation, activation, gated
 from fuseops.kernels.elementwise.gated_activation import reference_gated_fwd
 from fuseops.kernels.gemm.dense import tma_ok
-from fuseops.kernels.gemm.grouped import GemmConfig, group_tile, persistent_programs, ragged_descriptor, ragged_store
+from fuseops.kernels.gemm.grouped import (
+    GemmConfig,
+    group_tile,
+    halves,
+    persistent_programs,
+    ragged_descriptor,
+    ragged_store,
+)
 from fuseops.kernels.gemm.grouped import tma_ok as grouped_tma_ok
-from fuseops.kernels.gemm.grouped_gated import _pair_cols, halves, pair_args, pair_views, store_pair
+from fuseops.kernels.gemm.grouped_gated import _pair_cols, pair_args, pair_views, store_pair
 from fuseops.kernels.gemm.grouped_scaled import (
     accumulate_rows,
     bytes_per_step,
