@@ -212,6 +212,7 @@ def permute(
     cfg = _configs()
     T, H = x.shape
     top_k = expert_ids.shape[1]
+    x = x if x.stride(1) == 1 else x.contiguous()  # the copy reads each row as one run
     n = T * top_k
     blocks = max(1, cdiv(n, cfg.block))
     e_pad = next_power_of_2(num_experts)
@@ -297,6 +298,7 @@ def unpermute_bwd(
     cfg = _configs()
     T, top_k = row_map.shape
     H = dy.shape[1]
+    dy = dy if dy.stride(1) == 1 else dy.contiguous()  # the copy reads each row as one run
     dy_sorted = out if out is not None else torch.empty(T * top_k, H, dtype=dy.dtype, device=dy.device)
     dweights = None
     if y_sorted is not None:

@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuseops.kernels.moe import permute as kernels
+from fuseops.moe.expert_layer_steps import token_of_rows
 from tests.helpers import DTYPES, assert_close_rel, cuda_or_skip, poison_
 
 INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
@@ -104,16 +105,21 @@ def test_unpermute_bwd_reads_a_column_slice_in_place(columns, dtype):
     # 70 elements apart, never made contiguous.
     T, H, E, K = 37, 70, 5, 3
     start, stop = columns
-    x = torch.randn(T, H).to(dtype)
-    _, row_map = _check_permute(x, routing(T, E, K), E)
+    x, ids = torch.randn(T, H).to(dtype), routing(T, E, K)
+    _, row_map = _check_permute(x, ids, E)
     part = x[:, start:stop]
     assert not part.is_contiguous()
+    # permute itself takes the slice in place, and a column-major copy of it.
+    for layout in (part, part.t().contiguous().t()):
+        assert torch.equal(kernels.permute(layout, ids, E)[0], x[:, start:stop].contiguous()[token_of_rows(row_map)])
     weights = torch.rand(T, K)
     for w in (None, weights):
         got, _ = kernels.unpermute_bwd(part, row_map, w, None,
                                        out=poison_(torch.empty(T * K, stop - start, dtype=dtype)))
-        # The same bits as from a contiguous copy of the slice, and the reference's values.
+        # The same bits as from a contiguous copy of the slice, and the reference's values
+        # (a column-major copy of the slice too, which the launcher makes row-major).
         assert torch.equal(got, kernels.unpermute_bwd(part.contiguous(), row_map, w, None)[0])
+        assert torch.equal(got, kernels.unpermute_bwd(part.t().contiguous().t(), row_map, w, None)[0])
         want, _ = kernels.reference_unpermute_bwd(part.double(), row_map, None if w is None else w.double(), None)
         assert_close_rel(got, want, dtype, what="dy_sorted")
         if w is None:  # a copy is exact
