@@ -2,8 +2,10 @@
 
 Paths: the dense stack (4 pre-norm MLP blocks, GELU or SwiGLU) and the MoE expert layer
 (``fuseops.moe.expert_layer``, default and ``lean=True``), forward+backward in bf16, beside the
-same model in plain torch (eager and ``torch.compile``) and, for the dense stack, both under the
-user's own ``torch.cuda.make_graphed_callables``. Harnesses:
+same model in plain torch (eager and ``torch.compile``); the dense stacks under the user's own
+``torch.cuda.make_graphed_callables``, and the expert layer under ``torch.compile``, with float32
+weights under ``torch.autocast`` and in the user's CUDA graph (``--no-graphs`` skips these).
+A graphed path runs ``do_bench`` and the loop only. Harnesses:
 
 - ``do_bench``: ``triton.testing.do_bench`` of a step on a fresh input leaf per call, after one
   step whose output was kept until its backward;
@@ -47,6 +49,7 @@ MOE_T = (4096, 32768)
 # name: (E, H, I, top_k)
 MOE_SHAPES = {"qwen3": (128, 2048, 768, 8), "olmoe": (64, 2048, 1024, 8), "mixtral": (8, 4096, 14336, 2)}
 HARNESSES = ("do_bench", "loop", "micro", "switch")
+GRAPHED_HARNESSES = ("do_bench", "loop")
 WARMUP = 3
 LOOP_STEPS = 20
 MICRO_BATCHES = 4
@@ -59,11 +62,15 @@ def _sync(device: str) -> None:
 
 class Path_:
     """One model to time: ``forward(x)`` returns the output whose sum is the loss; ``inputs(T)``
-    makes a fresh input leaf of T tokens (routing is fixed per token count)."""
+    makes a fresh input leaf of T tokens (routing is fixed per token count); ``harnesses`` those
+    that apply (a CUDA graph is made for one token count, and each forward's outputs live in its
+    buffers until the backward: no micro-batches, no change of token count)."""
 
     def __init__(self, name: str, forward: Callable[[torch.Tensor], torch.Tensor],
-                 inputs: Callable[[int], torch.Tensor], params: list[torch.nn.Parameter]) -> None:
+                 inputs: Callable[[int], torch.Tensor], params: list[torch.nn.Parameter],
+                 harnesses: tuple[str, ...] = HARNESSES) -> None:
         self.name, self.forward, self.inputs, self.params = name, forward, inputs, params
+        self.harnesses = harnesses
 
     def step(self, x: torch.Tensor) -> None:
         for p in self.params:
@@ -159,8 +166,8 @@ def measure(path: Path_, T: int, device: str) -> dict:
     del x
     row: dict = {"path": path.name, "T": T}
     row["peak_alloc_gb"], row["peak_reserved_gb"] = peak_gb(path, T, device)
-    for name, fn in HARNESS_FNS.items():
-        row[f"{name}_ms"] = fn(path, T, device)
+    for name in path.harnesses:
+        row[f"{name}_ms"] = HARNESS_FNS[name](path, T, device)
     row["host_ms"] = host_ms(path, T, device)
     return row
 
@@ -192,11 +199,11 @@ def graphed_paths(act: str, H: int, T: int, device: str, dtype: torch.dtype) -> 
     out = []
     for name, model in (("fuseops graphed", fused), ("torch graphed", plain)):
         graphed = torch.cuda.make_graphed_callables(model, (inputs(T),))
-        out.append(Path_(name, graphed, inputs, list(model.parameters())))
+        out.append(Path_(name, graphed, inputs, list(model.parameters()), GRAPHED_HARNESSES))
     return out
 
 
-def moe_paths(shape: str, T: int, skewed: bool, device: str, dtype: torch.dtype) -> list[Path_]:
+def moe_paths(shape: str, T: int, skewed: bool, device: str, dtype: torch.dtype, graphs: bool) -> list[Path_]:
     E, H, I, K = MOE_SHAPES[shape]
     torch.manual_seed(0)
     mine = FuseopsMoE(E, H, I).to(device, dtype)
@@ -228,6 +235,45 @@ def moe_paths(shape: str, T: int, skewed: bool, device: str, dtype: torch.dtype)
     if device == "cuda":
         # (torch._grouped_mm compiles for bf16 only.)
         paths.append(Path_("torch.compile", call(torch.compile(plain)), inputs, list(plain.parameters())))
+    if graphs:
+        paths += user_harness_paths(mine, routed, T, H, device, dtype)
+    return paths
+
+
+def user_harness_paths(mine: FuseopsMoE, routed: Callable, T: int, H: int, device: str,
+                       dtype: torch.dtype) -> list[Path_]:
+    """The expert layer as users also run it: under ``torch.compile``; with float32 weights and
+    inputs under ``torch.autocast(dtype=torch.bfloat16)`` (where ``expert_layer`` runs its
+    composition: ``expert_layer_fallback``); captured with ``make_graphed_callables`` for T
+    tokens (CUDA)."""
+    layer = FuseopsExpertLayer(mine)
+
+    class Routed(torch.nn.Module):
+        """The layer as a function of x alone (the routing fixed per token count)."""
+
+        def __init__(self, layer: torch.nn.Module) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(x, *routed(x.shape[0]))
+
+    def inputs(n: int, dt: torch.dtype = dtype) -> torch.Tensor:
+        return torch.randn(n, H, device=device, dtype=dt, requires_grad=True)
+
+    params = list(mine.parameters())
+    paths = [Path_("expert_layer compiled", torch.compile(Routed(layer)), inputs, params)]
+    wide = copy.deepcopy(mine).float()
+    wide_layer = Routed(FuseopsExpertLayer(wide))
+
+    def autocast_forward(x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device, dtype=torch.bfloat16):
+            return wide_layer(x)
+    paths.append(Path_("expert_layer autocast", autocast_forward, lambda n: inputs(n, torch.float32),
+                       list(wide.parameters())))
+    if device == "cuda":
+        graphed = torch.cuda.make_graphed_callables(Routed(layer), (inputs(T),))
+        paths.append(Path_("expert_layer graphed", graphed, inputs, params, GRAPHED_HARNESSES))
     return paths
 
 
@@ -251,13 +297,8 @@ def dense_rows(Ts, Hs, acts, device, dtype, graphs: bool) -> list[dict]:
                     print(json.dumps(row), flush=True)
                 if graphs and device == "cuda":
                     for path in graphed_paths(act, H, T, device, dtype):
-                        row = {"path": path.name, "T": T, "model": f"dense {act}", "H": H}
-                        for _ in range(WARMUP):
-                            path.step(path.inputs(T))
-                        row["peak_alloc_gb"], row["peak_reserved_gb"] = peak_gb(path, T, device)
-                        row["do_bench_ms"] = do_bench_ms(path, T, device)
-                        row["loop_ms"] = loop_ms(path, T, device)
-                        row["host_ms"] = host_ms(path, T, device)
+                        row = measure(path, T, device)
+                        row.update(model=f"dense {act}", H=H)
                         rows.append(row)
                         print(json.dumps(row), flush=True)
                         del path
@@ -267,14 +308,14 @@ def dense_rows(Ts, Hs, acts, device, dtype, graphs: bool) -> list[dict]:
     return rows
 
 
-def moe_rows(Ts, shapes, skews, device, dtype) -> list[dict]:
+def moe_rows(Ts, shapes, skews, device, dtype, graphs: bool) -> list[dict]:
     rows = []
     for shape in shapes:
         torch._dynamo.reset()
         for T in Ts:
             for skewed in skews:
                 E, H, I, K = MOE_SHAPES[shape]
-                for path in moe_paths(shape, T, skewed, device, dtype):
+                for path in moe_paths(shape, T, skewed, device, dtype, graphs):
                     row = measure(path, T, device)
                     row.update(model=f"moe {shape}", routing="skewed" if skewed else "uniform",
                                tflops_do_bench=18 * T * K * H * I / row["do_bench_ms"] / 1e9)
@@ -285,12 +326,12 @@ def moe_rows(Ts, shapes, skews, device, dtype) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    head = f"{'model':<14} {'routing':<8} {'T':>6} {'path':<18} " + " ".join(f"{h:>9}" for h in HARNESSES)
+    head = f"{'model':<14} {'routing':<8} {'T':>6} {'path':<22} " + " ".join(f"{h:>9}" for h in HARNESSES)
     print(head + f" {'host':>7} {'alloc GB':>9} {'resv GB':>8}")
     for r in rows:
         cells = " ".join(f"{r[h + '_ms']:9.3f}" if h + "_ms" in r else f"{'-':>9}" for h in HARNESSES)
         print(f"{r['model'] + (' H=' + str(r['H']) if 'H' in r else ''):<14} {r.get('routing', ''):<8} {r['T']:>6} "
-              f"{r['path']:<18} {cells} {r['host_ms']:7.2f} {r.get('peak_alloc_gb', float('nan')):9.2f} "
+              f"{r['path']:<22} {cells} {r['host_ms']:7.2f} {r.get('peak_alloc_gb', float('nan')):9.2f} "
               f"{r.get('peak_reserved_gb', float('nan')):8.2f}")
 
 
@@ -322,7 +363,9 @@ def main() -> None:
     parser.add_argument("--acts", nargs="*", default=["gelu", "swiglu"])
     parser.add_argument("--shapes", nargs="*", default=list(MOE_SHAPES))
     parser.add_argument("--skews", nargs="*", default=["uniform", "skewed"], choices=("uniform", "skewed"))
-    parser.add_argument("--no-graphs", action="store_true", help="skip the make_graphed_callables rows")
+    parser.add_argument("--no-graphs", action="store_true",
+                        help="skip the rows of user harnesses: make_graphed_callables, and for the expert layer "
+                             "torch.compile and torch.autocast")
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -337,7 +380,7 @@ def main() -> None:
     if args.part in ("all", "moe"):
         Ts = args.T or ((64,) if args.smoke else MOE_T)
         shapes = ("tiny",) if args.smoke else args.shapes
-        rows += moe_rows(Ts, shapes, [s == "skewed" for s in args.skews], device, dtype)
+        rows += moe_rows(Ts, shapes, [s == "skewed" for s in args.skews], device, dtype, graphs=not args.no_graphs)
     # The smoke run checks the script: its file goes to the temp dir, not among the results.
     default_dir = Path(tempfile.gettempdir()) if args.smoke else RESULTS
     out = args.out or results_path("harnesses", device=device, directory=default_dir)
