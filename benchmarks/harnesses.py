@@ -23,7 +23,8 @@ beyond 3 steps, and nothing waits for anything to settle.
     python -m benchmarks.harnesses --part moe --shapes qwen3 --T 4096
     python -m benchmarks.harnesses --smoke               # CPU, tiny sizes, end to end
 
-Writes ``benchmarks/results/harnesses-<gpu>-<date>.json`` and ``.png``; prints a table last.
+Writes ``benchmarks/results/harnesses-<gpu>-<date>.json`` (after every row) and ``.png``; prints a
+table last.
 """
 
 from __future__ import annotations
@@ -245,7 +246,8 @@ def user_harness_paths(mine: FuseopsMoE, routed: Callable, T: int, H: int, devic
     """The expert layer as users also run it: under ``torch.compile``; with float32 weights and
     inputs under ``torch.autocast(dtype=torch.bfloat16)`` (where ``expert_layer`` runs its
     composition: ``expert_layer_fallback``); captured with ``make_graphed_callables`` for T
-    tokens (CUDA)."""
+    tokens (CUDA; last, captured when first called, so that its pool is not held while the
+    other paths run)."""
     layer = FuseopsExpertLayer(mine)
 
     class Routed(torch.nn.Module):
@@ -272,8 +274,13 @@ def user_harness_paths(mine: FuseopsMoE, routed: Callable, T: int, H: int, devic
     paths.append(Path_("expert_layer autocast", autocast_forward, lambda n: inputs(n, torch.float32),
                        list(wide.parameters())))
     if device == "cuda":
-        graphed = torch.cuda.make_graphed_callables(Routed(layer), (inputs(T),))
-        paths.append(Path_("expert_layer graphed", graphed, inputs, params, GRAPHED_HARNESSES))
+        graphed: list = []
+
+        def graphed_forward(x: torch.Tensor) -> torch.Tensor:
+            if not graphed:
+                graphed.append(torch.cuda.make_graphed_callables(Routed(layer), (inputs(T),)))
+            return graphed[0](x)
+        paths.append(Path_("expert_layer graphed", graphed_forward, inputs, params, GRAPHED_HARNESSES))
     return paths
 
 
@@ -283,8 +290,7 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
-def dense_rows(Ts, Hs, acts, device, dtype, graphs: bool) -> list[dict]:
-    rows = []
+def dense_rows(Ts, Hs, acts, device, dtype, graphs: bool, add: Callable[[dict], None]) -> None:
     for act in acts:
         for H in Hs:
             torch._dynamo.reset()
@@ -293,36 +299,30 @@ def dense_rows(Ts, Hs, acts, device, dtype, graphs: bool) -> list[dict]:
                 for path in paths:
                     row = measure(path, T, device)
                     row.update(model=f"dense {act}", H=H)
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+                    add(row)
                 if graphs and device == "cuda":
+                    # Made after the eager rows, so that their pools are not held while those run.
                     for path in graphed_paths(act, H, T, device, dtype):
                         row = measure(path, T, device)
                         row.update(model=f"dense {act}", H=H)
-                        rows.append(row)
-                        print(json.dumps(row), flush=True)
-                        del path
+                        add(row)
                     _free()
             del paths
             _free()
-    return rows
 
 
-def moe_rows(Ts, shapes, skews, device, dtype, graphs: bool) -> list[dict]:
-    rows = []
+def moe_rows(Ts, shapes, skews, device, dtype, graphs: bool, add: Callable[[dict], None]) -> None:
     for shape in shapes:
         torch._dynamo.reset()
         for T in Ts:
             for skewed in skews:
-                E, H, I, K = MOE_SHAPES[shape]
+                _, H, I, K = MOE_SHAPES[shape]
                 for path in moe_paths(shape, T, skewed, device, dtype, graphs):
                     row = measure(path, T, device)
                     row.update(model=f"moe {shape}", routing="skewed" if skewed else "uniform",
                                tflops_do_bench=18 * T * K * H * I / row["do_bench_ms"] / 1e9)
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+                    add(row)
                 _free()
-    return rows
 
 
 def print_table(rows: list[dict]) -> None:
@@ -372,21 +372,27 @@ def main() -> None:
     device, dtype = ("cpu", torch.float32) if args.smoke else ("cuda", torch.bfloat16)
     if args.smoke:
         MOE_SHAPES["tiny"] = (4, 32, 16, 2)
-    rows: list[dict] = []
-    if args.part in ("all", "dense"):
-        Ts = args.T or ((64,) if args.smoke else DENSE_T)
-        Hs = (32,) if args.smoke else args.H
-        rows += dense_rows(Ts, Hs, args.acts, device, dtype, graphs=not args.no_graphs)
-    if args.part in ("all", "moe"):
-        Ts = args.T or ((64,) if args.smoke else MOE_T)
-        shapes = ("tiny",) if args.smoke else args.shapes
-        rows += moe_rows(Ts, shapes, [s == "skewed" for s in args.skews], device, dtype, graphs=not args.no_graphs)
     # The smoke run checks the script: its file goes to the temp dir, not among the results.
     default_dir = Path(tempfile.gettempdir()) if args.smoke else RESULTS
     out = args.out or results_path("harnesses", device=device, directory=default_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    rows: list[dict] = []
+
+    def add(row: dict) -> None:
+        """Print the row and rewrite the results file: a run stopped by a time limit keeps what it measured."""
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    graphs = not args.no_graphs
+    if args.part in ("all", "dense"):
+        Ts = args.T or ((64,) if args.smoke else DENSE_T)
+        Hs = (32,) if args.smoke else args.H
+        dense_rows(Ts, Hs, args.acts, device, dtype, graphs, add)
+    if args.part in ("all", "moe"):
+        Ts = args.T or ((64,) if args.smoke else MOE_T)
+        shapes = ("tiny",) if args.smoke else args.shapes
+        moe_rows(Ts, shapes, [s == "skewed" for s in args.skews], device, dtype, graphs, add)
     plot(rows, out.with_suffix(".png"))
     print_table(rows)
     print(f"wrote {out}")
