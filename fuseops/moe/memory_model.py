@@ -84,9 +84,9 @@ def composed_stages() -> list[Stage]:
 def column_parts(columns: int, parts: int) -> list[tuple[int, int]]:
     """``[start, stop)`` of ``parts`` column slices of a row of ``columns``, each but the last
     a multiple of 8 columns wide (slices of a 16-bit or float32 row start 16-byte aligned, as
-    TMA needs)."""
+    TMA needs); none for no columns."""
     step = -(-columns // parts)
-    step = -(-step // 8) * 8
+    step = max(8, -(-step // 8) * 8)
     return [(start, min(columns, start + step)) for start in range(0, columns, step)]
 
 

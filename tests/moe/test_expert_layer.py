@@ -655,3 +655,14 @@ def test_lean_makes_no_permuted_copy_of_x(bf16):
     assert made[False] == ([H, H], [8, 8, 8, H, H]), made
     for a, b in zip(lean, default, strict=True):
         torch.testing.assert_close(a, b, **({} if not bf16 else dict(rtol=2e-2, atol=2e-2)))
+
+
+@pytest.mark.parametrize("columns", [0, 5, 24, 2048, 2049])
+@pytest.mark.parametrize("parts", mm.X_PARTS)
+def test_column_parts_tile_the_row(columns, parts):
+    """The slices FC1's weight gradient is made in cover the row once, in order, at most
+    ``parts`` of them, each but the last a multiple of 8 wide (none for no columns)."""
+    slices = mm.column_parts(columns, parts)
+    assert len(slices) <= parts
+    assert [c for start, stop in slices for c in range(start, stop)] == list(range(columns))
+    assert all((stop - start) % 8 == 0 for start, stop in slices[:-1])
