@@ -155,6 +155,10 @@ def _fc1_weight_grad(dz, x, row_map, offsets, main_grad, parts: int) -> torch.Te
     reads a copy faster than its pointer loads gather the rows (``python -m
     benchmarks.gathered_gemm``, benchmarks/results/gathered_gemm-h200-2026-11-29.json), and a
     slice of the copy at a time keeps it off the peak where memory_model finds it there."""
+    if parts == 1:
+        # Out of place: a cotangent batched by vmap (backward_batched) cannot be written into an
+        # unbatched dw.
+        return library.grouped_gemm_wgrad(dz, _gather_rows(x, row_map), offsets, main_grad=main_grad)
     H = x.shape[1]
     dw = main_grad if main_grad is not None else x.new_empty(offsets.shape[0] - 1, dz.shape[1], H)
     for start, stop in memory_model.column_parts(H, parts):
