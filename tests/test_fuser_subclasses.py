@@ -168,3 +168,22 @@ def test_every_class_a_fusion_takes_refuses_an_undeclared_subclass(cls):
     declared = type(f"Declared{cls.__name__}", (cls,), {"__module__": "user_code", "computes_as_parent": True})
     assert cls.fusible and declared.fusible and not own.fusible
     assert "computes_as_parent" in own.unfusible_reason() and declared.unfusible_reason() is None
+
+
+def test_the_expert_layer_runs_a_user_activation_as_the_composition():
+    torch.manual_seed(0)
+    E, H, F_, T, K = 3, 8, 6, 10, 2
+    experts = fuseops.Sequential(ops.GroupedLinear(E, H, 2 * F_), TripledSwiGLU(), ops.GroupedLinear(E, F_, H))
+    x = torch.randn(T, H, dtype=torch.float64)
+    ids = torch.stack([torch.randperm(E)[:K] for _ in range(T)])
+    weights = torch.rand(T, K, dtype=torch.float64)
+    reason = fuseops.moe.expert_layer_fallback(x.float(), ids, weights.float(), experts)
+    assert reason is not None and "TripledSwiGLU" in reason and "computes_as_parent" in reason
+    y = fuseops.moe.expert_layer(x.float(), ids, weights.float(), experts)
+    w1, w2 = experts[0].weight.double(), experts[2].weight.double()
+    want = torch.zeros(T, H, dtype=torch.float64)
+    for t in range(T):
+        for k in range(K):
+            a, b = (x[t] @ w1[ids[t, k]].T).chunk(2)
+            want[t] += weights[t, k] * ((3 * F.silu(a) * b) @ w2[ids[t, k]].T)
+    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-5)

@@ -176,6 +176,11 @@ def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, Gr
     fc1, act, fc2 = parts
     if not getattr(experts, "fuse", True):
         return "experts built with fuse=False"
+    for op in parts:
+        # A user's subclass with its own math (``BasicOp.computes_as_parent``) runs its own code.
+        unknown = type(op).unfusible_reason()
+        if unknown is not None:
+            return unknown
     if not isinstance(act, GatedActivation):
         return f"{type(act).__name__} is not a gated activation"
     if fc2.bias is not None:
