@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._results import RESULTS, pyplot, results_path
+from benchmarks._results import PEAK_CONVENTION, RESULTS, pyplot, results_path
 from benchmarks._timing import elapsed_ms
 from benchmarks.sizes import FuseopsExpertLayer, FuseopsMoE, TorchMoE, fuseops_dense, moe_args, torch_dense
 
@@ -53,9 +53,6 @@ MOE_T = (4096, 32768)
 # name: (E, H, I, top_k)
 MOE_SHAPES = {"qwen3": (128, 2048, 768, 8), "olmoe": (64, 2048, 1024, 8), "mixtral": (8, 4096, 14336, 2)}
 HARNESSES = ("do_bench", "loop", "micro", "switch")
-# What the peak columns count; written into the results file's meta.
-PEAK_CONVENTION = ("allocated above the start of a training step whose gradient buffers are allocated "
-                   "inside it, as a first step's are")
 GRAPHED_HARNESSES = ("do_bench", "loop")
 WARMUP = 3
 LOOP_STEPS = 20
