@@ -21,6 +21,7 @@ import torch
 
 import fuseops
 from fuseops import ops
+from tests.helpers import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ("docs/concepts.md", "docs/guide/ops.md", "docs/guide/moe.md", "docs/guide/quantization.md",
@@ -70,6 +71,22 @@ def test_compile_guide_exports_with_extra_inputs():
     export = [b for b in blocks("docs/guide/compile.md") if "torch.export.export" in b]
     assert len(export) == 1 and "dynamic_shapes=" in export[0] and "torch.export.load" in export[0]
     assert "import fuseops\nbefore loading it" in text.replace("**", "")
+
+
+def test_loading_an_exported_program_needs_fuseops_imported(tmp_path):
+    # As the compile guide says: a fresh process that has not imported fuseops cannot resolve
+    # its custom ops; one that has loads the program.
+    experts = fuseops.Sequential(ops.GroupedLinear(2, 8, 16), ops.SwiGLU(), ops.GroupedLinear(2, 8, 8))
+    sizes = torch.tensor([3, 5])
+    with torch.no_grad():
+        program = torch.export.export(experts, (torch.randn(8, 8), sizes, sizes))
+    path = tmp_path / "experts.pt2"
+    torch.export.save(program, path)
+    load = f"import torch; torch.export.load({str(path)!r})"
+    bare = run_python("-c", load)
+    assert bare.returncode != 0 and "torch.ops.fuseops." in bare.stderr, bare.stderr[-2000:]
+    imported = run_python("-c", "import fuseops; " + load)
+    assert imported.returncode == 0, imported.stderr[-2000:]
 
 
 def test_extension_guide_examples_run_on_3d_inputs(monkeypatch: pytest.MonkeyPatch):
