@@ -96,8 +96,8 @@ def moe_layer() -> list[str]:
         speeds = [rows.get((shape, impl)) for impl, _ in MOE_IMPLS]
         fastest = max(r["tflops"] for r in speeds if r is not None)
         body.append([label]
-                    + ["-" if r is None else (f"**{r['tflops']:.0f}**" if r["tflops"] == fastest else f"{r['tflops']:.0f}")
-                       for r in speeds]
+                    + ["-" if r is None else f"**{r['tflops']:.0f}**" if r["tflops"] == fastest
+                       else f"{r['tflops']:.0f}" for r in speeds]
                     + [" / ".join(cell(r and r["peak_above_start_gb"], ".2f") for r in speeds)])
     head = ["layer, tokens T"] + [name for _, name in MOE_IMPLS] + ["peak GB, same order"]
     device = f"{results['device']}, torch {results['torch']}, triton {results['triton']}, bf16"
@@ -188,8 +188,8 @@ def slower() -> list[str]:
         default = [rows[(*k, "fuseops")]["tflops"] / rows[(*k, "torch.compile")]["tflops"] for k in lean_behind]
         shapes = ", ".join(SHORT[s] for s in dict.fromkeys(s for s, _ in lean_behind))
         body.append([f"`lean=True` against `torch.compile`: {shapes}", f"{_span(speed)} `torch.compile`",
-                     f"the default `expert_layer` ({_span(default)} `torch.compile`); `lean=True` only where saved activations "
-                     "are the limit"])
+                     f"the default `expert_layer` ({_span(default)} `torch.compile`); `lean=True` only where "
+                     "saved activations are the limit"])
     body.append(["any fused path on a CPU", "slower than torch.nn: no results file holds a figure "
                  "(`python3 examples/quickstart.py` prints fused against torch.nn on your machine)",
                  "none: a CPU runs the kernels' plain torch references, for developing and testing"])
@@ -264,8 +264,9 @@ def write(found: list[Region]) -> None:
         by_file.setdefault(r.path, []).append(r)
     for path, rs in by_file.items():
         new = {r.name: r.new for r in rs}
-        text = REGION.sub(lambda m: f"<!-- docs_tables: {m['name']} -->\n{new.get(m['name'], m['body'])}<!-- /docs_tables -->",
-                          path.read_text(encoding="utf-8"))
+        def region(m: re.Match) -> str:
+            return f"<!-- docs_tables: {m['name']} -->\n{new.get(m['name'], m['body'])}<!-- /docs_tables -->"
+        text = REGION.sub(region, path.read_text(encoding="utf-8"))
         path.write_text(text, encoding="utf-8")
 
 
