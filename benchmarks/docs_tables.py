@@ -100,7 +100,8 @@ def moe_layer() -> list[str]:
                        else f"{r['tflops']:.0f}" for r in speeds]
                     + [" / ".join(cell(r and r["peak_above_start_gb"], ".2f") for r in speeds)])
     head = ["layer, tokens T"] + [name for _, name in MOE_IMPLS] + ["peak GB, same order"]
-    device = f"{results['device']}, torch {results['torch']}, triton {results['triton']}, bf16"
+    device = (f"{results['device']}, torch {results['torch']}, triton {results['triton']}, "
+              f"SonicMoE {results['sonic-moe']}, bf16")
     return table(head, body) + source(MOE_FILE, [p["command"] for p in results["processes"]], f"{device}. ")
 
 
