@@ -363,6 +363,17 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def earlier_rows(out: Path) -> tuple[list[str], list[dict]]:
+    """For ``--merge`` (a run in parts, each within a time limit): the commands and rows already in
+    ``out``, refused where its peaks are counted otherwise; none where there is no file yet."""
+    if not out.exists():
+        return [], []
+    merged = json.loads(out.read_text())
+    if merged["meta"].get("peak") != PEAK_CONVENTION:
+        raise SystemExit(f"--merge: {out} counts peak memory otherwise ({merged['meta'].get('peak')!r})")
+    return merged["meta"]["commands"], merged["rows"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--part", choices=("all", "dense", "moe"), default="all")
@@ -385,16 +396,10 @@ def main() -> None:
     default_dir = Path(tempfile.gettempdir()) if args.smoke else RESULTS
     out = args.out or results_path("harnesses", device=device, directory=default_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
+    commands, rows = earlier_rows(out) if args.merge else ([], [])
     meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__,
-            "commands": [], "peak": PEAK_CONVENTION}
-    rows: list[dict] = []
-    if args.merge and out.exists():
-        # A run in parts (each within a time limit) adds its rows to the same file.
-        merged = json.loads(out.read_text())
-        if merged["meta"].get("peak") != PEAK_CONVENTION:
-            raise SystemExit(f"--merge: {out} counts peak memory otherwise ({merged['meta'].get('peak')!r})")
-        meta["commands"], rows = merged["meta"]["commands"], merged["rows"]
-    meta["commands"].append(" ".join(["python3 -m benchmarks.harnesses", *sys.argv[1:]]))
+            "commands": [*commands, " ".join(["python3 -m benchmarks.harnesses", *sys.argv[1:]])],
+            "peak": PEAK_CONVENTION}
 
     def add(row: dict) -> None:
         """Print the row and rewrite the results file: a run stopped by a time limit keeps what it measured."""
