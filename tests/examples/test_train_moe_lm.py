@@ -258,3 +258,26 @@ def test_recipes_train_on_cuda(recipe):
     cfg = replace(TINY, device="cuda", dtype="bfloat16", hidden=128, steps=30, recipe=recipe)
     result = lm.train(cfg, progress=False)
     assert result.fell, result.losses
+
+
+def test_gradient_bytes_counts_the_held_gradient_buffers():
+    model = torch.nn.Linear(4, 3)
+    assert lm.gradient_bytes(model) == 0
+    model(torch.randn(2, 4)).sum().backward()
+    assert lm.gradient_bytes(model) == (4 * 3 + 3) * 4
+
+
+@pytest.mark.gpu
+def test_step_peak_counts_the_steps_gradient_buffers():
+    # The previous step's gradient (4 MiB) is held as the step begins and freed inside it
+    # (zero_grad); the step's peak still counts the new one, as a first step's would.
+    device = torch.device("cuda") if torch.cuda.is_available() else pytest.skip("needs a CUDA GPU")
+    model = torch.nn.Linear(1024, 1024, bias=False, device=device)
+    model(torch.randn(8, 1024, device=device)).sum().backward()
+    meter = lm.MemoryMeter(device)
+    meter.step_begins(lm.gradient_bytes(model))
+    model.weight.grad = None
+    model(torch.randn(8, 1024, device=device)).sum().backward()
+    torch.cuda.synchronize()
+    meter.step_ends()
+    assert meter.step_allocated >= 1024 * 1024 * 4
