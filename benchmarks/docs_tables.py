@@ -13,7 +13,9 @@ counts so. Run from the repository root::
     python -m benchmarks.docs_tables            # rewrite the marked regions
     python -m benchmarks.docs_tables --check    # exit 1, naming the regions, where a doc differs
 
-``tests/test_docs_tables.py`` runs ``--check``, so a doc cannot drift from its results file.
+``tests/test_docs_tables.py`` runs ``--check``, so a doc cannot drift from its results file. When
+a benchmark's new results file replaces its old one, point the file's constant below at it
+(``MOE_FILE``, ``HARNESSES_FILE``, ``TRAIN_FILE``) and run the script.
 """
 
 from __future__ import annotations
