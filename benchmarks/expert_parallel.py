@@ -57,7 +57,7 @@ import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException
 
 from benchmarks._ep_layers import CAPACITY, GRAPHED, REFERENCE, TORCH_EP, Layer, implementations, make_layer
-from benchmarks._results import RESULTS, pyplot, results_path
+from benchmarks._results import PEAK_CONVENTION, RESULTS, pyplot, results_path
 from fuseops.moe import expert_capacity
 
 # (E, H, I, K): Qwen3-30B-A3B's routed experts; the smoke run's tiny layer.
@@ -242,6 +242,9 @@ def measure_tokens(tokens: int, args, shape: tuple[int, int, int, int], dtype: t
             # A first step outside the memory peak: Triton compiles and lazy allocations.
             layer.route(0)
             step()
+            # As PEAK_CONVENTION counts: the step's gradient buffers are allocated inside it.
+            for t in layer.leaves():
+                t.grad = None
             peak, reserved = peak_gb(device, step)
         out = outputs(layer, step, expert_parallel="EP" in name)
         dropped = dropped_rows(layer, device)
@@ -372,7 +375,7 @@ def run(args, device: torch.device) -> bool:
         "dtype": str(dtype).removeprefix("torch."), "routing": "skewed" if args.skewed else "uniform",
         "capacity_factor": args.capacity_factor, "on_overflow": "drop",
         "warmup": SMOKE_WARMUP if args.smoke else args.warmup, "steps": SMOKE_STEPS if args.smoke else args.steps,
-        "tolerance": TOLERANCE[dtype], "torch": torch.__version__,
+        "tolerance": TOLERANCE[dtype], "torch": torch.__version__, "peak": PEAK_CONVENTION,
     }
     try:
         meta["triton"] = importlib.metadata.version("triton")

@@ -22,7 +22,7 @@
 #   bash benchmarks/run_gpu.sh bench linear moe_layer  # benchmarks by name (python -m benchmarks.<name>)
 #
 # The property suite and the edge cases take one to two minutes a fusion on CUDA: select a few
-# per call. The CPU tests of a part run too: run them on the GPU machine's torch as well.
+# per call. The CPU tests of a part run too, on the torch installed beside the GPU.
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-dev}
 out=${OUT:-/tmp/fuseops-gpu}

@@ -22,8 +22,10 @@ experts' weights to bf16 for the call instead (differentiably, as autocast does)
 in bf16 like every other backend's.
 ``--recipe`` quantizes the experts' GEMMs (fuseops backend only); ``--graphs`` captures the whole
 step (forward, backward, AdamW) in one ``torch.cuda.graph`` on static inputs (CUDA only). Writes
-DIR/train_moe_lm.json and DIR/train_moe_lm.png; the last line is ``OK:`` when the smoothed
-training loss fell, else ``FAIL:`` (exit code 1).
+train_moe_lm.json and train_moe_lm.png into ``--out`` (by default a new folder under the system's
+temporary folder, printed); the last line is ``OK:`` when the smoothed training loss fell, else
+``FAIL:`` (exit code 1). The progress bar and the PNG need the ``bench`` extra (tqdm,
+matplotlib); without it the run prints progress lines and writes the JSON only.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import math
 import os
 import resource
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -439,8 +442,10 @@ def evaluate(model: Callable[..., object], batches: list[tuple[torch.Tensor, tor
 
 class MemoryMeter:
     """A run's memory: on CUDA the peaks allocated and reserved over the whole run, and the most
-    one measured step allocated (reserved) above what was in use as it began: the weights, AdamW's
-    state and the previous step's gradients. On a CPU only the process's peak resident set."""
+    one measured step allocated (reserved) above what was in use as it began without gradient
+    buffers (the weights and AdamW's state): the step's gradients count inside it, as a first
+    step's do, although ``zero_grad`` frees the previous step's only inside the step. On a CPU
+    only the process's peak resident set."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -450,12 +455,14 @@ class MemoryMeter:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(device)
 
-    def step_begins(self) -> None:
-        """Folds the peaks so far into the run's, then measures from here."""
+    def step_begins(self, held_gradient_bytes: int = 0) -> None:
+        """Folds the peaks so far into the run's, then measures from here, less the gradient
+        buffers still held from the previous step."""
         if self.cuda:
             self.peaks()
             torch.cuda.reset_peak_memory_stats(self.device)
-            self.start = (torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device))
+            self.start = (torch.cuda.memory_allocated(self.device) - held_gradient_bytes,
+                          torch.cuda.memory_reserved(self.device))
 
     def step_ends(self) -> None:
         """After the step's work has finished (the loss was read back)."""
@@ -481,12 +488,11 @@ def train(
 
     Args:
         cfg: the run.
-        progress: show a tqdm progress bar with loss, tokens/s and memory.
+        progress: show progress with loss, tokens/s and memory (a tqdm bar where tqdm is
+            installed, else a line every tenth of the steps).
         on_step: called after each step with its number (from 1), its loss and its seconds
             (forward, backward and AdamW, to the loss read back).
     """
-    from tqdm import tqdm
-
     device = torch.device(cfg.device)
     memory = MemoryMeter(device)
     train_tokens, val_tokens = split_tokens(stdlib_text(cfg.data_bytes))
@@ -502,11 +508,11 @@ def train(
     val_losses: list[tuple[int, float]] = []
     timed_s, timed_tokens = 0.0, 0
     start = time.perf_counter()
-    bar = tqdm(range(1, cfg.steps + 1), disable=not progress, desc=f"{cfg.experts_backend}", unit="step")
-    for i in bar:
+    bar = progress_bar(cfg, progress)
+    for i in range(1, cfg.steps + 1):
         inputs, targets = (t.to(device, non_blocking=True) for t in next(batches))
         timed = i > UNTIMED_STEPS or cfg.steps <= UNTIMED_STEPS
-        memory.step_begins()
+        memory.step_begins(gradient_bytes(model))
         t0 = time.perf_counter()
         losses.append(step(inputs, targets).item())
         dt = time.perf_counter() - t0
@@ -517,17 +523,51 @@ def train(
             on_step(i, losses[-1], dt)
         if cfg.eval_every and (i % cfg.eval_every == 0 or i == cfg.steps):
             val_losses.append((i, evaluate(runnable, val_batches, cfg)))
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{inputs.numel() / dt:,.0f}",
-                        mem=f"{memory.peaks()[0] / 2**20:,.0f}MiB")
+        bar(i, loss=f"{losses[-1]:.3f}", tok_s=f"{inputs.numel() / dt:,.0f}",
+            mem=f"{memory.peaks()[0] / 2**20:,.0f}MiB")
     peak_allocated, peak_reserved = memory.peaks()
     step_peaks = (memory.step_allocated, memory.step_reserved) if memory.cuda else (None, None)
     return TrainResult(cfg, losses, val_losses, timed_tokens / max(timed_s, 1e-9), peak_allocated,
                        time.perf_counter() - start, offload_stats, peak_reserved, *step_peaks)
 
 
-def plot(result: TrainResult, path: Path) -> None:
-    """Training loss (raw and smoothed) and validation loss against the step, as a PNG."""
-    import matplotlib
+def progress_bar(cfg: TrainConfig, show: bool) -> Callable[..., None]:
+    """``bar(step, **values)`` after each step: a tqdm bar where tqdm is installed (the ``bench``
+    extra), else a printed line every tenth of the steps; nothing when ``show`` is False."""
+    if not show:
+        return lambda step, **values: None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        every = max(cfg.steps // 10, 1)
+
+        def line(step: int, **values: str) -> None:
+            if step % every == 0 or step == cfg.steps:
+                print(f"{cfg.experts_backend} step {step}/{cfg.steps} "
+                      + " ".join(f"{k}={v}" for k, v in values.items()), flush=True)
+        return line
+    bar = tqdm(total=cfg.steps, desc=cfg.experts_backend, unit="step")
+
+    def update(step: int, **values: str) -> None:
+        bar.update(1)
+        bar.set_postfix(**values)
+        if step == cfg.steps:
+            bar.close()
+    return update
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    """The bytes of the gradient buffers the parameters hold (none before the first step)."""
+    return sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
+
+
+def plot(result: TrainResult, path: Path) -> bool:
+    """Training loss (raw and smoothed) and validation loss against the step, as a PNG; False
+    (nothing written) where matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -551,6 +591,7 @@ def plot(result: TrainResult, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return True
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, Path]:
@@ -578,14 +619,15 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, Path]:
     parser.add_argument("--data-bytes", type=int, default=defaults.data_bytes,
                         help="bytes of standard-library text; the last tenth is held out")
     parser.add_argument("--seed", type=int, default=defaults.seed, help="seeds the weights and the batches")
-    parser.add_argument("--out", default=".", help="folder for train_moe_lm.json and train_moe_lm.png")
+    parser.add_argument("--out", help="folder for train_moe_lm.json and train_moe_lm.png "
+                                      "(default: a new folder under the system's temporary folder)")
     args = parser.parse_args(argv)
     out = args.__dict__.pop("out")
     try:
         cfg = TrainConfig(**vars(args))
     except ValueError as e:
         parser.error(str(e))
-    return cfg, Path(out)
+    return cfg, Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="train_moe_lm-"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -594,10 +636,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = train(cfg)
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_moe_lm.json").write_text(json.dumps(result.to_json(), indent=1))
-    plot(result, out / "train_moe_lm.png")
+    if plot(result, out / "train_moe_lm.png"):
+        print(f"wrote {out / 'train_moe_lm.json'} and {out / 'train_moe_lm.png'}")
+    else:
+        print(f"wrote {out / 'train_moe_lm.json'} (no plot: matplotlib is not installed; "
+              "pip install -e '.[bench]' adds it)")
     summary = result.to_json()
     val = summary["final_val_loss"]
-    print(f"wrote {out / 'train_moe_lm.json'} and {out / 'train_moe_lm.png'}")
     print(f"{cfg.steps} steps in {result.wall_s:.1f} s, {result.tokens_per_s:,.0f} tokens/s, "
           f"peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB")
     if result.offload_stats:
