@@ -56,7 +56,17 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException
 
-from benchmarks._ep_layers import CAPACITY, GRAPHED, REFERENCE, TORCH_EP, Layer, implementations, make_layer
+from benchmarks._ep_layers import (
+    CAPACITY,
+    EXACT,
+    GRAPHED,
+    OVERLAP,
+    REFERENCE,
+    TORCH_EP,
+    Layer,
+    implementations,
+    make_layer,
+)
 from benchmarks._results import RESULTS, pyplot, results_path
 from fuseops.moe import expert_capacity
 
@@ -69,6 +79,8 @@ WARMUP, STEPS = 3, 20
 SMOKE_WARMUP, SMOKE_STEPS = 1, 3
 CAPACITY_FACTOR = 1.25
 CHUNKS = (2, 4)
+# The overlapped exact rows: the remote rows in this many pieces.
+PIECES = (1, 2)
 # Targets: EP step time <= 1.25x the one-GPU layer's and >= 1.3x as fast as plain torch EP at 8192
 # tokens per GPU; the graphed capacity step >= 1.1x as fast as the eager one at 2048.
 ONE_GPU_MAX, TORCH_EP_MIN, GRAPH_MIN = 1.25, 1.3, 1.1
@@ -227,7 +239,7 @@ def measure_tokens(tokens: int, args, shape: tuple[int, int, int, int], dtype: t
     top_k = shape[3]
     layer = make_layer(tokens, shape, dtype, device, args.skewed)
     capacity = expert_capacity(tokens, top_k, world, capacity_factor=args.capacity_factor)
-    impls = {n: f for n, f in implementations(layer, capacity, tuple(args.chunks)).items()
+    impls = {n: f for n, f in implementations(layer, capacity, tuple(args.chunks), tuple(args.pieces)).items()
              if n in (REFERENCE, TORCH_EP) or n.split("=")[0] in args.impls}
     steps = {name: eager_step(layer, forward) for name, forward in impls.items()}
     warmup, timed = (SMOKE_WARMUP, SMOKE_STEPS) if args.smoke else (args.warmup, args.steps)
@@ -443,14 +455,16 @@ def _free_port() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    impl_names = ["one-GPU expert_layer", "fuseops EP exact", CAPACITY, "fuseops EP chunks", GRAPHED]
+    impl_names = ["one-GPU expert_layer", EXACT, OVERLAP, CAPACITY, "fuseops EP chunks", GRAPHED]
     parser.add_argument("--world-size", type=int, help="ranks to spawn (default: every visible GPU); under torchrun, "
                                                         "its WORLD_SIZE")
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS), help="tokens per GPU")
     parser.add_argument("--skewed", action="store_true", help="half the tokens send their top-1 to expert 0")
     parser.add_argument("--capacity-factor", type=float, default=CAPACITY_FACTOR,
                         help="the capacity rows' expert_capacity factor")
-    parser.add_argument("--chunks", type=int, nargs="*", default=list(CHUNKS), help="dispatch_chunks rows' chunks")
+    parser.add_argument("--chunks", type=int, nargs="*", default=list(CHUNKS), help="the capacity chunks rows' chunks")
+    parser.add_argument("--pieces", type=int, nargs="*", default=list(PIECES),
+                        help="the overlapped exact rows' remote pieces (dispatch_chunks without capacity)")
     parser.add_argument("--impls", nargs="*", default=impl_names, choices=impl_names,
                         help="rows to run (the one-GPU layer and plain torch EP always run)")
     parser.add_argument("--warmup", type=int, default=WARMUP)
@@ -460,6 +474,8 @@ def main() -> None:
     args = parser.parse_args()
     if "fuseops EP chunks" not in args.impls:
         args.chunks = []
+    if OVERLAP not in args.impls:
+        args.pieces = []
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         ok = rank_main(rank, int(os.environ.get("LOCAL_RANK", rank)), world, "env://", args)
