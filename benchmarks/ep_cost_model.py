@@ -105,18 +105,21 @@ class Compute:
     def from_one_gpu(cls, shape: Shape, step_s: dict[int, float], forward_share: float = FORWARD_SHARE,
                      forward_s: dict[int, float] | None = None) -> Compute:
         """From the one-GPU layer's step at two token counts (the forward alone where measured,
-        else ``forward_share`` of the step): rows per expert ``tokens * top_k / experts``."""
-        if len(step_s) < 2:
-            raise ValueError(f"step_s: expected the one-GPU step at two token counts, got {step_s}")
-        (t0, s0), (t1, s1) = sorted(step_s.items())[:2]
-        f0, f1 = ((forward_s[t0], forward_s[t1]) if forward_s else (s0 * forward_share, s1 * forward_share))
-        r0, r1 = (t * shape.top_k / shape.experts for t in (t0, t1))
+        else ``forward_share`` of the step): rows per expert ``tokens * top_k / experts``. At one
+        token count the cost is all per row (``a = 0``)."""
+        if not step_s:
+            raise ValueError("step_s: expected the one-GPU step at one or two token counts, got none")
+        points = sorted(step_s.items())[:2]
+        fwd = [forward_s[t] if forward_s else s * forward_share for t, s in points]
+        rows = [t * shape.top_k / shape.experts for t, _ in points]
 
-        def fit(y0: float, y1: float) -> tuple[float, float]:
-            b = (y1 - y0) / shape.experts / (r1 - r0)
-            return max(y0 / shape.experts - b * r0, 0.0), b
+        def fit(y: list[float]) -> tuple[float, float]:
+            if len(y) == 1:
+                return 0.0, y[0] / shape.experts / rows[0]
+            b = (y[1] - y[0]) / shape.experts / (rows[1] - rows[0])
+            return max(y[0] / shape.experts - b * rows[0], 0.0), b
 
-        return cls(fit(f0, f1), fit(s0 - f0, s1 - f1))
+        return cls(fit(fwd), fit([s - f for (_, s), f in zip(points, fwd)]))
 
     def seconds(self, experts: float, rows: float, forward: bool) -> float:
         a, b = self.forward if forward else self.backward

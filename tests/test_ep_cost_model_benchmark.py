@@ -1,8 +1,8 @@
 """The expert-parallel cost model (benchmarks/ep_cost_model.py): the link interpolates its sweep
 and keeps its largest bandwidth beyond it; the compute fit reproduces the measurements it came
-from; the step without pieces is compute plus four exchanges plus the gathers; pieces hide the
-exchange when the link is fast beside the compute and cannot when it is slow; beyond a node the
-network sets the exchange."""
+from (one measurement: a cost per row alone); the step without pieces is compute plus four
+exchanges plus the gathers; pieces hide the exchange when the link is fast beside the compute and
+cannot when it is slow; beyond a node the network sets the exchange."""
 
 import math
 
@@ -40,8 +40,11 @@ def test_compute_fit_reproduces_its_measurements():
         got = compute.seconds(SHAPE.experts, rows, True) + compute.seconds(SHAPE.experts, rows, False)
         assert math.isclose(got, step, rel_tol=1e-9)
         assert math.isclose(compute.seconds(SHAPE.experts, rows, True), step * cm.FORWARD_SHARE, rel_tol=1e-9)
-    with pytest.raises(ValueError, match="two token counts"):
-        cm.Compute.from_one_gpu(SHAPE, {1024: 1e-3})
+    alone = cm.Compute.from_one_gpu(SHAPE, {1024: 1e-3})
+    assert alone.forward[0] == alone.backward[0] == 0.0
+    assert math.isclose(alone.seconds(SHAPE.experts, 2 * 1024 * SHAPE.top_k, False), 2 * 1e-3 * 2 / 3)
+    with pytest.raises(ValueError, match="one or two token counts"):
+        cm.Compute.from_one_gpu(SHAPE, {})
 
 
 def _compute(per_row_s: float) -> cm.Compute:
