@@ -6,6 +6,7 @@ weights cast as autocast casts them, and the command line refuses what it cannot
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 from dataclasses import replace
 
@@ -160,7 +161,9 @@ def test_main_writes_results_and_says_ok(tmp_path, capsys):
     assert result["final_val_loss"] == result["val_losses"][-1][1]
     assert result["config"]["experts_backend"] == "fuseops" and result["tokens_per_s"] > 0
     assert result["peak_memory_bytes"] > 0
-    assert (tmp_path / "train_moe_lm.png").read_bytes()[:4] == b"\x89PNG"
+    # Without matplotlib the example says so and writes no plot.
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "train_moe_lm.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_main_says_fail_when_the_loss_does_not_fall(tmp_path, capsys, monkeypatch):
