@@ -702,7 +702,8 @@ def compare_losses(losses: Sequence[float], runs: Sequence[Path]) -> list[str]:
 
     def gap(a: list[float], b: list[float]) -> str:
         d = [abs(x - y) for x, y in zip(a, b)]
-        return f"mean |loss difference| {sum(d) / max(len(d), 1):.2e}, max {max(d, default=0.0):.2e} over {len(d)} steps"
+        mean = sum(d) / max(len(d), 1)
+        return f"mean |loss difference| {mean:.2e}, max {max(d, default=0.0):.2e} over {len(d)} steps"
 
     names = list(curves)
     return [f"{a} vs {b}: {gap(curves[a], curves[b])}" for i, a in enumerate(names) for b in names[i + 1:]]

@@ -23,9 +23,9 @@ from fuseops.moe.expert_parallel import (
 from fuseops.moe.routing import permute, unpermute
 
 __all__ = [
-    "CapacityHandle", "DispatchHandle", "ExactChunksHandle", "Overflow", "combine", "dispatch", "dispatch_chunks", "expert_capacity",
-    "expert_layer", "expert_layer_fallback", "expert_state_dict_for_rank", "gather_expert_state_dicts", "permute",
-    "unpermute",
+    "CapacityHandle", "DispatchHandle", "ExactChunksHandle", "Overflow", "combine", "dispatch", "dispatch_chunks",
+    "expert_capacity", "expert_layer", "expert_layer_fallback", "expert_state_dict_for_rank",
+    "gather_expert_state_dicts", "permute", "unpermute",
 ]
 
 

@@ -9,11 +9,12 @@ E experts are split evenly over the P ranks of a process group: rank r owns expe
     y_sorted = combine(y_local, handle)
     y = fuseops.moe.unpermute(y_sorted, row_map, weights)
 
-The exact exchange (the default) sends rank r's experts' rows (a contiguous block, since
-``permute`` grouped them by expert) with one variable-size ``all_to_all_single`` and
-reorders what arrives expert-major; ``combine`` is its inverse, and each one's backward is
-the other's forward. The split sizes of a variable-size all-to-all are host ints, so it
-reads the exchanged per-expert counts on the host once per ``dispatch`` (2E ints).
+The exact exchange (the default, ``exact_exchange.py``) sends rank r's experts' rows (a
+contiguous block, since ``permute`` grouped them by expert) with one variable-size
+``all_to_all_single`` and reorders what arrives expert-major by a device gather; ``combine`` is
+its inverse, and each one's backward is the other's forward. The split sizes of a variable-size
+all-to-all are host ints, so it reads the exchanged per-expert counts on the host once per
+``dispatch`` (2E ints); the reorder's index maps are built on the device from them.
 
 ``dispatch(..., capacity=C)`` reads nothing on the host (``capacity_exchange.py``): each
 source→destination pair gets C row slots, the buffers have fixed sizes, and a step captures
@@ -21,10 +22,11 @@ in a CUDA graph. ``x_local`` then has P * C rows: the rows received, expert-majo
 padding that the last local expert's split size covers (its outputs are discarded and its
 gradients are zero). Rows past C fail a device assert (``on_overflow="error"``) or are
 dropped (``"drop"``: they contribute zero, and ``handle.dropped`` counts them).
-``dispatch_chunks`` is the same exchange cut into chunks whose all-to-alls are all in flight
-at once, yielded as they arrive so that the experts run on one while the next travels. It is
-a second function because it returns an iterator of chunks where ``dispatch`` returns rows;
-``combine`` takes either, with the handle that made them.
+``dispatch_chunks`` cuts either exchange into pieces whose all-to-alls are all in flight at
+once, yielded as they arrive so that the experts run on one while the next travels; exact, the
+rows a rank routes to its own experts come first, with no exchange. It is a second function
+because it returns an iterator of pieces where ``dispatch`` returns rows; ``combine`` takes
+either, with the handle that made them.
 
 ``expert_state_dict_for_rank`` and ``gather_expert_state_dicts`` move expert weights between
 world sizes (a checkpoint saved on W ranks, loaded on W').
