@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass
 
 # The all-to-all sweep on two H200s of one host (NVLink), NCCL ``all_to_all_single``, bf16, bytes
-# of the tensor each rank holds -> seconds (the H200 row of shared measurements, reproduced by the
-# link sweep of ``python -m benchmarks.expert_parallel --world-size 2``).
+# of the tensor each rank holds -> seconds; ``python -m benchmarks.expert_parallel --world-size 2``
+# measures it again (its results file's ``link_sweep``).
 H200_SWEEP = ((16 * 2**20, 0.108e-3), (64 * 2**20, 0.189e-3), (256 * 2**20, 0.544e-3), (2**30, 1.758e-3))
 H200_SWEEP_WORLD = 2
 # The one-GPU layer, Qwen3-30B-A3B experts, bf16, forward + backward, ms, on one H200
