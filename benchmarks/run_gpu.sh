@@ -53,7 +53,7 @@ case "$part" in
   quantops) pytest_part tests/quant --ignore=tests/quant/test_quantize.py "$@" ;;
   top) pytest_part tests/test_*.py "$@" ;;
   examples) pytest_part tests/examples "$@" ;;
-  distributed) pytest_part tests/distributed tests/moe/test_expert_parallel_capacity.py tests/moe/test_expert_parallel_composition.py "$@" ;;
+  distributed) pytest_part tests/distributed tests/moe/test_expert_parallel_capacity.py tests/moe/test_expert_parallel_overlap.py tests/moe/test_expert_parallel_composition.py "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
   edge) pytest_part tests/fusions/test_edge_cases.py -k "test_edge_case_on_cuda and (${1:-not nothing})" ;;
   bench)
