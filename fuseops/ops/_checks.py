@@ -44,7 +44,9 @@ def bad_input(error: ValueError | TypeError) -> None:
     user as ``torch._dynamo.exc.Unsupported`` ("Observed exception") in place of the error."""
     if not torch.compiler.is_compiling():
         raise error
-    _raise_bad_input(type(error).__name__, str(error))
+    # By isinstance, not ``type(error).__name__``: torch 2.11's dynamo cannot hand a class's
+    # ``__name__`` to an operator.
+    _raise_bad_input("TypeError" if isinstance(error, TypeError) else "ValueError", str(error))
 
 
 def refused_while_tracing(error: ValueError | TypeError, stand_in: Any) -> Any:
