@@ -4,9 +4,9 @@ and the device's compute rate per device kind, and each group's compute in FLOPs
 Nothing here reads a clock, so two processes with the same model, shapes, settings and
 kind of device plan the same bytes, from the first step. A group's FLOPs come from the
 modules called in it (``torch.nn.Linear``, and the ``Linear`` / ``GroupedLinear`` ops of a
-``fuseops.Sequential``: two FLOPs per multiply-add of each row); a group with none of
-those (plain-torch code, ``expert_layer``, a loss) counts ``FLOPS_PER_SAVED_BYTE`` FLOPs
-per byte it saves.
+``fuseops.Sequential``: two FLOPs per multiply-add of each row), or
+``FLOPS_PER_SAVED_BYTE`` per byte the group saves where that is more (plain-torch code,
+``expert_layer``, a loss: compute no module hook sees).
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ class Rates:
     flops_per_s: float
 
     def hidden_bytes(self, flops: int, saved_bytes: int) -> int:
-        """Bytes the link moves behind a group's compute (``flops``, or the saved-bytes
-        rule when ``flops`` is 0), at ``LINK_MARGIN`` of its bandwidth."""
-        work = flops if flops > 0 else FLOPS_PER_SAVED_BYTE * saved_bytes
+        """Bytes the link moves behind a group's compute (its modules' ``flops``, or the
+        saved-bytes rule where that counts more: ops whose FLOPs are not known, such as
+        ``expert_layer``'s, beside a router's known ones), at ``LINK_MARGIN`` of its bandwidth."""
+        work = max(flops, FLOPS_PER_SAVED_BYTE * saved_bytes)
         return int(work / self.flops_per_s * self.link_bytes_per_s * LINK_MARGIN)
 
 
