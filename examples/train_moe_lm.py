@@ -175,7 +175,7 @@ class TrainResult:
     tokens_per_s: float
     peak_memory_bytes: int
     wall_s: float
-    offload_stats: dict[str, int]
+    offload_stats: dict[str, int | str]
     peak_reserved_bytes: int | None = None
     step_peak_allocated_bytes: int | None = None
     step_peak_reserved_bytes: int | None = None
@@ -361,7 +361,7 @@ def lm_loss(model: Callable[..., object], inputs: torch.Tensor, targets: torch.T
 
 
 def make_step(
-    model: Callable[..., object], opt: torch.optim.Optimizer, cfg: TrainConfig, offload_stats: dict[str, int]
+    model: Callable[..., object], opt: torch.optim.Optimizer, cfg: TrainConfig, offload_stats: dict[str, int | str]
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """``step(inputs, targets) -> loss``: one AdamW step; with ``cfg.graphs``, eager for the
     first ``WARMUP_STEPS`` calls on a side stream, then one captured graph replayed.
@@ -494,7 +494,7 @@ def train(
     model = build_model(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, capturable=cfg.graphs)
     runnable = torch.compile(model) if cfg.compile else model
-    offload_stats: dict[str, int] = {}
+    offload_stats: dict[str, int | str] = {}
     step = make_step(runnable, opt, cfg, offload_stats)
     batches = random_batches(train_tokens, cfg.batch, cfg.seq, cfg.seed)
 
@@ -601,8 +601,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{cfg.steps} steps in {result.wall_s:.1f} s, {result.tokens_per_s:,.0f} tokens/s, "
           f"peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB")
     if result.offload_stats:
-        print(f"offload, last step: {result.offload_stats['bytes_offloaded'] / 2**20:,.1f} MiB in "
-              f"{result.offload_stats['tensors_offloaded']} saved tensors went to the host and back")
+        stats = result.offload_stats
+        print(f"offload, last step: {stats['bytes_offloaded'] / 2**20:,.1f} MiB in "
+              f"{stats['tensors_offloaded']} saved tensors went to the host and back; its accounted peak, "
+              f"{stats['peak_bytes'] / 2**20:,.0f} MiB, fell at the {stats['peak_where']}, and offloading "
+              f"everything would lower it by {stats['peak_offload_can_lower'] / 2**20:,.0f} MiB")
     verdict = "OK" if result.fell else "FAIL"
     print(f"{verdict}: smoothed train loss {summary['initial_smoothed_loss']:.4f} -> "
           f"{summary['final_smoothed_loss']:.4f}, final val loss "
