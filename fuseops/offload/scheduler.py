@@ -171,7 +171,10 @@ class Scheduler(NoticePath, BackwardPath):
 
     def count_module(self, module: torch.nn.Module, args: tuple) -> None:
         """A module called inside the context (hooks.py): its FLOPs and weight gradients
-        count to the group it runs in (plan.py)."""
+        count to the group it runs in (plan.py). Not calls the backward makes (a
+        checkpoint's recompute): they are no step's forward."""
+        if torch._C._current_graph_task_id() != -1:
+            return
         if self._backward_seen:
             self._new_step()
         if self._current is None:

@@ -145,3 +145,26 @@ def test_the_peak_report_says_when_offloading_cannot_lower_it():
     stats = run_step(wide, torch.randn(4, 64), dict(min_tensor_bytes=0), residual=False).offload.stats
     assert stats["peak_where"] == "weight gradients" and stats["peak_offload_can_lower"] == 0
     assert stats["peak_bytes"] == sum(p.numel() * 4 for p in wide.parameters())
+
+
+def test_a_checkpoint_recompute_in_the_backward_starts_no_new_step():
+    layers, x = mlp_layers(n=3, width=64, hidden=256), torch.randn(256, 64, requires_grad=True)
+
+    def run(inside: bool):
+        for p in layers.parameters():
+            p.grad = None
+        with offload_activations(min_tensor_bytes=0, group_budget_bytes="auto") as offload:
+            h = x
+            for layer in layers:
+                with offload.group():
+                    h = h + torch.utils.checkpoint.checkpoint(layer, h, use_reentrant=False)
+            loss = h.square().mean()
+            if inside:
+                loss.backward()
+        if not inside:
+            loss.backward()
+        return offload.stats
+
+    after, inside = run(False), run(True)
+    # The recompute's module calls count to no group: the account is the forward's.
+    assert inside["peak_bytes"] == after["peak_bytes"] and inside["peak_where"] == after["peak_where"]
