@@ -131,13 +131,13 @@ def offload_activations(
             the rest stays (``stats["skipped_budget"]``); ``link_budget`` computes one by
             hand. ``None``: everything moves (bound by the link when a group saves more
             than its compute hides).
-        peak_bytes_target: keep the step's accounted peak (``base`` allocated at the
-            step's start, weight gradients to come, the saved bytes kept, and three
-            groups the size of the largest held whole; docs: guide/offload) under this
-            many bytes, from the first step: each group moves its ``group_budget_bytes``
-            share, then what the target needs (``stats["bytes_for_target"]``). A target
-            below the lowest peak offloading reaches raises a ``ValueError`` naming it,
-            as soon as the step shows it (a group's start, a module call or a save).
+        peak_bytes_target: keep the step's accounted peak (peak.py: the bytes allocated
+            at the step's start, the weight gradients to come, the saved bytes held, and a
+            backward's working memory) under this many bytes, from the first step: each
+            group moves its ``group_budget_bytes`` share, then what the target needs
+            (``stats["bytes_for_target"]``). A target below the lowest peak offloading
+            reaches raises a ``ValueError`` naming it, as soon as the step shows it (a
+            group's start, a module call or a save; at the latest as the backward starts).
         link_bytes_per_s: the host link's bandwidth to plan with, instead of the stated
             one for the device kind.
 
