@@ -17,7 +17,8 @@ backward; gradients accumulate from step 2), each synchronised, after one step w
 offloading that compiles the kernels. Per step: the peak (``max_memory_allocated``,
 absolute: what a target caps; and above the step's start), the time (CUDA events), and
 for fuseops' modes the bytes moved and the accounted peak with where it fell
-(``stats``). Writes ``offload-<gpu>-<date>.json`` under --out (default
+(``stats``). Beside them, the rates the default's stated ones stand for: a pinned copy's
+bandwidth alone, and the dense stack's FLOP rate without offloading. Writes ``offload-<gpu>-<date>.json`` under --out (default
 ``benchmarks/results``).
 """
 
@@ -144,6 +145,25 @@ def largest_peak(result: dict) -> int | None:
     return max(peaks)
 
 
+def pinned_bytes_per_s(device: torch.device, clock: Clock, nbytes: int) -> float:
+    """A device-to-host copy into pinned memory, alone (the best of 5): the bandwidth to set
+    beside the stated one (``fuseops.offload.estimate.LINK_BYTES_PER_S``)."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty(nbytes, dtype=torch.uint8, pin_memory=clock.cuda)
+    dst.copy_(src, non_blocking=True)
+    best = min(clock.measure(lambda: dst.copy_(src, non_blocking=True))[1] for _ in range(5))
+    return nbytes / (best / 1e3)
+
+
+def dense_flops_per_s(results: list[dict], args) -> float:
+    """The dense stack's FLOP rate without offloading (forward and backward, the median of
+    steps 2-6): the compute rate to set beside the stated one (``estimate.FLOPS_PER_S``)."""
+    none = next(r for r in results if r["mode"] == "none")
+    times = sorted(s["ms"] for s in none["steps"][1:])
+    flops = 3 * args.layers * 2 * args.tokens * 2 * args.hidden * 4 * args.hidden
+    return flops / (times[len(times) // 2] / 1e3)
+
+
 def run_stack(kind, args, device, dtype, clock) -> list[dict]:
     torch.manual_seed(0)
     layers = nn.ModuleList(STACKS[kind](args.hidden) for _ in range(args.layers)).to(device, dtype)
@@ -202,13 +222,18 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device("cpu" if args.smoke else "cuda")
     dtype = torch.float32 if args.smoke else torch.bfloat16
     clock = Clock(device)
-    stacks = {}
+    link = pinned_bytes_per_s(device, clock, (1 << 20) if args.smoke else (256 << 20))
+    print(f"pinned device-to-host copy: {link / 1e9:.1f} GB/s")
+    stacks, rates = {}, {"pinned_bytes_per_s": link}
     for kind in args.stacks.split(","):
         stacks[kind] = run_stack(kind, args, device, dtype, clock)
         report(kind, stacks[kind])
+        if kind == "dense":
+            rates["dense_flops_per_s"] = dense_flops_per_s(stacks[kind], args)
+            print(f"dense stack without offloading: {rates['dense_flops_per_s'] / 1e12:.0f} TFLOP/s")
     result = dict(device=torch.cuda.get_device_name() if clock.cuda else "cpu (smoke)", torch=torch.__version__,
                   dtype=str(dtype), time=time.strftime("%Y-%m-%d %H:%M"), layers=args.layers, tokens=args.tokens,
-                  hidden=args.hidden, steps=STEPS, stacks=stacks,
+                  hidden=args.hidden, steps=STEPS, measured_rates=rates, stacks=stacks,
                   command="python -m benchmarks.offload" + (" --smoke" if args.smoke else ""),
                   targets=dict(default_every_step_peak="<= the steady step's peak x 1.03",
                                default_moved_dense=">= 1.0 GB at <= 1.03x none's time",

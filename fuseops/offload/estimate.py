@@ -17,13 +17,15 @@ from dataclasses import dataclass
 import torch
 
 # Pinned host<->device copies, each way, by a substring of the device's name: 53-55 GB/s
-# measured on H100 and H200 hosts (docs: TRITON_ON_CPU facts, pinned 64-512 MB copies).
-# Another CUDA device counts on a PCIe 4.0 x16 link (25 GB/s); the CPU device's "link" is
-# a host memcpy into a separate buffer.
+# for 64-512 MB copies on H100 and H200 hosts (python -m benchmarks.offload prints its own,
+# "measured_rates" in benchmarks/results/offload-<gpu>-<date>.json). Another CUDA device
+# counts on a PCIe 4.0 x16 link (25 GB/s); the CPU device's "link" is a host memcpy into a
+# separate buffer.
 LINK_BYTES_PER_S = {"H100": 54e9, "H200": 54e9, "cuda": 25e9, "cpu": 8e9}
 # The compute rate a group's FLOPs run at. H100 / H200: a dense bf16 layer (LayerNorm,
 # Linear, GELU, Linear; H=4096, 8192 tokens) runs forward and backward at about 650 TFLOP/s
-# (python -m benchmarks.offload; the "none" rows of benchmarks/results/offload-h200-*.json).
+# (81 ms a step for 8 layers; python -m benchmarks.offload prints the rate,
+# "dense_flops_per_s" in its results file).
 FLOPS_PER_S = {"H100": 650e12, "H200": 650e12, "cuda": 100e12, "cpu": 5e10}
 # The compute of a group whose ops' FLOPs are not known, per byte it saves: a bf16 Linear
 # of N outputs computes N FLOPs per byte of its saved input; a transformer MLP layer of
