@@ -124,7 +124,7 @@ def offload_activations(
         group_budget_bytes: ``"auto"`` (the default): each group moves the whole
             storages that best fill what the link hides behind its compute: its modules'
             forward FLOPs (``torch.nn.Linear``, a ``fuseops.Sequential``'s ``Linear`` and
-            ``GroupedLinear``; else 1024 FLOPs per byte it saves) at the device kind's
+            ``GroupedLinear``; where none runs, 1024 FLOPs per byte it saves) at the device kind's
             stated FLOP rate, times the link's stated bandwidth (54 GB/s on H100 / H200)
             and 0.9, plus what the group before it left unused (at most its own share).
             An int: at most this many bytes leave the device per group, in save order;

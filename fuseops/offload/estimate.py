@@ -4,9 +4,10 @@ and the device's compute rate per device kind, and each group's compute in FLOPs
 Nothing here reads a clock, so two processes with the same model, shapes, settings and
 kind of device plan the same bytes, from the first step. A group's FLOPs come from the
 modules called in it (``torch.nn.Linear``, and the ``Linear`` / ``GroupedLinear`` ops of a
-``fuseops.Sequential``: two FLOPs per multiply-add of each row), or
-``FLOPS_PER_SAVED_BYTE`` per byte the group saves where that is more (plain-torch code,
-``expert_layer``, a loss: compute no module hook sees).
+``fuseops.Sequential``: two FLOPs per multiply-add of each row); a group where none of
+those runs (plain-torch functions, a loss) counts ``FLOPS_PER_SAVED_BYTE`` per byte it
+saves. Compute no module hook sees beside a module that is counted (``expert_layer``
+beside its router) is not counted: such a group moves less than its link hides.
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ class Rates:
 
     def hidden_bytes(self, flops: int, saved_bytes: int) -> int:
         """Bytes the link moves behind a group's compute (its modules' ``flops``, or the
-        saved-bytes rule where that counts more: ops whose FLOPs are not known, such as
-        ``expert_layer``'s, beside a router's known ones), at ``LINK_MARGIN`` of its bandwidth."""
-        work = max(flops, FLOPS_PER_SAVED_BYTE * saved_bytes)
+        saved-bytes rule where none are known), at ``LINK_MARGIN`` of its bandwidth. Not the
+        larger of the two: the rule overcounts layers narrower than about 1280 (a dense MLP
+        layer of width H computes 0.8 H FLOPs per byte it saves), and an overcount stalls."""
+        work = flops if flops > 0 else FLOPS_PER_SAVED_BYTE * saved_bytes
         return int(work / self.flops_per_s * self.link_bytes_per_s * LINK_MARGIN)
 
 

@@ -31,7 +31,7 @@ def per_step(layers, x, config, steps=3):
 def test_the_default_moves_the_same_bytes_from_the_first_step(make):
     layers, x = make(n=4, width=64, hidden=256), torch.randn(256, 64)
     # A stated link slow enough that each group hides part of what it saves, not all.
-    config = dict(group_budget_bytes="auto", min_tensor_bytes=0, link_bytes_per_s=1e7)
+    config = dict(group_budget_bytes="auto", min_tensor_bytes=0, link_bytes_per_s=1e8)
     steps = per_step(layers, x, config)
     everything = run_step(layers, x, dict(group_budget_bytes=None, min_tensor_bytes=0)).offload.stats
     assert steps[0] == steps[1] == steps[2]
