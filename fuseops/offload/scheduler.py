@@ -352,12 +352,13 @@ class Scheduler(NoticePath, BackwardPath):
         if budget is not None and stored.nbytes > budget and not plan.over_target():
             self._decide(stored, Skip.BUDGET)
             return
-        extra = budget is not None and stored.nbytes > budget
+        before = group.moved
         self._offload([stored], group, after=None, budget=None)
-        if extra:
-            self.stats["bytes_for_target"] += stored.nbytes
+        moved = group.moved - before
+        if budget is not None and stored.nbytes > budget:
+            self.stats["bytes_for_target"] += moved
         elif budget is not None:
-            group.budget_left = budget - stored.nbytes
+            group.budget_left = budget - moved
 
     def _pass(self, group: Group, t: torch.Tensor) -> Passed:
         """A tensor of a group that moves nothing: kept as it is, counted by the group
@@ -456,8 +457,9 @@ class Scheduler(NoticePath, BackwardPath):
                 # Counted as kept so far: counted again as moved.
                 count_skip(self.stats, Skip.BUDGET, -stored.handles)
                 stored.decided = False
+                before = earlier.moved
                 self._offload([stored], earlier, after=None, budget=None)
-                self.stats["bytes_for_target"] += stored.nbytes
+                self.stats["bytes_for_target"] += earlier.moved - before
 
     def hold_target(self) -> None:
         """The forward is over (the backward starts): the whole step is known. Storages
