@@ -104,9 +104,10 @@ class StepPlan:
         return self.budget
 
     def hidden(self, group: Any) -> int:
+        """What the link hides behind ``group``'s compute (estimate.py)."""
         return self.rates.hidden_bytes(group.flops, group.saved)
 
-    def choose(self, group: Any, sizes: list[int], allowance: int | None) -> list[int]:
+    def choose(self, sizes: list[int], allowance: int | None) -> list[int]:
         """Indices (into ``sizes``, the group's undecided storages in save order) that move
         by default."""
         if allowance is None:

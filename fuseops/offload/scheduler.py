@@ -431,7 +431,7 @@ class Scheduler(NoticePath, BackwardPath):
             group.budget_left = allowance
             return
         records = [s for s in group.live() if not s.decided]
-        chosen = set(plan.choose(group, [s.nbytes for s in records], allowance))
+        chosen = set(plan.choose([s.nbytes for s in records], allowance))
         moving = [s for i, s in enumerate(records) if i in chosen]
         staying = [s for i, s in enumerate(records) if i not in chosen]
         fences, group.fences = group.fences, {}
