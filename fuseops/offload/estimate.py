@@ -6,8 +6,10 @@ kind of device plan the same bytes, from the first step. A group's FLOPs come fr
 modules called in it (``torch.nn.Linear``, and the ``Linear`` / ``GroupedLinear`` ops of a
 ``fuseops.Sequential``: two FLOPs per multiply-add of each row); a group where none of
 those runs (plain-torch functions, a loss) counts ``FLOPS_PER_SAVED_BYTE`` per byte it
-saves. Compute no module hook sees beside a module that is counted (``expert_layer``
-beside its router) is not counted: such a group moves less than its link hides.
+saves. A module holding a ``fuseops.Sequential`` it runs without calling it (a block
+passing its experts to ``fuseops.moe.expert_layer``) counts that Sequential once per
+row of its own input (each token through one expert: a top-k layer computes k times
+that); a Sequential it does call in the step counts once, as itself.
 """
 
 from __future__ import annotations
@@ -81,6 +83,14 @@ def runs_its_children(module: torch.nn.Module) -> bool:
     """Whether ``module`` runs its children without calling them (a ``fuseops.Sequential``
     executes its ops directly, so no module hook sees them)."""
     return isinstance(module, _fuseops_classes()[0])
+
+
+def held_sequentials(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The ``fuseops.Sequential`` children of ``module`` (not itself one)."""
+    sequential = _fuseops_classes()[0]
+    if isinstance(module, sequential):
+        return []
+    return [child for child in module.children() if isinstance(child, sequential)]
 
 
 def module_flops(module: torch.nn.Module, args: tuple) -> int:

@@ -28,7 +28,7 @@ import torch
 
 from fuseops.offload import peak as peak_model
 from fuseops.offload.choice import fullest_subset
-from fuseops.offload.estimate import Rates, module_flops, rates_for, runs_its_children
+from fuseops.offload.estimate import Rates, held_sequentials, module_flops, rates_for, runs_its_children
 
 
 class StepPlan:
@@ -56,11 +56,14 @@ class StepPlan:
         self._params: set[int] = set()
         self._started = False
         self._unsaved_grads = 0
+        # The fuseops Sequentials called in the step (``hidden``).
+        self._called: set[int] = set()
 
     def begin(self) -> None:
         """A new step: nothing of it is known until its first group saves."""
         self.groups, self.grads, self.carry, self._params, self._started = [], 0, 0, set(), False
         self._unsaved_grads = 0
+        self._called = set()
 
     def start_group(self, group: Any, device: torch.device) -> None:
         """``group`` is the step's next; the first one reads ``base`` and the rates."""
@@ -88,6 +91,10 @@ class StepPlan:
         """A module called in ``group``: its FLOPs, and the bytes of the weight gradients of
         its parameters that have none yet (their backward allocates them)."""
         group.flops += module_flops(module, args)
+        if runs_its_children(module):
+            self._called.add(id(module))
+        for child in held_sequentials(module):
+            group.held_flops[id(child)] = module_flops(child, args)
         params = self._params
         for p in module.parameters(recurse=runs_its_children(module)):
             if p.requires_grad and p.grad is None and id(p) not in params:
@@ -104,8 +111,14 @@ class StepPlan:
         return self.budget
 
     def hidden(self, group: Any) -> int:
-        """What the link hides behind ``group``'s compute (estimate.py)."""
-        return self.rates.hidden_bytes(group.flops, group.saved)
+        """What the link hides behind ``group``'s compute (estimate.py): its modules' FLOPs,
+        and with ``keep_last >= 1`` those of Sequentials its modules held and the step did
+        not call by the time it is decided (with ``keep_last=0`` a group decides as it saves,
+        before a call that comes later in it could tell)."""
+        flops = group.flops
+        if self.keep_last > 0:
+            flops += sum(f for key, f in group.held_flops.items() if key not in self._called)
+        return self.rates.hidden_bytes(flops, group.saved)
 
     def choose(self, sizes: list[int], allowance: int | None) -> list[int]:
         """Indices (into ``sizes``, the group's undecided storages in save order) that move

@@ -176,6 +176,9 @@ class Group:
         self.sizes: dict[int, int] = {}
         self.saved = 0
         self.flops = 0
+        # FLOPs of fuseops Sequentials that a module called in the group holds but had not
+        # called by then (an expert layer's experts), by the Sequential's id (plan.py).
+        self.held_flops: dict[int, int] = {}
         self.grads = 0
         self.moved = 0
         # Moves nothing (see ``Scheduler._pass``): tensors passed through, not yet counted.

@@ -36,3 +36,38 @@ def test_hidden_bytes_count_flops_or_where_none_are_known_the_saved_bytes_rule()
 def test_the_cpu_rates_are_stated_and_the_link_overridable():
     assert rates_for(torch.device("cpu")).link_bytes_per_s == LINK_BYTES_PER_S["cpu"]
     assert rates_for(torch.device("cpu"), 3e9).link_bytes_per_s == 3e9
+
+
+def test_a_block_that_hands_its_experts_to_expert_layer_counts_them_once_per_row():
+    from benchmarks.offload import ExpertBlock
+    from fuseops.offload import offload_activations
+
+    torch.manual_seed(0)
+    blocks = nn.ModuleList(ExpertBlock(64) for _ in range(2))
+    x = torch.randn(512, 64)
+    with offload_activations(min_tensor_bytes=0) as offload:
+        h = x
+        for b in blocks:
+            with offload.group():
+                h = b(h)
+    h.sum().backward()
+    group = offload._scope.plan.groups[0]
+    ffn = 64 * 11 // 16
+    assert group.flops == 2 * 512 * 64 * 8  # the router, called
+    assert list(group.held_flops.values()) == [2 * 512 * (64 * 2 * ffn + ffn * 64)]
+
+
+def test_a_held_sequential_the_step_calls_counts_once():
+    from fuseops.offload import offload_activations
+    from tests.offload.test_moe import moe_stack
+
+    # The test MoE layer calls its experts itself: counted as called, not as held.
+    layers, x = moe_stack(2, 64, 48, 4, 2, dtype=torch.float32), torch.randn(64, 64)
+    with offload_activations(min_tensor_bytes=0) as offload:
+        h = x
+        for layer in layers:
+            with offload.group():
+                h = layer(h)
+    h.sum().backward()
+    plan = offload._scope.plan
+    assert all(set(g.held_flops) <= plan._called for g in plan.groups)
