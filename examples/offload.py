@@ -6,7 +6,8 @@ learns exactly as without it.
 Each block (a fuseops.Sequential call) is an offload group; the last one stays on the
 device. Two copies of the model train side by side, with and without offloading, and
 their losses must agree bit for bit. Per step it prints the bytes that waited on the
-host. On a CPU the scheduling runs with a plain host buffer standing in for pinned
+host, and where the step's peak fell as the scheduler accounts it (``stats["peak_where"]``)
+with how much more offloading could lower it. On a CPU the scheduling runs with a plain host buffer standing in for pinned
 memory (a few seconds). On CUDA (bf16, larger) it also draws the allocated memory over
 one step, with and without offloading, into DIR/offload_memory.png; then caps the
 process's device memory halfway between the two peaks, where the step without
@@ -74,7 +75,8 @@ def train_side_by_side(plain, offloaded, data):
         print(f"step {i}: loss {loss_off.item():.5f} (bit-for-bit as without offload); "
               f"{s['bytes_offloaded'] / 2**20:.1f} MiB of {s['tensors_offloaded']} saved tensors on the host "
               f"over {s['groups']} groups, {s['bytes_reloaded'] / 2**20:.1f} MiB back; "
-              f"{s['tensors_skipped']} stayed")
+              f"{s['tensors_skipped']} stayed; peak {s['peak_bytes'] / 2**20:.1f} MiB at the {s['peak_where']}, "
+              f"offloading could lower it by {s['peak_offload_can_lower'] / 2**20:.1f} MiB more")
     arena = host_arena(data[0][0].device)
     print(f"host arena: {arena.reserved_bytes / 2**20:.1f} MiB in {arena.allocations} blocks, "
           f"{arena.lent_bytes} bytes still lent out")

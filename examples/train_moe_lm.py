@@ -209,7 +209,7 @@ class TrainResult:
     tokens_per_s: float
     peak_memory_bytes: int
     wall_s: float
-    offload_stats: dict[str, int]
+    offload_stats: dict[str, int | str]
     peak_reserved_bytes: int | None = None
     step_peak_allocated_bytes: int | None = None
     step_peak_reserved_bytes: int | None = None
@@ -395,7 +395,7 @@ def lm_loss(model: Callable[..., object], inputs: torch.Tensor, targets: torch.T
 
 
 def make_step(
-    model: Callable[..., object], opt: torch.optim.Optimizer, cfg: TrainConfig, offload_stats: dict[str, int],
+    model: Callable[..., object], opt: torch.optim.Optimizer, cfg: TrainConfig, offload_stats: dict[str, int | str],
     after_backward: Callable[[], None] | None = None,
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """``step(inputs, targets) -> loss``: one AdamW step; with ``cfg.graphs``, eager for the
@@ -590,7 +590,7 @@ def train(
         after_backward = functools.partial(ep.scale_expert_grads, experts, ranks.group)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, capturable=cfg.graphs)
     runnable = torch.compile(runnable) if cfg.compile else runnable
-    offload_stats: dict[str, int] = {}
+    offload_stats: dict[str, int | str] = {}
     step = make_step(runnable, opt, cfg, offload_stats, after_backward)
     # The same global batches on every rank (one seed); each rank trains on its share.
     batches = random_batches(train_tokens, cfg.batch, cfg.seq, cfg.seed)
@@ -770,8 +770,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{cfg.steps} steps in {result.wall_s:.1f} s, {result.tokens_per_s:,.0f} tokens/s{gpus}, "
           f"peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB")
     if result.offload_stats:
-        print(f"offload, last step: {result.offload_stats['bytes_offloaded'] / 2**20:,.1f} MiB in "
-              f"{result.offload_stats['tensors_offloaded']} saved tensors went to the host and back")
+        stats = result.offload_stats
+        print(f"offload, last step: {stats['bytes_offloaded'] / 2**20:,.1f} MiB in "
+              f"{stats['tensors_offloaded']} saved tensors went to the host and back; its accounted peak, "
+              f"{stats['peak_bytes'] / 2**20:,.0f} MiB, fell at the {stats['peak_where']}, and offloading "
+              f"everything would lower it by {stats['peak_offload_can_lower'] / 2**20:,.0f} MiB")
     for line in compare_losses(result.losses, compare_to):
         print(line)
     verdict = "OK" if result.fell else "FAIL"

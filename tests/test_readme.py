@@ -39,15 +39,11 @@ def test_readme_has_python_blocks():
 
 
 @pytest.mark.parametrize("code", BLOCKS, ids=[_block_id(i, c) for i, c in enumerate(BLOCKS)])
-def test_readme_block(code: str, monkeypatch: pytest.MonkeyPatch):
+def test_readme_block(code: str):
     if code.startswith(REQUIRES_CUDA) and not torch.cuda.is_available():
         pytest.skip("README block marked '# requires CUDA'")
-    # A reader's fresh process: the offload planners (process-wide, they remember the layouts
-    # they learned) start empty, and what the block teaches them stays out of other tests.
-    from fuseops.offload import planner
-
-    monkeypatch.setattr(planner, "_planners", {})
-    # ... and torch.compile's caches: other tests in this process compiled the same code.
+    # A reader's fresh process: torch.compile's caches start empty (other tests in this
+    # process compiled the same code).
     torch._dynamo.reset()
     namespace = {"__name__": "__readme__"}
     torch.manual_seed(0)

@@ -51,9 +51,6 @@ class BackwardPath:
         if stored.where is Where.HOST:
             self._reload([stored])
         if stored.where is Where.RELOADED:
-            log = self._planned_log(group)
-            if log is not None:
-                self._planner.waiting(log, stored.event)
             link_for(stored.device).consume(stored.data, stored.event)
             stored.release = None
         out = empty_tensor(stored.device, packed.dtype)
@@ -84,13 +81,10 @@ class BackwardPath:
             self._backward_seen = True
             if self._noticed:
                 self._abandon_noticed()
+            self.hold_target()
             self._resident_at_forward_end = self._resident_bytes()
             self._forward_peak = max(self._forward_peak, self._held)
         self._settle(len(self._groups))
-        if group.log is not None:
-            if group.log is self._log:
-                self._end_forward()
-            group.log.backward.setdefault(group.position, self._planner.timer.mark())
         if not group.offloading:
             self._keep(group)
         self._reload_group(group)
@@ -119,10 +113,6 @@ class BackwardPath:
         target, force = group.prefetch, group.consumed >= group.prefetch_at
         if group.prefetch_room is None:
             if force:
-                log = self._planned_log(target)
-                if log is not None and log.first_reload is None:
-                    # Where the reload may start: the planner learns its window from here.
-                    log.first_reload = (self._planner.timer.mark(), target.position)
                 self._reload_group(target)
                 group.prefetch = None
             return

@@ -1,10 +1,8 @@
 """Which whole tensors of a group to move: subset sums of a handful of storage sizes.
 
 Storages move whole, so what a group can move is one of its subset sums, not any byte
-count under its budget. ``subset_sums`` lists them (the planner plans a step over them,
-planner.py); ``fullest_subset`` picks the storages whose sum fills a cap the most (the
-scheduler moves those, scheduler.py): with the cap the planner chose, exactly the sum
-it planned. A group saves a handful of storages, so the sums are few; past
+count under its allowance. ``fullest_subset`` picks the storages whose sum fills an
+allowance the most (plan.py). A group saves a handful of storages, so the sums are few; past
 ``MAX_SUMS`` (many storages of unrelated sizes) sums closer than a step of the largest
 one to a kept sum are dropped: every sum kept is still exact (the storages make it),
 and a budget loses little of its fill.
@@ -38,8 +36,7 @@ def _thin(sums: list[int]) -> list[int]:
 def _reachable(sizes: Sequence[int]) -> dict[int, tuple[int, int] | None]:
     """Each sum of a subset of ``sizes`` (thinned as the docstring says): the sum it
     extends and the index of the size added (``None`` for the empty set). A sum is
-    reached first by the earliest sizes in ``sizes``' order. Built without a cap, so
-    that the planner's sums and the scheduler's choice under any cap are the same ones."""
+    reached first by the earliest sizes in ``sizes``' order."""
     parent: dict[int, tuple[int, int] | None] = {0: None}
     frontier = [0]
     for i, n in enumerate(sizes):
@@ -51,11 +48,6 @@ def _reachable(sizes: Sequence[int]) -> dict[int, tuple[int, int] | None]:
         if grown:
             frontier = _thin(sorted(frontier + grown))
     return parent
-
-
-def subset_sums(sizes: Sequence[int], cap: int) -> list[int]:
-    """The sums of subsets of ``sizes`` up to ``cap``, ascending (0 first)."""
-    return [s for s in _thin(sorted(_reachable(sizes))) if s <= cap]
 
 
 @functools.lru_cache(maxsize=256)

@@ -4,10 +4,11 @@ Saved tensors reach the innermost active context through
 ``torch.autograd.graph.saved_tensors_hooks`` (fuseops' fuser saves its activations
 through ``ctx.save_for_backward``, so plain torch code and fuseops ops take the same
 door). Module hooks, installed process-wide only while some context is active on some
-thread, do two things for the innermost context of the calling thread: each top-level
-``fuseops.Sequential`` call becomes a group, and the buffers of every module called are
+thread, do three things for the innermost context of the calling thread: each top-level
+``fuseops.Sequential`` call becomes a group; the buffers of every module called are
 remembered, so that a buffer saved by autograd stays where it is (a parameter is
-recognised from the tensor itself). While some context is active, the executor's save
+recognised from the tensor itself); and every module called counts its FLOPs and weight
+gradients to the group it runs in (plan.py). While some context is active, the executor's save
 notices (``ops/executor/save_notice.py``) go to the innermost context of the calling
 thread too, when its hooks are the ones its saves will reach.
 """
@@ -80,6 +81,8 @@ def _pre_hook(module: torch.nn.Module, args: Any) -> None:
                 scope.buffers.add(buffer)
     if isinstance(module, _sequential_class()):
         scope.sequential_groups.append(scope.open_group())
+    # After the group opens: a Sequential's FLOPs and weight gradients are its group's.
+    scope.count_module(module, args)
 
 
 def _post_hook(module: torch.nn.Module, args: Any, output: Any) -> None:

@@ -15,8 +15,7 @@ stream that owns it, and memory is freed on the host as soon as that wait is que
 
 On a CPU device the same calls copy synchronously into a separate host buffer, so the
 scheduling above them runs, and is tested, unchanged. Every source and destination is
-a flat uint8 tensor over a whole storage. Each link times its copies (``meter``, read
-only once they have passed): the planner's measured bandwidth.
+a flat uint8 tensor over a whole storage.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ import torch
 
 from fuseops.offload.arena import HostArena, HostBlock, host_arena
 from fuseops.offload.streams import CopyStream, current_stream
-from fuseops.offload.timing import CopyMeter, timer_for
 
 
 class HostLink:
@@ -39,7 +37,6 @@ class HostLink:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.arena: HostArena = host_arena(device)
-        self.meter = CopyMeter(timer_for(device))
 
     def fence(self) -> Any:
         return None
@@ -47,13 +44,8 @@ class HostLink:
     def copy_out(self, sources: Sequence[torch.Tensor], after: Any) -> tuple[list[HostBlock], Any]:
         take = self.arena.take
         blocks = [take(src.numel()) for src in sources]
-        start = self.meter.timer.mark()
-        total = 0
         for src, block in zip(sources, blocks):
-            n = src.numel()
-            block.head(n).copy_(src)
-            total += n
-        self.meter.record(start, self.meter.timer.mark(), total)
+            block.head(src.numel()).copy_(src)
         return blocks, None
 
     def settle(self, done: Any) -> None:
@@ -87,7 +79,6 @@ class CudaLink:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.arena: HostArena = host_arena(device)
-        self.meter = CopyMeter(timer_for(device))
         self.d2h = torch.cuda.Stream(device)
         self.h2d = torch.cuda.Stream(device)
         # ``consume`` runs at every unpack of a reloaded tensor; a reload's records share
@@ -145,17 +136,18 @@ class CudaLink:
                 waited[id(fence)] = fence
                 if len(waited) > self.MAX_BLOCK_FENCES:
                     del waited[next(iter(waited))]
-        # Recorded after every wait: the span to ``done`` is the copies alone.
-        start = self.meter.timer.mark(stream)
-        total = 0
         with CopyStream(stream, self.device):
             for src, block in zip(sources, blocks):
-                n = src.numel()
-                block.head(n).copy_(src, non_blocking=True)
-                total += n
-        done = self.meter.timer.mark(stream)
-        self.meter.record(start, done, total)
+                block.head(src.numel()).copy_(src, non_blocking=True)
+        done = self._done(stream)
         return blocks, done
+
+    def _done(self, stream: torch.cuda.Stream) -> torch.cuda.Event:
+        """A new event after the copies just queued on ``stream`` (never recorded again:
+        records, host blocks and the compute stream wait on it)."""
+        event = torch.cuda.Event()
+        event.record(stream)
+        return event
 
     def settle(self, done: torch.cuda.Event) -> None:
         """Order the current stream after the copies of ``done``: their sources may go."""
@@ -182,12 +174,10 @@ class CudaLink:
             stream.wait_event(self._compute_done)
         for event in {id(e): e for e in after}.values():
             stream.wait_event(event)
-        start = self.meter.timer.mark(stream)
         with CopyStream(stream, self.device):
             for out, block, n in zip(outs, blocks, sizes):
                 out.copy_(block.head(n), non_blocking=True)
-        done = self.meter.timer.mark(stream)
-        self.meter.record(start, done, sum(sizes))
+        done = self._done(stream)
         for block in blocks:
             self.arena.give(block, done)
         return outs, done, functools.partial(compute.wait_event, done)
@@ -197,8 +187,7 @@ class CudaLink:
         not the stream ``data`` was allocated on."""
         stream = current_stream(self.device)
         # Once a stream waited on an event (never recorded again: a copy's end mark is a
-        # new event; only the planner's own marks and the copies' start marks, which no
-        # stream waits on, are reused), all it runs later is ordered after it. Streams
+        # new event), all it runs later is ordered after it. Streams
         # come from one cache: identity answers first.
         last = self._last_wait
         if last is None or last[0] is not event or (last[1] is not stream and last[1] != stream):

@@ -25,10 +25,9 @@ class NoticePath:
 
     def notice(self, tensors: list[torch.Tensor]) -> None:
         """Tensors the executor will save once its forward ends (``save_notice.py``),
-        each treated as saved now: its storage's size and save mark (a learning step's)
-        and its record are made here, so that its copy may start now when the group
-        moves as it saves (the same choice as at a save: the plan's picks by save index,
-        or the budget in save order), and the planner counts its copy from here. The
+        each treated as saved now: its storage's size and its record are made here, so
+        that its copy may start now when the group moves as it saves (``keep_last=0``:
+        the same choice as at a save). The
         save that follows finds the record by storage and version (``pack``) and adds
         its handle; one changed in place meanwhile is saved afresh. Nothing is counted
         in the stats here: the save counts each tensor."""
@@ -42,7 +41,7 @@ class NoticePath:
                 continue
             group = self._saving_group(t)
             key, nbytes = storage._cdata, storage.nbytes()
-            index = self._first_save(group, key, nbytes)
+            self._first_save(group, key, nbytes)
             if group.passthrough:
                 continue
             ref = self._by_storage.get(key)
@@ -62,7 +61,7 @@ class NoticePath:
             stored = self._new_record(group, t, storage, key)
             # The tensor too: its save is known by identity (``_pack_noticed``).
             self._noticed[key] = (t, stored)
-            self._move_if_chosen(group, stored, index)
+            self._move_if_chosen(group, stored)
 
     def _noticed_again(self, t: torch.Tensor) -> bool:
         """Whether ``t``'s storage has a noticed record, alive at ``t``'s version, in the
@@ -78,7 +77,7 @@ class NoticePath:
         if group is None or group is not self._current or stored.version != t._version or stored.ref.expired():
             return False
         ref = self._by_storage.get(key)
-        return ref is not None and ref() is stored and (group.log is None or key in group.sizes)
+        return ref is not None and ref() is stored and key in group.sizes
 
     def _pack_noticed(self, t: torch.Tensor) -> SavedTensor | None:
         """The save of a noticed tensor: its handle on the record its notice made, or
@@ -114,7 +113,6 @@ class NoticePath:
             return None
         del self._noticed[key]
         # As ``pack`` for a record found at this version in the group saving it.
-        group.eligible += nbytes
         self._release_copied()
         self._forward_peak = max(self._forward_peak, self._held)
         return self._handle(group, stored, t, None)

@@ -24,15 +24,16 @@ class Skip(enum.Enum):
     UNSUPPORTED = "unsupported"  # not a plain strided tensor on a CPU or CUDA device
     KEPT = "kept"  # in one of the last keep_last groups
     BUDGET = "budget"  # over the group's byte budget
-    LEARNING = "learning"  # group_budget_bytes="auto" is still measuring this layout
     DISABLED = "disabled"  # inside offload_activations(enabled=False)
 
 
-def new_stats() -> dict[str, int]:
+def new_stats() -> dict[str, int | str]:
     stats = dict.fromkeys(
         ("bytes_offloaded", "bytes_reloaded", "tensors_offloaded", "tensors_skipped",
-         "storages_offloaded", "groups", "groups_learning", "groups_planned", "planned_bytes",
-         "planned_bytes_per_s"), 0)
+         "storages_offloaded", "groups", "groups_planned", "planned_bytes", "planned_bytes_per_s",
+         "planned_flops_per_s", "bytes_for_target", "peak_bytes", "peak_lowest_bytes",
+         "peak_offload_can_lower"), 0)
+    stats["peak_where"] = ""
     stats.update({f"skipped_{s.value}": 0 for s in Skip})
     return stats
 
@@ -169,18 +170,17 @@ class Group:
         # start; the target's record count then), see ``BackwardPath._advance_prefetch`` (backward.py).
         self.prefetch_walk = (0, -1)
         self.budget_left: int | None = None
-        # An "auto" group that moves as it saves: the storages its plan chose (early.py).
-        self.picks: Any = None
-        # group_budget_bytes="auto": the step's marks, this group's place in the step,
-        # the bytes it may move (its layout entry) and whether the planner is learning.
-        self.log: Any = None
-        self.position = 0
-        self.eligible = 0
-        # Bytes of each storage saved that may move, by storage key, in save order.
+        # Bytes of each storage saved that may move, by storage key, in save order, and
+        # their sum; forward FLOPs of the modules called in the group (estimate.py); bytes
+        # of the weight gradients its backward allocates; bytes it moved (peak.py).
         self.sizes: dict[int, int] = {}
-        # A learning step's marks where each of those was saved (early.py).
-        self.saves: list[Any] = []
-        self.learning = False
+        self.saved = 0
+        self.flops = 0
+        # FLOPs of fuseops Sequentials that a module called in the group holds but had not
+        # called by then (an expert layer's experts), by the Sequential's id (plan.py).
+        self.held_flops: dict[int, int] = {}
+        self.grads = 0
+        self.moved = 0
         # Moves nothing (see ``Scheduler._pass``): tensors passed through, not yet counted.
         self.passthrough = False
         self.passed = 0

@@ -5,40 +5,34 @@ saved-tensor hooks; fuseops' fuser saves activations, one plain buffer at a time
 through the same door). fuseops' plan Function saves all its activations as its
 forward ends, so the executor also hands each to ``notice`` as soon as it is made
 (``ops/executor/save_notice.py``; hooks.py passes it on, notice.py takes it): its
-record is made there, as a save would make it, so its copy may start then, and the
-save that follows finds it by storage and version (one changed in place in between is
-saved afresh; one whose save never comes is dropped as its group ends, ``_abandon``).
+record is made there, as a save would make it, and the save that follows finds it by
+storage and version (one changed in place in between is saved afresh; one whose save
+never comes is dropped as its group ends, ``_abandon``).
 What is kept where it is, and why, is decided in ``pack``: parameters and their views,
 other leaves that require grad, module buffers, marked storages, small storages and
 tensors that are not plain strided CPU/CUDA tensors.
 Everything else becomes a ``SavedTensor`` handle on a ``Stored`` record (records.py),
 one per storage (at one version): views share their storage's record and are rebuilt
 with their exact size, stride and offset. A group that can move nothing (an int budget
-under ``min_tensor_bytes``, or an "auto" step that is learning) skips all of that: its
-tensors pass through in a ``Passed`` handle that only marks the group's backward, so
-that offloading costs the host next to nothing where nothing moves. So does a storage
-larger than any budget its group can have (``_cap``: the int budget, or the budget
-"auto" last planned for the group's place, which grows only back to a budget planned
-before): it could not move in this step, and a record would only cost the host; its
-bytes still count where the backward's prefetches measure room (``_resident_bytes``).
+under ``min_tensor_bytes`` and no memory target) passes its tensors through in a
+``Passed`` handle that only marks the group's backward; so does a storage larger than
+an int budget (``_pass_over_cap``), whose bytes still count where the backward's
+prefetches measure room (``_resident_bytes``).
 
-Groups follow the forward in order. A group is offloaded once ``keep_last`` later
-groups exist (so the last ``keep_last`` stay on the device; with ``keep_last=0`` each
-tensor is copied as it is saved), after the fence its producer recorded when the group
-closed; with ``"auto"`` and a layout the planner knows, a group that is not among the
-profile's last ``keep_last`` copies each tensor as it is saved instead (early.py). A
-byte budget per group keeps what the link could not hide: a fixed int (what fits of it
-moves, in save order), or with ``"auto"`` the sum of the storages the
-step's plan chose for the group (planner.py, from the run's own timings and each
-group's storage sizes: the scheduler records the marks and the sizes, the planner reads
-them), which the fullest subset under it moves exactly (choice.py). The sources
-of those copies are released when the next group starts (the compute stream waits for
-the copies there, the host never does), so a copy has one group of compute to finish
-in (with "auto", when the group after it starts: the planner queues copies that may
-spill into the next group's compute); or sooner, at any later save, once the copy has passed (a non-blocking query): a
-group in flight stays on the device only as long as its copies run. In backward, the first unpack of a group reloads it if its
-prefetch did not, and arms the prefetch of the previous group on the host, one group
-ahead (backward.py; ``_start_backward`` says when it fires).
+Groups follow the forward in order. A group is decided once ``keep_last`` later groups
+exist (so the last ``keep_last`` stay on the device; with ``keep_last=0`` each tensor is
+decided as it is saved), and its copies start after the fence its producer recorded when
+the group closed. What it moves is a function of the model, its shapes and the settings
+alone, the same at every step and in every process (plan.py): with ``"auto"``, the
+whole storages that fill what the link hides behind the group's compute (estimate.py:
+stated rates, FLOPs or the saved-bytes rule); an int caps the bytes in save order;
+``None`` moves all; a memory target then moves what it must (plan.py). The sources of
+those copies are released when group ``index + keep_last + 1 + lag`` starts (the
+compute stream waits for the copies there, the host never does; ``lag`` is 1 with
+``"auto"`` and no target: a group's copies may spill into the next group's compute), or
+sooner, at any later save, once the copy has passed (a non-blocking query). In
+backward, the first unpack of a group reloads it if its prefetch did not, and arms the
+prefetch of the previous group on the host, one group ahead (backward.py).
 """
 
 from __future__ import annotations
@@ -51,25 +45,12 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from fuseops.offload.backward import BackwardPath
-from fuseops.offload.choice import fullest_subset
-from fuseops.offload.early import early_plan
 from fuseops.offload.link import link_for, whole_storage
 from fuseops.offload.marks import StorageSet, is_marked
 from fuseops.offload.notice import NoticePath
-from fuseops.offload.planner import Planner, StepLog, planner_for
-from fuseops.offload.queue_plan import SETTLE_LAG
+from fuseops.offload.plan import StepPlan
 from fuseops.offload.records import Group, Passed, SavedTensor, Skip, Stored, Where, count_skip, new_stats
 from fuseops.offload.streams import refuse_capture
-
-
-def _fullest_first(records: list[Stored], budget: int) -> list[Stored]:
-    """``records`` reordered so that taking them in order while they fit moves the subset
-    that fills ``budget`` the most (choice.py), then the rest in save order: a planned
-    budget is the sum of the storages the step's plan chose for the group, and this
-    moves exactly that sum (64, 64, 256, 256 MB into 384 MB: 256 + 64 + 64)."""
-    chosen = fullest_subset(tuple(s.nbytes for s in records), budget)
-    picked = set(chosen)
-    return [records[i] for i in chosen] + [s for i, s in enumerate(records) if i not in picked]
 
 
 class Scheduler(NoticePath, BackwardPath):
@@ -77,7 +58,8 @@ class Scheduler(NoticePath, BackwardPath):
     save notices are ``NoticePath`` in notice.py, its backward half, unpack, reloads and
     prefetches, ``BackwardPath`` in backward.py)."""
 
-    def __init__(self, *, keep_last: int, min_tensor_bytes: int, group_budget_bytes: int | str | None) -> None:
+    def __init__(self, *, keep_last: int, min_tensor_bytes: int, group_budget_bytes: int | str | None,
+                 peak_bytes_target: int | None = None, link_bytes_per_s: float | None = None) -> None:
         self.keep_last = keep_last
         self.min_tensor_bytes = min_tensor_bytes
         self._min_bytes = max(min_tensor_bytes, 1)
@@ -92,24 +74,21 @@ class Scheduler(NoticePath, BackwardPath):
         # object per record; a dead entry is replaced by the next record at that address).
         self._by_storage: dict[int, weakref.ref[Stored]] = {}
         # Groups that can move nothing take a cheap path (``Passed``): an int budget below
-        # the smallest storage that may move, or an "auto" step that is learning.
-        self._cannot_move = isinstance(group_budget_bytes, int) and group_budget_bytes < max(min_tensor_bytes, 1)
-        # Copies out not yet settled: (group current when issued, device, event, records,
-        # the planned step's log the wait is reported to, or None).
-        self._unsettled: list[tuple[int, torch.device, Any, list[Stored], StepLog | None]] = []
+        # the smallest storage that may move, and no memory target to move more.
+        self._cannot_move = (isinstance(group_budget_bytes, int) and group_budget_bytes < max(min_tensor_bytes, 1)
+                             and peak_bytes_target is None)
+        # What each group moves, and the step's account (plan.py).
+        self.plan = StepPlan(budget=group_budget_bytes, keep_last=keep_last, target=peak_bytes_target,
+                             link_bytes_per_s=link_bytes_per_s)
+        # Copies out not yet settled: (group current when issued, device, event, records).
+        self._unsettled: list[tuple[int, torch.device, Any, list[Stored]]] = []
         # Every device copies out were issued on (``_release_copied``: when all are behind).
         self._copy_devices: set[torch.device] = set()
         # Groups opened by the fuseops.Sequential calls now running (None: nested call).
         self.sequential_groups: list[Group | None] = []
-        # group_budget_bytes="auto": the planner of the first device seen, the step now
-        # running and its groups in forward order.
-        self._planner: Planner | None = None
-        self._log: StepLog | None = None
-        self._step_groups: list[Group] = []
         # Copies issued while group i was current are settled when group i + 1 + lag
-        # starts: "auto" plans a queue that may spill one group (planner.py); a group
-        # copied early (early.py) counts as issued when group index + keep_last starts.
-        self._settle_lag = SETTLE_LAG if group_budget_bytes == "auto" else 0
+        # starts (plan.py: "auto" lets a group's copies spill into the next group).
+        self._settle_lag = self.plan.lag
         # Saved bytes on the device when the forward ended (what backward's prefetches
         # may fill back up to), and whether a group's backward has started.
         self._resident_at_forward_end: int | None = None
@@ -146,11 +125,14 @@ class Scheduler(NoticePath, BackwardPath):
         group, self._current, self._current_explicit = self._current, None, False
         if group is not None and group.index >= 0:
             group.fences = {d: link_for(d).fence() for d in group.devices}
+        elif group is not None and group.grads:
+            # Modules called, nothing saved that may move: not a group of the step, but
+            # its weight gradients still come (plan.py).
+            self.plan.unsaved_grads(group.grads)
 
     def finish(self) -> None:
         """The context ends: groups not offloaded by now are the last ``keep_last``."""
         self._close_current()
-        self._end_forward()
         for group in self._groups:
             if not group.offloading:
                 self._keep(group)
@@ -164,63 +146,41 @@ class Scheduler(NoticePath, BackwardPath):
             # Tensors saved between groups form a group of their own, ended by the next.
             group = self._current = Group()
         if group.index < 0:
-            # A forward after a backward (a second step in the same context) starts afresh.
             if self._backward_seen:
-                for old in self._groups:
-                    old.over_cap.clear()
-                self._over_cap.clear()
-                self._held, self._forward_peak = self._resident_bytes(), 0
-            self._backward_seen = False
+                self._new_step()
             group.index = len(self._groups)
-            if self.group_budget_bytes == "auto":
-                self._mark_forward(group, device)
-                group.passthrough = group.learning = self._log.learning
-                self.stats["groups_learning"] += group.learning
-            else:
-                group.budget_left = self.group_budget_bytes
-                group.passthrough = self._cannot_move
+            group.passthrough = self._cannot_move
             self._groups.append(group)
             self.stats["groups"] += 1
+            self.plan.start_group(group, device)
             # Copies issued before the last (1 + lag) groups had their compute to finish in.
-            # With "auto", the group's start mark is where compute waits for them: nothing
-            # was queued between the two.
-            self._settle(group.index - self._settle_lag, at=group.log.forward[-1] if group.log is not None else None)
+            self._settle(group.index - self._settle_lag)
             older = group.index - self.keep_last
             if older >= 0:
                 self._offload_group(self._groups[older])
-            if self.keep_last > 0 and group.log is not None and not group.learning:
-                self._start_early(group)
         return group
 
-    def _start_early(self, group: Group) -> None:
-        """With a layout the planner knows, ``group`` moves as it saves (early.py)."""
-        layout = [g.eligible for g in self._step_groups[: group.position]]
-        plan = early_plan(self._planner, group.log, group.position, layout)
-        if plan is not None:
-            group.offloading = True
-            group.budget_left, group.picks = plan
-            self._count_planned(plan[0])
+    def _new_step(self) -> None:
+        """A forward after a backward (a second step in the same context) starts afresh."""
+        for old in self._groups:
+            old.over_cap.clear()
+        self._over_cap.clear()
+        self._held, self._forward_peak = self._resident_bytes(), 0
+        self._backward_seen = False
+        self.plan.begin()
 
-    def _mark_forward(self, group: Group, device: torch.device) -> None:
-        """Record the start of ``group``'s forward in the step's log (a new step once the
-        last one's forward has ended); read what earlier steps' marks have passed."""
-        if self._planner is None:
-            self._planner = planner_for(device)
-        if self._log is None or self._log.forward_end is not None:
-            self._log, self._step_groups = self._planner.begin_step(self.keep_last), []
-        else:
-            self._planner.poll()
-        group.log, group.position = self._log, len(self._step_groups)
-        self._step_groups.append(group)
-        self._log.forward.append(self._planner.timer.mark())
-
-    def _end_forward(self) -> None:
-        """The step's forward is over (its context ends, or its backward starts)."""
-        if self._log is not None and self._log.forward_end is None:
-            self._log.forward_end = self._planner.timer.mark()
-            self._log.layout = [g.eligible for g in self._step_groups]
-            self._log.sizes = [tuple(g.sizes.values()) for g in self._step_groups]
-            self._log.saves = [g.saves for g in self._step_groups]
+    def count_module(self, module: torch.nn.Module, args: tuple) -> None:
+        """A module called inside the context (hooks.py): its FLOPs and weight gradients
+        count to the group it runs in (plan.py). Not calls the backward makes (a
+        checkpoint's recompute): they are no step's forward."""
+        if torch._C._current_graph_task_id() != -1:
+            return
+        if self._backward_seen:
+            self._new_step()
+        if self._current is None:
+            # As for a save between groups: a group of its own, ended by the next.
+            self._current = Group()
+        self.plan.count_module(self._current, module, args)
 
     def _resident_bytes(self) -> int:
         """Saved bytes on the device now: records neither on the host nor consumed by
@@ -239,33 +199,30 @@ class Scheduler(NoticePath, BackwardPath):
 
     def _cap(self, group: Group) -> int | None:
         """The most bytes one storage of ``group`` may have and still move (``None``: no
-        bound known): an int budget, or what "auto" last planned for the group's place
-        (see planner.py for when it changes)."""
-        if isinstance(self.group_budget_bytes, int):
+        bound): an int budget without a memory target."""
+        if isinstance(self.group_budget_bytes, int) and self.plan.target is None:
             return self.group_budget_bytes
-        if group.log is not None and not group.learning:
-            return self._planner.planned.get(group.position)
         return None
 
-    def _plan(self, group: Group) -> None:
-        """``group``'s budget from the planner (``"auto"``), as it starts moving."""
-        # Its own bytes are known once it has ended (not with keep_last=0).
-        known = group.position + (1 if self.keep_last > 0 else 0)
-        layout = [g.eligible for g in self._step_groups[:known]] if group.log is self._log else group.log.layout[:known]
-        budget = self._planner.budget(group.log, group.position, layout)
-        group.learning = budget is None
-        group.budget_left = 0 if budget is None else budget
-        if budget is None:
-            self.stats["groups_learning"] += 1
-        else:
-            self._count_planned(budget)
-
-    def _count_planned(self, budget: int) -> None:
-        """What the plan gave a group and the link rate it counted on: the user's view of
+    def _count_planned(self, allowance: int | None) -> None:
+        """What the plan gave a group and the rates it counted with: the user's view of
         "auto" (``ActivationOffload.stats``)."""
+        if allowance is None or self.group_budget_bytes != "auto":
+            return
+        rates = self.plan.rates
         self.stats["groups_planned"] += 1
-        self.stats["planned_bytes"] += budget
-        self.stats["planned_bytes_per_s"] = int(self._planner.achieved_bytes_per_s())
+        self.stats["planned_bytes"] += allowance
+        self.stats["planned_bytes_per_s"] = int(rates.link_bytes_per_s)
+        self.stats["planned_flops_per_s"] = int(rates.flops_per_s)
+
+    def peak_stats(self) -> dict[str, int | str]:
+        """The step's accounted peak (peak.py): where it fell, and how much lower moving
+        everything would bring it."""
+        if not self.plan.groups:
+            return {}
+        peak = self.plan.peak()
+        return dict(peak_bytes=peak.bytes, peak_where=peak.where, peak_lowest_bytes=peak.lowest,
+                    peak_offload_can_lower=peak.bytes - peak.lowest)
 
     def _skip_reason(self, t: torch.Tensor) -> Skip | torch.UntypedStorage:
         """Why ``t`` stays where it is, or its storage when it may move (read once here:
@@ -309,9 +266,6 @@ class Scheduler(NoticePath, BackwardPath):
             return t
         group = self._saving_group(t)
         key, nbytes = storage._cdata, storage.nbytes()
-        # The layout the planner compares steps by: bytes of every eligible save, counted
-        # the same whether the group keeps records or passes its tensors through.
-        group.eligible += nbytes
         index = self._first_save(group, key, nbytes)
         if group.passthrough:
             return self._pass(group, t)
@@ -352,11 +306,11 @@ class Scheduler(NoticePath, BackwardPath):
         """The saved handle of ``t`` on ``stored``: counted if its fate is decided, else
         one handle more, and its copy started now if the plan picked it (``index``)."""
         handle = SavedTensor(stored, group.index, t)
+        stored.handles += 1
         if stored.decided:
             self._count(stored, 1)
         else:
-            stored.handles += 1
-            self._move_if_chosen(group, stored, index)
+            self._move_if_chosen(group, stored)
         return handle
 
     def _saving_group(self, t: torch.Tensor) -> Group:
@@ -368,14 +322,13 @@ class Scheduler(NoticePath, BackwardPath):
 
     def _first_save(self, group: Group, key: int, nbytes: int) -> int | None:
         """The storage's index among ``group``'s saves the first time the group saves it
-        (``None`` after that, or when the step keeps no log): the planner chooses whole
-        storages by these sizes (queue_plan.py), and a learning group also marks where each
-        is saved, to count its copy from there (early.py)."""
-        if group.log is None or key in group.sizes:
+        (``None`` after that): its bytes count to the group's saved bytes (plan.py)."""
+        if key in group.sizes:
             return None
         group.sizes[key] = nbytes
-        if group.passthrough:
-            group.saves.append(self._planner.timer.mark())
+        group.saved += nbytes
+        if self.plan.target is not None:
+            self.plan.check_floor()
         return len(group.sizes) - 1
 
     def _new_record(self, group: Group, t: torch.Tensor, storage: Any, key: int) -> Stored:
@@ -386,14 +339,26 @@ class Scheduler(NoticePath, BackwardPath):
         group.devices.add(stored.device)
         return stored
 
-    def _move_if_chosen(self, group: Group, stored: Stored, index: int | None) -> None:
-        """A new record of a group that moves as it saves: its copy now if the plan picked
-        it (by save index and size), else kept (over budget)."""
-        if group.offloading:
-            if group.picks is not None and not group.picks.take(index, stored.nbytes):
-                self._decide(stored, Skip.BUDGET)
-            else:
-                self._offload([stored], group, after=None)
+    def _move_if_chosen(self, group: Group, stored: Stored) -> None:
+        """A new record of a group that moves as it saves (``keep_last=0``): its copy now if
+        its allowance so far fits it, or the memory target needs it, else kept."""
+        if not group.offloading:
+            return
+        plan = self.plan
+        if plan.budget == "auto":
+            # Its allowance grows with the group's FLOPs and bytes known so far.
+            group.budget_left = plan.allowance(group) - group.moved
+        budget = group.budget_left
+        if budget is not None and stored.nbytes > budget and not plan.over_target():
+            self._decide(stored, Skip.BUDGET)
+            return
+        before = group.moved
+        self._offload([stored], group, after=None, budget=None)
+        moved = group.moved - before
+        if budget is not None and stored.nbytes > budget:
+            self.stats["bytes_for_target"] += moved
+        elif budget is not None:
+            group.budget_left = budget - moved
 
     def _pass(self, group: Group, t: torch.Tensor) -> Passed:
         """A tensor of a group that moves nothing: kept as it is, counted by the group
@@ -401,7 +366,7 @@ class Scheduler(NoticePath, BackwardPath):
         if group.kept:
             count_skip(self.stats, Skip.KEPT)
         elif group.offloading:
-            count_skip(self.stats, self._pass_reason())
+            count_skip(self.stats, Skip.BUDGET)
         else:
             group.passed += 1
         return Passed(group, t)
@@ -426,9 +391,6 @@ class Scheduler(NoticePath, BackwardPath):
                 self._over_cap[key] = StorageWeakRef(storage)
         return Passed(group, t, key)
 
-    def _pass_reason(self) -> Skip:
-        return Skip.LEARNING if self.group_budget_bytes == "auto" else Skip.BUDGET
-
     def _count(self, stored: Stored, n: int) -> None:
         if stored.outcome is None:
             self.stats["tensors_offloaded"] += n
@@ -449,38 +411,76 @@ class Scheduler(NoticePath, BackwardPath):
                 self._decide(stored, Skip.KEPT)
 
     def _offload_group(self, group: Group) -> None:
+        """Decide ``group`` (plan.py): what it moves by default, then what the memory
+        target needs; with ``keep_last=0`` its storages are decided as they are saved."""
         if group.offloading or group.kept:
             return
         group.offloading = True
+        plan = self.plan
         if group.passthrough:
             if group.passed:
-                count_skip(self.stats, self._pass_reason(), group.passed)
+                count_skip(self.stats, Skip.BUDGET, group.passed)
                 group.passed = 0
             return
         if group.passed_over_cap:
             count_skip(self.stats, Skip.BUDGET, group.passed_over_cap)
             group.passed_over_cap = 0
-        if group.log is not None:
-            self._plan(group)
+        allowance = plan.allowance(group)
+        self._count_planned(allowance)
+        if self.keep_last == 0:
+            group.budget_left = allowance
+            return
         records = [s for s in group.live() if not s.decided]
-        if group.log is not None and not group.learning:
-            records = _fullest_first(records, group.budget_left)
+        chosen = set(plan.choose([s.nbytes for s in records], allowance))
+        moving = [s for i, s in enumerate(records) if i in chosen]
+        staying = [s for i, s in enumerate(records) if i not in chosen]
         fences, group.fences = group.fences, {}
         # A fence serves one copy out (the link records it again afterwards).
-        self._offload(records, group, after=fences)
+        self._offload(moving, group, after=fences, budget=None)
+        for stored in staying:
+            self._decide(stored, Skip.BUDGET)
+        plan.decided(group, allowance)
+        if plan.target is not None:
+            self._move_for_target(group)
 
-    def _offload(self, records: list[Stored], group: Group, after: dict | None) -> None:
-        """Copy ``records`` out (those the marks and the budget let through)."""
+    def _move_for_target(self, group: Group | None) -> None:
+        """Move what the memory target needs beyond the default: ``group``'s kept storages
+        in save order, then those the step's earlier groups kept, earliest first (plan.py)."""
+        plan = self.plan
+        first = [group] if group is not None else []
+        for earlier in first + [g for g in plan.groups if g is not group and g.offloading and not g.kept]:
+            for stored in earlier.live():
+                if not plan.over_target():
+                    return
+                if stored.outcome is not Skip.BUDGET or stored.where is not Where.DEVICE:
+                    continue
+                # Counted as kept so far: counted again as moved.
+                count_skip(self.stats, Skip.BUDGET, -stored.handles)
+                stored.decided = False
+                before = earlier.moved
+                self._offload([stored], earlier, after=None, budget=None)
+                self.stats["bytes_for_target"] += earlier.moved - before
+
+    def hold_target(self) -> None:
+        """The forward is over (the backward starts): the whole step is known. Storages
+        kept so far move until its account holds the target, or a ``ValueError`` names
+        the lowest peak moving everything reaches (plan.py)."""
+        if self.plan.target is None:
+            return
+        self.plan.check_lowest()
+        self._move_for_target(None)
+
+    def _offload(self, records: list[Stored], group: Group, after: dict | None, budget: int | None) -> None:
+        """Copy ``records`` out (those the marks and ``budget``, in order, let through)."""
         # Per device: its records and their storages (read once; records on the device).
         # Runs per storage moved where groups move as they save (one record a call).
         chosen: dict[torch.device, list[tuple[Stored, torch.UntypedStorage]]] = {}
-        budget = group.budget_left
         for stored in records:
             storage = stored.storage()
             if is_marked(storage):
                 self._decide(stored, Skip.MARKED)
             elif budget is not None and stored.nbytes > budget:
-                self._decide(stored, Skip.LEARNING if group.learning else Skip.BUDGET)
+                self._decide(stored, Skip.BUDGET)
             else:
                 if budget is not None:
                     budget -= stored.nbytes
@@ -490,15 +490,12 @@ class Scheduler(NoticePath, BackwardPath):
                     chosen[stored.device] = [(stored, storage)]
                 else:
                     pairs.append((stored, storage))
-        group.budget_left = budget
         if not chosen:
             return
         moved = 0
-        # The alias keeps the source alive until the copy is settled. A group copied
-        # early settles where it would have when issued as group index + keep_last
-        # started (early.py): only its copies' start moves.
+        # The alias keeps the source alive until the copy is settled, where it would be
+        # had it been issued as group index + keep_last started.
         issued_in = max(len(self._groups) - 1, group.index + self.keep_last)
-        log = self._planned_log(group)
         for device, pairs in chosen.items():
             link = link_for(device)
             fence = after.get(device) if after else None
@@ -516,12 +513,11 @@ class Scheduler(NoticePath, BackwardPath):
                 stored.release = functools.partial(give, block, done)
                 moved += stored.nbytes
             self.stats["storages_offloaded"] += len(batch)
-            self._unsettled.append((issued_in, device, done, batch, log))
+            self._unsettled.append((issued_in, device, done, batch))
             self._copy_devices.add(device)
         self.stats["bytes_offloaded"] += moved
+        group.moved += moved
         self._on_host.add(group.index)
-        if log is not None and self._planner is not None:
-            self._planner.moved(log, group.position, moved)
 
     def _release_copied(self) -> None:
         """Release the sources of copies that have passed: nothing reads them any more,
@@ -561,23 +557,15 @@ class Scheduler(NoticePath, BackwardPath):
             stored.alias = None
             self._held -= stored.nbytes
 
-    def _settle(self, before: int, at: Any = None) -> None:
+    def _settle(self, before: int) -> None:
         """Release the sources of copies issued while groups before ``before`` were
-        current: the compute stream waits for those copies, the host does not. ``at``: a
-        mark of the step now running at this point of the compute stream."""
+        current: the compute stream waits for those copies, the host does not."""
         pending = []
         for entry in self._unsettled:
-            issued_in, device, done, batch, log = entry
+            issued_in, device, done, batch = entry
             if issued_in >= before:
                 pending.append(entry)
                 continue
-            if log is not None:
-                self._planner.waiting(log, done, at if log is self._log else None)
             link_for(device).settle(done)
             self._drop_sources(batch)
         self._unsettled = pending
-
-    def _planned_log(self, group: Group) -> StepLog | None:
-        """The log that learns how long compute waits for ``group``'s copies: its step's,
-        when "auto" planned the group (learning steps move nothing)."""
-        return group.log if group.log is not None and not group.learning else None

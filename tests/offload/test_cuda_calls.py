@@ -1,17 +1,12 @@
-"""The CUDA calls the offload scheduler saves, checked on CPU with stand-in events:
-marks recorded again only once their reader is done with them, a stream's marks read
-through its last one, one query per device for copies still running, fences reused
-after the copy that waited on them."""
+"""The CUDA calls the offload scheduler saves, checked on CPU with stand-in events: one
+query per device for copies still running, fences reused after the copy that waited on
+them, the current stream looked up once per raw stream."""
 
 import pytest
 import torch
 
-from fuseops.offload import planner as planner_module
-from fuseops.offload.planner import Planner
-from fuseops.offload.timing import EventTimer
 from tests.offload._models import assert_bitwise, mlp_layers, run_step
 from tests.offload.test_link import LazyLink
-from tests.offload.test_planner import BYTES_PER_S, FakeTimer, timed_layers
 
 
 class StandInEvent:
@@ -43,67 +38,6 @@ def install_events(monkeypatch, event_class=StandInEvent):
 @pytest.fixture
 def events(monkeypatch):
     return install_events(monkeypatch)
-
-
-def test_passed_all_queries_the_last_mark_of_each_stream(events):
-    timer, compute, copies = EventTimer(torch.device("cpu")), object(), object()
-    marks = [timer.mark(compute), timer.mark(copies), timer.mark(compute), timer.mark(copies), timer.mark(compute)]
-    foreign = events()
-    foreign.record()
-    events.reached = 4  # the last compute mark has not passed
-    assert not timer.passed_all(marks + [foreign])
-    assert [m.queries for m in marks] == [0, 0, 0, 0, 1] and foreign.queries == 0
-    events.reached = 5  # the foreign mark (no stream known) is queried on its own
-    assert not timer.passed_all(marks + [foreign])
-    assert [m.queries for m in marks] == [0, 0, 0, 1, 2] and foreign.queries == 1
-    events.reached = 6
-    assert timer.passed_all(marks + [foreign])
-
-
-def test_reused_marks_are_recorded_again_and_the_pool_is_bounded(events, monkeypatch):
-    timer = EventTimer(torch.device("cpu"))
-    first = timer.mark(object())
-    timer.reuse([first])
-    again = timer.mark(object())
-    assert again is first and again.record_n == 2
-    monkeypatch.setattr(EventTimer, "MAX_FREE", 2)
-    timer.reuse([events(), events(), events()])
-    assert len(timer._free) == 2
-
-
-class ReusingTimer(FakeTimer):
-    """The test planner's fake clock, lagging, with ``reuse``: every mark handed back is
-    checked to have passed and to be no copy's end mark."""
-
-    def __init__(self) -> None:
-        super().__init__(lag=True)
-        self.reused: list = []
-
-    def reuse(self, marks) -> None:
-        assert all(self.passed(m) for m in marks)
-        assert len({id(m) for m in marks}) == len(marks)
-        self.reused.extend(marks)
-
-
-def test_the_planner_hands_back_only_its_own_passed_marks(monkeypatch):
-    timer = ReusingTimer()
-    planner = Planner(timer, bytes_per_s=BYTES_PER_S)
-    monkeypatch.setitem(planner_module._planners, torch.device("cpu"), planner)
-    times = [[2e-3] * 3, [4e-3] * 3]
-    layers, x = timed_layers(timer, times, 3), torch.randn(40, 32)
-    config = {"min_tensor_bytes": 1024, "keep_last": 1, "group_budget_bytes": "auto"}
-    for _ in range(5):
-        step = run_step(layers, x, config)
-        timer.release()
-    assert step.offload.stats["bytes_offloaded"] > 0
-    assert_bitwise(step, run_step(layers, x))
-    # Three groups' starts, the forward's end and backward starts, over four digested steps.
-    assert len(timer.reused) >= 4 * 7
-    # None is still held by a step not yet digested (the last one).
-    reused = {id(m) for m in timer.reused}
-    for log in planner._logs:
-        held = [*log.forward, log.forward_end, *log.backward.values(), *(w for w, _ in log.stalls)]
-        assert not any(id(m) in reused for m in held)
 
 
 class QueryCountingLink(LazyLink):

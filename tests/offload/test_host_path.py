@@ -1,6 +1,6 @@
 """The host's share of offloading: a group that can move nothing takes no per-tensor
 bookkeeping (no records, no rebuilt views), yet counts what it skipped exactly as the
-record path does and still marks its backward for the planner."""
+record path does and still marks its backward."""
 
 import pytest
 import torch
@@ -9,8 +9,6 @@ from fuseops.offload import offload_activations
 from fuseops.offload import records as records_module
 from fuseops.offload import scheduler as scheduler_module
 from tests.offload._models import assert_bitwise, mlp_layers, run_step
-from tests.offload.test_planner import timed_layers
-from tests.offload.test_planner import timer as timer  # noqa: F401 (the fake clock fixture)
 
 
 @pytest.fixture
@@ -50,23 +48,6 @@ def test_a_budget_under_the_smallest_storage_keeps_no_records(stored_count, monk
     assert counts(step.offload.stats) == counts(recorded)
 
 
-def test_learning_steps_keep_no_records_and_still_learn_backward_times(timer, stored_count):
-    from fuseops.offload import planner as planner_module
-
-    times = [[2e-3] * 4, [4e-3] * 4]
-    layers, x = timed_layers(timer, times, 4), torch.randn(40, 32)
-    config = dict(min_tensor_bytes=1024, group_budget_bytes="auto")
-    for _ in range(2):
-        step = run_step(layers, x, config)
-        assert step.offload.stats["skipped_learning"] > 0 and step.offload.stats["bytes_offloaded"] == 0
-        assert_bitwise(step, run_step(layers, x))
-    assert stored_count == []
-    planned = run_step(layers, x, config)
-    profile = planner_module._planners[torch.device("cpu")].profile
-    assert profile.steps == 2 and profile.backward[1:] == pytest.approx((4e-3,) * 3)
-    assert planned.offload.stats["bytes_offloaded"] > 0 and stored_count != []
-
-
 def _saved_then_changed(options):
     x = torch.randn(64, 64, requires_grad=True, generator=torch.Generator().manual_seed(0))
     with offload_activations(min_tensor_bytes=1024, **options) as handle:
@@ -78,12 +59,12 @@ def _saved_then_changed(options):
     return y
 
 
-@pytest.mark.parametrize("options", [dict(group_budget_bytes=0), dict(group_budget_bytes=0, keep_last=0),
-                                     dict(group_budget_bytes="auto")], ids=["budget0", "budget0-keep0", "auto-learning"])
-def test_a_passed_tensor_changed_in_place_raises_like_autograd(timer, stored_count, options):
+@pytest.mark.parametrize("options", [dict(group_budget_bytes=0), dict(group_budget_bytes=0, keep_last=0)],
+                         ids=["budget0", "budget0-keep0"])
+def test_a_passed_tensor_changed_in_place_raises_like_autograd(stored_count, options):
     # Saved-tensor hooks switch autograd's own version check off: the pass-through path
-    # (no records: a budget under min_tensor_bytes, or an "auto" step that learns) must
-    # make it, or backward would read the changed values and return a wrong gradient.
+    # (no records: a budget under min_tensor_bytes) must make it, or backward would read
+    # the changed values and return a wrong gradient.
     y = _saved_then_changed(options)
     assert stored_count == []
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
@@ -101,20 +82,6 @@ def test_storages_over_an_int_budget_keep_no_records_and_move_the_same(stored_co
     # budget of 12000 B can move the small ones only: the large ones pass through.
     layers, x = mlp_layers(n=4), torch.randn(40, 32)
     config = dict(min_tensor_bytes=1024, keep_last=keep_last, group_budget_bytes=12000)
-    _passing_moves_what_records_move(layers, x, config, stored_count, monkeypatch)
-
-
-def test_storages_over_the_planned_budget_keep_no_records_and_move_the_same(timer, stored_count, monkeypatch):
-    # Backward times make the reload windows the bound: about 9.7 kB a group, so the
-    # 15360 B storages can never move once planned, and pass through.
-    times = [[1e-3] * 4, [1.2e-3] * 4]
-    layers, x = timed_layers(timer, times, 4), torch.randn(40, 32)
-    config = dict(min_tensor_bytes=1024, group_budget_bytes="auto")
-    # Two learning steps, the first planned one (provisional: it plans before anything of
-    # the link was measured), then the step planned afresh from what it measured sets the caps.
-    for _ in range(4):
-        run_step(layers, x, config)
-    stored_count.clear()
     _passing_moves_what_records_move(layers, x, config, stored_count, monkeypatch)
 
 

@@ -195,10 +195,10 @@ def test_a_moe_stack_copies_its_experts_saves_at_their_notices_with_bitwise_grad
         finally:
             depth[0] -= 1
 
-    def offload(self, records, group, after):
+    def offload(self, records, group, after, budget):
         if records and depth[0]:
             inside.append(sum(s.nbytes for s in records))
-        return real_offload(self, records, group, after)
+        return real_offload(self, records, group, after, budget)
 
     monkeypatch.setattr(scheduler_module.Scheduler, "notice", notice)
     monkeypatch.setattr(scheduler_module.Scheduler, "_offload", offload)
