@@ -39,10 +39,7 @@ def blocks(page: str) -> list[str]:
 
 def run_page(page: str, monkeypatch: pytest.MonkeyPatch) -> dict:
     """Runs the page's blocks in one fresh namespace and returns it."""
-    # A reader's fresh process: empty offload planners and torch.compile caches.
-    from fuseops.offload import planner
-
-    monkeypatch.setattr(planner, "_planners", {})
+    # A reader's fresh process: empty torch.compile caches.
     torch._dynamo.reset()
     torch.manual_seed(0)
     namespace: dict = {"__name__": "__doc__"}

@@ -165,7 +165,12 @@ def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, what: str) ->
     there, and a message naming it would pin the graph to one row count."""
     if torch.compiler.is_compiling():
         run_time_check(RANGE, t, bound, name, what)
-    elif t.numel():
+    else:
+        _assert_on_device(name, t, bound, what)
+
+
+def _assert_on_device(name: str, t: torch.Tensor, bound: int, what: str) -> None:
+    if t.numel():
         torch._assert_async(((t >= 0) & (t < bound)).all(), _range_expected(name, bound, what))
 
 
@@ -178,7 +183,7 @@ def _range_at_run_time(t: torch.Tensor, bound: int, name: str, what: str) -> Non
     if range_check(t) == HOST:
         _check_range_on_host(name, t, bound, what)
     else:
-        _assert_in_range_async(name, t, bound, what)
+        _assert_on_device(name, t, bound, what)
 
 
 class _Permute(torch.autograd.Function):
