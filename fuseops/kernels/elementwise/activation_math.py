@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from fuseops.kernels._triton import reciprocal
+from fuseops.kernels.elementwise.declared_activation import DeclaredActivation, declared
 
 
 class Activation(enum.IntEnum):
@@ -29,6 +30,21 @@ class Activation(enum.IntEnum):
     SILU = 4
     SRELU = 5
     SIGMOID = 6
+
+
+# What the kernels' and references' ``act`` argument takes: a shipped function or a declared one.
+AnyActivation = Activation | DeclaredActivation
+
+
+def kernel_act(act: AnyActivation) -> int | object:
+    """The ``ACT`` constexpr a kernel takes: a shipped activation's code, or a declared one's
+    element function (``activation_and_grad`` calls it)."""
+    return act.kernel if isinstance(act, DeclaredActivation) else int(act)
+
+
+def activation_from_code(code: int) -> AnyActivation:
+    """The activation whose ``int()`` is ``code`` (custom ops carry activations as ints)."""
+    return Activation(code) if code < len(Activation) else declared(code)
 
 
 def wide(t: torch.Tensor) -> torch.Tensor:
@@ -106,9 +122,12 @@ def activation_and_grad(x, ACT: tl.constexpr, alpha):
         r = tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)
         y = r * r
         g = 2.0 * r
-    else:
+    elif ACT == 6:
         y = _sigmoid(x)
         g = y * (1.0 - y)
+    else:
+        # A declared activation: ACT is its element function (declared_activation.py).
+        y, g = ACT(x)
     return y, g
 
 
@@ -151,9 +170,11 @@ def _scaled(alpha: float, x: torch.Tensor) -> torch.Tensor:
     return x if alpha == 1.0 else alpha * x
 
 
-def reference_activation(x: torch.Tensor, act: Activation, alpha: float = 1.0) -> torch.Tensor:
+def reference_activation(x: torch.Tensor, act: AnyActivation, alpha: float = 1.0) -> torch.Tensor:
     """``act(x)``."""
     x = wide(x)
+    if isinstance(act, DeclaredActivation):
+        return act.reference(x)
     if act == Activation.IDENTITY:
         return x
     if act == Activation.RELU:
@@ -174,14 +195,15 @@ def reference_activation(x: torch.Tensor, act: Activation, alpha: float = 1.0) -
     return torch.sigmoid(x)
 
 
-def _torch_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alpha: float) -> torch.Tensor | None:
+def _torch_chain_grad(up: torch.Tensor, x: torch.Tensor, act: AnyActivation, alpha: float) -> torch.Tensor | None:
     """``up * d act(x) / dx`` from torch's backward kernel where torch has the function, else None.
 
     As reference_activation: one pass (two for the sigmoid) where the formulas took four (ReLU,
     sigmoid) to fifteen (GELU(tanh)). The same values but the sign of some zeros (SiLU's at
     x = -3e38 is -0 here, +0 spelled out) and GELU's underflow (its gradient at x = -10 is 0 here,
     -7.7e-22 spelled out)."""
-    if act not in (Activation.GELU, Activation.GELU_TANH, Activation.RELU, Activation.SIGMOID) and not (
+    if isinstance(act, DeclaredActivation) or act not in (
+            Activation.GELU, Activation.GELU_TANH, Activation.RELU, Activation.SIGMOID) and not (
             act == Activation.SILU and alpha == 1.0):
         return None
     dtype = torch.promote_types(torch.promote_types(up.dtype, x.dtype), torch.float32)  # as wide(x) * up
@@ -222,10 +244,12 @@ _CPU_GELU_OVERFLOWS = _cpu_gelu_overflows()
 
 
 def reference_activation_grad(
-    x: torch.Tensor, act: Activation, alpha: float = 1.0
+    x: torch.Tensor, act: AnyActivation, alpha: float = 1.0
 ) -> torch.Tensor:
     """``d act(x) / dx``."""
     x = wide(x)
+    if isinstance(act, DeclaredActivation):
+        return act.grad(x)
     d = _torch_chain_grad(torch.ones_like(x), x, act, alpha)
     if d is not None:
         return d
@@ -238,7 +262,7 @@ def reference_activation_grad(
     return 2.0 * torch.relu(x)  # SReLU
 
 
-def reference_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alpha: float = 1.0) -> torch.Tensor:
+def reference_chain_grad(up: torch.Tensor, x: torch.Tensor, act: AnyActivation, alpha: float = 1.0) -> torch.Tensor:
     """``up * d act(x) / dx``, zero where ``x <= 0`` for ReLU and SReLU whatever ``up`` holds
     (torch's threshold_backward: an infinite ``up`` there gives 0, not NaN)."""
     d = _torch_chain_grad(up, x, act, alpha)
@@ -253,7 +277,7 @@ def reference_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alp
 def reference_gated(
     a: torch.Tensor,
     b: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     clamped: bool = False,
     limit: float = 7.0,
     alpha: float = 1.0,
@@ -270,7 +294,7 @@ def reference_gated_grad(
     a: torch.Tensor,
     b: torch.Tensor,
     dy: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     clamped: bool = False,
     limit: float = 7.0,
     alpha: float = 1.0,

@@ -26,8 +26,10 @@ from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot, float32_do
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
+    AnyActivation,
     activation,
     chain_grad,
+    kernel_act,
     reference_activation,
     reference_chain_grad,
 )
@@ -243,7 +245,7 @@ def gemm(
     b: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
-    act: Activation = Activation.IDENTITY,
+    act: AnyActivation = Activation.IDENTITY,
     alpha: float = 1.0,
     save_preact: bool = False,
     act_grad_input: torch.Tensor | None = None,
@@ -392,7 +394,7 @@ def _new_plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg) -> _Gem
     tiles = cdiv(M, bm) * cdiv(N, bn)
     programs = max(1, min(cfg.programs_per_sm * device_sms(a), tiles))
     constexprs = dict(
-        ACT=int(act), ACT_GRAD=act_grad_input is not None, HAS_BIAS=bias is not None,
+        ACT=kernel_act(act), ACT_GRAD=act_grad_input is not None, HAS_BIAS=bias is not None,
         HAS_RESIDUAL=residual is not None, SAVE_PREACT=preact is not None,
         TMA_LOAD=tma_load, TMA_EPI=tma_epi, B_TRANS=b_trans,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
@@ -424,7 +426,7 @@ def reference_gemm(
     b: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
-    act: Activation = Activation.IDENTITY,
+    act: AnyActivation = Activation.IDENTITY,
     alpha: float = 1.0,
     save_preact: bool = False,
     act_grad_input: torch.Tensor | None = None,
@@ -452,7 +454,7 @@ def reference_gemm_epilogue(
     z: torch.Tensor,
     dtype: torch.dtype,
     *,
-    act: Activation = Activation.IDENTITY,
+    act: AnyActivation = Activation.IDENTITY,
     alpha: float = 1.0,
     save_preact: bool = False,
     act_grad_input: torch.Tensor | None = None,
