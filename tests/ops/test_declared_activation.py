@@ -1,0 +1,151 @@
+"""ops.declare_activation: a user's activation, declared once, runs fused in the dense and grouped
+GEMM epilogues (forward and dgrad) and passes the shipped activations' property tests; a
+declaration whose kernel disagrees with its reference fails them; bad arguments are refused."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import fuseops
+from fuseops import ops
+from fuseops.kernels._triton import INTERPRET, interpreted_kernels
+from fuseops.kernels.elementwise.activation_math import activation_from_code
+from fuseops.testing import check_activation
+
+needs_interpreter = pytest.mark.skipif(not INTERPRET, reason="the kernels on CPU tensors need TRITON_INTERPRET=1")
+
+
+@triton.jit
+def _xrelu(x):
+    # Squared ReLU with a leak: x^2 for x > 0, 0.5 x below (not a shipped activation).
+    pos = x > 0.0
+    return tl.where(pos, x * x, 0.5 * x), tl.where(pos, 2.0 * x, 0.5)
+
+
+def _xrelu_reference(x):
+    return torch.where(x > 0, x * x, 0.5 * x)
+
+
+def _xrelu_grad(x):
+    # Given: autograd through the torch.where above is NaN at -inf (0 * the other branch's inf).
+    return torch.where(x > 0, 2 * x, 0.5)
+
+
+XReLU = ops.declare_activation("XReLU", kernel=_xrelu, reference=_xrelu_reference, reference_grad=_xrelu_grad)
+XReGLU = ops.declare_activation("XReGLU", kernel=_xrelu, reference=_xrelu_reference, reference_grad=_xrelu_grad,
+                                gated=True, limit=3.0)
+
+
+@triton.jit
+def _wrong_derivative(x):
+    pos = x > 0.0
+    return tl.where(pos, x * x, 0.5 * x), tl.where(pos, x, 0.5)
+
+
+@triton.jit
+def _drops_nan(x):
+    # A NaN fails both comparisons: 0 here where the reference gives NaN.
+    pos = x > 0.0
+    return tl.where(pos, x * x, tl.where(x <= 0.0, 0.5 * x, 0.0)), tl.where(pos, 2.0 * x, 0.5)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("cls", [XReLU, XReGLU], ids=lambda c: c.__name__)
+def test_declared_activation_passes_the_shipped_property_tests(cls):
+    check_activation(cls)
+
+
+@needs_interpreter
+def test_declared_gated_activation_interleaved_and_through_expert_layer():
+    check_activation(XReGLU(interleaved=True))
+
+
+@needs_interpreter
+def test_the_plan_shows_it_fused_in_both_epilogues():
+    model = fuseops.Sequential(ops.Linear(8, 16), XReLU(), ops.Linear(16, 8))
+    x = torch.randn(4, 8, requires_grad=True)
+    with interpreted_kernels():
+        model(x).sum().backward()
+    assert ("ForwardLinearBiasActivation", (0, 1)) in model.plan.forward
+    grouped = fuseops.Sequential(ops.GroupedLinear(2, 8, 32), XReGLU(), ops.GroupedLinear(2, 16, 8))
+    split = torch.tensor([3, 1])
+    with interpreted_kernels():
+        grouped(x, split, split).sum().backward()
+    assert grouped.plan.forward == [("GroupedMLP", (0, 1, 2))] and grouped.plan.backward == [("GroupedMLP", (0, 1, 2))]
+
+
+@needs_interpreter
+def test_a_wrong_derivative_fails():
+    Wrong = ops.declare_activation("Wrong", kernel=_wrong_derivative, reference=_xrelu_reference,
+                                   reference_grad=_xrelu_grad)
+    with pytest.raises(AssertionError, match="the kernels' input gradient"):
+        check_activation(Wrong)
+
+
+@needs_interpreter
+def test_a_kernel_unlike_its_reference_fails():
+    Unlike = ops.declare_activation("Unlike", kernel=_xrelu, reference=lambda x: torch.where(x > 0, x * x, 0.25 * x),
+                                    reference_grad=lambda x: torch.where(x > 0, 2 * x, 0.25))
+    with pytest.raises(AssertionError, match="output differs from the reference"):
+        check_activation(Unlike)
+
+
+@needs_interpreter
+def test_nan_placed_otherwise_than_by_the_reference_fails():
+    DropsNaN = ops.declare_activation("DropsNaN", kernel=_drops_nan, reference=_xrelu_reference,
+                                      reference_grad=_xrelu_grad)
+    with pytest.raises(AssertionError, match="output has NaN where the reference has not"):
+        check_activation(DropsNaN)
+
+
+def test_reference_gradient_defaults_to_autograd_and_may_be_given():
+    x = torch.tensor([-2.0, 0.5, 3.0], dtype=torch.float64)
+    Autograd = ops.declare_activation("Autograd", kernel=_xrelu, reference=_xrelu_reference)
+    assert torch.equal(Autograd.act.grad(x), torch.tensor([0.5, 1.0, 6.0], dtype=torch.float64))
+    assert torch.equal(XReLU.act.grad(x), Autograd.act.grad(x))
+
+
+def test_unfused_runs_the_reference_in_float64():
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    y = fuseops.Sequential(XReGLU(), fuse=False)(x)
+    a, b = x.chunk(2, -1)
+    torch.testing.assert_close(y, _xrelu_reference(a.clamp(max=3.0)) * (b.clamp(-3.0, 3.0) + 1), rtol=0, atol=0)
+
+
+def test_the_int_code_names_the_declaration():
+    # Custom ops (torch.compile) carry an activation as its int.
+    assert activation_from_code(int(XReLU.act)) is XReLU.act
+    assert int(XReLU.act) != int(XReGLU.act)
+    with pytest.raises(ValueError, match="act: expected a shipped Activation or a declared activation's code, got 9999"):
+        activation_from_code(9999)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"name": "not a name"}, ValueError, "name: expected a Python identifier for the op class, got 'not a name'"),
+    ({"kernel": _xrelu_reference}, TypeError, r"kernel: expected a @triton.jit function \(x\) -> \(f\(x\), f'\(x\)\)"),
+    ({"reference": 3}, TypeError, "reference: expected a callable torch function of one tensor, got 3"),
+    ({"reference_grad": "d"}, TypeError, "reference_grad: expected None or a callable"),
+    ({"gated": 1}, TypeError, "gated: expected a bool, got 1"),
+    ({"limit": 2.0}, ValueError, "limit: clamps only the gated form"),
+    ({"gated": True, "limit": -1.0}, ValueError, "limit: expected None or a positive finite float, got -1.0"),
+    ({"gated": True, "limit": "7"}, TypeError, "limit: expected None or a positive float, got '7'"),
+])
+def test_bad_declarations_are_refused(kwargs, error, message):
+    args = {"name": "Bad", "kernel": _xrelu, "reference": _xrelu_reference, **kwargs}
+    with pytest.raises(error, match=message):
+        ops.declare_activation(args.pop("name"), **args)
+
+
+def test_check_activation_refuses_what_is_not_an_activation():
+    with pytest.raises(TypeError, match="op: expected an ActivationOp or GatedActivation"):
+        check_activation(ops.Linear(2, 2))
+    with pytest.raises(ValueError, match="dtype: expected one of"):
+        check_activation(XReLU, dtype=torch.float64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("op", [XReLU(), XReGLU(), XReGLU(interleaved=True)], ids=lambda o: type(o).__name__)
+def test_declared_activation_in_the_cuda_epilogues(op, dtype):
+    check_activation(op, dtype=dtype, device="cuda")
