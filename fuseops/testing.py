@@ -201,6 +201,14 @@ def check_fused(op, dtype: torch.dtype, device: str) -> None:
     check_fp8(op, dtype, device)
 
 
+def _expert_layer_step(experts: Sequential, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> list:
+    x = x.detach().clone().requires_grad_()
+    experts.zero_grad(set_to_none=True)
+    y = expert_layer(x, ids, weights, experts)
+    y.backward(torch.ones_like(y))
+    return [y, x.grad] + [p.grad for p in experts.parameters()]
+
+
 def check_expert_layer(op, mlp: Callable[[], Sequential], dtype: torch.dtype, device: str) -> None:
     """``moe.expert_layer`` (its fused Function for a gated op) against the float64 composition."""
     experts = mlp().to(device=device, dtype=dtype)
@@ -210,12 +218,8 @@ def check_expert_layer(op, mlp: Callable[[], Sequential], dtype: torch.dtype, de
     x = torch.randn(tokens, _H, device=device).to(dtype)
     ids = torch.stack([torch.arange(tokens) % _GROUPS, (torch.arange(tokens) + 1) % _GROUPS], -1).to(device)
     weights = torch.rand(tokens, 2, device=device)
-    got, ref = [], []
-    for model, xx, w, out in ((experts, x, weights, got), (oracle, x.cpu().double(), weights.cpu().double(), ref)):
-        leaf = xx.detach().clone().requires_grad_()
-        y = expert_layer(leaf, ids.to(xx.device), w, model)
-        y.backward(torch.ones_like(y))
-        out += [y, leaf.grad] + [p.grad for p in model.parameters()]
+    got = _expert_layer_step(experts, x, ids, weights)
+    ref = _expert_layer_step(oracle, x.cpu().double(), ids.cpu(), weights.cpu().double())
     for i, (g, r) in enumerate(zip(got, ref, strict=True)):
         if _rel(g, r) > _TOL[dtype]:
             raise AssertionError(f"{_name(op)} in moe.expert_layer, {dtype}: result {i} (output, input gradient, "

@@ -2,8 +2,12 @@
 GEMM epilogues (forward and dgrad) and passes the shipped activations' property tests; a
 declaration whose kernel disagrees with its reference fails them; bad arguments are refused."""
 
+import copy
+import functools
+
 import pytest
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -11,6 +15,9 @@ import fuseops
 from fuseops import ops
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.kernels.elementwise.activation_math import activation_from_code
+from fuseops.kernels.elementwise.element_functions import gelu_tanh, silu
+from fuseops.moe import expert_layer
+from fuseops.quant import recipes
 from fuseops.testing import check_activation
 
 needs_interpreter = pytest.mark.skipif(not INTERPRET, reason="the kernels on CPU tensors need TRITON_INTERPRET=1")
@@ -142,6 +149,45 @@ def test_check_activation_refuses_what_is_not_an_activation():
         check_activation(ops.Linear(2, 2))
     with pytest.raises(ValueError, match="dtype: expected one of"):
         check_activation(XReLU, dtype=torch.float64)
+
+
+@triton.jit
+def _silu(x):
+    return silu(x, 1.0)
+
+
+# The shipped GELU(tanh) and SwiGLU re-declared from their element functions.
+GELUTanhAgain = ops.declare_activation("GELUTanhAgain", kernel=gelu_tanh,
+                                       reference=functools.partial(F.gelu, approximate="tanh"))
+SwiGLUAgain = ops.declare_activation("SwiGLUAgain", kernel=_silu, reference=F.silu, gated=True)
+
+
+def _steps(model, x, call):
+    x = x.detach().clone().requires_grad_()
+    y = call(model, x)
+    y.backward(torch.cos(torch.arange(y.numel(), dtype=y.dtype)).reshape(y.shape))
+    return [y, x.grad] + [p.grad for p in model.parameters()]
+
+
+@needs_interpreter
+@pytest.mark.parametrize("recipe", [None, recipes.FP8CurrentScaling()], ids=["unquantized", "FP8CurrentScaling"])
+def test_a_redeclared_builtin_computes_what_the_builtin_does_bit_for_bit(recipe):
+    # The same element function through the same epilogues: the dense block's and expert_layer's
+    # outputs and gradients are the built-in's exactly.
+    torch.manual_seed(0)
+    x = torch.randn(16, 32)
+    dense = fuseops.Sequential(ops.Linear(32, 64), ops.GELU(approximate="tanh"), ops.Linear(64, 32))
+    experts = fuseops.Sequential(ops.GroupedLinear(3, 32, 64), ops.SwiGLU(), ops.GroupedLinear(3, 32, 32))
+    ids = torch.stack([torch.arange(16) % 3, (torch.arange(16) + 1) % 3], -1)
+    weights = torch.rand(16, 2)
+    cases = [(dense, GELUTanhAgain(), lambda m, x: m(x)),
+             (experts, SwiGLUAgain(), lambda m, x: expert_layer(x, ids, weights, m))]
+    for builtin, again, call in cases:
+        redeclared = fuseops.Sequential(copy.deepcopy(builtin[0]), again, copy.deepcopy(builtin[2]))
+        with interpreted_kernels(), fuseops.autocast(recipe=recipe) if recipe else torch.enable_grad():
+            got, ref = _steps(redeclared, x, call), _steps(builtin, x, call)
+        for g, r in zip(got, ref, strict=True):
+            assert torch.equal(g, r), (type(again).__name__, (g - r).abs().max())
 
 
 @pytest.mark.gpu

@@ -16,8 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import reciprocal
 from fuseops.kernels.elementwise.declared_activation import DeclaredActivation, declared
+from fuseops.kernels.elementwise.element_functions import gelu, gelu_tanh, identity, relu, sigmoid, silu, srelu
 
 
 class Activation(enum.IntEnum):
@@ -54,18 +54,6 @@ def wide(t: torch.Tensor) -> torch.Tensor:
 
 
 @triton.jit
-def _sigmoid(x):
-    # exp2 lowers to one ex2.approx.ftz; tl.exp and "/" to range fix-ups around MUFU ops.
-    return reciprocal(1.0 + tl.exp2(x * -1.4426950408889634))
-
-
-@triton.jit
-def _tanh(x):
-    # tanh(x) = 2 sigmoid(2x) - 1; no libdevice call, so it also runs in the interpreter.
-    return 2.0 * _sigmoid(2.0 * x) - 1.0
-
-
-@triton.jit
 def activation(x, ACT: tl.constexpr, alpha):
     """``act(x)`` for a float32 tile (the derivative's share is dead code, dropped)."""
     return activation_and_grad(x, ACT, alpha)[0]
@@ -90,41 +78,22 @@ def chain_grad(up, x, ACT: tl.constexpr, alpha):
 
 @triton.jit
 def activation_and_grad(x, ACT: tl.constexpr, alpha):
-    """``(act(x), d act(x) / dx)`` for a float32 tile, sharing what the two have in common
-    (one sigmoid for SiLU, one tanh for GELU_TANH)."""
+    """``(act(x), d act(x) / dx)`` for a float32 tile: the shipped activation's element
+    function (element_functions.py), or a declared one's."""
     if ACT == 0:
-        y = x
-        g = tl.full(x.shape, 1.0, tl.float32)
+        y, g = identity(x)
     elif ACT == 1:
-        # NaN stays NaN and passes the gradient, as torch.relu and its backward do
-        # (threshold_backward zeroes only where x <= 0).
-        y = tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)
-        g = tl.where(x <= 0.0, 0.0, 1.0)
+        y, g = relu(x)
     elif ACT == 2:
-        cdf = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
-        pdf = 0.3989422804014327 * tl.exp2(x * x * -0.7213475204444817)
-        y = x * cdf
-        g = cdf + x * pdf
+        y, g = gelu(x)
     elif ACT == 3:
-        x2 = x * x
-        t = _tanh(0.7978845608028654 * (x + 0.044715 * x2 * x))
-        y = 0.5 * x * (1.0 + t)
-        # x (1 - t^2) first: 0 once t rounds to +-1 (|x| > ~10), where x^2 would overflow from
-        # |x| ~ 1.8e19 and 0 * inf make a NaN of a derivative that is 1 or 0 (an inf x still
-        # gives NaN, as torch's gelu_backward).
-        xs = x * (1.0 - t * t)
-        g = 0.5 * (1.0 + t) + 0.3989422804014327 * (xs + 0.134145 * (xs * x) * x)
+        y, g = gelu_tanh(x)
     elif ACT == 4:
-        s = _sigmoid(alpha * x)
-        y = x * s
-        g = s + alpha * y * (1.0 - s)
+        y, g = silu(x, alpha)
     elif ACT == 5:
-        r = tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)
-        y = r * r
-        g = 2.0 * r
+        y, g = srelu(x)
     elif ACT == 6:
-        y = _sigmoid(x)
-        g = y * (1.0 - y)
+        y, g = sigmoid(x)
     else:
         # A declared activation: ACT is its element function (declared_activation.py).
         y, g = ACT(x)
