@@ -9,7 +9,8 @@ the float64 reference, unquantized and under FP8 current scaling. A failure rais
 AssertionError naming the check, the model and what differs.
 
 The kernels run on a CUDA device, or on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``
-set before ``triton`` is first imported).
+set before ``triton`` is first imported); ``interpreted_kernels()`` runs them for CPU tensors in
+a user's own code too (elsewhere the CPU runs their torch references).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ _TOL = {torch.float32: 5e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 _FP8_TOL = 2e-2
 _EDGES = (0.0, -0.0, 1e4, -1e4, 3e38, -3e38, float("inf"), -float("inf"), float("nan"))
 _H, _F, _GROUPS, _SPLIT = 16, 24, 3, (5, 0, 7)
+
+__all__ = ["check_activation", "interpreted_kernels"]
 
 
 def check_activation(op: ActivationOp | GatedActivation | type, *, dtype: torch.dtype = torch.float32,
