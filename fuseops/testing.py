@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import torch
 
+from fuseops.exported_names import exported_dir
 from fuseops.kernels._triton import INTERPRET, interpreted_kernels
 from fuseops.moe.expert_layer import expert_layer
 from fuseops.ops.activation import ActivationOp
@@ -40,6 +41,10 @@ _EDGES = (0.0, -0.0, 1e4, -1e4, 3e38, -3e38, float("inf"), -float("inf"), float(
 _H, _F, _GROUPS, _SPLIT = 16, 24, 3, (5, 0, 7)
 
 __all__ = ["check_activation", "interpreted_kernels"]
+
+
+def __dir__() -> list[str]:
+    return exported_dir(globals(), __all__)
 
 
 def check_activation(op: ActivationOp | GatedActivation | type, *, dtype: torch.dtype = torch.float32,
