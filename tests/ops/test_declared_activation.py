@@ -163,6 +163,7 @@ SwiGLUAgain = ops.declare_activation("SwiGLUAgain", kernel=_silu, reference=F.si
 
 
 def _steps(model, x, call):
+    model.zero_grad(set_to_none=True)
     x = x.detach().clone().requires_grad_()
     y = call(model, x)
     y.backward(torch.cos(torch.arange(y.numel(), dtype=y.dtype)).reshape(y.shape))
@@ -188,6 +189,23 @@ def test_a_redeclared_builtin_computes_what_the_builtin_does_bit_for_bit(recipe)
             got, ref = _steps(redeclared, x, call), _steps(builtin, x, call)
         for g, r in zip(got, ref, strict=True):
             assert torch.equal(g, r), (type(again).__name__, (g - r).abs().max())
+
+
+def test_compiles_fullgraph_and_equals_eager():
+    # Under torch.compile the grouped kernels are custom ops that carry the activation as its int.
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    experts = fuseops.Sequential(ops.GroupedLinear(3, 16, 64), XReGLU(), ops.GroupedLinear(3, 32, 16))
+    dense = fuseops.Sequential(ops.Linear(16, 32), XReLU(), ops.Linear(32, 16))
+    ids = torch.stack([torch.randperm(3)[:2] for _ in range(10)])
+    weights = torch.rand(10, 2)
+    x = torch.randn(10, 16)
+    for model, call in ((experts, lambda m, x: expert_layer(x, ids, weights, m)), (dense, lambda m, x: m(x))):
+        compiled = torch.compile(functools.partial(call, model), backend="aot_eager", fullgraph=True)
+        for got, ref in zip(_steps(model, x, lambda m, x: compiled(x)), _steps(model, x, call), strict=True):
+            torch.testing.assert_close(got, ref, rtol=0, atol=0)
 
 
 @pytest.mark.gpu
