@@ -6,6 +6,10 @@ form (gpt-oss), ``a' = min(a, limit)``, ``b' = clamp(b, -limit, limit)`` and
 ``offset = 1``; otherwise ``a' = a``, ``b' = b``, ``offset = 0``. ``alpha`` is SiLU's
 sigmoid slope, ``x * sigmoid(alpha * x)`` (1 for SiLU, 1.702 for gpt-oss); other
 activations ignore it. Kernels compute in float32; the references in float32, or float64 for float64 inputs.
+
+``act`` is a shipped ``Activation`` (its element function: element_functions.py) or a
+``DeclaredActivation`` (a user's element function and torch reference: declared_activation.py);
+kernels take either as their ``ACT`` constexpr, through ``kernel_act``.
 """
 
 from __future__ import annotations
