@@ -32,7 +32,7 @@ from fuseops import moe, ops  # noqa: E402
 from fuseops.kernels.elementwise.element_functions import gelu_tanh, silu  # noqa: E402
 from fuseops.testing import check_activation, interpreted_kernels  # noqa: E402
 
-# xIELU (Huang and Schlag, 2025) with its learned scalars fixed: x > 0: ap x^2 + beta x;
+# xIELU (Huang and Schlag) with its learned scalars fixed: x > 0: ap x^2 + beta x;
 # else: an (expm1(min(x, eps)) - x) + beta x.
 AP, AN, BETA, EPS = 0.8, 0.8, 0.5, -1e-6
 
@@ -41,12 +41,13 @@ AP, AN, BETA, EPS = 0.8, 0.8, 0.5, -1e-6
 def xielu(x):
     """``(f(x), f'(x))`` of a float32 tile."""
     pos = x > 0.0
-    # NaN stays NaN (as torch.clamp keeps it), so the derivative of a NaN is NaN too.
+    # torch.clamp keeps a NaN: so does this minimum.
     xm = tl.minimum(x, EPS, propagate_nan=tl.PropagateNan.ALL)
     e = tl.exp(xm)
     y = tl.where(pos, AP * x * x + BETA * x, AN * (e - 1.0 - x) + BETA * x)
     # Below 0 the derivative is an (exp(x) - 1) + beta up to eps, and beta - an above it.
     g = tl.where(pos, 2.0 * AP * x + BETA, AN * (tl.where(x <= EPS, e, 0.0) - 1.0) + BETA)
+    # A NaN's derivative is NaN, as the reference's (the selects above gave it a number).
     g = tl.where(x == x, g, x)
     return y, g
 
@@ -71,13 +72,9 @@ def softplus(x):
     return y, s
 
 
-def softplus_reference(x: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.softplus(x, threshold=torch.finfo(x.dtype).max)
-
-
 XIELU = ops.declare_activation("XIELU", kernel=xielu, reference=xielu_reference, reference_grad=xielu_grad)
 # y = softplus(min(a, 7)) * (clamp(b, -7, 7) + 1): gated, with gpt-oss's clamps.
-SoftplusGLU = ops.declare_activation("SoftplusGLU", kernel=softplus, reference=softplus_reference,
+SoftplusGLU = ops.declare_activation("SoftplusGLU", kernel=softplus, reference=F.softplus,
                                      reference_grad=torch.sigmoid, gated=True, limit=7.0)
 
 H, FFN, EXPERTS, TOKENS = 32, 64, 4, 16
@@ -106,7 +103,7 @@ def torch_expert_layer(mlp: fuseops.Sequential, x, ids, weights) -> torch.Tensor
         for k in range(ids.shape[1]):
             e = int(ids[t, k])
             a, b = F.linear(x[t], fc1.weight[e]).chunk(2, -1)
-            h = softplus_reference(a.clamp(max=7.0)) * (b.clamp(-7.0, 7.0) + 1)
+            h = F.softplus(a.clamp(max=7.0)) * (b.clamp(-7.0, 7.0) + 1)
             y[t] += weights[t, k] * F.linear(h, fc2.weight[e])
     return y
 
