@@ -1,9 +1,9 @@
 """Property tests an activation's user runs from their own test file: ``check_activation(op)``.
 
 They are the shipped activations' tests, for any activation op (a shipped one, or a class from
-``ops.declare_activation``): the reference's float64 gradcheck; the kernels against the float64
-reference on a grid and at edge values (zeros, large magnitudes, infinities and NaN placed as the
-reference in the same dtype places them); and the fused plans (the dense GEMM epilogue forward,
+``ops.declare_activation``): the reference's float64 gradcheck; the kernels against the reference
+in the same dtype on a grid and at edge values (zeros, large magnitudes, infinities and NaN placed
+as the reference places them); and the fused plans (the dense GEMM epilogue forward,
 its dgrad epilogue, the grouped expert MLP and ``moe.expert_layer``) against the unfused ops and
 the float64 reference, unquantized and under FP8 current scaling. A failure raises
 AssertionError naming the check, the model and what differs.
@@ -56,7 +56,11 @@ def check_activation(op: ActivationOp | GatedActivation | type, *, dtype: torch.
             arguments), e.g. one returned by ``ops.declare_activation``.
         dtype: the kernels' dtype: float32, float16 or bfloat16.
         device: "cuda" or "cpu"; None: CUDA when available. The CPU needs TRITON_INTERPRET=1.
-        seed: the inputs' random seed.
+        seed: the seed of the inputs and parameters (drawn on the CPU; the caller's random
+            state is left as it was).
+
+    A ``scaled`` gated op is checked unscaled: the probabilities' product is the gated ops' own
+    code, the same for every activation.
     """
     if isinstance(op, type):
         op = op()
@@ -71,14 +75,15 @@ def check_activation(op: ActivationOp | GatedActivation | type, *, dtype: torch.
     op = copy.deepcopy(op).to(device)
     if getattr(op, "scaled", False):
         op.scaled = False
-    torch.manual_seed(seed)
-    check_reference_gradient(op)
-    # Outside interpreted_kernels: CPU tensors run the references.
-    x = _grid(op, dtype)
-    reference = _forward_backward(Sequential(copy.deepcopy(op).cpu(), fuse=False), x)
-    with interpreted_kernels() if device == "cpu" else contextlib.nullcontext():
-        check_kernels_at_edges(op, x.to(device), reference)
-        check_fused(op, dtype, device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        check_reference_gradient(op)
+        # Outside interpreted_kernels: CPU tensors run the references.
+        x = _grid(op, dtype)
+        reference = _forward_backward(Sequential(copy.deepcopy(op).cpu(), fuse=False), x)
+        with interpreted_kernels() if device == "cpu" else contextlib.nullcontext():
+            check_kernels_at_edges(op, x.to(device), reference)
+            check_fused(op, dtype, device)
 
 
 def _width(op) -> int:
@@ -191,17 +196,17 @@ def _compare(op, label: str, make: Callable[[], Sequential], x: torch.Tensor, ex
 def check_fused(op, dtype: torch.dtype, device: str) -> None:
     """The fused plans against the unfused ops and float64 (see the module docstring)."""
     width = _width(op)
-    x = torch.randn(12, _H, device=device).to(dtype)
+    x = torch.randn(12, _H).to(device).to(dtype)
     _compare(op, "Linear + bias + activation (dense GEMM epilogue)",
              lambda: Sequential(Linear(_H, width, bias=True), copy.deepcopy(op)), x, [], 1, dtype,
              (True, isinstance(op, ActivationOp)))
     if isinstance(op, ActivationOp):
-        z = torch.randn(12, width, device=device).to(dtype)
+        z = torch.randn(12, width).to(device).to(dtype)
         _compare(op, "activation + Linear (the dgrad epilogue applies its derivative)",
                  lambda: Sequential(copy.deepcopy(op), Linear(width, _H)), z, [], 0, dtype, (False, True))
     split = torch.tensor(_SPLIT, device=device)
     rows = sum(_SPLIT)
-    xg = torch.randn(rows, _H, device=device).to(dtype)
+    xg = torch.randn(rows, _H).to(device).to(dtype)
     mlp = lambda: Sequential(GroupedLinear(_GROUPS, _H, width), copy.deepcopy(op), GroupedLinear(_GROUPS, _F, _H))  # noqa: E731
     _compare(op, "GroupedLinear + activation + GroupedLinear (grouped GEMM epilogues)", mlp, xg, [split, split], 1, dtype,
              (True, True))
@@ -223,9 +228,9 @@ def check_expert_layer(op, mlp: Callable[[], Sequential], dtype: torch.dtype, de
     oracle = copy.deepcopy(experts).to(device="cpu", dtype=torch.float64)
     oracle.fuse = False
     tokens = 8
-    x = torch.randn(tokens, _H, device=device).to(dtype)
+    x = torch.randn(tokens, _H).to(device).to(dtype)
     ids = torch.stack([torch.arange(tokens) % _GROUPS, (torch.arange(tokens) + 1) % _GROUPS], -1).to(device)
-    weights = torch.rand(tokens, 2, device=device)
+    weights = torch.rand(tokens, 2).to(device)
     got = _expert_layer_step(experts, x, ids, weights)
     ref = _expert_layer_step(oracle, x.cpu().double(), ids.cpu(), weights.cpu().double())
     for i, (g, r) in enumerate(zip(got, ref, strict=True)):
@@ -241,7 +246,7 @@ def check_fp8(op, dtype: torch.dtype, device: str) -> None:
     model = make().to(device=device, dtype=dtype)
     unfused = copy.deepcopy(model)
     unfused.fuse = False
-    z = torch.randn(32, width, device=device).to(dtype)
+    z = torch.randn(32, width).to(device).to(dtype)
     with autocast(recipe=FP8CurrentScaling()):
         fused, plain = _step(model, z, []), _step(unfused, z, [])
     if not any(s.fusion is not None for s in model.plan.forward_steps + model.plan.backward_steps):
