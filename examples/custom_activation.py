@@ -157,7 +157,8 @@ def timings(device: torch.device) -> None:
     ids = torch.stack([torch.randperm(128, device=device)[:8] for _ in range(64)]).repeat(512, 1)
     w = torch.softmax(torch.randn(32768, 8, device=device), -1)
     for act in (SoftplusGLU(), ops.ClampedSwiGLU(), swiglu_again(), ops.SwiGLU()):
-        e = fuseops.Sequential(ops.GroupedLinear(128, 2048, 2 * 768), act, ops.GroupedLinear(128, 768, 2048)).to(device, dtype)
+        e = fuseops.Sequential(ops.GroupedLinear(128, 2048, 2 * 768), act, ops.GroupedLinear(128, 768, 2048))
+        e = e.to(device, dtype)
         ms = bench(lambda: moe.expert_layer(x, ids, w, e).sum().backward())
         print(f"expert_layer T=32768 E=128 top-8, {type(act).__name__}: {ms:.2f} ms")
 

@@ -207,8 +207,11 @@ def check_fused(op, dtype: torch.dtype, device: str) -> None:
     split = torch.tensor(_SPLIT, device=device)
     rows = sum(_SPLIT)
     xg = torch.randn(rows, _H).to(device).to(dtype)
-    mlp = lambda: Sequential(GroupedLinear(_GROUPS, _H, width), copy.deepcopy(op), GroupedLinear(_GROUPS, _F, _H))  # noqa: E731
-    _compare(op, "GroupedLinear + activation + GroupedLinear (grouped GEMM epilogues)", mlp, xg, [split, split], 1, dtype,
+    def mlp() -> Sequential:
+        return Sequential(GroupedLinear(_GROUPS, _H, width), copy.deepcopy(op), GroupedLinear(_GROUPS, _F, _H))
+
+    _compare(op, "GroupedLinear + activation + GroupedLinear (grouped GEMM epilogues)", mlp, xg, [split, split], 1,
+             dtype,
              (True, True))
     check_expert_layer(op, mlp, dtype, device)
     check_fp8(op, dtype, device)
@@ -242,8 +245,8 @@ def check_expert_layer(op, mlp: Callable[[], Sequential], dtype: torch.dtype, de
 def check_fp8(op, dtype: torch.dtype, device: str) -> None:
     """Under FP8 current scaling: the activation's fused plans against the unfused ops."""
     width = _width(op)
-    make = lambda: Sequential(copy.deepcopy(op), Linear(width // 2 if isinstance(op, GatedActivation) else width, 32))  # noqa: E731
-    model = make().to(device=device, dtype=dtype)
+    features = width // 2 if isinstance(op, GatedActivation) else width
+    model = Sequential(copy.deepcopy(op), Linear(features, 32)).to(device=device, dtype=dtype)
     unfused = copy.deepcopy(model)
     unfused.fuse = False
     z = torch.randn(32, width).to(device).to(dtype)

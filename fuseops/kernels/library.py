@@ -25,7 +25,7 @@ import torch
 
 from fuseops.kernels.custom_op import fuseops_op
 from fuseops.kernels.dispatch import Kernel, launcher
-from fuseops.kernels.elementwise.activation_math import Activation, AnyActivation, activation_from_code
+from fuseops.kernels.elementwise.activation_math import Activation, AnyActivation, activation_code, activation_from_code
 
 
 def _empty(like: torch.Tensor) -> torch.Tensor:
@@ -72,7 +72,7 @@ def grouped_gemm(
         launch = launcher(Kernel.GROUPED_GEMM, a)
         return launch(a, b, offsets, bias=bias, row_scale=row_scale, act=act, alpha=alpha,
                       save_preact=save_preact, act_grad_input=act_grad_input, out=out, a_rows=a_rows)
-    y, preact = _grouped_gemm_op(a, b, offsets, bias, row_scale, int(act), float(alpha), save_preact,
+    y, preact = _grouped_gemm_op(a, b, offsets, bias, row_scale, activation_code(act), float(alpha), save_preact,
                                  act_grad_input, a_rows)
     return _into(out, y), (preact if save_preact else None)
 
@@ -107,7 +107,7 @@ def grouped_gemm_gated(
         launch = launcher(Kernel.GROUPED_GEMM_GATED, a)
         return launch(a, b, offsets, bias=bias, act=act, interleaved=interleaved, clamped=clamped,
                       limit=limit, alpha=alpha, probs=probs, save_preact=save_preact, out=out, a_rows=a_rows)
-    h, z = _grouped_gemm_gated_op(a, b, offsets, bias, int(act), interleaved, clamped, float(limit),
+    h, z = _grouped_gemm_gated_op(a, b, offsets, bias, activation_code(act), interleaved, clamped, float(limit),
                                   float(alpha), probs, save_preact, a_rows)
     return _into(out, h), (z if save_preact else None)
 
@@ -143,7 +143,7 @@ def grouped_gemm_dgrad_gated(
         launch = launcher(Kernel.GROUPED_GEMM_DGRAD_GATED, dy)
         return launch(dy, b, offsets, z, act=act, interleaved=interleaved, clamped=clamped, limit=limit,
                       alpha=alpha, probs=probs, want_h=want_h, out=out, dy_rows=dy_rows)
-    dz, dprobs, h = _dgrad_gated_op(dy, b, offsets, z, int(act), interleaved, clamped, float(limit),
+    dz, dprobs, h = _dgrad_gated_op(dy, b, offsets, z, activation_code(act), interleaved, clamped, float(limit),
                                     float(alpha), probs, want_h, dy_rows)
     return _into(out, dz), (dprobs if probs is not None else None), (h if want_h else None)
 

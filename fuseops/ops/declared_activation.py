@@ -54,7 +54,8 @@ def declare_activation(
     if not callable(reference):
         raise TypeError(f"reference: expected a callable torch function of one tensor, got {reference!r}")
     if reference_grad is not None and not callable(reference_grad):
-        raise TypeError(f"reference_grad: expected None or a callable torch function of one tensor, got {reference_grad!r}")
+        raise TypeError(
+            f"reference_grad: expected None or a callable torch function of one tensor, got {reference_grad!r}")
     if not isinstance(gated, bool):
         raise TypeError(f"gated: expected a bool, got {gated!r}")
     if limit is not None:

@@ -46,6 +46,12 @@ def kernel_act(act: AnyActivation) -> int | object:
     return act.kernel if isinstance(act, DeclaredActivation) else int(act)
 
 
+def activation_code(act: AnyActivation) -> int:
+    """``act``'s int (custom ops carry activations as ints); not ``int(act)``, which torch 2.11's
+    dynamo cannot trace for a declared activation."""
+    return act.code if isinstance(act, DeclaredActivation) else int(act)
+
+
 def activation_from_code(code: int) -> AnyActivation:
     """The activation whose ``int()`` is ``code`` (custom ops carry activations as ints)."""
     return Activation(code) if code < len(Activation) else declared(code)

@@ -28,6 +28,7 @@ from fuseops.kernels.elementwise.activation_math import (
     Activation,
     AnyActivation,
     activation,
+    activation_code,
     chain_grad,
     kernel_act,
     reference_activation,
@@ -371,7 +372,7 @@ def _plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg) -> _GemmPla
         if t is not None:
             epi_ptrs |= t.data_ptr()
     key = (a.shape, a.stride(0), a.dtype, b.shape, b.stride(), b.dtype, y.shape, y.stride(), y.dtype,
-           a.get_device(), bias is not None, int(act), preact is not None,
+           a.get_device(), bias is not None, activation_code(act), preact is not None,
            None if act_grad_input is None else (act_grad_input.dtype, act_grad_input.shape, act_grad_input.stride()),
            None if residual is None else (residual.dtype, residual.shape, residual.stride()),
            cfg, load_aligned, not epi_ptrs & 15, a.dtype is torch.float32 and float32_matmul_in_tf32())

@@ -21,7 +21,13 @@ import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot, float32_dot_precision, float32_matmul_in_tf32
 from fuseops.kernels.dtypes import as_dtype
-from fuseops.kernels.elementwise.activation_math import AnyActivation, gated, kernel_act, reference_gated
+from fuseops.kernels.elementwise.activation_math import (
+    AnyActivation,
+    activation_code,
+    gated,
+    kernel_act,
+    reference_gated,
+)
 from fuseops.kernels.gemm.dense import (
     GemmConfig,
     PlannedDescriptor,
@@ -226,9 +232,10 @@ def _plan(a, b, y, preact, bias, act, interleaved, clamped, cfg) -> _GatedPlan:
     (shapes, strides, dtypes), and whether ``a`` and ``b`` and the outputs are 16-byte aligned:
     the halves' alignment follows from their base's and the class (a misaligned base makes
     the first half misaligned, so TMA is off either way); for float32 operands the matmul
-    precision torch asks for now. ``act`` keyed as an int."""
+    precision torch asks for now. ``act`` keyed as its int."""
     key = (a.shape, a.stride(0), a.dtype, b.shape, b.stride(), b.dtype, y.shape, y.stride(), y.dtype,
-           a.get_device(), bias is not None, int(act), bool(interleaved), bool(clamped), preact is not None, cfg,
+           a.get_device(), bias is not None, activation_code(act), bool(interleaved), bool(clamped),
+           preact is not None, cfg,
            not (a.data_ptr() | b.data_ptr()) & 15,
            not (y.data_ptr() | (0 if preact is None else preact.data_ptr())) & 15,
            a.dtype is torch.float32 and float32_matmul_in_tf32())

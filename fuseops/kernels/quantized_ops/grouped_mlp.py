@@ -9,7 +9,7 @@ import torch
 
 from fuseops.kernels.custom_op import fuseops_op
 from fuseops.kernels.dispatch import Kernel, launcher
-from fuseops.kernels.elementwise.activation_math import AnyActivation, activation_from_code
+from fuseops.kernels.elementwise.activation_math import AnyActivation, activation_code, activation_from_code
 from fuseops.kernels.gemm.grouped_scaled_dgrad_gated import check_split
 from fuseops.kernels.quantization.epilogue import Emitted
 from fuseops.kernels.quantization.formats import Element, Scaling
@@ -58,9 +58,9 @@ def grouped_gemm_scaled_act(a: Operand, b: Operand, offsets: torch.Tensor, *, ac
                             save_preact: bool = False, scaling: Scaling, element: Element, store_y: bool,
                             out_dtype: torch.dtype, out: Emitted | None = None) -> tuple[Emitted, torch.Tensor | None]:
     """``grouped_scaled_act.grouped_gemm_scaled_act`` (or its reference) through a custom op."""
-    *tensors, z = _act_op(*operand_args(a), *operand_args(b), offsets, int(act), interleaved, clamped, float(limit),
-                          float(alpha), probs, gated, bias, save_preact, int(scaling), int(element), store_y,
-                          out_dtype)
+    *tensors, z = _act_op(*operand_args(a), *operand_args(b), offsets, activation_code(act), interleaved, clamped,
+                          float(limit), float(alpha), probs, gated, bias, save_preact, int(scaling), int(element),
+                          store_y, out_dtype)
     emitted = Emitted(*into(out, kept(tensors, emitted_present(scaling, store_y))))
     return emitted, z if save_preact else None
 
@@ -95,8 +95,8 @@ def grouped_gemm_scaled_dgrad_gated(a: Operand, b: Operand, offsets: torch.Tenso
                                     probs: torch.Tensor | None = None, grad_scaling: Scaling, element: Element,
                                     store_y: bool, out_dtype: torch.dtype) -> tuple[Emitted, torch.Tensor | None]:
     """``grouped_scaled_dgrad_gated.grouped_gemm_scaled_dgrad_gated`` (or its reference) through a custom op."""
-    *tensors, dprobs = _dgrad_gated_op(*operand_args(a), *operand_args(b), offsets, z, int(scaling), int(act),
-                                       interleaved, clamped, float(limit), float(alpha), probs, int(grad_scaling),
-                                       int(element), store_y, out_dtype)
+    *tensors, dprobs = _dgrad_gated_op(*operand_args(a), *operand_args(b), offsets, z, int(scaling),
+                                       activation_code(act), interleaved, clamped, float(limit), float(alpha), probs,
+                                       int(grad_scaling), int(element), store_y, out_dtype)
     emitted = Emitted(*kept(tensors, emitted_present(grad_scaling, store_y)))
     return emitted, dprobs if probs is not None else None

@@ -8,7 +8,7 @@ import torch
 
 from fuseops.kernels.custom_op import fuseops_op
 from fuseops.kernels.dispatch import Kernel, launcher
-from fuseops.kernels.elementwise.activation_math import AnyActivation, activation_from_code
+from fuseops.kernels.elementwise.activation_math import AnyActivation, activation_code, activation_from_code
 from fuseops.kernels.quantization.epilogue import Emitted
 from fuseops.kernels.quantization.formats import Element, Scaling
 from fuseops.kernels.quantized_ops._args import emitted_present, fake_emitted, filled, into, kept, owned
@@ -41,7 +41,7 @@ def _(x, act, alpha, scaling, element, store_y):
 def activation_quantize_fwd(x2d: torch.Tensor, act: AnyActivation, alpha: float = 1.0, *, scaling: Scaling,
                             element: Element, store_y: bool, out: Emitted | None = None) -> Emitted:
     """``activation_quantize.activation_quantize_fwd`` (or its reference) through a custom op."""
-    tensors = _activation_op(x2d, int(act), float(alpha), int(scaling), int(element), store_y)
+    tensors = _activation_op(x2d, activation_code(act), float(alpha), int(scaling), int(element), store_y)
     return _emitted(tensors, scaling, store_y, out)
 
 
@@ -64,8 +64,8 @@ def gated_quantize_fwd(x2d: torch.Tensor, act: AnyActivation, *, interleaved: bo
                        limit: float = 7.0, alpha: float = 1.0, probs: torch.Tensor | None = None,
                        scaling: Scaling, element: Element, store_y: bool, out: Emitted | None = None) -> Emitted:
     """``activation_quantize.gated_quantize_fwd`` (or its reference) through a custom op."""
-    tensors = _gated_op(x2d, int(act), interleaved, clamped, float(limit), float(alpha), probs, int(scaling),
-                        int(element), store_y)
+    tensors = _gated_op(x2d, activation_code(act), interleaved, clamped, float(limit), float(alpha), probs,
+                        int(scaling), int(element), store_y)
     return _emitted(tensors, scaling, store_y, out)
 
 
