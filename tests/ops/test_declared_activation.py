@@ -171,7 +171,8 @@ def _steps(model, x, call):
 
 
 @needs_interpreter
-@pytest.mark.parametrize("recipe", [None, recipes.FP8CurrentScaling()], ids=["unquantized", "FP8CurrentScaling"])
+@pytest.mark.parametrize("recipe", [None, recipes.FP8CurrentScaling(), recipes.MXFP8()],
+                         ids=["unquantized", "FP8CurrentScaling", "MXFP8"])
 def test_a_redeclared_builtin_computes_what_the_builtin_does_bit_for_bit(recipe):
     # The same element function through the same epilogues: the dense block's and expert_layer's
     # outputs and gradients are the built-in's exactly.
