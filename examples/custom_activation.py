@@ -56,13 +56,6 @@ def xielu_reference(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > 0, AP * x * x + BETA * x, AN * (torch.expm1(x.clamp(max=EPS)) - x) + BETA * x)
 
 
-def xielu_grad(x: torch.Tensor) -> torch.Tensor:
-    # Given, not taken from autograd: torch.where's backward sends 0 * inf = NaN through the branch
-    # it did not take at x = +-inf.
-    neg = AN * (torch.where(x <= EPS, torch.exp(x.clamp(max=EPS)), 0.0) - 1.0) + BETA
-    return torch.where(x > 0, 2 * AP * x + BETA, torch.where(x.isnan(), x, neg))
-
-
 @triton.jit
 def softplus(x):
     # log(1 + e^x) = max(x, 0) + log(1 + e^-|x|); its derivative is sigmoid(x).
@@ -72,7 +65,9 @@ def softplus(x):
     return y, s
 
 
-XIELU = ops.declare_activation("XIELU", kernel=xielu, reference=xielu_reference, reference_grad=xielu_grad)
+# The unfused backward differentiates the reference; a torch derivative may be given instead
+# (reference_grad=, as for the softplus below).
+XIELU = ops.declare_activation("XIELU", kernel=xielu, reference=xielu_reference)
 # y = softplus(min(a, 7)) * (clamp(b, -7, 7) + 1): gated, with gpt-oss's clamps.
 SoftplusGLU = ops.declare_activation("SoftplusGLU", kernel=softplus, reference=F.softplus,
                                      reference_grad=torch.sigmoid, gated=True, limit=7.0)

@@ -40,7 +40,8 @@ def declare_activation(
             shape; every kernel that applies the activation calls it.
         reference: ``f`` in torch, for a tensor of any float dtype: the unfused path on the
             CPU and for float64, and the oracle the kernel is tested against.
-        reference_grad: ``f'`` in torch; None takes it from autograd through ``reference``.
+        reference_grad: ``f'`` in torch; None takes ``reference``'s forward-mode derivative
+            (``torch.func.jvp`` along ones).
         gated: the gated form.
         limit: the gated form's clamp (a positive float); None for no clamp.
 

@@ -35,11 +35,11 @@ def _xrelu_reference(x):
 
 
 def _xrelu_grad(x):
-    # Given: autograd through the torch.where above is NaN at -inf (0 * the other branch's inf).
     return torch.where(x > 0, 2 * x, 0.5)
 
 
-XReLU = ops.declare_activation("XReLU", kernel=_xrelu, reference=_xrelu_reference, reference_grad=_xrelu_grad)
+# One takes its torch derivative from the reference, the other is given it.
+XReLU = ops.declare_activation("XReLU", kernel=_xrelu, reference=_xrelu_reference)
 XReGLU = ops.declare_activation("XReGLU", kernel=_xrelu, reference=_xrelu_reference, reference_grad=_xrelu_grad,
                                 gated=True, limit=3.0)
 
@@ -106,11 +106,12 @@ def test_nan_placed_otherwise_than_by_the_reference_fails():
         check_activation(DropsNaN)
 
 
-def test_reference_gradient_defaults_to_autograd_and_may_be_given():
-    x = torch.tensor([-2.0, 0.5, 3.0], dtype=torch.float64)
-    Autograd = ops.declare_activation("Autograd", kernel=_xrelu, reference=_xrelu_reference)
-    assert torch.equal(Autograd.act.grad(x), torch.tensor([0.5, 1.0, 6.0], dtype=torch.float64))
-    assert torch.equal(XReLU.act.grad(x), Autograd.act.grad(x))
+def test_reference_gradient_defaults_to_forward_mode_and_may_be_given():
+    # Forward mode: torch.where passes the taken branch's tangent alone, so -inf's is 0.5, not
+    # the NaN (0 * -inf) reverse mode sends back through the other branch.
+    x = torch.tensor([-float("inf"), -2.0, 0.5, 3.0, float("inf")], dtype=torch.float64)
+    assert torch.equal(XReLU.act.grad(x), torch.tensor([0.5, 0.5, 1.0, 6.0, float("inf")], dtype=torch.float64))
+    assert torch.equal(XReGLU.act.grad(x), XReLU.act.grad(x))
 
 
 def test_unfused_runs_the_reference_in_float64():

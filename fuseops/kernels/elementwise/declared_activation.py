@@ -4,7 +4,7 @@ The element function takes a float32 tile ``x`` and returns ``(f(x), f'(x))``; e
 applies an activation (the elementwise kernels and the GEMM epilogues, forward and dgrad) receives
 it as its ``ACT`` constexpr and calls it where it would branch on a shipped activation's code.
 The torch reference gives the unfused path and the float64 oracle; its derivative comes from
-``reference_grad`` when given, else from autograd through the reference.
+``reference_grad`` when given, else from forward-mode differentiation of the reference.
 
 Each declaration gets an int code from 64 up, so that the custom ops torch.compile sees carry it
 as an int, as they carry a shipped ``Activation``.
@@ -45,7 +45,7 @@ class DeclaredActivation:
     kernel: object
     # ``f`` in torch, for any float dtype (float64 for the oracle).
     reference: Callable[[torch.Tensor], torch.Tensor]
-    # ``f'`` in torch; None: autograd through ``reference``.
+    # ``f'`` in torch; None: ``reference``'s forward-mode derivative.
     reference_grad: Callable[[torch.Tensor], torch.Tensor] | None = None
     code: int = field(default=-1)
 
@@ -59,11 +59,9 @@ class DeclaredActivation:
         """``f'(x)`` in torch."""
         if self.reference_grad is not None:
             return self.reference_grad(x)
-        with torch.enable_grad():
-            leaf = x.detach().requires_grad_()
-            y = self.reference(leaf)
-            (g,) = torch.autograd.grad(y, leaf, torch.ones_like(y))
-        return g
+        # f' of an elementwise f is its forward-mode derivative along ones; torch.func.jvp also
+        # traces under torch.compile, where a backward's autograd.grad does not.
+        return torch.func.jvp(self.reference, (x,), (torch.ones_like(x),))[1]
 
 
 def declare(name: str, kernel: object, reference: Callable, reference_grad: Callable | None) -> DeclaredActivation:
