@@ -19,29 +19,12 @@ from fuseops.kernels.elementwise.element_functions import gelu_tanh, silu
 from fuseops.moe import expert_layer
 from fuseops.quant import recipes
 from fuseops.testing import check_activation
+from tests.ops.declared_ops import XReGLU, XReLU
+from tests.ops.declared_ops import xrelu as _xrelu
+from tests.ops.declared_ops import xrelu_grad as _xrelu_grad
+from tests.ops.declared_ops import xrelu_reference as _xrelu_reference
 
 needs_interpreter = pytest.mark.skipif(not INTERPRET, reason="the kernels on CPU tensors need TRITON_INTERPRET=1")
-
-
-@triton.jit
-def _xrelu(x):
-    # Squared ReLU with a leak: x^2 for x > 0, 0.5 x below (not a shipped activation).
-    pos = x > 0.0
-    return tl.where(pos, x * x, 0.5 * x), tl.where(pos, 2.0 * x, 0.5)
-
-
-def _xrelu_reference(x):
-    return torch.where(x > 0, x * x, 0.5 * x)
-
-
-def _xrelu_grad(x):
-    return torch.where(x > 0, 2 * x, 0.5)
-
-
-# One takes its torch derivative from the reference, the other is given it.
-XReLU = ops.declare_activation("XReLU", kernel=_xrelu, reference=_xrelu_reference)
-XReGLU = ops.declare_activation("XReGLU", kernel=_xrelu, reference=_xrelu_reference, reference_grad=_xrelu_grad,
-                                gated=True, limit=3.0)
 
 
 @triton.jit
