@@ -1,7 +1,8 @@
 """The expert-parallel MoE layers that ``benchmarks/expert_parallel.py`` times on each rank: the
 single-GPU reference (all experts, no exchange), plain torch EP (counts read on the host, a
-variable-size ``all_to_all_single`` each way, ``torch._grouped_mm`` experts) and fuseops' exact,
-capacity and chunked exchanges around the same local experts."""
+variable-size ``all_to_all_single`` each way, ``torch._grouped_mm`` experts) and fuseops' exact
+(in one piece, or overlapped: the own rows at once, the remote rows in pieces), capacity and chunked
+exchanges around the same local experts."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from fuseops.moe import combine, dispatch, dispatch_chunks, expert_layer, permut
 # As many routings as warm-up steps: the timed steps see none for the first time.
 ROUTINGS = 3
 REFERENCE, TORCH_EP, CAPACITY, GRAPHED = "one-GPU", "torch EP", "fuseops EP capacity", "fuseops EP capacity, graphed"
+# The exact exchange in one piece; in pieces, the own rows first (``dispatch_chunks`` without capacity).
+EXACT, OVERLAP = "fuseops EP exact", "fuseops EP overlap"
 
 
 def _experts(w1: torch.Tensor, w2: torch.Tensor) -> fuseops.Sequential:
@@ -144,15 +147,19 @@ def torch_ep(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, w1: torc
     return torch.zeros_like(x).index_add_(0, token, y)
 
 
-def fuseops_ep(layer: Layer, *, capacity: int | None = None, chunks: int = 1) -> Callable[[], torch.Tensor]:
-    """The EP layer of fuseops' public pieces; the exchange's handle is kept in ``layer.handle``."""
+def fuseops_ep(layer: Layer, *, capacity: int | None = None, chunks: int | None = None
+               ) -> Callable[[], torch.Tensor]:
+    """The EP layer of fuseops' public pieces: ``dispatch`` without ``chunks``, else
+    ``dispatch_chunks`` (exact without ``capacity``: the own rows at once, the remote rows in
+    ``chunks`` pieces); the exchange's handle is kept in ``layer.handle``."""
 
     def forward() -> torch.Tensor:
         x_sorted, split_sizes, row_map = permute(layer.x, layer.ids, layer.num_experts)
-        if chunks > 1:
+        if chunks is not None:
+            drop = {} if capacity is None else {"on_overflow": "drop"}
             arrived, handle = dispatch_chunks(x_sorted, split_sizes, layer.group, capacity=capacity, chunks=chunks,
-                                              on_overflow="drop")
-            # A generator: each chunk's return exchange starts as its output comes (overlap).
+                                              **drop)
+            # A generator: each piece's return exchange starts as its output comes (overlap).
             y_local = (layer.local(x_k, splits_k, splits_k) for x_k, splits_k in arrived)
         else:
             exchange = {} if capacity is None else {"capacity": capacity, "on_overflow": "drop"}
@@ -164,8 +171,10 @@ def fuseops_ep(layer: Layer, *, capacity: int | None = None, chunks: int = 1) ->
     return forward
 
 
-def implementations(layer: Layer, capacity: int, chunks: tuple[int, ...]) -> dict[str, Callable[[], torch.Tensor]]:
-    """Each row's forward (the reference first, plain torch EP second: the others' ratios use them)."""
+def implementations(layer: Layer, capacity: int, chunks: tuple[int, ...], pieces: tuple[int, ...] = ()
+                    ) -> dict[str, Callable[[], torch.Tensor]]:
+    """Each row's forward (the reference first, plain torch EP second: the others' ratios use them);
+    ``pieces``: the overlapped exact rows' remote pieces, ``chunks``: the capacity rows' chunks."""
 
     def reference() -> torch.Tensor:
         x_sorted, split_sizes, row_map = permute(layer.x, layer.ids, layer.num_experts)
@@ -176,9 +185,11 @@ def implementations(layer: Layer, capacity: int, chunks: tuple[int, ...]) -> dic
         TORCH_EP: lambda: torch_ep(layer.x, layer.ids, layer.weights, layer.local[0].weight, layer.local[2].weight,
                                    layer.num_experts, layer.group),
         "one-GPU expert_layer": lambda: expert_layer(layer.x, layer.ids, layer.weights, layer.full),
-        "fuseops EP exact": fuseops_ep(layer),
-        CAPACITY: fuseops_ep(layer, capacity=capacity),
+        EXACT: fuseops_ep(layer),
     }
+    for k in pieces:
+        impls[f"{OVERLAP}={k}"] = fuseops_ep(layer, chunks=k)
+    impls[CAPACITY] = fuseops_ep(layer, capacity=capacity)
     for k in chunks:
         if 1 < k <= capacity:
             impls[f"fuseops EP chunks={k}"] = fuseops_ep(layer, capacity=capacity, chunks=k)

@@ -10,6 +10,10 @@ from pathlib import Path
 import torch
 
 RESULTS = Path(__file__).parent / "results"
+# The one way every benchmark and every doc counts a step's peak memory; results files that count
+# so say it in their "peak" key.
+PEAK_CONVENTION = ("allocated above the start of a training step whose gradient buffers are allocated "
+                   "inside it, as a first step's are")
 
 
 def gpu_tag(device: str = "cuda") -> str:

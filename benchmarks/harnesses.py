@@ -15,12 +15,14 @@ A graphed path runs ``do_bench`` and the loop only. Harnesses:
   half the token count, timing the full-size training steps.
 
 Each row gives the milliseconds a step, the host milliseconds to issue one step after a drain,
-and the peak memory above the step's start, allocated and reserved (GB). Nothing is warmed
+and the peak memory above the start of a step whose gradient buffers are allocated inside it (as
+a first step's are), allocated and reserved (GB). Nothing is warmed
 beyond 3 steps, and nothing waits for anything to settle.
 
     python -m benchmarks.harnesses                       # GPU: every cell (~8 minutes)
     python -m benchmarks.harnesses --part dense --T 1024 --H 1024
     python -m benchmarks.harnesses --part moe --shapes qwen3 --T 4096
+    python -m benchmarks.harnesses --part moe --merge    # add rows to today's file
     python -m benchmarks.harnesses --smoke               # CPU, tiny sizes, end to end
 
 Writes ``benchmarks/results/harnesses-<gpu>-<date>.json`` (after every row) and ``.png``; prints a
@@ -33,6 +35,7 @@ import argparse
 import copy
 import gc
 import json
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._results import RESULTS, pyplot, results_path
+from benchmarks._results import PEAK_CONVENTION, RESULTS, pyplot, results_path
 from benchmarks._timing import elapsed_ms
 from benchmarks.sizes import FuseopsExpertLayer, FuseopsMoE, TorchMoE, fuseops_dense, moe_args, torch_dense
 
@@ -93,10 +96,15 @@ def host_ms(path: Path_, T: int, device: str, reps: int = 5) -> float:
 
 
 def peak_gb(path: Path_, T: int, device: str) -> tuple[float, float]:
-    """Peak memory above the step's start, allocated and reserved, in GB (the input made before)."""
+    """Peak memory above the step's start, allocated and reserved, in GB (the input made before).
+
+    The step starts with no gradient buffers, as a first step does, so that they count inside
+    it (``PEAK_CONVENTION``; ``benchmarks/moe_layer.py`` counts the same way)."""
     if device != "cuda":
         return 0.0, 0.0
     x = path.inputs(T)
+    for p in path.params:
+        p.grad = None
     _sync(device)
     torch.cuda.reset_peak_memory_stats()
     allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
@@ -355,6 +363,17 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def earlier_rows(out: Path) -> tuple[list[str], list[dict]]:
+    """For ``--merge`` (a run in parts, each within a time limit): the commands and rows already in
+    ``out``, refused where its peaks are counted otherwise; none where there is no file yet."""
+    if not out.exists():
+        return [], []
+    merged = json.loads(out.read_text())
+    if merged["meta"].get("peak") != PEAK_CONVENTION:
+        raise SystemExit(f"--merge: {out} counts peak memory otherwise ({merged['meta'].get('peak')!r})")
+    return merged["meta"]["commands"], merged["rows"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--part", choices=("all", "dense", "moe"), default="all")
@@ -368,6 +387,7 @@ def main() -> None:
                              "torch.compile and torch.autocast")
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--merge", action="store_true", help="add the rows to --out's (or today's) results file")
     args = parser.parse_args()
     device, dtype = ("cpu", torch.float32) if args.smoke else ("cuda", torch.bfloat16)
     if args.smoke:
@@ -376,8 +396,10 @@ def main() -> None:
     default_dir = Path(tempfile.gettempdir()) if args.smoke else RESULTS
     out = args.out or results_path("harnesses", device=device, directory=default_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
-    rows: list[dict] = []
+    commands, rows = earlier_rows(out) if args.merge else ([], [])
+    meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__,
+            "commands": [*commands, " ".join(["python3 -m benchmarks.harnesses", *sys.argv[1:]])],
+            "peak": PEAK_CONVENTION}
 
     def add(row: dict) -> None:
         """Print the row and rewrite the results file: a run stopped by a time limit keeps what it measured."""

@@ -56,7 +56,7 @@ from pathlib import Path
 import torch
 
 from benchmarks._moe_impls import IMPLS, ON_REQUEST, Case, SonicMoELayer, fuseops_layer, implementations, make_case
-from benchmarks._results import RESULTS, pyplot, results_path
+from benchmarks._results import PEAK_CONVENTION, RESULTS, pyplot, results_path
 from benchmarks._timing import capture_cuda_graph, elapsed_ms, sustained_ms
 
 # The cells' shapes, in the order they run; DeepSeek-V3's routed experts without its shared one.
@@ -417,7 +417,7 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = dict(device="cpu" if args.smoke else torch.cuda.get_device_name(), torch=torch.__version__,
                 triton=triton.__version__, timing="smoke" if args.smoke else args.timing, peak_tflops=args.peak_tflops,
-                sonicmoe_tolerance=SONICMOE_TOLERANCE)
+                sonicmoe_tolerance=SONICMOE_TOLERANCE, peak=PEAK_CONVENTION)
     for package in ("transformers", "sonic-moe", "quack-kernels"):
         try:
             meta[package] = importlib.metadata.version(package)

@@ -9,20 +9,22 @@
 #   bash benchmarks/run_gpu.sh quantize [pytest args]  # gpu-marked quantize kernel tests
 #   bash benchmarks/run_gpu.sh fusions [pytest args]   # tests/fusions but the property suite and the CUDA edge cases
 #   bash benchmarks/run_gpu.sh models [pytest args]    # tests/integrations and tests/offload
-#   bash benchmarks/run_gpu.sh moe [pytest args]       # tests/moe
+#   bash benchmarks/run_gpu.sh moe [pytest args]       # tests/moe but the quantized layer and the expert-parallel NCCL tests
+#   bash benchmarks/run_gpu.sh moequant [pytest args]  # tests/moe/test_expert_layer_quantized.py
 #   bash benchmarks/run_gpu.sh gathered [pytest args]  # the gathered-row GEMMs and the expert layer's lean mode, which runs them
 #   bash benchmarks/run_gpu.sh ops [pytest args]       # tests/ops
 #   bash benchmarks/run_gpu.sh quant [pytest args]     # tests/quant/test_quantize.py (long: run it by -k slices)
 #   bash benchmarks/run_gpu.sh quantops [pytest args]  # tests/quant but test_quantize.py
 #   bash benchmarks/run_gpu.sh top [pytest args]       # tests/test_*.py (compile, user CUDA graphs, torch.nn behaviour)
-#   bash benchmarks/run_gpu.sh examples [pytest args]  # tests/examples (the MoE language model's GPU runs: graphs, compile, recipes)
+#   bash benchmarks/run_gpu.sh examples [pytest args]  # the MoE language model example (its GPU runs: graphs, compile, recipes)
+#   bash benchmarks/run_gpu.sh examplebench [pytest args] # the example's benchmark (a smoke run that writes results and a plot)
 #   bash benchmarks/run_gpu.sh distributed [pytest args] # tests/distributed and the expert-parallel NCCL tests (one GPU: world size 1; 2+ GPUs: the rest)
 #   bash benchmarks/run_gpu.sh props "GroupedMLP"      # the CUDA property suite for the fusions selected by -k
 #   bash benchmarks/run_gpu.sh edge "LayerNorm or RMSNorm"   # the CUDA edge cases of the subjects selected by -k
 #   bash benchmarks/run_gpu.sh bench linear moe_layer  # benchmarks by name (python -m benchmarks.<name>)
 #
 # The property suite and the edge cases take one to two minutes a fusion on CUDA: select a few
-# per call. The CPU tests of a part run too: run them on the GPU machine's torch as well.
+# per call. The CPU tests of a part run too, on the GPU's torch: the oldest supported one.
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-dev}
 out=${OUT:-/tmp/fuseops-gpu}
@@ -46,14 +48,17 @@ case "$part" in
   fusions) pytest_part tests/fusions --ignore=tests/fusions/test_fusion_properties.py \
       -k "not test_edge_case_on_cuda" "$@" ;;
   models) pytest_part tests/integrations tests/offload "$@" ;;
-  moe) pytest_part tests/moe "$@" ;;
+  moe) pytest_part tests/moe --ignore=tests/moe/test_expert_layer_quantized.py \
+      --ignore=tests/moe/test_expert_parallel_capacity.py --ignore=tests/moe/test_expert_parallel_composition.py "$@" ;;
+  moequant) pytest_part tests/moe/test_expert_layer_quantized.py "$@" ;;
   gathered) pytest_part tests/kernels/gemm tests/moe/test_expert_layer.py -k "gather or lean or peak_memory" "$@" ;;
   ops) pytest_part tests/ops "$@" ;;
   quant) pytest_part tests/quant/test_quantize.py "$@" ;;
   quantops) pytest_part tests/quant --ignore=tests/quant/test_quantize.py "$@" ;;
   top) pytest_part tests/test_*.py "$@" ;;
-  examples) pytest_part tests/examples "$@" ;;
-  distributed) pytest_part tests/distributed tests/moe/test_expert_parallel_capacity.py tests/moe/test_expert_parallel_composition.py "$@" ;;
+  examples) pytest_part tests/examples --ignore=tests/examples/test_train_moe_lm_benchmark.py "$@" ;;
+  examplebench) pytest_part tests/examples/test_train_moe_lm_benchmark.py "$@" ;;
+  distributed) pytest_part tests/distributed tests/moe/test_expert_parallel_capacity.py tests/moe/test_expert_parallel_overlap.py tests/moe/test_expert_parallel_composition.py "$@" ;;
   props) pytest_part tests/fusions/test_fusion_properties.py -k "cuda and (${1:-not nothing})" ;;
   edge) pytest_part tests/fusions/test_edge_cases.py -k "test_edge_case_on_cuda and (${1:-not nothing})" ;;
   bench)

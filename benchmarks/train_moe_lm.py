@@ -70,6 +70,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks._results import PEAK_CONVENTION
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train_moe_lm.py"
 # name: the example's settings beyond the shared configuration.
@@ -399,6 +401,8 @@ def main(argv: list[str] | None = None) -> None:
                 "torch": done[0]["torch"] if done else None,
                 "transformers": done[0]["transformers"] if done else None,
                 "untimed_steps": lm.UNTIMED_STEPS, "compare_last": args.compare_last, "commands": commands,
+                # Runs merged from an older file may count their step peaks otherwise.
+                "peak": PEAK_CONVENTION if all(r.get("peak") == PEAK_CONVENTION for r in done) else None,
                 "wall_s": time.perf_counter() - start}
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"meta": meta, "config": shared, "runs": runs, "baseline": baseline(runs),
@@ -408,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.runs:
         print(f"== {name} ({json.dumps(RUNS[name])})", flush=True)
         run_start = time.perf_counter()
-        fresh[name] = launch(name, {**shared, **RUNS[name]}, args.timeout)
+        fresh[name] = {**launch(name, {**shared, **RUNS[name]}, args.timeout), "peak": PEAK_CONVENTION}
         if "skipped" in fresh[name]:
             print(f"  {name}: skipped: {fresh[name]['skipped']}", flush=True)
         print(f"  {name}: {time.perf_counter() - run_start:.0f} s", flush=True)

@@ -20,10 +20,19 @@ rounded away. torch's grouped_mm is not autocast-enabled and transformers' ``gro
 tokens to the weights' dtype, so there it multiplies in float32; ``grouped_mm-autocast`` casts the
 experts' weights to bf16 for the call instead (differentiably, as autocast does), so its GEMMs run
 in bf16 like every other backend's.
+Expert parallelism: ``torchrun --nproc-per-node P examples/train_moe_lm.py --expert-parallel P ...``
+shards every layer's experts over the P ranks (``moe_expert_parallel.py``: ``fuseops.moe.dispatch`` /
+``combine``; ``--ep-pieces K`` overlaps the exchange with the experts through ``dispatch_chunks``) and
+keeps the rest data-parallel (DDP). Each rank takes its 1/P of every batch, so the global batch is a
+one-process run's; the loss printed is the mean over all ranks' tokens, and tokens/s is per GPU.
+``--compare-to A.json B.json`` prints this run's loss curve against earlier runs' and theirs
+against each other (two one-process runs, on two backends, give the floor that rounding sets).
 ``--recipe`` quantizes the experts' GEMMs (fuseops backend only); ``--graphs`` captures the whole
 step (forward, backward, AdamW) in one ``torch.cuda.graph`` on static inputs (CUDA only). Writes
-DIR/train_moe_lm.json and DIR/train_moe_lm.png; the last line is ``OK:`` when the smoothed
-training loss fell, else ``FAIL:`` (exit code 1).
+train_moe_lm.json and train_moe_lm.png into ``--out`` (by default a new folder under the system's
+temporary folder, printed); the last line is ``OK:`` when the smoothed training loss fell, else
+``FAIL:`` (exit code 1). The progress bar and the PNG need the ``bench`` extra (tqdm,
+matplotlib); without it the run prints progress lines and writes the JSON only.
 """
 
 from __future__ import annotations
@@ -37,16 +46,22 @@ import math
 import os
 import resource
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.utils.stateless import _reparametrize_module
 
 import fuseops
+
+# The expert-parallel pieces beside this file (``examples/`` is not a package).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import moe_expert_parallel as ep  # noqa: E402
 
 BACKENDS = ("fuseops", "eager", "grouped_mm", "grouped_mm-autocast", "batched_mm", "deepgemm", "sonicmoe")
 GROUPED_MM_AUTOCAST = "grouped_mm-autocast"
@@ -92,6 +107,10 @@ class TrainConfig:
     eval_every: int = 10
     data_bytes: int = DATA_BYTES
     seed: int = 0
+    # Ranks that share the experts (under torchrun, the world size); 1: no expert parallelism.
+    expert_parallel: int = 1
+    # 0: the exchange in one piece (dispatch); K: the remote rows in K pieces beside the experts.
+    ep_pieces: int = 0
 
     def __post_init__(self) -> None:
         for name, value, valid in (("--dtype", self.dtype, DTYPES), ("--recipe", self.recipe, tuple(RECIPES)),
@@ -131,6 +150,20 @@ class TrainConfig:
             raise ValueError(f"--device {self.device}: CUDA is not available on this machine")
         if self.graphs:
             self._check_graphs(device)
+        if self.expert_parallel != 1 or self.ep_pieces:
+            self._check_expert_parallel()
+
+    def _check_expert_parallel(self) -> None:
+        if self.expert_parallel < 1 or self.ep_pieces < 0:
+            raise ValueError(f"--expert-parallel {self.expert_parallel} --ep-pieces {self.ep_pieces}: expected "
+                             "a positive int and an int >= 0")
+        for name, value in (("--experts", self.experts), ("--batch", self.batch)):
+            if value % self.expert_parallel:
+                raise ValueError(f"{name}: expected a multiple of --expert-parallel {self.expert_parallel}, "
+                                 f"got {value}")
+        if self.experts_backend != "fuseops" or self.recipe != "none" or self.graphs or self.compile or self.offload:
+            raise ValueError("--expert-parallel: expected --experts-backend fuseops without --recipe, --graphs, "
+                             "--compile or --offload (the exact exchange reads its sizes on the host)")
 
     def _check_graphs(self, device: torch.device) -> None:
         if device.type != "cuda":
@@ -163,7 +196,8 @@ class TrainConfig:
 @dataclass
 class TrainResult:
     """What a run measured; ``val_losses`` holds ``(step, loss)`` pairs, ``offload_stats``
-    the last step's ``offload.stats`` (empty without ``--offload``). ``peak_memory_bytes`` is
+    the last step's ``offload.stats`` (empty without ``--offload``); ``tokens_per_s`` is per GPU
+    (this rank's tokens; with expert parallelism every rank's are as many). ``peak_memory_bytes`` is
     the most allocated over the run (on a CPU: the process's peak resident set);
     ``peak_reserved_bytes`` the most the CUDA caching allocator reserved; the ``step_peak_*``
     the most one timed step allocated (reserved) above what was in use as it began
@@ -361,7 +395,8 @@ def lm_loss(model: Callable[..., object], inputs: torch.Tensor, targets: torch.T
 
 
 def make_step(
-    model: Callable[..., object], opt: torch.optim.Optimizer, cfg: TrainConfig, offload_stats: dict[str, int]
+    model: Callable[..., object], opt: torch.optim.Optimizer, cfg: TrainConfig, offload_stats: dict[str, int],
+    after_backward: Callable[[], None] | None = None,
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """``step(inputs, targets) -> loss``: one AdamW step; with ``cfg.graphs``, eager for the
     first ``WARMUP_STEPS`` calls on a side stream, then one captured graph replayed.
@@ -371,6 +406,7 @@ def make_step(
         opt: the optimizer of its parameters.
         cfg: the run.
         offload_stats: where each step leaves its ``offload.stats`` (with ``cfg.offload``).
+        after_backward: runs between the backward and the optimizer step.
     """
 
     def eager_step(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -378,6 +414,8 @@ def make_step(
         with forward_context(cfg) as offload:
             loss = lm_loss(model, inputs, targets)
         loss.backward()
+        if after_backward is not None:
+            after_backward()
         opt.step()
         if offload is not None:
             offload_stats.update(offload.stats)
@@ -426,21 +464,68 @@ class CapturedStep:
         self.static = (static_inputs, static_targets, static_loss)
 
 
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process runs: rank ``rank`` of ``world`` (1 without expert parallelism), on
+    ``device``; ``group`` the expert-parallel (and data-parallel) group."""
+
+    rank: int
+    world: int
+    device: torch.device
+    group: dist.ProcessGroup | None = None
+
+    @classmethod
+    def start(cls, cfg: TrainConfig) -> Ranks:
+        """With ``--expert-parallel P``: joins torchrun's P ranks (NCCL on CUDA, gloo on the CPU)."""
+        device = torch.device(cfg.device)
+        if cfg.expert_parallel == 1:
+            return cls(0, 1, device)
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world != cfg.expert_parallel:
+            raise SystemExit(f"--expert-parallel {cfg.expert_parallel}: expected a launch of as many ranks "
+                             f"(torchrun --nproc-per-node {cfg.expert_parallel}), got world size {world}")
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        return cls(dist.get_rank(), world, device, dist.group.WORLD)
+
+    def local(self, batch: torch.Tensor) -> torch.Tensor:
+        """This rank's share of a global batch [B, ...]: rows [r * B/P, (r + 1) * B/P)."""
+        share = batch.shape[0] // self.world
+        return batch[self.rank * share:(self.rank + 1) * share]
+
+    def mean(self, value: torch.Tensor) -> float:
+        """The mean over the ranks of a 0-d tensor (every rank's share has as many tokens)."""
+        if self.world > 1:
+            value = value.detach().clone()
+            dist.all_reduce(value)
+            value /= self.world
+        return value.item()
+
+
 @torch.no_grad()
-def evaluate(model: Callable[..., object], batches: list[tuple[torch.Tensor, torch.Tensor]], cfg: TrainConfig) -> float:
-    """Mean loss over the held-out batches (same autocast and recipe as training, no offload)."""
+def evaluate(model: Callable[..., object], batches: list[tuple[torch.Tensor, torch.Tensor]], cfg: TrainConfig,
+             ranks: Ranks | None = None) -> float:
+    """Mean loss over the held-out batches (same autocast and recipe as training, no offload); with
+    ``ranks``, each rank its share of every batch."""
+    ranks = ranks or Ranks(0, 1, torch.device(cfg.device))
     eval_cfg = dataclasses.replace(cfg, offload=False, graphs=False)
     total = 0.0
     for inputs, targets in batches:
         with forward_context(eval_cfg):
-            total += lm_loss(model, inputs.to(cfg.device), targets.to(cfg.device)).item()
+            loss = lm_loss(model, ranks.local(inputs).to(ranks.device), ranks.local(targets).to(ranks.device))
+        total += ranks.mean(loss)
     return total / len(batches)
 
 
 class MemoryMeter:
     """A run's memory: on CUDA the peaks allocated and reserved over the whole run, and the most
-    one measured step allocated (reserved) above what was in use as it began: the weights, AdamW's
-    state and the previous step's gradients. On a CPU only the process's peak resident set."""
+    one measured step allocated (reserved) above what was in use as it began without gradient
+    buffers (the weights and AdamW's state): the step's gradients count inside it, as a first
+    step's do, although ``zero_grad`` frees the previous step's only inside the step. On a CPU
+    only the process's peak resident set."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -450,12 +535,14 @@ class MemoryMeter:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(device)
 
-    def step_begins(self) -> None:
-        """Folds the peaks so far into the run's, then measures from here."""
+    def step_begins(self, held_gradient_bytes: int = 0) -> None:
+        """Folds the peaks so far into the run's, then measures from here, less the gradient
+        buffers still held from the previous step."""
         if self.cuda:
             self.peaks()
             torch.cuda.reset_peak_memory_stats(self.device)
-            self.start = (torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device))
+            self.start = (torch.cuda.memory_allocated(self.device) - held_gradient_bytes,
+                          torch.cuda.memory_reserved(self.device))
 
     def step_ends(self) -> None:
         """After the step's work has finished (the loss was read back)."""
@@ -481,34 +568,45 @@ def train(
 
     Args:
         cfg: the run.
-        progress: show a tqdm progress bar with loss, tokens/s and memory.
+        progress: show progress with loss, tokens/s and memory (a tqdm bar where tqdm is
+            installed, else a line every tenth of the steps).
         on_step: called after each step with its number (from 1), its loss and its seconds
             (forward, backward and AdamW, to the loss read back).
     """
-    from tqdm import tqdm
-
-    device = torch.device(cfg.device)
+    ranks = Ranks.start(cfg)
+    device = ranks.device
     memory = MemoryMeter(device)
     train_tokens, val_tokens = split_tokens(stdlib_text(cfg.data_bytes))
     val_batches = fixed_batches(val_tokens, cfg.batch, cfg.seq, EVAL_BATCHES)
-    model = build_model(cfg)
+    # Every rank builds the whole model from the same seed, then keeps its experts.
+    model = build_model(dataclasses.replace(cfg, device=str(device)))
+    after_backward = None
+    runnable: Callable[..., object] = model
+    if ranks.world > 1:
+        experts = ep.shard_experts(model, ranks.group, cfg.ep_pieces or None)
+        ep.ignore_in_ddp(model, experts)
+        runnable = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda"
+                                                             else None)
+        after_backward = functools.partial(ep.scale_expert_grads, experts, ranks.group)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, capturable=cfg.graphs)
-    runnable = torch.compile(model) if cfg.compile else model
+    runnable = torch.compile(runnable) if cfg.compile else runnable
     offload_stats: dict[str, int] = {}
-    step = make_step(runnable, opt, cfg, offload_stats)
+    step = make_step(runnable, opt, cfg, offload_stats, after_backward)
+    # The same global batches on every rank (one seed); each rank trains on its share.
     batches = random_batches(train_tokens, cfg.batch, cfg.seq, cfg.seed)
 
     losses: list[float] = []
     val_losses: list[tuple[int, float]] = []
     timed_s, timed_tokens = 0.0, 0
     start = time.perf_counter()
-    bar = tqdm(range(1, cfg.steps + 1), disable=not progress, desc=f"{cfg.experts_backend}", unit="step")
-    for i in bar:
-        inputs, targets = (t.to(device, non_blocking=True) for t in next(batches))
+    bar = progress_bar(cfg, progress and ranks.rank == 0)
+    for i in range(1, cfg.steps + 1):
+        inputs, targets = (ranks.local(t).to(device, non_blocking=True) for t in next(batches))
         timed = i > UNTIMED_STEPS or cfg.steps <= UNTIMED_STEPS
-        memory.step_begins()
+        memory.step_begins(gradient_bytes(model))
         t0 = time.perf_counter()
-        losses.append(step(inputs, targets).item())
+        # The loss of the global batch: the mean of the ranks' (equal shares).
+        losses.append(ranks.mean(step(inputs, targets)))
         dt = time.perf_counter() - t0
         if timed:
             memory.step_ends()
@@ -516,18 +614,52 @@ def train(
         if on_step is not None:
             on_step(i, losses[-1], dt)
         if cfg.eval_every and (i % cfg.eval_every == 0 or i == cfg.steps):
-            val_losses.append((i, evaluate(runnable, val_batches, cfg)))
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{inputs.numel() / dt:,.0f}",
-                        mem=f"{memory.peaks()[0] / 2**20:,.0f}MiB")
+            val_losses.append((i, evaluate(runnable, val_batches, cfg, ranks)))
+        bar(i, loss=f"{losses[-1]:.3f}", tok_s=f"{inputs.numel() / dt:,.0f}",
+            mem=f"{memory.peaks()[0] / 2**20:,.0f}MiB")
     peak_allocated, peak_reserved = memory.peaks()
     step_peaks = (memory.step_allocated, memory.step_reserved) if memory.cuda else (None, None)
     return TrainResult(cfg, losses, val_losses, timed_tokens / max(timed_s, 1e-9), peak_allocated,
                        time.perf_counter() - start, offload_stats, peak_reserved, *step_peaks)
 
 
-def plot(result: TrainResult, path: Path) -> None:
-    """Training loss (raw and smoothed) and validation loss against the step, as a PNG."""
-    import matplotlib
+def progress_bar(cfg: TrainConfig, show: bool) -> Callable[..., None]:
+    """``bar(step, **values)`` after each step: a tqdm bar where tqdm is installed (the ``bench``
+    extra), else a printed line every tenth of the steps; nothing when ``show`` is False."""
+    if not show:
+        return lambda step, **values: None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        every = max(cfg.steps // 10, 1)
+
+        def line(step: int, **values: str) -> None:
+            if step % every == 0 or step == cfg.steps:
+                print(f"{cfg.experts_backend} step {step}/{cfg.steps} "
+                      + " ".join(f"{k}={v}" for k, v in values.items()), flush=True)
+        return line
+    bar = tqdm(total=cfg.steps, desc=cfg.experts_backend, unit="step")
+
+    def update(step: int, **values: str) -> None:
+        bar.update(1)
+        bar.set_postfix(**values)
+        if step == cfg.steps:
+            bar.close()
+    return update
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    """The bytes of the gradient buffers the parameters hold (none before the first step)."""
+    return sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
+
+
+def plot(result: TrainResult, path: Path) -> bool:
+    """Training loss (raw and smoothed) and validation loss against the step, as a PNG; False
+    (nothing written) where matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -551,9 +683,10 @@ def plot(result: TrainResult, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return True
 
 
-def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, Path]:
+def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, Path, list[Path]]:
     """The command line as a ``TrainConfig`` and the results folder; an invalid value or
     combination exits with the reason (code 2)."""
     defaults = TrainConfig()
@@ -578,31 +711,69 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, Path]:
     parser.add_argument("--data-bytes", type=int, default=defaults.data_bytes,
                         help="bytes of standard-library text; the last tenth is held out")
     parser.add_argument("--seed", type=int, default=defaults.seed, help="seeds the weights and the batches")
-    parser.add_argument("--out", default=".", help="folder for train_moe_lm.json and train_moe_lm.png")
+    parser.add_argument("--expert-parallel", type=int, default=defaults.expert_parallel,
+                        help="shard the experts over this many ranks (launch that many with torchrun)")
+    parser.add_argument("--ep-pieces", type=int, default=defaults.ep_pieces,
+                        help="expert parallelism: the remote rows in this many pieces beside the experts (0: one "
+                             "exchange)")
+    parser.add_argument("--out", help="folder for train_moe_lm.json and train_moe_lm.png "
+                                      "(default: a new folder under the system's temporary folder)")
+    parser.add_argument("--compare-to", type=Path, nargs="*", default=[],
+                        help="earlier runs' train_moe_lm.json: their loss curves against this one's and each other's")
     args = parser.parse_args(argv)
-    out = args.__dict__.pop("out")
+    out, compare_to = args.__dict__.pop("out"), args.__dict__.pop("compare_to")
     try:
         cfg = TrainConfig(**vars(args))
     except ValueError as e:
         parser.error(str(e))
-    return cfg, Path(out)
+    return cfg, Path(out) if out is not None else None, compare_to
+
+
+def compare_losses(losses: Sequence[float], runs: Sequence[Path]) -> list[str]:
+    """Lines saying how far this run's loss curve is from each earlier run's, and those runs'
+    from each other (two runs of the same batches on two correct implementations: the floor
+    that rounding sets), as the mean and the largest |difference| over the common steps."""
+    curves = {"this run": list(losses)}
+    for path in runs:
+        curves[str(path)] = json.loads(path.read_text())["losses"]
+
+    def gap(a: list[float], b: list[float]) -> str:
+        d = [abs(x - y) for x, y in zip(a, b)]
+        mean = sum(d) / max(len(d), 1)
+        return f"mean |loss difference| {mean:.2e}, max {max(d, default=0.0):.2e} over {len(d)} steps"
+
+    names = list(curves)
+    return [f"{a} vs {b}: {gap(curves[a], curves[b])}" for i, a in enumerate(names) for b in names[i + 1:]]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Train, write the JSON and PNG, print ``OK:`` or ``FAIL:``; returns the exit code."""
-    cfg, out = parse_args(argv)
+    """Train, write the JSON and PNG, print ``OK:`` or ``FAIL:``; returns the exit code (with
+    expert parallelism, rank 0 writes and prints)."""
+    cfg, out, compare_to = parse_args(argv)
     result = train(cfg)
+    if dist.is_initialized():
+        rank = dist.get_rank()
+        dist.destroy_process_group()
+        if rank > 0:
+            return 0 if result.fell else 1
+    out = out if out is not None else Path(tempfile.mkdtemp(prefix="train_moe_lm-"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_moe_lm.json").write_text(json.dumps(result.to_json(), indent=1))
-    plot(result, out / "train_moe_lm.png")
+    if plot(result, out / "train_moe_lm.png"):
+        print(f"wrote {out / 'train_moe_lm.json'} and {out / 'train_moe_lm.png'}")
+    else:
+        print(f"wrote {out / 'train_moe_lm.json'} (no plot: matplotlib is not installed; "
+              "pip install -e '.[bench]' adds it)")
     summary = result.to_json()
     val = summary["final_val_loss"]
-    print(f"wrote {out / 'train_moe_lm.json'} and {out / 'train_moe_lm.png'}")
-    print(f"{cfg.steps} steps in {result.wall_s:.1f} s, {result.tokens_per_s:,.0f} tokens/s, "
+    gpus = f" per GPU over {cfg.expert_parallel} ranks" if cfg.expert_parallel > 1 else ""
+    print(f"{cfg.steps} steps in {result.wall_s:.1f} s, {result.tokens_per_s:,.0f} tokens/s{gpus}, "
           f"peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB")
     if result.offload_stats:
         print(f"offload, last step: {result.offload_stats['bytes_offloaded'] / 2**20:,.1f} MiB in "
               f"{result.offload_stats['tensors_offloaded']} saved tensors went to the host and back")
+    for line in compare_losses(result.losses, compare_to):
+        print(line)
     verdict = "OK" if result.fell else "FAIL"
     print(f"{verdict}: smoothed train loss {summary['initial_smoothed_loss']:.4f} -> "
           f"{summary['final_smoothed_loss']:.4f}, final val loss "

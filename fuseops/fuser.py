@@ -74,6 +74,8 @@ def _registry_view(op_codes: tuple[int, ...], *fusion_types: type[Fusion]) -> tu
 def _view_of(op_codes: tuple[int, ...], fusion_types: tuple[type[Fusion], ...]) -> tuple:
     classes = [OP_CLASSES[c] for c in op_codes]
     names = tuple(f.__name__ for f in fusion_types)
+    # Per op position, why no fusion may take the op (a user's subclass that overrides the math).
+    unfusible = tuple(c.unfusible_reason() for c in classes)
     lengths = tuple(len(f.pattern) for f in fusion_types)
     wheres = tuple(tuple(j for j, m in enumerate(f.pattern) if m.where is not None) for f in fusion_types)
 
@@ -91,7 +93,7 @@ def _view_of(op_codes: tuple[int, ...], fusion_types: tuple[type[Fusion], ...]) 
     # Without a backward, a both-stage fusion runs its forward alone.
     forward_any = candidates(lambda s: bool(s & Stage.FORWARD))
     backward_only = candidates(lambda s: s == Stage.BACKWARD)
-    return names, lengths, wheres, both, forward_only, forward_any, backward_only
+    return names, lengths, wheres, unfusible, both, forward_only, forward_any, backward_only
 
 
 class _Matcher:
@@ -102,7 +104,7 @@ class _Matcher:
         fusions: Sequence[Fusion], view: tuple, hooked: frozenset[int],
     ) -> None:
         self.ops, self.cfg, self.extra_inputs, self.fusions, self.hooked = ops, cfg, extra_inputs, fusions, hooked
-        self.names, self.lengths, self.wheres = view[:3]
+        self.names, self.lengths, self.wheres, self.unfusible = view[:4]
         self.declined: list = []
 
     def at(self, i: int, limit: int, candidates: Sequence[int]) -> Step | None:
@@ -114,6 +116,12 @@ class _Matcher:
                 continue
             window = self.ops[i:stop]
             fusion = self.fusions[k]
+            unknown = [j for j in range(i, stop) if self.unfusible[j] is not None]
+            if unknown:
+                reason = f"op {unknown[0]}: {self.unfusible[unknown[0]]}"
+                warn_once((self.names[k], reason), f"fuseops: {self.names[k]} declined: {reason}")
+                self._decline(k, i, stop, reason)
+                continue
             if not all(fusion.pattern[j].where(window[j]) for j in self.wheres[k]):
                 continue
             reason = fusion.guard(window, self.cfg, self.extra_inputs[i:stop])
@@ -125,10 +133,13 @@ class _Matcher:
                 warn_once((self.names[k], type(self.ops[j]).__name__), f"fuseops: {self.names[k]} declined: {reason}")
             if reason is None:
                 return Step(i, stop, fusion)
-            entry = (self.names[k], tuple(range(i, stop)), reason)
-            if entry not in self.declined:
-                self.declined.append(entry)
+            self._decline(k, i, stop, reason)
         return None
+
+    def _decline(self, k: int, start: int, stop: int, reason: str) -> None:
+        entry = (self.names[k], tuple(range(start, stop)), reason)
+        if entry not in self.declined:
+            self.declined.append(entry)
 
     def partition(self, candidates: Sequence[Sequence[int]], fixed: Sequence[Step]) -> tuple[Step, ...]:
         """Left to right, at each op its ``candidates`` in order (longest pattern first);
@@ -159,7 +170,7 @@ def build_plan(
     boundary: no fusion covers it, and ``declined`` says so.
     """
     view = _registry_view(tuple([op.class_code for op in ops]), *[type(f) for f in fusions])
-    both, forward_only, forward_any, backward_only = view[3:]
+    both, forward_only, forward_any, backward_only = view[4:]
     matcher = _Matcher(ops, cfg, extra_inputs, fusions, view, hooked)
     fixed = [s for s in matcher.partition(both, ()) if s.fusion is not None] if cfg.grad_enabled else []
     forward = matcher.partition(forward_only if cfg.grad_enabled else forward_any, fixed)

@@ -10,9 +10,9 @@ accounts for it). The transformers integration builds on this package.
 
 from fuseops.exported_names import exported_dir
 from fuseops.moe.capacity_exchange import CapacityHandle, Overflow
+from fuseops.moe.exact_exchange import DispatchHandle, ExactChunksHandle
 from fuseops.moe.expert_layer import expert_layer, expert_layer_fallback
 from fuseops.moe.expert_parallel import (
-    DispatchHandle,
     combine,
     dispatch,
     dispatch_chunks,
@@ -23,9 +23,9 @@ from fuseops.moe.expert_parallel import (
 from fuseops.moe.routing import permute, unpermute
 
 __all__ = [
-    "CapacityHandle", "DispatchHandle", "Overflow", "combine", "dispatch", "dispatch_chunks", "expert_capacity",
-    "expert_layer", "expert_layer_fallback", "expert_state_dict_for_rank", "gather_expert_state_dicts", "permute",
-    "unpermute",
+    "CapacityHandle", "DispatchHandle", "ExactChunksHandle", "Overflow", "combine", "dispatch", "dispatch_chunks",
+    "expert_capacity", "expert_layer", "expert_layer_fallback", "expert_state_dict_for_rank",
+    "gather_expert_state_dicts", "permute", "unpermute",
 ]
 
 

@@ -163,7 +163,8 @@ def _checked(x: object, expert_ids: object, weights: object, experts: Any, lean:
     fc1 = parts[0]
     x, expert_ids, check = check_routing(x, expert_ids, fc1.num_groups)
     if x.shape[1] != fc1.in_features:
-        raise ValueError(f"x: expected {fc1.in_features} features (the experts' in_features), got {x.shape[1]}")
+        raise ValueError(f"x: expected {fc1.in_features} features (the experts' in_features), "
+                         f"got {_checks.shown(x.shape[1])}")
     weights = check_weights(weights, expert_ids.shape, "expert_ids'", x, "x")
     return x, expert_ids, weights, check, parts, lean
 
@@ -176,6 +177,11 @@ def _fallback(x: torch.Tensor, experts: Any, parts: tuple[GroupedLinear, Any, Gr
     fc1, act, fc2 = parts
     if not getattr(experts, "fuse", True):
         return "experts built with fuse=False"
+    for op in parts:
+        # A user's subclass with its own math (``BasicOp.computes_as_parent``) runs its own code.
+        unknown = type(op).unfusible_reason()
+        if unknown is not None:
+            return unknown
     if not isinstance(act, GatedActivation):
         return f"{type(act).__name__} is not a gated activation"
     if fc2.bias is not None:

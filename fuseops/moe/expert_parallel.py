@@ -9,11 +9,12 @@ E experts are split evenly over the P ranks of a process group: rank r owns expe
     y_sorted = combine(y_local, handle)
     y = fuseops.moe.unpermute(y_sorted, row_map, weights)
 
-The exact exchange (the default) sends rank r's experts' rows (a contiguous block, since
-``permute`` grouped them by expert) with one variable-size ``all_to_all_single`` and
-reorders what arrives expert-major; ``combine`` is its inverse, and each one's backward is
-the other's forward. The split sizes of a variable-size all-to-all are host ints, so it
-reads the exchanged per-expert counts on the host once per ``dispatch`` (2E ints).
+The exact exchange (the default, ``exact_exchange.py``) sends rank r's experts' rows (a
+contiguous block, since ``permute`` grouped them by expert) with one variable-size
+``all_to_all_single`` and reorders what arrives expert-major by a device gather; ``combine`` is
+its inverse, and each one's backward is the other's forward. The split sizes of a variable-size
+all-to-all are host ints, so it reads the exchanged per-expert counts on the host once per
+``dispatch`` (2E ints); the reorder's index maps are built on the device from them.
 
 ``dispatch(..., capacity=C)`` reads nothing on the host (``capacity_exchange.py``): each
 source→destination pair gets C row slots, the buffers have fixed sizes, and a step captures
@@ -21,10 +22,11 @@ in a CUDA graph. ``x_local`` then has P * C rows: the rows received, expert-majo
 padding that the last local expert's split size covers (its outputs are discarded and its
 gradients are zero). Rows past C fail a device assert (``on_overflow="error"``) or are
 dropped (``"drop"``: they contribute zero, and ``handle.dropped`` counts them).
-``dispatch_chunks`` is the same exchange cut into chunks whose all-to-alls are all in flight
-at once, yielded as they arrive so that the experts run on one while the next travels. It is
-a second function because it returns an iterator of chunks where ``dispatch`` returns rows;
-``combine`` takes either, with the handle that made them.
+``dispatch_chunks`` cuts either exchange into pieces whose all-to-alls are all in flight at
+once, yielded as they arrive so that the experts run on one while the next travels; exact, the
+rows a rank routes to its own experts come first, with no exchange. It is a second function
+because it returns an iterator of pieces where ``dispatch`` returns rows; ``combine`` takes
+either, with the handle that made them.
 
 ``expert_state_dict_for_rank`` and ``gather_expert_state_dicts`` move expert weights between
 world sizes (a checkpoint saved on W ranks, loaded on W').
@@ -39,25 +41,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from fuseops.kernels.autodiff_state import batched_cotangents, refuse_batched_cotangents
 from fuseops.moe import capacity_exchange as cx
+from fuseops.moe import exact_exchange as ex
 from fuseops.moe.capacity_exchange import CapacityHandle, Overflow
-from fuseops.ops.executor.second_backward import once_differentiable
+from fuseops.moe.exact_exchange import DispatchHandle, ExactChunksHandle
 from fuseops.ops.parallel import tensor_parallel as tp
-
-
-@dataclass(frozen=True)
-class DispatchHandle:
-    """What ``combine`` (and both backwards) need to undo an exact ``dispatch``."""
-
-    group: dist.ProcessGroup
-    # Rows this rank sends to / receives from each rank (host ints, length P).
-    send_splits: tuple[int, ...]
-    recv_splits: tuple[int, ...]
-    # x_local = received[to_expert_major]; received = x_local[to_source_major]
-    # (None when there is one local expert: both orders are the same).
-    to_expert_major: torch.Tensor | None
-    to_source_major: torch.Tensor | None
 
 
 def dispatch(
@@ -105,24 +93,11 @@ def dispatch(
         chunks, handle = _dispatch_capacity(x_sorted, counts, group, capacity, 1, overflow)
         x_local, local_splits = next(chunks)
         return x_local, local_splits, handle
-    world = dist.get_world_size(group)
-    local_experts = counts.shape[0] // world
-    # recv_counts[s * E/P + e]: rows rank s sends to this rank's local expert e.
-    recv_counts = torch.empty_like(counts)
-    dist.all_to_all_single(recv_counts, counts, group=group)
-    # The one host sync (see the module docstring).
-    host = torch.cat([counts, recv_counts]).tolist()
-    sent, received = host[: len(host) // 2], host[len(host) // 2 :]
-    if sum(sent) != x_sorted.shape[0]:
-        raise ValueError(
-            f"split_sizes: expected sizes summing to the {x_sorted.shape[0]} rows of x_sorted, got sum {sum(sent)}"
-        )
-    send_splits = tuple(sum(sent[r * local_experts : (r + 1) * local_experts]) for r in range(world))
-    recv_splits = tuple(sum(received[s * local_experts : (s + 1) * local_experts]) for s in range(world))
-    to_expert_major, to_source_major = _reorder(received, world, local_experts, x_sorted.device)
-    handle = DispatchHandle(group, send_splits, recv_splits, to_expert_major, to_source_major)
-    local_splits = recv_counts.view(world, local_experts).sum(0)
-    return _Exchange.apply(x_sorted, handle, True), local_splits, handle
+    # The one host read (see the module docstring).
+    c = ex.exchange_counts(counts, x_sorted.shape[0], group)
+    handle = ex.plan_dispatch(c)
+    local_splits = c.recv_counts.view(c.world, c.local).sum(0)
+    return ex.Exchange.apply(x_sorted, handle, True), local_splits, handle
 
 
 def dispatch_chunks(
@@ -130,68 +105,112 @@ def dispatch_chunks(
     split_sizes: torch.Tensor | Sequence[int],
     group: dist.ProcessGroup,
     *,
-    capacity: int,
+    capacity: int | None = None,
     chunks: int,
     on_overflow: str | Overflow = "error",
-) -> tuple[Iterator[tuple[torch.Tensor, torch.Tensor]], CapacityHandle]:
-    """``dispatch(..., capacity=)`` in ``chunks`` pieces, every piece's all-to-all issued
-    (``async_op=True``) before the first is waited for, so that the experts can run on the
-    chunks that arrived while the rest travel::
+) -> tuple[Iterator[tuple[torch.Tensor, torch.Tensor]], ExactChunksHandle | CapacityHandle]:
+    """``dispatch`` in pieces whose all-to-alls are all issued (``async_op=True``) before the
+    first is waited for, so that the experts run on the pieces that arrived while the rest
+    travel::
 
-        arrived, handle = dispatch_chunks(x_sorted, split_sizes, group, capacity=C, chunks=2)
+        arrived, handle = dispatch_chunks(x_sorted, split_sizes, group, chunks=2)
         y_sorted = combine((experts(x_k, splits_k, splits_k) for x_k, splits_k in arrived), handle)
 
-    ``combine`` given a generator starts each chunk's return exchange as the chunk's output
-    comes, so it travels while the experts run on the next chunk (a list starts them together).
+    ``combine`` given a generator starts each piece's return exchange as the piece's output
+    comes, so it travels while the experts run on the next piece (a list starts them together).
 
-    Chunk k carries slot positions [lo_k, hi_k) of every source→destination pair
-    (``handle.windows``: C split as evenly as possible). Every chunk must be read, in order,
-    before ``combine`` (which raises ValueError otherwise: a chunk not read was never waited
-    for). In the backward each chunk's input gradient starts home as soon as the experts'
-    backward on the chunk is done, while the experts' backward runs on the chunks before it;
-    with a generator, each chunk's output gradient too is waited for only where its chunk's
-    backward needs it.
+    The exact exchange (``capacity=None``, the default) yields ``chunks + 1`` pieces: first the
+    rows this rank routes to its own experts, at once (no exchange: a view of ``x_sorted``), then
+    the remote rows in ``chunks`` pieces, piece k holding part k of every remote rank's rows
+    (each pair's rows split as evenly as possible). It reads the counts on the host once, as
+    ``dispatch`` does. With ``capacity=C`` it yields ``chunks`` pieces, chunk k carrying slot
+    positions [lo_k, hi_k) of every source→destination pair (``handle.windows``: C split as
+    evenly as possible), and reads nothing on the host.
+
+    Every piece must be read, in order, before ``combine`` (which raises ValueError otherwise: a
+    piece not read was never waited for). In the backward each piece's input gradient starts
+    home as soon as the experts' backward on it is done, while the experts' backward runs on the
+    pieces before it; with a generator, each piece's output gradient too is waited for only
+    where its piece's backward needs it.
 
     Args:
         x_sorted, split_sizes, group, on_overflow: as for ``dispatch``.
-        capacity: C >= 1 row slots per source→destination pair (the same on every rank).
-        chunks: K, 1 <= K <= C (the same on every rank).
+        capacity: ``None``: the exact exchange; C >= 1: row slots per source→destination pair
+            (the same on every rank).
+        chunks: K >= 1 (the same on every rank); with ``capacity``, K <= C.
     Returns:
-        ``(arrived, handle)``: ``arrived`` yields K pairs ``(x_k, splits_k)``, x_k
-        [P * (hi_k - lo_k), ...] that chunk's rows, grouped by local expert then zero
-        padding, and splits_k [E/P] int64 on x's device (the last one covering the padding);
-        ``handle`` for ``combine``.
+        ``(arrived, handle)``: ``arrived`` yields pairs ``(x_k, splits_k)``, x_k that piece's
+        rows grouped by local expert (with ``capacity``: [P * (hi_k - lo_k), ...], then zero
+        padding that the last split covers) and splits_k [E/P] int64 on x's device; ``handle``
+        for ``combine``.
     """
     overflow = Overflow.parse(on_overflow)
     counts = _expert_counts(x_sorted, split_sizes, group)
-    return _dispatch_capacity(x_sorted, counts, group, capacity, chunks, overflow)
+    if capacity is not None:
+        return _dispatch_capacity(x_sorted, counts, group, capacity, chunks, overflow)
+    if overflow is not Overflow.ERROR:
+        raise ValueError(f"on_overflow: {on_overflow!r} applies to a capacity exchange; the exact exchange "
+                         "(capacity=None) never overflows: pass capacity= or leave on_overflow as 'error'")
+    if not isinstance(chunks, int) or isinstance(chunks, bool):
+        raise TypeError(f"chunks: expected an int >= 1, got {type(chunks).__name__} {chunks!r}")
+    if chunks < 1:
+        raise ValueError(f"chunks: expected an int >= 1, got {chunks!r}")
+    c = ex.exchange_counts(counts, x_sorted.shape[0], group)
+    handle, own_splits = ex.plan_chunks(c, chunks, x_sorted.device)
+    # Pieces in flight to this rank's experts; and, in the backward, their gradients going home.
+    flights, back = ex.Transit(), ex.Transit()
+    x_own, *recvs = ex.SendPieces.apply(x_sorted, handle, flights, back)
+
+    def arrivals() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        handle.arrived.append(0)
+        yield x_own, own_splits
+        for k, recv in enumerate(recvs):
+            x_k = ex.ArrivePiece.apply(recv, handle, k, flights, back)
+            handle.arrived.append(k + 1)
+            yield x_k, handle.pieces[k].splits
+
+    return arrivals(), handle
 
 
-def combine(y_local: torch.Tensor | Sequence[torch.Tensor], handle: DispatchHandle | CapacityHandle) -> torch.Tensor:
+def combine(y_local: torch.Tensor | Sequence[torch.Tensor] | Iterable[torch.Tensor],
+            handle: DispatchHandle | ExactChunksHandle | CapacityHandle) -> torch.Tensor:
     """Send the expert outputs back where ``dispatch`` took their rows from.
 
     Args:
         y_local: [M, ...] rows in ``dispatch``'s x_local order (the trailing dims may
-            differ from x_sorted's); for a ``dispatch_chunks`` handle, the K chunks' outputs
-            in order: a sequence (a single tensor for one chunk), or an iterator, whose chunks'
-            return exchanges start as they come (overlapping the experts on the next chunk).
-        handle: the ``dispatch`` or ``dispatch_chunks`` that produced the rows; every chunk
+            differ from x_sorted's); for a ``dispatch_chunks`` handle, the pieces' outputs
+            in order: a sequence (a single tensor for one piece), or an iterator, whose pieces'
+            return exchanges start as they come (overlapping the experts on the next piece).
+        handle: the ``dispatch`` or ``dispatch_chunks`` that produced the rows; every piece
             of a ``dispatch_chunks`` iterator must have been read (from an iterator of outputs:
-            each chunk before its output comes).
+            each piece before its output comes).
     Returns:
         y_sorted [N, ...] in x_sorted's row order (ready for ``fuseops.moe.unpermute``);
         rows the capacity exchange dropped are zero.
     Raises:
-        ValueError: ``y_local`` does not have the rows (or chunks) dispatch delivered, or a
-            chunk of ``dispatch_chunks`` was not read; checked on the host from the handle
-            before any collective starts (from an iterator: each chunk before its exchange
-            starts, so an error at a later chunk leaves the other ranks waiting in its
+        ValueError: ``y_local`` does not have the rows (or pieces) dispatch delivered, or a
+            piece of ``dispatch_chunks`` was not read; checked on the host from the handle
+            before any collective starts (from an iterator: each piece before its exchange
+            starts, so an error at a later piece leaves the other ranks waiting in its
             collective until the process group's timeout).
         TypeError: ``y_local`` is neither a tensor, a sequence nor an iterator.
     """
     if isinstance(handle, CapacityHandle):
-        chunks, check = _capacity_chunks(y_local, handle)
+        rows = tuple(b - a for a, b in handle.chunk_rows())
+        chunks, check = _pieces(y_local, rows, handle.arrived)
         return cx.combine_capacity(chunks, handle, check)
+    if isinstance(handle, ExactChunksHandle):
+        chunks, check = _pieces(y_local, handle.chunk_rows(), handle.arrived)
+        leaving, arriving = ex.Transit(), ex.Transit()
+        y_own, tickets = None, []
+        for k, y in enumerate(chunks):
+            check(k, y)
+            if k == 0:
+                y_own = y
+            else:
+                tickets.append(ex.LeavePiece.apply(y, handle, k - 1, leaving, arriving))
+        check(len(tickets) + 1, None)
+        return ex.JoinPieces.apply(y_own, handle, leaving, arriving, *tickets)
     if not isinstance(handle, DispatchHandle):
         raise TypeError(f"handle: expected what dispatch or dispatch_chunks returned, got {type(handle).__name__}")
     if not isinstance(y_local, torch.Tensor) or y_local.dim() == 0 or y_local.shape[0] != sum(handle.recv_splits):
@@ -199,7 +218,7 @@ def combine(y_local: torch.Tensor | Sequence[torch.Tensor], handle: DispatchHand
         raise ValueError(
             f"y_local: expected the {sum(handle.recv_splits)} rows dispatch delivered to this rank, got shape {got}"
         )
-    return _Exchange.apply(y_local, handle, False)
+    return ex.Exchange.apply(y_local, handle, False)
 
 
 def expert_capacity(tokens: int, top_k: int, world_size: int, capacity_factor: float = 1.0) -> int:
@@ -357,21 +376,22 @@ def _dispatch_capacity(
     return cx.dispatch_capacity(x_sorted, counts, group, capacity, chunks, overflow)
 
 
-def _capacity_chunks(y_local: object, handle: CapacityHandle
-                     ) -> tuple[Iterable[torch.Tensor], Callable[[int, torch.Tensor | None], None]]:
-    """``combine``'s y_local for a capacity handle and the check of each chunk (``k, y_k``; then
-    ``K, None`` after the last). A tensor or a sequence is checked whole here, on the host, before
-    any collective: every chunk read from the dispatch's iterator, one tensor per chunk, its rows.
-    An iterator is checked chunk by chunk as it yields, each before its exchange starts."""
-    chunks = len(handle.windows)
-    rows = [b - a for a, b in handle.chunk_rows()]
+def _pieces(y_local: object, rows: tuple[int, ...], arrived: list[int]
+            ) -> tuple[Iterable[torch.Tensor], Callable[[int, torch.Tensor | None], None]]:
+    """``combine``'s y_local for a ``dispatch_chunks`` handle and the check of each piece (``k, y_k``;
+    then ``K, None`` after the last), ``rows`` each piece's row count and ``arrived`` the pieces
+    read from the dispatch's iterator. A tensor or a sequence is checked whole here, on the host,
+    before any collective: every piece read, one tensor per piece, its rows. An iterator is checked
+    piece by piece as it yields, each before its exchange starts."""
+    chunks = len(rows)
     if isinstance(y_local, (torch.Tensor, Sequence)):
         ys = [y_local] if isinstance(y_local, torch.Tensor) else list(y_local)
-        _check_arrived(handle, chunks)
+        _check_arrived(arrived, chunks, chunks)
         got = [list(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__ for y in ys]
         if len(ys) != len(rows) or any(not _has_rows(y, n) for y, n in zip(ys, rows)):
             raise ValueError(
-                f"y_local: expected {len(rows)} chunk(s) of {rows} rows (the x_local rows dispatch delivered), got {got}"
+                f"y_local: expected {len(rows)} chunk(s) of {list(rows)} rows (the x_local rows dispatch delivered), "
+                f"got {got}"
             )
         if len({(y.shape[1:], y.dtype, y.device) for y in ys}) > 1:
             raise ValueError(f"y_local: expected chunks with the same trailing dims, dtype and device, got {got}")
@@ -388,7 +408,7 @@ def _capacity_chunks(y_local: object, handle: CapacityHandle
             return
         if k >= chunks:
             raise ValueError(f"y_local: expected {chunks} chunk(s) from the iterator, got more")
-        _check_arrived(handle, k + 1)
+        _check_arrived(arrived, chunks, k + 1)
         if not _has_rows(y, rows[k]):
             got = list(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
             raise ValueError(f"y_local: expected chunk {k} of {rows[k]} rows (the x_local rows dispatch delivered), "
@@ -403,75 +423,17 @@ def _capacity_chunks(y_local: object, handle: CapacityHandle
     return y_local, check
 
 
-def _check_arrived(handle: CapacityHandle, chunks: int) -> None:
-    """The first ``chunks`` chunks of the dispatch's iterator were read (each waited for)."""
-    if len(handle.arrived) < chunks:
-        total = len(handle.windows)
+def _check_arrived(arrived: list[int], total: int, chunks: int) -> None:
+    """The first ``chunks`` of the ``total`` chunks of the dispatch's iterator were read (each waited for)."""
+    if len(arrived) < chunks:
         raise ValueError(
             f"handle: expected all {total} chunks of its dispatch_chunks iterator read (in order, the experts "
-            f"run on each) before combine, got {len(handle.arrived)} read; a chunk not read was never waited for"
+            f"run on each) before combine, got {len(arrived)} read; a chunk not read was never waited for"
             if chunks == total else
             f"handle: expected chunk {chunks - 1} of its dispatch_chunks iterator read before its output reaches "
-            f"combine, got {len(handle.arrived)} read; a chunk not read was never waited for"
+            f"combine, got {len(arrived)} read; a chunk not read was never waited for"
         )
 
 
 def _has_rows(y: object, n: int) -> bool:
     return isinstance(y, torch.Tensor) and y.dim() > 0 and y.shape[0] == n
-
-
-def _reorder(
-    received: list[int], world: int, local_experts: int, device: torch.device
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Gather indices between the source-major and expert-major row orders."""
-    if local_experts == 1 or world == 1:
-        return None, None
-    sizes_sm = torch.tensor(received, dtype=torch.int64)
-    sizes_em = sizes_sm.view(world, local_experts).t().reshape(-1)
-    start_sm = torch.cumsum(sizes_sm, 0) - sizes_sm
-    start_em = torch.cumsum(sizes_em, 0) - sizes_em
-    # Where chunk (s, e) starts in each order, listed in expert-major chunk order.
-    sm_of_em = start_sm.view(world, local_experts).t().reshape(-1)
-    em_of_sm = start_em.view(local_experts, world).t().reshape(-1)
-    rows = int(sizes_sm.sum())
-    # Row j of chunk c sits at j - start(c) + start'(c) in the other order.
-    to_em = torch.arange(rows) + torch.repeat_interleave(sm_of_em - start_em, sizes_em, output_size=rows)
-    to_sm = torch.arange(rows) + torch.repeat_interleave(em_of_sm - start_sm, sizes_sm, output_size=rows)
-    return to_em.to(device, non_blocking=True), to_sm.to(device, non_blocking=True)
-
-
-def _all_to_all(x: torch.Tensor, out_splits: tuple[int, ...], in_splits: tuple[int, ...], group) -> torch.Tensor:
-    out = x.new_empty((sum(out_splits), *x.shape[1:]))
-    dist.all_to_all_single(out, x.contiguous(), list(out_splits), list(in_splits), group=group)
-    return out
-
-
-def _take(x: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
-    return x if index is None else x.index_select(0, index)
-
-
-def _send(x: torch.Tensor, h: DispatchHandle) -> torch.Tensor:
-    """Sorted rows -> this rank's expert-major rows."""
-    return _take(_all_to_all(x, h.recv_splits, h.send_splits, h.group), h.to_expert_major)
-
-
-def _return(y: torch.Tensor, h: DispatchHandle) -> torch.Tensor:
-    """Expert-major rows -> the sorted rows they came from."""
-    return _all_to_all(_take(y, h.to_source_major), h.send_splits, h.recv_splits, h.group)
-
-
-class _Exchange(torch.autograd.Function):
-    """Rows to the experts' ranks (``to_experts``) or back to where they came from; the
-    backward sends the gradients the other way."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, handle: DispatchHandle, to_experts: bool) -> torch.Tensor:
-        ctx.handle, ctx.to_experts = handle, to_experts
-        return _send(x, handle) if to_experts else _return(x, handle)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy: torch.Tensor):
-        if batched_cotangents(dy):
-            refuse_batched_cotangents(quantized=False, communicating=["the expert-parallel exchange"])
-        return (_return(dy, ctx.handle) if ctx.to_experts else _send(dy, ctx.handle)), None, None

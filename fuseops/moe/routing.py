@@ -15,10 +15,13 @@ operator (``kernels/moe/traceable.py``). Out-of-range expert ids (``permute``) a
 - CUDA tensors: ``torch._assert_async`` on a device flag, so nothing syncs and the check
   captures in a CUDA graph. The Triton kernels set the flag themselves (``permute``'s count
   kernel, ``unpermute``'s gather: one assert launch per call rather than five torch ops);
-  under ``torch.compile`` and torch.func transforms torch ops compute it, which the compiler
-  fuses. A bad value fails the stream as torch's own indexing kernels do: the next
-  synchronising call raises ``RuntimeError`` ("device-side assert triggered"; the message
-  names the argument and the range expected), and the CUDA context is unusable from then on.
+  under torch.func transforms torch ops compute it. A bad value fails the stream as torch's own
+  indexing kernels do: the next synchronising call raises ``RuntimeError`` ("device-side
+  assert triggered"; the message names the argument and the range expected), and the CUDA
+  context is unusable from then on.
+- Under ``torch.compile`` (where no tensor's values are known while tracing) the compiled graph
+  makes the check of the two above that the call would make eagerly, when it runs
+  (``kernels/run_time_check.py``): the same error, with the same values.
   The kernels clamp ids and rows into range, so nothing reads or writes out of bounds before
   the assert is reported.
 """
@@ -33,6 +36,7 @@ from torch._C._functorch import maybe_current_level
 from fuseops.kernels import autodiff_state
 from fuseops.kernels.dispatch import Kernel, launcher, references_forced
 from fuseops.kernels.moe import traceable
+from fuseops.kernels.run_time_check import registered, run_time_check
 from fuseops.ops import _checks
 from fuseops.ops.executor.second_backward import once_differentiable
 
@@ -50,7 +54,7 @@ def _float_2d(name: str, value: object, what: str) -> torch.Tensor:
     if t.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"{name}: expected float32, float16, bfloat16 or float64, got {t.dtype}")
     if t.dim() != 2:
-        raise ValueError(f"{name}: expected a 2-D tensor {what}, got shape {list(t.shape)}")
+        raise ValueError(f"{name}: expected a 2-D tensor {what}, got shape {_checks.shown(t.shape)}")
     return t
 
 
@@ -82,7 +86,17 @@ def _check_range_on_host(name: str, t: torch.Tensor, bound: int, what: str) -> N
         return
     lo, hi = (int(v) for v in torch.aminmax(t))  # one reduction for both ends
     if lo < 0 or hi >= bound:
-        raise ValueError(f"{name}: expected values in [0, {bound}) ({what}), got values in [{lo}, {hi}]")
+        raise ValueError(f"{_range_expected(name, bound, what)}, got values in [{lo}, {hi}]")
+
+
+def _range_expected(name: str, bound: int, what: str) -> str:
+    """The range check's message, but the values (which a device check cannot name)."""
+    return f"{name}: expected values in [0, {bound}) ({what})"
+
+
+# What the bound of each range check is, in its messages.
+EXPERTS = "num_experts={}"
+ROWS = "rows of y_sorted, as returned by permute"
 
 
 # One flag per (check, CUDA device), kept: it is only ever written on a failure, which leaves
@@ -104,7 +118,7 @@ def _range_flag(name: str, device: torch.device) -> torch.Tensor:
 def _permute_flagged(x: torch.Tensor, expert_ids: torch.Tensor, ok: torch.Tensor, num_experts: int
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     out = launcher(Kernel.PERMUTE, x)(x, expert_ids, num_experts, ids_ok=ok)
-    torch._assert_async(ok, f"expert_ids: expected values in [0, num_experts={num_experts})")
+    torch._assert_async(ok, _range_expected("expert_ids", num_experts, EXPERTS.format(num_experts)))
     return out
 
 
@@ -120,7 +134,7 @@ def permute_rows(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, ch
 def _unpermute_flagged(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor | None,
                        ok: torch.Tensor) -> tuple[torch.Tensor]:
     y = launcher(Kernel.UNPERMUTE, y_sorted)(y_sorted, row_map, weights, rows_ok=ok)
-    torch._assert_async(ok, f"row_map: expected values in [0, {y_sorted.shape[0]}) (the rows of y_sorted)")
+    torch._assert_async(ok, _range_expected("row_map", y_sorted.shape[0], ROWS))
     return (y,)
 
 
@@ -144,12 +158,27 @@ def _unpermute_backward(dy: torch.Tensor, row_map: torch.Tensor, weights: torch.
     return traceable.unpermute_bwd(dy.contiguous(), row_map, weights, y_sorted)
 
 
-def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, upper: str) -> None:
-    """Device-side check of ``0 <= t < bound`` without a host sync (module docstring);
-    ``upper`` names the bound in the message (a number there would pin a compiled graph to
-    one shape)."""
-    if t.numel():
-        torch._assert_async(((t >= 0) & (t < bound)).all(), f"{name}: expected values in [0, {upper})")
+def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, what: str) -> None:
+    """Device-side check of ``0 <= t < bound`` without a host sync (module docstring); ``what``
+    says what the bound is. While torch.compile traces, the check the call would make eagerly,
+    by the compiled graph when it runs (``_range_at_run_time``): ``bound`` may be symbolic
+    there, and a message naming it would pin the graph to one row count."""
+    if torch.compiler.is_compiling():
+        run_time_check(RANGE, t, bound, name, what)
+    elif t.numel():
+        torch._assert_async(((t >= 0) & (t < bound)).all(), _range_expected(name, bound, what))
+
+
+RANGE = "routing_range"
+
+
+@registered(RANGE)
+def _range_at_run_time(t: torch.Tensor, bound: int, name: str, what: str) -> None:
+    """``0 <= t < bound`` checked as an eager call checks it (``range_check``)."""
+    if range_check(t) == HOST:
+        _check_range_on_host(name, t, bound, what)
+    else:
+        _assert_in_range_async(name, t, bound, what)
 
 
 class _Permute(torch.autograd.Function):
@@ -197,17 +226,17 @@ def check_routing(x: object, expert_ids: object, num_experts: object) -> tuple[t
         raise TypeError(f"expert_ids: expected an integer dtype, got {expert_ids.dtype}")
     if expert_ids.dim() != 2 or expert_ids.shape[0] != x.shape[0] or expert_ids.shape[1] < 1:
         raise ValueError(
-            f"expert_ids: expected shape [{x.shape[0]}, top_k] with top_k >= 1 (x has "
-            f"{x.shape[0]} rows), got {list(expert_ids.shape)}"
+            f"expert_ids: expected shape [{_checks.shown(x.shape[0])}, top_k] with top_k >= 1 (x has "
+            f"{_checks.shown(x.shape[0])} rows), got {_checks.shown(expert_ids.shape)}"
         )
     _same_device("expert_ids", expert_ids, "x", x)
     if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 1:
         raise ValueError(f"num_experts: expected an int >= 1, got {num_experts!r}")
     check = range_check(x)
     if check == HOST:
-        _check_range_on_host("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
+        _check_range_on_host("expert_ids", expert_ids, num_experts, EXPERTS.format(num_experts))
     elif check == OPS:
-        _assert_in_range_async("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
+        _assert_in_range_async("expert_ids", expert_ids, num_experts, EXPERTS.format(num_experts))
     return x.contiguous(), expert_ids.contiguous(), check
 
 
@@ -221,7 +250,8 @@ def check_weights(weights: object, shape: torch.Size, shape_of: str, rows: torch
     if weights.dtype not in (torch.float32, rows.dtype):
         raise TypeError(f"weights: expected float32 or {rows_name}'s dtype {rows.dtype}, got {weights.dtype}")
     if weights.shape != shape:
-        raise ValueError(f"weights: expected shape {list(shape)} ({shape_of}), got {list(weights.shape)}")
+        raise ValueError(f"weights: expected shape {_checks.shown(shape)} ({shape_of}), "
+                         f"got {_checks.shown(weights.shape)}")
     _same_device("weights", weights, rows_name, rows)
     return weights.contiguous()
 
@@ -258,7 +288,7 @@ def permute_checked(x: torch.Tensor, expert_ids: torch.Tensor, num_experts: int,
     (no second range check)."""
     if differentiated_by_torch(check):
         if check == KERNELS:
-            _assert_in_range_async("expert_ids", expert_ids, num_experts, f"num_experts={num_experts}")
+            _assert_in_range_async("expert_ids", expert_ids, num_experts, EXPERTS.format(num_experts))
         with references_forced():
             return traceable.permute(x, expert_ids, num_experts)
     return _Permute.apply(x, expert_ids, num_experts, check)
@@ -297,7 +327,7 @@ def unpermute(
         return _checks.refused_while_tracing(error, y_sorted if isinstance(y_sorted, torch.Tensor) else torch.empty(0))
     if differentiated_by_torch(check):
         if check == KERNELS:
-            _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
+            _assert_in_range_async("row_map", row_map, y_sorted.shape[0], ROWS)
         with references_forced():
             return traceable.unpermute(y_sorted.contiguous(), row_map.contiguous(), weights)
     return _Unpermute.apply(y_sorted.contiguous(), row_map.contiguous(), weights, check)
@@ -313,14 +343,14 @@ def _checked_unpermute(y_sorted: object, row_map: object, weights: object
         raise TypeError(f"row_map: expected int64 (as returned by permute), got {row_map.dtype}")
     if row_map.dim() != 2 or row_map.numel() != y_sorted.shape[0]:
         raise ValueError(
-            f"row_map: expected shape [tokens, top_k] with tokens * top_k = {y_sorted.shape[0]} "
-            f"(the rows of y_sorted), got {list(row_map.shape)}"
+            f"row_map: expected shape [tokens, top_k] with tokens * top_k = {_checks.shown(y_sorted.shape[0])} "
+            f"(the rows of y_sorted), got {_checks.shown(row_map.shape)}"
         )
     _same_device("row_map", row_map, "y_sorted", y_sorted)
     check = range_check(y_sorted)
     if check == HOST:
-        _check_range_on_host("row_map", row_map, y_sorted.shape[0], "rows of y_sorted, as returned by permute")
+        _check_range_on_host("row_map", row_map, y_sorted.shape[0], ROWS)
     elif check == OPS:  # else the gather kernel flags it (_Unpermute)
-        _assert_in_range_async("row_map", row_map, y_sorted.shape[0], "the rows of y_sorted")
+        _assert_in_range_async("row_map", row_map, y_sorted.shape[0], ROWS)
     weights = check_weights(weights, row_map.shape, "row_map's", y_sorted, "y_sorted")
     return y_sorted, row_map, weights, check

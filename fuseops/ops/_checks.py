@@ -2,9 +2,12 @@
 what was expected, and is raised on the host before anything is launched.
 
 Under ``torch.compile`` a check runs while dynamo traces. What the trace knows (shapes, dtypes, a
-list's values) is checked then, and a failure is raised by the compiled graph (``bad_input``);
-what only the data knows (a tensor's split sizes) is asserted on the device
-(``torch._assert_async``: no host sync; on CPU it raises ``RuntimeError`` at once).
+list's values) is checked then, and a failure is raised by the compiled graph (``bad_input``), with
+eager's message: a value that may be symbolic (a row count after a recompile, under
+``dynamic=True``) reaches a message through ``shown``. What only the data knows (a tensor's split
+sizes) is checked by the compiled graph when it runs, by eager's own check
+(``kernels/run_time_check.py``): a ``ValueError`` naming the values for a CPU tensor, the device
+assert eager makes (no host sync) for a device one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 import torch
 
 from fuseops.kernels.custom_op import fuseops_op
+from fuseops.kernels.dispatch import Kernel, launcher
+from fuseops.kernels.run_time_check import registered, run_time_check
 from fuseops.ops.contract import TensorSpec
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -44,7 +49,9 @@ def bad_input(error: ValueError | TypeError) -> None:
     user as ``torch._dynamo.exc.Unsupported`` ("Observed exception") in place of the error."""
     if not torch.compiler.is_compiling():
         raise error
-    _raise_bad_input(type(error).__name__, str(error))
+    # By isinstance, not ``type(error).__name__``: torch 2.11's dynamo cannot hand a class's
+    # ``__name__`` to an operator.
+    _raise_bad_input("TypeError" if isinstance(error, TypeError) else "ValueError", str(error))
 
 
 def refused_while_tracing(error: ValueError | TypeError, stand_in: Any) -> Any:
@@ -53,6 +60,18 @@ def refused_while_tracing(error: ValueError | TypeError, stand_in: Any) -> Any:
     result (never computed: the graph raises before anything reads it). Eagerly, raises."""
     bad_input(error)
     return stand_in
+
+
+def shown(value: Any) -> Any:
+    """``value`` (an int, or a shape, list or tuple of them) for a message: ints as Python ints,
+    a sequence as a list. While torch.compile traces, a size may be symbolic, and dynamo cannot
+    format one (``torch._dynamo.exc.Unsupported``); ``operator.index`` makes it a constant,
+    guarding only the failing trace on its value (the trace of a good call formats nothing)."""
+    if isinstance(value, (list, tuple)):  # torch.Size too
+        return [shown(v) for v in value]
+    if isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
+        return operator.index(value)
+    return value
 
 
 def positive_int(name: str, value: Any) -> int:
@@ -103,7 +122,7 @@ def features(op: str | torch.nn.Module, spec: TensorSpec, expected: int, *, what
     its class)."""
     if len(spec.shape) == 0 or spec.shape[-1] != expected:
         raise ValueError(
-            f"{_name(op)} {what}: expected shape [..., {expected}], got {list(spec.shape)}"
+            f"{_name(op)} {what}: expected shape [..., {expected}], got {shown(spec.shape)}"
         )
 
 
@@ -143,7 +162,7 @@ def parameter_shapes(op: torch.nn.Module, expected: dict[str, tuple[int, ...]]) 
         p = op._parameters.get(pname)
         if p is not None and tuple(p.shape) != shape:
             raise ValueError(
-                f"{_name(op)}.{pname}: shape {tuple(p.shape)} does not match the op's features; "
+                f"{_name(op)}.{pname}: shape {tuple(shown(p.shape))} does not match the op's features; "
                 f"expected {shape}"
             )
 
@@ -161,7 +180,7 @@ def extra_tensor(
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{op} {name}: expected a torch.Tensor, got {type(value).__name__}")
     if tuple(value.shape) != tuple(shape):
-        raise ValueError(f"{op} {name}: expected shape {list(shape)}, got {list(value.shape)}")
+        raise ValueError(f"{op} {name}: expected shape {shown(shape)}, got {shown(value.shape)}")
     allowed = dtypes if dtypes is not None else (spec.dtype,)
     if value.dtype not in allowed:
         expected = " or ".join(str(d) for d in allowed)
@@ -190,16 +209,20 @@ def debug_checks_enabled() -> bool:
     return os.environ.get("FUSEOPS_DEBUG", "0") == "1"
 
 
+SPLIT_SIZE_VALUES = "split_sizes"  # the run-time check of a tensor's sizes (kernels/run_time_check.py)
+
+
 def split_sizes(name: str, value: Any, groups: int, rows: int, device: torch.device) -> None:
     """Split sizes: G non-negative ints summing to ``rows``, as a list, a tuple or a 1-D integer
     tensor on the CPU or ``device``. Checked here: the form, a list's values and, eagerly, a CPU
     tensor's (a device tensor's too with ``FUSEOPS_DEBUG=1``: a host sync). Left to the device
-    (``sizes_asserted``): a device tensor's values eagerly, at every call (``GroupedLinear.offsets``),
-    and any tensor's under torch.compile, here. A failure under torch.compile is the compiled
-    graph's (``bad_input``); the forward then carries on with a stand-in (``usable_split_sizes``)."""
+    (``sizes_asserted``): a device tensor's values eagerly, at every call (``GroupedLinear.offsets``).
+    Under torch.compile a failure the trace sees is the compiled graph's (``bad_input``; the forward
+    then carries on with a stand-in: ``usable_split_sizes``), and a tensor's values are checked by
+    the compiled graph when it runs, as eagerly (``split_size_values``, or ``sizes_asserted``)."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 1 or value.shape[0] != groups:
-            return bad_input(ValueError(f"{name}: expected shape [{groups}], got {_plain(value.shape)}"))
+            return bad_input(ValueError(f"{name}: expected shape [{groups}], got {shown(value.shape)}"))
         if not _integer(value):
             return bad_input(TypeError(f"{name}: expected an integer dtype, got {value.dtype}"))
         if value.device.type != "cpu" and not same_device(value.device, device):
@@ -207,25 +230,38 @@ def split_sizes(name: str, value: Any, groups: int, rows: int, device: torch.dev
                 f"{name}: expected a CPU tensor or one on the input's device {device}, got {value.device}"))
         if torch.compiler.is_compiling():
             # While tracing, no tensor's values are known, a CPU one's neither.
-            return sizes_asserted(name, value, rows)
+            return run_time_check(SPLIT_SIZE_VALUES, value, rows, name)
         if value.device.type != "cpu" and not debug_checks_enabled():
             return None
-        sizes = value.tolist()
-    elif isinstance(value, (list, tuple)):
+        return split_size_values(name, value.tolist(), rows)
+    if isinstance(value, (list, tuple)):
         if len(value) != groups:
-            return bad_input(ValueError(f"{name}: expected {groups} sizes, got {len(value)}: {_plain(value)}"))
+            return bad_input(ValueError(f"{name}: expected {groups} sizes, got {len(value)}: {shown(value)}"))
         if not _ints(value):
             return bad_input(TypeError(f"{name}: expected ints, got {[type(s).__name__ for s in value]}"))
-        sizes = list(value)
-    else:
-        return bad_input(TypeError(
-            f"{name}: expected a list, tuple or integer tensor of {groups} sizes, got {type(value).__name__}"))
+        return split_size_values(name, list(value), rows)
+    return bad_input(TypeError(
+        f"{name}: expected a list, tuple or integer tensor of {groups} sizes, got {type(value).__name__}"))
+
+
+def split_size_values(name: str, sizes: list[int], rows: int) -> None:
+    """The sizes are >= 0 and sum to ``rows``."""
     if any(s < 0 for s in sizes):
-        return bad_input(ValueError(f"{name}: expected non-negative sizes, got {_plain(sizes)}"))
+        return bad_input(ValueError(f"{name}: expected non-negative sizes, got {shown(sizes)}"))
     if sum(sizes) != rows:
-        return bad_input(ValueError(f"{name}: expected sizes summing to the {operator.index(rows)} input rows, "
-                                    f"got {_plain(sizes)} (sum {operator.index(sum(sizes))})"))
+        return bad_input(ValueError(f"{name}: expected sizes summing to the {shown(rows)} input rows, "
+                                    f"got {shown(sizes)} (sum {shown(sum(sizes))})"))
     return None
+
+
+@registered(SPLIT_SIZE_VALUES)
+def _split_size_values_at_run_time(sizes: torch.Tensor, rows: int, name: str, what: str) -> None:
+    """A tensor's split sizes checked as an eager call checks them: read on the CPU (and with
+    ``FUSEOPS_DEBUG=1``), asserted on the device otherwise."""
+    if sizes.device.type == "cpu" or debug_checks_enabled():
+        split_size_values(name, sizes.tolist(), rows)
+    else:
+        sizes_asserted(name, sizes, rows)
 
 
 def usable_split_sizes(value: Any, groups: int) -> bool:
@@ -237,14 +273,15 @@ def usable_split_sizes(value: Any, groups: int) -> bool:
     return isinstance(value, (list, tuple)) and len(value) == groups and _ints(value)
 
 
-def sizes_asserted(name: str, sizes: torch.Tensor, rows: int) -> None:
-    """``sizes`` >= 0 summing to ``rows``, asserted on the device without a host sync: on CUDA
-    the next synchronising call raises (a device-side assert, which leaves the CUDA context
-    unusable), on the CPU this call raises ``RuntimeError``."""
-    # A traced row count may be symbolic: printed, it would pin the graph to one row count.
-    expected = "the input's row count" if torch.compiler.is_compiling() else f"the {rows} input rows"
-    ok = (sizes >= 0).all() & (sizes.sum() == rows)
-    torch._assert_async(ok, f"{name}: expected non-negative sizes summing to {expected}")
+def sizes_asserted(name: str, sizes: torch.Tensor, rows: int) -> torch.Tensor:
+    """int64 [G + 1] group offsets of ``sizes``, and ``sizes`` >= 0 summing to ``rows`` asserted
+    on their device without a host sync (one launch makes both): on CUDA the next synchronising
+    call raises (a device-side assert, which leaves the CUDA context unusable), on the CPU this
+    call raises ``RuntimeError``. Never while torch.compile traces (``run_time_check``): a
+    symbolic row count would not print."""
+    offsets, ok = launcher(Kernel.CHECKED_GROUP_OFFSETS, sizes)(sizes, rows)
+    torch._assert_async(ok, f"{name}: expected non-negative sizes summing to the {rows} input rows")
+    return offsets
 
 
 def _integer(t: torch.Tensor) -> bool:
@@ -255,20 +292,13 @@ def _ints(values: Iterable[Any]) -> bool:
     return all(isinstance(s, int) and not isinstance(s, bool) for s in values)
 
 
-def _plain(values: Iterable[Any]) -> list[Any]:
-    """``values`` with ints as Python ints, for a message: while torch.compile traces they may be
-    symbolic, and dynamo cannot print a string formatted from those (``operator.index`` makes
-    one a constant, guarding the failing trace on its value)."""
-    return [operator.index(v) if isinstance(v, int) else v for v in values]
-
-
 def main_grad(weight: torch.nn.Parameter) -> torch.Tensor:
     """``weight.main_grad``: the caller's float32 buffer of the weight's shape."""
     buf = getattr(weight, "main_grad", None)
     if buf is None or buf.dtype != torch.float32 or buf.shape != weight.shape:
-        got = None if buf is None else f"{buf.dtype} {list(buf.shape)}"
+        got = None if buf is None else f"{buf.dtype} {shown(buf.shape)}"
         raise ValueError(
-            f"weight.main_grad: expected a float32 tensor of shape {list(weight.shape)} "
+            f"weight.main_grad: expected a float32 tensor of shape {shown(weight.shape)} "
             f"(allocated by the caller) with accumulate_into_main_grad=True, got {got}"
         )
     return buf

@@ -63,7 +63,7 @@ class GatedActivation(BasicOp):
 
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
         if len(x.shape) == 0 or x.shape[-1] % 2:
-            raise ValueError(f"{type(self).__name__} input: expected shape [..., 2 * F] (an even last dim), got {list(x.shape)}")
+            raise ValueError(f"{type(self).__name__} input: expected shape [..., 2 * F] (an even last dim), got {_checks.shown(x.shape)}")
         if self.scaled:
             rows = math.prod(x.shape[:-1])
             _checks.extra_tensor(type(self).__name__, "probs", extra_inputs[0], x, (rows,), dtypes=(x.dtype, torch.float32))

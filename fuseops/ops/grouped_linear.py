@@ -3,9 +3,10 @@
 Rows of group g (``split_sizes[g]`` of them, in order) use ``weight[g]``. Split sizes
 arrive as an extra input: a list, a tuple, a CPU tensor or a device tensor of any
 integer dtype. Host split sizes are validated on the host (a ``ValueError`` before any
-launch); device split sizes, and under torch.compile any tensor's, by ``torch._assert_async``
-on the device (``FUSEOPS_DEBUG=1``: read on the host too, a sync). Nothing on this path
-reads device data on the host, so it captures in a CUDA graph.
+launch); device split sizes by ``torch._assert_async`` on the device (``FUSEOPS_DEBUG=1``: read
+on the host too, a sync); under torch.compile a tensor's by the compiled graph, as eagerly
+(``_checks.split_sizes``). Nothing on this path reads device data on the host, so it captures
+in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -126,10 +127,7 @@ class GroupedLinear(_autocast.AutocastParameters, BasicOp):
             if not _checks.usable_split_sizes(split_sizes, self.num_groups):
                 split_sizes = [0] * self.num_groups
         elif check and isinstance(split_sizes, torch.Tensor) and split_sizes.device.type != "cpu":
-            rows = math.prod(x.shape[:-1])
-            offsets, ok = launcher(Kernel.CHECKED_GROUP_OFFSETS, split_sizes)(split_sizes, rows)
-            torch._assert_async(ok, f"{SPLIT_SIZES}: expected non-negative sizes summing to the {rows} input rows")
-            return offsets
+            return _checks.sizes_asserted(SPLIT_SIZES, split_sizes, math.prod(x.shape[:-1]))
         return device_offsets(split_sizes, x.device)
 
     def save(self, ctx: OpContext, x: torch.Tensor, offsets: torch.Tensor) -> None:

@@ -75,6 +75,14 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
     # Whether its forward runs ``torch.distributed`` collectives, which torch does not
     # differentiate: such an op refuses forward-mode derivatives (``executor/plain_autograd.py``).
     communicates: ClassVar[bool] = False
+    # A fusion takes an op by its class, so it must know what the class computes: fuseops' own
+    # op classes, and a subclass that sets ``computes_as_parent = True`` in its own body (a promise
+    # that its forward and backward compute what its parent's do, e.g. one that only adds a
+    # ``extra_repr``). Any other subclass runs its own ``op_forward`` / ``op_backward``, never a
+    # fusion of its parent; ``Sequential.plan.declined`` says so.
+    computes_as_parent: ClassVar[bool] = False
+    # Set per class when it is defined: whether fusions may take its ops (see above).
+    fusible: ClassVar[bool] = False
 
     def check(self, x: TensorSpec, extra_inputs: tuple[Any, ...]) -> TensorSpec:
         """Validate the input (and extra inputs) and return the output's spec.
@@ -105,6 +113,10 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
         # a code (``append`` is atomic; a length read before it is not).
         OP_CLASSES.append(cls)
         cls.class_code = OP_CLASSES.index(cls)
+        shipped = cls.__module__.partition(".")[0] == "fuseops"
+        declared = cls.__dict__.get("computes_as_parent", False) is True
+        parents = [b for b in cls.__bases__ if issubclass(b, BasicOp)]
+        cls.fusible = shipped or (declared and all(b is BasicOp or b.fusible for b in parents))
 
     def __setattr__(self, name: str, value: Any) -> None:
         global settings_epoch
@@ -113,6 +125,15 @@ class BasicOp(torch.nn.Module, metaclass=abc.ABCMeta):
         # (The training flag is part of each call's signature: flipping it drops nothing.)
         if name != "training" and _changed(name, old, value):
             settings_epoch += 1
+
+    @classmethod
+    def unfusible_reason(cls) -> str | None:
+        """Why no fusion may take an op of this class (None when fusions may)."""
+        if cls.fusible:
+            return None
+        parent = next((b for b in cls.__mro__[1:] if issubclass(b, BasicOp) and b.fusible), BasicOp)
+        return (f"{cls.__name__} subclasses {parent.__name__} without declaring computes_as_parent = True: "
+                "it runs its own forward and backward, never a fusion of its parent's")
 
     def own_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         """``named_parameters(recurse=False)`` without its generator machinery (the

@@ -67,7 +67,7 @@ class Reshape(BasicOp):
         known = math.prod([d for d in self.shape if d != -1])
         ok = numel % known == 0 if -1 in self.shape else numel == known
         if not ok:
-            raise ValueError(f"Reshape input: shape {list(x.shape)} cannot be reshaped to {list(self.shape)}")
+            raise ValueError(f"Reshape input: shape {_checks.shown(x.shape)} cannot be reshaped to {list(self.shape)}")
         return x.with_shape(tuple(numel // known if d == -1 else d for d in self.shape))
 
     def op_forward(self, ctx: OpContext, x: torch.Tensor, extra_inputs: tuple[Any, ...]):

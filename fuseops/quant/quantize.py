@@ -17,6 +17,7 @@ import torch
 from fuseops.kernels.dispatch import Kernel
 from fuseops.kernels.quantization.formats import Scaling, tensor_qmax
 from fuseops.kernels.quantized_ops import quantized_launcher
+from fuseops.kernels.run_time_check import CHECKS, registered, run_time_check
 from fuseops.quant.recipes import QuantFormat, Recipe, TensorRole, as_role, check_recipe
 from fuseops.quant.storage import GroupedQuantizedTensor, QuantizedTensor
 
@@ -57,7 +58,8 @@ def _check(x: object, fmt: QuantFormat, offsets: torch.Tensor | None, rowwise: b
 def _check_rows(x: torch.Tensor, fmt: QuantFormat, rows: object) -> None:
     """``rows`` picks rows of a 2-dim ``x``: a 1-dim integer tensor on ``x``'s device, each in
     [0, rows of x). The range is checked as ``_check_offsets_fit`` checks offsets: a ValueError
-    on CPU, ``torch._assert_async`` on a device and under torch.compile (no host sync)."""
+    on CPU (under torch.compile too, when the graph runs), ``torch._assert_async`` on a device (no
+    host sync)."""
     if not isinstance(rows, torch.Tensor) or rows.dim() != 1 or rows.is_floating_point() or rows.is_complex() \
             or rows.dtype == torch.bool:
         got = f"{rows.dtype} {list(rows.shape)}" if isinstance(rows, torch.Tensor) else type(rows).__name__
@@ -69,14 +71,37 @@ def _check_rows(x: torch.Tensor, fmt: QuantFormat, rows: object) -> None:
     if fmt.block_2d:
         raise ValueError("rows: 128x128 tiles quantize whole stacked weights, not picked rows")
     if rows.numel():
-        _require(((rows >= 0) & (rows < x.shape[0])).all(), rows.device,
-                 lambda: f"rows: expected indices in [0, {x.shape[0]}) (x's rows), got values from "
-                         f"{int(rows.min())} to {int(rows.max())}",
-                 "rows: expected indices in [0, x's row count)")
+        _on_the_data(ROWS_IN_RANGE, rows, x.shape[0])
+
+
+def _on_the_data(check: str, t: torch.Tensor, bound: int) -> None:
+    """The registered ``check`` of ``t``'s values against ``bound``: while torch.compile traces a
+    CPU tensor, by the compiled graph when it runs (``run_time_check``: eager's ValueError, which
+    names the values); else now (``_require``)."""
+    if t.device.type == "cpu" and torch.compiler.is_compiling():
+        run_time_check(check, t, bound, check)
+    else:
+        CHECKS[check](t, bound, check, "")
+
+
+ROWS_IN_RANGE, OFFSETS_FIT = "quantize_rows", "quantize_offsets"
+
+
+@registered(ROWS_IN_RANGE)
+def _rows_in_range(rows: torch.Tensor, x_rows: int, *_: str) -> None:
+    _require(((rows >= 0) & (rows < x_rows)).all(), rows.device,
+             lambda: f"rows: expected indices in [0, {x_rows}) (x's rows), got values from "
+                     f"{int(rows.min())} to {int(rows.max())}",
+             "rows: expected indices in [0, x's row count)")
 
 
 def _check_offsets_fit(offsets: torch.Tensor, rows: int) -> None:
     """Offsets must start at 0, never decrease and end at ``rows`` (``_require``)."""
+    _on_the_data(OFFSETS_FIT, offsets, rows)
+
+
+@registered(OFFSETS_FIT)
+def _offsets_fit(offsets: torch.Tensor, rows: int, *_: str) -> None:
     o = offsets.to(torch.int64)
     _require((o[0] == 0) & (o[-1] == rows) & (o[1:] >= o[:-1]).all(), o.device,
              lambda: f"offsets: expected non-decreasing row offsets from 0 to {rows} (x's rows), got {o.tolist()}",
@@ -85,12 +110,12 @@ def _check_offsets_fit(offsets: torch.Tensor, rows: int) -> None:
 
 def _require(ok: torch.Tensor, device: torch.device, message: Callable[[], str], on_device: str) -> None:
     """That the one-element bool tensor ``ok`` holds. On CPU a ValueError of ``message()`` (made
-    only on failure: it reads the data); on a device, and under torch.compile (which reads no data
-    on the host), ``torch._assert_async(ok, on_device)`` (no host sync: it fails the stream as an
+    only on failure: it reads the data; under torch.compile, when the graph runs: ``_on_the_data``);
+    on a device ``torch._assert_async(ok, on_device)`` (no host sync: it fails the stream as an
     out-of-range index does, raising at the next synchronisation). ``on_device`` names no row
-    count: formatting a traced (symbolic) one makes the compiler specialize the graph to it (a
-    recompile per row count, and torch 2.11's autograd.Function capture then fails on the
-    specialized size)."""
+    count, eagerly and traced alike: formatting a traced (symbolic) one makes the compiler
+    specialize the graph to it (a recompile per row count, and torch 2.11's autograd.Function
+    capture then fails on the specialized size)."""
     if device.type == "cpu" and not torch.compiler.is_compiling():
         if not bool(ok):
             raise ValueError(message())

@@ -37,13 +37,14 @@ def checks():
         check_capacity_moe,
         check_capacity_roundtrip,
     )
+    from tests.moe.test_expert_parallel_overlap import check_pieces_moe, check_pieces_roundtrip
     from tests.ops.parallel.test_comm import check_comm_ops
     from tests.ops.parallel.test_tensor_parallel import check_tensor_parallel
     from tests.ops.parallel.test_tensor_parallel_quantized import check_quantized_tensor_parallel
 
     return [check_comm_ops, check_tensor_parallel, check_quantized_tensor_parallel, check_dispatch_roundtrip,
             check_expert_parallel_moe, check_capacity_roundtrip, check_capacity_moe, check_capacity_drop,
-            check_capacity_errors]
+            check_capacity_errors, check_pieces_roundtrip, check_pieces_moe]
 
 
 def run_all(device: torch.device) -> bool:

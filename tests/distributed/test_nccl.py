@@ -25,11 +25,14 @@ def one_gpu_checks():
         check_capacity_roundtrip,
     )
     from tests.moe.test_expert_parallel_composition import check_composition_trains
+    from tests.moe.test_expert_parallel_overlap import GPU_CHECKS as PIECES_GPU_CHECKS
+    from tests.moe.test_expert_parallel_overlap import check_pieces_moe, check_pieces_roundtrip
 
     values = (check_dispatch_roundtrip, check_expert_parallel_moe, check_capacity_roundtrip, check_capacity_moe,
-              check_capacity_drop, check_capacity_errors)
+              check_capacity_drop, check_capacity_errors, check_pieces_roundtrip, check_pieces_moe)
     # Three SGD steps against float64: float32 only (the other dtypes' rounding compounds).
-    return [(check, DTYPES) for check in values + GPU_CHECKS] + [(check_composition_trains, (torch.float32,))]
+    return ([(check, DTYPES) for check in values + GPU_CHECKS + PIECES_GPU_CHECKS]
+            + [(check_composition_trains, (torch.float32,))])
 
 
 @pytest.mark.gpu

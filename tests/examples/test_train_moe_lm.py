@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +18,6 @@ import torch
 from benchmarks.train_moe_lm import load_example
 
 pytest.importorskip("transformers.integrations.moe")
-pytest.importorskip("tqdm")
 
 lm = load_example()
 
@@ -160,7 +162,28 @@ def test_main_writes_results_and_says_ok(tmp_path, capsys):
     assert result["final_val_loss"] == result["val_losses"][-1][1]
     assert result["config"]["experts_backend"] == "fuseops" and result["tokens_per_s"] > 0
     assert result["peak_memory_bytes"] > 0
+    pytest.importorskip("matplotlib")
     assert (tmp_path / "train_moe_lm.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_main_runs_without_the_bench_extra_into_a_folder_it_makes(tmp_path, capsys, monkeypatch):
+    # Neither tqdm nor matplotlib importable, no --out: progress lines, the JSON and no PNG, in
+    # a new folder under the temporary folder (named in the output), nothing in the current one.
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    argv = ["--device", "cpu", "--steps", "10", "--layers", "1", "--hidden", "32", "--experts", "4",
+            "--seq", "32", "--batch", "4", "--eval-every", "0"]
+    assert lm.main(argv) == 0
+    out = capsys.readouterr().out
+    (folder,) = tmp_path.glob("train_moe_lm-*")
+    assert sorted(p.name for p in folder.iterdir()) == ["train_moe_lm.json"]
+    assert f"wrote {Path(folder) / 'train_moe_lm.json'} (no plot: matplotlib is not installed" in out
+    assert "fuseops step 10/10 loss=" in out
+    assert not any(cwd.iterdir())
 
 
 def test_main_says_fail_when_the_loss_does_not_fall(tmp_path, capsys, monkeypatch):
@@ -235,3 +258,26 @@ def test_recipes_train_on_cuda(recipe):
     cfg = replace(TINY, device="cuda", dtype="bfloat16", hidden=128, steps=30, recipe=recipe)
     result = lm.train(cfg, progress=False)
     assert result.fell, result.losses
+
+
+def test_gradient_bytes_counts_the_held_gradient_buffers():
+    model = torch.nn.Linear(4, 3)
+    assert lm.gradient_bytes(model) == 0
+    model(torch.randn(2, 4)).sum().backward()
+    assert lm.gradient_bytes(model) == (4 * 3 + 3) * 4
+
+
+@pytest.mark.gpu
+def test_step_peak_counts_the_steps_gradient_buffers():
+    # The previous step's gradient (4 MiB) is held as the step begins and freed inside it
+    # (zero_grad); the step's peak still counts the new one, as a first step's would.
+    device = torch.device("cuda") if torch.cuda.is_available() else pytest.skip("needs a CUDA GPU")
+    model = torch.nn.Linear(1024, 1024, bias=False, device=device)
+    model(torch.randn(8, 1024, device=device)).sum().backward()
+    meter = lm.MemoryMeter(device)
+    meter.step_begins(lm.gradient_bytes(model))
+    model.weight.grad = None
+    model(torch.randn(8, 1024, device=device)).sum().backward()
+    torch.cuda.synchronize()
+    meter.step_ends()
+    assert meter.step_allocated >= 1024 * 1024 * 4

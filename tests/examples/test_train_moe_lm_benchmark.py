@@ -11,7 +11,6 @@ import pytest
 from benchmarks import train_moe_lm as bench
 
 pytest.importorskip("transformers.integrations.moe")
-pytest.importorskip("tqdm")
 pytest.importorskip("matplotlib")
 bench.load_example()
 

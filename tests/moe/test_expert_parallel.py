@@ -94,7 +94,7 @@ def _check_errors(device):
         with pytest.raises(ValueError, match=rf"split_sizes: expected \[E\] with E .* divisible by the group size {world}, got shape \[{world + 1}\]"):
             dispatch(x, [1] * (world + 1), group)
     # Every rank passes sizes that do not cover its rows, so every rank raises.
-    with pytest.raises(ValueError, match="split_sizes: expected sizes summing to the 4 rows of x_sorted, got sum 0"):
+    with pytest.raises(ValueError, match="split_sizes: expected non-negative sizes summing to the 4 rows of x_sorted, got sum 0"):
         dispatch(x, [0] * world, group)
     _, _, handle = dispatch(x, [4] + [0] * (world - 1), group)
     with pytest.raises(ValueError, match="y_local: expected the .* rows dispatch delivered to this rank, got shape"):

@@ -39,13 +39,16 @@ CPU_DTYPES = (torch.float64, torch.float32, torch.bfloat16)
 def _routing(gen, world, num_experts, variant):
     """Every rank's expert ids [T, TOP_K] (distinct per token). "mixed": 3 + 2s tokens on rank
     s; "empty": the last rank has no tokens and every token picks rank 0's experts, so the
-    other ranks' experts receive nothing."""
+    other ranks' experts receive nothing; "skewed": 6 tokens on every rank, half of them (the
+    even ones) with expert 0 as their top-1."""
     out = []
     for s in range(world):
-        tokens = 3 + 2 * s if variant == "mixed" else 0 if s == world - 1 else 4
+        tokens = {"mixed": 3 + 2 * s, "empty": 0 if s == world - 1 else 4, "skewed": 6}[variant]
         scores = torch.rand(tokens, num_experts, generator=gen)
         if variant == "empty":
             scores[:, num_experts // world:] = -1.0
+        if variant == "skewed":
+            scores[::2, 0] = 2.0
         out.append(scores.topk(TOP_K, dim=1).indices)
     return out
 

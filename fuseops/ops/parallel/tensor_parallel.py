@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from fuseops.ops import _checks
 from fuseops.ops.contract import OpContext, TensorSpec
 
 # ``F.linear``'s signature: the local GEMM that the collectives surround.
@@ -88,7 +89,7 @@ def divisible_first_dim(op: str, spec: TensorSpec, world_size: int) -> int:
     if n % world_size != 0:
         raise ValueError(
             f"{op} input: expected the first dim divisible by the group size {world_size}, "
-            f"got shape {list(spec.shape)}"
+            f"got shape {_checks.shown(spec.shape)}"
         )
     return n
 
@@ -192,13 +193,13 @@ class TensorParallel:
         local_out, local_in = self.local_shape(in_features, out_features)
         if len(x.shape) == 0 or x.shape[-1] != local_in:
             split = "" if self.column else f" ({in_features} in_features split over {self.world_size} ranks)"
-            raise ValueError(f"Linear input: expected shape [..., {local_in}]{split}, got {list(x.shape)}")
+            raise ValueError(f"Linear input: expected shape [..., {local_in}]{split}, got {_checks.shown(x.shape)}")
         shape = x.shape[:-1] + (local_out,)
         if self.sequence_parallel:
             if len(x.shape) < 2:
                 raise ValueError(
                     f"Linear input: expected a sequence (first) dim before the features with "
-                    f"sequence_parallel=True, got shape {list(x.shape)}"
+                    f"sequence_parallel=True, got shape {_checks.shown(x.shape)}"
                 )
             if self.column:
                 shape = (x.shape[0] * self.world_size,) + shape[1:]
