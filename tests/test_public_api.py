@@ -23,6 +23,7 @@ NAMESPACES = [
     "fuseops.integrations",
     "fuseops.integrations.transformers",
     "fuseops.distributed",
+    "fuseops.testing",
 ]
 
 

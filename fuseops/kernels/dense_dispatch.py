@@ -27,7 +27,7 @@ import os
 import torch
 
 from fuseops.kernels._triton import num_sms
-from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.elementwise.activation_math import Activation, AnyActivation
 
 
 class Branch(enum.Enum):
@@ -156,7 +156,7 @@ def prefers_cublas(
     b: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
-    act: Activation = Activation.IDENTITY,
+    act: AnyActivation = Activation.IDENTITY,
     alpha: float = 1.0,
     save_preact: bool = False,
     act_grad_input: torch.Tensor | None = None,
@@ -197,7 +197,7 @@ def prefers_cublas_gated(
     b: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
-    act: Activation,
+    act: AnyActivation,
     interleaved: bool = False,
     clamped: bool = False,
     limit: float = 7.0,

@@ -24,7 +24,8 @@ be finer (two keys, one compiled kernel), never coarser:
   ``do_not_specialize``, ``do_not_specialize_on_alignment``, type annotations) are keyed by
   ``native_specialize_impl`` with their flags, constexprs by type and value;
 - every keyword (constexprs and options such as ``num_warps``) by name, type and value
-  (floats and Triton dtypes by ``repr``: ``0.0 == -0.0`` but they compile differently);
+  (floats and Triton dtypes by ``repr``: ``0.0 == -0.0`` but they compile differently; jit
+  functions by identity);
   a keyword of any other type makes the call take Triton's path every time;
 - the current device, ``knobs.runtime.debug`` and ``knobs.compilation.instrumentation_mode``
   (Triton adds both to its options).
@@ -78,8 +79,9 @@ _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 _TensorDescriptor = TensorDescriptor
 _NoneType = type(None)
-# Keyword values keyed by (type, value): equal values of these types compile alike.
-_BY_VALUE = frozenset({int, bool, str, _NoneType})
+# Keyword values keyed by (type, value): equal values of these types compile alike. A jit
+# function (a declared activation's element function, a constexpr) is equal only to itself.
+_BY_VALUE = frozenset({int, bool, str, _NoneType, JITFunction})
 # Keyword values keyed by repr as well: equal floats may print (and compile) differently.
 _BY_REPR = frozenset({float, tl.dtype})
 _TENSORS = frozenset({_Tensor, _Parameter})

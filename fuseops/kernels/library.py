@@ -25,7 +25,7 @@ import torch
 
 from fuseops.kernels.custom_op import fuseops_op
 from fuseops.kernels.dispatch import Kernel, launcher
-from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.elementwise.activation_math import Activation, AnyActivation, activation_code, activation_from_code
 
 
 def _empty(like: torch.Tensor) -> torch.Tensor:
@@ -45,7 +45,7 @@ def _grouped_gemm_op(
     act_grad_input: torch.Tensor | None, a_rows: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     launch = launcher(Kernel.GROUPED_GEMM, a)
-    y, preact = launch(a, b, offsets, bias=bias, row_scale=row_scale, act=Activation(act), alpha=alpha,
+    y, preact = launch(a, b, offsets, bias=bias, row_scale=row_scale, act=activation_from_code(act), alpha=alpha,
                        save_preact=save_preact, act_grad_input=act_grad_input, a_rows=a_rows)
     return y, preact if preact is not None else _empty(a)
 
@@ -63,7 +63,7 @@ def _(a, b, offsets, bias, row_scale, act, alpha, save_preact, act_grad_input, a
 
 def grouped_gemm(
     a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, *, bias: torch.Tensor | None = None,
-    row_scale: torch.Tensor | None = None, act: Activation = Activation.IDENTITY, alpha: float = 1.0,
+    row_scale: torch.Tensor | None = None, act: AnyActivation = Activation.IDENTITY, alpha: float = 1.0,
     save_preact: bool = False, act_grad_input: torch.Tensor | None = None, out: torch.Tensor | None = None,
     a_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -72,7 +72,7 @@ def grouped_gemm(
         launch = launcher(Kernel.GROUPED_GEMM, a)
         return launch(a, b, offsets, bias=bias, row_scale=row_scale, act=act, alpha=alpha,
                       save_preact=save_preact, act_grad_input=act_grad_input, out=out, a_rows=a_rows)
-    y, preact = _grouped_gemm_op(a, b, offsets, bias, row_scale, int(act), float(alpha), save_preact,
+    y, preact = _grouped_gemm_op(a, b, offsets, bias, row_scale, activation_code(act), float(alpha), save_preact,
                                  act_grad_input, a_rows)
     return _into(out, y), (preact if save_preact else None)
 
@@ -85,7 +85,7 @@ def _grouped_gemm_gated_op(
     save_preact: bool, a_rows: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     launch = launcher(Kernel.GROUPED_GEMM_GATED, a)
-    h, z = launch(a, b, offsets, bias=bias, act=Activation(act), interleaved=interleaved, clamped=clamped,
+    h, z = launch(a, b, offsets, bias=bias, act=activation_from_code(act), interleaved=interleaved, clamped=clamped,
                   limit=limit, alpha=alpha, probs=probs, save_preact=save_preact, a_rows=a_rows)
     return h, z if z is not None else _empty(a)
 
@@ -98,7 +98,7 @@ def _(a, b, offsets, bias, act, interleaved, clamped, limit, alpha, probs, save_
 
 def grouped_gemm_gated(
     a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, *, bias: torch.Tensor | None = None,
-    act: Activation, interleaved: bool = False, clamped: bool = False, limit: float = 7.0,
+    act: AnyActivation, interleaved: bool = False, clamped: bool = False, limit: float = 7.0,
     alpha: float = 1.0, probs: torch.Tensor | None = None, save_preact: bool = False,
     out: torch.Tensor | None = None, a_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -107,7 +107,7 @@ def grouped_gemm_gated(
         launch = launcher(Kernel.GROUPED_GEMM_GATED, a)
         return launch(a, b, offsets, bias=bias, act=act, interleaved=interleaved, clamped=clamped,
                       limit=limit, alpha=alpha, probs=probs, save_preact=save_preact, out=out, a_rows=a_rows)
-    h, z = _grouped_gemm_gated_op(a, b, offsets, bias, int(act), interleaved, clamped, float(limit),
+    h, z = _grouped_gemm_gated_op(a, b, offsets, bias, activation_code(act), interleaved, clamped, float(limit),
                                   float(alpha), probs, save_preact, a_rows)
     return _into(out, h), (z if save_preact else None)
 
@@ -120,7 +120,7 @@ def _dgrad_gated_op(
     want_h: bool, dy_rows: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     launch = launcher(Kernel.GROUPED_GEMM_DGRAD_GATED, dy)
-    dz, dprobs, h = launch(dy, b, offsets, z, act=Activation(act), interleaved=interleaved, clamped=clamped,
+    dz, dprobs, h = launch(dy, b, offsets, z, act=activation_from_code(act), interleaved=interleaved, clamped=clamped,
                            limit=limit, alpha=alpha, probs=probs, want_h=want_h, dy_rows=dy_rows)
     return dz, dprobs if dprobs is not None else _empty(dy), h if h is not None else _empty(dy)
 
@@ -133,7 +133,7 @@ def _(dy, b, offsets, z, act, interleaved, clamped, limit, alpha, probs, want_h,
 
 
 def grouped_gemm_dgrad_gated(
-    dy: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, z: torch.Tensor, *, act: Activation,
+    dy: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, z: torch.Tensor, *, act: AnyActivation,
     interleaved: bool = False, clamped: bool = False, limit: float = 7.0, alpha: float = 1.0,
     probs: torch.Tensor | None = None, want_h: bool = False, out: torch.Tensor | None = None,
     dy_rows: torch.Tensor | None = None,
@@ -143,7 +143,7 @@ def grouped_gemm_dgrad_gated(
         launch = launcher(Kernel.GROUPED_GEMM_DGRAD_GATED, dy)
         return launch(dy, b, offsets, z, act=act, interleaved=interleaved, clamped=clamped, limit=limit,
                       alpha=alpha, probs=probs, want_h=want_h, out=out, dy_rows=dy_rows)
-    dz, dprobs, h = _dgrad_gated_op(dy, b, offsets, z, int(act), interleaved, clamped, float(limit),
+    dz, dprobs, h = _dgrad_gated_op(dy, b, offsets, z, activation_code(act), interleaved, clamped, float(limit),
                                     float(alpha), probs, want_h, dy_rows)
     return _into(out, dz), (dprobs if probs is not None else None), (h if want_h else None)
 

@@ -18,7 +18,7 @@ import torch
 from fuseops.kernels import library
 from fuseops.kernels.custom_op import fuseops_op
 from fuseops.kernels.dispatch import Kernel, launcher, references_forced
-from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.elementwise.activation_math import AnyActivation, activation_code, activation_from_code
 from fuseops.moe import memory_model
 from fuseops.moe.routing import permute_rows
 
@@ -27,17 +27,19 @@ from fuseops.moe.routing import permute_rows
 class Gate:
     """The gated activation between the GEMMs: its kind and the kernels' keyword arguments."""
 
-    act: Activation
+    act: AnyActivation
     kernel_args: dict[str, Any]
 
     def fields(self) -> tuple:
         """The operators' gate arguments: act, interleaved, clamped, limit, alpha."""
         k = self.kernel_args
-        return int(self.act), bool(k["interleaved"]), bool(k["clamped"]), float(k["limit"]), float(k["alpha"])
+        return (activation_code(self.act), bool(k["interleaved"]), bool(k["clamped"]), float(k["limit"]),
+                float(k["alpha"]))
 
     @staticmethod
     def of(act: int, interleaved: bool, clamped: bool, limit: float, alpha: float) -> Gate:
-        return Gate(Activation(act), {"interleaved": interleaved, "clamped": clamped, "limit": limit, "alpha": alpha})
+        kernel_args = {"interleaved": interleaved, "clamped": clamped, "limit": limit, "alpha": alpha}
+        return Gate(activation_from_code(act), kernel_args)
 
 
 def _gather_rows(x: torch.Tensor, row_map: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,7 @@ from fuseops.exported_names import exported_dir
 from fuseops.ops.activation import GELU, ActivationOp, ReLU, Sigmoid, SiLU, SReLU
 from fuseops.ops.bias import Bias
 from fuseops.ops.contract import OpContext, OpGrads, Role, Saved
+from fuseops.ops.declared_activation import declare_activation
 from fuseops.ops.gated import ClampedSwiGLU, GatedActivation, GeGLU, ReGLU, SReGLU, SwiGLU
 from fuseops.ops.grouped_linear import GroupedLinear
 from fuseops.ops.linear import Linear
@@ -46,6 +47,7 @@ __all__ = [
     "SiLU",
     "Sigmoid",
     "SwiGLU",
+    "declare_activation",
 ]
 
 

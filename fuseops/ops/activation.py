@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from fuseops.kernels.dispatch import Kernel, launcher
-from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.elementwise.activation_math import Activation, AnyActivation
 from fuseops.ops import _checks
 from fuseops.ops.contract import OpContext, OpGrads, Saved, activation
 from fuseops.ops.op import BasicOp
@@ -20,9 +20,10 @@ class ActivationSaved(Saved):
 
 
 class ActivationOp(BasicOp):
-    """``y = act(x)`` elementwise; fusions match this class and read ``act``."""
+    """``y = act(x)`` elementwise; fusions match this class and read ``act`` (a shipped
+    ``Activation``, or a declaration: ``declare_activation``)."""
 
-    act: ClassVar[Activation]
+    act: ClassVar[AnyActivation]
     # SiLU's sigmoid slope; the other activations ignore it.
     alpha: float = 1.0
 

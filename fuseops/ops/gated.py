@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 from fuseops.kernels.dispatch import Kernel, launcher
-from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.elementwise.activation_math import Activation, AnyActivation
 from fuseops.ops import _checks
 from fuseops.ops.contract import OpContext, OpGrads, Saved, TensorSpec, activation
 from fuseops.ops.op import BasicOp
@@ -28,9 +28,10 @@ class GatedSaved(Saved):
 
 
 class GatedActivation(BasicOp):
-    """Base of the gated activations; fusions match this class and read its fields."""
+    """Base of the gated activations; fusions match this class and read its fields (``act``: a
+    shipped ``Activation``, or a declaration: ``declare_activation``)."""
 
-    act: ClassVar[Activation]
+    act: ClassVar[AnyActivation]
     clamped: ClassVar[bool] = False
     limit: float = 7.0
     alpha: float = 1.0

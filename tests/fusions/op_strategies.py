@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from fuseops import ops
 from fuseops.fusions.fusion import OpMatch
+from tests.ops import declared_ops
 
 # Feature sizes: 1, tile non-multiples and a tile multiple; small for the interpreter.
 FEATURES = st.sampled_from([1, 2, 3, 8, 17, 32, 40])
@@ -105,6 +106,9 @@ BUILDERS: dict[type, Callable] = {
     ops.ReGLU: _gated(ops.ReGLU),
     ops.SReGLU: _gated(ops.SReGLU),
     ops.ClampedSwiGLU: _gated(ops.ClampedSwiGLU),
+    # Declared as a user declares an activation: every fusion that takes the shipped ones takes them.
+    declared_ops.XReLU: _plain(declared_ops.XReLU),
+    declared_ops.XReGLU: _gated(declared_ops.XReGLU),
     ops.LayerNorm: lambda draw, n, widths, chain: OpSpec(ops.LayerNorm(n, zero_centered_gamma=draw(st.booleans())), n),
     ops.RMSNorm: lambda draw, n, widths, chain: OpSpec(ops.RMSNorm(n, zero_centered_gamma=draw(st.booleans())), n),
     ops.AddExtraInput: lambda draw, n, widths, chain: OpSpec(ops.AddExtraInput(), n, [_residual]),

@@ -186,6 +186,28 @@ def test_kwargs_key_separates_values_that_compare_equal():
     assert key(dict(A=1, B=2)) != key(dict(A=2, B=1))
 
 
+def _element_a(x):
+    return x, x
+
+
+def _element_b(x):
+    return x, x
+
+
+def test_kwargs_key_keys_a_jit_function_constexpr_by_identity():
+    # A declared activation's element function reaches the kernels as their ACT constexpr.
+    a, b = _jit(_element_a), _jit(_element_b)
+    kernel = _jit(_kernel_with_act)
+    assert fl.kwargs_key(dict(ACT=a)) == fl.kwargs_key(dict(ACT=a)) != fl.kwargs_key(dict(ACT=b))
+    theirs = {fn: _triton_key(kernel, (), dict(ACT=fn)) for fn in (a, b)}
+    assert theirs[a] != theirs[b]
+    _assert_refines([(fl.kwargs_key(dict(ACT=fn)), theirs[fn]) for fn in (a, b, a)])
+
+
+def _kernel_with_act(ACT: tl.constexpr):
+    pass
+
+
 # The fast path's plumbing on the CPU: a JITFunction whose Triton launch and compiled
 # kernel are stand-ins that record what reaches them.
 

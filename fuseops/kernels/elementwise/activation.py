@@ -19,9 +19,10 @@ import triton.language as tl
 from fuseops.kernels._triton import INTERPRET, cdiv
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
-    Activation,
+    AnyActivation,
     activation,
     chain_grad,
+    kernel_act,
     reference_activation,
     reference_chain_grad,
     wide,
@@ -97,7 +98,7 @@ def activation_bwd_dbias_kernel(
 
 
 def activation_fwd(
-    x: torch.Tensor, act: Activation, alpha: float = 1.0, *, out: torch.Tensor | None = None
+    x: torch.Tensor, act: AnyActivation, alpha: float = 1.0, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``y = act(x)`` in ``x``'s dtype, float32 maths.
 
@@ -110,7 +111,7 @@ def activation_fwd(
     y = out if out is not None else torch.empty_like(x)
     numel = x.numel()
     launch(activation_fwd_kernel, (cdiv(numel, cfg.block),),
-        x, y, numel, alpha, ACT=int(act), BLOCK=cfg.block, num_warps=cfg.num_warps,
+        x, y, numel, alpha, ACT=kernel_act(act), BLOCK=cfg.block, num_warps=cfg.num_warps,
     )
     return y
 
@@ -118,7 +119,7 @@ def activation_fwd(
 def activation_bwd(
     x: torch.Tensor,
     dy: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     alpha: float = 1.0,
     *,
     out: torch.Tensor | None = None,
@@ -133,7 +134,7 @@ def activation_bwd(
     dx = out if out is not None else torch.empty_like(x)
     numel = x.numel()
     launch(activation_bwd_kernel, (cdiv(numel, cfg.block),),
-        x, dy, dx, numel, alpha, ACT=int(act), BLOCK=cfg.block, num_warps=cfg.num_warps,
+        x, dy, dx, numel, alpha, ACT=kernel_act(act), BLOCK=cfg.block, num_warps=cfg.num_warps,
     )
     return dx
 
@@ -141,7 +142,7 @@ def activation_bwd(
 def activation_bwd_dbias(
     x2d: torch.Tensor,
     dy2d: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     alpha: float = 1.0,
     *,
     out: torch.Tensor | None = None,
@@ -167,13 +168,13 @@ def activation_bwd_dbias(
         stage = torch.empty(programs, N, dtype=torch.float32, device=x2d.device)
     launch(activation_bwd_dbias_kernel, (programs, cdiv(N, cfg.block_n)),
         x2d, dy2d, dx, stage, M, N, N, rows_per_program, alpha,
-        ACT=int(act), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+        ACT=kernel_act(act), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
     )
     return dx, (stage if programs == 1 else sum_partials(stage, x2d.dtype))
 
 
 def reference_activation_fwd(
-    x: torch.Tensor, act: Activation, alpha: float = 1.0, *, out: torch.Tensor | None = None
+    x: torch.Tensor, act: AnyActivation, alpha: float = 1.0, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``y = act(x)``, evaluated in float32 (formulas in ``_activations``), cast to ``x``'s
     dtype (or written into ``out``)."""
@@ -184,7 +185,7 @@ def reference_activation_fwd(
 def reference_activation_bwd(
     x: torch.Tensor,
     dy: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     alpha: float = 1.0,
     *,
     out: torch.Tensor | None = None,
@@ -198,7 +199,7 @@ def reference_activation_bwd(
 def reference_activation_bwd_dbias(
     x2d: torch.Tensor,
     dy2d: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     alpha: float = 1.0,
     *,
     out: torch.Tensor | None = None,

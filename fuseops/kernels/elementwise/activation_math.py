@@ -6,6 +6,10 @@ form (gpt-oss), ``a' = min(a, limit)``, ``b' = clamp(b, -limit, limit)`` and
 ``offset = 1``; otherwise ``a' = a``, ``b' = b``, ``offset = 0``. ``alpha`` is SiLU's
 sigmoid slope, ``x * sigmoid(alpha * x)`` (1 for SiLU, 1.702 for gpt-oss); other
 activations ignore it. Kernels compute in float32; the references in float32, or float64 for float64 inputs.
+
+``act`` is a shipped ``Activation`` (its element function: element_functions.py) or a
+``DeclaredActivation`` (a user's element function and torch reference: declared_activation.py);
+kernels take either as their ``ACT`` constexpr, through ``kernel_act``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from fuseops.kernels._triton import reciprocal
+from fuseops.kernels.elementwise.declared_activation import DeclaredActivation, declared
+from fuseops.kernels.elementwise.element_functions import gelu, gelu_tanh, identity, relu, sigmoid, silu, srelu
 
 
 class Activation(enum.IntEnum):
@@ -31,22 +36,31 @@ class Activation(enum.IntEnum):
     SIGMOID = 6
 
 
+# What the kernels' and references' ``act`` argument takes: a shipped function or a declared one.
+AnyActivation = Activation | DeclaredActivation
+
+
+def kernel_act(act: AnyActivation) -> int | object:
+    """The ``ACT`` constexpr a kernel takes: a shipped activation's code, or a declared one's
+    element function (``activation_and_grad`` calls it)."""
+    return act.kernel if isinstance(act, DeclaredActivation) else int(act)
+
+
+def activation_code(act: AnyActivation) -> int:
+    """``act``'s int (custom ops carry activations as ints); not ``int(act)``, which torch 2.11's
+    dynamo cannot trace for a declared activation."""
+    return act.code if isinstance(act, DeclaredActivation) else int(act)
+
+
+def activation_from_code(code: int) -> AnyActivation:
+    """The activation whose ``int()`` is ``code`` (custom ops carry activations as ints)."""
+    return Activation(code) if code < len(Activation) else declared(code)
+
+
 def wide(t: torch.Tensor) -> torch.Tensor:
     """``t`` in float32, or as it is when wider (float64: the references' oracles compute in it)."""
     # No call when t is wide already: a no-op ``to`` costs about a microsecond.
     return t if t.dtype == torch.float32 or t.dtype == torch.float64 else t.to(torch.promote_types(t.dtype, torch.float32))
-
-
-@triton.jit
-def _sigmoid(x):
-    # exp2 lowers to one ex2.approx.ftz; tl.exp and "/" to range fix-ups around MUFU ops.
-    return reciprocal(1.0 + tl.exp2(x * -1.4426950408889634))
-
-
-@triton.jit
-def _tanh(x):
-    # tanh(x) = 2 sigmoid(2x) - 1; no libdevice call, so it also runs in the interpreter.
-    return 2.0 * _sigmoid(2.0 * x) - 1.0
 
 
 @triton.jit
@@ -74,41 +88,25 @@ def chain_grad(up, x, ACT: tl.constexpr, alpha):
 
 @triton.jit
 def activation_and_grad(x, ACT: tl.constexpr, alpha):
-    """``(act(x), d act(x) / dx)`` for a float32 tile, sharing what the two have in common
-    (one sigmoid for SiLU, one tanh for GELU_TANH)."""
+    """``(act(x), d act(x) / dx)`` for a float32 tile: the shipped activation's element
+    function (element_functions.py), or a declared one's."""
     if ACT == 0:
-        y = x
-        g = tl.full(x.shape, 1.0, tl.float32)
+        y, g = identity(x)
     elif ACT == 1:
-        # NaN stays NaN and passes the gradient, as torch.relu and its backward do
-        # (threshold_backward zeroes only where x <= 0).
-        y = tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)
-        g = tl.where(x <= 0.0, 0.0, 1.0)
+        y, g = relu(x)
     elif ACT == 2:
-        cdf = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
-        pdf = 0.3989422804014327 * tl.exp2(x * x * -0.7213475204444817)
-        y = x * cdf
-        g = cdf + x * pdf
+        y, g = gelu(x)
     elif ACT == 3:
-        x2 = x * x
-        t = _tanh(0.7978845608028654 * (x + 0.044715 * x2 * x))
-        y = 0.5 * x * (1.0 + t)
-        # x (1 - t^2) first: 0 once t rounds to +-1 (|x| > ~10), where x^2 would overflow from
-        # |x| ~ 1.8e19 and 0 * inf make a NaN of a derivative that is 1 or 0 (an inf x still
-        # gives NaN, as torch's gelu_backward).
-        xs = x * (1.0 - t * t)
-        g = 0.5 * (1.0 + t) + 0.3989422804014327 * (xs + 0.134145 * (xs * x) * x)
+        y, g = gelu_tanh(x)
     elif ACT == 4:
-        s = _sigmoid(alpha * x)
-        y = x * s
-        g = s + alpha * y * (1.0 - s)
+        y, g = silu(x, alpha)
     elif ACT == 5:
-        r = tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)
-        y = r * r
-        g = 2.0 * r
+        y, g = srelu(x)
+    elif ACT == 6:
+        y, g = sigmoid(x)
     else:
-        y = _sigmoid(x)
-        g = y * (1.0 - y)
+        # A declared activation: ACT is its element function (declared_activation.py).
+        y, g = ACT(x)
     return y, g
 
 
@@ -151,9 +149,11 @@ def _scaled(alpha: float, x: torch.Tensor) -> torch.Tensor:
     return x if alpha == 1.0 else alpha * x
 
 
-def reference_activation(x: torch.Tensor, act: Activation, alpha: float = 1.0) -> torch.Tensor:
+def reference_activation(x: torch.Tensor, act: AnyActivation, alpha: float = 1.0) -> torch.Tensor:
     """``act(x)``."""
     x = wide(x)
+    if isinstance(act, DeclaredActivation):
+        return act.reference(x)
     if act == Activation.IDENTITY:
         return x
     if act == Activation.RELU:
@@ -174,14 +174,15 @@ def reference_activation(x: torch.Tensor, act: Activation, alpha: float = 1.0) -
     return torch.sigmoid(x)
 
 
-def _torch_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alpha: float) -> torch.Tensor | None:
+def _torch_chain_grad(up: torch.Tensor, x: torch.Tensor, act: AnyActivation, alpha: float) -> torch.Tensor | None:
     """``up * d act(x) / dx`` from torch's backward kernel where torch has the function, else None.
 
     As reference_activation: one pass (two for the sigmoid) where the formulas took four (ReLU,
     sigmoid) to fifteen (GELU(tanh)). The same values but the sign of some zeros (SiLU's at
     x = -3e38 is -0 here, +0 spelled out) and GELU's underflow (its gradient at x = -10 is 0 here,
     -7.7e-22 spelled out)."""
-    if act not in (Activation.GELU, Activation.GELU_TANH, Activation.RELU, Activation.SIGMOID) and not (
+    if isinstance(act, DeclaredActivation) or act not in (
+            Activation.GELU, Activation.GELU_TANH, Activation.RELU, Activation.SIGMOID) and not (
             act == Activation.SILU and alpha == 1.0):
         return None
     dtype = torch.promote_types(torch.promote_types(up.dtype, x.dtype), torch.float32)  # as wide(x) * up
@@ -222,10 +223,12 @@ _CPU_GELU_OVERFLOWS = _cpu_gelu_overflows()
 
 
 def reference_activation_grad(
-    x: torch.Tensor, act: Activation, alpha: float = 1.0
+    x: torch.Tensor, act: AnyActivation, alpha: float = 1.0
 ) -> torch.Tensor:
     """``d act(x) / dx``."""
     x = wide(x)
+    if isinstance(act, DeclaredActivation):
+        return act.grad(x)
     d = _torch_chain_grad(torch.ones_like(x), x, act, alpha)
     if d is not None:
         return d
@@ -238,7 +241,7 @@ def reference_activation_grad(
     return 2.0 * torch.relu(x)  # SReLU
 
 
-def reference_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alpha: float = 1.0) -> torch.Tensor:
+def reference_chain_grad(up: torch.Tensor, x: torch.Tensor, act: AnyActivation, alpha: float = 1.0) -> torch.Tensor:
     """``up * d act(x) / dx``, zero where ``x <= 0`` for ReLU and SReLU whatever ``up`` holds
     (torch's threshold_backward: an infinite ``up`` there gives 0, not NaN)."""
     d = _torch_chain_grad(up, x, act, alpha)
@@ -253,7 +256,7 @@ def reference_chain_grad(up: torch.Tensor, x: torch.Tensor, act: Activation, alp
 def reference_gated(
     a: torch.Tensor,
     b: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     clamped: bool = False,
     limit: float = 7.0,
     alpha: float = 1.0,
@@ -270,7 +273,7 @@ def reference_gated_grad(
     a: torch.Tensor,
     b: torch.Tensor,
     dy: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     clamped: bool = False,
     limit: float = 7.0,
     alpha: float = 1.0,

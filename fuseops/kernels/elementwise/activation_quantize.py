@@ -20,7 +20,7 @@ import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv
 from fuseops.kernels.elementwise.activation import reference_activation_fwd
-from fuseops.kernels.elementwise.activation_math import Activation, activation, gated
+from fuseops.kernels.elementwise.activation_math import AnyActivation, activation, gated, kernel_act
 from fuseops.kernels.elementwise.gated_activation import _load_pair, _pair_offsets, reference_gated_fwd
 from fuseops.kernels.launch import launch
 from fuseops.kernels.quantization import epilogue as qe
@@ -81,7 +81,7 @@ def _launch(x2d, F, act, alpha, probs, scaling, element, store_y, out, *, gated,
     launch(activation_quantize_fwd_kernel, (cdiv(M, cfg.block_m), cdiv(F, block_f)),
         x2d, probs if probs is not None else x2d, *qe.kernel_args(out, x2d.dtype, x2d.device),
         M, F, x2d.stride(0), *qe.strides(out), limit, alpha,
-        ACT=int(act), GATED=gated, CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
+        ACT=kernel_act(act), GATED=gated, CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
         SCALING=int(scaling), ELEM=int(element), BLOCK=BLOCK_SIZE[scaling] or 1, STORE_Y=store_y,
         BLOCK_M=cfg.block_m, BLOCK_F=block_f, num_warps=cfg.num_warps,
     )
@@ -89,7 +89,7 @@ def _launch(x2d, F, act, alpha, probs, scaling, element, store_y, out, *, gated,
 
 
 def activation_quantize_fwd(
-    x2d: torch.Tensor, act: Activation, alpha: float = 1.0, *, scaling: Scaling, element: Element, store_y: bool,
+    x2d: torch.Tensor, act: AnyActivation, alpha: float = 1.0, *, scaling: Scaling, element: Element, store_y: bool,
     out: qe.Emitted | None = None,
 ) -> qe.Emitted:
     """``y = act(x)``, quantized in the epilogue (see ``reference_activation_quantize_fwd``).
@@ -107,7 +107,7 @@ def activation_quantize_fwd(
 
 def gated_quantize_fwd(
     x2d: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     *,
     interleaved: bool = False,
     clamped: bool = False,
@@ -131,7 +131,7 @@ def gated_quantize_fwd(
 
 
 def reference_activation_quantize_fwd(
-    x2d: torch.Tensor, act: Activation, alpha: float = 1.0, *, scaling: Scaling, element: Element, store_y: bool,
+    x2d: torch.Tensor, act: AnyActivation, alpha: float = 1.0, *, scaling: Scaling, element: Element, store_y: bool,
     out: qe.Emitted | None = None,
 ) -> qe.Emitted:
     """``quant_epilogue.reference_emit(reference_activation_fwd(x2d, act, alpha))``: the
@@ -142,7 +142,7 @@ def reference_activation_quantize_fwd(
 
 def reference_gated_quantize_fwd(
     x2d: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     *,
     interleaved: bool = False,
     clamped: bool = False,

@@ -20,9 +20,10 @@ import triton.language as tl
 from fuseops.kernels._triton import INTERPRET, cdiv
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
-    Activation,
+    AnyActivation,
     gated,
     gated_and_grad,
+    kernel_act,
     reference_gated,
     reference_gated_grad,
     wide,
@@ -137,7 +138,7 @@ def gated_bwd_kernel(
 
 def gated_fwd(
     x2d: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     *,
     interleaved: bool = False,
     clamped: bool = False,
@@ -160,7 +161,7 @@ def gated_fwd(
     y = out if out is not None else torch.empty(M, F, dtype=x2d.dtype, device=x2d.device)
     launch(gated_fwd_kernel, (cdiv(M, cfg.block_m), cdiv(F, cfg.block_f)),
         x2d, probs if probs is not None else x2d, y, M, F, x2d.stride(0), y.stride(0), limit, alpha,
-        ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
+        ACT=kernel_act(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
         BLOCK_M=cfg.block_m, BLOCK_F=cfg.block_f, num_warps=cfg.num_warps,
     )
     return y
@@ -169,7 +170,7 @@ def gated_fwd(
 def gated_bwd(
     x2d: torch.Tensor,
     dy2d: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     *,
     interleaved: bool = False,
     clamped: bool = False,
@@ -204,7 +205,7 @@ def gated_bwd(
     launch(gated_bwd_kernel, (cdiv(M, cfg.block_m), col_blocks),
         x2d, dy2d, probs if probs is not None else x2d, dx, partials if partials is not None else dx,
         row_amax if row_amax is not None else dx, M, F, x2d.stride(0), dy2d.stride(0), limit, alpha,
-        ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
+        ACT=kernel_act(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
         ROW_AMAX=row_amax is not None, BLOCK_M=cfg.block_m, BLOCK_F=cfg.block_f, num_warps=cfg.num_warps,
     )
     if partials is None:
@@ -220,7 +221,7 @@ def _halves(x2d: torch.Tensor, interleaved: bool) -> tuple[torch.Tensor, torch.T
 
 def reference_gated_fwd(
     x2d: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     *,
     interleaved: bool = False,
     clamped: bool = False,
@@ -245,7 +246,7 @@ def reference_gated_fwd(
 def reference_gated_bwd(
     x2d: torch.Tensor,
     dy2d: torch.Tensor,
-    act: Activation,
+    act: AnyActivation,
     *,
     interleaved: bool = False,
     clamped: bool = False,

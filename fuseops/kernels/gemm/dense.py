@@ -26,8 +26,11 @@ from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot, float32_do
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
     Activation,
+    AnyActivation,
     activation,
+    activation_code,
     chain_grad,
+    kernel_act,
     reference_activation,
     reference_chain_grad,
 )
@@ -243,7 +246,7 @@ def gemm(
     b: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
-    act: Activation = Activation.IDENTITY,
+    act: AnyActivation = Activation.IDENTITY,
     alpha: float = 1.0,
     save_preact: bool = False,
     act_grad_input: torch.Tensor | None = None,
@@ -369,7 +372,7 @@ def _plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg) -> _GemmPla
         if t is not None:
             epi_ptrs |= t.data_ptr()
     key = (a.shape, a.stride(0), a.dtype, b.shape, b.stride(), b.dtype, y.shape, y.stride(), y.dtype,
-           a.get_device(), bias is not None, int(act), preact is not None,
+           a.get_device(), bias is not None, activation_code(act), preact is not None,
            None if act_grad_input is None else (act_grad_input.dtype, act_grad_input.shape, act_grad_input.stride()),
            None if residual is None else (residual.dtype, residual.shape, residual.stride()),
            cfg, load_aligned, not epi_ptrs & 15, a.dtype is torch.float32 and float32_matmul_in_tf32())
@@ -392,7 +395,7 @@ def _new_plan(a, b, y, preact, bias, act, act_grad_input, residual, cfg) -> _Gem
     tiles = cdiv(M, bm) * cdiv(N, bn)
     programs = max(1, min(cfg.programs_per_sm * device_sms(a), tiles))
     constexprs = dict(
-        ACT=int(act), ACT_GRAD=act_grad_input is not None, HAS_BIAS=bias is not None,
+        ACT=kernel_act(act), ACT_GRAD=act_grad_input is not None, HAS_BIAS=bias is not None,
         HAS_RESIDUAL=residual is not None, SAVE_PREACT=preact is not None,
         TMA_LOAD=tma_load, TMA_EPI=tma_epi, B_TRANS=b_trans,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
@@ -424,7 +427,7 @@ def reference_gemm(
     b: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
-    act: Activation = Activation.IDENTITY,
+    act: AnyActivation = Activation.IDENTITY,
     alpha: float = 1.0,
     save_preact: bool = False,
     act_grad_input: torch.Tensor | None = None,
@@ -452,7 +455,7 @@ def reference_gemm_epilogue(
     z: torch.Tensor,
     dtype: torch.dtype,
     *,
-    act: Activation = Activation.IDENTITY,
+    act: AnyActivation = Activation.IDENTITY,
     alpha: float = 1.0,
     save_preact: bool = False,
     act_grad_input: torch.Tensor | None = None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from fuseops.kernels.elementwise.activation import activation_bwd, activation_fwd
-from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.elementwise.activation_math import Activation, AnyActivation
 from fuseops.kernels.elementwise.gated_activation import gated_fwd
 
 
@@ -27,7 +27,7 @@ def gemm(
     b: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
-    act: Activation = Activation.IDENTITY,
+    act: AnyActivation = Activation.IDENTITY,
     alpha: float = 1.0,
     save_preact: bool = False,
     act_grad_input: torch.Tensor | None = None,
@@ -70,7 +70,7 @@ def gemm_gated(
     b: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
-    act: Activation,
+    act: AnyActivation,
     interleaved: bool = False,
     clamped: bool = False,
     limit: float = 7.0,

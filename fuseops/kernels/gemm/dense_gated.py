@@ -21,7 +21,13 @@ import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, device_sms, dot, float32_dot_precision, float32_matmul_in_tf32
 from fuseops.kernels.dtypes import as_dtype
-from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
+from fuseops.kernels.elementwise.activation_math import (
+    AnyActivation,
+    activation_code,
+    gated,
+    kernel_act,
+    reference_gated,
+)
 from fuseops.kernels.gemm.dense import (
     GemmConfig,
     PlannedDescriptor,
@@ -131,7 +137,7 @@ def gemm_gated(
     b: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
-    act: Activation,
+    act: AnyActivation,
     interleaved: bool = False,
     clamped: bool = False,
     limit: float = 7.0,
@@ -226,9 +232,10 @@ def _plan(a, b, y, preact, bias, act, interleaved, clamped, cfg) -> _GatedPlan:
     (shapes, strides, dtypes), and whether ``a`` and ``b`` and the outputs are 16-byte aligned:
     the halves' alignment follows from their base's and the class (a misaligned base makes
     the first half misaligned, so TMA is off either way); for float32 operands the matmul
-    precision torch asks for now. ``act`` keyed as an int."""
+    precision torch asks for now. ``act`` keyed as its int."""
     key = (a.shape, a.stride(0), a.dtype, b.shape, b.stride(), b.dtype, y.shape, y.stride(), y.dtype,
-           a.get_device(), bias is not None, int(act), bool(interleaved), bool(clamped), preact is not None, cfg,
+           a.get_device(), bias is not None, activation_code(act), bool(interleaved), bool(clamped),
+           preact is not None, cfg,
            not (a.data_ptr() | b.data_ptr()) & 15,
            not (y.data_ptr() | (0 if preact is None else preact.data_ptr())) & 15,
            a.dtype is torch.float32 and float32_matmul_in_tf32())
@@ -257,7 +264,7 @@ def _new_plan(a, b, y, preact, bias, act, interleaved, clamped, cfg) -> _GatedPl
     tiles = cdiv(M, bm) * cdiv(F, bn)
     programs = max(1, min(cfg.programs_per_sm * device_sms(a), tiles))
     constexprs = dict(
-        ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_BIAS=bias is not None,
+        ACT=kernel_act(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_BIAS=bias is not None,
         SAVE_PREACT=preact is not None, TMA_LOAD=tma_load, TMA_EPI=tma_epi, B_TRANS=b_trans,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         FLATTEN=not cfg.warp_specialize, WARP_SPECIALIZE=cfg.warp_specialize,
@@ -280,7 +287,7 @@ def reference_gemm_gated(
     b: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
-    act: Activation,
+    act: AnyActivation,
     interleaved: bool = False,
     clamped: bool = False,
     limit: float = 7.0,
@@ -310,7 +317,7 @@ def reference_gated_epilogue(
     z: torch.Tensor,
     dtype: torch.dtype,
     *,
-    act: Activation,
+    act: AnyActivation,
     interleaved: bool = False,
     clamped: bool = False,
     limit: float = 7.0,

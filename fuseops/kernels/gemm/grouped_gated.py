@@ -23,7 +23,7 @@ import triton.language as tl
 
 from fuseops.kernels._triton import INTERPRET, cdiv, dot, float32_dot_precision, float32_matmul_in_tf32, next_power_of_2
 from fuseops.kernels.dtypes import as_dtype
-from fuseops.kernels.elementwise.activation_math import Activation, gated, reference_gated
+from fuseops.kernels.elementwise.activation_math import AnyActivation, gated, kernel_act, reference_gated
 from fuseops.kernels.gemm.grouped import (
     _group_tiles,
     _locate,
@@ -306,7 +306,7 @@ def grouped_gemm_gated(
     offsets: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
-    act: Activation,
+    act: AnyActivation,
     interleaved: bool = False,
     clamped: bool = False,
     limit: float = 7.0,
@@ -368,7 +368,7 @@ def launch_grouped_gemm_gated(a, b, offsets, bias, act, interleaved, clamped, li
         a.stride(0), b.stride(0), b.stride(1), b.stride(2), h.stride(0),
         z.stride(0) if z is not None else 0, bias.stride(0) if bias is not None else 0,
         float(limit), float(alpha),
-        ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_BIAS=bias is not None,
+        ACT=kernel_act(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_BIAS=bias is not None,
         HAS_PROBS=probs is not None, SAVE_PREACT=save_preact, TMA_LOAD=tma_load,
         TMA_STORE=tma_store, B_TRANS=b_trans, GATHER_A=a_rows is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
         GROUP_M=cfg.group_m, EPILOGUE_PARTS=cfg.epilogue_parts,
@@ -390,7 +390,7 @@ def reference_grouped_gemm_gated(
     offsets: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
-    act: Activation,
+    act: AnyActivation,
     interleaved: bool = False,
     clamped: bool = False,
     limit: float = 7.0,

@@ -25,8 +25,9 @@ import triton.language as tl
 from fuseops.kernels._triton import INTERPRET, cdiv, dot, float32_dot_precision, next_power_of_2
 from fuseops.kernels.dtypes import as_dtype
 from fuseops.kernels.elementwise.activation_math import (
-    Activation,
+    AnyActivation,
     gated_and_grad,
+    kernel_act,
     reference_gated,
     reference_gated_grad,
 )
@@ -178,7 +179,7 @@ def grouped_gemm_dgrad_gated(
     offsets: torch.Tensor,
     z: torch.Tensor,
     *,
-    act: Activation,
+    act: AnyActivation,
     interleaved: bool = False,
     clamped: bool = False,
     limit: float = 7.0,
@@ -248,7 +249,7 @@ def launch_grouped_gemm_dgrad_gated(dy, b, offsets, z, act, interleaved, clamped
         dy.stride(0), b.stride(0), b.stride(1), b.stride(2), z.stride(0), dz.stride(0),
         h.stride(0) if h is not None else 0,
         float(limit), float(alpha),
-        ACT=int(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
+        ACT=kernel_act(act), CLAMPED=clamped, INTERLEAVED=interleaved, HAS_PROBS=probs is not None,
         WANT_H=want_h, TMA_LOAD=tma_load, TMA_Z=tma_z, TMA_STORE=tma_store, B_TRANS=b_trans,
         GATHER_A=dy_rows is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         EPILOGUE_PARTS=cfg.epilogue_parts, BLOCK_G=max(16, next_power_of_2(G)),
@@ -267,7 +268,7 @@ def reference_grouped_gemm_dgrad_gated(
     offsets: torch.Tensor,
     z: torch.Tensor,
     *,
-    act: Activation,
+    act: AnyActivation,
     interleaved: bool = False,
     clamped: bool = False,
     limit: float = 7.0,

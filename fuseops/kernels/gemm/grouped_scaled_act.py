@@ -30,7 +30,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2
 from fuseops.kernels.elementwise.activation import reference_activation_fwd
-from fuseops.kernels.elementwise.activation_math import Activation, activation, gated
+from fuseops.kernels.elementwise.activation_math import AnyActivation, activation, gated, kernel_act
 from fuseops.kernels.elementwise.gated_activation import reference_gated_fwd
 from fuseops.kernels.gemm.dense import tma_ok
 from fuseops.kernels.gemm.grouped import (
@@ -254,7 +254,7 @@ def grouped_gemm_scaled_act(
     b: Operand,
     offsets: torch.Tensor,
     *,
-    act: Activation,
+    act: AnyActivation,
     gated: bool = False,
     interleaved: bool = False,
     clamped: bool = False,
@@ -327,7 +327,7 @@ def grouped_gemm_scaled_act(
         *qe.strides(out), float(limit), float(alpha),
         SCALING=int(scaling), ELEM=int(element), QBLOCK=BLOCK_SIZE[scaling] or 1, STORE_Y=out.y is not None,
         B_ROWS_PER_SCALE=b.rows_per_scale, HAS_OUTER_A=a.outer is not None, HAS_OUTER_B=b.outer is not None,
-        HAS_BIAS=bias is not None, ACT=int(act), GATED=gated, CLAMPED=clamped,
+        HAS_BIAS=bias is not None, ACT=kernel_act(act), GATED=gated, CLAMPED=clamped,
         INTERLEAVED=gated and interleaved, HAS_PROBS=probs is not None, SAVE_PREACT=save_preact, TMA=tma, TMA_Z=z_args is not None,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         BLOCK_G=max(16, next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
@@ -342,7 +342,7 @@ def reference_grouped_gemm_scaled_act(
     b: Operand,
     offsets: torch.Tensor,
     *,
-    act: Activation,
+    act: AnyActivation,
     gated: bool = False,
     interleaved: bool = False,
     clamped: bool = False,

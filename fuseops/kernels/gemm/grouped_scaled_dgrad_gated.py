@@ -28,7 +28,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fuseops.kernels._triton import INTERPRET, cdiv, next_power_of_2
 from fuseops.kernels.dtypes import as_dtype
-from fuseops.kernels.elementwise.activation_math import Activation, gated_and_grad
+from fuseops.kernels.elementwise.activation_math import AnyActivation, gated_and_grad, kernel_act
 from fuseops.kernels.elementwise.bias_grad import sum_partials
 from fuseops.kernels.elementwise.gated_activation import reference_gated_bwd
 from fuseops.kernels.gemm.dense import tma_ok
@@ -154,7 +154,7 @@ def grouped_gemm_scaled_dgrad_gated(
     z: torch.Tensor,
     *,
     scaling: Scaling,
-    act: Activation,
+    act: AnyActivation,
     interleaved: bool = False,
     clamped: bool = False,
     limit: float = 7.0,
@@ -213,7 +213,7 @@ def grouped_gemm_scaled_dgrad_gated(
             aog, aom, bog, bon, zc.stride(0), *qe.strides(out), float(limit), float(alpha),
             SCALING=int(scaling), GRAD_SCALING=int(grad_scaling), ELEM=int(element),
             QBLOCK=BLOCK_SIZE[grad_scaling] or 1, STORE_Y=out.y is not None, B_ROWS_PER_SCALE=b.rows_per_scale,
-            HAS_OUTER_A=a.outer is not None, HAS_OUTER_B=b.outer is not None, ACT=int(act), CLAMPED=clamped,
+            HAS_OUTER_A=a.outer is not None, HAS_OUTER_B=b.outer is not None, ACT=kernel_act(act), CLAMPED=clamped,
             INTERLEAVED=interleaved, HAS_PROBS=probs is not None, TMA=tma,
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
             BLOCK_G=max(16, next_power_of_2(G)), NUM_PROGRAMS=programs, FLATTEN=cfg.flatten,
@@ -232,7 +232,7 @@ def reference_grouped_gemm_scaled_dgrad_gated(
     z: torch.Tensor,
     *,
     scaling: Scaling,
-    act: Activation,
+    act: AnyActivation,
     interleaved: bool = False,
     clamped: bool = False,
     limit: float = 7.0,

@@ -9,7 +9,7 @@ import torch
 
 from fuseops.kernels.custom_op import fuseops_op
 from fuseops.kernels.dispatch import Kernel, launcher
-from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.elementwise.activation_math import AnyActivation, activation_code, activation_from_code
 from fuseops.kernels.gemm.grouped_scaled_dgrad_gated import check_split
 from fuseops.kernels.quantization.epilogue import Emitted
 from fuseops.kernels.quantization.formats import Element, Scaling
@@ -38,7 +38,7 @@ def _act_op(a, a_scale, a_outer, a_rps, a_opr, b, b_scale, b_outer, b_rps, b_opr
             save_preact: bool, scaling: int, element: int, store_y: bool, out_dtype: torch.dtype):
     a_op, b_op = operand(a, a_scale, a_outer, a_rps, a_opr), operand(b, b_scale, b_outer, b_rps, b_opr)
     emitted, z = launcher(Kernel.GROUPED_GEMM_SCALED_ACT, a)(
-        a_op, b_op, offsets, act=Activation(act), gated=gated, interleaved=interleaved, clamped=clamped,
+        a_op, b_op, offsets, act=activation_from_code(act), gated=gated, interleaved=interleaved, clamped=clamped,
         limit=limit, alpha=alpha, probs=probs, bias=bias, save_preact=save_preact, scaling=Scaling(scaling),
         element=Element(element), store_y=store_y, out_dtype=out_dtype)
     return owned((*filled(emitted, a), z if z is not None else empty_like_none(a)), (probs, bias))
@@ -52,15 +52,15 @@ def _(a, a_scale, a_outer, a_rps, a_opr, b, b_scale, b_outer, b_rps, b_opr, offs
     return (*emitted, a.new_empty(M, N, dtype=out_dtype) if save_preact else empty_like_none(a))
 
 
-def grouped_gemm_scaled_act(a: Operand, b: Operand, offsets: torch.Tensor, *, act: Activation, gated: bool = False,
+def grouped_gemm_scaled_act(a: Operand, b: Operand, offsets: torch.Tensor, *, act: AnyActivation, gated: bool = False,
                             interleaved: bool = False, clamped: bool = False, limit: float = 7.0,
                             alpha: float = 1.0, probs: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                             save_preact: bool = False, scaling: Scaling, element: Element, store_y: bool,
                             out_dtype: torch.dtype, out: Emitted | None = None) -> tuple[Emitted, torch.Tensor | None]:
     """``grouped_scaled_act.grouped_gemm_scaled_act`` (or its reference) through a custom op."""
-    *tensors, z = _act_op(*operand_args(a), *operand_args(b), offsets, int(act), interleaved, clamped, float(limit),
-                          float(alpha), probs, gated, bias, save_preact, int(scaling), int(element), store_y,
-                          out_dtype)
+    *tensors, z = _act_op(*operand_args(a), *operand_args(b), offsets, activation_code(act), interleaved, clamped,
+                          float(limit), float(alpha), probs, gated, bias, save_preact, int(scaling), int(element),
+                          store_y, out_dtype)
     emitted = Emitted(*into(out, kept(tensors, emitted_present(scaling, store_y))))
     return emitted, z if save_preact else None
 
@@ -73,7 +73,7 @@ def _dgrad_gated_op(a, a_scale, a_outer, a_rps, a_opr, b, b_scale, b_outer, b_rp
                     grad_scaling: int, element: int, store_y: bool, out_dtype: torch.dtype):
     a_op, b_op = operand(a, a_scale, a_outer, a_rps, a_opr), operand(b, b_scale, b_outer, b_rps, b_opr)
     emitted, dprobs = launcher(Kernel.GROUPED_GEMM_SCALED_DGRAD_GATED, a)(
-        a_op, b_op, offsets, z, scaling=Scaling(scaling), act=Activation(act), interleaved=interleaved,
+        a_op, b_op, offsets, z, scaling=Scaling(scaling), act=activation_from_code(act), interleaved=interleaved,
         clamped=clamped, limit=limit, alpha=alpha, probs=probs, grad_scaling=Scaling(grad_scaling),
         element=Element(element), store_y=store_y, out_dtype=out_dtype)
     return owned((*filled(emitted, z), dprobs if dprobs is not None else empty_like_none(z)), (z, probs))
@@ -90,13 +90,13 @@ def _(a, a_scale, a_outer, a_rps, a_opr, b, b_scale, b_outer, b_rps, b_opr, offs
 
 
 def grouped_gemm_scaled_dgrad_gated(a: Operand, b: Operand, offsets: torch.Tensor, z: torch.Tensor, *,
-                                    scaling: Scaling, act: Activation, interleaved: bool = False,
+                                    scaling: Scaling, act: AnyActivation, interleaved: bool = False,
                                     clamped: bool = False, limit: float = 7.0, alpha: float = 1.0,
                                     probs: torch.Tensor | None = None, grad_scaling: Scaling, element: Element,
                                     store_y: bool, out_dtype: torch.dtype) -> tuple[Emitted, torch.Tensor | None]:
     """``grouped_scaled_dgrad_gated.grouped_gemm_scaled_dgrad_gated`` (or its reference) through a custom op."""
-    *tensors, dprobs = _dgrad_gated_op(*operand_args(a), *operand_args(b), offsets, z, int(scaling), int(act),
-                                       interleaved, clamped, float(limit), float(alpha), probs, int(grad_scaling),
-                                       int(element), store_y, out_dtype)
+    *tensors, dprobs = _dgrad_gated_op(*operand_args(a), *operand_args(b), offsets, z, int(scaling),
+                                       activation_code(act), interleaved, clamped, float(limit), float(alpha), probs,
+                                       int(grad_scaling), int(element), store_y, out_dtype)
     emitted = Emitted(*kept(tensors, emitted_present(grad_scaling, store_y)))
     return emitted, dprobs if probs is not None else None

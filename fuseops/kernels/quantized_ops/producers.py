@@ -8,7 +8,7 @@ import torch
 
 from fuseops.kernels.custom_op import fuseops_op
 from fuseops.kernels.dispatch import Kernel, launcher
-from fuseops.kernels.elementwise.activation_math import Activation
+from fuseops.kernels.elementwise.activation_math import AnyActivation, activation_code, activation_from_code
 from fuseops.kernels.quantization.epilogue import Emitted
 from fuseops.kernels.quantization.formats import Element, Scaling
 from fuseops.kernels.quantized_ops._args import emitted_present, fake_emitted, filled, into, kept, owned
@@ -29,7 +29,7 @@ def _stats_dtype(x: torch.Tensor) -> torch.dtype:
 @fuseops_op(f"activation_quantize_fwd(Tensor x, int act, float alpha, {_FORMAT}) -> {_EMITTED})")
 def _activation_op(x, act: int, alpha: float, scaling: int, element: int, store_y: bool):
     emitted = launcher(Kernel.ACTIVATION_QUANTIZE_FWD, x)(
-        x, Activation(act), alpha, scaling=Scaling(scaling), element=Element(element), store_y=store_y)
+        x, activation_from_code(act), alpha, scaling=Scaling(scaling), element=Element(element), store_y=store_y)
     return owned(filled(emitted, x), (x,))
 
 
@@ -38,10 +38,10 @@ def _(x, act, alpha, scaling, element, store_y):
     return fake_emitted(x.shape[0], x.shape[1], x.dtype, x, Scaling(scaling), Element(element), store_y)
 
 
-def activation_quantize_fwd(x2d: torch.Tensor, act: Activation, alpha: float = 1.0, *, scaling: Scaling,
+def activation_quantize_fwd(x2d: torch.Tensor, act: AnyActivation, alpha: float = 1.0, *, scaling: Scaling,
                             element: Element, store_y: bool, out: Emitted | None = None) -> Emitted:
     """``activation_quantize.activation_quantize_fwd`` (or its reference) through a custom op."""
-    tensors = _activation_op(x2d, int(act), float(alpha), int(scaling), int(element), store_y)
+    tensors = _activation_op(x2d, activation_code(act), float(alpha), int(scaling), int(element), store_y)
     return _emitted(tensors, scaling, store_y, out)
 
 
@@ -50,7 +50,7 @@ def activation_quantize_fwd(x2d: torch.Tensor, act: Activation, alpha: float = 1
 def _gated_op(x, act: int, interleaved: bool, clamped: bool, limit: float, alpha: float, probs, scaling: int,
               element: int, store_y: bool):
     emitted = launcher(Kernel.GATED_QUANTIZE_FWD, x)(
-        x, Activation(act), interleaved=interleaved, clamped=clamped, limit=limit, alpha=alpha, probs=probs,
+        x, activation_from_code(act), interleaved=interleaved, clamped=clamped, limit=limit, alpha=alpha, probs=probs,
         scaling=Scaling(scaling), element=Element(element), store_y=store_y)
     return owned(filled(emitted, x), (x, probs))
 
@@ -60,12 +60,12 @@ def _(x, act, interleaved, clamped, limit, alpha, probs, scaling, element, store
     return fake_emitted(x.shape[0], x.shape[1] // 2, x.dtype, x, Scaling(scaling), Element(element), store_y)
 
 
-def gated_quantize_fwd(x2d: torch.Tensor, act: Activation, *, interleaved: bool = False, clamped: bool = False,
+def gated_quantize_fwd(x2d: torch.Tensor, act: AnyActivation, *, interleaved: bool = False, clamped: bool = False,
                        limit: float = 7.0, alpha: float = 1.0, probs: torch.Tensor | None = None,
                        scaling: Scaling, element: Element, store_y: bool, out: Emitted | None = None) -> Emitted:
     """``activation_quantize.gated_quantize_fwd`` (or its reference) through a custom op."""
-    tensors = _gated_op(x2d, int(act), interleaved, clamped, float(limit), float(alpha), probs, int(scaling),
-                        int(element), store_y)
+    tensors = _gated_op(x2d, activation_code(act), interleaved, clamped, float(limit), float(alpha), probs,
+                        int(scaling), int(element), store_y)
     return _emitted(tensors, scaling, store_y, out)
 
 
