@@ -74,9 +74,15 @@ def range_check(t: torch.Tensor) -> str:
     always on the device (values unknown)."""
     if torch.compiler.is_compiling():
         return OPS
-    if not t.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1":
+    if _read_back(t):
         return HOST
     return KERNELS if maybe_current_level() is None else OPS
+
+
+def _read_back(t: torch.Tensor) -> bool:
+    """Whether ``t``'s range is checked by reading it back (``HOST``): CPU tensors, and CUDA with
+    ``FUSEOPS_DEBUG=1``."""
+    return not t.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1"
 
 
 def _check_range_on_host(name: str, t: torch.Tensor, bound: int, what: str) -> None:
@@ -165,7 +171,12 @@ def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, what: str) ->
     there, and a message naming it would pin the graph to one row count."""
     if torch.compiler.is_compiling():
         run_time_check(RANGE, t, bound, name, what)
-    elif t.numel():
+    else:
+        _assert_in_range_on_device(name, t, bound, what)
+
+
+def _assert_in_range_on_device(name: str, t: torch.Tensor, bound: int, what: str) -> None:
+    if t.numel():
         torch._assert_async(((t >= 0) & (t < bound)).all(), _range_expected(name, bound, what))
 
 
@@ -174,11 +185,12 @@ RANGE = "routing_range"
 
 @registered(RANGE)
 def _range_at_run_time(t: torch.Tensor, bound: int, name: str, what: str) -> None:
-    """``0 <= t < bound`` checked as an eager call checks it (``range_check``)."""
-    if range_check(t) == HOST:
+    """``0 <= t < bound`` checked as an eager call checks it: read back where ``range_check``
+    says so (the CPU, ``FUSEOPS_DEBUG=1``), else asserted on the device."""
+    if _read_back(t):
         _check_range_on_host(name, t, bound, what)
     else:
-        _assert_in_range_async(name, t, bound, what)
+        _assert_in_range_on_device(name, t, bound, what)
 
 
 class _Permute(torch.autograd.Function):
