@@ -19,11 +19,11 @@ operator (``kernels/moe/traceable.py``). Out-of-range expert ids (``permute``) a
   indexing kernels do: the next synchronising call raises ``RuntimeError`` ("device-side
   assert triggered"; the message names the argument and the range expected), and the CUDA
   context is unusable from then on.
+  The kernels clamp ids and rows into range, so nothing reads or writes out of bounds before
+  the assert is reported.
 - Under ``torch.compile`` (where no tensor's values are known while tracing) the compiled graph
   makes the check of the two above that the call would make eagerly, when it runs
   (``kernels/run_time_check.py``): the same error, with the same values.
-  The kernels clamp ids and rows into range, so nothing reads or writes out of bounds before
-  the assert is reported.
 """
 
 from __future__ import annotations
