@@ -15,7 +15,8 @@
 #   bash benchmarks/run_gpu.sh ops [pytest args]       # tests/ops
 #   bash benchmarks/run_gpu.sh quant [pytest args]     # tests/quant/test_quantize.py (long: run it by -k slices)
 #   bash benchmarks/run_gpu.sh quantops [pytest args]  # tests/quant but test_quantize.py
-#   bash benchmarks/run_gpu.sh top [pytest args]       # tests/test_*.py (compile, user CUDA graphs, torch.nn behaviour)
+#   bash benchmarks/run_gpu.sh top [pytest args]       # tests/test_*.py (compile, user CUDA graphs, torch.nn behaviour) but compiled bad input
+#   bash benchmarks/run_gpu.sh badinput [pytest args]  # tests/test_compile_bad_input.py (every check under every compile mode)
 #   bash benchmarks/run_gpu.sh examples [pytest args]  # the MoE language model example (its GPU runs: graphs, compile, recipes)
 #   bash benchmarks/run_gpu.sh examplebench [pytest args] # the example's benchmark (a smoke run that writes results and a plot)
 #   bash benchmarks/run_gpu.sh distributed [pytest args] # tests/distributed and the expert-parallel NCCL tests (one GPU: world size 1; 2+ GPUs: the rest)
@@ -55,7 +56,8 @@ case "$part" in
   ops) pytest_part tests/ops "$@" ;;
   quant) pytest_part tests/quant/test_quantize.py "$@" ;;
   quantops) pytest_part tests/quant --ignore=tests/quant/test_quantize.py "$@" ;;
-  top) pytest_part tests/test_*.py "$@" ;;
+  top) pytest_part $(ls tests/test_*.py | grep -v test_compile_bad_input.py) "$@" ;;  # (--ignore skips no file named)
+  badinput) pytest_part tests/test_compile_bad_input.py "$@" ;;
   examples) pytest_part tests/examples --ignore=tests/examples/test_train_moe_lm_benchmark.py "$@" ;;
   examplebench) pytest_part tests/examples/test_train_moe_lm_benchmark.py "$@" ;;
   distributed) pytest_part tests/distributed tests/moe/test_expert_parallel_capacity.py tests/moe/test_expert_parallel_overlap.py tests/moe/test_expert_parallel_composition.py "$@" ;;

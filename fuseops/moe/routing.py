@@ -19,11 +19,11 @@ operator (``kernels/moe/traceable.py``). Out-of-range expert ids (``permute``) a
   indexing kernels do: the next synchronising call raises ``RuntimeError`` ("device-side
   assert triggered"; the message names the argument and the range expected), and the CUDA
   context is unusable from then on.
+  The kernels clamp ids and rows into range, so nothing reads or writes out of bounds before
+  the assert is reported.
 - Under ``torch.compile`` (where no tensor's values are known while tracing) the compiled graph
   makes the check of the two above that the call would make eagerly, when it runs
   (``kernels/run_time_check.py``): the same error, with the same values.
-  The kernels clamp ids and rows into range, so nothing reads or writes out of bounds before
-  the assert is reported.
 """
 
 from __future__ import annotations
@@ -74,9 +74,15 @@ def range_check(t: torch.Tensor) -> str:
     always on the device (values unknown)."""
     if torch.compiler.is_compiling():
         return OPS
-    if not t.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1":
+    if _read_back(t):
         return HOST
     return KERNELS if maybe_current_level() is None else OPS
+
+
+def _read_back(t: torch.Tensor) -> bool:
+    """Whether ``t``'s range is checked by reading it back (``HOST``): CPU tensors, and CUDA with
+    ``FUSEOPS_DEBUG=1``."""
+    return not t.is_cuda or os.environ.get("FUSEOPS_DEBUG") == "1"
 
 
 def _check_range_on_host(name: str, t: torch.Tensor, bound: int, what: str) -> None:
@@ -166,10 +172,10 @@ def _assert_in_range_async(name: str, t: torch.Tensor, bound: int, what: str) ->
     if torch.compiler.is_compiling():
         run_time_check(RANGE, t, bound, name, what)
     else:
-        _assert_on_device(name, t, bound, what)
+        _assert_in_range_on_device(name, t, bound, what)
 
 
-def _assert_on_device(name: str, t: torch.Tensor, bound: int, what: str) -> None:
+def _assert_in_range_on_device(name: str, t: torch.Tensor, bound: int, what: str) -> None:
     if t.numel():
         torch._assert_async(((t >= 0) & (t < bound)).all(), _range_expected(name, bound, what))
 
@@ -179,11 +185,12 @@ RANGE = "routing_range"
 
 @registered(RANGE)
 def _range_at_run_time(t: torch.Tensor, bound: int, name: str, what: str) -> None:
-    """``0 <= t < bound`` checked as an eager call checks it (``range_check``)."""
-    if range_check(t) == HOST:
+    """``0 <= t < bound`` checked as an eager call checks it: read back where ``range_check``
+    says so (the CPU, ``FUSEOPS_DEBUG=1``), else asserted on the device."""
+    if _read_back(t):
         _check_range_on_host(name, t, bound, what)
     else:
-        _assert_on_device(name, t, bound, what)
+        _assert_in_range_on_device(name, t, bound, what)
 
 
 class _Permute(torch.autograd.Function):
