@@ -5,6 +5,7 @@ is checked here against a plain-torch model of what it computes), the skewed rou
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import torch
@@ -84,7 +85,8 @@ def test_smoke_runs_every_new_path(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "sonicmoe skipped:" in done.stdout
     [results] = tmp_path.glob("moe_layer-cpu-*.json")
-    assert results.with_suffix(".png").exists()
+    # The plot needs matplotlib (the ``bench`` extra); the results file does not.
+    assert results.with_suffix(".png").exists() or importlib.util.find_spec("matplotlib") is None
     rows = json.loads(results.read_text())["rows"]
     cells = {(r["routing"], r["mode"], r["impl"]) for r in rows}
     assert cells == {(routing, mode, impl) for routing in ROUTINGS for mode in ("fwd", "fwd+bwd")
