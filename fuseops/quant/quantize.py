@@ -171,6 +171,9 @@ def quantize(
         raise TypeError("recipe: expected a fuseops.recipes instance, got None")
     role = as_role(role)
     _check(x, recipe.format(role), offsets, rowwise, columnwise, rows)
+    # Quantizing is not differentiable: the storage carries no graph, eagerly or compiled (where
+    # torch's fallback for an operator without an autograd kernel would make one that gives no grad).
+    x = x.detach()
     return quantize_derived(x, recipe, role=role, rowwise=rowwise, columnwise=columnwise, offsets=offsets, rows=rows)
 
 

@@ -259,3 +259,18 @@ def test_gpu_compiled_fused_quantized_moe_layer_is_eager(recipe):
         want = step(lambda x, ids=ids: layer(x, ids), params, x, dy, recipe, autocast=False)
         got = step(lambda x, ids=ids: compiled(x, ids), params, x, dy, recipe, autocast=False)
         assert_same(got, want, f"T={T}")
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: type(r).__name__)
+def test_compiled_quantize_carries_no_graph_as_eager(recipe):
+    # Quantizing is not differentiable: eagerly the dequantized tensor does not require grad, and
+    # compiled it must not either (no backward that silently gives x no gradient).
+    def f(x):
+        return fuseops.quantize(x, recipe).dequantize()
+
+    x = torch.randn(4, 64, requires_grad=True)
+    eager = f(x)
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)(x)
+    assert not eager.requires_grad and not compiled.requires_grad
+    assert torch.equal(compiled, eager)
