@@ -103,22 +103,26 @@ class CallCache:
     """``Prepared`` runs of one ``Sequential``, by call signature."""
 
     def __init__(self) -> None:
-        self._runs: dict[tuple, Prepared] = {}
+        # Read directly by ``Sequential.forward`` (``runs.get``: no Python call per call).
+        self.runs: dict[tuple, Prepared] = {}
 
     def get(self, signature: tuple | None) -> Prepared | None:
-        return None if signature is None else self._runs.get(signature)
+        return None if signature is None else self.runs.get(signature)
 
     def put(self, signature: tuple | None, prepared: Prepared) -> None:
         if signature is None:
             return
-        if len(self._runs) >= MAX_SIGNATURES:
-            self._runs.clear()
-        self._runs[signature] = prepared
+        if len(self.runs) >= MAX_SIGNATURES:
+            self.runs.clear()
+        self.runs[signature] = prepared
 
     def clear(self) -> None:
-        self._runs.clear()
+        self.runs.clear()
 
     def __getstate__(self) -> dict:
         # Derived state, rebuilt by the next call: a copy (``copy.deepcopy``, ``torch.save`` of
         # the module) starts empty.
-        return {"_runs": {}}
+        return {"runs": {}}
+
+    def __setstate__(self, state: dict) -> None:
+        self.runs = {}

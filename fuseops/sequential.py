@@ -118,7 +118,7 @@ class Sequential(torch.nn.Module):
             signature, params = call_signature(
                 ops, input, extra_inputs, fuse=self.fuse, grad_enabled=grad_enabled, recipe=recipe
             )
-            prepared = self._calls.get(signature)
+            prepared = None if signature is None else self._calls.runs.get(signature)
             if prepared is not None:
                 if self._plan is not prepared.plan:
                     self._plan = prepared.plan

@@ -245,7 +245,7 @@ def test_a_setting_or_op_changed_after_repeated_calls_is_seen(change) -> None:
 
 def _kept_runs(model: fuseops.Sequential) -> list:
     """The prepared runs ``model`` keeps, by call signature (``fuseops/call_cache.py``)."""
-    return list(model._calls._runs.values())
+    return list(model._calls.runs.values())
 
 
 def test_setting_a_setting_to_its_value_keeps_what_was_planned() -> None:
