@@ -10,6 +10,10 @@ an integer CPU tensor), the values themselves. A call whose signature was seen b
 straight to running (``fuseops.ops.executor.prepared``): its checks passed for that signature
 and would pass again, so errors still come before any launch. What is kept holds no tensor.
 
+Only the checks read the sizes and the split sizes' values; the kept run does not. A call that
+matches a kept run but for those (``sizeless_signature``: expert parallelism receives another
+row count, in other groups, every step) runs the checks, then that run: not the full path.
+
 The signature holds no op setting (``eps``, ``approximate``): a change of one, or an op put in,
 drops every kept run instead (``fuseops.ops.op.settings_epoch``, ``Sequential._forget``).
 
