@@ -10,6 +10,10 @@ an integer CPU tensor), the values themselves. A call whose signature was seen b
 straight to running (``fuseops.ops.executor.prepared``): its checks passed for that signature
 and would pass again, so errors still come before any launch. What is kept holds no tensor.
 
+Only the checks read the sizes and the split sizes' values; the kept run does not. A call that
+matches a kept run but for those (``sizeless_signature``: expert parallelism receives another
+row count, in other groups, every step) runs the checks, then that run: not the full path.
+
 The signature holds no op setting (``eps``, ``approximate``): a change of one, or an op put in,
 drops every kept run instead (``fuseops.ops.op.settings_epoch``, ``Sequential._forget``).
 
@@ -99,26 +103,55 @@ def call_signature(
     return signature, params
 
 
+def sizeless_signature(signature: tuple) -> tuple:
+    """``signature`` without the sizes and values the checks read: the input's and each extra
+    tensor's shape (their ranks stay), a host list's or CPU tensor's split sizes (their count
+    stays). A prepared run depends on none of them: its plan (``PlanCache`` keys on no shape
+    or value), op contexts and layout follow from the rest. So a call that matches a kept
+    run only here (expert parallelism: the received row count, and host split sizes, change
+    every step) runs the checks, which read what they read, and then that run."""
+    x_shape, *middle, extras = signature
+    keys = []
+    for k in extras:
+        if len(k) == 6 and type(k[1]) is torch.Size:  # a tensor's (``_extra_key``)
+            keys.append((k[0], len(k[1]), k[2], k[3], k[4], None if k[5] is None else len(k[5])))
+        else:  # a list of ints
+            keys.append(("sizes", len(k)))
+    return (len(x_shape), *middle, tuple(keys))
+
+
 class CallCache:
-    """``Prepared`` runs of one ``Sequential``, by call signature."""
+    """``Prepared`` runs of one ``Sequential``, by call signature, and by its
+    ``sizeless_signature`` (``general``: runs a call may take once its checks passed)."""
 
     def __init__(self) -> None:
-        self._runs: dict[tuple, Prepared] = {}
+        # Read directly by ``Sequential.forward`` (``runs.get``: no Python call per call).
+        self.runs: dict[tuple, Prepared] = {}
+        self.general: dict[tuple, Prepared] = {}
 
     def get(self, signature: tuple | None) -> Prepared | None:
-        return None if signature is None else self._runs.get(signature)
+        return None if signature is None else self.runs.get(signature)
 
     def put(self, signature: tuple | None, prepared: Prepared) -> None:
         if signature is None:
             return
-        if len(self._runs) >= MAX_SIGNATURES:
-            self._runs.clear()
-        self._runs[signature] = prepared
+        if len(self.runs) >= MAX_SIGNATURES:
+            self.runs.clear()
+        self.runs[signature] = prepared
+        general = sizeless_signature(signature)
+        if general not in self.general:
+            if len(self.general) >= MAX_SIGNATURES:
+                self.general.clear()
+            self.general[general] = prepared
 
     def clear(self) -> None:
-        self._runs.clear()
+        self.runs.clear()
+        self.general.clear()
 
     def __getstate__(self) -> dict:
         # Derived state, rebuilt by the next call: a copy (``copy.deepcopy``, ``torch.save`` of
         # the module) starts empty.
-        return {"_runs": {}}
+        return {"runs": {}, "general": {}}
+
+    def __setstate__(self, state: dict) -> None:
+        self.runs, self.general = {}, {}

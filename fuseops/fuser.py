@@ -18,6 +18,7 @@ import torch
 from fuseops.fusions import REGISTRY
 from fuseops.fusions.fusion import Fusion, PlanConfig, Stage, measured_declines_are_ignored, same_extra_input
 from fuseops.kernels._triton import runs_triton
+from fuseops.ops._autocast import autocast_dtype
 from fuseops.ops.executor.execute import Plan, Step, current_autocast
 from fuseops.ops.op import OP_CLASSES, BasicOp
 
@@ -52,7 +53,8 @@ def plan_config(x: torch.Tensor, recipe: Any, grad_enabled: bool) -> PlanConfig:
 def config_signature(x: torch.Tensor, recipe: Any, grad_enabled: bool) -> tuple:
     """What ``plan_config`` reads of the call, as a tuple (``call_cache.py`` keys on it per
     call, so it is built without the dataclass)."""
-    return (recipe, grad_enabled, runs_triton(x), current_autocast(x), measured_declines_are_ignored())
+    # (``current_autocast(x)`` without its check: x is a tensor here.)
+    return (recipe, grad_enabled, runs_triton(x), autocast_dtype(x.device), measured_declines_are_ignored())
 
 
 @torch.compiler.assume_constant_result

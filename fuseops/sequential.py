@@ -7,7 +7,7 @@ from typing import Any, NoReturn
 
 import torch
 
-from fuseops.call_cache import CallCache, call_signature
+from fuseops.call_cache import CallCache, call_signature, sizeless_signature
 from fuseops.fuser import PlanCache, build_plan, plan_config
 from fuseops.ops import _checks
 from fuseops.ops import op as op_module
@@ -118,8 +118,20 @@ class Sequential(torch.nn.Module):
             signature, params = call_signature(
                 ops, input, extra_inputs, fuse=self.fuse, grad_enabled=grad_enabled, recipe=recipe
             )
-            prepared = self._calls.get(signature)
+            prepared = None if signature is None else self._calls.runs.get(signature)
             if prepared is not None:
+                if self._plan is not prepared.plan:
+                    self._plan = prepared.plan
+                return run_prepared(prepared, ops, input, extra_inputs, params, compiling=False)
+            prepared = None if signature is None else self._calls.general.get(sizeless_signature(signature))
+            if prepared is not None:
+                # Seen but for sizes or split-size values (``sizeless_signature``): the checks
+                # read those, so they run; the run kept serves.
+                try:
+                    check_chain(ops, input, split_extra_inputs(ops, extra_inputs))
+                except (ValueError, TypeError) as error:
+                    return _checks.refused_while_tracing(error, stand_in(ops, input))
+                self._calls.put(signature, prepared)
                 if self._plan is not prepared.plan:
                     self._plan = prepared.plan
                 return run_prepared(prepared, ops, input, extra_inputs, params, compiling=False)

@@ -245,7 +245,7 @@ def test_a_setting_or_op_changed_after_repeated_calls_is_seen(change) -> None:
 
 def _kept_runs(model: fuseops.Sequential) -> list:
     """The prepared runs ``model`` keeps, by call signature (``fuseops/call_cache.py``)."""
-    return list(model._calls._runs.values())
+    return list(model._calls.runs.values())
 
 
 def test_setting_a_setting_to_its_value_keeps_what_was_planned() -> None:
@@ -325,3 +325,47 @@ def test_a_public_object_attribute_replaced_after_calls_is_seen() -> None:
     assert op_module.settings_epoch == epoch + 1
     _grads(model, x, x)
     assert _kept_runs(model)[0] is not before[0]  # planned afresh
+
+
+def _kept(model: fuseops.Sequential) -> set[int]:
+    """The distinct prepared runs a model keeps, by identity."""
+    return {id(p) for p in (*model._calls.runs.values(), *model._calls.general.values())}
+
+
+@pytest.mark.parametrize("form", ["list", "cpu tensor"])
+def test_changing_row_counts_and_split_sizes_reuse_one_prepared_run(form) -> None:
+    # Expert parallelism: every step receives another row count, in other groups. The checks
+    # read those (and run each call); the plan, contexts and layout do not.
+    model = _grouped()
+    seen = []
+    for sizes in ([2, 4, 0], [1, 1, 5], [0, 3, 6]):
+        rows = sum(sizes)
+        split = sizes if form == "list" else torch.tensor(sizes)
+        x = torch.randn(rows, 8)
+        got = _grads(model, x, split, split)
+        fresh = _grouped()
+        _same(got, _grads(fresh, x, split, split))
+        assert (model.plan.forward, model.plan.backward) == (fresh.plan.forward, fresh.plan.backward)
+        seen.append(model.plan)
+    assert len(_kept(model)) == 1
+    assert seen[0] is seen[1] is seen[2]
+    # A sum that does not match the rows still raises eager's error, for a new row count too.
+    bad = [2, 2, 2] if form == "list" else torch.tensor([2, 2, 2])
+    with pytest.raises(ValueError, match="summing to the 7 input rows"):
+        model(torch.randn(7, 8), bad, bad)
+    with pytest.raises(ValueError, match="summing to the 9 input rows"):
+        model(torch.randn(9, 8), bad, bad)
+
+
+def test_changing_row_counts_of_a_dense_block_reuse_one_prepared_run() -> None:
+    model = _dense()
+    for rows in (3, 5, 9):
+        x = torch.randn(rows, 8)
+        _same(_grads(model, x, x), _grads(_dense(), x, x))
+        with torch.no_grad():
+            torch.testing.assert_close(model(x, x), _dense()(x, x))
+    # One run for calls with grad and one without.
+    assert len(_kept(model)) == 2
+    # An extra input whose rows do not match the input's: eager's error.
+    with pytest.raises(ValueError, match="extra input r"):
+        model(torch.randn(6, 8), torch.randn(4, 8))

@@ -58,7 +58,8 @@ def runs_triton(t: torch.Tensor) -> bool:
         return False
     if t.is_cuda:
         return True
-    return cpu_kernels_active()
+    # ``cpu_kernels_active()`` inline: this runs per launcher and call.
+    return INTERPRET and _cpu_kernels_depth > 0
 
 
 @functools.lru_cache(maxsize=None)

@@ -42,7 +42,7 @@ import torch
 from torch._C._functorch import maybe_current_level
 
 from fuseops.kernels import dense_dispatch
-from fuseops.kernels._triton import runs_triton
+from fuseops.kernels._triton import cpu_kernels_active
 from fuseops.kernels.elementwise import (
     activation,
     activation_quantize,
@@ -213,9 +213,13 @@ TABLE: tuple[Route, ...] = (
 
 def backend_of(t: torch.Tensor) -> Backend:
     """Where work on ``t`` runs (module docstring)."""
-    if not runs_triton(t):
+    # ``runs_triton(t)`` inline (this runs per launch): float64 never, CUDA always, CPU tensors
+    # inside ``interpreted_kernels()``.
+    if t.dtype == torch.float64:
         return Backend.TORCH
-    return Backend.SM90 if pipeline.on_sm90(t) else Backend.TRITON
+    if t.is_cuda:
+        return Backend.SM90 if pipeline.on_sm90(t) else Backend.TRITON
+    return Backend.TRITON if cpu_kernels_active() else Backend.TORCH
 
 
 # Rows that may serve a backend: sm_90 falls through to the Triton rows.
@@ -299,7 +303,10 @@ def launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:
         # generated vmap rule), which have no storage a Triton kernel could read. Forced: a
         # plan run that torch differentiates itself (``ops/executor/plain_autograd.py``).
         return _TRACED[kernel.value]
-    return _callable(kernel, backend_of(t))
+    backend = backend_of(t)
+    # ``_callable`` inline: this runs per launch.
+    runs = _SERVING.get((id(kernel), id(backend)))
+    return _callable(kernel, backend) if runs is None else runs
 
 
 def untraced_launcher(kernel: Kernel, t: torch.Tensor) -> Callable[..., Any]:

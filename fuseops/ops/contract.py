@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -15,6 +15,9 @@ import torch
 
 if TYPE_CHECKING:
     from fuseops.quant.recipes import Recipe
+
+
+_new_object = object.__new__
 
 
 class Role(enum.Enum):
@@ -55,7 +58,7 @@ class RoleFields(NamedTuple):
 
 # Per Saved class, the names of its fields of each role: read on every call by the executor,
 # built once in eager mode (while torch.compile traces, built afresh: no side effect to trace).
-_FIELDS_BY_ROLE: dict[type, RoleFields] = {}
+FIELDS_BY_ROLE: dict[type, RoleFields] = {}
 # A tuple, not the Enum class: dynamo cannot iterate an Enum class inside an autograd.Function's
 # forward (``mode="reduce-overhead"`` on CUDA failed on it).
 _ROLES: tuple[Role, ...] = tuple(Role)
@@ -67,9 +70,9 @@ def role_fields(record: Saved, *, compiling: bool) -> RoleFields:
     call, not once a record)."""
     if compiling:
         return RoleFields(*_traced_field_names(type(record))[:3])
-    names = _FIELDS_BY_ROLE.get(type(record))
+    names = FIELDS_BY_ROLE.get(type(record))
     if names is None:
-        names = _FIELDS_BY_ROLE[type(record)] = RoleFields(*_field_names(type(record))[:3])
+        names = FIELDS_BY_ROLE[type(record)] = RoleFields(*_field_names(type(record))[:3])
     return names
 
 
@@ -193,3 +196,18 @@ class OpGrads:
     dx: torch.Tensor | None
     params: dict[str, torch.Tensor | None] = dataclasses.field(default_factory=dict)
     extra_inputs: tuple[torch.Tensor | None, ...] = ()
+
+
+def fresh_contexts(templates: Sequence[OpContext], records: Sequence[Saved | None] | None = None) -> list[OpContext]:
+    """Copies of ``templates`` holding ``records`` (None: holding nothing): ``with_saved`` in
+    eager mode, one call for all ops and no ``__init__`` per op (the executor makes a set in
+    forward and another in backward, every call). Not for torch.compile's tracing, which takes
+    ``with_saved``."""
+    out = []
+    for i, template in enumerate(templates):
+        new = _new_object(OpContext)
+        d = new.__dict__
+        d.update(template.__dict__)
+        d["saved"] = None if records is None else records[i]
+        out.append(new)
+    return out

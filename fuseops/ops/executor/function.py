@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch._C._functorch import is_legacy_batchedtensor
 from torch.nn.utils.stateless import _reparametrize_module
 
-from fuseops.kernels.autodiff_state import batched_cotangents, refuse_batched_cotangents
+from fuseops.kernels.autodiff_state import refuse_batched_cotangents
 from fuseops.kernels.dispatch import references_forced
-from fuseops.ops.contract import OpGrads, Saved, role_fields
+from fuseops.ops.contract import FIELDS_BY_ROLE, OpGrads, Saved, fresh_contexts, role_fields
 from fuseops.ops.executor.save_notice import Receiver, current_receiver, noticing
 from fuseops.ops.executor.saved_state import activation_tensors, functional, pack_saved, unpack_saved
 from fuseops.ops.executor.second_backward import (
@@ -94,12 +95,23 @@ def run_forward(plan, ops, ctxs, x, extra_inputs, notice: Receiver | None = None
         else:
             span = slice(step.start, step.stop)
             x, outs = step.fusion.fused_forward(ops[span], ctxs[span], x, extra_inputs[span])
-            extra_outputs[span] = [tuple(o) for o in outs]
+            extra_outputs[span] = list(map(tuple, outs))
         if notice is not None:
             tensors = activation_tensors(ctxs[step.start:step.stop])
             if tensors:
                 notice(tensors)
     return x, extra_outputs
+
+
+def per_op_extras(prep: Any, flat: Sequence[Any]) -> Sequence[tuple[Any, ...]]:
+    """Per op, its slice of the call's flat extra inputs (``()`` for ops that take none)."""
+    if not prep.extra_takers:
+        return prep.empty_per_op
+    per_op = list(prep.empty_per_op)
+    for i in prep.extra_takers:
+        a, b = prep.extra_spans[i]
+        per_op[i] = tuple(flat[a:b])
+    return per_op
 
 
 def _root(t: torch.Tensor) -> torch.Tensor:
@@ -118,9 +130,10 @@ def non_view_outputs(outputs: list[torch.Tensor], inputs: Sequence[Any]) -> list
     if len(outputs) == 1:
         # The common case, without the walk below: one output, an input or a view or new.
         (t,) = outputs
-        # A list, not a generator: one call instead of one resume per input.
-        if any([t is i for i in inputs]):  # noqa: C419
-            return [t.view_as(t)]
+        # A loop, not ``any`` of a comprehension (a frame of its own before Python 3.12).
+        for i in inputs:
+            if t is i:
+                return [t.view_as(t)]
         if t._base is None or all(t._base is not _root(i) for i in inputs if isinstance(i, torch.Tensor)):
             return [t] if t._base is None else [t.detach()]
     roots = [_root(t) for t in inputs if isinstance(t, torch.Tensor)]
@@ -148,7 +161,8 @@ def _checked_param_slots(state: RunState, records: Sequence[Saved | None], compi
     for slots, record in zip(state.prep.param_slots, records):
         if record is None or not slots:
             continue
-        for name in role_fields(record, compiling=compiling).parameter:
+        names = None if compiling else FIELDS_BY_ROLE.get(record.__class__)
+        for name in (names or role_fields(record, compiling=compiling)).parameter:
             if getattr(record, name) is not None:
                 slot = slots[name] if name in slots else slots.get("weight")
                 if slot is not None and slot not in picked:
@@ -167,14 +181,23 @@ def _run_forward_noticing(prep, ops, ctxs, x, extra_inputs, receiver: Receiver):
         noticing(previous)
 
 
-def forward_ops(state: RunState, inputs: Sequence[Any], receiver: Receiver | None, compiling: bool
-                 ) -> tuple[list[torch.Tensor], list[torch.Tensor], list]:
-    """Run the plan's forward: ``(outputs, activation tensors to save, packed records)``."""
+def forward_body(state: RunState, inputs: Sequence[Any], *, notice: bool = False
+                 ) -> tuple[tuple, list[torch.Tensor], list[Saved | None]]:
+    """Run the plan's forward on fresh op contexts: ``(outputs, tensors to save, packed
+    records)``. ``notice``: the caller saves the tensors through ``save_for_backward``
+    (``PlanFunction``), so a registered receiver hears of each step's as it is produced
+    (``save_notice.py``), unless this forward is being traced. The tensors to save end with
+    the parameters backward reads (for torch's version check)."""
     prep = state.prep
-    ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
+    compiling = torch.compiler.is_compiling()
+    receiver = current_receiver() if notice and not compiling else None
+    ctxs = [ctx.with_saved(None) for ctx in prep.ctxs] if compiling else fresh_contexts(prep.ctxs)
     x = inputs[0]
-    flat = [inputs[e.index] if isinstance(e, Arg) else e for e in state.extra_template]
-    extra_inputs = [tuple(flat[a:b]) for a, b in prep.extra_spans]
+    if prep.extra_takers:
+        flat = [inputs[e.index] if isinstance(e, Arg) else e for e in state.extra_template]
+        extra_inputs = per_op_extras(prep, flat)
+    else:
+        extra_inputs = prep.empty_per_op
     if receiver is not None:
         y, extra_outputs = _run_forward_noticing(prep, state.ops, ctxs, x, extra_inputs, receiver)
     elif prep.autocast:
@@ -184,23 +207,10 @@ def forward_ops(state: RunState, inputs: Sequence[Any], receiver: Receiver | Non
         y, extra_outputs = run_forward(prep.plan, state.ops, ctxs, x, extra_inputs)
     tensors, records = pack_saved(ctxs, compiling=compiling)
     outputs = ([y] + [t for outs in extra_outputs for t in outs]) if prep.num_extra_outputs else [y]
-    return outputs, tensors, records
-
-
-def forward_body(state: RunState, inputs: Sequence[Any], *, notice: bool = False
-                 ) -> tuple[tuple, list[torch.Tensor], list[Saved | None]]:
-    """``(outputs, tensors to save, packed records)``; fills fresh op contexts. ``notice``:
-    the caller saves the tensors through ``save_for_backward`` (``PlanFunction``), so a
-    registered receiver hears of each step's as it is produced (``save_notice.py``),
-    unless this forward is being traced. The tensors to save end with the parameters
-    backward reads (for torch's version check)."""
-    prep = state.prep
-    compiling = torch.compiler.is_compiling()
-    receiver = current_receiver() if notice and not compiling else None
-    outputs, tensors, records = forward_ops(state, inputs, receiver, compiling)
     # The parameters as this Function received them (under torch.func, unwrapped).
     params = inputs[prep.num_inputs:]
-    tensors += [params[slot] for slot in _checked_param_slots(state, records, compiling)]
+    for slot in _checked_param_slots(state, records, compiling):
+        tensors.append(params[slot])
     return tuple(non_view_outputs(outputs, inputs)), tensors, records
 
 
@@ -208,22 +218,29 @@ def _cast(t: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | N
     return t if t is None or dtype is None or t.dtype == dtype else t.to(dtype)
 
 
+# What an op whose backward did not run gave (read only).
+_NO_GRADS = OpGrads(None)
+
+
 def run_backward(state: RunState, records, saved_tensors, dy, flat_extra_output_grads, compiling: bool) -> tuple:
     ops, prep = state.ops, state.prep
     plan = prep.plan
     unpacked = unpack_saved(records, saved_tensors, compiling=compiling)
-    ctxs = [ctx.with_saved(saved) for ctx, saved in zip(prep.ctxs, unpacked)]
+    if compiling:
+        ctxs = [ctx.with_saved(saved) for ctx, saved in zip(prep.ctxs, unpacked)]
+    else:
+        ctxs = fresh_contexts(prep.ctxs, unpacked)
     if prep.num_extra_outputs:
         extra_output_grads = [tuple(flat_extra_output_grads[a:b]) for a, b in prep.extra_output_spans]
     else:
-        extra_output_grads = prep.no_extra_output_grads
+        extra_output_grads = prep.empty_per_op
     if dy is None:
         dy = torch.zeros(state.output_shape, dtype=state.output_dtype, device=state.output_device)
     # Under autocast each gradient goes back in its tensor's dtype, as the gradient of
     # torch's cast does.
     autocast = prep.autocast
 
-    grads: list[OpGrads] = [OpGrads(None)] * len(ops)
+    grads: list[OpGrads] = [_NO_GRADS] * len(ops)
     for step in reversed(plan.backward_steps):
         # No gradient flows further: the ops before need no backward at all.
         if dy is None:
@@ -286,14 +303,25 @@ def backward_body(state: RunState, records, saved_tensors, dy, flat_extra_output
         create_graph = False
     else:
         create_graph = torch.is_grad_enabled()
-    if batched_cotangents(dy, *flat_extra_output_grads):
+    # (``batched_cotangents``, which is False while compiling, inline: this runs per call.)
+    batched = False
+    if not compiling:
+        for g in (dy, *flat_extra_output_grads):
+            if g is not None and is_legacy_batchedtensor(g):
+                batched = True
+                break
+    if batched:
         # Batched by torch's older vmap (``is_grads_batched=True``): tensors without storage,
         # which no kernel reads; the references batch.
         if create_graph:
             refuse_batched_create_graph()
         with references_forced():
             return _backward_batched(state, records, saved_tensors, dy, flat_extra_output_grads)
-    with autocast_off(state.prep.device_type):
+    off = autocast_off(state.prep.device_type)
+    if off is _NO_CONTEXT and not torch.is_grad_enabled():
+        # The common case, without entering a null context.
+        return run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)
+    with off:
         if not torch.is_grad_enabled():
             # The engine runs backward with grad mode off unless create_graph is set.
             return run_backward(state, records, saved_tensors, dy, flat_extra_output_grads, compiling)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from fuseops.kernels import autodiff_state
-from fuseops.ops.contract import OpContext
+from fuseops.ops.contract import OpContext, fresh_contexts
 from fuseops.ops.executor import plain_autograd
 from fuseops.ops.executor.function import (
     Arg,
@@ -27,6 +27,7 @@ from fuseops.ops.executor.function import (
     RunState,
     apply_eagerly,
     autocast_off,
+    per_op_extras,
     run_forward,
 )
 
@@ -45,9 +46,9 @@ class Prepared:
     extra_spans: tuple[tuple[int, int], ...]
     extra_output_spans: tuple[tuple[int, int], ...]
     num_extra_outputs: int
-    # The ops that take extra inputs; per op, no extra-output gradients (when none has any).
+    # The ops that take extra inputs; a ``()`` per op (no extra inputs, no extra-output gradients).
     extra_takers: tuple[int, ...]
-    no_extra_output_grads: tuple[tuple[()], ...]
+    empty_per_op: tuple[tuple[()], ...]
     # Per flat extra input: the Function input it is passed as (``Arg``), or None for a value
     # that is not a tensor (each call hands its own).
     extra_args: tuple[Arg | None, ...]
@@ -59,6 +60,11 @@ class Prepared:
     # op, parameter name -> position among those passed.
     param_picks: tuple[int, ...]
     param_slots: tuple[dict[str, int], ...]
+    # Per call work these spare: every flat extra input is a tensor (``extra_args`` is then the
+    # Function's template as it is); no parameter is tied (the call's list is passed as it is).
+    extras_all_tensors: bool
+    params_untied: bool
+
 
 
 def flat_parameters(ops: Sequence[torch.nn.Module]) -> list[torch.nn.Parameter]:
@@ -125,23 +131,32 @@ def prepare(
         extra_output_spans=_spans([op.num_extra_outputs for op in ops]),
         num_extra_outputs=sum(op.num_extra_outputs for op in ops),
         extra_takers=tuple(i for i, op in enumerate(ops) if op.num_extra_inputs),
-        no_extra_output_grads=((),) * len(ops),
+        empty_per_op=((),) * len(ops),
         extra_args=tuple(args),
         input_picks=tuple(picks),
         input_dtypes=tuple(t.dtype for t in inputs),
         num_inputs=len(inputs),
         param_picks=tuple(param_picks),
         param_slots=tuple(slots),
+        extras_all_tensors=all(a is not None for a in args),
+        params_untied=param_picks == list(range(len(params))),
     )
 
 
 def forward_without_grad(prep: Prepared, ops: Sequence[torch.nn.Module], x: torch.Tensor,
-                         extra_inputs: Sequence[Any]) -> list[torch.Tensor]:
-    """``[y, *extra outputs]`` of a call that needs no backward (no autograd Function)."""
-    per_op = [tuple(extra_inputs[a:b]) for a, b in prep.extra_spans]
-    ctxs = [ctx.with_saved(None) for ctx in prep.ctxs]
-    with autocast_off(prep.device_type):
+                         extra_inputs: Sequence[Any], compiling: bool) -> list[torch.Tensor]:
+    """``[y, *extra outputs]`` of a call that needs no backward (no autograd Function);
+    ``compiling``: torch.compile may be tracing it."""
+    per_op = per_op_extras(prep, extra_inputs)
+    ctxs = [ctx.with_saved(None) for ctx in prep.ctxs] if compiling else fresh_contexts(prep.ctxs)
+    # The signature holds the autocast state: without autocast at prepare, none now.
+    if prep.autocast:
+        with autocast_off(prep.device_type):
+            y, extra_outputs = run_forward(prep.plan, ops, ctxs, x, per_op)
+    else:
         y, extra_outputs = run_forward(prep.plan, ops, ctxs, x, per_op)
+    if not prep.num_extra_outputs:
+        return [y]
     return [y, *[t for outs in extra_outputs for t in outs]]
 
 
@@ -158,12 +173,15 @@ def run_prepared(
         # Forward-mode or higher-order derivatives: torch differentiates the ops' forward itself.
         return plain_autograd.run(prep, ops, x, extra_inputs)
     if not prep.needs_backward:
-        flat = forward_without_grad(prep, ops, x, extra_inputs)
+        flat = forward_without_grad(prep, ops, x, extra_inputs, compiling)
         return (*flat,) if prep.num_extra_outputs else flat[0]
 
-    template = tuple([e if a is None else a for e, a in zip(extra_inputs, prep.extra_args)])
-    state = RunState(prep, ops, template, [params[i] for i in prep.param_picks])
-    inputs = [extra_inputs[i] for i in prep.input_picks]
+    if prep.extras_all_tensors:
+        template = prep.extra_args
+    else:
+        template = tuple([e if a is None else a for e, a in zip(extra_inputs, prep.extra_args)])
+    state = RunState(prep, ops, template, params if prep.params_untied else [params[i] for i in prep.param_picks])
+    inputs = [extra_inputs[i] for i in prep.input_picks] if prep.input_picks else ()
     # torch.func needs the setup_context form; torch.compile traces the other.
     if transforms:
         outputs = PlanFunctionForTransforms.apply(state, x, *inputs, *state.params)[: state.num_outputs]

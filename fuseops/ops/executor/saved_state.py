@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from fuseops.ops.contract import OpContext, Saved, replaced_fields, role_fields
+from fuseops.ops.contract import FIELDS_BY_ROLE, OpContext, Saved, replaced_fields, role_fields
 
 
 def _pack_storage(value: Any, tensors: list[torch.Tensor]) -> Any:
@@ -40,6 +40,9 @@ class _Slot(NamedTuple):
         return self.storage.with_data_tensors([tensors[i] for i in self.positions])
 
 
+_new_object = object.__new__
+
+
 # A plain tensor's slot depends only on its position: made once, shared by every call.
 _TENSOR_SLOTS = tuple(_Slot((i,)) for i in range(64))
 
@@ -53,7 +56,9 @@ def pack_saved(ctxs: Sequence[OpContext], *, compiling: bool) -> tuple[list[torc
         saved = ctx.saved
         if saved is not None:
             packed = {}
-            for name in role_fields(saved, compiling=compiling).activation:
+            # (The eager lookup of ``role_fields`` inline: this runs per op and call.)
+            names = None if compiling else FIELDS_BY_ROLE.get(saved.__class__)
+            for name in (names or role_fields(saved, compiling=compiling)).activation:
                 value = getattr(saved, name)
                 if isinstance(value, torch.Tensor):
                     n = len(tensors)
@@ -64,7 +69,14 @@ def pack_saved(ctxs: Sequence[OpContext], *, compiling: bool) -> tuple[list[torc
                     tensors.append(value)
                 elif value is not None:
                     packed[name] = _pack_storage(value, tensors)
-            saved = replaced_fields(saved, packed, compiling=compiling)
+            if compiling:
+                saved = replaced_fields(saved, packed, compiling=True)
+            elif packed:
+                # ``replaced_fields`` inline: this runs per op and call.
+                new = _new_object(saved.__class__)
+                new.__dict__.update(saved.__dict__)
+                new.__dict__.update(packed)
+                saved = new
             # Drop the op's own reference so the packed copy is the only one.
             ctx.saved = None
         records.append(saved)
@@ -97,11 +109,19 @@ def unpack_saved(
     for saved in records:
         if saved is not None:
             fields = {}
-            for name in role_fields(saved, compiling=compiling).activation:
+            names = None if compiling else FIELDS_BY_ROLE.get(saved.__class__)
+            for name in (names or role_fields(saved, compiling=compiling)).activation:
                 value = getattr(saved, name)
                 if isinstance(value, _Slot):
                     fields[name] = tensors[value.positions[0]] if value.storage is None else value.unpack(tensors)
-            saved = replaced_fields(saved, fields, compiling=compiling)
+            if compiling:
+                saved = replaced_fields(saved, fields, compiling=True)
+            elif fields:
+                # ``replaced_fields`` inline: this runs per op and call.
+                new = _new_object(saved.__class__)
+                new.__dict__.update(saved.__dict__)
+                new.__dict__.update(fields)
+                saved = new
         out.append(saved)
     return out
 

@@ -65,7 +65,12 @@ def input_links(inputs: tuple) -> tuple:
     compiling (AOTAutograd refuses a compiled graph's double backward itself)."""
     if torch.compiler.is_compiling():
         return ()
-    return tuple(weakref.ref(t) for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad)
+    # A loop, not a generator: no frame resumed per input, every call.
+    links = []
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            links.append(weakref.ref(t))
+    return tuple(links)
 
 
 def linked_inputs(refs: tuple) -> tuple:
