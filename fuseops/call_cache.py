@@ -111,13 +111,18 @@ def sizeless_signature(signature: tuple) -> tuple:
     run only here (expert parallelism: the received row count, and host split sizes, change
     every step) runs the checks, which read what they read, and then that run."""
     x_shape, *middle, extras = signature
-    keys = []
+    keys, values = [], []
     for k in extras:
         if len(k) == 6 and type(k[1]) is torch.Size:  # a tensor's (``_extra_key``)
             keys.append((k[0], len(k[1]), k[2], k[3], k[4], None if k[5] is None else len(k[5])))
+            values.append(k[5])
         else:  # a list of ints
             keys.append(("sizes", len(k)))
-    return (len(x_shape), *middle, tuple(keys))
+            values.append(k)
+    # Which host split sizes are equal stays: a plan fuses two GroupedLinears only when they get
+    # the same sizes (``same_extra_input`` compares values; ``PlanCache`` keys on that pattern).
+    same = tuple(None if v is None else values.index(v) for v in values)
+    return (len(x_shape), *middle, tuple(keys), same)
 
 
 class CallCache:

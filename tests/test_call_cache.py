@@ -369,3 +369,16 @@ def test_changing_row_counts_of_a_dense_block_reuse_one_prepared_run() -> None:
     # An extra input whose rows do not match the input's: eager's error.
     with pytest.raises(ValueError, match="extra input r"):
         model(torch.randn(6, 8), torch.randn(4, 8))
+
+
+def test_a_run_kept_for_equal_split_sizes_is_not_taken_for_different_ones():
+    # The fused MLP needs both GroupedLinears to get the same sizes: a call whose two lists
+    # differ in value (same count, same rows) must plan again, not take the fused run.
+    torch.manual_seed(0)
+    model = fuseops.Sequential(ops.GroupedLinear(2, 4, 8), ops.SwiGLU(), ops.GroupedLinear(2, 4, 4))
+    reference = fuseops.Sequential(*model, fuse=False)
+    x = torch.randn(3, 4)
+    for first, second in (([1, 2], [1, 2]), ([2, 1], [1, 2]), ([1, 2], [2, 1]), ([2, 1], [2, 1])):
+        torch.testing.assert_close(model(x, first, second), reference(x, first, second))
+        fused = first == second
+        assert (model.plan.forward == [("GroupedMLP", (0, 1, 2))]) == fused, (first, second, model.plan.forward)
