@@ -40,9 +40,6 @@ class _Slot(NamedTuple):
         return self.storage.with_data_tensors([tensors[i] for i in self.positions])
 
 
-_new_object = object.__new__
-
-
 # A plain tensor's slot depends only on its position: made once, shared by every call.
 _TENSOR_SLOTS = tuple(_Slot((i,)) for i in range(64))
 
@@ -69,14 +66,7 @@ def pack_saved(ctxs: Sequence[OpContext], *, compiling: bool) -> tuple[list[torc
                     tensors.append(value)
                 elif value is not None:
                     packed[name] = _pack_storage(value, tensors)
-            if compiling:
-                saved = replaced_fields(saved, packed, compiling=True)
-            elif packed:
-                # ``replaced_fields`` inline: this runs per op and call.
-                new = _new_object(saved.__class__)
-                new.__dict__.update(saved.__dict__)
-                new.__dict__.update(packed)
-                saved = new
+            saved = replaced_fields(saved, packed, compiling=compiling)
             # Drop the op's own reference so the packed copy is the only one.
             ctx.saved = None
         records.append(saved)
@@ -114,14 +104,7 @@ def unpack_saved(
                 value = getattr(saved, name)
                 if isinstance(value, _Slot):
                     fields[name] = tensors[value.positions[0]] if value.storage is None else value.unpack(tensors)
-            if compiling:
-                saved = replaced_fields(saved, fields, compiling=True)
-            elif fields:
-                # ``replaced_fields`` inline: this runs per op and call.
-                new = _new_object(saved.__class__)
-                new.__dict__.update(saved.__dict__)
-                new.__dict__.update(fields)
-                saved = new
+            saved = replaced_fields(saved, fields, compiling=compiling)
         out.append(saved)
     return out
 
